@@ -1,0 +1,218 @@
+/**
+ * Admin HTTP API on --admin-port:
+ *   GET    /metrics   Prometheus text (prom-client)
+ *   GET    /healthz   liveness: 200 while the process runs
+ *   GET    /readyz    200 when every pool the mode needs has a member and we are not draining; else 503
+ *   GET    /workers   every pool member: role, url, endpoint, zmqAddress, generation, load, processed,
+ *                     healthy, expiresInMs
+ *   POST   /workers   {role, url, zmqAddress?, permanent?}: register or heartbeat a worker
+ *   DELETE /workers?role=&url=   deregister
+ * Writes need `Authorization: Bearer <token>` when a token is configured, and a peer address inside
+ * --discovery-allow when that is set.
+ */
+import http from 'node:http';
+import { timingSafeEqual } from 'node:crypto';
+import type { Logger } from 'pino';
+import { isRole, type Role } from '../workers/role.js';
+
+export interface WorkerView {
+  role: Role;
+  url: string;
+  endpoint: string;
+  zmqAddress: string | null;
+  generation: number;
+  load: number;
+  processed: number;
+  healthy: boolean;
+  /** null for static workers (never expire). */
+  expiresInMs: number | null;
+  [extra: string]: unknown;
+}
+
+export interface Readiness {
+  ready: boolean;
+  detail: Record<string, unknown>;
+}
+
+export interface WorkerRegistrationRequest {
+  role: Role;
+  url: string;
+  zmqAddress?: string;
+  permanent?: boolean;
+}
+
+export interface AdminBackend {
+  metrics(): Promise<string>;
+  metricsContentType: string;
+  readiness(): Readiness;
+  workers(): WorkerView[];
+  /** Throws AdminInputError for bad registrations. */
+  register(req: WorkerRegistrationRequest, peer: string): Promise<{ generation: number; event: string }>;
+  deregister(role: Role, url: string): boolean;
+  /** CIDR check of the peer address for writes. */
+  peerAllowed(peer: string): boolean;
+}
+
+export class AdminInputError extends Error {
+  constructor(
+    message: string,
+    readonly status = 400,
+  ) {
+    super(message);
+  }
+}
+
+const MAX_ADMIN_BODY = 64 * 1024;
+
+export class AdminServer {
+  private readonly server: http.Server;
+  private closed = false;
+
+  constructor(
+    private readonly backend: AdminBackend,
+    private readonly opts: { host: string; port: number; token: string; logger: Logger },
+  ) {
+    this.server = http.createServer((req, res) => {
+      this.handle(req, res).catch((err) => {
+        opts.logger.error({ err }, 'admin request failed');
+        if (!res.headersSent)
+          json(res, 500, { error: { message: 'internal error', code: 'internal_error' } });
+        else res.destroy();
+      });
+    });
+    this.server.keepAliveTimeout = 5000;
+  }
+
+  async start(): Promise<number> {
+    await new Promise<void>((resolve, reject) => {
+      this.server.once('error', reject);
+      this.server.listen(this.opts.port, this.opts.host, () => {
+        this.server.off('error', reject);
+        resolve();
+      });
+    });
+    const addr = this.server.address();
+    return typeof addr === 'object' && addr ? addr.port : this.opts.port;
+  }
+
+  private async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    const url = new URL(req.url ?? '/', 'http://admin');
+    const route = `${req.method} ${url.pathname}`;
+    switch (route) {
+      case 'GET /metrics': {
+        const body = await this.backend.metrics();
+        res.writeHead(200, { 'content-type': this.backend.metricsContentType });
+        res.end(body);
+        return;
+      }
+      case 'GET /healthz':
+        return json(res, 200, { status: 'ok' });
+      case 'GET /readyz': {
+        const r = this.backend.readiness();
+        return json(res, r.ready ? 200 : 503, { status: r.ready ? 'ready' : 'not_ready', ...r.detail });
+      }
+      case 'GET /workers':
+        return json(res, 200, this.backend.workers());
+      case 'POST /workers':
+      case 'DELETE /workers':
+        return this.write(req, res, url);
+      default:
+        if (['/metrics', '/healthz', '/readyz', '/workers'].includes(url.pathname)) {
+          return json(
+            res,
+            405,
+            errorBody('method_not_allowed', `${req.method} not allowed on ${url.pathname}`),
+          );
+        }
+        return json(res, 404, errorBody('not_found', `no admin route ${url.pathname}`));
+    }
+  }
+
+  private async write(req: http.IncomingMessage, res: http.ServerResponse, url: URL): Promise<void> {
+    const peer = req.socket.remoteAddress ?? '';
+    if (this.opts.token && !tokenMatches(req.headers.authorization, this.opts.token)) {
+      req.resume();
+      return json(res, 401, errorBody('unauthorized', 'missing or wrong bearer token'));
+    }
+    if (!this.backend.peerAllowed(peer)) {
+      req.resume();
+      return json(res, 403, errorBody('forbidden', `registrations from ${peer} are not allowed`));
+    }
+    try {
+      if (req.method === 'DELETE') {
+        const role = url.searchParams.get('role');
+        const workerUrl = url.searchParams.get('url');
+        if (!isRole(role) || !workerUrl)
+          throw new AdminInputError('DELETE /workers needs ?role=prefill|decode|regular&url=');
+        req.resume();
+        const removed = this.backend.deregister(role, workerUrl);
+        return json(res, removed ? 200 : 404, { removed });
+      }
+      const body = await readJson(req);
+      const result = await this.backend.register(validateRegistration(body), peer);
+      return json(res, 200, result);
+    } catch (err) {
+      if (err instanceof AdminInputError)
+        return json(res, err.status, errorBody('invalid_registration', err.message));
+      throw err;
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await new Promise<void>((resolve) => {
+      this.server.close(() => resolve());
+      this.server.closeAllConnections();
+    });
+  }
+}
+
+function validateRegistration(body: unknown): WorkerRegistrationRequest {
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) {
+    throw new AdminInputError('body must be a JSON object {role, url, zmqAddress?, permanent?}');
+  }
+  const { role, url, zmqAddress, permanent } = body as Record<string, unknown>;
+  if (!isRole(role)) throw new AdminInputError('"role" must be prefill, decode or regular');
+  if (typeof url !== 'string' || url.length === 0 || url.length > 512)
+    throw new AdminInputError('"url" must be a string');
+  if (zmqAddress !== undefined && (typeof zmqAddress !== 'string' || zmqAddress.length > 512)) {
+    throw new AdminInputError('"zmqAddress" must be a string');
+  }
+  if (permanent !== undefined && typeof permanent !== 'boolean')
+    throw new AdminInputError('"permanent" must be a boolean');
+  return { role, url, zmqAddress, permanent };
+}
+
+async function readJson(req: http.IncomingMessage): Promise<unknown> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req) {
+    size += (chunk as Buffer).length;
+    if (size > MAX_ADMIN_BODY) throw new AdminInputError(`body larger than ${MAX_ADMIN_BODY} bytes`, 413);
+    chunks.push(chunk as Buffer);
+  }
+  try {
+    return JSON.parse(Buffer.concat(chunks).toString('utf8'));
+  } catch {
+    throw new AdminInputError('body is not valid JSON');
+  }
+}
+
+function tokenMatches(header: string | undefined, token: string): boolean {
+  const m = /^Bearer\s+(.+)$/i.exec(header ?? '');
+  if (!m) return false;
+  const a = Buffer.from(m[1] as string);
+  const b = Buffer.from(token);
+  return a.length === b.length && timingSafeEqual(a, b);
+}
+
+function errorBody(code: string, message: string) {
+  return { error: { message, type: 'invalid_request_error', code } };
+}
+
+function json(res: http.ServerResponse, status: number, body: unknown): void {
+  const text = JSON.stringify(body);
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
+  res.end(text);
+}

@@ -1,0 +1,205 @@
+/**
+ * Parses and validates configuration once — defaults, then the YAML file (`--config`), then CLI
+ * flags (flags win) — into a frozen, typed Config. The option table lives in config-schema.ts.
+ */
+import { readFileSync } from 'node:fs';
+import { parseArgs } from 'node:util';
+import { parse as parseYaml } from 'yaml';
+import { OPTIONS, type OptionSpec } from './config-schema.js';
+import type { PolicyName } from './routing/policy.js';
+
+export interface Config {
+  host: string;
+  grpcPort: number;
+  adminPort: number;
+  logLevel: 'trace' | 'debug' | 'info' | 'warn' | 'error' | 'fatal' | 'silent';
+  maxBodyBytes: number;
+  drainTimeoutMs: number;
+  decisionHeader: boolean;
+  mode: 'regular' | 'pd';
+  workers: string[];
+  prefill: string[];
+  decode: string[];
+  discoveryZmq: string;
+  discoveryTtlMs: number;
+  discoveryAllow: string[];
+  adminToken: string;
+  policy: PolicyName;
+  prefillPolicy: PolicyName;
+  decodePolicy: PolicyName;
+  cacheThreshold: number;
+  balanceAbsThreshold: number;
+  balanceRelThreshold: number;
+  cacheAwareMode: 'per_request' | 'global';
+  evictionIntervalMs: number;
+  maxTreeSize: number;
+  kvConnector: 'nixl' | 'mooncake' | 'moriio' | 'p2pnccl';
+  pdDispatch: 'auto' | 'sequential' | 'concurrent' | 'sidecar';
+  prefillTimeoutMs: number;
+  prefillRetries: number;
+  healthCheckIntervalMs: number;
+  healthCheckTimeoutMs: number;
+  healthFailureThreshold: number;
+  healthSuccessThreshold: number;
+  cbFailureThreshold: number;
+  cbSuccessThreshold: number;
+  cbCooldownMs: number;
+}
+
+export class ConfigError extends Error {
+  override name = 'ConfigError';
+}
+
+export function defaultConfig(): Config {
+  const out: Record<string, unknown> = {};
+  for (const o of OPTIONS as readonly OptionSpec[])
+    out[o.key] = Array.isArray(o.default) ? [...o.default] : o.default;
+  return out as unknown as Config;
+}
+
+export type ParsedArgs = { help: true } | { help: false; config: Readonly<Config> };
+
+/** Parses argv (without node and script) and the environment. Throws ConfigError on bad input. */
+export function parseConfig(argv: readonly string[], env: NodeJS.ProcessEnv = process.env): ParsedArgs {
+  const specs = OPTIONS as readonly OptionSpec[];
+  const options: Record<string, { type: 'string' | 'boolean'; multiple?: boolean }> = {
+    config: { type: 'string' },
+    help: { type: 'boolean' },
+  };
+  for (const o of specs) {
+    options[o.flag] =
+      o.type === 'bool' ? { type: 'boolean' } : { type: 'string', multiple: o.type === 'list' };
+    if (o.type === 'bool') options[`no-${o.flag}`] = { type: 'boolean' };
+  }
+  let values: Record<string, unknown>;
+  try {
+    values = parseArgs({ args: [...argv], options, strict: true, allowPositionals: false }).values;
+  } catch (err) {
+    throw new ConfigError((err as Error).message);
+  }
+  if (values.help) return { help: true };
+
+  const config = defaultConfig() as unknown as Record<string, unknown>;
+  if (typeof values.config === 'string') {
+    let doc: unknown;
+    try {
+      doc = parseYaml(readFileSync(values.config, 'utf8'));
+    } catch (err) {
+      throw new ConfigError(`cannot read config file ${values.config}: ${(err as Error).message}`);
+    }
+    if (doc !== null && doc !== undefined) {
+      if (typeof doc !== 'object' || Array.isArray(doc))
+        throw new ConfigError('config file must be a YAML mapping');
+      for (const [key, raw] of Object.entries(doc as Record<string, unknown>)) {
+        const spec = specs.find((o) => o.key === key || o.flag === key);
+        if (!spec) throw new ConfigError(`unknown setting "${key}" in ${values.config}`);
+        config[spec.key] = coerce(spec, raw, `${values.config}: ${key}`);
+      }
+    }
+  }
+  if (env.VLLM_ROUTER_ADMIN_TOKEN && !values['admin-token']) config.adminToken = env.VLLM_ROUTER_ADMIN_TOKEN;
+  for (const o of specs) {
+    const v = values[o.flag];
+    if (o.type === 'bool') {
+      if (values[`no-${o.flag}`]) config[o.key] = false;
+      else if (v) config[o.key] = true;
+    } else if (v !== undefined) {
+      config[o.key] = coerce(o, v, `--${o.flag}`);
+    }
+  }
+  const cfg = config as unknown as Config;
+  validate(cfg);
+  return { help: false, config: Object.freeze(cfg) };
+}
+
+function coerce(o: OptionSpec, raw: unknown, where: string): unknown {
+  const fail = (what: string): never => {
+    throw new ConfigError(`${where}: ${what}`);
+  };
+  switch (o.type) {
+    case 'list': {
+      const items = Array.isArray(raw) ? raw : [raw];
+      return items
+        .flatMap((x) => String(x).split(','))
+        .map((s) => s.trim())
+        .filter((s) => s.length > 0);
+    }
+    case 'bool':
+      if (typeof raw === 'boolean') return raw;
+      if (raw === 'true' || raw === 'false') return raw === 'true';
+      return fail(`expected true or false, got ${JSON.stringify(raw)}`);
+    case 'int': {
+      const n = typeof raw === 'number' ? raw : Number(String(raw).replace(/_/g, ''));
+      if (!Number.isSafeInteger(n) || n < 0)
+        fail(`expected a non-negative integer, got ${JSON.stringify(raw)}`);
+      return n;
+    }
+    case 'number': {
+      const n = typeof raw === 'number' ? raw : Number(raw);
+      if (!Number.isFinite(n) || n < 0) fail(`expected a non-negative number, got ${JSON.stringify(raw)}`);
+      return n;
+    }
+    case 'enum': {
+      const s = String(raw);
+      if (!o.values?.includes(s)) fail(`expected one of ${o.values?.join(', ')}, got ${JSON.stringify(raw)}`);
+      return s;
+    }
+    case 'string':
+      if (typeof raw !== 'string' && typeof raw !== 'number') fail(`expected a string`);
+      return String(raw);
+  }
+}
+
+function validate(c: Config): void {
+  for (const port of [c.grpcPort, c.adminPort]) {
+    if (port > 65535) throw new ConfigError(`port ${port} is out of range`);
+  }
+  for (const url of [...c.workers, ...c.prefill, ...c.decode]) parseWorkerUrl(url);
+  if (c.discoveryZmq && !/^tcp:\/\/[^\s/]+:(\d+|\*)$/.test(c.discoveryZmq)) {
+    throw new ConfigError(`--discovery-zmq must look like tcp://host:port, got ${c.discoveryZmq}`);
+  }
+  if (c.cacheThreshold > 1) throw new ConfigError('--cache-threshold must be within [0, 1]');
+}
+
+/** Accepts `http://host:port` (or bare `host:port`); returns the normalized URL and its parts. */
+export function parseWorkerUrl(raw: string): { url: string; host: string; port: number } {
+  const withScheme = /^[a-z][a-z0-9+.-]*:\/\//i.test(raw) ? raw : `http://${raw}`;
+  let u: URL;
+  try {
+    u = new URL(withScheme);
+  } catch {
+    throw new ConfigError(`invalid worker URL "${raw}"`);
+  }
+  if (u.protocol !== 'http:') throw new ConfigError(`worker URL "${raw}" must use http://`);
+  if (u.pathname !== '/' || u.search || u.hash)
+    throw new ConfigError(`worker URL "${raw}" must not have a path`);
+  const port = u.port ? Number(u.port) : 80;
+  const host = u.hostname.replace(/^\[|\]$/g, '');
+  const url = `http://${u.host || `${u.hostname}:${port}`}`.replace(/\/$/, '');
+  return { url: u.port ? url : `${url}:${port}`, host, port };
+}
+
+/** `--help` text, generated from the option table. */
+export function helpText(): string {
+  const lines = [
+    'Usage: vllm-extproc-router [options]',
+    '',
+    'Envoy ext_proc service that routes OpenAI-style requests across vLLM workers.',
+    '',
+    '  --config FILE                       YAML file with any of the settings below (camelCase or flag names); flags win',
+    '  --help                              Print this help',
+  ];
+  let group = '';
+  for (const o of OPTIONS as readonly OptionSpec[]) {
+    if (o.group !== group) {
+      group = o.group;
+      lines.push('', `${group}:`);
+    }
+    const arg = o.type === 'bool' ? '' : o.type === 'enum' ? ` <${o.values?.join('|')}>` : ` <${o.type}>`;
+    const flag = `  --${o.flag}${arg}`;
+    const def = Array.isArray(o.default) ? (o.default.length ? o.default.join(',') : '') : String(o.default);
+    const help = `${o.help}${def !== '' ? ` (default: ${def})` : ''}`;
+    lines.push(flag.length < 36 ? `${flag.padEnd(36)}${help}` : `${flag}\n${' '.repeat(36)}${help}`);
+  }
+  return lines.join('\n') + '\n';
+}

@@ -1,0 +1,246 @@
+/**
+ * ServiceRegistry: the set of self-registered (and static) workers, with registration generations.
+ *
+ * Keyed by (role, url): a prefill and a decode registration at the same URL are different entries.
+ *
+ * Lifetimes and generations (design §2). Every entry carries a `generation` drawn from ONE
+ * registry-wide counter that only grows. A generation names one continuous registration lifetime:
+ * - a registration of an unknown (role, url) starts a lifetime: new generation, event `registered`;
+ * - a registration of a LIVE entry (`expiresAtMs > now`) is a heartbeat: same generation, expiry pushed
+ *   to `now + ttlMs`, metadata refreshed, event `heartbeat`;
+ * - a registration whose previous entry has ALREADY expired (`expiresAtMs <= now`), even if `cleanup()`
+ *   has not removed it yet, starts a new lifetime: new, strictly larger generation, event `replaced`;
+ * - a heartbeat that changes the `endpoint` (ip:port Envoy dials, e.g. the DNS name now resolves
+ *   elsewhere) or the `zmqAddress` (the KV address peers use) is also a new lifetime (`replaced`):
+ *   the persistent Worker built from an entry is immutable in those fields, so keeping the generation
+ *   would pair the old Worker with a different process;
+ * - after `deregister`, the next registration is a new lifetime (`registered`).
+ * Generation allocation and insertion happen in the same synchronous call, so no interleaving can
+ * observe a generation that is not in the table.
+ *
+ * MoRI-IO: `metadata.transfer_mode` is fixed by the first registration of a lifetime; a heartbeat
+ * carrying a different value (including present vs absent) is rejected and changes nothing.
+ *
+ * Permanent entries (static configuration) never expire (`expiresAtMs = Infinity`); permanence is
+ * sticky for the lifetime: a later non-permanent heartbeat for the same key does not make it expire.
+ *
+ * Snapshot cost: `snapshot(role)` runs before every routing decision, so each role caches its sorted,
+ * frozen array of live entries. The cache is dropped when the role's membership or an entry's identity
+ * changes, and is valid only while `now < min(expiresAtMs of the cached entries)`, so it can never
+ * return an expired entry. A plain heartbeat (same generation, endpoint, zmqAddress and metadata)
+ * does NOT drop the cache: the cached entry object then shows an `expiresAtMs` that lags the real one
+ * (a lower bound), which at worst makes the cache rebuild earlier. `get()` always returns the current
+ * entry. With 1,000 workers heartbeating every 3 s and a 5 s TTL, the cache is rebuilt about once
+ * every couple of seconds instead of on every heartbeat.
+ *
+ * Times are in the injected clock's domain. The default clock is `performance.now()` (monotonic ms),
+ * so a wall-clock step cannot expire or resurrect workers.
+ *
+ * Pure: no timers, metrics or logging. Callers run `cleanup()` periodically (RegistryJanitor).
+ */
+import type { Role } from '../workers/role.js';
+
+export interface Registration {
+  role: Role;
+  /** `http://host:port`: the key within a role. */
+  url: string;
+  /** `ip:port` (IPv6 as `[ip]:port`) that Envoy's ORIGINAL_DST cluster connects to. */
+  endpoint: string;
+  /** vLLM's KV / ZMQ address, when the worker announced one. */
+  zmqAddress?: string;
+  /** Connector metadata (e.g. MoRI-IO `transfer_mode`, tp/dp sizes). */
+  metadata?: Record<string, unknown>;
+  /** Static entry: never expires. */
+  permanent?: boolean;
+}
+
+export interface RegistryEntry extends Readonly<Registration> {
+  readonly generation: number;
+  /** `Infinity` when permanent. */
+  readonly expiresAtMs: number;
+  /** When this lifetime (generation) started. */
+  readonly registeredAtMs: number;
+}
+
+/** `replaced` = a new generation for a (role, url) whose previous entry expired or changed identity. */
+export type RegisterEvent = 'registered' | 'heartbeat' | 'replaced';
+
+export type RegisterResult =
+  { entry: RegistryEntry; event: RegisterEvent } | { rejected: 'transfer_mode_mismatch' };
+
+export interface ServiceRegistryOptions {
+  /** Lifetime of a non-permanent registration after its last heartbeat. Default 5000 ms (vLLM pings every 3 s). */
+  ttlMs?: number;
+  /** Monotonic milliseconds. Default `performance.now()`. */
+  clock?: () => number;
+}
+
+export const DEFAULT_REGISTRY_TTL_MS = 5000;
+
+interface RoleTable {
+  readonly entries: Map<string, RegistryEntry>;
+  /** Sorted live entries, or undefined when invalidated. */
+  cache: readonly RegistryEntry[] | undefined;
+  /** The cache is valid while `now < cacheValidUntilMs`. */
+  cacheValidUntilMs: number;
+}
+
+const EMPTY: readonly RegistryEntry[] = Object.freeze([]);
+
+function shallowEqualRecords(
+  a: Readonly<Record<string, unknown>> | undefined,
+  b: Readonly<Record<string, unknown>> | undefined,
+): boolean {
+  if (a === b) return true;
+  const aKeys = a === undefined ? [] : Object.keys(a);
+  const bKeys = b === undefined ? [] : Object.keys(b);
+  if (aKeys.length !== bKeys.length) return false;
+  for (const key of aKeys) {
+    if (!Object.is(a?.[key], b?.[key])) return false;
+  }
+  return true;
+}
+
+function transferModeOf(metadata: Readonly<Record<string, unknown>> | undefined): unknown {
+  return metadata?.['transfer_mode'];
+}
+
+function compareByUrl(a: RegistryEntry, b: RegistryEntry): number {
+  return a.url < b.url ? -1 : a.url > b.url ? 1 : 0;
+}
+
+export class ServiceRegistry {
+  readonly ttlMs: number;
+  private readonly clock: () => number;
+  private readonly tables = new Map<Role, RoleTable>();
+  private lastGeneration = 0;
+
+  constructor(opts: ServiceRegistryOptions = {}) {
+    const ttlMs = opts.ttlMs ?? DEFAULT_REGISTRY_TTL_MS;
+    if (!(ttlMs > 0) || !Number.isFinite(ttlMs)) throw new RangeError(`ttlMs must be > 0, got ${ttlMs}`);
+    this.ttlMs = ttlMs;
+    this.clock = opts.clock ?? (() => performance.now());
+  }
+
+  /** Registers or refreshes (role, url). See the module comment for the lifetime rules. */
+  register(reg: Registration): RegisterResult {
+    const now = this.clock();
+    const table = this.table(reg.role);
+    const previous = table.entries.get(reg.url);
+    const live = previous !== undefined && previous.expiresAtMs > now;
+
+    if (live && previous.endpoint === reg.endpoint && previous.zmqAddress === reg.zmqAddress) {
+      if (transferModeOf(previous.metadata) !== transferModeOf(reg.metadata)) {
+        return { rejected: 'transfer_mode_mismatch' };
+      }
+      const permanent = previous.permanent === true || reg.permanent === true;
+      const entry = this.freezeEntry(reg, {
+        generation: previous.generation,
+        registeredAtMs: previous.registeredAtMs,
+        expiresAtMs: permanent ? Infinity : now + this.ttlMs,
+        permanent,
+      });
+      table.entries.set(reg.url, entry);
+      // A plain heartbeat only moves expiry forward: the cached snapshot stays correct (see header).
+      if (previous.permanent !== entry.permanent || !shallowEqualRecords(previous.metadata, entry.metadata)) {
+        table.cache = undefined;
+      }
+      return { entry, event: 'heartbeat' };
+    }
+
+    const permanent = reg.permanent === true;
+    const entry = this.freezeEntry(reg, {
+      generation: ++this.lastGeneration,
+      registeredAtMs: now,
+      expiresAtMs: permanent ? Infinity : now + this.ttlMs,
+      permanent,
+    });
+    table.entries.set(reg.url, entry);
+    table.cache = undefined;
+    return { entry, event: previous === undefined ? 'registered' : 'replaced' };
+  }
+
+  /** Removes (role, url) whether live or expired. Returns whether an entry existed. */
+  deregister(role: Role, url: string): boolean {
+    const table = this.tables.get(role);
+    if (table === undefined || !table.entries.delete(url)) return false;
+    table.cache = undefined;
+    return true;
+  }
+
+  /** Live entries of `role` (`expiresAtMs > now`), sorted by url. Frozen; do not hold across decisions. */
+  snapshot(role: Role): readonly RegistryEntry[] {
+    const table = this.tables.get(role);
+    if (table === undefined) return EMPTY;
+    const now = this.clock();
+    if (table.cache !== undefined && now < table.cacheValidUntilMs) return table.cache;
+    const live: RegistryEntry[] = [];
+    let validUntil = Infinity;
+    for (const entry of table.entries.values()) {
+      if (entry.expiresAtMs > now) {
+        live.push(entry);
+        if (entry.expiresAtMs < validUntil) validUntil = entry.expiresAtMs;
+      }
+    }
+    live.sort(compareByUrl);
+    table.cache = Object.freeze(live);
+    table.cacheValidUntilMs = validUntil;
+    return table.cache;
+  }
+
+  /** Removes and returns every expired entry (all roles). */
+  cleanup(): RegistryEntry[] {
+    const now = this.clock();
+    const removed: RegistryEntry[] = [];
+    for (const table of this.tables.values()) {
+      let changed = false;
+      for (const [url, entry] of table.entries) {
+        if (entry.expiresAtMs <= now) {
+          table.entries.delete(url);
+          removed.push(entry);
+          changed = true;
+        }
+      }
+      if (changed) table.cache = undefined;
+    }
+    return removed;
+  }
+
+  /** Number of live entries of `role`. */
+  size(role: Role): number {
+    return this.snapshot(role).length;
+  }
+
+  /** The current live entry for (role, url), if any. */
+  get(role: Role, url: string): RegistryEntry | undefined {
+    const entry = this.tables.get(role)?.entries.get(url);
+    return entry !== undefined && entry.expiresAtMs > this.clock() ? entry : undefined;
+  }
+
+  private table(role: Role): RoleTable {
+    let table = this.tables.get(role);
+    if (table === undefined) {
+      table = { entries: new Map(), cache: undefined, cacheValidUntilMs: -Infinity };
+      this.tables.set(role, table);
+    }
+    return table;
+  }
+
+  private freezeEntry(
+    reg: Registration,
+    lifetime: { generation: number; registeredAtMs: number; expiresAtMs: number; permanent: boolean },
+  ): RegistryEntry {
+    const entry: RegistryEntry = {
+      role: reg.role,
+      url: reg.url,
+      endpoint: reg.endpoint,
+      ...(reg.zmqAddress !== undefined ? { zmqAddress: reg.zmqAddress } : {}),
+      ...(reg.metadata !== undefined ? { metadata: Object.freeze({ ...reg.metadata }) } : {}),
+      permanent: lifetime.permanent,
+      generation: lifetime.generation,
+      expiresAtMs: lifetime.expiresAtMs,
+      registeredAtMs: lifetime.registeredAtMs,
+    };
+    return Object.freeze(entry);
+  }
+}

@@ -1,0 +1,104 @@
+/**
+ * Renders envoy/envoy.yaml (the one reference config) with other ports and modes, for tests, the demo
+ * and the benchmarks. Edits are structural (parsed YAML), never a second copy of the file.
+ */
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import path from 'node:path';
+import { parse, stringify } from 'yaml';
+
+export const ENVOY_YAML = path.resolve(
+  path.dirname(fileURLToPath(import.meta.url)),
+  fileURLToPath(import.meta.url).includes(`${path.sep}dist${path.sep}`)
+    ? '../../../envoy/envoy.yaml'
+    : '../../envoy/envoy.yaml',
+);
+
+export type BodyMode = 'NONE' | 'STREAMED' | 'BUFFERED' | 'FULL_DUPLEX_STREAMED';
+
+export interface EnvoyRenderOptions {
+  /** Listener port (0 = any free port). */
+  listenerPort?: number;
+  listenerAddress?: string;
+  adminPort?: number;
+  /** ext_proc servers (host:port); several = Envoy balances streams across them. */
+  routers?: Array<{ host: string; port: number }>;
+  /** Drop the ext_proc filter entirely (the "Envoy without router" baseline). */
+  withoutExtProc?: boolean;
+  /** For the baseline: a fixed upstream instead of ORIGINAL_DST. */
+  staticUpstream?: { host: string; port: number };
+  requestBodyMode?: BodyMode;
+  responseBodyMode?: BodyMode;
+  /** Trailer modes (FULL_DUPLEX_STREAMED needs SEND). */
+  trailerMode?: 'SEND' | 'SKIP';
+  messageTimeout?: string;
+  /** gRPC health-check the router cluster (rolling restarts). */
+  routerHealthCheck?: boolean;
+}
+
+type Yaml = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+
+export function renderEnvoyConfig(opts: EnvoyRenderOptions = {}): string {
+  const doc = parse(readFileSync(ENVOY_YAML, 'utf8')) as Yaml;
+  doc.admin.address.socket_address.port_value = opts.adminPort ?? 0;
+  const listener = doc.static_resources.listeners[0];
+  listener.address.socket_address.port_value = opts.listenerPort ?? 0;
+  if (opts.listenerAddress) listener.address.socket_address.address = opts.listenerAddress;
+  const hcm = listener.filter_chains[0].filters[0].typed_config;
+  const filters = hcm.http_filters as Yaml[];
+  const extProc = filters.find((f) => f.name === 'envoy.filters.http.ext_proc') as Yaml;
+  const pm = extProc.typed_config.processing_mode;
+  if (opts.requestBodyMode) pm.request_body_mode = opts.requestBodyMode;
+  if (opts.responseBodyMode) pm.response_body_mode = opts.responseBodyMode;
+  if (opts.trailerMode) {
+    pm.request_trailer_mode = opts.trailerMode;
+    pm.response_trailer_mode = opts.trailerMode;
+  }
+  if (opts.messageTimeout) extProc.typed_config.message_timeout = opts.messageTimeout;
+  if (opts.withoutExtProc) hcm.http_filters = filters.filter((f) => f !== extProc);
+
+  const clusters = doc.static_resources.clusters as Yaml[];
+  const routerCluster = clusters.find((c) => c.name === 'vllm_router') as Yaml;
+  if (opts.routers) {
+    routerCluster.type = 'STATIC';
+    routerCluster.load_assignment.endpoints[0].lb_endpoints = opts.routers.map((r) => ({
+      endpoint: { address: { socket_address: { address: r.host, port_value: r.port } } },
+    }));
+  }
+  if (opts.routerHealthCheck) {
+    routerCluster.health_checks = [
+      {
+        timeout: '1s',
+        interval: '0.5s',
+        unhealthy_threshold: 1,
+        healthy_threshold: 1,
+        no_traffic_interval: '0.5s',
+        grpc_health_check: { service_name: 'envoy.service.ext_proc.v3.ExternalProcessor' },
+      },
+    ];
+    routerCluster.common_lb_config = { healthy_panic_threshold: { value: 0 } };
+  }
+  if (opts.staticUpstream) {
+    const workers = clusters.find((c) => c.name === 'vllm_workers') as Yaml;
+    delete workers.original_dst_lb_config;
+    workers.type = 'STATIC';
+    workers.lb_policy = 'ROUND_ROBIN';
+    workers.load_assignment = {
+      cluster_name: 'vllm_workers',
+      endpoints: [
+        {
+          lb_endpoints: [
+            {
+              endpoint: {
+                address: {
+                  socket_address: { address: opts.staticUpstream.host, port_value: opts.staticUpstream.port },
+                },
+              },
+            },
+          ],
+        },
+      ],
+    };
+  }
+  return stringify(doc);
+}

@@ -1,0 +1,56 @@
+/**
+ * What an ext_proc session asks of the routing layer, and what it gets back.
+ *
+ * A Dispatcher turns one request into a Dispatch: the chosen destination, the header/body rewrites
+ * Envoy must apply, and the load reservations the request holds. The session owns the Dispatch and
+ * calls finish() exactly once on whichever way the request ends (finish is idempotent anyway).
+ */
+import type { HeaderSet } from './mutations.js';
+import type { InferenceRequest } from '../request/inference-request.js';
+import type { Worker } from '../workers/worker.js';
+import type { Decision } from '../routing/policy.js';
+
+export interface RouteRequest {
+  readonly method: string;
+  readonly path: string;
+  /** Lower-cased request headers as the client sent them. */
+  readonly headers: Readonly<Record<string, string>>;
+  /** Parsed inference body for /v1/completions and /v1/chat/completions. */
+  readonly inference?: InferenceRequest;
+  /** The raw request body, when there was one. */
+  readonly body?: Buffer;
+}
+
+/** How a request ended, as the session saw it. */
+export type RequestEnd =
+  | { kind: 'response'; status: number } // response end-of-stream reached
+  | { kind: 'cancelled'; afterHeaders: boolean; status?: number } // stream reset/cancel/error
+  | { kind: 'rejected' }; // an immediate response was sent instead
+
+export interface Dispatch {
+  /** The worker Envoy sends the request to. */
+  readonly worker: Worker;
+  readonly decision: Decision;
+  /** Headers to set on the upstream request (destination, request id, ...). */
+  readonly setHeaders: HeaderSet;
+  /** Replacement request body, when the dispatcher rewrote it. */
+  readonly body?: Buffer;
+  /** Extra response headers (e.g. the decision header); called once. */
+  responseHeaders?(status: number): HeaderSet | undefined;
+  /** Optional rewrite of a response body chunk; return undefined to pass the chunk unchanged. */
+  transformResponseChunk?(chunk: Buffer, endOfStream: boolean): Buffer | undefined;
+  /** Called at the first response byte (headers) — e.g. releases a sidecar-run prefill guard. */
+  onResponseStart?(status: number): void;
+  /** Releases everything the request still holds. Idempotent. */
+  finish(end: RequestEnd): void;
+  /**
+   * Settles (rejects) when a concurrently running leg fails after dispatch, so the session can turn it
+   * into a client-visible error instead of a hang.
+   */
+  readonly failure?: Promise<never>;
+}
+
+export interface Dispatcher {
+  dispatch(req: RouteRequest, signal: AbortSignal): Dispatch | Promise<Dispatch>;
+  /** Route label for metrics. */
+}

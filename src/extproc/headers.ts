@@ -1,0 +1,10 @@
+/** Header names the router reads or writes. */
+export const DESTINATION_HEADER = 'x-gateway-destination-endpoint';
+export const PREFILLER_HEADER = 'x-prefiller-host-port';
+export const REQUEST_ID_HEADER = 'x-request-id';
+export const DECISION_HEADER = 'x-vllm-router-decision';
+/** Dynamic metadata namespace read by endpoint-picker gateways (and our Envoy config). */
+export const LB_METADATA_NAMESPACE = 'envoy.lb';
+
+/** Client-supplied routing headers that are never trusted: removed before any upstream sees them. */
+export const UNTRUSTED_REQUEST_HEADERS: readonly string[] = [DESTINATION_HEADER, PREFILLER_HEADER];

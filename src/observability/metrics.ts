@@ -1,0 +1,194 @@
+/**
+ * All Prometheus metrics of the router, on an injected prom-client Registry (no global registry,
+ * so tests and several routers in one process never collide).
+ *
+ * Per-worker gauges (load, processed, health) are read from the live pools at scrape time
+ * (`collect`), so the request path never touches them and a removed worker's series disappears.
+ */
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { Worker } from '../workers/worker.js';
+
+export interface MetricsOptions {
+  /** Live workers of every pool, read at scrape time. */
+  workers: () => Iterable<Worker>;
+  /** Per-worker cache tree size in characters (cache_aware pools), read at scrape time. */
+  treeChars?: () => Iterable<[Worker, number]>;
+  /** Collect Node process metrics (CPU, heap, event loop lag). */
+  processMetrics?: boolean;
+}
+
+export class RouterMetrics {
+  readonly registry = new Registry();
+
+  readonly requests: Counter<'route' | 'outcome'>;
+  readonly requestDuration: Histogram<'route' | 'outcome'>;
+  readonly streamsActive: Gauge;
+  readonly decisions: Counter<'policy' | 'role' | 'branch'>;
+  readonly cacheHits: Counter<'role'>;
+  readonly cacheMisses: Counter<'role'>;
+  readonly matchRate: Histogram<'role'>;
+  readonly discoveryEvents: Counter<'role' | 'event'>;
+  readonly discoveryRejected: Counter<'reason'>;
+  readonly poolChanges: Counter<'role' | 'change'>;
+  readonly pdPrefillRequests: Counter<'worker'>;
+  readonly pdDecodeRequests: Counter<'worker'>;
+  readonly pdErrors: Counter<'error_type'>;
+  readonly pdPrefillDuration: Histogram<'outcome'>;
+
+  constructor(opts: MetricsOptions) {
+    const registers = [this.registry];
+    if (opts.processMetrics) collectDefaultMetrics({ register: this.registry, prefix: 'vllm_router_' });
+
+    const workers = opts.workers;
+    new Gauge({
+      name: 'vllm_router_worker_load',
+      help: 'In-flight requests holding a load guard on the worker (per role).',
+      labelNames: ['role', 'worker', 'generation'] as const,
+      registers,
+      collect() {
+        this.reset();
+        for (const w of workers()) this.set(labels(w), w.load);
+      },
+    });
+    new Counter({
+      name: 'vllm_router_processed_requests_total',
+      help: 'Requests completed on the worker (any outcome), for its current generation.',
+      labelNames: ['role', 'worker', 'generation'] as const,
+      registers,
+      collect() {
+        this.reset();
+        for (const w of workers()) this.inc(labels(w), w.processed);
+      },
+    });
+    new Gauge({
+      name: 'vllm_router_worker_health',
+      help: '1 if the worker is selectable (healthy, breaker not open), else 0.',
+      labelNames: ['role', 'worker', 'generation'] as const,
+      registers,
+      collect() {
+        this.reset();
+        for (const w of workers()) this.set(labels(w), w.healthy ? 1 : 0);
+      },
+    });
+    new Gauge({
+      name: 'vllm_router_pool_workers',
+      help: 'Workers in each role pool.',
+      labelNames: ['role'] as const,
+      registers,
+      collect() {
+        this.reset();
+        const counts: Record<string, number> = { prefill: 0, decode: 0, regular: 0 };
+        for (const w of workers()) counts[w.role] = (counts[w.role] ?? 0) + 1;
+        for (const [role, n] of Object.entries(counts)) this.set({ role }, n);
+      },
+    });
+    const treeChars = opts.treeChars;
+    if (treeChars) {
+      new Gauge({
+        name: 'vllm_router_tree_size',
+        help: 'Characters of prompt text the cache-aware tree holds for the worker.',
+        labelNames: ['role', 'worker', 'generation'] as const,
+        registers,
+        collect() {
+          this.reset();
+          for (const [w, n] of treeChars()) this.set(labels(w), n);
+        },
+      });
+    }
+
+    this.requests = new Counter({
+      name: 'vllm_router_requests_total',
+      help: 'Requests seen by the ext_proc service, by route and outcome.',
+      labelNames: ['route', 'outcome'] as const,
+      registers,
+    });
+    this.requestDuration = new Histogram({
+      name: 'vllm_router_request_duration_seconds',
+      help: 'Time from request headers to the end of the response, as seen by the ext_proc stream.',
+      labelNames: ['route', 'outcome'] as const,
+      buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300],
+      registers,
+    });
+    this.streamsActive = new Gauge({
+      name: 'vllm_router_extproc_streams_active',
+      help: 'Open ext_proc gRPC streams.',
+      registers,
+    });
+    this.decisions = new Counter({
+      name: 'vllm_router_policy_decisions_total',
+      help: 'Routing decisions by policy, role and branch (cache_hit, low_match, imbalance, ...).',
+      labelNames: ['policy', 'role', 'branch'] as const,
+      registers,
+    });
+    this.cacheHits = new Counter({
+      name: 'vllm_router_cache_hits_total',
+      help: 'cache_aware decisions that followed prefix affinity.',
+      labelNames: ['role'] as const,
+      registers,
+    });
+    this.cacheMisses = new Counter({
+      name: 'vllm_router_cache_misses_total',
+      help: 'cache_aware decisions that did not (low match or overload escape).',
+      labelNames: ['role'] as const,
+      registers,
+    });
+    this.matchRate = new Histogram({
+      name: 'vllm_router_cache_match_rate',
+      help: 'Matched prefix characters / prompt characters at cache_aware selection.',
+      labelNames: ['role'] as const,
+      buckets: [0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1],
+      registers,
+    });
+    this.discoveryEvents = new Counter({
+      name: 'vllm_router_discovery_updates_total',
+      help: 'Registry events: registered, heartbeat, replaced (same url, new generation), expired, deregistered.',
+      labelNames: ['role', 'event'] as const,
+      registers,
+    });
+    this.discoveryRejected = new Counter({
+      name: 'vllm_router_discovery_rejected_total',
+      help: 'Registration messages dropped, by reason.',
+      labelNames: ['reason'] as const,
+      registers,
+    });
+    this.poolChanges = new Counter({
+      name: 'vllm_router_pool_changes_total',
+      help: 'Persistent pool membership changes: added, departed, replaced.',
+      labelNames: ['role', 'change'] as const,
+      registers,
+    });
+    this.pdPrefillRequests = new Counter({
+      name: 'vllm_router_pd_prefill_requests_total',
+      help: 'Prefill legs sent, by worker.',
+      labelNames: ['worker'] as const,
+      registers,
+    });
+    this.pdDecodeRequests = new Counter({
+      name: 'vllm_router_pd_decode_requests_total',
+      help: 'Decode legs routed, by worker.',
+      labelNames: ['worker'] as const,
+      registers,
+    });
+    this.pdErrors = new Counter({
+      name: 'vllm_router_pd_errors_total',
+      help: 'P/D failures by type.',
+      labelNames: ['error_type'] as const,
+      registers,
+    });
+    this.pdPrefillDuration = new Histogram({
+      name: 'vllm_router_pd_prefill_duration_seconds',
+      help: 'Duration of the prefill leg run by the router.',
+      labelNames: ['outcome'] as const,
+      buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
+      registers,
+    });
+  }
+
+  text(): Promise<string> {
+    return this.registry.metrics();
+  }
+}
+
+function labels(w: Worker): { role: string; worker: string; generation: string } {
+  return { role: w.role, worker: w.url, generation: String(w.generation) };
+}

@@ -1,0 +1,111 @@
+/**
+ * Classifies a request by method and path and parses the OpenAI inference bodies the router routes
+ * on. Everything the client can get wrong becomes a RouterError (JSON 400) here; nothing throws past
+ * this boundary with any other type.
+ */
+import { badRequest, RouterError } from './router-error.js';
+import { chatPromptText, completionPromptText } from './prompt-text.js';
+
+export type InferenceKind = 'completions' | 'chat';
+
+/** Which kind of inference endpoint a path is, or undefined for everything else. */
+export function inferenceKind(method: string, path: string): InferenceKind | undefined {
+  if (method !== 'POST') return undefined;
+  const q = path.indexOf('?');
+  const p = q === -1 ? path : path.slice(0, q);
+  if (p === '/v1/completions') return 'completions';
+  if (p === '/v1/chat/completions') return 'chat';
+  return undefined;
+}
+
+export interface InferenceRequest {
+  readonly kind: InferenceKind;
+  readonly model: string;
+  readonly stream: boolean;
+  /** Routing text (see prompt-text.ts). */
+  readonly text: string;
+  /** The parsed body (callers that rewrite it copy first). */
+  readonly json: Readonly<Record<string, unknown>>;
+}
+
+/** Maximum nesting accepted before JSON.parse: protects the parser's stack from hostile bodies. */
+export const MAX_JSON_DEPTH = 64;
+
+export function parseInferenceRequest(
+  kind: InferenceKind,
+  contentType: string | undefined,
+  body: Buffer,
+): InferenceRequest {
+  if (contentType !== undefined && !/^application\/(.+\+)?json\b/i.test(contentType.trim())) {
+    throw new RouterError(
+      'invalid_content_type',
+      415,
+      `content-type must be application/json, got "${contentType.slice(0, 100)}"`,
+    );
+  }
+  if (body.length === 0) throw badRequest('invalid_body', 'request body is empty');
+  const text = decodeUtf8(body);
+  if (exceedsDepth(text, MAX_JSON_DEPTH)) {
+    throw badRequest('invalid_json', `request body nests deeper than ${MAX_JSON_DEPTH} levels`);
+  }
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch (err) {
+    throw badRequest(
+      'invalid_json',
+      `request body is not valid JSON: ${(err as Error).message.slice(0, 200)}`,
+    );
+  }
+  if (typeof json !== 'object' || json === null || Array.isArray(json)) {
+    throw badRequest('invalid_body', 'request body must be a JSON object');
+  }
+  const obj = json as Record<string, unknown>;
+  if (typeof obj.model !== 'string' || obj.model.length === 0) {
+    throw badRequest('missing_model', '"model" must be a non-empty string');
+  }
+  if (obj.stream !== undefined && typeof obj.stream !== 'boolean') {
+    throw badRequest('invalid_body', '"stream" must be a boolean');
+  }
+  const routingText =
+    kind === 'completions' ? completionPromptText(obj.prompt) : chatPromptText(obj.messages);
+  if (routingText === undefined) {
+    throw kind === 'completions'
+      ? badRequest(
+          'invalid_prompt',
+          '"prompt" must be a string, an array of strings, or an array of token ids (or of arrays of them)',
+        )
+      : badRequest(
+          'invalid_messages',
+          '"messages" must be a non-empty array of {role: string, content: string | content parts}',
+        );
+  }
+  return { kind, model: obj.model, stream: obj.stream === true, text: routingText, json: obj };
+}
+
+const utf8 = new TextDecoder('utf-8', { fatal: true });
+
+function decodeUtf8(body: Buffer): string {
+  try {
+    return utf8.decode(body);
+  } catch {
+    throw badRequest('invalid_body', 'request body is not valid UTF-8');
+  }
+}
+
+/** True if brackets nest deeper than `max` outside strings. Linear, no allocation. */
+function exceedsDepth(text: string, max: number): boolean {
+  let depth = 0;
+  let inString = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (inString) {
+      if (c === 92 /* \ */) i++;
+      else if (c === 34 /* " */) inString = false;
+    } else if (c === 34) inString = true;
+    else if (c === 123 /* { */ || c === 91 /* [ */) {
+      if (++depth > max) return true;
+    } else if (c === 125 || c === 93) depth--;
+  }
+  return false;
+}

@@ -1,0 +1,39 @@
+/**
+ * The one user-facing error type. Every failure that should reach the client becomes a RouterError
+ * with a stable `code`, an HTTP status and an OpenAI-style `type`, and is turned into an
+ * ImmediateResponse at one boundary (extproc/session.ts).
+ */
+export type RouterErrorCode =
+  | 'invalid_json'
+  | 'invalid_body'
+  | 'invalid_content_type'
+  | 'missing_model'
+  | 'invalid_prompt'
+  | 'invalid_messages'
+  | 'body_too_large'
+  | 'no_workers'
+  | 'prefill_failed'
+  | 'prefill_timeout'
+  | 'internal_error'
+  | 'draining';
+
+export class RouterError extends Error {
+  constructor(
+    readonly code: RouterErrorCode,
+    readonly status: number,
+    message: string,
+    readonly type: string = status >= 500 ? 'server_error' : 'invalid_request_error',
+  ) {
+    super(message);
+    this.name = 'RouterError';
+  }
+
+  /** The OpenAI-compatible JSON error body: `{"error": {"message", "type", "code"}}`. */
+  toJSON(): { error: { message: string; type: string; code: string } } {
+    return { error: { message: this.message, type: this.type, code: this.code } };
+  }
+}
+
+export function badRequest(code: RouterErrorCode, message: string): RouterError {
+  return new RouterError(code, 400, message);
+}

@@ -1,0 +1,217 @@
+/**
+ * cache_aware: send a prompt to the worker most likely to hold its prefix in the KV cache, unless
+ * that worker is overloaded; spread everything else by load.
+ *
+ * State: one multi-tenant radix tree per model (radix-tree.ts), tenant = worker id. routed() inserts
+ * the routing text under the chosen worker, so the tree approximates each worker's prefix cache.
+ * select() is pure: it only reads the tree and the live loads.
+ *
+ * Match: `prefixMatch(text)` over the nodes held by at least one CANDIDATE (selectable) worker, so an
+ * unhealthy or departed worker's cache can neither attract traffic nor hide a candidate's shorter
+ * match. matchRate = matched chars / text length (UTF-16 code units; 0 for an empty text).
+ *
+ * Mode `per_request` (default; the overload escape is decided for the chosen owner only):
+ * - matchRate > cacheThreshold: among the candidates holding the longest match take the least
+ *   loaded (tie-break.ts). If its load > mean * balanceRelThreshold AND load > mean +
+ *   balanceAbsThreshold (mean over the candidates, all healthy) it yields to the least-loaded
+ *   candidate: branch `imbalance`; else branch `cache_hit`.
+ * - otherwise: the least-loaded candidate, branch `low_match`.
+ * Mode `global` (the reference router's rule; a fleet-wide gate):
+ * - max - min > balanceAbsThreshold AND max > min * balanceRelThreshold (over the candidates only, so
+ *   unhealthy workers do not skew it) -> least loaded, branch `imbalance`;
+ * - else matchRate > cacheThreshold -> the most-recently-used candidate holding the longest match,
+ *   branch `cache_hit`; else least loaded, branch `low_match`.
+ *
+ * Thresholds (defaults are the reference router's CLI defaults):
+ * - cacheThreshold 0.3: below 30% prefix overlap affinity is not worth an imbalance.
+ * - balanceAbsThreshold 64 / balanceRelThreshold 1.5: an owner yields only when it is BOTH 64
+ *   requests above and 1.5x the mean, so small absolute differences at low load never break affinity
+ *   and proportional skew at high load does.
+ * - evictionIntervalMs 120000: how often the composition root should call maintain().
+ * - maxTreeSize 2^26: characters kept per worker per model tree; maintain() evicts each tenant's
+ *   least-recently-used leaves down to it. Between maintenance runs a tree may grow past it.
+ *
+ * Membership: addWorker registers the tenant in every model tree (and in trees created later), so a
+ * discovered worker has cache state from its first request; removeWorker removes the tenant from every
+ * tree, so a departed or generation-replaced worker (a new Worker id at the same URL) leaves no stale
+ * affinity. Trees left empty are dropped by maintain().
+ */
+import type { Worker } from '../workers/worker.js';
+import type { Decision, Policy, SelectionInput } from './policy.js';
+import { RadixTree, type PrefixMatch } from './radix-tree.js';
+import { leastLoaded } from './tie-break.js';
+
+export type CacheAwareMode = 'per_request' | 'global';
+
+export interface CacheAwareOptions {
+  cacheThreshold: number;
+  balanceAbsThreshold: number;
+  balanceRelThreshold: number;
+  evictionIntervalMs: number;
+  maxTreeSize: number;
+  mode: CacheAwareMode;
+}
+
+export const DEFAULT_CACHE_AWARE_OPTIONS: Readonly<CacheAwareOptions> = Object.freeze({
+  cacheThreshold: 0.3,
+  balanceAbsThreshold: 64,
+  balanceRelThreshold: 1.5,
+  evictionIntervalMs: 120_000,
+  maxTreeSize: 2 ** 26,
+  mode: 'per_request',
+});
+
+/** Merges over the defaults and validates; throws RangeError on an invalid value. */
+export function resolveCacheAwareOptions(
+  options: Partial<CacheAwareOptions> = {},
+): Readonly<CacheAwareOptions> {
+  const o: CacheAwareOptions = { ...DEFAULT_CACHE_AWARE_OPTIONS };
+  for (const [key, value] of Object.entries(options) as Array<[keyof CacheAwareOptions, unknown]>) {
+    if (value !== undefined) (o as unknown as Record<string, unknown>)[key] = value;
+  }
+  const check = (ok: boolean, what: string, value: unknown): void => {
+    if (!ok) throw new RangeError(`cache_aware: ${what}, got ${String(value)}`);
+  };
+  const finite = (v: number): boolean => typeof v === 'number' && Number.isFinite(v);
+  check(
+    finite(o.cacheThreshold) && o.cacheThreshold >= 0 && o.cacheThreshold <= 1,
+    'cacheThreshold must be in [0, 1]',
+    o.cacheThreshold,
+  );
+  check(
+    finite(o.balanceAbsThreshold) && o.balanceAbsThreshold >= 0,
+    'balanceAbsThreshold must be >= 0',
+    o.balanceAbsThreshold,
+  );
+  check(
+    finite(o.balanceRelThreshold) && o.balanceRelThreshold >= 0,
+    'balanceRelThreshold must be >= 0',
+    o.balanceRelThreshold,
+  );
+  check(
+    finite(o.evictionIntervalMs) && o.evictionIntervalMs > 0,
+    'evictionIntervalMs must be > 0',
+    o.evictionIntervalMs,
+  );
+  check(finite(o.maxTreeSize) && o.maxTreeSize >= 0, 'maxTreeSize must be >= 0', o.maxTreeSize);
+  check(o.mode === 'per_request' || o.mode === 'global', "mode must be 'per_request' or 'global'", o.mode);
+  return Object.freeze(o);
+}
+
+export class CacheAwarePolicy implements Policy {
+  readonly name = 'cache_aware' as const;
+  readonly options: Readonly<CacheAwareOptions>;
+  private readonly trees = new Map<string, RadixTree>();
+  private readonly members = new Set<string>();
+
+  constructor(options: Partial<CacheAwareOptions> = {}) {
+    this.options = resolveCacheAwareOptions(options);
+  }
+
+  select(input: SelectionInput): Decision {
+    const workers = input.workers;
+    const text = input.text;
+    const tree = this.trees.get(input.model);
+    let match: PrefixMatch | undefined;
+    let index: Map<string, number> | undefined;
+    if (tree !== undefined && text.length > 0) {
+      const ids = new Map<string, number>();
+      for (let i = 0; i < workers.length; i++) ids.set((workers[i] as Worker).id, i);
+      match = tree.prefixMatch(text, (id) => ids.has(id));
+      index = ids;
+    }
+    const matchRate = match === undefined ? 0 : match.matchedChars / text.length;
+    const { cacheThreshold, balanceAbsThreshold: abs, balanceRelThreshold: rel } = this.options;
+
+    if (this.options.mode === 'global') {
+      let min = Infinity;
+      let max = -Infinity;
+      for (const w of workers) {
+        if (w.load < min) min = w.load;
+        if (w.load > max) max = w.load;
+      }
+      if (max - min > abs && max > min * rel) return this.leastLoaded(workers, 'imbalance', matchRate);
+      if (match?.tenant !== undefined && index !== undefined && matchRate > cacheThreshold) {
+        return {
+          worker: workers[index.get(match.tenant) as number] as Worker,
+          branch: 'cache_hit',
+          matchRate,
+        };
+      }
+      return this.leastLoaded(workers, 'low_match', matchRate);
+    }
+
+    if (match === undefined || index === undefined || matchRate <= cacheThreshold) {
+      return this.leastLoaded(workers, 'low_match', matchRate);
+    }
+    const holders = match.tenants.map((id) => index.get(id) as number);
+    const owner = workers[leastLoaded(workers, holders)] as Worker;
+    let sum = 0;
+    for (const w of workers) sum += w.load;
+    const mean = sum / workers.length;
+    if (owner.load > mean * rel && owner.load > mean + abs)
+      return this.leastLoaded(workers, 'imbalance', matchRate);
+    return { worker: owner, branch: 'cache_hit', matchRate };
+  }
+
+  routed(decision: Decision, input: SelectionInput, nowMs: number): void {
+    if (input.text.length === 0) return;
+    this.treeFor(input.model).insert(input.text, decision.worker.id, nowMs);
+  }
+
+  addWorker(worker: Worker): void {
+    this.members.add(worker.id);
+    for (const tree of this.trees.values()) tree.addTenant(worker.id);
+  }
+
+  removeWorker(worker: Worker): void {
+    this.members.delete(worker.id);
+    for (const tree of this.trees.values()) tree.removeTenant(worker.id);
+  }
+
+  /** Evicts every tenant of every model tree down to maxTreeSize; drops empty trees. Returns chars evicted. */
+  maintain(_nowMs: number): number {
+    let evicted = 0;
+    for (const [model, tree] of this.trees) {
+      for (const tenant of tree.tenants())
+        evicted += tree.evictTenantToSize(tenant, this.options.maxTreeSize);
+      if (tree.totalChars() === 0) this.trees.delete(model);
+    }
+    return evicted;
+  }
+
+  /** Read-only stats: cached characters per worker id, summed over model trees (members at 0 included). */
+  treeChars(): Map<string, number> {
+    const out = new Map<string, number>();
+    for (const id of this.members) out.set(id, 0);
+    for (const tree of this.trees.values()) {
+      for (const tenant of tree.tenants())
+        out.set(tenant, (out.get(tenant) ?? 0) + tree.tenantCharCount(tenant));
+    }
+    return out;
+  }
+
+  /** Read-only stats: tenants registered in `model`'s tree ([] when the model has no tree). */
+  treeTenants(model: string): string[] {
+    return this.trees.get(model)?.tenants() ?? [];
+  }
+
+  /** Read-only stats: models with a tree. */
+  models(): string[] {
+    return [...this.trees.keys()];
+  }
+
+  private treeFor(model: string): RadixTree {
+    let tree = this.trees.get(model);
+    if (tree === undefined) {
+      tree = new RadixTree();
+      for (const id of this.members) tree.addTenant(id);
+      this.trees.set(model, tree);
+    }
+    return tree;
+  }
+
+  private leastLoaded(workers: readonly Worker[], branch: string, matchRate: number): Decision {
+    return { worker: workers[leastLoaded(workers)] as Worker, branch, matchRate };
+  }
+}

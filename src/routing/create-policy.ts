@@ -1,0 +1,40 @@
+/**
+ * Policy factory: one fresh Policy instance per call (each pool owns its own, so round-robin
+ * cursors, hash rings and cache trees are never shared between roles).
+ */
+import { CacheAwarePolicy, type CacheAwareOptions } from './cache-aware.js';
+import { ConsistentHashPolicy } from './consistent-hash.js';
+import { LeastLoadPolicy } from './least-load.js';
+import type { Policy, PolicyName } from './policy.js';
+import { PowerOfTwoPolicy } from './power-of-two.js';
+import { RandomPolicy, type Rng } from './random.js';
+import { RoundRobinPolicy } from './round-robin.js';
+
+export interface CreatePolicyOptions {
+  /** cache_aware settings over DEFAULT_CACHE_AWARE_OPTIONS. */
+  cacheAware?: Partial<CacheAwareOptions>;
+  /** random / power_of_two: a uniform source in [0, 1) (default Math.random). */
+  rng?: () => number;
+}
+
+export function createPolicy(name: PolicyName, options: CreatePolicyOptions = {}): Policy {
+  const rng: Rng = options.rng ?? Math.random;
+  switch (name) {
+    case 'round_robin':
+      return new RoundRobinPolicy();
+    case 'random':
+      return new RandomPolicy(rng);
+    case 'power_of_two':
+      return new PowerOfTwoPolicy(rng);
+    case 'least_load':
+      return new LeastLoadPolicy();
+    case 'consistent_hash':
+      return new ConsistentHashPolicy();
+    case 'cache_aware':
+      return new CacheAwarePolicy(options.cacheAware);
+    default: {
+      const unknown: never = name;
+      throw new RangeError(`unknown policy: ${String(unknown)}`);
+    }
+  }
+}

@@ -1,0 +1,60 @@
+/**
+ * The load-balancing policy contract.
+ *
+ * A pool calls, in ONE synchronous step (no await in between):
+ *   select(input)  -> a pure choice among `input.workers` (no counters, no tree writes, no metrics)
+ *   ...the caller takes the load guard on the chosen worker...
+ *   routed(decision, input, now) -> the policy records the choice (e.g. inserts the prompt into
+ *                                   the cache tree, advances a round-robin cursor)
+ *
+ * `input.workers` holds only selectable (healthy, breaker-closed) workers of one role, in the
+ * pool's stable order; a policy's tie-break index is the index in that array.
+ * Membership hooks (addWorker/removeWorker) are driven by pool reconciliation, so a departed or
+ * generation-replaced worker leaves no affinity behind.
+ */
+import type { Worker } from '../workers/worker.js';
+
+export interface SelectionInput {
+  /** Selectable candidates, never empty when select() is called. */
+  readonly workers: readonly Worker[];
+  /** Model name from the request ('' when unknown). */
+  readonly model: string;
+  /** Routing text: what the model sees (see request/prompt-text.ts); '' when not parsed. */
+  readonly text: string;
+  /** Lower-cased request headers. */
+  readonly headers: Readonly<Record<string, string>>;
+  /** Parsed JSON body when there is one (for consistent_hash's `user`). */
+  readonly body?: Readonly<Record<string, unknown>>;
+}
+
+export interface Decision {
+  readonly worker: Worker;
+  /** Why this worker: e.g. round_robin, cache_hit, low_match, imbalance, hash, least_load. */
+  readonly branch: string;
+  /** cache_aware only: matched chars / text length, in [0, 1]. */
+  readonly matchRate?: number;
+}
+
+export interface Policy {
+  readonly name: PolicyName;
+  select(input: SelectionInput): Decision;
+  routed?(decision: Decision, input: SelectionInput, nowMs: number): void;
+  addWorker?(worker: Worker): void;
+  removeWorker?(worker: Worker): void;
+  /** Periodic maintenance (cache eviction); called by the composition root's timer. */
+  maintain?(nowMs: number): void;
+}
+
+export const POLICY_NAMES = [
+  'round_robin',
+  'random',
+  'power_of_two',
+  'least_load',
+  'consistent_hash',
+  'cache_aware',
+] as const;
+export type PolicyName = (typeof POLICY_NAMES)[number];
+
+export function isPolicyName(value: unknown): value is PolicyName {
+  return typeof value === 'string' && (POLICY_NAMES as readonly string[]).includes(value);
+}

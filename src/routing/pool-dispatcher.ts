@@ -1,0 +1,73 @@
+/**
+ * Routes a request to one worker of one pool (regular mode; in P/D mode, the pass-through paths that
+ * go to a decode worker unchanged). Synchronous: reconcile, choose, reserve, then hand Envoy the
+ * destination header. The guard is released by the session when the response ends.
+ */
+import type { Dispatch, Dispatcher, RequestEnd, RouteRequest } from '../extproc/dispatch.js';
+import { DESTINATION_HEADER, DECISION_HEADER } from '../extproc/headers.js';
+import { RouterError } from '../request/router-error.js';
+import type { WorkerPool } from '../workers/worker-pool.js';
+import type { GuardOutcome } from '../workers/load-guard.js';
+import { choose, reserve, type RoutingContext, type RoutingObserver } from './selector.js';
+import type { Decision } from './policy.js';
+
+export interface PoolDispatcherOptions {
+  readonly pool: WorkerPool;
+  readonly observer: RoutingObserver;
+  readonly clock: () => number;
+  /** Add `x-vllm-router-decision` to responses. */
+  readonly decisionHeader: boolean;
+}
+
+export class PoolDispatcher implements Dispatcher {
+  constructor(private readonly opts: PoolDispatcherOptions) {}
+
+  dispatch(req: RouteRequest): Dispatch {
+    const { pool, observer, clock } = this.opts;
+    pool.reconcile();
+    const chosen = choose(pool, routingContext(req));
+    if (!chosen) throw noWorkers({ [pool.role]: pool.size }, pool.candidates().length);
+    const r = reserve(pool, chosen, observer, clock());
+    const decisionHeader = this.opts.decisionHeader;
+    return {
+      worker: r.decision.worker,
+      decision: r.decision,
+      setHeaders: { [DESTINATION_HEADER]: r.decision.worker.endpoint },
+      responseHeaders: decisionHeader
+        ? () => ({ [DECISION_HEADER]: describeDecision(pool.policy.name, r.decision) })
+        : undefined,
+      finish: (end) => r.guard.release(guardOutcome(end)),
+    };
+  }
+}
+
+export function routingContext(req: RouteRequest): RoutingContext {
+  const inf = req.inference;
+  return inf
+    ? { model: inf.model, text: inf.text, headers: req.headers, body: inf.json }
+    : { model: '', text: '', headers: req.headers };
+}
+
+/** 503 naming the pool counts; `counts` maps role -> members, `selectable` how many could take work. */
+export function noWorkers(counts: Record<string, number>, selectable?: number): RouterError {
+  const parts = Object.entries(counts).map(([role, n]) => `${n} ${role}`);
+  const extra =
+    selectable !== undefined && Object.values(counts).some((n) => n > 0) ? ` (${selectable} healthy)` : '';
+  return new RouterError(
+    'no_workers',
+    503,
+    `No workers available: ${parts.join(', ')}${extra}`,
+    'service_unavailable',
+  );
+}
+
+export function guardOutcome(end: RequestEnd): GuardOutcome {
+  if (end.kind === 'response') return end.status >= 500 ? 'error' : 'success';
+  if (end.kind === 'cancelled') return 'cancelled';
+  return 'error';
+}
+
+export function describeDecision(policy: string, d: Decision): string {
+  const rate = d.matchRate === undefined ? '' : `; match=${d.matchRate.toFixed(3)}`;
+  return `policy=${policy}; branch=${d.branch}${rate}; worker=${d.worker.url}`;
+}

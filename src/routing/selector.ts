@@ -1,0 +1,60 @@
+/**
+ * Reconcile -> select -> reserve -> routed, in ONE synchronous step per role (the design's
+ * "serialized snapshot and reconciliation"). Nothing in this file awaits; callers must not await
+ * between reconcile() and reserve() either. See workers/worker-pool.ts for the invariant.
+ */
+import { LoadGuard, type GuardOutcome } from '../workers/load-guard.js';
+import type { WorkerPool } from '../workers/worker-pool.js';
+import type { Decision, SelectionInput } from './policy.js';
+import type { Worker } from '../workers/worker.js';
+
+export interface RoutingContext {
+  readonly model: string;
+  readonly text: string;
+  readonly headers: Readonly<Record<string, string>>;
+  readonly body?: Readonly<Record<string, unknown>>;
+}
+
+export interface RoutingObserver {
+  /** After the guard is taken: record the decision (metrics, logs). */
+  decided?(pool: WorkerPool, decision: Decision): void;
+  /** A guard was released. */
+  released?(worker: Worker, outcome: GuardOutcome): void;
+}
+
+export interface Reservation {
+  readonly pool: WorkerPool;
+  readonly decision: Decision;
+  readonly guard: LoadGuard;
+  readonly input: SelectionInput;
+}
+
+/** The selection half: pure choice over the reconciled pool's candidates (undefined if none). */
+export function choose(
+  pool: WorkerPool,
+  ctx: RoutingContext,
+): { decision: Decision; input: SelectionInput } | undefined {
+  const workers = pool.candidates();
+  if (workers.length === 0) return undefined;
+  const input: SelectionInput = {
+    workers,
+    model: ctx.model,
+    text: ctx.text,
+    headers: ctx.headers,
+    body: ctx.body,
+  };
+  return { decision: pool.policy.select(input), input };
+}
+
+/** Takes the load guard on a chosen worker and lets the policy record the choice. */
+export function reserve(
+  pool: WorkerPool,
+  chosen: { decision: Decision; input: SelectionInput },
+  observer: RoutingObserver,
+  nowMs: number,
+): Reservation {
+  const guard = new LoadGuard(chosen.decision.worker, (g, outcome) => observer.released?.(g.worker, outcome));
+  pool.policy.routed?.(chosen.decision, chosen.input, nowMs);
+  observer.decided?.(pool, chosen.decision);
+  return { pool, decision: chosen.decision, guard, input: chosen.input };
+}

@@ -1,0 +1,113 @@
+/**
+ * Command line entry of the vLLM simulator: starts one simulator, logs its URL (pino JSON line) and
+ * closes cleanly on SIGINT/SIGTERM.
+ *
+ *   npx tsx src/sim/cli.ts --port 8001 --role decode --model m --register tcp://127.0.0.1:5555 \
+ *     --time-scale 1 [--host 127.0.0.1] [--kv-connector nixl|mooncake|moriio|p2pnccl] [--id name]
+ *     [--max-tokens 16] [--zmq-address host:port] [--register-interval-ms 3000]
+ *     [--transfer-mode READ|WRITE] [--cache-blocks 4096] [--max-running 64] [--overhead-ms 5]
+ *     [--prefill-ms-per-token 0.05] [--itl-ms 10] [--itl-growth 0.02] [--kv-transfer-ms-per-token 0.005]
+ */
+import { parseArgs } from 'node:util';
+import { pino } from 'pino';
+import { KV_CONNECTORS, type KvConnector } from './kv-transfer.js';
+import { startSimulator, type SimulatorOptions, type SimulatorRole } from './simulator.js';
+import type { TimingModel } from './timing-model.js';
+
+const { values } = parseArgs({
+  options: {
+    host: { type: 'string' },
+    port: { type: 'string' },
+    role: { type: 'string' },
+    model: { type: 'string' },
+    id: { type: 'string' },
+    'kv-connector': { type: 'string' },
+    register: { type: 'string' },
+    'register-interval-ms': { type: 'string' },
+    'zmq-address': { type: 'string' },
+    'transfer-mode': { type: 'string' },
+    'time-scale': { type: 'string' },
+    'max-tokens': { type: 'string' },
+    'cache-blocks': { type: 'string' },
+    'max-running': { type: 'string' },
+    'overhead-ms': { type: 'string' },
+    'prefill-ms-per-token': { type: 'string' },
+    'itl-ms': { type: 'string' },
+    'itl-growth': { type: 'string' },
+    'kv-transfer-ms-per-token': { type: 'string' },
+  },
+  strict: true,
+});
+
+function num(name: string, v: string | undefined): number | undefined {
+  if (v === undefined) return undefined;
+  const n = Number(v);
+  if (!Number.isFinite(n)) throw new Error(`--${name} must be a number, got ${v}`);
+  return n;
+}
+
+function defined<T extends object>(o: T): Partial<T> {
+  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
+}
+
+const role = values.role ?? 'regular';
+if (role !== 'regular' && role !== 'prefill' && role !== 'decode') throw new Error(`bad --role ${role}`);
+const connector = values['kv-connector'] ?? 'nixl';
+if (!(KV_CONNECTORS as readonly string[]).includes(connector))
+  throw new Error(`bad --kv-connector ${connector}`);
+
+const timing = defined<Partial<TimingModel>>({
+  overheadMs: num('overhead-ms', values['overhead-ms']),
+  prefillMsPerToken: num('prefill-ms-per-token', values['prefill-ms-per-token']),
+  baseItlMs: num('itl-ms', values['itl-ms']),
+  itlGrowthPerSeq: num('itl-growth', values['itl-growth']),
+  maxRunningSeqs: num('max-running', values['max-running']),
+  kvTransferMsPerToken: num('kv-transfer-ms-per-token', values['kv-transfer-ms-per-token']),
+});
+const cacheBlocks = num('cache-blocks', values['cache-blocks']);
+
+const options: SimulatorOptions = defined<SimulatorOptions>({
+  host: values.host,
+  port: num('port', values.port),
+  role: role as SimulatorRole,
+  model: values.model,
+  id: values.id,
+  kvConnector: connector as KvConnector,
+  timeScale: num('time-scale', values['time-scale']),
+  defaultMaxTokens: num('max-tokens', values['max-tokens']),
+  timing,
+  cache: cacheBlocks === undefined ? undefined : { capacityBlocks: cacheBlocks },
+  register:
+    values.register === undefined
+      ? undefined
+      : (defined({
+          zmq: values.register,
+          intervalMs: num('register-interval-ms', values['register-interval-ms']),
+          zmqAddress: values['zmq-address'],
+          extra:
+            values['transfer-mode'] === undefined ? undefined : { transfer_mode: values['transfer-mode'] },
+        }) as NonNullable<SimulatorOptions['register']>),
+});
+
+const log = pino({ name: 'vllm-sim' });
+const sim = await startSimulator(options);
+log.info(
+  { url: sim.url, id: sim.id, role: sim.role, model: sim.model, zmqAddress: sim.zmqAddress },
+  'simulator listening',
+);
+
+let stopping = false;
+const shutdown = (signal: string): void => {
+  if (stopping) return;
+  stopping = true;
+  log.info({ signal }, 'simulator closing');
+  sim.close().then(
+    () => process.exit(0),
+    (err: unknown) => {
+      log.error({ err }, 'simulator close failed');
+      process.exit(1);
+    },
+  );
+};
+process.on('SIGINT', () => shutdown('SIGINT'));
+process.on('SIGTERM', () => shutdown('SIGTERM'));

@@ -1,0 +1,180 @@
+/**
+ * The simulated vLLM engine loop: admission, prefill, and batched decode steps.
+ *
+ * A submitted sequence waits FIFO for a running slot (run-queue.ts). Once admitted, its prefill takes
+ * `spec.admit()` ms (computed by the caller from timing-model.ts); the first token is produced when the
+ * prefill ends. The sequence then joins the decode batch: ONE engine timer per simulator fires every
+ * `interTokenMs(running)` and produces one token for every decoding sequence (continuous batching).
+ * This keeps the cost at one timer per prefill plus one per step, not one per token per request,
+ * which matters when a benchmark pushes thousands of streams through several simulators in one process.
+ *
+ * A zero duration (timeScale 0) uses setImmediate instead of a timer, so tests stream instantly but
+ * still asynchronously. Every timer is unref()'d and tracked: cancel() and close() leave nothing behind.
+ */
+import { interTokenMs, type TimingModel } from './timing-model.js';
+import { RunQueue } from './run-queue.js';
+
+export interface SequenceSpec {
+  /**
+   * Called once when the sequence gets a running slot; returns the delay to its first token, ms
+   * (already scaled). The simulator does its prefix-cache lookup here, at scheduling time, like vLLM.
+   */
+  admit(): number;
+  /** Tokens to produce, >= 1. */
+  readonly outputTokens: number;
+  /** Called once per produced token (`index` from 0); `last` is true for the final one. */
+  onToken(index: number, last: boolean): void;
+}
+
+type JobState = 'waiting' | 'prefill' | 'decode' | 'done';
+
+export class EngineJob {
+  state: JobState = 'waiting';
+  produced = 0;
+  timer: NodeJS.Timeout | undefined;
+  immediate: NodeJS.Immediate | undefined;
+  constructor(readonly spec: SequenceSpec) {}
+}
+
+export class Engine {
+  private readonly queue: RunQueue<EngineJob>;
+  private readonly prefilling = new Set<EngineJob>();
+  private readonly decoding = new Set<EngineJob>();
+  private stepTimer: NodeJS.Timeout | undefined;
+  private stepImmediate: NodeJS.Immediate | undefined;
+  private closed = false;
+
+  constructor(
+    private readonly timing: Readonly<TimingModel>,
+    private readonly timeScale: number,
+  ) {
+    this.queue = new RunQueue<EngineJob>(timing.maxRunningSeqs);
+  }
+
+  /** Sequences holding a slot (prefilling or decoding): vLLM's `num_requests_running`. */
+  get running(): number {
+    return this.queue.running;
+  }
+
+  /** Sequences waiting for a slot: vLLM's `num_requests_waiting`. */
+  get waiting(): number {
+    return this.queue.waiting;
+  }
+
+  submit(spec: SequenceSpec): EngineJob {
+    const job = new EngineJob(spec);
+    if (this.closed) {
+      job.state = 'done';
+      return job;
+    }
+    if (this.queue.submit(job)) this.startPrefill(job);
+    return job;
+  }
+
+  /** Stops a sequence wherever it is (client abort); frees its slot. Idempotent. */
+  cancel(job: EngineJob): void {
+    switch (job.state) {
+      case 'waiting':
+        this.queue.cancel(job);
+        break;
+      case 'prefill':
+        this.clearJobTimers(job);
+        this.prefilling.delete(job);
+        this.release();
+        break;
+      case 'decode':
+        this.decoding.delete(job);
+        this.release();
+        break;
+      case 'done':
+        break;
+    }
+    job.state = 'done';
+  }
+
+  /** Cancels everything and clears every timer. Idempotent. */
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    for (const job of this.prefilling) {
+      this.clearJobTimers(job);
+      job.state = 'done';
+    }
+    for (const job of this.decoding) job.state = 'done';
+    for (const job of this.queue.clear()) job.state = 'done';
+    this.prefilling.clear();
+    this.decoding.clear();
+    this.clearStep();
+  }
+
+  private startPrefill(job: EngineJob): void {
+    job.state = 'prefill';
+    this.prefilling.add(job);
+    const ms = job.spec.admit();
+    if (ms > 0) job.timer = setTimeout(this.onPrefillDone, ms, job).unref();
+    else job.immediate = setImmediate(this.onPrefillDone, job);
+  }
+
+  private readonly onPrefillDone = (job: EngineJob): void => {
+    job.timer = undefined;
+    job.immediate = undefined;
+    if (job.state !== 'prefill') return;
+    this.prefilling.delete(job);
+    job.produced = 1;
+    const last = job.spec.outputTokens <= 1;
+    if (last) {
+      job.state = 'done';
+    } else {
+      job.state = 'decode';
+      this.decoding.add(job);
+    }
+    job.spec.onToken(0, last);
+    if (last) this.release();
+    else this.armStep();
+  };
+
+  private readonly onStep = (): void => {
+    this.stepTimer = undefined;
+    this.stepImmediate = undefined;
+    // Prefills always complete asynchronously, so nothing joins `decoding` during this loop.
+    for (const job of this.decoding) {
+      const index = job.produced++;
+      const last = job.produced >= job.spec.outputTokens;
+      if (last) {
+        this.decoding.delete(job);
+        job.state = 'done';
+      }
+      job.spec.onToken(index, last);
+      if (last) this.release();
+    }
+    this.armStep();
+  };
+
+  private armStep(): void {
+    if (this.closed || this.decoding.size === 0 || this.stepTimer || this.stepImmediate) return;
+    const ms = interTokenMs(this.timing, this.queue.running, this.timeScale);
+    if (ms > 0) this.stepTimer = setTimeout(this.onStep, ms).unref();
+    else this.stepImmediate = setImmediate(this.onStep);
+  }
+
+  private release(): void {
+    if (this.closed) return;
+    const next = this.queue.finish();
+    if (next) this.startPrefill(next);
+    if (this.decoding.size === 0) this.clearStep();
+  }
+
+  private clearStep(): void {
+    if (this.stepTimer) clearTimeout(this.stepTimer);
+    if (this.stepImmediate) clearImmediate(this.stepImmediate);
+    this.stepTimer = undefined;
+    this.stepImmediate = undefined;
+  }
+
+  private clearJobTimers(job: EngineJob): void {
+    if (job.timer) clearTimeout(job.timer);
+    if (job.immediate) clearImmediate(job.immediate);
+    job.timer = undefined;
+    job.immediate = undefined;
+  }
+}

@@ -1,0 +1,50 @@
+/**
+ * The simulator's `/metrics` page: vLLM metric names in Prometheus text exposition format 0.0.4,
+ * written by hand (no prom-client registry, so many simulators coexist in one process). Counters are
+ * named with `_total` in HELP/TYPE lines too, as Python's prometheus_client emits them for vLLM.
+ * Every sample carries `model_name`.
+ */
+
+export interface SimulatorMetricsSnapshot {
+  readonly model: string;
+  readonly running: number;
+  readonly waiting: number;
+  /** KV cache usage in [0, 1]. */
+  readonly kvCacheUsage: number;
+  readonly prefixCacheQueries: number;
+  readonly prefixCacheHits: number;
+  readonly promptTokens: number;
+  readonly generationTokens: number;
+}
+
+export function escapeLabelValue(v: string): string {
+  return v.replace(/\\/g, '\\\\').replace(/\n/g, '\\n').replace(/"/g, '\\"');
+}
+
+export function metricsText(s: SimulatorMetricsSnapshot): string {
+  const label = `{model_name="${escapeLabelValue(s.model)}"}`;
+  const rows: [string, 'gauge' | 'counter', string, number][] = [
+    ['vllm:num_requests_running', 'gauge', 'Number of requests in model execution batches.', s.running],
+    ['vllm:num_requests_waiting', 'gauge', 'Number of requests waiting to be processed.', s.waiting],
+    ['vllm:kv_cache_usage_perc', 'gauge', 'KV-cache usage. 1 means 100 percent usage.', s.kvCacheUsage],
+    [
+      'vllm:prefix_cache_queries_total',
+      'counter',
+      'Prefix cache queries, in terms of number of queried tokens.',
+      s.prefixCacheQueries,
+    ],
+    [
+      'vllm:prefix_cache_hits_total',
+      'counter',
+      'Prefix cache hits, in terms of number of cached tokens.',
+      s.prefixCacheHits,
+    ],
+    ['vllm:prompt_tokens_total', 'counter', 'Number of prefill tokens processed.', s.promptTokens],
+    ['vllm:generation_tokens_total', 'counter', 'Number of generation tokens processed.', s.generationTokens],
+  ];
+  let out = '';
+  for (const [name, type, help, value] of rows) {
+    out += `# HELP ${name} ${help}\n# TYPE ${name} ${type}\n${name}${label} ${value}\n`;
+  }
+  return out;
+}

@@ -1,0 +1,659 @@
+/**
+ * An in-process vLLM simulator: an OpenAI-compatible HTTP server (node:http) backed by a simulated
+ * engine (engine.ts), prefix cache (prefix-cache.ts) and latency model (timing-model.ts), with vLLM's
+ * P/D behaviour per KV connector (kv-transfer.ts), self-registration over ZMQ (zmq-registrar.ts),
+ * fault injection (faults.ts) and a record of every generation request for tests.
+ *
+ * Endpoints: POST /v1/completions, POST /v1/chat/completions (JSON or SSE), GET /health, GET /v1/models,
+ * GET /load (`{"server_load": in-flight generation requests}`, what vLLM's load endpoint counts),
+ * GET /metrics (vLLM names, see metrics-text.ts).
+ *
+ * Request life cycle: body read -> record pushed (waitForRequests sees it) -> fault (if any) -> parse /
+ * P/D checks (400 on failure) -> optional injected delay -> engine: wait for a slot, then at admission
+ * the prefix-cache lookup fixes prompt/cached tokens and the TTFT, then tokens. A streaming response
+ * sends its headers when the request enters the engine (as vLLM's StreamingResponse does) and one SSE
+ * chunk per token per choice. `res.on('close')` is the single end path: it cancels the engine job and any
+ * delay timer, marks an unfinished request 'aborted' (or 'reset' when the simulator cut the socket) and
+ * decrements the in-flight count, so nothing outlives a request.
+ *
+ * Records cover generation requests only (not health checks or scrapes) and keep the latest
+ * `maxRecords` (default 10,000) so long benchmarks do not grow without bound; `waitForRequests` counts
+ * every request ever recorded.
+ */
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { randomUUID } from 'node:crypto';
+import { Engine, type EngineJob } from './engine.js';
+import { FaultQueue, type Fault, type FaultOptions } from './faults.js';
+import {
+  checkDecodeRequest,
+  prefillResponseParams,
+  type KvConnector,
+  type P2pAddresses,
+} from './kv-transfer.js';
+import { metricsText } from './metrics-text.js';
+import {
+  completionBody,
+  errorBody,
+  responseId,
+  SSE_DONE,
+  StreamFormatter,
+  usageOf,
+  type ResponseIdentity,
+} from './openai-format.js';
+import { PrefixCache, type PrefixCacheOptions } from './prefix-cache.js';
+import { parseGenerationRequest, type GenerationRequest } from './sim-request.js';
+import { prefillTtftMs, resolveTimingModel, transferTtftMs, type TimingModel } from './timing-model.js';
+import { ZmqRegistrar } from './zmq-registrar.js';
+
+export type { Fault, FaultOptions } from './faults.js';
+export type { KvConnector } from './kv-transfer.js';
+export type SimulatorRole = 'regular' | 'prefill' | 'decode';
+
+export interface SimulatorOptions {
+  /** Default '127.0.0.1'. */
+  host?: string;
+  /** Default 0 (ephemeral). */
+  port?: number;
+  /** Default 'regular'. */
+  role?: SimulatorRole;
+  /** Served model name (GET /v1/models, metrics label, responses when the request names none). */
+  model?: string;
+  /** Output tokens when the request has no max_tokens. Default 16. */
+  defaultMaxTokens?: number;
+  /** Multiplies every simulated delay. Default 1; 0 = no delays at all. */
+  timeScale?: number;
+  timing?: Partial<TimingModel>;
+  cache?: Partial<PrefixCacheOptions>;
+  /** P/D behaviour. Default 'nixl'. */
+  kvConnector?: KvConnector;
+  /** ZMQ self-registration (prefill/decode roles only; a regular worker never registers). */
+  register?: { zmq: string; intervalMs?: number; zmqAddress?: string; extra?: Record<string, unknown> };
+  /** Name used in records, logs and NIXL `remote_engine_id`. Default `<role>-<host:port>`. */
+  id?: string;
+  /** Most recent records kept. Default 10,000. */
+  maxRecords?: number;
+}
+
+export interface RequestRecord {
+  requestId: string;
+  path: string;
+  startMs: number;
+  firstByteMs?: number;
+  endMs?: number;
+  outcome?: 'ok' | 'error' | 'aborted' | 'reset';
+  status?: number;
+  promptTokens: number;
+  cachedTokens: number;
+  completionTokens: number;
+  stream: boolean;
+  body: unknown;
+  headers: Record<string, string>;
+  /** p2pnccl: peer addresses parsed from the request id. */
+  p2p?: P2pAddresses;
+}
+
+export interface Simulator {
+  readonly id: string;
+  readonly url: string;
+  readonly hostPort: string;
+  readonly port: number;
+  readonly role: SimulatorRole;
+  readonly model: string;
+  /** The registered ZMQ address (also the DEALER routing id); undefined when not registering. */
+  readonly zmqAddress: string | undefined;
+  readonly records: readonly RequestRecord[];
+  readonly cache: PrefixCache;
+  /** Generation requests whose response has not ended. */
+  inFlight(): number;
+  /** Engine counters (vLLM's num_requests_running / num_requests_waiting). */
+  running(): number;
+  waiting(): number;
+  injectFault(fault: Fault, opts?: FaultOptions): void;
+  clearFaults(): void;
+  /** Resolves when at least `n` generation requests have been recorded (ever). */
+  waitForRequests(n: number): Promise<void>;
+  /** Resolves when no generation request is in flight. */
+  waitForIdle(): Promise<void>;
+  findRecord(requestId: string): RequestRecord | undefined;
+  stopRegistering(): void;
+  startRegistering(): void;
+  close(): Promise<void>;
+}
+
+const MAX_BODY_BYTES = 64 * 1024 * 1024;
+
+interface Ctx {
+  readonly req: IncomingMessage;
+  readonly res: ServerResponse;
+  readonly path: string;
+  record?: RequestRecord;
+  job?: EngineJob;
+  delayTimer?: NodeJS.Timeout;
+  ended: boolean;
+  resetting: boolean;
+  /** Streaming: SSE chunks written so far, and the chunk count after which to cut the socket. */
+  chunks: number;
+  resetAfter: number;
+}
+
+interface Waiter {
+  readonly n: number;
+  readonly resolve: () => void;
+  readonly reject: (err: Error) => void;
+}
+
+class SimulatorServer implements Simulator {
+  readonly host: string;
+  readonly role: SimulatorRole;
+  readonly model: string;
+  readonly cache: PrefixCache;
+  readonly records: RequestRecord[] = [];
+  id = '';
+  port = 0;
+  zmqAddress: string | undefined;
+
+  private readonly server: Server;
+  private readonly engine: Engine;
+  private readonly timing: Readonly<TimingModel>;
+  private readonly timeScale: number;
+  private readonly defaultMaxTokens: number;
+  private readonly connector: KvConnector;
+  private readonly maxRecords: number;
+  private readonly faults = new FaultQueue();
+  private readonly sideTimers = new Set<NodeJS.Timeout>();
+  private registrar: ZmqRegistrar | undefined;
+  private inFlightCount = 0;
+  private recordedTotal = 0;
+  private requestWaiters: Waiter[] = [];
+  private idleWaiters: Waiter[] = [];
+  private promptTokensTotal = 0;
+  private generationTokensTotal = 0;
+  private nextBlockId = 0;
+  private closing: Promise<void> | undefined;
+
+  constructor(private readonly opts: SimulatorOptions) {
+    this.host = opts.host ?? '127.0.0.1';
+    this.role = opts.role ?? 'regular';
+    this.model = opts.model ?? 'sim-model';
+    this.defaultMaxTokens = opts.defaultMaxTokens ?? 16;
+    this.timeScale = opts.timeScale ?? 1;
+    this.connector = opts.kvConnector ?? 'nixl';
+    this.maxRecords = opts.maxRecords ?? 10_000;
+    if (!Number.isInteger(this.defaultMaxTokens) || this.defaultMaxTokens < 1) {
+      throw new RangeError('defaultMaxTokens must be a positive integer');
+    }
+    if (!(this.timeScale >= 0) || !Number.isFinite(this.timeScale))
+      throw new RangeError('timeScale must be >= 0');
+    if (!Number.isInteger(this.maxRecords) || this.maxRecords < 1)
+      throw new RangeError('maxRecords must be >= 1');
+    this.timing = resolveTimingModel(opts.timing);
+    this.cache = new PrefixCache(opts.cache);
+    this.engine = new Engine(this.timing, this.timeScale);
+    this.server = createServer({ keepAliveTimeout: 30_000 }, this.onRequest);
+  }
+
+  get hostPort(): string {
+    return `${this.host}:${this.port}`;
+  }
+
+  get url(): string {
+    return `http://${this.hostPort}`;
+  }
+
+  async listen(): Promise<void> {
+    await new Promise<void>((resolve, reject) => {
+      this.server.once('error', reject);
+      this.server.listen(this.opts.port ?? 0, this.host, () => {
+        this.server.off('error', reject);
+        resolve();
+      });
+    });
+    this.port = (this.server.address() as AddressInfo).port;
+    this.id = this.opts.id ?? `${this.role}-${this.hostPort}`;
+    const reg = this.opts.register;
+    if (reg && this.role !== 'regular') {
+      this.zmqAddress = reg.zmqAddress ?? `${this.host}:${(this.port + 10_000) % 65_536}`;
+      this.registrar = new ZmqRegistrar({
+        endpoint: reg.zmq,
+        type: this.role === 'prefill' ? 'P' : 'D',
+        httpAddress: this.hostPort,
+        zmqAddress: this.zmqAddress,
+        intervalMs: reg.intervalMs ?? 3000,
+        extra: reg.extra,
+      });
+      this.registrar.start();
+    }
+  }
+
+  inFlight(): number {
+    return this.inFlightCount;
+  }
+
+  running(): number {
+    return this.engine.running;
+  }
+
+  waiting(): number {
+    return this.engine.waiting;
+  }
+
+  injectFault(fault: Fault, opts?: FaultOptions): void {
+    this.faults.add(fault, opts);
+  }
+
+  clearFaults(): void {
+    this.faults.clear();
+  }
+
+  waitForRequests(n: number): Promise<void> {
+    if (this.recordedTotal >= n) return Promise.resolve();
+    if (this.closing) return Promise.reject(new Error('simulator closed'));
+    return new Promise((resolve, reject) => this.requestWaiters.push({ n, resolve, reject }));
+  }
+
+  waitForIdle(): Promise<void> {
+    if (this.inFlightCount === 0) return Promise.resolve();
+    return new Promise((resolve, reject) => this.idleWaiters.push({ n: 0, resolve, reject }));
+  }
+
+  findRecord(requestId: string): RequestRecord | undefined {
+    for (let i = this.records.length - 1; i >= 0; i--) {
+      if (this.records[i]!.requestId === requestId) return this.records[i];
+    }
+    return undefined;
+  }
+
+  stopRegistering(): void {
+    this.registrar?.stop();
+  }
+
+  startRegistering(): void {
+    if (!this.closing) this.registrar?.start();
+  }
+
+  close(): Promise<void> {
+    this.closing ??= new Promise<void>((resolve) => {
+      this.registrar?.close();
+      this.engine.close();
+      for (const t of this.sideTimers) clearTimeout(t);
+      this.sideTimers.clear();
+      const err = new Error('simulator closed');
+      for (const w of this.requestWaiters) w.reject(err);
+      this.requestWaiters = [];
+      this.server.close(() => resolve());
+      this.server.closeAllConnections();
+    }).then(() => {
+      // Sockets are destroyed; every response's 'close' has fired, so in-flight is 0 now.
+      for (const w of this.idleWaiters) w.resolve();
+      this.idleWaiters = [];
+    });
+    return this.closing;
+  }
+
+  // ---- HTTP dispatch ----
+
+  private readonly onRequest = (req: IncomingMessage, res: ServerResponse): void => {
+    const url = req.url ?? '/';
+    const q = url.indexOf('?');
+    const path = q < 0 ? url : url.slice(0, q);
+    if (path === '/v1/completions' || path === '/v1/chat/completions') {
+      if (req.method === 'POST') return this.handleGeneration(req, res, path);
+      return this.sendError(res, 405, `method ${req.method ?? ''} not allowed`);
+    }
+    const fault = this.faults.take(path);
+    if (fault) return this.applySimpleFault(req, res, path, fault);
+    this.answerSimple(req, res, path);
+  };
+
+  private answerSimple(req: IncomingMessage, res: ServerResponse, path: string): void {
+    if (req.method !== 'GET' && req.method !== 'HEAD') {
+      return this.sendError(res, path === '/health' ? 405 : 404, `no route ${req.method ?? ''} ${path}`);
+    }
+    switch (path) {
+      case '/health':
+        res.writeHead(200, { 'content-length': 0 }).end();
+        return;
+      case '/load':
+        return sendJson(res, 200, JSON.stringify({ server_load: this.inFlightCount }));
+      case '/v1/models':
+        return sendJson(
+          res,
+          200,
+          JSON.stringify({
+            object: 'list',
+            data: [{ id: this.model, object: 'model', created: 0, owned_by: 'vllm', root: this.model }],
+          }),
+        );
+      case '/metrics': {
+        const body = metricsText({
+          model: this.model,
+          running: this.engine.running,
+          waiting: this.engine.waiting,
+          kvCacheUsage: this.cache.usage(),
+          prefixCacheQueries: this.cache.queriedTokens,
+          prefixCacheHits: this.cache.hitTokens,
+          promptTokens: this.promptTokensTotal,
+          generationTokens: this.generationTokensTotal,
+        });
+        res.writeHead(200, {
+          'content-type': 'text/plain; version=0.0.4; charset=utf-8',
+          'content-length': Buffer.byteLength(body),
+        });
+        res.end(body);
+        return;
+      }
+      default:
+        return this.sendError(res, 404, `no route ${path}`);
+    }
+  }
+
+  private applySimpleFault(req: IncomingMessage, res: ServerResponse, path: string, fault: Fault): void {
+    req.resume();
+    if ('status' in fault) return this.sendError(res, fault.status, fault.message ?? 'injected fault');
+    if ('resetAfterChunks' in fault) {
+      req.socket.destroy();
+      return;
+    }
+    if ('hang' in fault) return; // ends when the client aborts or close() destroys the socket
+    const timer = setTimeout(() => {
+      this.sideTimers.delete(timer);
+      this.answerSimple(req, res, path);
+    }, fault.delayMs).unref();
+    this.sideTimers.add(timer);
+    res.on('close', () => {
+      clearTimeout(timer);
+      this.sideTimers.delete(timer);
+    });
+  }
+
+  private sendError(res: ServerResponse, status: number, message: string): void {
+    sendJson(res, status, errorBody(status, message));
+  }
+
+  // ---- generation ----
+
+  private handleGeneration(req: IncomingMessage, res: ServerResponse, path: string): void {
+    const ctx: Ctx = { req, res, path, ended: false, resetting: false, chunks: 0, resetAfter: -1 };
+    this.inFlightCount++;
+    res.on('close', () => this.onClose(ctx));
+    const chunks: Buffer[] = [];
+    let size = 0;
+    req.on('data', (c: Buffer) => {
+      size += c.length;
+      if (size <= MAX_BODY_BYTES) chunks.push(c);
+    });
+    req.on('end', () => {
+      if (size > MAX_BODY_BYTES) return this.finishError(ctx, 413, 'request body too large');
+      this.onBody(ctx, chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks));
+    });
+    req.on('error', () => undefined); // an abort surfaces as res 'close'
+  }
+
+  private onBody(ctx: Ctx, raw: Buffer): void {
+    if (ctx.res.destroyed) return;
+    const headers = lowerHeaders(ctx.req);
+    const requestId = headers['x-request-id'] || randomUUID();
+    const text = raw.toString('utf8');
+    let body: unknown;
+    let badJson = false;
+    try {
+      body = JSON.parse(text);
+    } catch {
+      body = text;
+      badJson = true;
+    }
+    const record: RequestRecord = {
+      requestId,
+      path: ctx.path,
+      startMs: Date.now(),
+      promptTokens: 0,
+      cachedTokens: 0,
+      completionTokens: 0,
+      stream: isObj(body) && body.stream === true,
+      body,
+      headers,
+    };
+    ctx.record = record;
+    this.pushRecord(record);
+    ctx.res.setHeader('x-request-id', requestId);
+
+    if (badJson) return this.finishError(ctx, 400, 'invalid JSON body');
+    const fault = this.faults.take(ctx.path);
+    if (fault && 'status' in fault)
+      return this.finishError(ctx, fault.status, fault.message ?? 'injected fault');
+    if (fault && 'hang' in fault) return;
+    if (fault && 'resetAfterChunks' in fault) {
+      if (fault.resetAfterChunks === 0 || !record.stream) return this.reset(ctx);
+      ctx.resetAfter = fault.resetAfterChunks;
+    }
+
+    const kind = ctx.path === '/v1/chat/completions' ? 'chat' : 'completion';
+    const parsed = parseGenerationRequest(
+      kind,
+      body,
+      this.defaultMaxTokens,
+      this.cache.options.charsPerToken,
+    );
+    if (!parsed.ok) return this.finishError(ctx, 400, parsed.error);
+    const request = parsed.request;
+
+    let fromRemotePrefill = false;
+    if (this.connector === 'p2pnccl' || this.role === 'decode') {
+      const check = checkDecodeRequest(this.connector, request.kvTransferParams, requestId);
+      if (check.ok && check.peer) record.p2p = check.peer;
+      if (this.role === 'decode') {
+        if (!check.ok) return this.finishError(ctx, 400, check.reason);
+        fromRemotePrefill = true;
+      }
+    }
+
+    const go = (): void => this.enterEngine(ctx, record, request, fromRemotePrefill);
+    if (fault && 'delayMs' in fault) {
+      ctx.delayTimer = setTimeout(() => {
+        ctx.delayTimer = undefined;
+        go();
+      }, fault.delayMs).unref();
+    } else go();
+  }
+
+  private enterEngine(ctx: Ctx, record: RequestRecord, request: GenerationRequest, remote: boolean): void {
+    if (ctx.res.destroyed) return;
+    const ident: ResponseIdentity = {
+      kind: request.kind,
+      id: responseId(request.kind, record.requestId),
+      created: Math.floor(Date.now() / 1000),
+      model: request.model ?? this.model,
+    };
+    const choices = request.prompts.length;
+    const formatter = request.stream ? new StreamFormatter(ident) : undefined;
+    if (formatter) {
+      record.status = 200;
+      ctx.res.writeHead(200, {
+        'content-type': 'text/event-stream; charset=utf-8',
+        'cache-control': 'no-cache',
+      });
+      ctx.res.flushHeaders();
+    }
+    let blocks = 0;
+    const admit = (): number => {
+      let prompt = 0;
+      let cached = 0;
+      for (const p of request.prompts) {
+        const r = this.cache.lookupAndInsert(p);
+        prompt += r.promptTokens;
+        cached += r.cachedTokens;
+        blocks += Math.ceil(r.promptTokens / this.cache.options.blockTokens);
+      }
+      // A P/D decode gets the whole prompt's KV cache from the prefill worker (vLLM reports it cached).
+      if (remote) cached = prompt;
+      record.promptTokens = prompt;
+      record.cachedTokens = cached;
+      this.promptTokensTotal += prompt;
+      return remote
+        ? transferTtftMs(this.timing, prompt, this.timeScale)
+        : prefillTtftMs(this.timing, prompt - cached, this.timeScale);
+    };
+    ctx.job = this.engine.submit({
+      admit,
+      outputTokens: request.maxTokens,
+      onToken: (index, last) => {
+        if (ctx.ended || ctx.resetting) return;
+        record.completionTokens = (index + 1) * choices;
+        this.generationTokensTotal += choices;
+        if (formatter) this.streamToken(ctx, record, request, formatter, index, last);
+        else if (last) this.finishJson(ctx, record, request, ident, blocks);
+      },
+    });
+  }
+
+  private streamToken(
+    ctx: Ctx,
+    record: RequestRecord,
+    request: GenerationRequest,
+    f: StreamFormatter,
+    index: number,
+    last: boolean,
+  ): void {
+    if (index === 0) record.firstByteMs = Date.now();
+    const choices = request.prompts.length;
+    for (let c = 0; c < choices; c++) {
+      if (index === 0 && request.kind === 'chat' && !this.writeChunk(ctx, f.roleChunk(c))) return;
+      if (!this.writeChunk(ctx, f.tokenChunk(c, index, last))) return;
+    }
+    if (!last) return;
+    if (request.includeUsage) {
+      const usage = usageOf(record.promptTokens, record.completionTokens, record.cachedTokens);
+      if (!this.writeChunk(ctx, f.usageChunk(usage))) return;
+    }
+    if (!this.writeChunk(ctx, SSE_DONE)) return;
+    this.finishOk(ctx, record);
+    ctx.res.end();
+  }
+
+  /** Writes one SSE event; returns false when an injected reset cut the socket after it. */
+  private writeChunk(ctx: Ctx, chunk: string): boolean {
+    ctx.res.write(chunk);
+    ctx.chunks++;
+    if (ctx.chunks === ctx.resetAfter) {
+      this.reset(ctx);
+      return false;
+    }
+    return true;
+  }
+
+  private finishJson(
+    ctx: Ctx,
+    record: RequestRecord,
+    request: GenerationRequest,
+    ident: ResponseIdentity,
+    blocks: number,
+  ): void {
+    let kv: Record<string, unknown> | undefined;
+    if (this.role === 'prefill') {
+      const blockIds: number[] = [];
+      for (let i = 0; i < blocks; i++) {
+        blockIds.push(this.nextBlockId);
+        this.nextBlockId = (this.nextBlockId + 1) % this.cache.options.capacityBlocks;
+      }
+      kv = prefillResponseParams(this.connector, request.kvTransferParams, {
+        engineId: this.id,
+        host: this.host,
+        port: this.port,
+        blockIds,
+      });
+    }
+    const usage = usageOf(record.promptTokens, record.completionTokens, record.cachedTokens);
+    const body = completionBody(ident, request.prompts.length, request.maxTokens, usage, kv);
+    record.firstByteMs = Date.now();
+    record.status = 200;
+    this.finishOk(ctx, record);
+    sendJson(ctx.res, 200, body);
+  }
+
+  private finishOk(ctx: Ctx, record: RequestRecord): void {
+    ctx.ended = true;
+    record.outcome = 'ok';
+    record.endMs = Date.now();
+  }
+
+  private finishError(ctx: Ctx, status: number, message: string): void {
+    ctx.ended = true;
+    if (ctx.record) {
+      ctx.record.outcome = 'error';
+      ctx.record.status = status;
+      ctx.record.endMs = Date.now();
+      ctx.record.firstByteMs = ctx.record.endMs;
+    }
+    ctx.req.resume();
+    this.sendError(ctx.res, status, message);
+  }
+
+  private reset(ctx: Ctx): void {
+    ctx.resetting = true;
+    ctx.req.socket.destroy();
+  }
+
+  /** The single end path of a generation request (finished, aborted, reset, or simulator closed). */
+  private onClose(ctx: Ctx): void {
+    this.inFlightCount--;
+    if (ctx.job) this.engine.cancel(ctx.job);
+    if (ctx.delayTimer) clearTimeout(ctx.delayTimer);
+    ctx.delayTimer = undefined;
+    const record = ctx.record;
+    if (record && !ctx.ended) {
+      record.outcome = ctx.resetting ? 'reset' : 'aborted';
+      record.endMs = Date.now();
+    }
+    if (this.inFlightCount === 0 && this.idleWaiters.length > 0) {
+      const waiters = this.idleWaiters;
+      this.idleWaiters = [];
+      for (const w of waiters) w.resolve();
+    }
+  }
+
+  private pushRecord(record: RequestRecord): void {
+    this.records.push(record);
+    if (this.records.length > this.maxRecords) this.records.splice(0, this.records.length - this.maxRecords);
+    this.recordedTotal++;
+    if (this.requestWaiters.length === 0) return;
+    const keep: Waiter[] = [];
+    for (const w of this.requestWaiters) {
+      if (this.recordedTotal >= w.n) w.resolve();
+      else keep.push(w);
+    }
+    this.requestWaiters = keep;
+  }
+}
+
+function sendJson(res: ServerResponse, status: number, body: string): void {
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+  res.end(body);
+}
+
+function lowerHeaders(req: IncomingMessage): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(req.headers)) {
+    if (v !== undefined) out[k] = Array.isArray(v) ? v.join(', ') : v;
+  }
+  return out;
+}
+
+function isObj(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+export async function startSimulator(opts: SimulatorOptions = {}): Promise<Simulator> {
+  const sim = new SimulatorServer(opts);
+  try {
+    await sim.listen();
+  } catch (err) {
+    await sim.close();
+    throw err;
+  }
+  return sim;
+}

@@ -1,0 +1,107 @@
+/**
+ * A persistent, role-specific pool: endpoint -> the live Worker of its current registration
+ * generation (design sections 1-4).
+ *
+ * reconcile() brings membership in line with the registry snapshot, synchronously:
+ *   same url + same generation -> keep the Worker (load, processed, health survive)
+ *   same url + new generation  -> policy.removeWorker(old), fresh Worker, policy.addWorker(new)
+ *   url gone                   -> policy.removeWorker(old), dropped from the pool
+ *   new url                    -> fresh Worker, policy.addWorker(new)
+ * A request still holding the old Worker keeps its reference; its release only touches that object.
+ *
+ * INVARIANT (Node's equivalent of the design's pool lock): callers run reconcile -> select ->
+ * guard acquisition -> policy.routed in ONE synchronous step, with no `await` in between, so no
+ * other request can observe or install a different snapshot in the middle (see routing/selector.ts).
+ */
+import type { Role } from './role.js';
+import { Worker } from './worker.js';
+import type { Policy } from '../routing/policy.js';
+
+/** What the pool needs from a registry entry. */
+export interface MemberEntry {
+  readonly url: string;
+  readonly endpoint: string;
+  readonly zmqAddress?: string;
+  readonly generation: number;
+  readonly metadata?: Readonly<Record<string, unknown>>;
+}
+
+export interface MemberSource {
+  /** Live entries of one role. The pool skips work when the same array instance comes back. */
+  snapshot(role: Role): readonly MemberEntry[];
+}
+
+export interface PoolHooks {
+  onAdded?(worker: Worker): void;
+  onRemoved?(worker: Worker, reason: 'departed' | 'replaced'): void;
+}
+
+export class WorkerPool {
+  private readonly byUrl = new Map<string, Worker>();
+  private ordered: readonly Worker[] = [];
+  private lastSnapshot: readonly MemberEntry[] | undefined;
+
+  constructor(
+    readonly role: Role,
+    readonly policy: Policy,
+    private readonly source: MemberSource,
+    private readonly hooks: PoolHooks = {},
+  ) {}
+
+  /** All members, in the snapshot's (stable, url) order. */
+  get workers(): readonly Worker[] {
+    return this.ordered;
+  }
+
+  get size(): number {
+    return this.ordered.length;
+  }
+
+  /** Members that may be selected (healthy, breaker closed). */
+  candidates(): Worker[] {
+    const out: Worker[] = [];
+    for (const w of this.ordered) if (w.healthy) out.push(w);
+    return out;
+  }
+
+  reconcile(): void {
+    const snapshot = this.source.snapshot(this.role);
+    if (snapshot === this.lastSnapshot) return;
+    this.lastSnapshot = snapshot;
+
+    const next: Worker[] = [];
+    const seen = new Set<string>();
+    for (const entry of snapshot) {
+      seen.add(entry.url);
+      let worker = this.byUrl.get(entry.url);
+      if (worker && worker.generation !== entry.generation) {
+        this.remove(worker, 'replaced');
+        worker = undefined;
+      }
+      if (!worker) {
+        worker = new Worker({
+          role: this.role,
+          url: entry.url,
+          endpoint: entry.endpoint,
+          zmqAddress: entry.zmqAddress,
+          generation: entry.generation,
+          metadata: entry.metadata,
+        });
+        this.byUrl.set(entry.url, worker);
+        this.policy.addWorker?.(worker);
+        this.hooks.onAdded?.(worker);
+      }
+      next.push(worker);
+    }
+    for (const [url, worker] of this.byUrl) {
+      if (!seen.has(url)) this.remove(worker, 'departed');
+    }
+    this.ordered = next;
+  }
+
+  private remove(worker: Worker, reason: 'departed' | 'replaced'): void {
+    this.byUrl.delete(worker.url);
+    this.policy.removeWorker?.(worker);
+    this.hooks.onRemoved?.(worker, reason);
+  }
+}

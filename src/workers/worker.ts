@@ -1,0 +1,57 @@
+/**
+ * A Worker is the live scheduling identity of one (role, endpoint, registration generation).
+ *
+ * It carries the state policies read (in-flight load, processed count, health). A worker that
+ * dies and re-registers at the same URL gets a NEW Worker object (new generation), so state never
+ * leaks between process lifetimes; an in-flight request keeps its reference to the old object and
+ * its release cannot touch the successor.
+ *
+ * Plain data: no timers, metrics or logging. Load changes only through LoadGuard.
+ */
+import type { Role } from './role.js';
+
+export interface WorkerSpec {
+  role: Role;
+  /** Base URL, e.g. `http://10.0.0.5:8000`. */
+  url: string;
+  /** `ip:port` that Envoy's ORIGINAL_DST cluster connects to. */
+  endpoint: string;
+  /** vLLM's KV / ZMQ address (`host:port`), when the worker registered one. */
+  zmqAddress?: string;
+  generation: number;
+  /** Connector metadata from the registration (e.g. MoRI-IO `transfer_mode`). */
+  metadata?: Readonly<Record<string, unknown>>;
+}
+
+export class Worker {
+  readonly role: Role;
+  readonly url: string;
+  readonly endpoint: string;
+  readonly zmqAddress: string | undefined;
+  readonly generation: number;
+  readonly metadata: Readonly<Record<string, unknown>>;
+  /** Stable identity for policy membership (tenant id), metrics and logs. */
+  readonly id: string;
+
+  /** Requests currently holding a load guard on this worker. */
+  load = 0;
+  /** Requests that completed on this worker (any outcome). */
+  processed = 0;
+  /** False while health checks or the circuit breaker keep the worker out of selection. */
+  healthy = true;
+
+  constructor(spec: WorkerSpec) {
+    this.role = spec.role;
+    this.url = spec.url;
+    this.endpoint = spec.endpoint;
+    this.zmqAddress = spec.zmqAddress;
+    this.generation = spec.generation;
+    this.metadata = spec.metadata ?? {};
+    this.id = `${spec.role}|${spec.url}|${spec.generation}`;
+  }
+
+  /** The address vLLM peers use for KV transfer / request ids: the zmq address, else host:port. */
+  get kvAddress(): string {
+    return this.zmqAddress ?? this.endpoint;
+  }
+}

@@ -1,0 +1,49 @@
+/** Starts the router in-process on free ports for tests, with quiet logs and no background checks. */
+import { expect } from 'vitest';
+import { pino } from 'pino';
+import { defaultConfig, type Config } from '../../src/config.js';
+import { startRouter, type Router } from '../../src/router.js';
+import { waitFor } from './wait-for.js';
+
+export function testConfig(overrides: Partial<Config> = {}): Config {
+  return {
+    ...defaultConfig(),
+    host: '127.0.0.1',
+    grpcPort: 0,
+    adminPort: 0,
+    logLevel: 'silent',
+    healthCheckIntervalMs: 0,
+    ...overrides,
+  };
+}
+
+export async function startTestRouter(
+  overrides: Partial<Config> = {},
+  deps: { clock?: () => number } = {},
+): Promise<Router> {
+  const level = process.env.ROUTER_TEST_LOG ?? 'silent';
+  return startRouter(Object.freeze(testConfig(overrides)), { logger: pino({ level }), ...deps });
+}
+
+/** Every worker's load returns to 0 (loads drop when Envoy's ext_proc stream ends, asynchronously). */
+export async function expectAllLoadsZero(router: Router): Promise<void> {
+  await waitFor(() => router.workers().every((w) => w.load === 0), { timeoutMs: 10_000 }).catch(
+    () => undefined,
+  );
+  expect(router.workers().map((w) => ({ url: w.url, role: w.role, load: w.load }))).toEqual(
+    router.workers().map((w) => ({ url: w.url, role: w.role, load: 0 })),
+  );
+}
+
+export async function adminJson<T = unknown>(
+  router: Router,
+  path: string,
+  init?: RequestInit,
+): Promise<{ status: number; body: T }> {
+  const res = await fetch(`http://127.0.0.1:${router.adminPort}${path}`, init);
+  return { status: res.status, body: (await res.json()) as T };
+}
+
+export async function metricsText(router: Router): Promise<string> {
+  return (await fetch(`http://127.0.0.1:${router.adminPort}/metrics`)).text();
+}

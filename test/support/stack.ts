@@ -1,0 +1,59 @@
+/**
+ * A whole stack on loopback for end-to-end tests: real Envoy (child process), the router
+ * (in-process, so tests can read worker state), and simulated vLLM workers.
+ */
+import { startEnvoy, type EnvoyHandle } from '../../src/envoy/envoy-process.js';
+import type { EnvoyRenderOptions } from '../../src/envoy/envoy-config.js';
+import type { Config } from '../../src/config.js';
+import type { Router } from '../../src/router.js';
+import { startSimulator, type Simulator, type SimulatorOptions } from '../../src/sim/simulator.js';
+import { startTestRouter } from './router-fixture.js';
+
+export interface StackOptions {
+  workers?: number;
+  sim?: SimulatorOptions;
+  router?: Partial<Config>;
+  envoy?: EnvoyRenderOptions;
+}
+
+export interface Stack {
+  readonly envoy: EnvoyHandle;
+  readonly router: Router;
+  readonly sims: Simulator[];
+  /** http://127.0.0.1:<envoy listener> */
+  readonly url: string;
+  load(sim: Simulator): number;
+  close(): Promise<void>;
+}
+
+export async function startStack(opts: StackOptions = {}): Promise<Stack> {
+  const sims: Simulator[] = [];
+  let router: Router | undefined;
+  let envoy: EnvoyHandle | undefined;
+  try {
+    for (let i = 0; i < (opts.workers ?? 2); i++) {
+      sims.push(await startSimulator({ timeScale: 0, ...opts.sim }));
+    }
+    router = await startTestRouter({ workers: sims.map((s) => s.url), ...opts.router });
+    envoy = await startEnvoy({ routers: [{ host: '127.0.0.1', port: router.grpcPort }], ...opts.envoy });
+  } catch (err) {
+    await envoy?.close();
+    await router?.close();
+    await Promise.all(sims.map((s) => s.close()));
+    throw err;
+  }
+  const r = router;
+  const e = envoy;
+  return {
+    envoy: e,
+    router: r,
+    sims,
+    url: `http://127.0.0.1:${e.listenerPort}`,
+    load: (sim) => r.workers().find((w) => w.url === sim.url)?.load ?? -1,
+    async close() {
+      await e.close();
+      await r.close();
+      await Promise.all(sims.map((s) => s.close()));
+    },
+  };
+}

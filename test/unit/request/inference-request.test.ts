@@ -1,0 +1,161 @@
+import { describe, expect, it } from 'vitest';
+import { inferenceKind, parseInferenceRequest } from '../../../src/request/inference-request.js';
+import { chatPromptText, completionPromptText } from '../../../src/request/prompt-text.js';
+import { RouterError } from '../../../src/request/router-error.js';
+
+const json = (v: unknown) => Buffer.from(JSON.stringify(v));
+
+describe('inferenceKind', () => {
+  it.each([
+    ['POST', '/v1/completions', 'completions'],
+    ['POST', '/v1/chat/completions', 'chat'],
+    ['POST', '/v1/chat/completions?x=1', 'chat'],
+    ['GET', '/v1/completions', undefined],
+    ['GET', '/v1/models', undefined],
+    ['POST', '/v1/embeddings', undefined],
+    ['POST', '/v1/completionsx', undefined],
+  ])('%s %s -> %s', (method, path, kind) => {
+    expect(inferenceKind(method, path)).toBe(kind);
+  });
+});
+
+describe('parseInferenceRequest', () => {
+  it('extracts model, stream flag and prompt text from a completion', () => {
+    const r = parseInferenceRequest(
+      'completions',
+      'application/json',
+      json({ model: 'm', prompt: 'hi', stream: true }),
+    );
+    expect(r).toMatchObject({ kind: 'completions', model: 'm', stream: true, text: 'hi' });
+  });
+
+  it('accepts a content type with parameters and a missing content type', () => {
+    const body = json({ model: 'm', prompt: 'hi' });
+    expect(parseInferenceRequest('completions', 'application/json; charset=utf-8', body).text).toBe('hi');
+    expect(parseInferenceRequest('completions', undefined, body).text).toBe('hi');
+  });
+
+  it.each<[string, string | undefined, Buffer | string, number, string]>([
+    ['malformed JSON', 'application/json', '{"model":', 400, 'invalid_json'],
+    ['empty body', 'application/json', '', 400, 'invalid_body'],
+    ['array body', 'application/json', '[]', 400, 'invalid_body'],
+    ['string body', 'application/json', '"x"', 400, 'invalid_body'],
+    ['null body', 'application/json', 'null', 400, 'invalid_body'],
+    ['missing model', 'application/json', '{"prompt":"x"}', 400, 'missing_model'],
+    ['numeric model', 'application/json', '{"model":1,"prompt":"x"}', 400, 'missing_model'],
+    ['missing prompt', 'application/json', '{"model":"m"}', 400, 'invalid_prompt'],
+    ['object prompt', 'application/json', '{"model":"m","prompt":{}}', 400, 'invalid_prompt'],
+    ['mixed prompt array', 'application/json', '{"model":"m","prompt":["a",1]}', 400, 'invalid_prompt'],
+    [
+      'stream not boolean',
+      'application/json',
+      '{"model":"m","prompt":"x","stream":"yes"}',
+      400,
+      'invalid_body',
+    ],
+    ['wrong content type', 'text/plain', '{"model":"m","prompt":"x"}', 415, 'invalid_content_type'],
+    [
+      'deep nesting',
+      'application/json',
+      '{"model":"m","prompt":"x","a":' + '['.repeat(1000) + ']'.repeat(1000) + '}',
+      400,
+      'invalid_json',
+    ],
+    [
+      'invalid UTF-8',
+      'application/json',
+      Buffer.from([0x7b, 0x22, 0xff, 0xfe, 0x22, 0x7d]),
+      400,
+      'invalid_body',
+    ],
+  ])('%s -> %i %s', (_name, ct, body, status, code) => {
+    const buf = Buffer.isBuffer(body) ? body : Buffer.from(body);
+    let err: unknown;
+    try {
+      parseInferenceRequest('completions', ct, buf);
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(RouterError);
+    expect((err as RouterError).status).toBe(status);
+    expect((err as RouterError).code).toBe(code);
+    expect((err as RouterError).toJSON().error).toMatchObject({
+      code,
+      message: expect.any(String),
+      type: expect.any(String),
+    });
+  });
+
+  it('rejects chat requests without valid messages', () => {
+    for (const messages of [undefined, [], [{ content: 'x' }], [{ role: 'user', content: 5 }], 'hi']) {
+      expect(() => parseInferenceRequest('chat', 'application/json', json({ model: 'm', messages }))).toThrow(
+        RouterError,
+      );
+    }
+  });
+
+  it('keeps brackets inside strings out of the depth check', () => {
+    const prompt = '['.repeat(500);
+    expect(parseInferenceRequest('completions', undefined, json({ model: 'm', prompt })).text).toBe(prompt);
+  });
+});
+
+describe('routing text', () => {
+  it.each<[unknown, string | undefined]>([
+    ['abc', 'abc'],
+    [['a', 'b'], 'a\nb'],
+    [[1, 2, 3], '1 2 3'],
+    [
+      [
+        [1, 2],
+        [3, 4],
+      ],
+      '1 2\n3 4',
+    ],
+    [[], undefined],
+    [[1.5], undefined],
+    [[-1], undefined],
+    [null, undefined],
+  ])('completion prompt %j -> %j', (prompt, text) => {
+    expect(completionPromptText(prompt)).toBe(text);
+  });
+
+  it('renders chat messages in order with roles, so shared history is a shared prefix', () => {
+    const sys = { role: 'system', content: 'You are helpful.' };
+    const a = chatPromptText([sys, { role: 'user', content: 'first' }]) as string;
+    const b = chatPromptText([
+      sys,
+      { role: 'user', content: 'first' },
+      { role: 'assistant', content: 'ok' },
+    ]) as string;
+    expect(b.startsWith(a)).toBe(true);
+    expect(a).toBe('system\nYou are helpful.\nuser\nfirst\n');
+  });
+
+  it('concatenates text parts and marks non-text parts', () => {
+    const text = chatPromptText([
+      {
+        role: 'user',
+        content: [
+          { type: 'text', text: 'look at ' },
+          { type: 'image_url', image_url: { url: 'x' } },
+        ],
+      },
+    ]);
+    expect(text).toBe('user\nlook at <image_url>\n');
+  });
+
+  it('ignores key order, sampling parameters and the stream flag', () => {
+    const a = parseInferenceRequest(
+      'chat',
+      undefined,
+      Buffer.from('{"model":"m","messages":[{"role":"user","content":"q"}],"temperature":0.1}'),
+    );
+    const b = parseInferenceRequest(
+      'chat',
+      undefined,
+      Buffer.from('{"stream":true,"messages":[{"content":"q","role":"user"}],"model":"m","top_p":0.5}'),
+    );
+    expect(a.text).toBe(b.text);
+  });
+});

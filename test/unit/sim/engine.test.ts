@@ -1,0 +1,117 @@
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { Engine } from '../../../src/sim/engine.js';
+import { resolveTimingModel } from '../../../src/sim/timing-model.js';
+
+interface Seq {
+  tokens: number[];
+  lastSeen: boolean;
+  admittedAt?: number;
+}
+
+function seq(
+  engine: Engine,
+  outputTokens: number,
+  ttftMs = 5,
+): { s: Seq; job: ReturnType<Engine['submit']> } {
+  const s: Seq = { tokens: [], lastSeen: false };
+  const job = engine.submit({
+    admit: () => {
+      s.admittedAt = Date.now();
+      return ttftMs;
+    },
+    outputTokens,
+    onToken: (i, last) => {
+      s.tokens.push(i);
+      if (last) s.lastSeen = true;
+    },
+  });
+  return { s, job };
+}
+
+describe('Engine (fake clock)', () => {
+  beforeEach(() => {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'setImmediate', 'clearImmediate', 'Date'] });
+  });
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  it('produces every token in order, then frees the slot', async () => {
+    const engine = new Engine(resolveTimingModel({ baseItlMs: 10 }), 1);
+    const { s } = seq(engine, 4);
+    expect(engine.running).toBe(1);
+    await vi.runAllTimersAsync();
+    expect(s.tokens).toEqual([0, 1, 2, 3]);
+    expect(s.lastSeen).toBe(true);
+    expect(engine.running).toBe(0);
+    expect(vi.getTimerCount()).toBe(0);
+    engine.close();
+  });
+
+  it('queues beyond maxRunningSeqs and admits FIFO when a slot frees', async () => {
+    const engine = new Engine(resolveTimingModel({ maxRunningSeqs: 1 }), 1);
+    const a = seq(engine, 2);
+    const b = seq(engine, 2);
+    const c = seq(engine, 2);
+    expect([engine.running, engine.waiting]).toEqual([1, 2]);
+    expect(b.s.admittedAt).toBeUndefined();
+    await vi.runAllTimersAsync();
+    expect([a.s.lastSeen, b.s.lastSeen, c.s.lastSeen]).toEqual([true, true, true]);
+    expect(a.s.admittedAt!).toBeLessThanOrEqual(b.s.admittedAt!);
+    expect(b.s.admittedAt!).toBeLessThanOrEqual(c.s.admittedAt!);
+    expect([engine.running, engine.waiting]).toEqual([0, 0]);
+    engine.close();
+  });
+
+  it('one step produces a token for every decoding sequence', async () => {
+    const engine = new Engine(resolveTimingModel({ baseItlMs: 100, itlGrowthPerSeq: 0 }), 1);
+    const a = seq(engine, 10, 1);
+    const b = seq(engine, 10, 1);
+    await vi.advanceTimersByTimeAsync(1); // both prefills done: first tokens
+    expect([a.s.tokens.length, b.s.tokens.length]).toEqual([1, 1]);
+    await vi.advanceTimersByTimeAsync(100); // one step
+    expect([a.s.tokens.length, b.s.tokens.length]).toEqual([2, 2]);
+    engine.close();
+    expect(vi.getTimerCount()).toBe(0);
+  });
+
+  it.each(['waiting', 'prefill', 'decode'] as const)(
+    'cancel while %s frees the slot and leaves no timer',
+    async (phase) => {
+      const engine = new Engine(resolveTimingModel({ maxRunningSeqs: 1, baseItlMs: 50 }), 1);
+      const first = seq(engine, 3, 10);
+      const second = seq(engine, 3, 10);
+      if (phase === 'decode') await vi.advanceTimersByTimeAsync(10);
+      const victim = phase === 'waiting' ? second : first;
+      engine.cancel(victim.job);
+      engine.cancel(victim.job); // idempotent
+      await vi.runAllTimersAsync();
+      const survivor = victim === first ? second : first;
+      expect(survivor.s.lastSeen).toBe(true);
+      expect(victim.s.lastSeen).toBe(false);
+      expect([engine.running, engine.waiting]).toEqual([0, 0]);
+      expect(vi.getTimerCount()).toBe(0);
+      engine.close();
+    },
+  );
+
+  it('timeScale 0 uses no timers, only setImmediate', async () => {
+    const engine = new Engine(resolveTimingModel(), 0);
+    const { s } = seq(engine, 3, 0);
+    await vi.runAllTimersAsync();
+    expect(s.tokens).toEqual([0, 1, 2]);
+    engine.close();
+  });
+
+  it('close() cancels everything and clears timers; idempotent', () => {
+    const engine = new Engine(resolveTimingModel({ maxRunningSeqs: 1 }), 1);
+    const a = seq(engine, 3);
+    seq(engine, 3);
+    engine.close();
+    engine.close();
+    expect(vi.getTimerCount()).toBe(0);
+    expect(a.s.tokens).toEqual([]);
+    const late = seq(engine, 1);
+    expect(late.job.state).toBe('done');
+  });
+});

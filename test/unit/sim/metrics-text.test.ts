@@ -1,0 +1,38 @@
+import { describe, expect, it } from 'vitest';
+import { escapeLabelValue, metricsText } from '../../../src/sim/metrics-text.js';
+
+describe('metricsText', () => {
+  it('renders vLLM metric names with model_name (golden)', () => {
+    const text = metricsText({
+      model: 'm',
+      running: 2,
+      waiting: 1,
+      kvCacheUsage: 0.25,
+      prefixCacheQueries: 100,
+      prefixCacheHits: 40,
+      promptTokens: 100,
+      generationTokens: 7,
+    });
+    const samples = text.split('\n').filter((l) => l !== '' && !l.startsWith('#'));
+    expect(samples).toEqual([
+      'vllm:num_requests_running{model_name="m"} 2',
+      'vllm:num_requests_waiting{model_name="m"} 1',
+      'vllm:kv_cache_usage_perc{model_name="m"} 0.25',
+      'vllm:prefix_cache_queries_total{model_name="m"} 100',
+      'vllm:prefix_cache_hits_total{model_name="m"} 40',
+      'vllm:prompt_tokens_total{model_name="m"} 100',
+      'vllm:generation_tokens_total{model_name="m"} 7',
+    ]);
+    expect(text).toContain('# TYPE vllm:prefix_cache_hits_total counter\n');
+    expect(text).toContain('# TYPE vllm:num_requests_running gauge\n');
+  });
+
+  it.each([
+    { raw: 'plain', escaped: 'plain' },
+    { raw: 'a"b', escaped: 'a\\"b' },
+    { raw: 'a\\b', escaped: 'a\\\\b' },
+    { raw: 'a\nb', escaped: 'a\\nb' },
+  ])('escapes $raw', ({ raw, escaped }) => {
+    expect(escapeLabelValue(raw)).toBe(escaped);
+  });
+});

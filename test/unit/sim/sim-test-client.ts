@@ -1,0 +1,61 @@
+/** Small HTTP helpers for the simulator tests (undici against a real server on port 0). */
+import { request } from 'undici';
+
+export interface JsonResponse {
+  status: number;
+  headers: Record<string, string | string[] | undefined>;
+  json: Record<string, unknown>;
+}
+
+export async function postJson(
+  url: string,
+  body: unknown,
+  headers: Record<string, string> = {},
+  signal?: AbortSignal,
+): Promise<JsonResponse> {
+  const res = await request(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+    signal,
+  });
+  return {
+    status: res.statusCode,
+    headers: res.headers,
+    json: (await res.body.json()) as Record<string, unknown>,
+  };
+}
+
+export async function getText(url: string): Promise<{ status: number; text: string }> {
+  const res = await request(url);
+  return { status: res.statusCode, text: await res.body.text() };
+}
+
+/** Splits an SSE body into its `data:` payloads (JSON-parsed, except `[DONE]`). */
+export function sseEvents(text: string): unknown[] {
+  return text
+    .split('\n\n')
+    .filter((e) => e.startsWith('data: '))
+    .map((e) => e.slice(6))
+    .map((d) => (d === '[DONE]' ? d : (JSON.parse(d) as unknown)));
+}
+
+export async function postStream(
+  url: string,
+  body: unknown,
+  headers: Record<string, string> = {},
+): Promise<{ status: number; headers: Record<string, string | string[] | undefined>; events: unknown[] }> {
+  const res = await request(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: JSON.stringify(body),
+  });
+  return { status: res.statusCode, headers: res.headers, events: sseEvents(await res.body.text()) };
+}
+
+/** A 64-char-block prompt: `n` distinct blocks tagged `tag`. */
+export function blockPrompt(tag: string, n: number): string {
+  let out = '';
+  for (let i = 0; i < n; i++) out += `${tag}-${i}-`.padEnd(64, '~');
+  return out;
+}
