@@ -19,6 +19,8 @@ import { RouterMetrics } from './observability/metrics.js';
 import { createLogger, type Logger } from './observability/logger.js';
 import { createPolicy } from './routing/create-policy.js';
 import { PoolDispatcher } from './routing/pool-dispatcher.js';
+import { PdDispatcher } from './pd/pd-dispatcher.js';
+import { PrefillClient } from './pd/prefill-client.js';
 import type { RoutingObserver } from './routing/selector.js';
 import type { PolicyName } from './routing/policy.js';
 import { WorkerPool } from './workers/worker-pool.js';
@@ -111,12 +113,38 @@ export async function startRouter(config: Readonly<Config>, deps: RouterDeps = {
     registry.register({ role, url, endpoint: await resolveEndpoint(host, port), permanent: true });
   }
 
-  const dispatcher: Dispatcher = new PoolDispatcher({
+  const passthrough = new PoolDispatcher({
     pool: config.mode === 'pd' ? pools.decode : pools.regular,
     observer,
     clock,
     decisionHeader: config.decisionHeader,
   });
+  let dispatcher: Dispatcher = passthrough;
+  if (config.mode === 'pd') {
+    const client = new PrefillClient();
+    closers.push(() => client.close());
+    dispatcher = new PdDispatcher({
+      prefillPool: pools.prefill,
+      decodePool: pools.decode,
+      passthrough,
+      observer,
+      client,
+      clock,
+      connector: config.kvConnector,
+      dispatch: config.pdDispatch,
+      prefillTimeoutMs: config.prefillTimeoutMs,
+      prefillRetries: config.prefillRetries,
+      decisionHeader: config.decisionHeader,
+      pd: {
+        prefillEnded: (w, outcome, ms) => {
+          metrics.pdPrefillRequests.inc({ worker: w.url });
+          metrics.pdPrefillDuration.observe({ outcome }, ms / 1000);
+        },
+        decodeRouted: (w) => metrics.pdDecodeRequests.inc({ worker: w.url }),
+        error: (type) => metrics.pdErrors.inc({ error_type: type }),
+      },
+    });
+  }
 
   const grpcServer = new ExtProcServer({
     host: config.host,

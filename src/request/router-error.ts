@@ -14,6 +14,7 @@ export type RouterErrorCode =
   | 'no_workers'
   | 'prefill_failed'
   | 'prefill_timeout'
+  | 'client_cancelled'
   | 'internal_error'
   | 'draining';
 

@@ -26,7 +26,7 @@ export class PoolDispatcher implements Dispatcher {
     const { pool, observer, clock } = this.opts;
     pool.reconcile();
     const chosen = choose(pool, routingContext(req));
-    if (!chosen) throw noWorkers({ [pool.role]: pool.size }, pool.candidates().length);
+    if (!chosen) throw noWorkers([pool]);
     const r = reserve(pool, chosen, observer, clock());
     const decisionHeader = this.opts.decisionHeader;
     return {
@@ -48,15 +48,16 @@ export function routingContext(req: RouteRequest): RoutingContext {
     : { model: '', text: '', headers: req.headers };
 }
 
-/** 503 naming the pool counts; `counts` maps role -> members, `selectable` how many could take work. */
-export function noWorkers(counts: Record<string, number>, selectable?: number): RouterError {
-  const parts = Object.entries(counts).map(([role, n]) => `${n} ${role}`);
-  const extra =
-    selectable !== undefined && Object.values(counts).some((n) => n > 0) ? ` (${selectable} healthy)` : '';
+/** 503 naming every needed pool's size (and how many are selectable, when some are not). */
+export function noWorkers(pools: readonly WorkerPool[]): RouterError {
+  const parts = pools.map((p) => {
+    const healthy = p.candidates().length;
+    return `${p.size} ${p.role}${healthy < p.size ? ` (${healthy} healthy)` : ''}`;
+  });
   return new RouterError(
     'no_workers',
     503,
-    `No workers available: ${parts.join(', ')}${extra}`,
+    `No workers available: ${parts.join(', ')}`,
     'service_unavailable',
   );
 }

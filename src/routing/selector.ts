@@ -33,8 +33,10 @@ export interface Reservation {
 export function choose(
   pool: WorkerPool,
   ctx: RoutingContext,
-): { decision: Decision; input: SelectionInput } | undefined {
-  const workers = pool.candidates();
+  exclude?: ReadonlySet<Worker>,
+): Chosen | undefined {
+  let workers = pool.candidates();
+  if (exclude && exclude.size > 0) workers = workers.filter((w) => !exclude.has(w));
   if (workers.length === 0) return undefined;
   const input: SelectionInput = {
     workers,
@@ -46,15 +48,29 @@ export function choose(
   return { decision: pool.policy.select(input), input };
 }
 
+export type Chosen = { decision: Decision; input: SelectionInput };
+
 /** Takes the load guard on a chosen worker and lets the policy record the choice. */
 export function reserve(
   pool: WorkerPool,
-  chosen: { decision: Decision; input: SelectionInput },
+  chosen: Chosen,
   observer: RoutingObserver,
   nowMs: number,
 ): Reservation {
-  const guard = new LoadGuard(chosen.decision.worker, (g, outcome) => observer.released?.(g.worker, outcome));
+  const guard = guardFor(chosen.decision.worker, observer);
+  commit(pool, chosen, observer, nowMs);
+  return { pool, decision: chosen.decision, guard, input: chosen.input };
+}
+
+/**
+ * Records a choice whose guard is taken later (the decode worker of a sequential P/D request is
+ * chosen with the prefill worker, but only loaded once the prefill leg has ended).
+ */
+export function commit(pool: WorkerPool, chosen: Chosen, observer: RoutingObserver, nowMs: number): void {
   pool.policy.routed?.(chosen.decision, chosen.input, nowMs);
   observer.decided?.(pool, chosen.decision);
-  return { pool, decision: chosen.decision, guard, input: chosen.input };
+}
+
+export function guardFor(worker: Worker, observer: RoutingObserver): LoadGuard {
+  return new LoadGuard(worker, (g, outcome) => observer.released?.(g.worker, outcome));
 }

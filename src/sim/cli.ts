@@ -7,6 +7,7 @@
  *     [--max-tokens 16] [--zmq-address host:port] [--register-interval-ms 3000]
  *     [--transfer-mode READ|WRITE] [--cache-blocks 4096] [--max-running 64] [--overhead-ms 5]
  *     [--prefill-ms-per-token 0.05] [--itl-ms 10] [--itl-growth 0.02] [--kv-transfer-ms-per-token 0.005]
+ *     [--prefill-lanes 0]
  */
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
@@ -35,6 +36,7 @@ const { values } = parseArgs({
     'itl-ms': { type: 'string' },
     'itl-growth': { type: 'string' },
     'kv-transfer-ms-per-token': { type: 'string' },
+    'prefill-lanes': { type: 'string' },
   },
   strict: true,
 });
@@ -63,6 +65,7 @@ const timing = defined<Partial<TimingModel>>({
   itlGrowthPerSeq: num('itl-growth', values['itl-growth']),
   maxRunningSeqs: num('max-running', values['max-running']),
   kvTransferMsPerToken: num('kv-transfer-ms-per-token', values['kv-transfer-ms-per-token']),
+  prefillLanes: num('prefill-lanes', values['prefill-lanes']),
 });
 const cacheBlocks = num('cache-blocks', values['cache-blocks']);
 

@@ -8,6 +8,11 @@
  * This keeps the cost at one timer per prefill plus one per step, not one per token per request,
  * which matters when a benchmark pushes thousands of streams through several simulators in one process.
  *
+ * Prefill lanes (timing.prefillLanes > 0): each prefill is booked on the lane that frees first; it
+ * starts when that lane is free and ends `admit()` ms later, so prefills on one worker queue behind
+ * each other (bounded prefill throughput). A cancelled prefill keeps its booking (the compute was
+ * already scheduled); lanes only affect the delay to the first token, never the slot accounting.
+ *
  * A zero duration (timeScale 0) uses setImmediate instead of a timer, so tests stream instantly but
  * still asynchronously. Every timer is unref()'d and tracked: cancel() and close() leave nothing behind.
  */
@@ -43,12 +48,15 @@ export class Engine {
   private stepTimer: NodeJS.Timeout | undefined;
   private stepImmediate: NodeJS.Immediate | undefined;
   private closed = false;
+  /** Per prefill lane: the Date.now() at which it is free again (empty when lanes are unbounded). */
+  private readonly laneFreeAt: number[];
 
   constructor(
     private readonly timing: Readonly<TimingModel>,
     private readonly timeScale: number,
   ) {
     this.queue = new RunQueue<EngineJob>(timing.maxRunningSeqs);
+    this.laneFreeAt = new Array<number>(timing.prefillLanes).fill(0);
   }
 
   /** Sequences holding a slot (prefilling or decoding): vLLM's `num_requests_running`. */
@@ -110,9 +118,21 @@ export class Engine {
   private startPrefill(job: EngineJob): void {
     job.state = 'prefill';
     this.prefilling.add(job);
-    const ms = job.spec.admit();
+    const ms = this.bookLane(job.spec.admit());
     if (ms > 0) job.timer = setTimeout(this.onPrefillDone, ms, job).unref();
     else job.immediate = setImmediate(this.onPrefillDone, job);
+  }
+
+  /** Delay to the first token: `ms` itself, or the wait for the earliest-free lane plus `ms`. */
+  private bookLane(ms: number): number {
+    const lanes = this.laneFreeAt;
+    if (lanes.length === 0) return ms;
+    let best = 0;
+    for (let i = 1; i < lanes.length; i++) if (lanes[i]! < lanes[best]!) best = i;
+    const now = Date.now();
+    const end = Math.max(now, lanes[best]!) + ms;
+    lanes[best] = end;
+    return end - now;
   }
 
   private readonly onPrefillDone = (job: EngineJob): void => {

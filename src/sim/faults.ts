@@ -11,7 +11,11 @@
 export type Fault =
   /** Answer with this HTTP status and an OpenAI-style JSON error. */
   | { status: number; message?: string }
-  /** Destroy the socket after `resetAfterChunks` SSE chunks (0: before the response headers). */
+  /**
+   * Streaming: destroy the socket right after the n-th SSE event (chat role chunk, token chunks, usage
+   * and [DONE] all count); 0 = before the response headers. Non-streaming: always before the headers.
+   * If the stream has fewer events than n it completes normally.
+   */
   | { resetAfterChunks: number }
   /** Never answer; the request ends only when the client aborts (or the simulator closes). */
   | { hang: true }

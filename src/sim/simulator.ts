@@ -17,7 +17,8 @@
  * decrements the in-flight count, so nothing outlives a request.
  *
  * Records cover generation requests only (not health checks or scrapes) and keep the latest
- * `maxRecords` (default 10,000) so long benchmarks do not grow without bound; `waitForRequests` counts
+ * `maxRecords` (default 1000; each record holds the parsed body, so 8 simulators x 1000 x an 8 KB
+ * prompt stay under ~100 MB) so long benchmarks do not grow without bound; `waitForRequests` counts
  * every request ever recorded.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
@@ -71,7 +72,10 @@ export interface SimulatorOptions {
   register?: { zmq: string; intervalMs?: number; zmqAddress?: string; extra?: Record<string, unknown> };
   /** Name used in records, logs and NIXL `remote_engine_id`. Default `<role>-<host:port>`. */
   id?: string;
-  /** Most recent records kept. Default 10,000. */
+  /**
+   * Most recent records kept (each holds the parsed body). Default 1000; 0 keeps none (benchmarks).
+   * waitForRequests counts every recorded request regardless.
+   */
   maxRecords?: number;
 }
 
@@ -127,6 +131,8 @@ interface Ctx {
   readonly req: IncomingMessage;
   readonly res: ServerResponse;
   readonly path: string;
+  /** Arrival time (epoch ms), before the body is read. */
+  readonly startMs: number;
   record?: RequestRecord;
   job?: EngineJob;
   delayTimer?: NodeJS.Timeout;
@@ -179,14 +185,15 @@ class SimulatorServer implements Simulator {
     this.defaultMaxTokens = opts.defaultMaxTokens ?? 16;
     this.timeScale = opts.timeScale ?? 1;
     this.connector = opts.kvConnector ?? 'nixl';
-    this.maxRecords = opts.maxRecords ?? 10_000;
+    this.maxRecords = opts.maxRecords ?? 1000;
     if (!Number.isInteger(this.defaultMaxTokens) || this.defaultMaxTokens < 1) {
       throw new RangeError('defaultMaxTokens must be a positive integer');
     }
     if (!(this.timeScale >= 0) || !Number.isFinite(this.timeScale))
       throw new RangeError('timeScale must be >= 0');
-    if (!Number.isInteger(this.maxRecords) || this.maxRecords < 1)
-      throw new RangeError('maxRecords must be >= 1');
+    if (!Number.isInteger(this.maxRecords) || this.maxRecords < 0) {
+      throw new RangeError('maxRecords must be an integer >= 0');
+    }
     this.timing = resolveTimingModel(opts.timing);
     this.cache = new PrefixCache(opts.cache);
     this.engine = new Engine(this.timing, this.timeScale);
@@ -374,7 +381,16 @@ class SimulatorServer implements Simulator {
   // ---- generation ----
 
   private handleGeneration(req: IncomingMessage, res: ServerResponse, path: string): void {
-    const ctx: Ctx = { req, res, path, ended: false, resetting: false, chunks: 0, resetAfter: -1 };
+    const ctx: Ctx = {
+      req,
+      res,
+      path,
+      startMs: Date.now(),
+      ended: false,
+      resetting: false,
+      chunks: 0,
+      resetAfter: -1,
+    };
     this.inFlightCount++;
     res.on('close', () => this.onClose(ctx));
     const chunks: Buffer[] = [];
@@ -406,7 +422,7 @@ class SimulatorServer implements Simulator {
     const record: RequestRecord = {
       requestId,
       path: ctx.path,
-      startMs: Date.now(),
+      startMs: ctx.startMs,
       promptTokens: 0,
       cachedTokens: 0,
       completionTokens: 0,
@@ -516,6 +532,20 @@ class SimulatorServer implements Simulator {
     last: boolean,
   ): void {
     if (index === 0) record.firstByteMs = Date.now();
+    // One syscall per step even when a step writes several events (role chunk, usage, [DONE], end).
+    ctx.res.cork();
+    this.writeStepChunks(ctx, record, request, f, index, last);
+    ctx.res.uncork();
+  }
+
+  private writeStepChunks(
+    ctx: Ctx,
+    record: RequestRecord,
+    request: GenerationRequest,
+    f: StreamFormatter,
+    index: number,
+    last: boolean,
+  ): void {
     const choices = request.prompts.length;
     for (let c = 0; c < choices; c++) {
       if (index === 0 && request.kind === 'chat' && !this.writeChunk(ctx, f.roleChunk(c))) return;
@@ -591,6 +621,7 @@ class SimulatorServer implements Simulator {
 
   private reset(ctx: Ctx): void {
     ctx.resetting = true;
+    ctx.res.uncork(); // hand the corked events to the socket first: the client must see all n of them
     ctx.req.socket.destroy();
   }
 
@@ -613,8 +644,11 @@ class SimulatorServer implements Simulator {
   }
 
   private pushRecord(record: RequestRecord): void {
-    this.records.push(record);
-    if (this.records.length > this.maxRecords) this.records.splice(0, this.records.length - this.maxRecords);
+    if (this.maxRecords > 0) {
+      this.records.push(record);
+      if (this.records.length > this.maxRecords)
+        this.records.splice(0, this.records.length - this.maxRecords);
+    }
     this.recordedTotal++;
     if (this.requestWaiters.length === 0) return;
     const keep: Waiter[] = [];

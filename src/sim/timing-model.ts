@@ -10,6 +10,12 @@
  *   decodes more slowly, which is what makes load balancing measurable.
  * - At most `maxRunningSeqs` sequences run at once; later requests wait FIFO for a slot before their
  *   prefill starts (see run-queue.ts).
+ * - Prefill compute: with `prefillLanes` 0 (default) every prefill runs independently, so prefill
+ *   costs latency but never capacity. With N > 0 a worker has N prefill lanes (think: the GPU's
+ *   compute for prefill) and prefills queue FIFO on the lane that frees first, so a worker's prefill
+ *   THROUGHPUT is bounded: N / (overhead + uncached tokens x per-token time) per ms. This is what
+ *   makes cache hits raise throughput (not just lower TTFT) and what makes a prefill hotspot hurt,
+ *   as on a real GPU where a long prefill delays every other prefill. Benchmarks use 1.
  * - Every duration is multiplied by `timeScale`; timeScale 0 means "no delays at all".
  *
  * Defaults are loosely a small model on one GPU: 5 ms overhead, 0.05 ms per prefill token (20k tok/s),
@@ -31,6 +37,8 @@ export interface TimingModel {
   maxRunningSeqs: number;
   /** P/D decode: KV transfer cost per prompt token, ms. Default 0.005. */
   kvTransferMsPerToken: number;
+  /** Prefills that compute at once; more queue FIFO. 0 = unbounded (each prefill independent). Default 0. */
+  prefillLanes: number;
 }
 
 export const DEFAULT_TIMING_MODEL: Readonly<TimingModel> = Object.freeze({
@@ -40,6 +48,7 @@ export const DEFAULT_TIMING_MODEL: Readonly<TimingModel> = Object.freeze({
   itlGrowthPerSeq: 0.02,
   maxRunningSeqs: 64,
   kvTransferMsPerToken: 0.005,
+  prefillLanes: 0,
 });
 
 /** Merges overrides onto the defaults and validates them. */
@@ -52,6 +61,9 @@ export function resolveTimingModel(overrides: Partial<TimingModel> = {}): Readon
   }
   if (!Number.isInteger(t.maxRunningSeqs) || t.maxRunningSeqs < 1) {
     throw new RangeError('timing maxRunningSeqs must be a positive integer');
+  }
+  if (!Number.isInteger(t.prefillLanes)) {
+    throw new RangeError('timing prefillLanes must be an integer >= 0');
   }
   return Object.freeze(t);
 }

@@ -114,4 +114,24 @@ describe('Engine (fake clock)', () => {
     const late = seq(engine, 1);
     expect(late.job.state).toBe('done');
   });
+
+  it.each([
+    { lanes: 0, firstTokenAt: [50, 50, 50] },
+    { lanes: 1, firstTokenAt: [50, 100, 150] },
+    { lanes: 2, firstTokenAt: [50, 50, 100] },
+  ])('prefillLanes $lanes: prefills queue on the earliest-free lane', async ({ lanes, firstTokenAt }) => {
+    const engine = new Engine(resolveTimingModel({ prefillLanes: lanes, baseItlMs: 1000 }), 1);
+    const start = Date.now();
+    const at: number[] = [];
+    for (let i = 0; i < 3; i++) {
+      engine.submit({
+        admit: () => 50,
+        outputTokens: 2,
+        onToken: (idx) => idx === 0 && at.push(Date.now() - start),
+      });
+    }
+    await vi.advanceTimersByTimeAsync(200);
+    expect(at).toEqual(firstTokenAt);
+    engine.close();
+  });
 });

@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { request } from 'undici';
 import { startSimulator, type Simulator, type SimulatorOptions } from '../../../src/sim/simulator.js';
-import { getText, postJson, postStream } from './sim-test-client.js';
+import { getText, postJson, postStream, sseEvents } from './sim-test-client.js';
 
 const open: Simulator[] = [];
 async function sim(opts: SimulatorOptions = {}): Promise<Simulator> {
@@ -63,14 +63,31 @@ describe('simulator fault injection', () => {
     ).toBe(429);
   });
 
-  it('resets the socket mid-stream after n chunks', async () => {
+  it.each([
+    { path: '/v1/completions', body: STREAM, n: 2, tokens: 2 },
+    { path: '/v1/completions', body: { ...STREAM, max_tokens: 2 }, n: 3, tokens: 2 }, // after [DONE], before the final chunk
+    {
+      path: '/v1/chat/completions',
+      body: { ...STREAM, messages: [{ role: 'u', content: 'x' }] },
+      n: 1,
+      tokens: 1,
+    },
+  ])('resets the socket right after chunk $n ($path)', async ({ path, body, n, tokens }) => {
     const s = await sim();
-    s.injectFault({ resetAfterChunks: 2 });
-    const res = await post(`${s.url}/v1/completions`, STREAM);
+    s.injectFault({ resetAfterChunks: n });
+    const res = await post(`${s.url}${path}`, body);
     expect(res.statusCode).toBe(200);
-    await expect(res.body.text()).rejects.toThrow();
+    let received = '';
+    let failed = false;
+    try {
+      for await (const chunk of res.body) received += String(chunk);
+    } catch {
+      failed = true;
+    }
+    expect(failed).toBe(true);
+    expect(sseEvents(received)).toHaveLength(n);
     await s.waitForIdle();
-    expect(s.records[0]).toMatchObject({ outcome: 'reset', completionTokens: 2 });
+    expect(s.records[0]).toMatchObject({ outcome: 'reset', completionTokens: tokens });
     expect(s.inFlight()).toBe(0);
     expect(s.running()).toBe(0);
     // The next request is served normally.

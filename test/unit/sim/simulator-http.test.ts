@@ -192,6 +192,13 @@ describe('simulator HTTP', () => {
     await s.waitForRequests(3);
   });
 
+  it('maxRecords 0 keeps no records but still counts requests', async () => {
+    const s = await sim({ maxRecords: 0 });
+    await postJson(`${s.url}/v1/completions`, { prompt: 'a' });
+    await s.waitForRequests(1);
+    expect(s.records).toHaveLength(0);
+  });
+
   it('queues beyond maxRunningSeqs and reports running/waiting', async () => {
     const s = await sim({ ...STALL, timing: { ...STALL.timing, maxRunningSeqs: 1 } });
     const ac = new AbortController();

@@ -1,0 +1,315 @@
+/**
+ * Prefill/decode disaggregation (design sections 5-7).
+ *
+ * For /v1/completions and /v1/chat/completions: reconcile and choose BOTH roles in one synchronous
+ * step before any network I/O (an empty role -> 503 naming the counts, nothing created). Then, by
+ * dispatch mode:
+ *
+ *   sequential  prefill guard taken; the router POSTs the prefill leg itself; the guard is released
+ *               when that call ends in any way (a failed leg is retried on another prefill worker up to
+ *               --prefill-retries); only then is the decode guard taken and the request handed to Envoy
+ *               with the decode body, X-Request-Id and destination. Decode load lives until the response
+ *               body ends, errors, or the client goes away.
+ *   concurrent  both guards at dispatch; the prefill leg runs in the background while Envoy streams the
+ *               decode; each guard ends with its own phase. A failed prefill rejects `failure`, which the
+ *               session turns into a client-visible error (or a reset mid-stream); it does not touch the
+ *               decode guard.
+ *   sidecar     (llm-d) both workers chosen, both guards taken, x-prefiller-host-port names the prefill
+ *               worker and Envoy routes to decode, where a sidecar runs the prefill; the prefill guard is
+ *               released at the first response byte, the decode guard at end of stream.
+ *
+ * Other paths go to a decode worker unchanged (the pass-through dispatcher).
+ */
+import type { Dispatch, Dispatcher, RequestEnd, RouteRequest } from '../extproc/dispatch.js';
+import {
+  DECISION_HEADER,
+  DESTINATION_HEADER,
+  PREFILLER_HEADER,
+  REQUEST_ID_HEADER,
+} from '../extproc/headers.js';
+import { RouterError } from '../request/router-error.js';
+import { describeDecision, guardOutcome, noWorkers, routingContext } from '../routing/pool-dispatcher.js';
+import {
+  choose,
+  commit,
+  guardFor,
+  reserve,
+  type Chosen,
+  type Reservation,
+  type RoutingObserver,
+} from '../routing/selector.js';
+import type { WorkerPool } from '../workers/worker-pool.js';
+import type { Worker } from '../workers/worker.js';
+import type { LoadGuard } from '../workers/load-guard.js';
+import {
+  decodeBody,
+  decodeKvParams,
+  newTransferId,
+  pdRequestId,
+  prefillBody,
+  prefillKvParams,
+  type Json,
+  type KvConnector,
+  type LegContext,
+  type PdDispatchMode,
+} from './kv-transfer.js';
+import { PrefillError, type PrefillClient, type PrefillResult } from './prefill-client.js';
+import { SseUsageRewriter } from './usage-rewriter.js';
+
+export interface PdObserver {
+  prefillEnded?(worker: Worker, outcome: 'ok' | PrefillError['kind'], durationMs: number): void;
+  decodeRouted?(worker: Worker): void;
+  error?(type: string): void;
+}
+
+export interface PdDispatcherOptions {
+  readonly prefillPool: WorkerPool;
+  readonly decodePool: WorkerPool;
+  readonly passthrough: Dispatcher;
+  readonly observer: RoutingObserver;
+  readonly pd?: PdObserver;
+  readonly client: PrefillClient;
+  readonly clock: () => number;
+  readonly connector: KvConnector;
+  readonly dispatch: 'auto' | PdDispatchMode;
+  readonly prefillTimeoutMs: number;
+  readonly prefillRetries: number;
+  readonly decisionHeader: boolean;
+}
+
+const NEVER = new Promise<never>(() => undefined);
+
+export class PdDispatcher implements Dispatcher {
+  constructor(private readonly opts: PdDispatcherOptions) {}
+
+  dispatch(req: RouteRequest, signal: AbortSignal): Dispatch | Promise<Dispatch> {
+    const inf = req.inference;
+    if (!inf) return this.opts.passthrough.dispatch(req, signal);
+    const { prefillPool, decodePool } = this.opts;
+    // --- one synchronous step: reconcile both roles, choose both, before any I/O ---
+    prefillPool.reconcile();
+    decodePool.reconcile();
+    const ctx = routingContext(req);
+    const p = choose(prefillPool, ctx);
+    const d = choose(decodePool, ctx);
+    if (!p || !d) {
+      this.opts.pd?.error?.('no_workers');
+      throw noWorkers([prefillPool, decodePool]);
+    }
+    const mode = this.modeFor(p.decision.worker);
+    if (mode === 'sidecar') return this.sidecar(req, p, d);
+    if (mode === 'concurrent') return this.concurrent(req, p, d);
+    return this.sequential(req, p, d, signal);
+  }
+
+  private modeFor(prefill: Worker): PdDispatchMode {
+    if (this.opts.dispatch !== 'auto') return this.opts.dispatch;
+    if (this.opts.connector === 'moriio' && prefill.metadata.transfer_mode === 'WRITE') return 'concurrent';
+    return 'sequential';
+  }
+
+  private async sequential(req: RouteRequest, p: Chosen, d: Chosen, signal: AbortSignal): Promise<Dispatch> {
+    const { opts } = this;
+    const now = opts.clock();
+    let prefill: Reservation = reserve(opts.prefillPool, p, opts.observer, now);
+    commit(opts.decodePool, d, opts.observer, now);
+    const decodeWorker = d.decision.worker;
+    const transferId = newTransferId(opts.connector);
+    const tried = new Set<Worker>();
+    let result: PrefillResult | undefined;
+    let requestId = '';
+    let ctx: LegContext | undefined;
+    for (let attempt = 0; ; attempt++) {
+      const worker = prefill.decision.worker;
+      tried.add(worker);
+      ctx = {
+        connector: opts.connector,
+        mode: 'sequential',
+        prefill: worker,
+        decode: decodeWorker,
+        transferId,
+      };
+      requestId = pdRequestId(worker, decodeWorker);
+      try {
+        result = await this.runPrefill(req, ctx, requestId, prefill.guard, signal);
+        break;
+      } catch (err) {
+        const e = err as PrefillError;
+        if (e.kind === 'aborted')
+          throw new RouterError('client_cancelled', 499, 'client went away during prefill');
+        const next = attempt < opts.prefillRetries ? this.retryTarget(req, tried) : undefined;
+        if (!next) throw prefillFailure(e, worker);
+        opts.pd?.error?.('prefill_retry');
+        prefill = reserve(opts.prefillPool, next, opts.observer, opts.clock());
+      }
+    }
+    const kv = decodeKvParams(ctx, result.kvTransferParams);
+    if (kv && 'error' in kv) {
+      opts.pd?.error?.('prefill_invalid_response');
+      throw new RouterError(
+        'prefill_failed',
+        502,
+        `prefill worker ${ctx.prefill.url}: ${kv.error as string}`,
+        'bad_gateway',
+      );
+    }
+    const decodeGuard = guardFor(decodeWorker, opts.observer);
+    opts.pd?.decodeRouted?.(decodeWorker);
+    const cached = result.cachedTokens;
+    return this.decodeDispatch(req, d, decodeGuard, requestId, decodeBody(req.inference?.json ?? {}, kv), {
+      cachedTokens: () => cached,
+      prefill: ctx.prefill,
+    });
+  }
+
+  private concurrent(req: RouteRequest, p: Chosen, d: Chosen): Dispatch {
+    const { opts } = this;
+    const now = opts.clock();
+    const prefill = reserve(opts.prefillPool, p, opts.observer, now);
+    const decode = reserve(opts.decodePool, d, opts.observer, now);
+    opts.pd?.decodeRouted?.(decode.decision.worker);
+    const ctx: LegContext = {
+      connector: opts.connector,
+      mode: 'concurrent',
+      prefill: prefill.decision.worker,
+      decode: decode.decision.worker,
+      transferId: newTransferId(opts.connector),
+    };
+    const requestId = pdRequestId(ctx.prefill, ctx.decode);
+    // The leg has its own abort: it is cancelled when the request ends without a response.
+    const legAbort = new AbortController();
+    let cached: number | undefined;
+    const leg = this.runPrefill(req, ctx, requestId, prefill.guard, legAbort.signal).then(
+      (r) => {
+        cached = r.cachedTokens;
+        return NEVER;
+      },
+      (err: PrefillError) => {
+        throw err.kind === 'aborted'
+          ? new RouterError('client_cancelled', 499, 'request ended')
+          : prefillFailure(err, ctx.prefill);
+      },
+    );
+    leg.catch(() => undefined); // observed by the session through `failure`
+    const kv = decodeKvParams(ctx, undefined) as Json | undefined;
+    return this.decodeDispatch(req, d, decode.guard, requestId, decodeBody(req.inference?.json ?? {}, kv), {
+      cachedTokens: () => cached,
+      prefill: ctx.prefill,
+      failure: leg,
+      onFinish: (end) => {
+        if (end.kind !== 'response') legAbort.abort();
+      },
+    });
+  }
+
+  private sidecar(req: RouteRequest, p: Chosen, d: Chosen): Dispatch {
+    const { opts } = this;
+    const now = opts.clock();
+    const prefill = reserve(opts.prefillPool, p, opts.observer, now);
+    const decode = reserve(opts.decodePool, d, opts.observer, now);
+    opts.pd?.decodeRouted?.(decode.decision.worker);
+    const dispatch = this.decodeDispatch(req, d, decode.guard, undefined, undefined, {
+      prefill: prefill.decision.worker,
+      onFinish: (end) => prefill.guard.release(guardOutcome(end)),
+    });
+    return {
+      ...dispatch,
+      setHeaders: { ...dispatch.setHeaders, [PREFILLER_HEADER]: prefill.decision.worker.endpoint },
+      onResponseStart: (status) => prefill.guard.release(status >= 500 ? 'error' : 'success'),
+    };
+  }
+
+  /** Runs one prefill leg; its guard is released when the call ends, whatever the outcome. */
+  private async runPrefill(
+    req: RouteRequest,
+    ctx: LegContext,
+    requestId: string,
+    guard: LoadGuard,
+    signal: AbortSignal,
+  ): Promise<PrefillResult> {
+    const started = performance.now();
+    const body = Buffer.from(JSON.stringify(prefillBody(req.inference?.json ?? {}, prefillKvParams(ctx))));
+    try {
+      const r = await this.opts.client.send(
+        ctx.prefill,
+        req.path,
+        body,
+        req.headers,
+        requestId,
+        signal,
+        this.opts.prefillTimeoutMs,
+      );
+      guard.release('success');
+      this.opts.pd?.prefillEnded?.(ctx.prefill, 'ok', performance.now() - started);
+      return r;
+    } catch (err) {
+      const e = err instanceof PrefillError ? err : new PrefillError('transport', (err as Error).message);
+      guard.release(e.kind === 'aborted' ? 'cancelled' : 'error');
+      this.opts.pd?.prefillEnded?.(ctx.prefill, e.kind, performance.now() - started);
+      if (e.kind !== 'aborted') this.opts.pd?.error?.(`prefill_${e.kind}`);
+      throw e;
+    }
+  }
+
+  /** Another selectable prefill worker for a retry (synchronous reconcile + choose), if any. */
+  private retryTarget(req: RouteRequest, tried: ReadonlySet<Worker>): Chosen | undefined {
+    this.opts.prefillPool.reconcile();
+    return choose(this.opts.prefillPool, routingContext(req), tried);
+  }
+
+  private decodeDispatch(
+    req: RouteRequest,
+    d: Chosen,
+    guard: LoadGuard,
+    requestId: string | undefined,
+    body: Json | undefined,
+    extra: {
+      cachedTokens?: () => number | undefined;
+      prefill: Worker;
+      failure?: Promise<never>;
+      onFinish?: (end: RequestEnd) => void;
+    },
+  ): Dispatch {
+    const worker = d.decision.worker;
+    const setHeaders: Record<string, string> = { [DESTINATION_HEADER]: worker.endpoint };
+    if (requestId) setHeaders[REQUEST_ID_HEADER] = requestId;
+    const rewriter =
+      req.inference?.stream && extra.cachedTokens ? new SseUsageRewriter(extra.cachedTokens) : undefined;
+    const decisionHeader = this.opts.decisionHeader;
+    const prefillPolicy = this.opts.prefillPool.policy.name;
+    return {
+      worker,
+      decision: d.decision,
+      setHeaders,
+      body: body ? Buffer.from(JSON.stringify(body)) : undefined,
+      failure: extra.failure,
+      responseHeaders: decisionHeader
+        ? () => ({
+            [DECISION_HEADER]: `${describeDecision(this.opts.decodePool.policy.name, d.decision)}; prefill=${extra.prefill.url} (${prefillPolicy})`,
+          })
+        : undefined,
+      transformResponseChunk: rewriter ? (chunk, eos) => rewriter.transform(chunk, eos) : undefined,
+      finish: (end) => {
+        guard.release(guardOutcome(end));
+        extra.onFinish?.(end);
+      },
+    };
+  }
+}
+
+function prefillFailure(e: PrefillError, worker: Worker): RouterError {
+  const what =
+    e.kind === 'status'
+      ? `answered ${e.status}`
+      : e.kind === 'timeout'
+        ? 'timed out'
+        : e.kind === 'invalid_response'
+          ? 'sent an invalid response'
+          : 'was unreachable';
+  return new RouterError(
+    e.kind === 'timeout' ? 'prefill_timeout' : 'prefill_failed',
+    502,
+    `prefill worker ${worker.url} ${what}${e.status ? '' : `: ${e.message}`}`,
+    'bad_gateway',
+  );
+}

@@ -1,0 +1,158 @@
+/**
+ * Sends the prefill leg of a P/D request straight to the prefill worker (not through Envoy): undici
+ * with a keep-alive connection pool per worker origin. Every way the call can fail becomes a
+ * PrefillError with a kind the caller maps to a 502 / retry / metric.
+ */
+import { Agent, request, errors as undiciErrors } from 'undici';
+import type { Worker } from '../workers/worker.js';
+
+export type PrefillErrorKind = 'status' | 'timeout' | 'transport' | 'invalid_response' | 'aborted';
+
+export class PrefillError extends Error {
+  constructor(
+    readonly kind: PrefillErrorKind,
+    message: string,
+    readonly status?: number,
+  ) {
+    super(message);
+    this.name = 'PrefillError';
+  }
+}
+
+export interface PrefillResult {
+  readonly status: number;
+  /** The prefill response's `kv_transfer_params`, when it had some. */
+  readonly kvTransferParams: Record<string, unknown> | undefined;
+  /** `usage.prompt_tokens_details.cached_tokens` as the prefill worker reported it. */
+  readonly cachedTokens: number | undefined;
+}
+
+/** Client headers that must not be forwarded to the prefill worker. */
+const DROP = new Set([
+  'host',
+  'connection',
+  'keep-alive',
+  'transfer-encoding',
+  'te',
+  'trailer',
+  'upgrade',
+  'proxy-connection',
+  'proxy-authorization',
+  'content-length',
+  'expect',
+  'accept-encoding',
+  'x-request-id',
+  'x-gateway-destination-endpoint',
+  'x-prefiller-host-port',
+]);
+
+const MAX_PREFILL_RESPONSE = 8 * 1024 * 1024;
+
+export class PrefillClient {
+  private readonly agent = new Agent({
+    keepAliveTimeout: 30_000,
+    keepAliveMaxTimeout: 600_000,
+    pipelining: 1,
+  });
+  private closed = false;
+
+  async send(
+    worker: Worker,
+    path: string,
+    body: Buffer,
+    clientHeaders: Readonly<Record<string, string>>,
+    requestId: string,
+    signal: AbortSignal,
+    timeoutMs: number,
+  ): Promise<PrefillResult> {
+    const headers: Record<string, string> = {};
+    for (const [k, v] of Object.entries(clientHeaders)) {
+      if (k.charCodeAt(0) !== 58 /* : */ && !DROP.has(k) && !k.startsWith('x-envoy-')) headers[k] = v;
+    }
+    headers['content-type'] = 'application/json';
+    headers['x-request-id'] = requestId;
+    const timeout = AbortSignal.timeout(timeoutMs);
+    const both = AbortSignal.any([signal, timeout]);
+    try {
+      const res = await request(`http://${worker.endpoint}${path}`, {
+        method: 'POST',
+        headers,
+        body,
+        signal: both,
+        dispatcher: this.agent,
+        headersTimeout: timeoutMs,
+        bodyTimeout: timeoutMs,
+      });
+      const text = await readLimited(res.body, MAX_PREFILL_RESPONSE);
+      if (res.statusCode < 200 || res.statusCode >= 300) {
+        throw new PrefillError(
+          'status',
+          `prefill worker ${worker.url} answered ${res.statusCode}: ${text.slice(0, 200)}`,
+          res.statusCode,
+        );
+      }
+      let json: unknown;
+      try {
+        json = JSON.parse(text);
+      } catch {
+        throw new PrefillError(
+          'invalid_response',
+          `prefill worker ${worker.url} answered with invalid JSON`,
+          res.statusCode,
+        );
+      }
+      const obj = (typeof json === 'object' && json !== null ? json : {}) as Record<string, unknown>;
+      const kv = obj.kv_transfer_params;
+      const usage = obj.usage as { prompt_tokens_details?: { cached_tokens?: unknown } } | undefined;
+      const cached = usage?.prompt_tokens_details?.cached_tokens;
+      return {
+        status: res.statusCode,
+        kvTransferParams:
+          typeof kv === 'object' && kv !== null && !Array.isArray(kv)
+            ? (kv as Record<string, unknown>)
+            : undefined,
+        cachedTokens: typeof cached === 'number' ? cached : undefined,
+      };
+    } catch (err) {
+      if (err instanceof PrefillError) throw err;
+      if (signal.aborted) throw new PrefillError('aborted', 'client went away during prefill');
+      if (
+        timeout.aborted ||
+        err instanceof undiciErrors.HeadersTimeoutError ||
+        err instanceof undiciErrors.BodyTimeoutError
+      ) {
+        throw new PrefillError(
+          'timeout',
+          `prefill worker ${worker.url} did not answer within ${timeoutMs} ms`,
+        );
+      }
+      throw new PrefillError(
+        'transport',
+        `prefill worker ${worker.url} unreachable: ${(err as Error).message}`,
+      );
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await this.agent.destroy();
+  }
+}
+
+async function readLimited(
+  body: AsyncIterable<Buffer> & { destroy?(): void },
+  limit: number,
+): Promise<string> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of body) {
+    size += chunk.length;
+    if (size > limit) {
+      body.destroy?.();
+      throw new PrefillError('invalid_response', `prefill response larger than ${limit} bytes`);
+    }
+    chunks.push(chunk);
+  }
+  return Buffer.concat(chunks).toString('utf8');
+}

@@ -1,0 +1,345 @@
+/**
+ * Prefill/decode disaggregation through a real Envoy: the router runs the prefill leg itself and
+ * steers Envoy to the decode worker. Load must follow each phase exactly (design sections 5-7).
+ */
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import OpenAI from 'openai';
+import { startPdStack, type PdStack } from '../support/pd-stack.js';
+import { expectAllLoadsZero, metricsText } from '../support/router-fixture.js';
+import { waitFor } from '../support/wait-for.js';
+import { startSimulator } from '../../src/sim/simulator.js';
+import { startTestRouter } from '../support/router-fixture.js';
+import { startEnvoy } from '../../src/envoy/envoy-process.js';
+
+const SLOW_PREFILL = { timeScale: 1, timing: { overheadMs: 400 } };
+const PACED_DECODE = { timeScale: 1, timing: { overheadMs: 1, baseItlMs: 60 } };
+
+function post(
+  url: string,
+  path: string,
+  body: unknown,
+  signal?: AbortSignal,
+  headers: Record<string, string> = {},
+) {
+  return fetch(`${url}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: JSON.stringify(body),
+    signal,
+  });
+}
+
+describe('sequential P/D (NIXL)', () => {
+  let s: PdStack;
+  beforeAll(async () => {
+    s = await startPdStack({
+      prefill: 2,
+      decode: 1,
+      prefillSim: SLOW_PREFILL,
+      decodeSim: PACED_DECODE,
+      router: { prefillRetries: 1 },
+    });
+  });
+  afterAll(async () => s.close());
+  afterEach(async () => {
+    for (const sim of [...s.prefill, ...s.decode]) sim.clearFaults();
+    await expectAllLoadsZero(s.router);
+  });
+  const prefillLoad = () => s.prefill.reduce((n, p) => n + s.load(p), 0);
+  const decodeLoad = () => s.load(s.decode[0]!);
+
+  it('loads prefill only during prefill, then decode only until the last chunk', async () => {
+    const res = post(s.url, '/v1/completions', {
+      model: 'sim-model',
+      prompt: 'sequential phases',
+      max_tokens: 5,
+      stream: true,
+    });
+    await waitFor(() => prefillLoad() === 1);
+    expect(decodeLoad()).toBe(0);
+    const r = await res;
+    expect(r.status).toBe(200);
+    const reader = r.body!.getReader();
+    const decoder = new TextDecoder();
+    let text = '';
+    const duringDecode: Array<[number, number]> = [];
+    while (true) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      text += decoder.decode(value);
+      if (!text.includes('[DONE]') && !text.includes('"finish_reason":"length"'))
+        duringDecode.push([prefillLoad(), decodeLoad()]);
+    }
+    expect(duringDecode.length).toBeGreaterThan(0);
+    expect(new Set(duringDecode.map(([p, d]) => `${p}/${d}`))).toEqual(new Set(['0/1']));
+    expect(text).toContain('[DONE]');
+    await waitFor(() => decodeLoad() === 0);
+    // The legs did not overlap, and both carried the same P/D request id.
+    const d = s.decode[0]!.records.at(-1)!;
+    const p = s.prefill.flatMap((x) => x.records).find((x) => x.requestId === d.requestId)!;
+    expect(d.requestId).toMatch(/^___prefill_addr_.+___decode_addr_.+_[0-9a-f]{32}$/);
+    expect(p.endMs!).toBeLessThanOrEqual(d.startMs);
+    expect((p.body as { max_tokens: number; stream: boolean }).max_tokens).toBe(1);
+    expect(
+      (d.body as { kv_transfer_params: { remote_engine_id: string } }).kv_transfer_params.remote_engine_id,
+    ).toBeTruthy();
+  });
+
+  it('answers 502 naming the prefill worker when every prefill attempt fails, with both loads back to 0', async () => {
+    for (const p of s.prefill) p.injectFault({ status: 500 }, { count: 2 });
+    const r = await post(s.url, '/v1/completions', { model: 'sim-model', prompt: 'doomed', max_tokens: 3 });
+    expect(r.status).toBe(502);
+    const body = (await r.json()) as { error: { message: string; code: string } };
+    expect(body.error.code).toBe('prefill_failed');
+    expect(body.error.message).toMatch(/prefill worker http:\/\/127\.0\.0\.1:\d+ answered 500/);
+    expect(
+      s.decode[0]!.records.filter((x) => (x.body as { prompt?: string })?.prompt === 'doomed'),
+    ).toHaveLength(0);
+    expect(await metricsText(s.router)).toMatch(
+      /vllm_router_pd_errors_total\{error_type="prefill_status"\} [1-9]/,
+    );
+  });
+
+  it('retries a failed prefill once on another prefill worker', async () => {
+    const before = s.prefill.map((p) => p.records.length);
+    // One prefill worker fails its next request: whichever request lands there is retried on the other.
+    s.prefill[0]!.injectFault({ status: 503 });
+    let ok = 0;
+    for (let i = 0; i < 2; i++) {
+      const r = await post(s.url, '/v1/completions', {
+        model: 'sim-model',
+        prompt: `retry ${i}`,
+        max_tokens: 2,
+      });
+      await r.text();
+      if (r.status === 200) ok++;
+    }
+    expect(ok).toBe(2);
+    const after = s.prefill.map((p) => p.records.length);
+    expect(after[0]! - before[0]! + after[1]! - before[1]!).toBe(3);
+    expect(await metricsText(s.router)).toMatch(
+      /vllm_router_pd_errors_total\{error_type="prefill_retry"\} [1-9]/,
+    );
+  });
+
+  it('aborts the prefill leg and releases its guard when the client goes away during prefill', async () => {
+    const ac = new AbortController();
+    const pending = post(
+      s.url,
+      '/v1/completions',
+      { model: 'sim-model', prompt: 'never mind', max_tokens: 3 },
+      ac.signal,
+    ).catch((e: Error) => e);
+    await waitFor(() => prefillLoad() === 1);
+    ac.abort();
+    await pending;
+    await waitFor(() => prefillLoad() === 0);
+    const rec = s.prefill
+      .flatMap((p) => p.records)
+      .find((x) => (x.body as { prompt?: string }).prompt === 'never mind');
+    await waitFor(() => rec?.outcome === 'aborted');
+    expect(decodeLoad()).toBe(0);
+  });
+
+  it('releases the decode guard on client drop after headers and on an upstream reset', async () => {
+    const ac = new AbortController();
+    const r = await post(
+      s.url,
+      '/v1/completions',
+      { model: 'sim-model', prompt: 'drop me', max_tokens: 40, stream: true },
+      ac.signal,
+    );
+    const reader = r.body!.getReader();
+    await reader.read();
+    expect(decodeLoad()).toBe(1);
+    ac.abort();
+    await waitFor(() => decodeLoad() === 0);
+
+    s.decode[0]!.injectFault({ resetAfterChunks: 2 });
+    const r2 = await post(s.url, '/v1/completions', {
+      model: 'sim-model',
+      prompt: 'reset me',
+      max_tokens: 40,
+      stream: true,
+    });
+    await r2.text().catch(() => '');
+    await waitFor(() => decodeLoad() === 0);
+  });
+
+  it('streams a P/D chat completion with the official openai client and reports the prefill cached tokens', async () => {
+    const openai = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: 'unused', maxRetries: 0 });
+    const messages = [
+      { role: 'system' as const, content: 'A long shared system prompt. '.repeat(30) },
+      { role: 'user' as const, content: 'hello' },
+    ];
+    let usage: OpenAI.CompletionUsage | undefined | null;
+    let content = '';
+    for await (const chunk of await openai.chat.completions.create({
+      model: 'sim-model',
+      messages,
+      max_tokens: 4,
+      stream: true,
+      stream_options: { include_usage: true },
+    })) {
+      content += chunk.choices[0]?.delta?.content ?? '';
+      if (chunk.usage) usage = chunk.usage;
+    }
+    expect(content.length).toBeGreaterThan(0);
+    expect(usage?.completion_tokens).toBe(4);
+    const d = s.decode[0]!.records.at(-1)!;
+    const p = s.prefill.flatMap((x) => x.records).find((x) => x.requestId === d.requestId)!;
+    // The decode worker claims the whole prompt as cached; the client sees what prefill computed.
+    expect(d.cachedTokens).toBe(d.promptTokens);
+    expect(usage?.prompt_tokens_details?.cached_tokens).toBe(p.cachedTokens);
+    expect(p.cachedTokens).toBeLessThan(p.promptTokens);
+  });
+});
+
+describe('concurrent P/D (MoRI-IO WRITE)', () => {
+  let s: PdStack;
+  beforeAll(async () => {
+    s = await startPdStack({
+      prefill: 1,
+      decode: 1,
+      prefillSim: SLOW_PREFILL,
+      decodeSim: { timeScale: 1, timing: { overheadMs: 1, baseItlMs: 150 } },
+      router: { kvConnector: 'moriio', pdDispatch: 'concurrent' },
+    });
+  });
+  afterAll(async () => s.close());
+  afterEach(async () => {
+    for (const sim of [...s.prefill, ...s.decode]) sim.clearFaults();
+    await expectAllLoadsZero(s.router);
+  });
+  const pl = () => s.load(s.prefill[0]!);
+  const dl = () => s.load(s.decode[0]!);
+
+  it('runs both legs at once; each guard ends with its own phase', async () => {
+    const r = post(s.url, '/v1/completions', {
+      model: 'sim-model',
+      prompt: 'overlap',
+      max_tokens: 8,
+      stream: true,
+    });
+    await waitFor(() => pl() === 1 && dl() === 1);
+    const res = await r;
+    const text = await res.text();
+    expect(res.status).toBe(200);
+    expect(text).toContain('[DONE]');
+    await waitFor(() => pl() === 0 && dl() === 0);
+    const d = s.decode[0]!.records.at(-1)!;
+    const p = s.prefill[0]!.records.find((x) => x.requestId === d.requestId)!;
+    expect(d.startMs).toBeLessThan(p.endMs!);
+    expect(
+      (d.body as { kv_transfer_params: { transfer_id: string } }).kv_transfer_params.transfer_id,
+    ).toMatch(/^tx-/);
+    expect((p.body as { kv_transfer_params: { transfer_id: string } }).kv_transfer_params.transfer_id).toBe(
+      (d.body as { kv_transfer_params: { transfer_id: string } }).kv_transfer_params.transfer_id,
+    );
+  });
+
+  it('a decode error while prefill is still running releases decode only', async () => {
+    s.decode[0]!.injectFault({ status: 500 });
+    const r = await post(s.url, '/v1/completions', {
+      model: 'sim-model',
+      prompt: 'decode fails',
+      max_tokens: 3,
+    });
+    expect(r.status).toBe(500);
+    await r.text();
+    await waitFor(() => dl() === 0);
+    expect(pl()).toBe(1);
+    await waitFor(() => pl() === 0);
+  });
+
+  it('a failed prefill becomes a client-visible error, not a hang', async () => {
+    s.prefill[0]!.injectFault({ status: 500 });
+    s.decode[0]!.injectFault({ hang: true });
+    const r = await post(s.url, '/v1/completions', {
+      model: 'sim-model',
+      prompt: 'prefill fails',
+      max_tokens: 3,
+    });
+    expect(r.status).toBe(502);
+    const body = (await r.json()) as { error: { code: string } };
+    expect(body.error.code).toBe('prefill_failed');
+    await waitFor(() => pl() === 0 && dl() === 0);
+  });
+});
+
+describe('P/D edge cases', () => {
+  it('answers 503 naming the counts when a role is empty, creating no worker, guard or tree state', async () => {
+    const prefill = await startSimulator({ role: 'prefill', timeScale: 0 });
+    const router = await startTestRouter({
+      mode: 'pd',
+      prefill: [prefill.url],
+      decode: [],
+      prefillPolicy: 'cache_aware',
+    });
+    const envoy = await startEnvoy({ routers: [{ host: '127.0.0.1', port: router.grpcPort }] });
+    try {
+      const r = await post(`http://127.0.0.1:${envoy.listenerPort}`, '/v1/completions', {
+        model: 'm',
+        prompt: 'x',
+        max_tokens: 1,
+      });
+      expect(r.status).toBe(503);
+      const body = (await r.json()) as { error: { message: string } };
+      expect(body.error.message).toBe('No workers available: 1 prefill, 0 decode');
+      const [w] = router.workers();
+      expect(w?.processed).toBe(0);
+      expect(prefill.records).toHaveLength(0);
+      const tree = (
+        router.pools.prefill.policy as unknown as { treeChars(): Map<string, number> }
+      ).treeChars();
+      expect([...tree.values()].reduce((a, b) => a + b, 0)).toBe(0);
+      await expectAllLoadsZero(router);
+    } finally {
+      await envoy.close();
+      await router.close();
+      await prefill.close();
+    }
+  });
+
+  it('keeps a prefill and a decode worker at the same URL as separate resources', async () => {
+    // A P2P NCCL worker that serves both roles at one URL (a 'regular' simulator accepts both legs).
+    const both = await startSimulator({ role: 'regular', kvConnector: 'p2pnccl', ...PACED_DECODE });
+    const router = await startTestRouter({
+      mode: 'pd',
+      prefill: [both.url],
+      decode: [both.url],
+      kvConnector: 'p2pnccl',
+    });
+    const envoy = await startEnvoy({ routers: [{ host: '127.0.0.1', port: router.grpcPort }] });
+    try {
+      const workers = router.workers();
+      expect(workers.map((w) => w.role).sort()).toEqual(['decode', 'prefill']);
+      const [pw, dw] = [
+        workers.find((w) => w.role === 'prefill')!,
+        workers.find((w) => w.role === 'decode')!,
+      ];
+      expect(pw).not.toBe(dw);
+      const r = await post(`http://127.0.0.1:${envoy.listenerPort}`, '/v1/completions', {
+        model: 'sim-model',
+        prompt: 'same url',
+        max_tokens: 6,
+        stream: true,
+      });
+      const reader = r.body!.getReader();
+      await reader.read();
+      expect(dw.load).toBe(1);
+      expect(pw.load).toBe(0);
+      while (!(await reader.read()).done) {
+        /* drain */
+      }
+      await expectAllLoadsZero(router);
+      expect(pw.processed).toBe(1);
+      const decodeRec = both.records.at(-1)!;
+      expect(decodeRec.p2p?.prefillAddr).toBe(pw.kvAddress);
+    } finally {
+      await envoy.close();
+      await router.close();
+      await both.close();
+    }
+  });
+});

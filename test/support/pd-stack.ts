@@ -1,0 +1,75 @@
+/** A P/D stack for end-to-end tests: prefill and decode simulators, the router in pd mode, real Envoy. */
+import { startEnvoy, type EnvoyHandle } from '../../src/envoy/envoy-process.js';
+import type { Config } from '../../src/config.js';
+import type { Router } from '../../src/router.js';
+import { startSimulator, type Simulator, type SimulatorOptions } from '../../src/sim/simulator.js';
+import { startTestRouter } from './router-fixture.js';
+
+export interface PdStack {
+  readonly envoy: EnvoyHandle;
+  readonly router: Router;
+  readonly prefill: Simulator[];
+  readonly decode: Simulator[];
+  readonly url: string;
+  /** Load of the router's Worker for this simulator in the given role. */
+  load(sim: Simulator, role?: 'prefill' | 'decode'): number;
+  close(): Promise<void>;
+}
+
+export async function startPdStack(opts: {
+  prefill?: number;
+  decode?: number;
+  prefillSim?: SimulatorOptions;
+  decodeSim?: SimulatorOptions;
+  router?: Partial<Config>;
+}): Promise<PdStack> {
+  const prefill: Simulator[] = [];
+  const decode: Simulator[] = [];
+  let router: Router | undefined;
+  let envoy: EnvoyHandle | undefined;
+  try {
+    const connector = opts.router?.kvConnector ?? 'nixl';
+    for (let i = 0; i < (opts.prefill ?? 1); i++) {
+      prefill.push(
+        await startSimulator({ role: 'prefill', kvConnector: connector, timeScale: 0, ...opts.prefillSim }),
+      );
+    }
+    for (let i = 0; i < (opts.decode ?? 1); i++) {
+      decode.push(
+        await startSimulator({ role: 'decode', kvConnector: connector, timeScale: 0, ...opts.decodeSim }),
+      );
+    }
+    router = await startTestRouter({
+      mode: 'pd',
+      prefill: prefill.map((s) => s.url),
+      decode: decode.map((s) => s.url),
+      prefillPolicy: 'round_robin',
+      decodePolicy: 'round_robin',
+      ...opts.router,
+    });
+    envoy = await startEnvoy({ routers: [{ host: '127.0.0.1', port: router.grpcPort }] });
+  } catch (err) {
+    await envoy?.close();
+    await router?.close();
+    await Promise.all([...prefill, ...decode].map((s) => s.close()));
+    throw err;
+  }
+  const r = router;
+  const e = envoy;
+  return {
+    envoy: e,
+    router: r,
+    prefill,
+    decode,
+    url: `http://127.0.0.1:${e.listenerPort}`,
+    load(sim, role) {
+      const want = role ?? sim.role;
+      return r.workers().find((w) => w.url === sim.url && w.role === want)?.load ?? -1;
+    },
+    async close() {
+      await e.close();
+      await r.close();
+      await Promise.all([...prefill, ...decode].map((s) => s.close()));
+    },
+  };
+}
