@@ -9,8 +9,9 @@
  * `[head, tail].join('')` with two non-empty parts is built by V8's array-join builtin into a newly
  * allocated sequential string, copying the characters (a memcpy, ~0.1 ns per character measured on
  * the project machine) and referencing neither part. We prefer it to the `Number(s)` / `s | 0`
- * flattening trick (flatstr), which only flattens cons strings, and which an optimising compiler may
- * drop as dead code: measured, the result of `Number(a + b)` was left unflattened in optimised code.
+ * flattening trick (flatstr), which only flattens cons strings and whose unused result an optimising
+ * compiler may drop: measured, `c = a + b; Number(c)` on 32 KB took ~1 ns per KB in optimised code,
+ * i.e. nothing was copied and `c` still referenced both halves.
  * Strings shorter than 13 UTF-16 code units are never sliced or cons strings in V8: they are already
  * flat copies and are returned as they are.
  *

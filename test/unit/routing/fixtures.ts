@@ -1,0 +1,65 @@
+import type { Decision, Policy, SelectionInput } from '../../../src/routing/policy.js';
+import { LoadGuard } from '../../../src/workers/load-guard.js';
+import { Worker } from '../../../src/workers/worker.js';
+
+/** Workers w0..w(n-1) at distinct URLs, generation 1, optional initial loads. */
+export function makeWorkers(n: number, loads: readonly number[] = []): Worker[] {
+  return Array.from({ length: n }, (_, i) => {
+    const w = makeWorker(i);
+    w.load = loads[i] ?? 0;
+    return w;
+  });
+}
+
+export function makeWorker(i: number, generation = 1): Worker {
+  const port = 8000 + i;
+  return new Worker({
+    role: 'regular',
+    url: `http://10.0.0.1:${port}`,
+    endpoint: `10.0.0.1:${port}`,
+    generation,
+  });
+}
+
+export function input(workers: readonly Worker[], over: Partial<SelectionInput> = {}): SelectionInput {
+  return { workers, model: 'm', text: '', headers: {}, ...over };
+}
+
+/**
+ * Does what a pool does in one synchronous step: select, take the guard, routed. Returns the decision
+ * and the guard (release it to model completion).
+ */
+export function route(
+  policy: Policy,
+  sel: SelectionInput,
+  nowMs = 0,
+): { decision: Decision; guard: LoadGuard } {
+  const decision = policy.select(sel);
+  const guard = new LoadGuard(decision.worker);
+  policy.routed?.(decision, sel, nowMs);
+  return { decision, guard };
+}
+
+/** A deterministic rng cycling through the given values. */
+export function sequenceRng(values: readonly number[]): () => number {
+  let i = 0;
+  return () => values[i++ % values.length] as number;
+}
+
+/** Mulberry32: a small seeded uniform generator for distribution tests. */
+export function seededRng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+export function counts(ids: Iterable<string>): Map<string, number> {
+  const out = new Map<string, number>();
+  for (const id of ids) out.set(id, (out.get(id) ?? 0) + 1);
+  return out;
+}
