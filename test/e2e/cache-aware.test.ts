@@ -44,14 +44,23 @@ describe('cache-aware routing through Envoy', () => {
       });
       expect(res.status).toBe(200);
       const d = res.headers.get('x-vllm-router-decision') ?? '';
-      decisions.push({ branch: /branch=(\w+)/.exec(d)?.[1] ?? '', worker: /worker=(\S+)/.exec(d)?.[1] ?? '' });
+      decisions.push({
+        branch: /branch=(\w+)/.exec(d)?.[1] ?? '',
+        worker: /worker=(\S+)/.exec(d)?.[1] ?? '',
+      });
       // Do not read the body: the stream stays in flight and holds its load.
     }
     const owner = decisions[0]!.worker;
     // 1st: empty tree -> least loaded; 2nd and 3rd: affinity (owner load 1, 2 <= mean + 2);
     // 4th: owner load 3 > mean*1.5 and > mean+2 -> yields; 5th: follows the best match among the
     // now two holders of the prefix, the least loaded of them.
-    expect(decisions.map((d) => d.branch)).toEqual(['low_match', 'cache_hit', 'cache_hit', 'imbalance', 'cache_hit']);
+    expect(decisions.map((d) => d.branch)).toEqual([
+      'low_match',
+      'cache_hit',
+      'cache_hit',
+      'imbalance',
+      'cache_hit',
+    ]);
     expect(decisions.slice(0, 3).every((d) => d.worker === owner)).toBe(true);
     expect(decisions[3]!.worker).not.toBe(owner);
     expect(decisions[4]!.worker).toBe(decisions[3]!.worker);
