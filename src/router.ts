@@ -188,6 +188,8 @@ export async function startRouter(config: Readonly<Config>, deps: RouterDeps = {
       hooks: {
         onRegister: (e, event) => metrics.discoveryEvents.inc({ role: e.role, event }),
         onReject: (reason) => metrics.discoveryRejected.inc({ reason }),
+        // libzmq drops oversized frames by disconnecting the sender; vLLM exits look the same.
+        onPeerDisconnect: () => metrics.discoveryEvents.inc({ role: 'unknown', event: 'peer_disconnected' }),
       },
     });
     discoveryEndpoint = await discovery.start();

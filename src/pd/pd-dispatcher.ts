@@ -111,38 +111,17 @@ export class PdDispatcher implements Dispatcher {
   private async sequential(req: RouteRequest, p: Chosen, d: Chosen, signal: AbortSignal): Promise<Dispatch> {
     const { opts } = this;
     const now = opts.clock();
-    let prefill: Reservation = reserve(opts.prefillPool, p, opts.observer, now);
+    const prefill = reserve(opts.prefillPool, p, opts.observer, now);
     commit(opts.decodePool, d, opts.observer, now);
     const decodeWorker = d.decision.worker;
     const transferId = newTransferId(opts.connector);
-    const tried = new Set<Worker>();
-    let result: PrefillResult | undefined;
-    let requestId = '';
-    let ctx: LegContext | undefined;
-    for (let attempt = 0; ; attempt++) {
-      const worker = prefill.decision.worker;
-      tried.add(worker);
-      ctx = {
-        connector: opts.connector,
-        mode: 'sequential',
-        prefill: worker,
-        decode: decodeWorker,
-        transferId,
-      };
-      requestId = pdRequestId(worker, decodeWorker);
-      try {
-        result = await this.runPrefill(req, ctx, requestId, prefill.guard, signal);
-        break;
-      } catch (err) {
-        const e = err as PrefillError;
-        if (e.kind === 'aborted')
-          throw new RouterError('client_cancelled', 499, 'client went away during prefill');
-        const next = attempt < opts.prefillRetries ? this.retryTarget(req, tried) : undefined;
-        if (!next) throw prefillFailure(e, worker);
-        opts.pd?.error?.('prefill_retry');
-        prefill = reserve(opts.prefillPool, next, opts.observer, opts.clock());
-      }
-    }
+    const { result, ctx, requestId } = await this.prefillWithRetries(
+      req,
+      prefill,
+      decodeWorker,
+      transferId,
+      signal,
+    );
     const kv = decodeKvParams(ctx, result.kvTransferParams);
     if (kv && 'error' in kv) {
       opts.pd?.error?.('prefill_invalid_response');
@@ -217,6 +196,43 @@ export class PdDispatcher implements Dispatcher {
       setHeaders: { ...dispatch.setHeaders, [PREFILLER_HEADER]: prefill.decision.worker.endpoint },
       onResponseStart: (status) => prefill.guard.release(status >= 500 ? 'error' : 'success'),
     };
+  }
+
+  /** Sequential prefill: on failure, retry on another selectable prefill worker (bounded). */
+  private async prefillWithRetries(
+    req: RouteRequest,
+    first: Reservation,
+    decodeWorker: Worker,
+    transferId: string,
+    signal: AbortSignal,
+  ): Promise<{ result: PrefillResult; ctx: LegContext; requestId: string }> {
+    const { opts } = this;
+    const tried = new Set<Worker>();
+    let prefill = first;
+    for (let attempt = 0; ; attempt++) {
+      const worker = prefill.decision.worker;
+      tried.add(worker);
+      const ctx: LegContext = {
+        connector: opts.connector,
+        mode: 'sequential',
+        prefill: worker,
+        decode: decodeWorker,
+        transferId,
+      };
+      // The request id names the prefill peer, so each attempt gets its own.
+      const requestId = pdRequestId(worker, decodeWorker);
+      try {
+        return { result: await this.runPrefill(req, ctx, requestId, prefill.guard, signal), ctx, requestId };
+      } catch (err) {
+        const e = err as PrefillError;
+        if (e.kind === 'aborted')
+          throw new RouterError('client_cancelled', 499, 'client went away during prefill');
+        const next = attempt < opts.prefillRetries ? this.retryTarget(req, tried) : undefined;
+        if (!next) throw prefillFailure(e, worker);
+        opts.pd?.error?.('prefill_retry');
+        prefill = reserve(opts.prefillPool, next, opts.observer, opts.clock());
+      }
+    }
   }
 
   /** Runs one prefill leg; its guard is released when the call ends, whatever the outcome. */

@@ -57,11 +57,12 @@ export class WorkerPool {
     return this.ordered.length;
   }
 
-  /** Members that may be selected (healthy, breaker closed). */
-  candidates(): Worker[] {
-    const out: Worker[] = [];
-    for (const w of this.ordered) if (w.healthy) out.push(w);
-    return out;
+  /** Members that may be selected (healthy, breaker closed). No copy when all of them are. */
+  candidates(): readonly Worker[] {
+    let healthy = 0;
+    for (const w of this.ordered) if (w.healthy) healthy++;
+    if (healthy === this.ordered.length) return this.ordered;
+    return this.ordered.filter((w) => w.healthy);
   }
 
   reconcile(): void {
@@ -70,9 +71,7 @@ export class WorkerPool {
     this.lastSnapshot = snapshot;
 
     const next: Worker[] = [];
-    const seen = new Set<string>();
     for (const entry of snapshot) {
-      seen.add(entry.url);
       let worker = this.byUrl.get(entry.url);
       if (worker && worker.generation !== entry.generation) {
         this.remove(worker, 'replaced');
@@ -93,8 +92,12 @@ export class WorkerPool {
       }
       next.push(worker);
     }
-    for (const [url, worker] of this.byUrl) {
-      if (!seen.has(url)) this.remove(worker, 'departed');
+    // Snapshot urls are unique: if the map holds more workers than the snapshot, some departed.
+    if (this.byUrl.size > next.length) {
+      const seen = new Set(snapshot.map((e) => e.url));
+      for (const [url, worker] of this.byUrl) {
+        if (!seen.has(url)) this.remove(worker, 'departed');
+      }
     }
     this.ordered = next;
   }
