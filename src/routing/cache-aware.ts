@@ -50,6 +50,8 @@ export interface CacheAwareOptions {
   evictionIntervalMs: number;
   maxTreeSize: number;
   mode: CacheAwareMode;
+  /** Model trees kept at most (least recently routed dropped first). Default 256. */
+  maxModels: number;
 }
 
 export const DEFAULT_CACHE_AWARE_OPTIONS: Readonly<CacheAwareOptions> = Object.freeze({
@@ -59,6 +61,7 @@ export const DEFAULT_CACHE_AWARE_OPTIONS: Readonly<CacheAwareOptions> = Object.f
   evictionIntervalMs: 120_000,
   maxTreeSize: 2 ** 26,
   mode: 'per_request',
+  maxModels: 256,
 });
 
 /** Merges over the defaults and validates; throws RangeError on an invalid value. */
@@ -94,6 +97,7 @@ export function resolveCacheAwareOptions(
     o.evictionIntervalMs,
   );
   check(finite(o.maxTreeSize) && o.maxTreeSize >= 0, 'maxTreeSize must be >= 0', o.maxTreeSize);
+  check(Number.isInteger(o.maxModels) && o.maxModels >= 1, 'maxModels must be an integer >= 1', o.maxModels);
   check(o.mode === 'per_request' || o.mode === 'global', "mode must be 'per_request' or 'global'", o.mode);
   return Object.freeze(o);
 }
@@ -201,13 +205,24 @@ export class CacheAwarePolicy implements Policy {
     return [...this.trees.keys()];
   }
 
+  /**
+   * The model's tree, created on first use. Trees are kept in least-recently-routed order (Map
+   * insertion order, refreshed on every use); beyond `maxModels` the least recently used tree is
+   * dropped, so clients inventing model names cannot grow memory without bound.
+   */
   private treeFor(model: string): RadixTree {
     let tree = this.trees.get(model);
     if (tree === undefined) {
+      if (this.trees.size >= this.options.maxModels) {
+        const oldest = this.trees.keys().next().value as string;
+        this.trees.delete(oldest);
+      }
       tree = new RadixTree();
       for (const id of this.members) tree.addTenant(id);
-      this.trees.set(model, tree);
+    } else {
+      this.trees.delete(model);
     }
+    this.trees.set(model, tree);
     return tree;
   }
 

@@ -36,6 +36,7 @@ describe('cache_aware options', () => {
       evictionIntervalMs: 120_000,
       maxTreeSize: 2 ** 26,
       mode: 'per_request',
+      maxModels: 256,
     });
     expect(resolveCacheAwareOptions({ cacheThreshold: undefined })).toEqual(DEFAULT_CACHE_AWARE_OPTIONS);
   });
@@ -286,5 +287,29 @@ describe('cache_aware maintenance', () => {
     small.maintain(0);
     expect(small.models()).toEqual([]);
     expect(small.treeChars().get(workers[0]!.id)).toBe(0);
+  });
+});
+
+describe('cache_aware model trees are bounded', () => {
+  it('drops the least recently routed model tree beyond maxModels', async () => {
+    const { CacheAwarePolicy } = await import('../../../src/routing/cache-aware.js');
+    const { Worker } = await import('../../../src/workers/worker.js');
+    const w = new Worker({
+      role: 'regular',
+      url: 'http://127.0.0.1:1',
+      endpoint: '127.0.0.1:1',
+      generation: 1,
+    });
+    const policy = new CacheAwarePolicy({ maxModels: 2 });
+    policy.addWorker(w);
+    const route = (model: string) => {
+      const input = { workers: [w], model, text: `prompt for ${model}`, headers: {} };
+      policy.routed(policy.select(input), input, 0);
+    };
+    route('a');
+    route('b');
+    route('a'); // a is now the most recent
+    route('c'); // evicts b
+    expect(policy.models().sort()).toEqual(['a', 'c']);
   });
 });
