@@ -27,6 +27,10 @@ import { WorkerPool } from './workers/worker-pool.js';
 import { ROLES, type Role } from './workers/role.js';
 import { resolveEndpoint } from './workers/endpoint.js';
 import type { Worker } from './workers/worker.js';
+import { WorkerHealth } from './health/worker-health.js';
+import { HealthChecker } from './health/health-checker.js';
+import { outcomeOfPrefill, withHealth } from './health/health-dispatcher.js';
+import { breakerStateCode } from './health/circuit-breaker.js';
 
 export interface RouterDeps {
   logger?: Logger;
@@ -70,8 +74,20 @@ export async function startRouter(config: Readonly<Config>, deps: RouterDeps = {
     }
     return out;
   };
+  const health = new WorkerHealth({
+    checkFailureThreshold: config.healthFailureThreshold,
+    checkSuccessThreshold: config.healthSuccessThreshold,
+    breaker: {
+      failureThreshold: config.cbFailureThreshold,
+      successThreshold: config.cbSuccessThreshold,
+      cooldownMs: config.cbCooldownMs,
+    },
+    onChange: (w, view, previous) =>
+      logger.info({ worker: w.id, ...view, previous }, 'worker health changed'),
+  });
   const metrics = new RouterMetrics({
     workers: allWorkers,
+    breakerState: (w) => breakerStateCode(health.view(w, clock()).breaker),
     treeChars: () => treeSizes(pools, allWorkers()),
     processMetrics: true,
   });
@@ -88,12 +104,16 @@ export async function startRouter(config: Readonly<Config>, deps: RouterDeps = {
     });
     pools[role] = new WorkerPool(role, policy, registry, {
       onAdded: (w) => metrics.poolChanges.inc({ role: w.role, change: 'added' }),
-      onRemoved: (w, reason) => metrics.poolChanges.inc({ role: w.role, change: reason }),
+      onRemoved: (w, reason) => {
+        metrics.poolChanges.inc({ role: w.role, change: reason });
+        health.forget(w);
+      },
     });
   }
 
   const observer: RoutingObserver = {
     decided: (pool, d) => {
+      health.routed(d.worker, clock()); // half-open: takes the probe slot in the selection step
       metrics.decisions.inc({ policy: pool.policy.name, role: pool.role, branch: d.branch });
       if (d.matchRate !== undefined) {
         metrics.matchRate.observe({ role: pool.role }, d.matchRate);
@@ -136,11 +156,15 @@ export async function startRouter(config: Readonly<Config>, deps: RouterDeps = {
       prefillRetries: config.prefillRetries,
       decisionHeader: config.decisionHeader,
       pd: {
-        prefillEnded: (w, outcome, ms) => {
+        prefillEnded: (w, outcome, ms, status) => {
+          health.recordOutcome(w, outcomeOfPrefill(outcome, status), clock());
           metrics.pdPrefillRequests.inc({ worker: w.url });
           metrics.pdPrefillDuration.observe({ outcome }, ms / 1000);
         },
         decodeRouted: (w) => metrics.pdDecodeRequests.inc({ worker: w.url }),
+        // A decode worker chosen for a request whose prefill failed never sees it: a neutral outcome
+        // frees a half-open probe slot it may hold.
+        decodeAbandoned: (w) => health.recordOutcome(w, 'cancelled', clock()),
         error: (type) => metrics.pdErrors.inc({ error_type: type }),
       },
     });
@@ -150,7 +174,7 @@ export async function startRouter(config: Readonly<Config>, deps: RouterDeps = {
     host: config.host,
     port: config.grpcPort,
     logger,
-    dispatcher,
+    dispatcher: withHealth(dispatcher, health, clock),
     maxBodyBytes: config.maxBodyBytes,
     onStreamsChanged: (n) => metrics.streamsActive.set(n),
     onEnd: (s) => {
@@ -160,6 +184,18 @@ export async function startRouter(config: Readonly<Config>, deps: RouterDeps = {
   });
   const grpcPort = await grpcServer.start();
   closers.push(() => grpcServer.close());
+
+  const checker = new HealthChecker({
+    workers: allWorkers,
+    health,
+    intervalMs: config.healthCheckIntervalMs,
+    timeoutMs: config.healthCheckTimeoutMs,
+    clock,
+    onCheckFailed: (w, reason) => logger.debug({ worker: w.id, reason }, 'health check failed'),
+    onError: (err) => logger.error({ err }, 'health check round failed'),
+  });
+  checker.start();
+  closers.push(() => checker.close());
 
   const janitor = new RegistryJanitor({
     registry,
@@ -209,7 +245,7 @@ export async function startRouter(config: Readonly<Config>, deps: RouterDeps = {
       const ready = !draining && needed.every((r) => (counts[r] ?? 0) > 0);
       return { ready, detail: { mode: config.mode, draining, workers: counts } };
     },
-    workers: () => workerViews(allWorkers(), registry, clock()),
+    workers: () => workerViews(allWorkers(), registry, clock(), health),
     register: async (req) => {
       let parsed;
       try {
@@ -310,7 +346,12 @@ export async function startRouter(config: Readonly<Config>, deps: RouterDeps = {
   };
 }
 
-function workerViews(workers: Worker[], registry: ServiceRegistry, now: number): WorkerView[] {
+function workerViews(
+  workers: Worker[],
+  registry: ServiceRegistry,
+  now: number,
+  health: WorkerHealth,
+): WorkerView[] {
   return workers.map((w) => {
     const entry: RegistryEntry | undefined = registry.get(w.role, w.url);
     const expires = entry && entry.generation === w.generation ? entry.expiresAtMs : undefined;
@@ -323,6 +364,7 @@ function workerViews(workers: Worker[], registry: ServiceRegistry, now: number):
       load: w.load,
       processed: w.processed,
       healthy: w.healthy,
+      health: (({ active, breaker }) => ({ active, breaker }))(health.view(w, now)),
       expiresInMs:
         expires === undefined || expires === Infinity ? null : Math.max(0, Math.round(expires - now)),
       ...(Object.keys(w.metadata).length ? { metadata: w.metadata } : {}),

@@ -92,8 +92,10 @@ function isDnsName(name: string): boolean {
   if (name.length === 0 || name.length > 253) return false;
   const labels = (name.endsWith('.') ? name.slice(0, -1) : name).split('.');
   if (!labels.every((label) => DNS_LABEL.test(label))) return false;
-  // A name whose last label is numeric would be read as an IPv4 address by URL parsers.
-  return !/^[0-9]+$/.test(labels[labels.length - 1] ?? '');
+  // WHATWG URL's "ends in a number" rule: a last label of decimal digits or `0x` + hex digits (even
+  // just `0x`) makes the whole host an IPv4 address (`0x0` = 0.0.0.0, `1.0x1` = 1.0.0.1) or an invalid
+  // URL (`a.0x1`), so `http://<name>:<port>` would not name this host. Found by a property test.
+  return !/^(?:[0-9]+|0x[0-9a-f]*)$/.test(labels[labels.length - 1] ?? '');
 }
 
 /**

@@ -13,6 +13,8 @@ export interface MetricsOptions {
   workers: () => Iterable<Worker>;
   /** Per-worker cache tree size in characters (cache_aware pools), read at scrape time. */
   treeChars?: () => Iterable<[Worker, number]>;
+  /** Circuit-breaker state per worker for vllm_router_cb_state (0 closed, 1 open, 2 half-open). */
+  breakerState?: (worker: Worker) => number;
   /** Collect Node process metrics (CPU, heap, event loop lag). */
   processMetrics?: boolean;
 }
@@ -70,6 +72,19 @@ export class RouterMetrics {
         for (const w of workers()) this.set(labels(w), w.healthy ? 1 : 0);
       },
     });
+    const breakerState = opts.breakerState;
+    if (breakerState) {
+      new Gauge({
+        name: 'vllm_router_cb_state',
+        help: 'Worker circuit breaker: 0 closed, 1 open, 2 half-open.',
+        labelNames: ['role', 'worker', 'generation'] as const,
+        registers,
+        collect() {
+          this.reset();
+          for (const w of workers()) this.set(labels(w), breakerState(w));
+        },
+      });
+    }
     new Gauge({
       name: 'vllm_router_pool_workers',
       help: 'Workers in each role pool.',

@@ -57,8 +57,16 @@ import { PrefillError, type PrefillClient, type PrefillResult } from './prefill-
 import { SseUsageRewriter } from './usage-rewriter.js';
 
 export interface PdObserver {
-  prefillEnded?(worker: Worker, outcome: 'ok' | PrefillError['kind'], durationMs: number): void;
+  /** `status`: the prefill worker's HTTP status, when it answered (a 4xx is the client's fault). */
+  prefillEnded?(
+    worker: Worker,
+    outcome: 'ok' | PrefillError['kind'],
+    durationMs: number,
+    status?: number,
+  ): void;
   decodeRouted?(worker: Worker): void;
+  /** A decode worker was chosen (and committed) but the request failed before reaching it. */
+  decodeAbandoned?(worker: Worker): void;
   error?(type: string): void;
 }
 
@@ -125,6 +133,7 @@ export class PdDispatcher implements Dispatcher {
     const kv = decodeKvParams(ctx, result.kvTransferParams);
     if (kv && 'error' in kv) {
       opts.pd?.error?.('prefill_invalid_response');
+      opts.pd?.decodeAbandoned?.(decodeWorker);
       throw new RouterError(
         'prefill_failed',
         502,
@@ -189,12 +198,20 @@ export class PdDispatcher implements Dispatcher {
     opts.pd?.decodeRouted?.(decode.decision.worker);
     const dispatch = this.decodeDispatch(req, d, decode.guard, undefined, undefined, {
       prefill: prefill.decision.worker,
-      onFinish: (end) => prefill.guard.release(guardOutcome(end)),
+      onFinish: (end) => {
+        if (prefill.guard.release(guardOutcome(end)))
+          opts.pd?.prefillEnded?.(prefill.decision.worker, 'aborted', 0);
+      },
     });
     return {
       ...dispatch,
       setHeaders: { ...dispatch.setHeaders, [PREFILLER_HEADER]: prefill.decision.worker.endpoint },
-      onResponseStart: (status) => prefill.guard.release(status >= 500 ? 'error' : 'success'),
+      onResponseStart: (status) => {
+        // The sidecar's prefill is over once the decode host answers.
+        if (prefill.guard.release(status >= 500 ? 'error' : 'success')) {
+          opts.pd?.prefillEnded?.(prefill.decision.worker, status >= 500 ? 'status' : 'ok', 0, status);
+        }
+      },
     };
   }
 
@@ -261,7 +278,7 @@ export class PdDispatcher implements Dispatcher {
     } catch (err) {
       const e = err instanceof PrefillError ? err : new PrefillError('transport', (err as Error).message);
       guard.release(e.kind === 'aborted' ? 'cancelled' : 'error');
-      this.opts.pd?.prefillEnded?.(ctx.prefill, e.kind, performance.now() - started);
+      this.opts.pd?.prefillEnded?.(ctx.prefill, e.kind, performance.now() - started, e.status);
       if (e.kind !== 'aborted') this.opts.pd?.error?.(`prefill_${e.kind}`);
       throw e;
     }

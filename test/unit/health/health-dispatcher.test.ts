@@ -1,0 +1,119 @@
+import { describe, expect, it } from 'vitest';
+import type { Dispatch, Dispatcher, RequestEnd, RouteRequest } from '../../../src/extproc/dispatch.js';
+import { outcomeOfPrefill, withHealth, type PassiveHealth } from '../../../src/health/health-dispatcher.js';
+import { WorkerHealth, type HealthOutcome } from '../../../src/health/worker-health.js';
+import { Worker } from '../../../src/workers/worker.js';
+
+const w = new Worker({
+  role: 'regular',
+  url: 'http://10.0.0.1:8000',
+  endpoint: '10.0.0.1:8000',
+  generation: 1,
+});
+const REQ: RouteRequest = { method: 'POST', path: '/v1/completions', headers: {} };
+
+function fakeDispatch(log: string[], worker: Worker = w): Dispatch {
+  return {
+    worker,
+    decision: { worker, branch: 'test' },
+    setHeaders: { 'x-test': '1' },
+    responseHeaders: () => ({ 'x-decision': 'd' }),
+    finish: (end) => log.push(`finish:${end.kind}`),
+  };
+}
+
+function recorder(log: string[]): PassiveHealth {
+  return {
+    refresh: (now) => log.push(`refresh:${now}`),
+    recordOutcome: (worker, outcome, now) => log.push(`outcome:${worker.id}:${outcome}:${now}`),
+  };
+}
+
+describe('withHealth', () => {
+  it.each([
+    { name: 'sync', async: false },
+    { name: 'async', async: true },
+  ])('$name dispatch: refresh first, inner fields kept, one outcome however often finish runs', async (c) => {
+    const log: string[] = [];
+    const inner: Dispatcher = {
+      dispatch: () => {
+        log.push('dispatch');
+        return c.async ? Promise.resolve(fakeDispatch(log)) : fakeDispatch(log);
+      },
+    };
+    const d = await withHealth(inner, recorder(log), () => 7).dispatch(REQ, new AbortController().signal);
+    expect(d.setHeaders).toEqual({ 'x-test': '1' });
+    expect(d.responseHeaders?.(200)).toEqual({ 'x-decision': 'd' });
+    d.finish({ kind: 'response', status: 503 });
+    d.finish({ kind: 'response', status: 200 });
+    expect(log).toEqual([
+      'refresh:7',
+      'dispatch',
+      'finish:response',
+      `outcome:${w.id}:server_error:7`,
+      'finish:response',
+    ]);
+  });
+
+  it('a dispatch that throws records nothing', () => {
+    const log: string[] = [];
+    const inner: Dispatcher = {
+      dispatch: () => {
+        throw new Error('no workers');
+      },
+    };
+    expect(() =>
+      withHealth(inner, recorder(log), () => 1).dispatch(REQ, new AbortController().signal),
+    ).toThrow('no workers');
+    expect(log).toEqual(['refresh:1']);
+  });
+
+  it('end to end with WorkerHealth: five routed streams that end without response headers open the breaker', () => {
+    const health = new WorkerHealth({ breaker: { failureThreshold: 5, cooldownMs: 1000 } });
+    const w = new Worker({
+      role: 'decode',
+      url: 'http://10.0.0.2:8000',
+      endpoint: '10.0.0.2:8000',
+      generation: 1,
+    });
+    let now = 0;
+    const inner: Dispatcher = { dispatch: () => fakeDispatch([], w) };
+    const dispatcher = withHealth(inner, health, () => now);
+    const ends: RequestEnd[] = [
+      { kind: 'cancelled', afterHeaders: false },
+      { kind: 'cancelled', afterHeaders: false },
+      { kind: 'cancelled', afterHeaders: true, status: 200 }, // neutral: the count goes on
+      { kind: 'cancelled', afterHeaders: false },
+      { kind: 'cancelled', afterHeaders: false },
+    ];
+    for (const end of ends) (dispatcher.dispatch(REQ, new AbortController().signal) as Dispatch).finish(end);
+    expect(w.healthy).toBe(true);
+    (dispatcher.dispatch(REQ, new AbortController().signal) as Dispatch).finish({
+      kind: 'cancelled',
+      afterHeaders: false,
+    });
+    expect(w.healthy).toBe(false);
+    now = 1000;
+    // The next dispatch refreshes first: the worker is half-open, selectable again.
+    (dispatcher.dispatch(REQ, new AbortController().signal) as Dispatch).finish({
+      kind: 'response',
+      status: 200,
+    });
+    expect(health.view(w, now)).toMatchObject({ breaker: 'half_open', selectable: true });
+  });
+});
+
+describe('outcomeOfPrefill', () => {
+  it.each<[string, number | undefined, HealthOutcome]>([
+    ['ok', undefined, 'success'],
+    ['aborted', undefined, 'cancelled'],
+    ['status', 503, 'prefill_failed'],
+    ['status', 400, 'success'],
+    ['status', undefined, 'prefill_failed'],
+    ['timeout', undefined, 'prefill_failed'],
+    ['transport', undefined, 'prefill_failed'],
+    ['invalid_response', undefined, 'prefill_failed'],
+  ])('%s (status %s) -> %s', (kind, status, outcome) => {
+    expect(outcomeOfPrefill(kind, status)).toBe(outcome);
+  });
+});

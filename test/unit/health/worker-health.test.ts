@@ -1,0 +1,263 @@
+import { describe, expect, it } from 'vitest';
+import {
+  isFailureOutcome,
+  outcomeOfEnd,
+  WorkerHealth,
+  type HealthOutcome,
+  type SessionEnd,
+  type WorkerHealthView,
+} from '../../../src/health/worker-health.js';
+import { Worker } from '../../../src/workers/worker.js';
+
+const worker = (
+  generation = 1,
+  url = 'http://10.0.0.1:8000',
+  role: 'regular' | 'prefill' = 'regular',
+): Worker => new Worker({ role, url, endpoint: url.slice('http://'.length), generation });
+
+const BREAKER = { failureThreshold: 3, successThreshold: 2, cooldownMs: 1000 };
+
+describe('WorkerHealth: active check thresholds (3 failures / 2 successes)', () => {
+  type Expect = { active: 'healthy' | 'unhealthy'; healthy: boolean };
+  const H: Expect = { active: 'healthy', healthy: true };
+  const U: Expect = { active: 'unhealthy', healthy: false };
+  it.each([
+    { name: 'fresh worker is healthy', checks: [], expected: [] as Expect[], final: H },
+    { name: 'two failures are not enough', checks: [false, false], expected: [H, H], final: H },
+    {
+      name: 'the third consecutive failure marks it unhealthy',
+      checks: [false, false, false],
+      expected: [H, H, U],
+      final: U,
+    },
+    {
+      name: 'a pass in between resets the count',
+      checks: [false, false, true, false, false],
+      expected: [H, H, H, H, H],
+      final: H,
+    },
+    {
+      name: 'one pass does not bring it back, two do',
+      checks: [false, false, false, true, true],
+      expected: [H, H, U, U, H],
+      final: H,
+    },
+    {
+      name: 'a failure during recovery restarts the success count',
+      checks: [false, false, false, true, false, true, true],
+      expected: [H, H, U, U, U, U, H],
+      final: H,
+    },
+    {
+      name: 'more failures while unhealthy change nothing',
+      checks: [false, false, false, false, false, true],
+      expected: [H, H, U, U, U, U],
+      final: U,
+    },
+  ])('$name', ({ checks, expected, final }) => {
+    const health = new WorkerHealth({ breaker: BREAKER });
+    const w = worker();
+    checks.forEach((ok, i) => {
+      health.recordCheck(w, ok, i);
+      expect({ active: health.view(w, i).active, healthy: w.healthy }, `after check ${i}`).toEqual(
+        expected[i],
+      );
+    });
+    expect({ active: health.view(w, 100).active, healthy: w.healthy }).toEqual(final);
+  });
+
+  it('custom thresholds apply', () => {
+    const health = new WorkerHealth({ checkFailureThreshold: 1, checkSuccessThreshold: 1 });
+    const w = worker();
+    health.recordCheck(w, false, 0);
+    expect(w.healthy).toBe(false);
+    health.recordCheck(w, true, 1);
+    expect(w.healthy).toBe(true);
+  });
+
+  it.each([{ checkFailureThreshold: 0 }, { checkSuccessThreshold: -1 }, { breaker: { cooldownMs: -5 } }])(
+    'rejects invalid options %o',
+    (opts) => {
+      expect(() => new WorkerHealth(opts)).toThrow(RangeError);
+    },
+  );
+});
+
+describe('WorkerHealth: passive outcomes and the breaker', () => {
+  it.each<{ outcome: HealthOutcome; failure: boolean }>([
+    { outcome: 'success', failure: false },
+    { outcome: 'cancelled', failure: false },
+    { outcome: 'server_error', failure: true },
+    { outcome: 'reset', failure: true },
+    { outcome: 'no_response', failure: true },
+    { outcome: 'connect_failed', failure: true },
+    { outcome: 'prefill_failed', failure: true },
+  ])('$outcome counts as failure: $failure', ({ outcome, failure }) => {
+    expect(isFailureOutcome(outcome)).toBe(failure);
+    const health = new WorkerHealth({ breaker: BREAKER });
+    const w = worker();
+    for (let i = 0; i < 3; i++) health.recordOutcome(w, outcome, i);
+    expect(health.view(w, 3).breaker).toBe(failure ? 'open' : 'closed');
+    expect(w.healthy).toBe(!failure);
+  });
+
+  it('open -> half-open needs refresh(now) to show in worker.healthy; a probe then closes it', () => {
+    const health = new WorkerHealth({ breaker: BREAKER });
+    const w = worker();
+    for (let i = 0; i < 3; i++) health.recordOutcome(w, 'server_error', 10);
+    expect(w.healthy).toBe(false);
+    health.refresh(1009);
+    expect(w.healthy).toBe(false);
+    health.refresh(1010);
+    expect(w.healthy).toBe(true);
+    expect(health.view(w, 1010)).toEqual({ active: 'healthy', breaker: 'half_open', selectable: true });
+
+    // Selected as the probe: out of selection until its outcome arrives.
+    health.routed(w, 1011);
+    expect(w.healthy).toBe(false);
+    health.recordOutcome(w, 'success', 1012);
+    expect(w.healthy).toBe(true);
+    health.routed(w, 1013);
+    health.recordOutcome(w, 'success', 1014);
+    expect(health.view(w, 1014)).toEqual({ active: 'healthy', breaker: 'closed', selectable: true });
+  });
+
+  it('a cancelled probe hands its slot back; a failed probe reopens', () => {
+    const health = new WorkerHealth({ breaker: BREAKER });
+    const w = worker();
+    for (let i = 0; i < 3; i++) health.recordOutcome(w, 'no_response', 0);
+    health.refresh(1000);
+    health.routed(w, 1000);
+    expect(w.healthy).toBe(false);
+    health.recordOutcome(w, 'cancelled', 1001);
+    expect(w.healthy).toBe(true);
+    health.routed(w, 1002);
+    health.recordOutcome(w, 'reset', 1003);
+    expect(health.view(w, 1003).breaker).toBe('open');
+    expect(w.healthy).toBe(false);
+  });
+
+  it('a lost probe outcome stops blocking after the probe timeout (refresh)', () => {
+    const health = new WorkerHealth({ breaker: { ...BREAKER, probeTimeoutMs: 200 } });
+    const w = worker();
+    for (let i = 0; i < 3; i++) health.recordOutcome(w, 'server_error', 0);
+    health.refresh(1000);
+    health.routed(w, 1000);
+    health.refresh(1199);
+    expect(w.healthy).toBe(false);
+    health.refresh(1200);
+    expect(w.healthy).toBe(true);
+  });
+
+  it('selectable needs both: active unhealthy keeps a closed-breaker worker out, and vice versa', () => {
+    const health = new WorkerHealth({ breaker: BREAKER });
+    const w = worker();
+    for (let i = 0; i < 3; i++) health.recordCheck(w, false, 0);
+    expect(health.view(w, 0)).toEqual({ active: 'unhealthy', breaker: 'closed', selectable: false });
+    for (let i = 0; i < 3; i++) health.recordOutcome(w, 'server_error', 0);
+    for (let i = 0; i < 2; i++) health.recordCheck(w, true, 1);
+    expect(health.view(w, 1)).toEqual({ active: 'healthy', breaker: 'open', selectable: false });
+    expect(w.healthy).toBe(false);
+    health.refresh(1000);
+    expect(w.healthy).toBe(true);
+  });
+
+  it('routed() on a closed breaker or an unknown worker changes nothing', () => {
+    const health = new WorkerHealth({ breaker: BREAKER });
+    const w = worker();
+    health.routed(w, 0);
+    health.recordOutcome(w, 'success', 0);
+    health.routed(w, 1);
+    expect(w.healthy).toBe(true);
+    expect(health.details(w, 1)).toMatchObject({ breaker: 'closed', probesInFlight: 0 });
+  });
+});
+
+describe('WorkerHealth: identity and generations', () => {
+  it('a new generation starts fresh while the old Worker keeps its state', () => {
+    const health = new WorkerHealth({ breaker: BREAKER });
+    const old = worker(1);
+    for (let i = 0; i < 3; i++) health.recordCheck(old, false, i);
+    for (let i = 0; i < 3; i++) health.recordOutcome(old, 'server_error', i);
+    const successor = worker(2);
+    expect(health.view(successor, 5)).toEqual({ active: 'healthy', breaker: 'closed', selectable: true });
+    expect(successor.healthy).toBe(true);
+
+    // Late results for the old generation touch only the old object.
+    health.recordCheck(old, false, 6);
+    health.recordOutcome(old, 'no_response', 6);
+    expect(health.view(old, 6)).toEqual({ active: 'unhealthy', breaker: 'open', selectable: false });
+    expect(health.details(successor, 6)).toMatchObject({ consecutiveCheckFailures: 0, breakerFailures: 0 });
+    expect(successor.healthy).toBe(true);
+  });
+
+  it('the same Worker object (heartbeats) keeps its state', () => {
+    const health = new WorkerHealth({ breaker: BREAKER });
+    const w = worker(1);
+    health.recordCheck(w, false, 0);
+    health.recordCheck(w, false, 1);
+    expect(health.details(w, 2)).toMatchObject({ active: 'healthy', consecutiveCheckFailures: 2 });
+    health.recordCheck(w, false, 3);
+    expect(w.healthy).toBe(false);
+  });
+
+  it('prefill and decode roles at one URL are separate workers with separate state', () => {
+    const health = new WorkerHealth({ breaker: BREAKER });
+    const p = worker(1, 'http://10.0.0.9:8000', 'prefill');
+    const r = worker(1, 'http://10.0.0.9:8000', 'regular');
+    for (let i = 0; i < 3; i++) health.recordOutcome(p, 'prefill_failed', i);
+    expect(p.healthy).toBe(false);
+    expect(r.healthy).toBe(true);
+  });
+
+  it('forget() drops state: the worker reads as fresh again', () => {
+    const health = new WorkerHealth({ breaker: BREAKER });
+    const w = worker();
+    for (let i = 0; i < 3; i++) health.recordOutcome(w, 'server_error', 0);
+    health.forget(w);
+    expect(health.view(w, 1)).toEqual({ active: 'healthy', breaker: 'closed', selectable: true });
+    health.refresh(5000); // no pending deadline left for it: must not throw or touch it
+  });
+});
+
+describe('WorkerHealth: onChange', () => {
+  it('reports each transition once, with the previous view', () => {
+    const events: Array<[string, WorkerHealthView, WorkerHealthView]> = [];
+    const health = new WorkerHealth({
+      breaker: BREAKER,
+      onChange: (w, view, prev) => events.push([w.id, view, prev]),
+    });
+    const w = worker();
+    for (let i = 0; i < 3; i++) health.recordCheck(w, false, i); // 1 change
+    for (let i = 0; i < 3; i++) health.recordCheck(w, false, i); // none
+    for (let i = 0; i < 2; i++) health.recordCheck(w, true, i); // 1 change
+    for (let i = 0; i < 3; i++) health.recordOutcome(w, 'server_error', 0); // 1 change (open)
+    health.refresh(999); // none
+    health.refresh(1000); // 1 change (half-open)
+    expect(
+      events.map(([, v, p]) => [p.active, p.breaker, p.selectable, '->', v.active, v.breaker, v.selectable]),
+    ).toEqual([
+      ['healthy', 'closed', true, '->', 'unhealthy', 'closed', false],
+      ['unhealthy', 'closed', false, '->', 'healthy', 'closed', true],
+      ['healthy', 'closed', true, '->', 'healthy', 'open', false],
+      ['healthy', 'open', false, '->', 'healthy', 'half_open', true],
+    ]);
+  });
+});
+
+describe('outcomeOfEnd', () => {
+  it.each<{ end: SessionEnd; outcome: HealthOutcome }>([
+    { end: { kind: 'response', status: 200 }, outcome: 'success' },
+    { end: { kind: 'response', status: 404 }, outcome: 'success' },
+    { end: { kind: 'response', status: 429 }, outcome: 'success' },
+    { end: { kind: 'response', status: 500 }, outcome: 'server_error' },
+    { end: { kind: 'response', status: 503 }, outcome: 'server_error' },
+    { end: { kind: 'cancelled', afterHeaders: false }, outcome: 'no_response' },
+    { end: { kind: 'cancelled', afterHeaders: true, status: 200 }, outcome: 'cancelled' },
+    { end: { kind: 'cancelled', afterHeaders: true }, outcome: 'cancelled' },
+    { end: { kind: 'cancelled', afterHeaders: true, status: 502 }, outcome: 'server_error' },
+    { end: { kind: 'rejected' }, outcome: 'cancelled' },
+  ])('$end -> $outcome', ({ end, outcome }) => {
+    expect(outcomeOfEnd(end)).toBe(outcome);
+  });
+});
