@@ -87,7 +87,10 @@ async function main(): Promise<void> {
     await res.text();
     statuses.set(res.status, (statuses.get(res.status) ?? 0) + 1);
     const decision = res.headers.get('x-vllm-router-decision') ?? '';
-    const branch = /branch=([a-z_]+)/.exec(decision)?.[1] ?? 'none';
+    // In P/D mode the header also names the prefill decision (prefill_branch=...).
+    const branch = pd
+      ? `prefill:${/prefill_branch=([a-z_]+)/.exec(decision)?.[1] ?? 'none'}`
+      : (/branch=([a-z_]+)/.exec(decision)?.[1] ?? 'none');
     branches.set(branch, (branches.get(branch) ?? 0) + 1);
   };
   await Promise.all(

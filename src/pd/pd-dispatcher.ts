@@ -41,6 +41,7 @@ import {
 import type { WorkerPool } from '../workers/worker-pool.js';
 import type { Worker } from '../workers/worker.js';
 import type { LoadGuard } from '../workers/load-guard.js';
+import type { Decision } from '../routing/policy.js';
 import {
   decodeBody,
   decodeKvParams,
@@ -123,13 +124,15 @@ export class PdDispatcher implements Dispatcher {
     commit(opts.decodePool, d, opts.observer, now);
     const decodeWorker = d.decision.worker;
     const transferId = newTransferId(opts.connector);
-    const { result, ctx, requestId } = await this.prefillWithRetries(
-      req,
-      prefill,
-      decodeWorker,
-      transferId,
-      signal,
-    );
+    let leg: Awaited<ReturnType<PdDispatcher['prefillWithRetries']>>;
+    try {
+      leg = await this.prefillWithRetries(req, prefill, decodeWorker, transferId, signal);
+    } catch (err) {
+      // The decode worker was chosen but will never see this request.
+      opts.pd?.decodeAbandoned?.(decodeWorker);
+      throw err;
+    }
+    const { result, ctx, requestId, decision: prefillDecision } = leg;
     const kv = decodeKvParams(ctx, result.kvTransferParams);
     if (kv && 'error' in kv) {
       opts.pd?.error?.('prefill_invalid_response');
@@ -146,7 +149,7 @@ export class PdDispatcher implements Dispatcher {
     const cached = result.cachedTokens;
     return this.decodeDispatch(req, d, decodeGuard, requestId, decodeBody(req.inference?.json ?? {}, kv), {
       cachedTokens: () => cached,
-      prefill: ctx.prefill,
+      prefill: prefillDecision,
     });
   }
 
@@ -182,7 +185,7 @@ export class PdDispatcher implements Dispatcher {
     const kv = decodeKvParams(ctx, undefined) as Json | undefined;
     return this.decodeDispatch(req, d, decode.guard, requestId, decodeBody(req.inference?.json ?? {}, kv), {
       cachedTokens: () => cached,
-      prefill: ctx.prefill,
+      prefill: prefill.decision,
       failure: leg,
       onFinish: (end) => {
         if (end.kind !== 'response') legAbort.abort();
@@ -197,7 +200,7 @@ export class PdDispatcher implements Dispatcher {
     const decode = reserve(opts.decodePool, d, opts.observer, now);
     opts.pd?.decodeRouted?.(decode.decision.worker);
     const dispatch = this.decodeDispatch(req, d, decode.guard, undefined, undefined, {
-      prefill: prefill.decision.worker,
+      prefill: prefill.decision,
       onFinish: (end) => {
         if (prefill.guard.release(guardOutcome(end)))
           opts.pd?.prefillEnded?.(prefill.decision.worker, 'aborted', 0);
@@ -222,7 +225,7 @@ export class PdDispatcher implements Dispatcher {
     decodeWorker: Worker,
     transferId: string,
     signal: AbortSignal,
-  ): Promise<{ result: PrefillResult; ctx: LegContext; requestId: string }> {
+  ): Promise<{ result: PrefillResult; ctx: LegContext; requestId: string; decision: Decision }> {
     const { opts } = this;
     const tried = new Set<Worker>();
     let prefill = first;
@@ -239,7 +242,8 @@ export class PdDispatcher implements Dispatcher {
       // The request id names the prefill peer, so each attempt gets its own.
       const requestId = pdRequestId(worker, decodeWorker);
       try {
-        return { result: await this.runPrefill(req, ctx, requestId, prefill.guard, signal), ctx, requestId };
+        const result = await this.runPrefill(req, ctx, requestId, prefill.guard, signal);
+        return { result, ctx, requestId, decision: prefill.decision };
       } catch (err) {
         const e = err as PrefillError;
         if (e.kind === 'aborted')
@@ -298,7 +302,7 @@ export class PdDispatcher implements Dispatcher {
     body: Json | undefined,
     extra: {
       cachedTokens?: () => number | undefined;
-      prefill: Worker;
+      prefill: Decision;
       failure?: Promise<never>;
       onFinish?: (end: RequestEnd) => void;
     },
@@ -318,7 +322,7 @@ export class PdDispatcher implements Dispatcher {
       failure: extra.failure,
       responseHeaders: decisionHeader
         ? () => ({
-            [DECISION_HEADER]: `${describeDecision(this.opts.decodePool.policy.name, d.decision)}; prefill=${extra.prefill.url} (${prefillPolicy})`,
+            [DECISION_HEADER]: `${describeDecision(this.opts.decodePool.policy.name, d.decision)}; prefill_${describeDecision(prefillPolicy, extra.prefill).replace(/; /g, '; prefill_')}`,
           })
         : undefined,
       transformResponseChunk: rewriter ? (chunk, eos) => rewriter.transform(chunk, eos) : undefined,
