@@ -98,6 +98,7 @@ describe('POST/GET/DELETE /workers', () => {
         load: 0,
         processed: 0,
         healthy: true,
+        health: { active: 'healthy', breaker: 'closed' },
         expiresInMs: 4000,
       },
     ]);
