@@ -79,6 +79,14 @@ export const OPTIONS = [
   },
   {
     group: 'Server',
+    key: 'drainGraceMs',
+    flag: 'drain-grace-ms',
+    type: 'int',
+    default: 5000,
+    help: 'On SIGTERM/SIGINT, keep accepting streams this long after readiness turns off, so Envoy health checks and readiness probes stop sending first.',
+  },
+  {
+    group: 'Server',
     key: 'decisionHeader',
     flag: 'decision-header',
     type: 'bool',

@@ -15,6 +15,7 @@ export interface Config {
   logLevel: 'trace' | 'debug' | 'info' | 'warn' | 'error' | 'fatal' | 'silent';
   maxBodyBytes: number;
   drainTimeoutMs: number;
+  drainGraceMs: number;
   decisionHeader: boolean;
   mode: 'regular' | 'pd';
   workers: string[];

@@ -50,8 +50,11 @@ export interface Router {
   readonly discoveryEndpoint: string | undefined;
   /** All pool members after reconciling with the registry. */
   workers(): Worker[];
-  /** Readiness off, wait for in-flight streams (up to the drain timeout). Resolves true if drained. */
-  drain(timeoutMs?: number): Promise<boolean>;
+  /**
+   * Readiness off, discovery closed; keep serving for `graceMs` (default --drain-grace-ms) so load
+   * balancers stop sending; then wait for in-flight streams (up to `timeoutMs`). True if drained.
+   */
+  drain(timeoutMs?: number, graceMs?: number): Promise<boolean>;
   close(): Promise<void>;
 }
 
@@ -62,6 +65,7 @@ export async function startRouter(config: Readonly<Config>, deps: RouterDeps = {
   const allow = parseCidrList(config.discoveryAllow);
   const closers: Array<() => Promise<void> | void> = [];
   let draining = false;
+  let drainRequested = false;
 
   const policyFor = (role: Role): PolicyName =>
     role === 'prefill' ? config.prefillPolicy : role === 'decode' ? config.decodePolicy : config.policy;
@@ -183,7 +187,8 @@ export async function startRouter(config: Readonly<Config>, deps: RouterDeps = {
     },
   });
   const grpcPort = await grpcServer.start();
-  closers.push(() => grpcServer.close());
+  // After a drain, close gracefully (the last replies of ended sessions may still be in flight).
+  closers.push(() => grpcServer.close(drainRequested ? 5000 : 0));
 
   const checker = new HealthChecker({
     workers: allWorkers,
@@ -322,10 +327,14 @@ export async function startRouter(config: Readonly<Config>, deps: RouterDeps = {
     logger,
     discoveryEndpoint,
     workers: allWorkers,
-    async drain(timeoutMs = config.drainTimeoutMs) {
+    async drain(timeoutMs = config.drainTimeoutMs, graceMs = config.drainGraceMs) {
       draining = true;
+      drainRequested = true;
       grpcServer.setReady(false);
       await discovery?.close();
+      // Envoy's gRPC health check needs interval x unhealthy_threshold (+ timeout) to see NOT_SERVING;
+      // until then it still opens streams here, and they must be served, not refused.
+      if (graceMs > 0) await new Promise((resolve) => setTimeout(resolve, graceMs).unref());
       return grpcServer.waitIdle(timeoutMs);
     },
     close() {

@@ -28,7 +28,10 @@ export class ExtProcServer {
 
   constructor(private readonly opts: ExtProcServerOptions) {
     this.server = new grpc.Server({
-      'grpc.max_receive_message_length': opts.maxBodyBytes + 1024 * 1024,
+      // No gRPC limit on what Envoy sends: Envoy's own buffer limit bounds a message, and the session
+      // answers a JSON 413 above maxBodyBytes. A gRPC limit below Envoy's would fail the ext_proc
+      // stream instead (the client gets Envoy's empty 500).
+      'grpc.max_receive_message_length': -1,
       'grpc.max_send_message_length': opts.maxBodyBytes + 1024 * 1024,
       'grpc.keepalive_permit_without_calls': 1,
       'grpc.http2.min_ping_interval_without_data_ms': 5000,
@@ -100,10 +103,28 @@ export class ExtProcServer {
     });
   }
 
-  /** Stops accepting streams and closes the rest. Idempotent. */
-  async close(): Promise<void> {
+  /**
+   * Stops accepting streams. With `graceMs` > 0, open calls may finish first (GOAWAY, then up to
+   * graceMs): a session can end before Envoy has read the replies to its last messages, so a
+   * forceShutdown right after a drain would cut those responses. Then closes the rest. Idempotent.
+   */
+  async close(graceMs = 0): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    this.server.forceShutdown();
+    if (graceMs <= 0) {
+      this.server.forceShutdown();
+      return;
+    }
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(() => {
+        this.server.forceShutdown();
+        resolve();
+      }, graceMs);
+      timer.unref();
+      this.server.tryShutdown(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+    });
   }
 }

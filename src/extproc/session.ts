@@ -228,7 +228,11 @@ export class Session {
   }
 
   private async onResponseHeaders(h: HttpHeaders): Promise<void> {
-    if (this.phase !== 'response_headers') return this.protocolError('response_headers');
+    // Envoy's own local reply before the request was routed (e.g. its 413 above its buffer limit):
+    // pass it through unchanged. Nothing was dispatched, so there is no guard to release.
+    const localReply = this.phase === 'request_headers' || this.phase === 'request_body';
+    if (!localReply && this.phase !== 'response_headers') return this.protocolError('response_headers');
+    if (localReply) this.bodyChunks = [];
     this.status = Number(headerRecord(h.headers)[':status'] ?? 0);
     const d = this.dispatch;
     d?.onResponseStart?.(this.status);
@@ -318,7 +322,9 @@ export class Session {
     const routed = this.dispatch !== undefined;
     this.ended = true;
     this.phase = 'done';
-    this.abort.abort();
+    // Only an in-flight dispatch (a prefill leg) listens; abort() builds a DOMException with a stack
+    // trace, which is not free on the per-request path.
+    if (wasDispatching) this.abort.abort();
     this.dispatch?.finish(how);
     const outcome = classify(how, routed, wasDispatching, err);
     const summary: SessionSummary = {
@@ -340,6 +346,7 @@ export class Session {
 function classify(how: RequestEnd, routed: boolean, wasDispatching: boolean, err?: RouterError): Outcome {
   switch (how.kind) {
     case 'response':
+      if (!routed) return 'abandoned'; // Envoy's local reply to a request we never routed
       return how.status >= 500 ? 'upstream_5xx' : how.status >= 400 ? 'upstream_4xx' : 'ok';
     case 'rejected':
       if (!err || err.status < 500) return 'rejected';

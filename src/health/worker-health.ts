@@ -37,10 +37,17 @@ import { CircuitBreaker, type BreakerState, type CircuitBreakerOptions } from '.
 export type HealthOutcome =
   'success' | 'server_error' | 'reset' | 'no_response' | 'connect_failed' | 'prefill_failed' | 'cancelled';
 
+/**
+ * `no_response` is deliberately NOT a failure. Envoy (checked with 1.40, test/e2e/health-wiring.test.ts)
+ * passes its own local replies for upstream trouble - connect failure, reset before headers - through
+ * ext_proc as 503 response headers, so those arrive as `server_error`. A stream that ends before any
+ * response headers is a client that went away or an ext_proc message timeout: counting those against the
+ * worker opened breakers on healthy workers under client churn (seen in the chaos soak, where a whole
+ * role was locked out for 40 s).
+ */
 const FAILURES: ReadonlySet<HealthOutcome> = new Set([
   'server_error',
   'reset',
-  'no_response',
   'connect_failed',
   'prefill_failed',
 ]);
@@ -61,7 +68,7 @@ export type SessionEnd =
  *   response end, status < 500                 -> success
  *   ended after response headers, status >= 500 -> server_error
  *   ended after response headers otherwise     -> cancelled (client abort or mid-stream reset: neutral)
- *   ended before response headers              -> no_response (connect failure / reset / early abort)
+ *   ended before response headers              -> no_response (client abort, message timeout: neutral)
  *   router answered itself (rejected)          -> cancelled (says nothing about this worker)
  */
 export function outcomeOfEnd(end: SessionEnd): HealthOutcome {
@@ -152,8 +159,8 @@ export class WorkerHealth {
   recordOutcome(worker: Worker, outcome: HealthOutcome, now: number): void {
     const s = this.state(worker);
     if (outcome === 'success') s.breaker.recordSuccess(now);
-    else if (outcome === 'cancelled') s.breaker.recordNeutral(now);
-    else s.breaker.recordFailure(now);
+    else if (isFailureOutcome(outcome)) s.breaker.recordFailure(now);
+    else s.breaker.recordNeutral(now);
     this.sync(worker, s, now);
   }
 

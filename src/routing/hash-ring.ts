@@ -41,6 +41,8 @@ export class HashRing {
   private readonly labels = new Map<string, string>();
   private hashes = new Uint32Array(0);
   private owners: string[] = [];
+  /** Membership changed since the points were last built (rebuilt lazily, once, on the next lookup). */
+  private dirty = false;
 
   constructor(readonly virtualNodes = 160) {
     if (!Number.isInteger(virtualNodes) || virtualNodes < 1) {
@@ -52,11 +54,11 @@ export class HashRing {
   set(id: string, label: string): void {
     if (this.labels.get(id) === label) return;
     this.labels.set(id, label);
-    this.rebuild();
+    this.dirty = true;
   }
 
   delete(id: string): void {
-    if (this.labels.delete(id)) this.rebuild();
+    if (this.labels.delete(id)) this.dirty = true;
   }
 
   has(id: string): boolean {
@@ -69,6 +71,7 @@ export class HashRing {
 
   /** Owner of `hash`, or of the next point whose owner is accepted; undefined if none is. */
   find(hash: number, accept?: (id: string) => boolean): RingHit | undefined {
+    if (this.dirty) this.rebuild();
     const points = this.hashes.length;
     const start = this.firstPointAtOrAfter(hash);
     for (let step = 0; step < points; step++) {
@@ -80,6 +83,7 @@ export class HashRing {
 
   /** Distinct owners in ring order from `hash` (the fallback order of a key; for tests/diagnostics). */
   ownersFrom(hash: number): string[] {
+    if (this.dirty) this.rebuild();
     const seen = new Set<string>();
     const points = this.hashes.length;
     const start = this.firstPointAtOrAfter(hash);
@@ -109,5 +113,6 @@ export class HashRing {
     entries.sort((a, b) => a.hash - b.hash || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
     this.hashes = Uint32Array.from(entries, (e) => e.hash);
     this.owners = entries.map((e) => e.id);
+    this.dirty = false;
   }
 }

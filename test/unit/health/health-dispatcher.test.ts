@@ -68,7 +68,7 @@ describe('withHealth', () => {
     expect(log).toEqual(['refresh:1']);
   });
 
-  it('end to end with WorkerHealth: five routed streams that end without response headers open the breaker', () => {
+  it('end to end with WorkerHealth: Envoy 5xx replies open the breaker, client aborts before headers do not', () => {
     const health = new WorkerHealth({ breaker: { failureThreshold: 5, cooldownMs: 1000 } });
     const w = new Worker({
       role: 'decode',
@@ -79,26 +79,26 @@ describe('withHealth', () => {
     let now = 0;
     const inner: Dispatcher = { dispatch: () => fakeDispatch([], w) };
     const dispatcher = withHealth(inner, health, () => now);
-    const ends: RequestEnd[] = [
-      { kind: 'cancelled', afterHeaders: false },
-      { kind: 'cancelled', afterHeaders: false },
-      { kind: 'cancelled', afterHeaders: true, status: 200 }, // neutral: the count goes on
-      { kind: 'cancelled', afterHeaders: false },
-      { kind: 'cancelled', afterHeaders: false },
-    ];
-    for (const end of ends) (dispatcher.dispatch(REQ, new AbortController().signal) as Dispatch).finish(end);
+    const finish = (end: RequestEnd) =>
+      (dispatcher.dispatch(REQ, new AbortController().signal) as Dispatch).finish(end);
+    // Many clients going away before the first byte (or ext_proc message timeouts): neutral.
+    for (let i = 0; i < 20; i++) finish({ kind: 'cancelled', afterHeaders: false });
     expect(w.healthy).toBe(true);
-    (dispatcher.dispatch(REQ, new AbortController().signal) as Dispatch).finish({
-      kind: 'cancelled',
-      afterHeaders: false,
-    });
+    // Envoy's local replies (connect failure, reset before headers) reach ext_proc as 503 headers.
+    const ends: RequestEnd[] = [
+      { kind: 'response', status: 503 },
+      { kind: 'response', status: 503 },
+      { kind: 'cancelled', afterHeaders: true, status: 200 }, // neutral: the count goes on
+      { kind: 'response', status: 503 },
+      { kind: 'response', status: 503 },
+    ];
+    for (const end of ends) finish(end);
+    expect(w.healthy).toBe(true);
+    finish({ kind: 'response', status: 503 });
     expect(w.healthy).toBe(false);
     now = 1000;
     // The next dispatch refreshes first: the worker is half-open, selectable again.
-    (dispatcher.dispatch(REQ, new AbortController().signal) as Dispatch).finish({
-      kind: 'response',
-      status: 200,
-    });
+    finish({ kind: 'response', status: 200 });
     expect(health.view(w, now)).toMatchObject({ breaker: 'half_open', selectable: true });
   });
 });

@@ -76,7 +76,7 @@ describe('health and selection', () => {
 
   it('every worker out of selection: no candidate (the dispatcher answers 503)', () => {
     const s = setup();
-    for (const w of s.pool.workers) for (let i = 0; i < 2; i++) s.health.recordOutcome(w, 'no_response', 0);
+    for (const w of s.pool.workers) for (let i = 0; i < 2; i++) s.health.recordOutcome(w, 'server_error', 0);
     expect(s.select(1)).toEqual(['none']);
   });
 

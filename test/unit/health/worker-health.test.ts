@@ -89,7 +89,7 @@ describe('WorkerHealth: passive outcomes and the breaker', () => {
     { outcome: 'cancelled', failure: false },
     { outcome: 'server_error', failure: true },
     { outcome: 'reset', failure: true },
-    { outcome: 'no_response', failure: true },
+    { outcome: 'no_response', failure: false },
     { outcome: 'connect_failed', failure: true },
     { outcome: 'prefill_failed', failure: true },
   ])('$outcome counts as failure: $failure', ({ outcome, failure }) => {
@@ -125,7 +125,7 @@ describe('WorkerHealth: passive outcomes and the breaker', () => {
   it('a cancelled probe hands its slot back; a failed probe reopens', () => {
     const health = new WorkerHealth({ breaker: BREAKER });
     const w = worker();
-    for (let i = 0; i < 3; i++) health.recordOutcome(w, 'no_response', 0);
+    for (let i = 0; i < 3; i++) health.recordOutcome(w, 'server_error', 0);
     health.refresh(1000);
     health.routed(w, 1000);
     expect(w.healthy).toBe(false);
@@ -185,7 +185,7 @@ describe('WorkerHealth: identity and generations', () => {
 
     // Late results for the old generation touch only the old object.
     health.recordCheck(old, false, 6);
-    health.recordOutcome(old, 'no_response', 6);
+    health.recordOutcome(old, 'server_error', 6);
     expect(health.view(old, 6)).toEqual({ active: 'unhealthy', breaker: 'open', selectable: false });
     expect(health.details(successor, 6)).toMatchObject({ consecutiveCheckFailures: 0, breakerFailures: 0 });
     expect(successor.healthy).toBe(true);

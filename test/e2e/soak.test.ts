@@ -1,0 +1,33 @@
+/**
+ * The short CI version of the chaos soak (test/support/soak-run.ts; `npm run soak` runs the long
+ * one): real Envoy, the router, 8 simulated workers, 32 concurrent clients with aborts, injected
+ * mid-stream resets, worker kills and restarts on the same port, silenced heartbeats and (P/D) Envoy
+ * ext_proc message timeouts. Each mode runs for a fixed, bounded time; the assertions are on the end
+ * state, never on durations. The memory bounds are deliberately loose: a CI run is too short for a
+ * precise slope; they only catch an absurd leak.
+ */
+import { describe, expect, it } from 'vitest';
+import { runSoak, soakViolations } from '../support/soak-run.js';
+
+const DURATION_S = 12;
+// Not absurd: the heap (sampled after a full GC) must not grow by 1 MB/s; RSS, which in a run this
+// short still includes the allocator's own warm-up, not by 4 MB/s. `npm run soak` reports real slopes.
+const LIMITS = { heap: 1024 * 1024, rss: 4 * 1024 * 1024 };
+
+describe.each(['regular', 'pd'] as const)('chaos soak (%s, short)', (mode) => {
+  it('ends with every load at 0, the router alive, every client answered, and the books balanced', async () => {
+    const s = await runSoak({ mode, durationS: DURATION_S, warmupS: 4, seed: 11 });
+    expect(soakViolations(s, LIMITS)).toEqual([]);
+    // The chaos actually happened.
+    expect(s.requests).toBeGreaterThan(100);
+    expect(s.ok).toBeGreaterThan(0);
+    expect(s.aborts.total).toBeGreaterThan(0);
+    expect(s.resets.injected).toBeGreaterThan(0);
+    expect(s.restarts).toBeGreaterThan(0);
+    expect(s.heartbeatPauses).toBeGreaterThan(0);
+    if (mode === 'pd') expect(s.timeouts.envoyMessageTimeouts).toBeGreaterThan(0);
+    // The books: every ext_proc stream Envoy opened was counted once by the router.
+    expect(s.accounting.routerRequestsTotal).toBe(s.accounting.envoyExtProcStreams);
+    expect(s.finalLoads.every((w) => w.load === 0)).toBe(true);
+  }, 90_000);
+});

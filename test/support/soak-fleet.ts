@@ -1,0 +1,157 @@
+/**
+ * The simulated worker fleet of the chaos soak: 8 simulators whose registrations expire (short TTL)
+ * unless they heartbeat, and which the chaos loop kills, restarts on the SAME port, and silences.
+ *
+ * Registration:
+ *  - regular mode: each live, heartbeating worker is POSTed to the router's admin API every
+ *    `heartbeatMs` (a regular vLLM never self-registers over ZMQ);
+ *  - pd mode: prefill and decode simulators self-register over ZMQ exactly as vLLM does (their
+ *    ZmqRegistrar), every `heartbeatMs`.
+ * A registration expires `ttlMs` after the last heartbeat (router --discovery-ttl-ms): a worker that is
+ * down or silent longer than that is removed from its pool and comes back as a new generation.
+ *
+ * Kill = `sim.close()` (sockets destroyed: in-flight responses are reset, and so are responses the
+ * simulator finished writing that are still in its socket buffers). Just before it, the tags of the
+ * simulator's requests whose CLIENT is still waiting are remembered (`killedInFlight`), so the load
+ * client can tell a reset caused by the kill from an unexplained one. The client removes its tag when
+ * its request ends, so the set stays bounded by the concurrency.
+ */
+import type { Router } from '../../src/router.js';
+import { startSimulator, type Simulator } from '../../src/sim/simulator.js';
+import type { TimingModel } from '../../src/sim/timing-model.js';
+
+export type FleetRole = 'regular' | 'prefill' | 'decode';
+
+export interface FleetWorker {
+  readonly role: FleetRole;
+  readonly port: number;
+  /** undefined while killed. */
+  sim: Simulator | undefined;
+  heartbeating: boolean;
+  /** A chaos action is in progress on this worker. */
+  busy: boolean;
+}
+
+export interface SoakFleetOptions {
+  mode: 'regular' | 'pd';
+  router: Router;
+  size: number;
+  heartbeatMs: number;
+  timing: Partial<TimingModel>;
+  /** Extracts a request's tag from a simulator record body. */
+  tagOf: (body: unknown) => string | undefined;
+  /** Whether the client of this tag is still waiting for its response. */
+  clientInFlight: (tag: string) => boolean;
+}
+
+export class SoakFleet {
+  readonly workers: FleetWorker[] = [];
+  readonly killedInFlight = new Set<string>();
+  restarts = 0;
+  heartbeatPauses = 0;
+  private timer: NodeJS.Timeout | undefined;
+  private closed = false;
+
+  private constructor(private readonly opts: SoakFleetOptions) {}
+
+  static async start(opts: SoakFleetOptions): Promise<SoakFleet> {
+    const fleet = new SoakFleet(opts);
+    try {
+      for (let i = 0; i < opts.size; i++) {
+        const role: FleetRole = opts.mode === 'regular' ? 'regular' : i % 2 === 0 ? 'prefill' : 'decode';
+        const sim = await fleet.spawn(role, 0);
+        fleet.workers.push({ role, port: sim.port, sim, heartbeating: true, busy: false });
+      }
+      if (opts.mode === 'regular') {
+        fleet.timer = setInterval(() => void fleet.heartbeat(), opts.heartbeatMs);
+        fleet.timer.unref();
+        await fleet.heartbeat();
+      }
+    } catch (err) {
+      await fleet.close();
+      throw err;
+    }
+    return fleet;
+  }
+
+  /** Live simulators of a role (for fault injection). */
+  live(role: FleetRole): Simulator[] {
+    const out: Simulator[] = [];
+    for (const w of this.workers) if (w.role === role && w.sim) out.push(w.sim);
+    return out;
+  }
+
+  /** Every simulator instance currently running. */
+  sims(): Simulator[] {
+    return this.workers.flatMap((w) => (w.sim ? [w.sim] : []));
+  }
+
+  async kill(w: FleetWorker): Promise<void> {
+    const sim = w.sim;
+    if (!sim) return;
+    for (const r of sim.records) {
+      const tag = this.opts.tagOf(r.body);
+      if (tag && this.opts.clientInFlight(tag)) this.killedInFlight.add(tag);
+    }
+    w.sim = undefined;
+    await sim.close();
+  }
+
+  /** A new simulator on the same port (and, in pd mode, the same ZMQ identity). */
+  async restart(w: FleetWorker): Promise<void> {
+    if (w.sim || this.closed) return;
+    w.sim = await this.spawn(w.role, w.port);
+    this.restarts++;
+    if (!w.heartbeating) w.sim.stopRegistering();
+    else if (this.opts.mode === 'regular') await this.register(w);
+  }
+
+  pauseHeartbeats(w: FleetWorker): void {
+    w.heartbeating = false;
+    w.sim?.stopRegistering();
+    this.heartbeatPauses++;
+  }
+
+  resumeHeartbeats(w: FleetWorker): void {
+    w.heartbeating = true;
+    w.sim?.startRegistering();
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    if (this.timer) clearInterval(this.timer);
+    await Promise.all(this.workers.map((w) => w.sim?.close()));
+  }
+
+  private spawn(role: FleetRole, port: number): Promise<Simulator> {
+    const { router, heartbeatMs, timing } = this.opts;
+    return startSimulator({
+      role,
+      port,
+      timeScale: 1,
+      timing,
+      // Enough to trace in-flight requests; small, so the ring is full (flat) after warm-up.
+      maxRecords: 200,
+      register:
+        role === 'regular' ? undefined : { zmq: router.discoveryEndpoint as string, intervalMs: heartbeatMs },
+    });
+  }
+
+  private async heartbeat(): Promise<void> {
+    await Promise.all(this.workers.map((w) => (w.heartbeating && w.sim ? this.register(w) : undefined)));
+  }
+
+  private async register(w: FleetWorker): Promise<void> {
+    if (!w.sim || this.closed) return;
+    try {
+      const res = await fetch(`http://127.0.0.1:${this.opts.router.adminPort}/workers`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ role: w.role, url: w.sim.url }),
+      });
+      await res.arrayBuffer();
+    } catch {
+      /* the router is shutting down */
+    }
+  }
+}

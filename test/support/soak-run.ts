@@ -1,0 +1,634 @@
+/**
+ * The chaos soak (issue 7): real Envoy, the router (in-process), 8 simulated workers, a concurrent
+ * streaming load, and faults, for a bounded duration. Shared by `npm run soak` (bench/soak.ts) and the
+ * short CI version (test/e2e/soak.test.ts).
+ *
+ * Load: `concurrency` client loops (default 32) send completions and chat completions through Envoy
+ * until the deadline; 70% stream. Each prompt starts with a unique tag (`soak<n>`) so a simulator
+ * record can be traced back to its client.
+ *
+ * Faults, per request (seeded PRNG):
+ *  - abortRate (30%): the client aborts at a random point: after 0-4 response chunks, or after a random
+ *    0-400 ms timer (which may fire before the response headers);
+ *  - resetRate (10%): a `resetAfterChunks` fault (1-4) is queued on a random live worker (regular or
+ *    decode): the next generation request there is reset mid-stream (before the headers when it does
+ *    not stream, which Envoy turns into a 503);
+ *  - timeoutRate (5%, pd mode): a `delayMs` fault longer than Envoy's ext_proc message_timeout (2 s)
+ *    is queued on a random prefill worker: the router waits for that prefill leg while Envoy gives up
+ *    on the ext_proc message, answers the client itself and cancels the ext_proc stream. (Envoy
+ *    strips a client's `x-envoy-upstream-rq-timeout-ms`, and the rendered config has no route
+ *    timeout option, so the regular run has no Envoy-timeout fault.)
+ * Chaos, every `chaosIntervalMs` (default 1 s), on a worker no other action holds (at most 2 at once,
+ * and never the last free worker of a role): either kill it and restart it on the same port after
+ * 0.1-2x the TTL (so sometimes it expires and re-registers as a new generation), or stop its
+ * heartbeats for 0.5-2.5x the TTL (it expires, then re-registers).
+ *
+ * The router runs with active health checks (1 s) and circuit breakers (2 s cool-down) on, so their
+ * reactions to the chaos are part of the run (`no_workers` in `routerOutcomes` counts the requests
+ * that found a whole role unselectable).
+ *
+ * Client outcomes: `ok` (200 and a complete body), `http_error` (a status >= 400; clear when its
+ * body is not empty, or when it is Envoy's empty-bodied 504 local reply to an ext_proc message
+ * timeout, which Envoy's `message_timeouts` stat must account for), `aborted` (by the client), `reset` (the connection broke after the headers;
+ * `explained` when the simulator recorded an injected reset for that tag or the worker was killed
+ * while serving it), and the violations: `no_status` (the request failed before any HTTP status
+ * without the client aborting) and `stuck` (no end after 30 s).
+ *
+ * Accounting: Envoy opens one ext_proc stream per request it hands to the router
+ * (`http.llm.ext_proc.streams_started`); the router counts each stream exactly once when it ends
+ * (`vllm_router_requests_total`, summed over route and outcome). So routerTotal == envoyStreams, and
+ * sent - envoyStreams is the number of requests Envoy never passed to the router: only clients that
+ * aborted before their response headers can be among them (`abortedBeforeHeaders` bounds it).
+ *
+ * Memory: process.memoryUsage() every second (after a full GC when the runtime allows it, so the heap
+ * figure is live data, not garbage); the slopes are least-squares over the samples after warm-up.
+ * Everything (router, simulators, clients) runs in this one process, so the slope is an upper bound
+ * for the router's own growth.
+ */
+import v8 from 'node:v8';
+import vm from 'node:vm';
+import { pino } from 'pino';
+import { defaultConfig, type Config } from '../../src/config.js';
+import { startRouter, type Router } from '../../src/router.js';
+import { startEnvoy, type EnvoyHandle } from '../../src/envoy/envoy-process.js';
+import { SoakFleet, type FleetRole, type FleetWorker } from './soak-fleet.js';
+import { linearSlope, randomInt, seededRandom } from './soak-stats.js';
+
+export interface SoakOptions {
+  mode: 'regular' | 'pd';
+  durationS: number;
+  concurrency?: number;
+  workers?: number;
+  seed?: number;
+  abortRate?: number;
+  resetRate?: number;
+  timeoutRate?: number;
+  /** Samples before this are not used for the memory slope. Default min(20, durationS / 4). */
+  warmupS?: number;
+  chaosIntervalMs?: number;
+  ttlMs?: number;
+  heartbeatMs?: number;
+  /** Progress lines (one every 10 s). */
+  log?: (line: string) => void;
+}
+
+export interface SoakSummary {
+  mode: 'regular' | 'pd';
+  seed: number;
+  durationS: number;
+  concurrency: number;
+  workers: number;
+  requests: number;
+  ok: number;
+  httpErrors: Record<string, number>;
+  /** The first body seen for each error status (what the client was told). */
+  httpErrorSamples: Record<string, string>;
+  unclearHttpErrors: number;
+  aborts: { total: number; beforeHeaders: number };
+  resets: { injected: number; observed: number; explained: number; unexplained: number };
+  /** clientSaw504: Envoy's empty-bodied 504 local replies (each must be one of Envoy's message timeouts). */
+  timeouts: { prefillDelaysInjected: number; envoyMessageTimeouts: number; clientSaw504: number };
+  violations: { noStatus: number; stuck: number; samples: string[] };
+  restarts: number;
+  heartbeatPauses: number;
+  finalLoads: Array<{ url: string; role: string; load: number }>;
+  simulatorsInFlight: number;
+  routerStreamsActive: number;
+  routerAlive: boolean;
+  /** Envoy's view of its connections to the router (reconnects, resets). */
+  envoyRouterCluster: Record<string, number>;
+  accounting: {
+    sent: number;
+    envoyExtProcStreams: number;
+    routerRequestsTotal: number;
+    notReachingRouter: number;
+    routerOutcomes: Record<string, number>;
+  };
+  memory: {
+    samples: number;
+    warmupS: number;
+    gc: boolean;
+    heapUsedStartMB: number;
+    heapUsedEndMB: number;
+    rssStartMB: number;
+    rssEndMB: number;
+    heapSlopeBytesPerS: number;
+    rssSlopeBytesPerS: number;
+  };
+}
+
+const TIMING = { overheadMs: 5, baseItlMs: 15, prefillMsPerToken: 0.02 };
+const MESSAGE_TIMEOUT_S = 2;
+const ENVOY_ROUTER_CLUSTER_STATS = [
+  'upstream_cx_total',
+  'upstream_cx_destroy_remote_with_active_rq',
+  'upstream_cx_protocol_error',
+  'upstream_rq_tx_reset',
+  'upstream_rq_rx_reset',
+  'http2.rx_reset',
+  'http2.tx_reset',
+  'http2.goaway_sent',
+];
+const SAFETY_TIMEOUT_MS = 30_000;
+const PREFIXES = Array.from({ length: 8 }, (_, i) => `System prompt ${i}: `.padEnd(400, `ctx${i} `));
+
+type AbortPlan = { chunks: number } | { ms: number } | undefined;
+type ClientOutcome = 'ok' | 'http_error' | 'aborted' | 'reset' | 'no_status' | 'stuck';
+
+export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
+  const seed = opts.seed ?? 7;
+  const rand = seededRandom(seed);
+  const concurrency = opts.concurrency ?? 32;
+  const size = opts.workers ?? 8;
+  const ttlMs = opts.ttlMs ?? 1500;
+  const heartbeatMs = opts.heartbeatMs ?? 300;
+  const abortRate = opts.abortRate ?? 0.3;
+  const resetRate = opts.resetRate ?? 0.1;
+  const timeoutRate = opts.timeoutRate ?? 0.05;
+  const warmupS = opts.warmupS ?? Math.min(20, opts.durationS / 4);
+  const log = opts.log ?? (() => undefined);
+  const target: FleetRole = opts.mode === 'regular' ? 'regular' : 'decode';
+
+  const config: Config = {
+    ...defaultConfig(),
+    host: '127.0.0.1',
+    grpcPort: 0,
+    adminPort: 0,
+    logLevel: 'silent',
+    // Active health checks and circuit breakers on, with periods short enough to act within the
+    // chaos (a killed worker is noticed within ~1 s, a recovered one readmitted within ~2 s).
+    healthCheckIntervalMs: 1000,
+    healthCheckTimeoutMs: 500,
+    cbCooldownMs: 2000,
+    mode: opts.mode,
+    discoveryTtlMs: ttlMs,
+    discoveryZmq: opts.mode === 'pd' ? 'tcp://127.0.0.1:0' : '',
+    prefillRetries: 1,
+    // A small cache-aware tree trimmed every second: the tree reaches its steady size during warm-up
+    // (and eviction runs under load), so growth after warm-up would be a leak, not the cache filling.
+    maxTreeSize: 50_000,
+    evictionIntervalMs: 1000,
+  };
+  let router: Router | undefined;
+  let envoy: EnvoyHandle | undefined;
+  let fleet: SoakFleet | undefined;
+  const gc = exposeGc();
+  const memory: Array<{ t: number; heap: number; rss: number }> = [];
+  let memTimer: NodeJS.Timeout | undefined;
+  try {
+    router = await startRouter(Object.freeze(config), {
+      logger: pino({ level: process.env.ROUTER_TEST_LOG ?? 'silent' }),
+    });
+    const r = router;
+    const inFlight = new Set<string>();
+    fleet = await SoakFleet.start({
+      mode: opts.mode,
+      router: r,
+      size,
+      heartbeatMs,
+      timing: TIMING,
+      tagOf,
+      clientInFlight: (tag) => inFlight.has(tag),
+    });
+    const f = fleet;
+    await until(() => r.workers().length === size, 15_000, 'every worker registered');
+    envoy = await startEnvoy({
+      routers: [{ host: '127.0.0.1', port: r.grpcPort }],
+      messageTimeout: `${MESSAGE_TIMEOUT_S}s`,
+    });
+    const url = `http://127.0.0.1:${envoy.listenerPort}`;
+
+    const t0 = performance.now();
+    const deadline = t0 + opts.durationS * 1000;
+    const sample = () => {
+      gc?.();
+      const m = process.memoryUsage();
+      memory.push({ t: (performance.now() - t0) / 1000, heap: m.heapUsed, rss: m.rss });
+    };
+    sample();
+    memTimer = setInterval(sample, 1000);
+    memTimer.unref();
+
+    // ---- client load ----
+    const counts = {
+      sent: 0,
+      ok: 0,
+      aborted: 0,
+      abortedBeforeHeaders: 0,
+      resetsInjected: 0,
+      resets: 0,
+      explained: 0,
+      unclear: 0,
+      envoyTimeoutReplies: 0,
+      prefillDelays: 0,
+      noStatus: 0,
+      stuck: 0,
+    };
+    const httpErrors: Record<string, number> = {};
+    const errorSamples: Record<string, string> = {};
+    const violationSamples: string[] = [];
+    const violation = (s: string) => {
+      if (violationSamples.length < 20) violationSamples.push(s);
+    };
+
+    const explainReset = (tag: string): boolean => {
+      if (f.killedInFlight.has(tag)) return true;
+      for (const sim of f.live(target)) {
+        for (let i = sim.records.length - 1; i >= 0; i--) {
+          const rec = sim.records[i]!;
+          if (tagOf(rec.body) === tag) return rec.outcome === 'reset';
+        }
+      }
+      return false;
+    };
+
+    const one = async (n: number): Promise<ClientOutcome> => {
+      const tag = `soak${n}`;
+      const stream = rand() < 0.7;
+      const chat = rand() < 0.3;
+      const maxTokens = randomInt(rand, 4, 24);
+      const text = `${tag} ${PREFIXES[randomInt(rand, 0, PREFIXES.length - 1)]} question ${rand()}`;
+      const headers: Record<string, string> = { 'content-type': 'application/json' };
+      if (rand() < resetRate) {
+        const sims = f.live(target);
+        if (sims.length > 0) {
+          pick(rand, sims).injectFault({ resetAfterChunks: randomInt(rand, 1, 4) });
+          counts.resetsInjected++;
+        }
+      }
+      if (opts.mode === 'pd' && rand() < timeoutRate) {
+        const sims = f.live('prefill');
+        if (sims.length > 0) {
+          pick(rand, sims).injectFault({ delayMs: MESSAGE_TIMEOUT_S * 1000 + 1000 });
+          counts.prefillDelays++;
+        }
+      }
+      const abortPlan: AbortPlan =
+        rand() < abortRate
+          ? rand() < 0.6
+            ? { chunks: randomInt(rand, 0, 4) }
+            : { ms: randomInt(rand, 0, 400) }
+          : undefined;
+      const body = chat
+        ? { model: 'sim-model', messages: [{ role: 'user', content: text }], max_tokens: maxTokens, stream }
+        : { model: 'sim-model', prompt: text, max_tokens: maxTokens, stream };
+
+      const ac = new AbortController();
+      let clientAborted = false;
+      let gotHeaders = false;
+      let safetyFired = false;
+      let reader: ReadableStreamDefaultReader<Uint8Array> | undefined;
+      // undici: aborting the signal does not always settle a pending read() of a body that already
+      // arrived in full; cancelling the reader does.
+      const stop = () => {
+        ac.abort();
+        reader?.cancel().catch(() => undefined);
+      };
+      const abort = () => {
+        if (clientAborted) return;
+        clientAborted = true;
+        if (!gotHeaders) counts.abortedBeforeHeaders++;
+        stop();
+      };
+      const safety = setTimeout(() => {
+        safetyFired = true;
+        stop();
+      }, SAFETY_TIMEOUT_MS);
+      const abortTimer = abortPlan && 'ms' in abortPlan ? setTimeout(abort, abortPlan.ms) : undefined;
+      counts.sent++;
+      inFlight.add(tag);
+      try {
+        const res = await fetch(`${url}${chat ? '/v1/chat/completions' : '/v1/completions'}`, {
+          method: 'POST',
+          headers,
+          body: JSON.stringify(body),
+          signal: ac.signal,
+        });
+        gotHeaders = true;
+        if (res.status !== 200) {
+          const errText = await res.text();
+          clearTimeout(abortTimer);
+          httpErrors[res.status] = (httpErrors[res.status] ?? 0) + 1;
+          errorSamples[res.status] ??= errText.slice(0, 160);
+          if (errText.length === 0 && res.status === 504 && res.headers.get('server') === 'envoy') {
+            counts.envoyTimeoutReplies++;
+          } else if (errText.length === 0) {
+            counts.unclear++;
+            violation(`${tag}: ${res.status} with an empty body`);
+          }
+          return 'http_error';
+        }
+        reader = res.body!.getReader();
+        const decoder = new TextDecoder();
+        let all = '';
+        let chunks = 0;
+        if (abortPlan && 'chunks' in abortPlan && abortPlan.chunks === 0) abort();
+        for (;;) {
+          const { done, value } = await reader.read();
+          if (done) break;
+          all += decoder.decode(value, { stream: true });
+          chunks++;
+          if (abortPlan && 'chunks' in abortPlan && chunks >= abortPlan.chunks) abort();
+        }
+        clearTimeout(abortTimer);
+        if (clientAborted) {
+          counts.aborted++;
+          return 'aborted';
+        }
+        if (safetyFired) {
+          counts.stuck++;
+          violation(`${tag}: no end after ${SAFETY_TIMEOUT_MS} ms`);
+          return 'stuck';
+        }
+        const complete = stream ? all.includes('data: [DONE]') : all.includes('"choices"');
+        if (complete) {
+          counts.ok++;
+          return 'ok';
+        }
+        violation(`${tag}: 200 with an incomplete body`);
+        counts.noStatus++;
+        return 'no_status';
+      } catch (err) {
+        clearTimeout(abortTimer);
+        if (clientAborted) {
+          counts.aborted++;
+          return 'aborted';
+        }
+        if (safetyFired) {
+          counts.stuck++;
+          violation(`${tag}: no end after ${SAFETY_TIMEOUT_MS} ms`);
+          return 'stuck';
+        }
+        if (gotHeaders) {
+          counts.resets++;
+          if (explainReset(tag)) counts.explained++;
+          else violation(`${tag}: unexplained reset (${(err as Error).message})`);
+          return 'reset';
+        }
+        counts.noStatus++;
+        violation(
+          `${tag}: failed before any status: ${(err as Error).message} ${String((err as Error).cause ?? '')}`,
+        );
+        return 'no_status';
+      } finally {
+        clearTimeout(safety);
+        clearTimeout(abortTimer);
+        f.killedInFlight.delete(tag);
+        inFlight.delete(tag);
+      }
+    };
+
+    let seq = 0;
+    const clients = Array.from({ length: concurrency }, async () => {
+      while (performance.now() < deadline) await one(seq++);
+    });
+
+    // ---- chaos ----
+    const actions = new Set<Promise<void>>();
+    const chaosTimer = setInterval(() => {
+      const free = f.workers.filter((w) => !w.busy);
+      if (f.workers.length - free.length >= 2) return;
+      const candidates = free.filter((w) => free.filter((x) => x.role === w.role).length > 1);
+      if (candidates.length === 0) return;
+      const w = pick(rand, candidates);
+      w.busy = true;
+      const action =
+        rand() < 0.5
+          ? killAndRestart(f, w, randomInt(rand, 100, 2 * ttlMs))
+          : silence(f, w, randomInt(rand, ttlMs / 2, 2.5 * ttlMs));
+      const p = action.finally(() => {
+        w.busy = false;
+        actions.delete(p);
+      });
+      actions.add(p);
+    }, opts.chaosIntervalMs ?? 1000);
+    chaosTimer.unref();
+
+    const progress = setInterval(() => {
+      log(
+        JSON.stringify({
+          t: Math.round((performance.now() - t0) / 1000),
+          sent: counts.sent,
+          ok: counts.ok,
+          aborted: counts.aborted,
+          resets: counts.resets,
+          restarts: f.restarts,
+          heapMB: mb(process.memoryUsage().heapUsed),
+        }),
+      );
+    }, 10_000);
+    progress.unref();
+
+    await Promise.all(clients);
+    clearInterval(chaosTimer);
+    clearInterval(progress);
+    clearInterval(memTimer);
+    await Promise.all([...actions]);
+
+    // ---- settle and check ----
+    for (const w of f.workers) {
+      if (!w.heartbeating) f.resumeHeartbeats(w);
+      if (!w.sim) await f.restart(w);
+    }
+    await until(() => r.workers().length === size, 15_000, 'every worker registered again').catch(
+      () => undefined,
+    );
+    await until(() => r.workers().every((w) => w.load === 0), 10_000, 'loads 0').catch(() => undefined);
+    await until(() => f.sims().every((s) => s.inFlight() === 0), 10_000, 'simulators idle').catch(
+      () => undefined,
+    );
+    await until(
+      async () => (await metricSum(r, 'vllm_router_extproc_streams_active')) === 0,
+      10_000,
+      'ext_proc streams closed',
+    ).catch(() => undefined);
+
+    const envoyStats = await envoy.stats('ext_proc');
+    const clusterStats = await envoy.stats('cluster\\.vllm_router\\.');
+    const envoyRouterCluster: Record<string, number> = {};
+    for (const name of ENVOY_ROUTER_CLUSTER_STATS) {
+      envoyRouterCluster[name] = stat(clusterStats, `cluster.vllm_router.${name}`);
+    }
+    const envoyStreams = stat(envoyStats, 'http.llm.ext_proc.streams_started');
+    const outcomes = await metricByLabel(r, 'vllm_router_requests_total', 'outcome');
+    const routerTotal = Object.values(outcomes).reduce((a, b) => a + b, 0);
+    const alive = await fetch(`http://127.0.0.1:${r.adminPort}/healthz`)
+      .then((res) => res.status === 200)
+      .catch(() => false);
+
+    const after = memory.filter((m) => m.t >= warmupS);
+    const first = after[0] ?? memory[0]!;
+    const last = after.at(-1) ?? memory.at(-1)!;
+    return {
+      mode: opts.mode,
+      seed,
+      durationS: opts.durationS,
+      concurrency,
+      workers: size,
+      requests: counts.sent,
+      ok: counts.ok,
+      httpErrors,
+      httpErrorSamples: errorSamples,
+      unclearHttpErrors: counts.unclear,
+      aborts: { total: counts.aborted, beforeHeaders: counts.abortedBeforeHeaders },
+      resets: {
+        injected: counts.resetsInjected,
+        observed: counts.resets,
+        explained: counts.explained,
+        unexplained: counts.resets - counts.explained,
+      },
+      timeouts: {
+        prefillDelaysInjected: counts.prefillDelays,
+        envoyMessageTimeouts: stat(envoyStats, 'http.llm.ext_proc.message_timeouts'),
+        clientSaw504: counts.envoyTimeoutReplies,
+      },
+      violations: { noStatus: counts.noStatus, stuck: counts.stuck, samples: violationSamples },
+      restarts: f.restarts,
+      heartbeatPauses: f.heartbeatPauses,
+      finalLoads: r.workers().map((w) => ({ url: w.url, role: w.role, load: w.load })),
+      simulatorsInFlight: f.sims().reduce((n, s) => n + s.inFlight(), 0),
+      routerStreamsActive: await metricSum(r, 'vllm_router_extproc_streams_active'),
+      routerAlive: alive,
+      envoyRouterCluster,
+      accounting: {
+        sent: counts.sent,
+        envoyExtProcStreams: envoyStreams,
+        routerRequestsTotal: routerTotal,
+        notReachingRouter: counts.sent - envoyStreams,
+        routerOutcomes: outcomes,
+      },
+      memory: {
+        samples: after.length,
+        warmupS,
+        gc: gc !== undefined,
+        heapUsedStartMB: mb(first.heap),
+        heapUsedEndMB: mb(last.heap),
+        rssStartMB: mb(first.rss),
+        rssEndMB: mb(last.rss),
+        heapSlopeBytesPerS: Math.round(linearSlope(after.map((m) => [m.t, m.heap]))),
+        rssSlopeBytesPerS: Math.round(linearSlope(after.map((m) => [m.t, m.rss]))),
+      },
+    };
+  } finally {
+    if (memTimer) clearInterval(memTimer);
+    await envoy?.close();
+    await router?.close();
+    await fleet?.close();
+  }
+}
+
+/** Bounds of the memory slopes after warm-up, bytes per second. */
+export interface SlopeLimits {
+  heap: number;
+  rss: number;
+}
+
+/** Invariant violations of a summary (empty = pass). */
+export function soakViolations(s: SoakSummary, limits: SlopeLimits): string[] {
+  const out: string[] = [];
+  const bad = s.finalLoads.filter((w) => w.load !== 0);
+  if (bad.length > 0) out.push(`final loads not 0: ${JSON.stringify(bad)}`);
+  if (s.simulatorsInFlight !== 0) out.push(`${s.simulatorsInFlight} requests still in flight on simulators`);
+  if (s.routerStreamsActive !== 0) out.push(`${s.routerStreamsActive} ext_proc streams still active`);
+  if (!s.routerAlive) out.push('router not alive');
+  if (s.unclearHttpErrors > 0) out.push(`${s.unclearHttpErrors} HTTP errors with an empty body`);
+  if (s.timeouts.clientSaw504 > s.timeouts.envoyMessageTimeouts)
+    out.push(
+      `${s.timeouts.clientSaw504} empty 504s but ${s.timeouts.envoyMessageTimeouts} ext_proc message timeouts`,
+    );
+  if (s.resets.unexplained > 0) out.push(`${s.resets.unexplained} unexplained resets`);
+  if (s.violations.noStatus > 0)
+    out.push(`${s.violations.noStatus} requests without a status or complete body`);
+  if (s.violations.stuck > 0) out.push(`${s.violations.stuck} stuck requests`);
+  const a = s.accounting;
+  if (a.routerRequestsTotal !== a.envoyExtProcStreams)
+    out.push(
+      `router counted ${a.routerRequestsTotal} requests, Envoy opened ${a.envoyExtProcStreams} streams`,
+    );
+  if (a.notReachingRouter < 0 || a.notReachingRouter > s.aborts.beforeHeaders)
+    out.push(
+      `${a.notReachingRouter} requests never reached the router (aborted before headers: ${s.aborts.beforeHeaders})`,
+    );
+  if (s.memory.heapSlopeBytesPerS > limits.heap) out.push(`heap slope ${s.memory.heapSlopeBytesPerS} B/s`);
+  if (s.memory.rssSlopeBytesPerS > limits.rss) out.push(`rss slope ${s.memory.rssSlopeBytesPerS} B/s`);
+  if (s.violations.samples.length > 0) out.push(...s.violations.samples.map((x) => `sample: ${x}`));
+  return out;
+}
+
+async function killAndRestart(f: SoakFleet, w: FleetWorker, downMs: number): Promise<void> {
+  await f.kill(w);
+  await sleep(downMs);
+  await f.restart(w);
+}
+
+async function silence(f: SoakFleet, w: FleetWorker, ms: number): Promise<void> {
+  f.pauseHeartbeats(w);
+  await sleep(ms);
+  f.resumeHeartbeats(w);
+}
+
+/** The `soak<n>` tag that starts a request's prompt (completions) or first message (chat). */
+function tagOf(body: unknown): string | undefined {
+  if (typeof body !== 'object' || body === null) return undefined;
+  const b = body as { prompt?: unknown; messages?: Array<{ content?: unknown }> };
+  const text = typeof b.prompt === 'string' ? b.prompt : b.messages?.[0]?.content;
+  if (typeof text !== 'string') return undefined;
+  const space = text.indexOf(' ');
+  return text.startsWith('soak') && space > 0 ? text.slice(0, space) : undefined;
+}
+
+function pick<T>(rand: () => number, items: readonly T[]): T {
+  return items[Math.floor(rand() * items.length)] as T;
+}
+
+function exposeGc(): (() => void) | undefined {
+  const existing = (globalThis as { gc?: () => void }).gc;
+  if (existing) return existing;
+  try {
+    v8.setFlagsFromString('--expose-gc');
+    return vm.runInNewContext('gc') as () => void;
+  } catch {
+    return undefined;
+  }
+}
+
+async function metricSum(r: Router, name: string): Promise<number> {
+  const m = await r.metrics.registry.getSingleMetric(name)?.get();
+  return (m?.values ?? []).reduce((n, v) => n + v.value, 0);
+}
+
+async function metricByLabel(r: Router, name: string, label: string): Promise<Record<string, number>> {
+  const m = await r.metrics.registry.getSingleMetric(name)?.get();
+  const out: Record<string, number> = {};
+  for (const v of m?.values ?? []) {
+    const key = String(v.labels[label] ?? '');
+    out[key] = (out[key] ?? 0) + v.value;
+  }
+  return out;
+}
+
+function stat(text: string, name: string): number {
+  const m = new RegExp(`^${name.replace(/\./g, '\\.')}: (\\d+)$`, 'm').exec(text);
+  return m ? Number(m[1]) : 0;
+}
+
+function mb(bytes: number): number {
+  return Math.round((bytes / 1024 / 1024) * 10) / 10;
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}
+
+/** Polls `predicate` every 20 ms; rejects after `timeoutMs`. */
+async function until(
+  predicate: () => boolean | Promise<boolean>,
+  timeoutMs: number,
+  what: string,
+): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (!(await predicate())) {
+    if (Date.now() > end) throw new Error(`soak: ${what} not reached within ${timeoutMs} ms`);
+    await sleep(20);
+  }
+}
