@@ -1,0 +1,240 @@
+/**
+ * Starts the pieces a benchmark measures, all on 127.0.0.1: simulated vLLM workers (in-process), the
+ * router (in-process via startRouter, or a child process for CPU accounting) and the real Envoy (child
+ * process, src/envoy/envoy-process.ts). Everything has an idempotent close(); a failed start closes
+ * what was already started.
+ */
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import path from 'node:path';
+import { pino } from 'pino';
+import { defaultConfig, type Config } from '../src/config.js';
+import { startEnvoy, type EnvoyHandle } from '../src/envoy/envoy-process.js';
+import type { EnvoyRenderOptions } from '../src/envoy/envoy-config.js';
+import { startRouter, type Router } from '../src/router.js';
+import { startCluster, type SimulatorCluster } from '../src/sim/cluster.js';
+import type { SimulatorOptions } from '../src/sim/simulator.js';
+import { ROOT } from './report-doc.js';
+
+export function benchRouterConfig(overrides: Partial<Config>): Config {
+  return {
+    ...defaultConfig(),
+    host: '127.0.0.1',
+    grpcPort: 0,
+    adminPort: 0,
+    logLevel: 'silent',
+    healthCheckIntervalMs: 0,
+    ...overrides,
+  };
+}
+
+export interface RoutedStack {
+  readonly cluster: SimulatorCluster;
+  readonly router: Router;
+  readonly envoy: EnvoyHandle;
+  /** http://127.0.0.1:<envoy listener> */
+  readonly url: string;
+  close(): Promise<void>;
+}
+
+/** n simulators + in-process router + Envoy with ext_proc. */
+export async function startRoutedStack(opts: {
+  workers: number;
+  sim: SimulatorOptions;
+  router: Partial<Config>;
+  envoy?: EnvoyRenderOptions;
+}): Promise<RoutedStack> {
+  const cluster = await startCluster(opts.workers, opts.sim);
+  let router: Router | undefined;
+  try {
+    router = await startRouter(
+      Object.freeze(benchRouterConfig({ workers: cluster.sims.map((s) => s.url), ...opts.router })),
+      { logger: pino({ level: 'silent' }) },
+    );
+    const envoy = await startEnvoy({
+      routers: [{ host: '127.0.0.1', port: router.grpcPort }],
+      ...opts.envoy,
+    });
+    const r = router;
+    let closing: Promise<void> | undefined;
+    return {
+      cluster,
+      router: r,
+      envoy,
+      url: `http://127.0.0.1:${envoy.listenerPort}`,
+      close: () => {
+        closing ??= (async () => {
+          await envoy.close();
+          await r.close();
+          await cluster.close();
+        })();
+        return closing;
+      },
+    };
+  } catch (err) {
+    await router?.close();
+    await cluster.close();
+    throw err;
+  }
+}
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const port = (srv.address() as { port: number }).port;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+export interface RouterProcess {
+  readonly pid: number;
+  readonly grpcPort: number;
+  readonly adminPort: number;
+  readonly process: ChildProcess;
+  /** utime + stime of the process so far, ms (from /proc/<pid>/stat; clock ticks of 10 ms). */
+  cpuMs(): number;
+  close(): Promise<void>;
+}
+
+export interface ChildService {
+  readonly pid: number;
+  readonly process: ChildProcess;
+  /** utime + stime of the process so far, ms (from /proc/<pid>/stat; 10 ms clock ticks). */
+  cpuMs(): number;
+  /** The last 4 KB the process wrote to stderr (warnings, errors). */
+  stderrTail(): string;
+  /** SIGTERM, SIGKILL after 5 s; idempotent. */
+  close(): Promise<void>;
+}
+
+/**
+ * Spawns `node [--import tsx] <script> ...args` (tsx for a .ts script) from the project root and waits until `readyUrl`
+ * answers 200 (30 s budget). Separate processes let a benchmark read one component's CPU time from
+ * /proc and keep the client's event loop out of the measured component's.
+ */
+export async function startTsxProcess(
+  script: string,
+  args: string[],
+  readyUrl: string,
+  nodeArgs: string[] = [],
+): Promise<ChildService> {
+  const loader = script.endsWith('.ts') ? ['--import', 'tsx'] : [];
+  const child = spawn(process.execPath, [...nodeArgs, ...loader, path.join(ROOT, script), ...args], {
+    cwd: ROOT,
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  let stderr = '';
+  child.stderr?.on('data', (d: Buffer) => {
+    stderr = (stderr + d.toString()).slice(-4096);
+  });
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  let closing: Promise<void> | undefined;
+  const close = (): Promise<void> => {
+    closing ??= (async () => {
+      if (child.exitCode === null && child.signalCode === null) {
+        child.kill('SIGTERM');
+        const t = setTimeout(() => child.kill('SIGKILL'), 5000).unref();
+        await exited;
+        clearTimeout(t);
+      }
+    })();
+    return closing;
+  };
+  const deadline = Date.now() + 30_000;
+  while (true) {
+    if (child.exitCode !== null) throw new Error(`${script} exited with ${child.exitCode}: ${stderr}`);
+    if (Date.now() > deadline) {
+      await close();
+      throw new Error(`${script} not ready within 30 s: ${stderr}`);
+    }
+    const res = await fetch(readyUrl).catch(() => undefined);
+    if (res?.status === 200) break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  const pid = child.pid!;
+  return { pid, process: child, cpuMs: () => procCpuMs(pid), stderrTail: () => stderr, close };
+}
+
+export interface RouterProcess extends ChildService {
+  readonly grpcPort: number;
+  readonly adminPort: number;
+}
+
+/**
+ * The router CLI as a child process on free ports; ready when /readyz answers 200. `script` is
+ * `src/cli.ts` (via tsx) or the compiled `dist/src/cli.js` (what production runs; see buildRouter).
+ */
+export async function startRouterProcess(
+  args: string[],
+  nodeArgs: string[] = [],
+  script = 'src/cli.ts',
+): Promise<RouterProcess> {
+  const grpcPort = await freePort();
+  const adminPort = await freePort();
+  const svc = await startTsxProcess(
+    script,
+    [
+      '--host',
+      '127.0.0.1',
+      '--grpc-port',
+      String(grpcPort),
+      '--admin-port',
+      String(adminPort),
+      '--log-level',
+      'warn',
+      '--health-check-interval-ms',
+      '0',
+      ...args,
+    ],
+    `http://127.0.0.1:${adminPort}/readyz`,
+    nodeArgs,
+  );
+  return { ...svc, grpcPort, adminPort };
+}
+
+export interface SimulatorProcess extends ChildService {
+  readonly url: string;
+}
+
+/** The simulator CLI (`src/sim/cli.ts`) as a child process on a free port. */
+export async function startSimulatorProcess(args: string[]): Promise<SimulatorProcess> {
+  const port = await freePort();
+  const url = `http://127.0.0.1:${port}`;
+  const svc = await startTsxProcess(
+    'src/sim/cli.ts',
+    ['--host', '127.0.0.1', '--port', String(port), ...args],
+    `${url}/health`,
+  );
+  return { ...svc, url };
+}
+
+/** utime + stime of a Linux process in ms (fields 14 and 15 of /proc/<pid>/stat, in 10 ms ticks). */
+export function procCpuMs(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  // fields[0] is field 3 (state); utime is field 14 -> index 11, stime field 15 -> index 12.
+  return (Number(fields[11]) + Number(fields[12])) * 10;
+}
+
+/**
+ * Compiles the router (`tsc -p tsconfig.build.json` into dist/) so a benchmark measures the JavaScript
+ * production runs, not tsx (tsx enables source-mapped stack traces, which make every Error the router
+ * creates several times more expensive). tsc emits even when it reports type errors (other work in
+ * progress); the build counts as usable when dist/src/cli.js exists afterwards.
+ */
+export function buildRouter(): { script: string; typeErrors: boolean } {
+  const tsc = path.join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc');
+  const res = spawnSync(process.execPath, [tsc, '-p', 'tsconfig.build.json'], {
+    cwd: ROOT,
+    encoding: 'utf8',
+  });
+  const script = 'dist/src/cli.js';
+  if (!existsSync(path.join(ROOT, script))) {
+    throw new Error(`router build failed: ${(res.stdout + res.stderr).slice(-2000)}`);
+  }
+  return { script, typeErrors: res.status !== 0 };
+}

@@ -1,0 +1,472 @@
+/**
+ * Overhead benchmark: what the router costs on top of Envoy. The same client and the same request list
+ * go to three targets, one after the other, for every (scenario, concurrency) pair:
+ *   (a) `direct`  — the simulated worker itself;
+ *   (b) `envoy`   — Envoy without the ext_proc filter, a static upstream = the worker;
+ *   (c) `router`  — Envoy + ext_proc to this router (child process running the tsc-compiled
+ *                   dist/src/cli.js, default policy cache_aware, the one worker as its only member).
+ * The worker is a simulator CHILD process with a constant service time (no prefill cost, no ITL growth,
+ * no slot limit), so every latency difference between arms is proxying, not simulated queueing.
+ *
+ * Scenarios: `small` (64-token prompt, 1 output token, non-streaming), `stream256` (256-token SSE
+ * streams, 10 ms per token), `long-prompt` (220 KB prompts, 8 streamed tokens). Closed loop at each
+ * concurrency; before every measured run the same client sends a warm-up batch to the same arm and
+ * discards it (connections, JIT): max(200, concurrency) small requests or `concurrency` streams.
+ *
+ * Reported: added latency = per-request differences paired by request index (c - b, b - a), median and
+ * p99 of those differences (never differences of percentiles); throughput ratio c/b (requests/s, or
+ * streamed tokens/s for streams); the router's CPU time (utime + stime from /proc, 10 ms ticks) per
+ * request, and per streamed token event = (stream CPU - requests x small CPU/request) / token events.
+ */
+import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { startEnvoy, type EnvoyHandle } from '../src/envoy/envoy-process.js';
+import { buildRouter, startRouterProcess, startSimulatorProcess, type RouterProcess } from './bench-stack.js';
+import { runClosedLoop, type RunResult } from './drivers.js';
+import { runInfo, type RunInfo } from './report-doc.js';
+import { mean, pairedDiffs, percentile, round } from './stats.js';
+import { generateWorkload, type BenchRequest } from './workloads.js';
+
+export type OverheadScenario = 'small' | 'stream256' | 'long-prompt';
+export type Arm = 'direct' | 'envoy' | 'router';
+
+export interface OverheadRun {
+  scenario: OverheadScenario;
+  concurrency: number;
+  requests: number;
+  /** Per arm: errors, throughput, latency / TTFT medians. */
+  arms: Record<
+    Arm,
+    {
+      errors: number;
+      /** The first error message of the arm, if any. */
+      firstError?: string;
+      reqPerSec: number;
+      tokPerSec: number;
+      latencyP50Ms: number;
+      ttftP50Ms: number;
+      ttftMeanMs: number;
+    }
+  >;
+  /** Paired differences, ms. Latency for non-streaming, TTFT for streams. */
+  addedByEnvoyP50Ms: number;
+  addedByEnvoyP99Ms: number;
+  addedByRouterP50Ms: number;
+  addedByRouterP99Ms: number;
+  addedByRouterMeanMs: number;
+  /** Streams: total stream time differences (router - envoy). */
+  addedByRouterStreamP50Ms?: number;
+  throughputRatioRouterOverEnvoy: number;
+  routerCpuMs: number;
+  routerCpuPerRequestUs: number;
+  tokenEvents: number;
+  routerCpuPerTokenEventUs?: number;
+}
+
+export interface OverheadTarget {
+  name: string;
+  value: number;
+  target: string;
+  met: boolean;
+}
+
+export interface ProfileEntry {
+  name: string;
+  percent: number;
+}
+
+export interface RouterProfile {
+  /** What the profiled window ran. */
+  load: string;
+  /** Busy (non-idle) samples in the window. */
+  samples: number;
+  /** Self-time share of the busiest functions, % of busy samples. */
+  topFunctions: ProfileEntry[];
+  byModule: ProfileEntry[];
+}
+
+export interface OverheadResult {
+  benchmark: 'overhead';
+  info: RunInfo;
+  setup: Record<string, unknown>;
+  runs: OverheadRun[];
+  targets: OverheadTarget[];
+  profile?: RouterProfile;
+}
+
+export interface OverheadBenchOptions {
+  quick?: boolean;
+  /** Run the separate --cpu-prof pass of the router (default true). */
+  profile?: boolean;
+  /** Override the (scenario, concurrency, count) list. */
+  plans?: readonly OverheadPlan[];
+  command?: string;
+  log?: (line: string) => void;
+}
+
+export interface OverheadPlan {
+  scenario: OverheadScenario;
+  concurrency: number;
+  count: number;
+}
+
+function plans(quick: boolean): OverheadPlan[] {
+  if (quick) {
+    return [
+      { scenario: 'small', concurrency: 1, count: 20 },
+      { scenario: 'small', concurrency: 16, count: 200 },
+      { scenario: 'stream256', concurrency: 16, count: 16 },
+      { scenario: 'long-prompt', concurrency: 8, count: 16 },
+    ];
+  }
+  return [
+    { scenario: 'small', concurrency: 1, count: 300 },
+    { scenario: 'small', concurrency: 64, count: 3000 },
+    { scenario: 'small', concurrency: 256, count: 4096 },
+    { scenario: 'stream256', concurrency: 1, count: 4 },
+    { scenario: 'stream256', concurrency: 64, count: 128 },
+    { scenario: 'stream256', concurrency: 256, count: 512 },
+    { scenario: 'long-prompt', concurrency: 1, count: 30 },
+    { scenario: 'long-prompt', concurrency: 64, count: 192 },
+    { scenario: 'long-prompt', concurrency: 150, count: 300 },
+    { scenario: 'long-prompt', concurrency: 256, count: 512 },
+  ];
+}
+
+function requestsFor(scenario: OverheadScenario, count: number, quick: boolean): BenchRequest[] {
+  switch (scenario) {
+    case 'small':
+      return [
+        ...generateWorkload('no-sharing', { count, promptTokens: 64, outputTokens: 1, stream: false })
+          .requests,
+      ];
+    case 'stream256':
+      return [
+        ...generateWorkload('no-sharing', { count, promptTokens: 64, outputTokens: quick ? 32 : 256 })
+          .requests,
+      ];
+    case 'long-prompt':
+      return [
+        ...generateWorkload('long-prompt', {
+          documents: 4,
+          questionsPerDocument: Math.ceil(count / 4),
+          outputTokens: 8,
+        }).requests.slice(0, count),
+      ].map((r, index) => ({ ...r, index }));
+  }
+}
+
+const SIM_ARGS = [
+  '--time-scale',
+  '1',
+  '--overhead-ms',
+  '10',
+  '--prefill-ms-per-token',
+  '0',
+  '--itl-ms',
+  '10',
+  '--itl-growth',
+  '0',
+  '--max-running',
+  '100000',
+  '--cache-blocks',
+  '16384',
+];
+
+export async function runOverheadBench(opts: OverheadBenchOptions = {}): Promise<OverheadResult> {
+  const quick = opts.quick ?? false;
+  const log = opts.log ?? (() => undefined);
+  const build = buildRouter();
+  log(
+    `overhead: router built into ${build.script}${build.typeErrors ? ' (tsc reported type errors; emitted anyway)' : ''}`,
+  );
+  const sim = await startSimulatorProcess(SIM_ARGS);
+  let envoyPlain: EnvoyHandle | undefined;
+  let envoyRouted: EnvoyHandle | undefined;
+  let router: RouterProcess | undefined;
+  const runs: OverheadRun[] = [];
+  try {
+    const simPort = Number(new URL(sim.url).port);
+    envoyPlain = await startEnvoy({
+      withoutExtProc: true,
+      staticUpstream: { host: '127.0.0.1', port: simPort },
+    });
+    router = await startRouterProcess(['--worker', sim.url], [], build.script);
+    envoyRouted = await startEnvoy({ routers: [{ host: '127.0.0.1', port: router.grpcPort }] });
+    const urls: Record<Arm, string> = {
+      direct: sim.url,
+      envoy: `http://127.0.0.1:${envoyPlain.listenerPort}`,
+      router: `http://127.0.0.1:${envoyRouted.listenerPort}`,
+    };
+    let smallCpuPerReqMs = NaN;
+    for (const plan of opts.plans ?? plans(quick)) {
+      const requests = requestsFor(plan.scenario, plan.count, quick);
+      const warmCount = plan.scenario === 'small' ? Math.max(200, plan.concurrency) : plan.concurrency;
+      const warm = requestsFor(plan.scenario, warmCount, quick);
+      const out = {} as Record<Arm, RunResult>;
+      let cpuMs = 0;
+      for (const arm of ['direct', 'envoy', 'router'] as const) {
+        await runClosedLoop({ baseUrl: urls[arm], requests: warm, concurrency: plan.concurrency });
+        const cpu0 = router.cpuMs();
+        out[arm] = await runClosedLoop({
+          baseUrl: urls[arm],
+          requests,
+          concurrency: plan.concurrency,
+          maxDurationMs: quick ? 60_000 : 180_000,
+        });
+        if (arm === 'router') cpuMs = router.cpuMs() - cpu0;
+      }
+      const run = summarize(plan, requests.length, out, cpuMs, smallCpuPerReqMs);
+      if (plan.scenario === 'small') smallCpuPerReqMs = cpuMs / Math.max(1, requests.length);
+      runs.push(run);
+      log(
+        `overhead ${plan.scenario} c=${plan.concurrency}: +router p50 ${run.addedByRouterP50Ms} ms p99 ${run.addedByRouterP99Ms} ms, ` +
+          `+envoy p50 ${run.addedByEnvoyP50Ms} ms, c/b ${run.throughputRatioRouterOverEnvoy}, ` +
+          `router cpu ${run.routerCpuPerRequestUs} us/req, errors ${Object.values(run.arms)
+            .map((a) => a.errors)
+            .join('/')}`,
+      );
+    }
+  } finally {
+    await envoyRouted?.close();
+    await router?.close();
+    await envoyPlain?.close();
+    await sim.close();
+  }
+  const profile = opts.profile === false ? undefined : await profileRouter(quick, log, build.script);
+  return {
+    benchmark: 'overhead',
+    info: runInfo(opts.command ?? `npm run bench -- overhead${quick ? ' --quick' : ''}`, quick),
+    profile,
+    setup: {
+      simulator:
+        'child process: 10 ms fixed TTFT, 10 ms per token, no prefill cost, no ITL growth, no slot limit',
+      router: `child process \`node ${build.script}\` (compiled by tsc, no tsx), default config (policy cache_aware), one worker`,
+      envoy: 'envoy/envoy.yaml (request body BUFFERED, response body STREAMED) with --concurrency 2',
+      warmupRequestsPerRun: 'small: max(200, concurrency); streams: concurrency',
+    },
+    runs,
+    targets: overheadTargets(runs),
+  };
+}
+
+function summarize(
+  plan: OverheadPlan,
+  n: number,
+  out: Record<Arm, RunResult>,
+  cpuMs: number,
+  smallCpuPerReqMs: number,
+): OverheadRun {
+  const stream = plan.scenario !== 'small';
+  const key = (r: RunResult): Array<number | undefined> =>
+    Array.from({ length: n }, (_, i) => {
+      const x = r.results[i];
+      if (!x || x.error !== undefined) return undefined;
+      return stream ? x.ttftMs : x.latencyMs;
+    });
+  const total = (r: RunResult): Array<number | undefined> =>
+    Array.from({ length: n }, (_, i) => {
+      const x = r.results[i];
+      return x && x.error === undefined ? x.latencyMs : undefined;
+    });
+  const arms = {} as OverheadRun['arms'];
+  for (const arm of ['direct', 'envoy', 'router'] as const) {
+    const ok = out[arm].results.filter((r) => r && r.error === undefined);
+    const secs = out[arm].wallMs / 1000;
+    const ttfts = ok.map((r) => r.ttftMs ?? r.latencyMs);
+    arms[arm] = {
+      errors: out[arm].results.filter((r) => r && r.error !== undefined).length + (n - out[arm].sent),
+      reqPerSec: round(ok.length / secs),
+      tokPerSec: round(ok.reduce((s, r) => s + r.outputTokens, 0) / secs),
+      latencyP50Ms: round(
+        percentile(
+          ok.map((r) => r.latencyMs),
+          50,
+        ),
+      ),
+      ttftP50Ms: round(percentile(ttfts, 50)),
+      ttftMeanMs: round(mean(ttfts)),
+    };
+    const firstError = out[arm].results.find((r) => r && r.error !== undefined)?.error;
+    if (firstError) arms[arm].firstError = firstError.slice(0, 200);
+  }
+  const byEnvoy = pairedDiffs(key(out.direct), key(out.envoy));
+  const byRouter = pairedDiffs(key(out.envoy), key(out.router));
+  const tokenEvents = out.router.results.reduce(
+    (s, r) => s + (r && r.error === undefined ? r.outputTokens : 0),
+    0,
+  );
+  const run: OverheadRun = {
+    scenario: plan.scenario,
+    concurrency: plan.concurrency,
+    requests: n,
+    arms,
+    addedByEnvoyP50Ms: round(percentile(byEnvoy, 50)),
+    addedByEnvoyP99Ms: round(percentile(byEnvoy, 99)),
+    addedByRouterP50Ms: round(percentile(byRouter, 50)),
+    addedByRouterP99Ms: round(percentile(byRouter, 99)),
+    addedByRouterMeanMs: round(mean(byRouter)),
+    throughputRatioRouterOverEnvoy: round(
+      stream && plan.scenario === 'stream256'
+        ? arms.router.tokPerSec / arms.envoy.tokPerSec
+        : arms.router.reqPerSec / arms.envoy.reqPerSec,
+    ),
+    routerCpuMs: cpuMs,
+    routerCpuPerRequestUs: round((cpuMs / n) * 1000),
+    tokenEvents,
+  };
+  if (stream) {
+    run.addedByRouterStreamP50Ms = round(percentile(pairedDiffs(total(out.envoy), total(out.router)), 50));
+    if (Number.isFinite(smallCpuPerReqMs) && tokenEvents > 0) {
+      run.routerCpuPerTokenEventUs = round(((cpuMs - n * smallCpuPerReqMs) / tokenEvents) * 1000);
+    }
+  }
+  return run;
+}
+
+export function overheadTargets(runs: readonly OverheadRun[]): OverheadTarget[] {
+  const out: OverheadTarget[] = [];
+  const find = (s: OverheadScenario, c: number) => runs.find((r) => r.scenario === s && r.concurrency === c);
+  const small = find('small', 64);
+  if (small) {
+    out.push({
+      name: 'small requests, concurrency 64: median added latency (c - b)',
+      value: small.addedByRouterP50Ms,
+      target: '<= 1 ms',
+      met: small.addedByRouterP50Ms <= 1,
+    });
+  }
+  const streams = find('stream256', 256);
+  if (streams) {
+    out.push({
+      name: '256 streams: streamed tokens/s (c / b)',
+      value: streams.throughputRatioRouterOverEnvoy,
+      target: '>= 0.90',
+      met: streams.throughputRatioRouterOverEnvoy >= 0.9,
+    });
+  }
+  const long = find('long-prompt', 150);
+  if (long) {
+    out.push({
+      name: 'long-prompt (220 KB), concurrency 150: mean added TTFT (c - b)',
+      value: long.addedByRouterMeanMs,
+      target: '<= 50 ms',
+      met: long.addedByRouterMeanMs <= 50,
+    });
+  }
+  return out;
+}
+
+interface CpuProfile {
+  nodes: Array<{ id: number; callFrame: { functionName: string; url: string; lineNumber: number } }>;
+  startTime: number;
+  endTime: number;
+  samples: number[];
+  timeDeltas: number[];
+}
+
+/**
+ * A separate pass (so profiling never skews the measured runs): a fresh router child with --cpu-prof,
+ * behind its own Envoy, takes small requests at concurrency 64 and then 256-token streams; the profile
+ * is cut to the load window (sample timestamps vs the exit time) and aggregated by self time per
+ * function and per module (file or npm package). Idle, GC and "(program)" samples are excluded from
+ * the percentages (GC is listed separately).
+ */
+async function profileRouter(
+  quick: boolean,
+  log: (l: string) => void,
+  script: string,
+): Promise<RouterProfile> {
+  const dir = mkdtempSync(path.join(tmpdir(), 'router-prof-'));
+  const sim = await startSimulatorProcess(SIM_ARGS);
+  let envoy: EnvoyHandle | undefined;
+  let router: RouterProcess | undefined;
+  const smallN = quick ? 300 : 3000;
+  const streamsN = quick ? 16 : 128;
+  const load = `${smallN} small requests at concurrency 64, then ${streamsN} streams of ${quick ? 32 : 256} tokens at concurrency 64`;
+  try {
+    router = await startRouterProcess(['--worker', sim.url], ['--cpu-prof', '--cpu-prof-dir', dir], script);
+    envoy = await startEnvoy({ routers: [{ host: '127.0.0.1', port: router.grpcPort }] });
+    const url = `http://127.0.0.1:${envoy.listenerPort}`;
+    await runClosedLoop({ baseUrl: url, requests: requestsFor('small', 300, quick), concurrency: 64 });
+    const loadStart = performance.now();
+    await runClosedLoop({ baseUrl: url, requests: requestsFor('small', smallN, quick), concurrency: 64 });
+    await runClosedLoop({
+      baseUrl: url,
+      requests: requestsFor('stream256', streamsN, quick),
+      concurrency: 64,
+    });
+    const loadEnd = performance.now();
+    await envoy.close();
+    envoy = undefined;
+    await router.close();
+    const exitAt = performance.now();
+    const files = readdirSync(dir).map((f) => path.join(dir, f));
+    if (files.length === 0) throw new Error('router wrote no CPU profile');
+    const biggest = files.sort((a, b) => statSync(b).size - statSync(a).size)[0]!;
+    const prof = JSON.parse(readFileSync(biggest, 'utf8')) as CpuProfile;
+    const result = aggregateProfile(prof, (exitAt - loadEnd) * 1000, (exitAt - loadStart) * 1000, load);
+    log(
+      `overhead profile: ${result.topFunctions
+        .slice(0, 3)
+        .map((e) => `${e.name} ${e.percent}%`)
+        .join(', ')}`,
+    );
+    return result;
+  } finally {
+    await envoy?.close();
+    await router?.close();
+    await sim.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/** Self-time shares over the samples taken between `fromEndUs` and `toEndUs` before the profile end. */
+export function aggregateProfile(
+  prof: CpuProfile,
+  toEndUs: number,
+  fromEndUs: number,
+  load: string,
+): RouterProfile {
+  const byId = new Map(prof.nodes.map((n) => [n.id, n]));
+  const lo = prof.endTime - fromEndUs;
+  const hi = prof.endTime - toEndUs;
+  const fn = new Map<string, number>();
+  const mod = new Map<string, number>();
+  let t = prof.startTime;
+  let busy = 0;
+  for (let i = 0; i < prof.samples.length; i++) {
+    t += prof.timeDeltas[i] ?? 0;
+    if (t < lo || t > hi) continue;
+    const node = byId.get(prof.samples[i]!);
+    if (!node) continue;
+    const cf = node.callFrame;
+    if (cf.functionName === '(idle)' || cf.functionName === '(program)') continue;
+    busy++;
+    const file = moduleOf(cf.url, cf.functionName);
+    const name = `${cf.functionName || '(anonymous)'} (${file}${cf.url ? `:${cf.lineNumber + 1}` : ''})`;
+    fn.set(name, (fn.get(name) ?? 0) + 1);
+    mod.set(file, (mod.get(file) ?? 0) + 1);
+  }
+  const top = (m: Map<string, number>, n: number): ProfileEntry[] =>
+    [...m]
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, n)
+      .map(([name, c]) => ({ name, percent: round((c / Math.max(1, busy)) * 100) }));
+  return { load, samples: busy, topFunctions: top(fn, 15), byModule: top(mod, 12) };
+}
+
+function moduleOf(url: string, functionName: string): string {
+  if (!url) return functionName.startsWith('(') ? functionName : 'native';
+  const nm = /node_modules\/((?:@[^/]+\/)?[^/]+)\//.exec(url);
+  if (nm) return nm[1]!;
+  if (url.startsWith('node:'))
+    return url
+      .replace(/^node:(internal\/)?/, 'node:')
+      .split('/')
+      .slice(0, 2)
+      .join('/');
+  const src = /\/(src\/.*)$/.exec(url);
+  return src ? src[1]! : url;
+}

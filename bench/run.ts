@@ -1,0 +1,96 @@
+/**
+ * `npm run bench -- <routing|overhead|scale|all> [--quick]`
+ *
+ * Runs the named benchmark(s), writes `bench/results/<name>.json`, regenerates that benchmark's section
+ * of docs/benchmarks.md (tables + SVG charts in docs/) and the generated summary. `--quick` shrinks every
+ * size (seconds, for smoke runs; the doc marks such a run as quick).
+ */
+import { runOverheadBench, type OverheadResult } from './overhead-bench.js';
+import { readResult, writeAsset, writeResult, writeSection, type SectionName } from './report-doc.js';
+import {
+  renderOverhead,
+  renderRouting,
+  renderScale,
+  renderSummary,
+  type RenderedSection,
+} from './report-sections.js';
+import { runRoutingBench, type RoutingResult } from './routing-bench.js';
+import { runScaleBench, type ScaleResult } from './scale-bench.js';
+
+const NAMES = ['routing', 'overhead', 'scale'] as const;
+type BenchName = (typeof NAMES)[number];
+
+function usage(): never {
+  process.stderr.write('usage: npm run bench -- <routing|overhead|scale|all> [--quick]\n');
+  process.exit(2);
+}
+
+async function publish(name: SectionName, section: RenderedSection): Promise<void> {
+  for (const a of section.assets) writeAsset(a.file, a.svg);
+  await writeSection(name, section.markdown);
+}
+
+async function publishSummary(): Promise<void> {
+  await writeSection(
+    'summary',
+    renderSummary(
+      readResult<RoutingResult>('routing'),
+      readResult<OverheadResult>('overhead'),
+      readResult<ScaleResult>('scale'),
+    ),
+  );
+}
+
+async function runOne(name: BenchName, quick: boolean, command: string): Promise<void> {
+  const log = (line: string): void => {
+    process.stdout.write(`${new Date().toISOString().slice(11, 19)} ${line}\n`);
+  };
+  const t0 = performance.now();
+  log(`${name}: start${quick ? ' (quick)' : ''}`);
+  switch (name) {
+    case 'routing': {
+      const r = await runRoutingBench({ quick, command, log });
+      writeResult('routing', r);
+      await publish('routing', renderRouting(r));
+      break;
+    }
+    case 'overhead': {
+      const r = await runOverheadBench({ quick, command, log });
+      writeResult('overhead', r);
+      await publish('overhead', renderOverhead(r));
+      break;
+    }
+    case 'scale': {
+      const r = await runScaleBench({ quick, command, log });
+      writeResult('scale', r);
+      await publish('scale', renderScale(r));
+      break;
+    }
+  }
+  await publishSummary();
+  log(`${name}: done in ${((performance.now() - t0) / 1000).toFixed(0)} s`);
+}
+
+async function main(): Promise<void> {
+  const args = process.argv.slice(2);
+  const quick = args.includes('--quick');
+  const positional = args.filter((a) => !a.startsWith('--'));
+  if (positional.length !== 1 || args.some((a) => a.startsWith('--') && a !== '--quick')) usage();
+  const name = positional[0]!;
+  const command = `npm run bench -- ${name}${quick ? ' --quick' : ''}`;
+  if (name === 'all') {
+    for (const n of NAMES) await runOne(n, quick, command);
+  } else if ((NAMES as readonly string[]).includes(name)) {
+    await runOne(name as BenchName, quick, command);
+  } else {
+    usage();
+  }
+}
+
+main().then(
+  () => process.exit(0),
+  (err: unknown) => {
+    process.stderr.write(`bench failed: ${(err as Error).stack ?? String(err)}\n`);
+    process.exit(1);
+  },
+);

@@ -1,0 +1,260 @@
+/**
+ * Seeded request-stream generator for the benchmarks: the same name, options and seed always give the
+ * same requests, byte for byte, so every run (and every policy within a run) sees identical traffic.
+ *
+ * Randomness: mulberry32, a 32-bit PRNG (one multiply-xorshift round per draw), seeded per workload.
+ * Text: words drawn from a small fixed vocabulary, cut to an exact character count. Token counts use
+ * the simulator's approximation of 4 characters per token (src/sim/prefix-cache.ts).
+ *
+ * Workloads (defaults scaled from the peers' to fit a shared 2-core machine; see docs/benchmarks.md):
+ * - `shared-prefix` (SGLang's generated-shared-prefix, 64 groups x 16 prompts, 2048-token system prompt,
+ *   128-token question, 256-token output): G groups x P prompts, each prompt = the group's system prompt
+ *   + '\n' + a unique question, on /v1/completions. Defaults 32 x 16, 2048 / 128 tokens, 32 output
+ *   tokens (every output token is one SSE event through Envoy and ext_proc, which is the CPU cost on
+ *   this machine; prefill, not decode, is what the comparison is about). Order: shuffled across groups.
+ * - `multi-turn` (multi-round QA): U users x R rounds on /v1/chat/completions with a shared system
+ *   prompt (1024 tokens); round r carries the user's r-1 previous questions (64 tokens) and synthetic
+ *   answers (64 tokens), so each round's prompt extends the previous one. Order: round-major (every
+ *   user's round r before any round r+1), users shuffled within a round. Defaults 32 x 6.
+ * - `no-sharing`: N unrelated random prompts of the shared-prefix prompt size (2176 tokens), where
+ *   affinity cannot help and must not hurt. Default N = 256.
+ * - `long-prompt`: D documents of 220 KB (the size that broke a peer's endpoint picker) x Q questions
+ *   each; prompt = document + question. Defaults 4 x 4.
+ *
+ * Every request streams (`stream: true`, usage included) unless `stream: false` is asked for.
+ */
+
+export const CHARS_PER_TOKEN = 4;
+export const WORKLOAD_NAMES = ['shared-prefix', 'multi-turn', 'no-sharing', 'long-prompt'] as const;
+export type WorkloadName = (typeof WORKLOAD_NAMES)[number];
+
+export interface BenchRequest {
+  /** Position in the stream (0-based). */
+  readonly index: number;
+  readonly path: '/v1/completions' | '/v1/chat/completions';
+  /** OpenAI JSON body. */
+  readonly body: Readonly<Record<string, unknown>>;
+  readonly stream: boolean;
+  /** max_tokens asked for. */
+  readonly outputTokens: number;
+  /** Characters of model-visible prompt text (message contents for chat). */
+  readonly promptChars: number;
+  readonly group?: number;
+  readonly user?: number;
+  readonly round?: number;
+}
+
+export interface Workload {
+  readonly name: WorkloadName;
+  readonly seed: number;
+  readonly requests: readonly BenchRequest[];
+  /** Characters of text that more than one request shares (system prompts, documents). */
+  readonly sharedChars: number;
+  /** The resolved generator parameters (recorded in results). */
+  readonly params: Readonly<Record<string, number | boolean | string>>;
+}
+
+export interface WorkloadOptions {
+  seed?: number;
+  model?: string;
+  stream?: boolean;
+  outputTokens?: number;
+  /** shared-prefix */
+  groups?: number;
+  promptsPerGroup?: number;
+  systemTokens?: number;
+  questionTokens?: number;
+  /** multi-turn */
+  users?: number;
+  rounds?: number;
+  answerTokens?: number;
+  /** no-sharing */
+  count?: number;
+  promptTokens?: number;
+  /** long-prompt */
+  documents?: number;
+  questionsPerDocument?: number;
+  documentBytes?: number;
+}
+
+/** mulberry32: deterministic uniform numbers in [0, 1). */
+export function mulberry32(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+const VOCAB = (
+  'the of and to in is was for on are with as at by be this from or an have not they which one you ' +
+  'were all we when there can been has more if will would about time into some could them other than ' +
+  'model token cache prefix worker router request latency decode prefill kernel tensor batch queue ' +
+  'block memory engine stream envoy policy tree node hash shard replica cluster metric answer question ' +
+  'system user assistant document chapter section paragraph figure table result value number river ' +
+  'mountain harbor village garden winter summer lantern bridge castle forest meadow ocean desert'
+).split(' ');
+
+/** Random words cut to exactly `chars` characters. */
+export function randomText(rng: () => number, chars: number): string {
+  const parts: string[] = [];
+  let len = 0;
+  while (len <= chars) {
+    const w = VOCAB[Math.floor(rng() * VOCAB.length)]!;
+    parts.push(w);
+    len += w.length + 1;
+  }
+  return parts.join(' ').slice(0, chars);
+}
+
+/** Fisher-Yates with the seeded rng. */
+export function shuffle<T>(rng: () => number, items: T[]): T[] {
+  for (let i = items.length - 1; i > 0; i--) {
+    const j = Math.floor(rng() * (i + 1));
+    [items[i], items[j]] = [items[j]!, items[i]!];
+  }
+  return items;
+}
+
+function positiveInt(name: string, v: number): number {
+  if (!Number.isInteger(v) || v < 1) throw new RangeError(`${name} must be a positive integer, got ${v}`);
+  return v;
+}
+
+interface Common {
+  rng: () => number;
+  model: string;
+  stream: boolean;
+  outputTokens: number;
+}
+
+function completion(c: Common, prompt: string, extra: Partial<BenchRequest>): Omit<BenchRequest, 'index'> {
+  const body: Record<string, unknown> = { model: c.model, prompt, max_tokens: c.outputTokens };
+  if (c.stream) Object.assign(body, { stream: true, stream_options: { include_usage: true } });
+  return {
+    path: '/v1/completions',
+    body,
+    stream: c.stream,
+    outputTokens: c.outputTokens,
+    promptChars: prompt.length,
+    ...extra,
+  };
+}
+
+export function generateWorkload(name: WorkloadName, opts: WorkloadOptions = {}): Workload {
+  const seed = opts.seed ?? 1;
+  const c: Common = {
+    rng: mulberry32(seed ^ hashName(name)),
+    model: opts.model ?? 'sim-model',
+    stream: opts.stream ?? true,
+    outputTokens: positiveInt('outputTokens', opts.outputTokens ?? 32),
+  };
+  let items: Array<Omit<BenchRequest, 'index'>>;
+  let sharedChars = 0;
+  let params: Record<string, number | boolean | string>;
+  switch (name) {
+    case 'shared-prefix': {
+      const groups = positiveInt('groups', opts.groups ?? 32);
+      const per = positiveInt('promptsPerGroup', opts.promptsPerGroup ?? 16);
+      const sys = positiveInt('systemTokens', opts.systemTokens ?? 2048) * CHARS_PER_TOKEN;
+      const q = positiveInt('questionTokens', opts.questionTokens ?? 128) * CHARS_PER_TOKEN;
+      items = [];
+      for (let g = 0; g < groups; g++) {
+        const system = `group ${g} system: ${randomText(c.rng, sys)}`.slice(0, sys);
+        sharedChars += system.length;
+        for (let p = 0; p < per; p++) {
+          items.push(completion(c, `${system}\n${randomText(c.rng, q)}`, { group: g }));
+        }
+      }
+      shuffle(c.rng, items);
+      params = { groups, promptsPerGroup: per, systemTokens: sys / 4, questionTokens: q / 4 };
+      break;
+    }
+    case 'multi-turn': {
+      const users = positiveInt('users', opts.users ?? 32);
+      const rounds = positiveInt('rounds', opts.rounds ?? 6);
+      const sys = positiveInt('systemTokens', opts.systemTokens ?? 1024) * CHARS_PER_TOKEN;
+      const q = positiveInt('questionTokens', opts.questionTokens ?? 64) * CHARS_PER_TOKEN;
+      const a = positiveInt('answerTokens', opts.answerTokens ?? 64) * CHARS_PER_TOKEN;
+      const system = randomText(c.rng, sys);
+      sharedChars = system.length;
+      const history: Array<Array<{ role: string; content: string }>> = [];
+      for (let u = 0; u < users; u++) history.push([{ role: 'system', content: system }]);
+      items = [];
+      for (let r = 0; r < rounds; r++) {
+        const round: Array<Omit<BenchRequest, 'index'>> = [];
+        for (let u = 0; u < users; u++) {
+          const h = history[u]!;
+          h.push({ role: 'user', content: `user ${u} round ${r}: ${randomText(c.rng, q)}` });
+          const messages = h.map((m) => ({ ...m }));
+          const chars = messages.reduce((n, m) => n + m.content.length, 0);
+          const body: Record<string, unknown> = { model: c.model, messages, max_tokens: c.outputTokens };
+          if (c.stream) Object.assign(body, { stream: true, stream_options: { include_usage: true } });
+          round.push({
+            path: '/v1/chat/completions',
+            body,
+            stream: c.stream,
+            outputTokens: c.outputTokens,
+            promptChars: chars,
+            user: u,
+            round: r,
+          });
+          h.push({ role: 'assistant', content: randomText(c.rng, a) });
+        }
+        items.push(...shuffle(c.rng, round));
+      }
+      params = { users, rounds, systemTokens: sys / 4, questionTokens: q / 4, answerTokens: a / 4 };
+      break;
+    }
+    case 'no-sharing': {
+      const count = positiveInt('count', opts.count ?? 256);
+      const chars = positiveInt('promptTokens', opts.promptTokens ?? 2176) * CHARS_PER_TOKEN;
+      items = [];
+      for (let i = 0; i < count; i++) items.push(completion(c, `${i} ${randomText(c.rng, chars)}`, {}));
+      params = { count, promptTokens: chars / 4 };
+      break;
+    }
+    case 'long-prompt': {
+      const docs = positiveInt('documents', opts.documents ?? 4);
+      const per = positiveInt('questionsPerDocument', opts.questionsPerDocument ?? 4);
+      const bytes = positiveInt('documentBytes', opts.documentBytes ?? 220 * 1024);
+      const q = positiveInt('questionTokens', opts.questionTokens ?? 128) * CHARS_PER_TOKEN;
+      items = [];
+      for (let d = 0; d < docs; d++) {
+        const doc = `document ${d}: ${randomText(c.rng, bytes)}`.slice(0, bytes);
+        sharedChars += doc.length;
+        for (let p = 0; p < per; p++)
+          items.push(completion(c, `${doc}\n${randomText(c.rng, q)}`, { group: d }));
+      }
+      shuffle(c.rng, items);
+      params = { documents: docs, questionsPerDocument: per, documentBytes: bytes, questionTokens: q / 4 };
+      break;
+    }
+    default: {
+      const never: never = name;
+      throw new RangeError(`unknown workload ${String(never)}`);
+    }
+  }
+  params = { ...params, outputTokens: c.outputTokens, stream: c.stream, seed };
+  return {
+    name,
+    seed,
+    requests: items.map((it, index) => ({ ...it, index })),
+    sharedChars,
+    params,
+  };
+}
+
+export function isWorkloadName(v: unknown): v is WorkloadName {
+  return typeof v === 'string' && (WORKLOAD_NAMES as readonly string[]).includes(v);
+}
+
+/** FNV-1a of the name, so workloads with the same seed still draw different streams. */
+function hashName(s: string): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < s.length; i++) h = Math.imul(h ^ s.charCodeAt(i), 0x01000193);
+  return h >>> 0;
+}

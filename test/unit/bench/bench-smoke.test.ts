@@ -1,0 +1,46 @@
+/**
+ * CI smoke run of the routing benchmark: a seconds-long quick run through real Envoy (startEnvoy fails
+ * clearly when Envoy is missing), asserting only that results are produced and well-formed. No timing
+ * assertions: absolute and relative figures on a shared CI machine are noise.
+ */
+import { describe, expect, it } from 'vitest';
+import { renderRouting } from '../../../bench/report-sections.js';
+import { runRoutingBench } from '../../../bench/routing-bench.js';
+
+describe('routing benchmark (quick smoke run)', () => {
+  it('produces a well-formed result and doc section', async () => {
+    const result = await runRoutingBench({
+      quick: true,
+      workloads: ['shared-prefix', 'no-sharing'],
+      policies: ['round_robin', 'cache_aware'],
+      workers: 4,
+    });
+    expect(result.benchmark).toBe('routing');
+    expect(result.info.cores).toBeGreaterThan(0);
+    expect(result.cells).toHaveLength(4);
+    for (const c of result.cells) {
+      expect(['shared-prefix', 'no-sharing']).toContain(c.workload);
+      expect(['round_robin', 'cache_aware']).toContain(c.policy);
+      expect(c.requests).toBeGreaterThan(0);
+      expect(c.completed + c.errors).toBe(c.requests);
+      expect(c.hitRate).toBeGreaterThanOrEqual(0);
+      expect(c.hitRate).toBeLessThanOrEqual(1);
+      expect(c.outputTokens).toBeGreaterThan(0);
+      expect(Number.isFinite(c.ttftP50Ms)).toBe(true);
+      expect(c.processedPerWorker).toHaveLength(4);
+      expect(c.processedPerWorker.reduce((a, b) => a + b, 0)).toBeGreaterThanOrEqual(c.completed);
+    }
+    expect(result.targets.map((t) => t.name)).toEqual([
+      'cache_aware shared-prefix hit rate vs round_robin',
+      'cache_aware shared-prefix throughput vs round_robin',
+      'cache_aware shared-prefix max/mean processed per worker',
+      'cache_aware no-sharing throughput vs round_robin',
+    ]);
+    expect(JSON.parse(JSON.stringify(result))).toMatchObject({ benchmark: 'routing' });
+    const section = renderRouting(result);
+    expect(section.markdown).toContain('## Routing quality');
+    expect(section.markdown).toContain('### shared-prefix');
+    expect(section.assets.map((a) => a.file)).toContain('bench-routing-hit-rate.svg');
+    for (const a of section.assets) expect(a.svg.startsWith('<svg')).toBe(true);
+  });
+});
