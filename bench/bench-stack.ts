@@ -188,6 +188,9 @@ export async function startRouterProcess(
       'warn',
       '--health-check-interval-ms',
       '0',
+      // No drain grace on SIGTERM: no load balancer health-checks a benchmark's router.
+      '--drain-grace-ms',
+      '0',
       ...args,
     ],
     `http://127.0.0.1:${adminPort}/readyz`,

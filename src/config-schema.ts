@@ -201,7 +201,7 @@ export const OPTIONS = [
     flag: 'balance-abs-threshold',
     type: 'number',
     default: 64,
-    help: 'cache_aware: the cache owner yields when its load > mean + this (and > mean * rel).',
+    help: "cache_aware: the cache owner yields when its load > mean + this (and > mean * rel). Size it near the in-flight requests per worker: the default (the reference router's) never fires when workers average fewer than ~64 (docs/benchmarks.md, multi-turn).",
   },
   {
     group: 'Policies',

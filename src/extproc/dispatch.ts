@@ -50,7 +50,16 @@ export interface Dispatch {
   readonly failure?: Promise<never>;
 }
 
+/**
+ * Aborted when the request goes away while its dispatch is still in flight. The signal is created
+ * on first access (an AbortController per request is measurable on the hot path, and only a
+ * dispatcher that awaits I/O needs one); an AbortController satisfies this interface.
+ */
+export interface Cancellation {
+  readonly signal: AbortSignal;
+}
+
 export interface Dispatcher {
-  dispatch(req: RouteRequest, signal: AbortSignal): Dispatch | Promise<Dispatch>;
+  dispatch(req: RouteRequest, cancel: Cancellation): Dispatch | Promise<Dispatch>;
   /** Route label for metrics. */
 }

@@ -80,7 +80,7 @@ type Stream = grpc.ServerDuplexStream<ProcessingRequest, ProcessingResponse>;
 export class Session {
   private phase: SessionPhase = 'request_headers';
   private chain: Promise<void> = Promise.resolve();
-  private readonly abort = new AbortController();
+  private abortController: AbortController | undefined;
   private readonly startedAt = performance.now();
   private fullDuplexRequest = false;
   private fullDuplexResponse = false;
@@ -109,6 +109,11 @@ export class Session {
     stream.on('cancelled', () => this.end(this.streamEnd()));
     stream.on('error', () => this.end(this.streamEnd()));
     stream.on('close', () => this.end(this.streamEnd()));
+  }
+
+  /** Cancellation for the dispatcher: created only if a dispatcher asks for it. */
+  get signal(): AbortSignal {
+    return (this.abortController ??= new AbortController()).signal;
   }
 
   get currentPhase(): SessionPhase {
@@ -189,7 +194,7 @@ export class Session {
       if (this.kind && stage === 'headers') {
         throw new RouterError('invalid_body', 400, `${this.path} needs a JSON request body`);
       }
-      dispatch = await this.deps.dispatcher.dispatch(req, this.abort.signal);
+      dispatch = await this.deps.dispatcher.dispatch(req, this);
     } catch (err) {
       return this.reject(asRouterError(err, this.deps.logger));
     }
@@ -324,7 +329,7 @@ export class Session {
     this.phase = 'done';
     // Only an in-flight dispatch (a prefill leg) listens; abort() builds a DOMException with a stack
     // trace, which is not free on the per-request path.
-    if (wasDispatching) this.abort.abort();
+    if (wasDispatching) this.abortController?.abort();
     this.dispatch?.finish(how);
     const outcome = classify(how, routed, wasDispatching, err);
     const summary: SessionSummary = {

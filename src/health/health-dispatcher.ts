@@ -8,7 +8,7 @@
  *      neutral), however many times finish() is called.
  * Prefill legs are recorded where they end (PdObserver.prefillEnded -> `outcomeOfPrefill`).
  */
-import type { Dispatch, Dispatcher, RequestEnd, RouteRequest } from '../extproc/dispatch.js';
+import type { Cancellation, Dispatch, Dispatcher, RequestEnd, RouteRequest } from '../extproc/dispatch.js';
 import type { Worker } from '../workers/worker.js';
 import { outcomeOfEnd, type HealthOutcome } from './worker-health.js';
 
@@ -19,9 +19,9 @@ export interface PassiveHealth {
 
 export function withHealth(inner: Dispatcher, health: PassiveHealth, clock: () => number): Dispatcher {
   return {
-    dispatch(req: RouteRequest, signal: AbortSignal): Dispatch | Promise<Dispatch> {
+    dispatch(req: RouteRequest, cancel: Cancellation): Dispatch | Promise<Dispatch> {
       health.refresh(clock());
-      const d = inner.dispatch(req, signal);
+      const d = inner.dispatch(req, cancel);
       return d instanceof Promise ? d.then((x) => recording(x, health, clock)) : recording(d, health, clock);
     },
   };

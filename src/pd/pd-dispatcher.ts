@@ -20,7 +20,7 @@
  *
  * Other paths go to a decode worker unchanged (the pass-through dispatcher).
  */
-import type { Dispatch, Dispatcher, RequestEnd, RouteRequest } from '../extproc/dispatch.js';
+import type { Cancellation, Dispatch, Dispatcher, RequestEnd, RouteRequest } from '../extproc/dispatch.js';
 import {
   DECISION_HEADER,
   DESTINATION_HEADER,
@@ -91,9 +91,9 @@ const NEVER = new Promise<never>(() => undefined);
 export class PdDispatcher implements Dispatcher {
   constructor(private readonly opts: PdDispatcherOptions) {}
 
-  dispatch(req: RouteRequest, signal: AbortSignal): Dispatch | Promise<Dispatch> {
+  dispatch(req: RouteRequest, cancel: Cancellation): Dispatch | Promise<Dispatch> {
     const inf = req.inference;
-    if (!inf) return this.opts.passthrough.dispatch(req, signal);
+    if (!inf) return this.opts.passthrough.dispatch(req, cancel);
     const { prefillPool, decodePool } = this.opts;
     // --- one synchronous step: reconcile both roles, choose both, before any I/O ---
     prefillPool.reconcile();
@@ -108,7 +108,7 @@ export class PdDispatcher implements Dispatcher {
     const mode = this.modeFor(p.decision.worker);
     if (mode === 'sidecar') return this.sidecar(req, p, d);
     if (mode === 'concurrent') return this.concurrent(req, p, d);
-    return this.sequential(req, p, d, signal);
+    return this.sequential(req, p, d, cancel.signal);
   }
 
   private modeFor(prefill: Worker): PdDispatchMode {

@@ -343,3 +343,47 @@ describe('P/D edge cases', () => {
     }
   });
 });
+
+describe('sidecar P/D (llm-d x-prefiller-host-port)', () => {
+  it('names the prefill worker for the decode host, releases prefill at the first byte and decode at EOS', async () => {
+    const prefill = await startSimulator({ role: 'prefill', timeScale: 0 });
+    // The decode host's sidecar runs the prefill itself; a regular simulator stands in for the pair.
+    const decodeHost = await startSimulator({ role: 'regular', ...PACED_DECODE });
+    const router = await startTestRouter({
+      mode: 'pd',
+      pdDispatch: 'sidecar',
+      prefill: [prefill.url],
+      decode: [decodeHost.url],
+    });
+    const envoy = await startEnvoy({ routers: [{ host: '127.0.0.1', port: router.grpcPort }] });
+    try {
+      const pw = router.workers().find((w) => w.role === 'prefill')!;
+      const dw = router.workers().find((w) => w.role === 'decode')!;
+      const r = await post(
+        `http://127.0.0.1:${envoy.listenerPort}`,
+        '/v1/completions',
+        { model: 'sim-model', prompt: 'sidecar', max_tokens: 6, stream: true },
+        undefined,
+        { 'x-prefiller-host-port': '6.6.6.6:1' },
+      );
+      const reader = r.body!.getReader();
+      await reader.read();
+      expect(pw.load).toBe(0);
+      expect(dw.load).toBe(1);
+      while (!(await reader.read()).done) {
+        /* drain */
+      }
+      await expectAllLoadsZero(router);
+      expect(prefill.records).toHaveLength(0);
+      const rec = decodeHost.records.at(-1)!;
+      expect(rec.headers['x-prefiller-host-port']).toBe(pw.endpoint);
+      expect(pw.processed).toBe(1);
+      expect(dw.processed).toBe(1);
+    } finally {
+      await envoy.close();
+      await router.close();
+      await prefill.close();
+      await decodeHost.close();
+    }
+  });
+});

@@ -41,7 +41,7 @@ describe('withHealth', () => {
         return c.async ? Promise.resolve(fakeDispatch(log)) : fakeDispatch(log);
       },
     };
-    const d = await withHealth(inner, recorder(log), () => 7).dispatch(REQ, new AbortController().signal);
+    const d = await withHealth(inner, recorder(log), () => 7).dispatch(REQ, new AbortController());
     expect(d.setHeaders).toEqual({ 'x-test': '1' });
     expect(d.responseHeaders?.(200)).toEqual({ 'x-decision': 'd' });
     d.finish({ kind: 'response', status: 503 });
@@ -62,9 +62,9 @@ describe('withHealth', () => {
         throw new Error('no workers');
       },
     };
-    expect(() =>
-      withHealth(inner, recorder(log), () => 1).dispatch(REQ, new AbortController().signal),
-    ).toThrow('no workers');
+    expect(() => withHealth(inner, recorder(log), () => 1).dispatch(REQ, new AbortController())).toThrow(
+      'no workers',
+    );
     expect(log).toEqual(['refresh:1']);
   });
 
@@ -80,7 +80,7 @@ describe('withHealth', () => {
     const inner: Dispatcher = { dispatch: () => fakeDispatch([], w) };
     const dispatcher = withHealth(inner, health, () => now);
     const finish = (end: RequestEnd) =>
-      (dispatcher.dispatch(REQ, new AbortController().signal) as Dispatch).finish(end);
+      (dispatcher.dispatch(REQ, new AbortController()) as Dispatch).finish(end);
     // Many clients going away before the first byte (or ext_proc message timeouts): neutral.
     for (let i = 0; i < 20; i++) finish({ kind: 'cancelled', afterHeaders: false });
     expect(w.healthy).toBe(true);
