@@ -107,9 +107,24 @@ export class CacheAwarePolicy implements Policy {
   readonly options: Readonly<CacheAwareOptions>;
   private readonly trees = new Map<string, RadixTree>();
   private readonly members = new Set<string>();
+  private readonly indexCache = new WeakMap<readonly Worker[], Map<string, number>>();
 
   constructor(options: Partial<CacheAwareOptions> = {}) {
     this.options = resolveCacheAwareOptions(options);
+  }
+
+  /**
+   * worker id -> candidate index, memoized per candidates array: a pool hands out the same array
+   * until its membership or health changes, so large fleets do not rebuild the map per request.
+   */
+  private indexOf(workers: readonly Worker[]): Map<string, number> {
+    let ids = this.indexCache.get(workers);
+    if (ids === undefined) {
+      ids = new Map<string, number>();
+      for (let i = 0; i < workers.length; i++) ids.set((workers[i] as Worker).id, i);
+      this.indexCache.set(workers, ids);
+    }
+    return ids;
   }
 
   select(input: SelectionInput): Decision {
@@ -119,8 +134,7 @@ export class CacheAwarePolicy implements Policy {
     let match: PrefixMatch | undefined;
     let index: Map<string, number> | undefined;
     if (tree !== undefined && text.length > 0) {
-      const ids = new Map<string, number>();
-      for (let i = 0; i < workers.length; i++) ids.set((workers[i] as Worker).id, i);
+      const ids = this.indexOf(workers);
       match = tree.prefixMatch(text, (id) => ids.has(id));
       index = ids;
     }
