@@ -35,6 +35,7 @@ import { choose, reserve, type RoutingContext } from '../src/routing/selector.js
 import type { LoadGuard } from '../src/workers/load-guard.js';
 import { ROLES, type Role } from '../src/workers/role.js';
 import { WorkerPool } from '../src/workers/worker-pool.js';
+import { seededRandom as rng } from '../src/util/seeded-random.js';
 
 const quick = process.argv.includes('--quick');
 const WORKERS = 1000;
@@ -53,18 +54,6 @@ type Scenario = (typeof SCENARIOS)[number];
 
 function log(msg: string): void {
   process.stderr.write(`${msg}\n`);
-}
-
-/** Mulberry32. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 function words(r: () => number, chars: number): string {

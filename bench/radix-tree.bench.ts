@@ -29,6 +29,7 @@ import type { SelectionInput } from '../src/routing/policy.js';
 import { RadixTree } from '../src/routing/radix-tree.js';
 import { LoadGuard } from '../src/workers/load-guard.js';
 import { Worker } from '../src/workers/worker.js';
+import { seededRandom as rng } from '../src/util/seeded-random.js';
 
 const quick = process.argv.includes('--quick');
 const GROUPS = 64;
@@ -48,18 +49,6 @@ function fullGc(): void {
 
 function log(msg: string): void {
   process.stderr.write(`${msg}\n`);
-}
-
-/** Mulberry32. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 /** A random lowercase/space corpus to cut prompt text from. */

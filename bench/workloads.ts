@@ -23,6 +23,7 @@
  *
  * Every request streams (`stream: true`, usage included) unless `stream: false` is asked for.
  */
+import { seededRandom } from '../src/util/seeded-random.js';
 
 export const CHARS_PER_TOKEN = 4;
 export const WORKLOAD_NAMES = ['shared-prefix', 'multi-turn', 'no-sharing', 'long-prompt'] as const;
@@ -77,17 +78,8 @@ export interface WorkloadOptions {
   documentBytes?: number;
 }
 
-/** mulberry32: deterministic uniform numbers in [0, 1). */
-export function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** mulberry32 (src/util/seeded-random.ts): deterministic uniform numbers in [0, 1). */
+export const mulberry32 = seededRandom;
 
 const VOCAB = (
   'the of and to in is was for on are with as at by be this from or an have not they which one you ' +

@@ -2,18 +2,9 @@
  * Small pure helpers of the chaos soak: a seeded PRNG (so a run can be replayed with --seed) and a
  * least-squares slope (memory growth in bytes per second).
  */
+import { seededRandom } from '../../src/util/seeded-random.js';
 
-/** mulberry32: a tiny, fast 32-bit PRNG; returns floats in [0, 1). */
-export function seededRandom(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+export { seededRandom };
 
 /** Integer in [lo, hi] (inclusive). */
 export function randomInt(rand: () => number, lo: number, hi: number): number {

@@ -1,6 +1,7 @@
 import type { Decision, Policy, SelectionInput } from '../../../src/routing/policy.js';
 import { LoadGuard } from '../../../src/workers/load-guard.js';
 import { Worker } from '../../../src/workers/worker.js';
+import { seededRandom } from '../../../src/util/seeded-random.js';
 
 /** Workers w0..w(n-1) at distinct URLs, generation 1, optional initial loads. */
 export function makeWorkers(n: number, loads: readonly number[] = []): Worker[] {
@@ -46,17 +47,7 @@ export function sequenceRng(values: readonly number[]): () => number {
   return () => values[i++ % values.length] as number;
 }
 
-/** Mulberry32: a small seeded uniform generator for distribution tests. */
-export function seededRng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+export const seededRng = seededRandom;
 
 export function counts(ids: Iterable<string>): Map<string, number> {
   const out = new Map<string, number>();

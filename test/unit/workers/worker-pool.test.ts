@@ -22,6 +22,7 @@ import {
   urlOf,
   workerByUrl,
 } from './pool-harness.js';
+import { seededRandom as seeded } from '../../../src/util/seeded-random.js';
 
 const ALL_POLICIES: readonly PolicyName[] = [
   'round_robin',
@@ -31,18 +32,6 @@ const ALL_POLICIES: readonly PolicyName[] = [
   'consistent_hash',
   'cache_aware',
 ];
-
-/** Deterministic uniform source in [0, 1) (mulberry32). */
-function seeded(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const PORTS = [8000, 8001, 8002, 8003];
 
