@@ -44,10 +44,11 @@ export interface Dispatch {
   /** Releases everything the request still holds. Idempotent. */
   finish(end: RequestEnd): void;
   /**
-   * Settles (rejects) when a concurrently running leg fails after dispatch, so the session can turn it
-   * into a client-visible error instead of a hang.
+   * A concurrently running leg (P/D prefill): rejects when it fails, so the session can turn the failure
+   * into a client-visible error instead of a hang; resolves when it succeeds. (Resolving matters: a
+   * promise that never settles would keep every session that awaits it reachable.)
    */
-  readonly failure?: Promise<never>;
+  readonly failure?: Promise<unknown>;
 }
 
 /**

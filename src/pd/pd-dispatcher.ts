@@ -86,8 +86,6 @@ export interface PdDispatcherOptions {
   readonly decisionHeader: boolean;
 }
 
-const NEVER = new Promise<never>(() => undefined);
-
 export class PdDispatcher implements Dispatcher {
   constructor(private readonly opts: PdDispatcherOptions) {}
 
@@ -173,7 +171,6 @@ export class PdDispatcher implements Dispatcher {
     const leg = this.runPrefill(req, ctx, requestId, prefill.guard, legAbort.signal).then(
       (r) => {
         cached = r.cachedTokens;
-        return NEVER;
       },
       (err: PrefillError) => {
         throw err.kind === 'aborted'
@@ -303,7 +300,7 @@ export class PdDispatcher implements Dispatcher {
     extra: {
       cachedTokens?: () => number | undefined;
       prefill: Decision;
-      failure?: Promise<never>;
+      failure?: Promise<unknown>;
       onFinish?: (end: RequestEnd) => void;
     },
   ): Dispatch {
