@@ -66,6 +66,21 @@ export async function startRouter(config: Readonly<Config>, deps: RouterDeps = {
   const closers: Array<() => Promise<void> | void> = [];
   let draining = false;
   let drainRequested = false;
+  /** Runs every closer registered so far, newest first (each at most once). */
+  const closeAll = async (): Promise<void> => {
+    for (const close of closers.splice(0).reverse()) {
+      try {
+        await close();
+      } catch (err) {
+        logger.warn({ err }, 'error during shutdown');
+      }
+    }
+  };
+  /** A component failed to start: release what already started, then fail. */
+  const startFailed = async (err: unknown): Promise<never> => {
+    await closeAll();
+    throw err;
+  };
 
   const policyFor = (role: Role): PolicyName =>
     role === 'prefill' ? config.prefillPolicy : role === 'decode' ? config.decodePolicy : config.policy;
@@ -186,9 +201,9 @@ export async function startRouter(config: Readonly<Config>, deps: RouterDeps = {
       metrics.requestDuration.observe({ route: s.route, outcome: s.outcome }, s.durationMs / 1000);
     },
   });
-  const grpcPort = await grpcServer.start();
   // After a drain, close gracefully (the last replies of ended sessions may still be in flight).
   closers.push(() => grpcServer.close(drainRequested ? 5000 : 0));
+  const grpcPort = await grpcServer.start().catch(startFailed);
 
   const checker = new HealthChecker({
     workers: allWorkers,
@@ -233,8 +248,8 @@ export async function startRouter(config: Readonly<Config>, deps: RouterDeps = {
         onPeerDisconnect: () => metrics.discoveryEvents.inc({ role: 'unknown', event: 'peer_disconnected' }),
       },
     });
-    discoveryEndpoint = await discovery.start();
     closers.push(() => discovery?.close());
+    discoveryEndpoint = await discovery.start().catch(startFailed);
   }
 
   const backend: AdminBackend = {
@@ -302,8 +317,8 @@ export async function startRouter(config: Readonly<Config>, deps: RouterDeps = {
     token: config.adminToken,
     logger,
   });
-  const adminPort = await admin.start();
   closers.push(() => admin.close());
+  const adminPort = await admin.start().catch(startFailed);
 
   logger.info(
     {
@@ -342,13 +357,7 @@ export async function startRouter(config: Readonly<Config>, deps: RouterDeps = {
         draining = true;
         grpcServer.setReady(false);
         // Reverse start order: discovery and timers first, then servers.
-        for (const close of closers.reverse()) {
-          try {
-            await close();
-          } catch (err) {
-            logger.warn({ err }, 'error during shutdown');
-          }
-        }
+        await closeAll();
       })();
       return closing;
     },
