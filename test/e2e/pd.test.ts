@@ -387,3 +387,40 @@ describe('sidecar P/D (llm-d x-prefiller-host-port)', () => {
     }
   });
 });
+
+describe('P/D behind an endpoint-picker style Envoy (FULL_DUPLEX_STREAMED bodies)', () => {
+  it('sends the rewritten decode body as streamed_response and streams the answer', async () => {
+    const prefill = await startSimulator({ role: 'prefill', timeScale: 0 });
+    const decode = await startSimulator({ role: 'decode', timeScale: 0 });
+    const router = await startTestRouter({ mode: 'pd', prefill: [prefill.url], decode: [decode.url] });
+    const envoy = await startEnvoy({
+      routers: [{ host: '127.0.0.1', port: router.grpcPort }],
+      requestBodyMode: 'FULL_DUPLEX_STREAMED',
+      responseBodyMode: 'FULL_DUPLEX_STREAMED',
+      trailerMode: 'SEND',
+    });
+    try {
+      const r = await post(`http://127.0.0.1:${envoy.listenerPort}`, '/v1/completions', {
+        model: 'sim-model',
+        prompt: 'full duplex P/D',
+        max_tokens: 5,
+        stream: true,
+      });
+      const text = await r.text();
+      expect(r.status).toBe(200);
+      expect(text).toContain('[DONE]');
+      const d = decode.records.at(-1)!;
+      expect(
+        (d.body as { kv_transfer_params?: { remote_engine_id?: string } }).kv_transfer_params
+          ?.remote_engine_id,
+      ).toBe(prefill.id);
+      expect(d.completionTokens).toBe(5);
+      await expectAllLoadsZero(router);
+    } finally {
+      await envoy.close();
+      await router.close();
+      await prefill.close();
+      await decode.close();
+    }
+  });
+});
