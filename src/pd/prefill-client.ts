@@ -71,14 +71,23 @@ export class PrefillClient {
     }
     headers['content-type'] = 'application/json';
     headers['x-request-id'] = requestId;
-    const timeout = AbortSignal.timeout(timeoutMs);
-    const both = AbortSignal.any([signal, timeout]);
+    // One controller for both ways the call can be cut short, and a timer that is cleared when the
+    // call ends (AbortSignal.timeout would keep a timer per prefill alive for the whole timeout).
+    const cut = new AbortController();
+    let timedOut = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      cut.abort();
+    }, timeoutMs);
+    const onClientGone = () => cut.abort();
+    if (signal.aborted) cut.abort();
+    else signal.addEventListener('abort', onClientGone, { once: true });
     try {
       const res = await request(`http://${worker.endpoint}${path}`, {
         method: 'POST',
         headers,
         body,
-        signal: both,
+        signal: cut.signal,
         dispatcher: this.agent,
         headersTimeout: timeoutMs,
         bodyTimeout: timeoutMs,
@@ -117,7 +126,7 @@ export class PrefillClient {
       if (err instanceof PrefillError) throw err;
       if (signal.aborted) throw new PrefillError('aborted', 'client went away during prefill');
       if (
-        timeout.aborted ||
+        timedOut ||
         err instanceof undiciErrors.HeadersTimeoutError ||
         err instanceof undiciErrors.BodyTimeoutError
       ) {
@@ -130,6 +139,9 @@ export class PrefillClient {
         'transport',
         `prefill worker ${worker.url} unreachable: ${(err as Error).message}`,
       );
+    } finally {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', onClientGone);
     }
   }
 

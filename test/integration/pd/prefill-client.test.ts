@@ -1,0 +1,100 @@
+/** The prefill leg's HTTP client against a real simulated prefill worker: every way it can end. */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { PrefillClient, PrefillError } from '../../../src/pd/prefill-client.js';
+import { startSimulator, type Simulator } from '../../../src/sim/simulator.js';
+import { Worker } from '../../../src/workers/worker.js';
+
+let sim: Simulator;
+let client: PrefillClient;
+let worker: Worker;
+const body = Buffer.from(
+  JSON.stringify({
+    model: 'sim-model',
+    prompt: 'p',
+    max_tokens: 1,
+    stream: false,
+    kv_transfer_params: { do_remote_decode: true },
+  }),
+);
+const headers = {
+  'content-type': 'application/json',
+  authorization: 'Bearer k',
+  ':path': '/v1/completions',
+  host: 'x',
+};
+
+beforeAll(async () => {
+  sim = await startSimulator({ role: 'prefill', timeScale: 0 });
+  client = new PrefillClient();
+  worker = new Worker({ role: 'prefill', url: sim.url, endpoint: sim.hostPort, generation: 1 });
+});
+afterAll(async () => {
+  await client.close();
+  await sim.close();
+});
+
+async function failure(p: Promise<unknown>): Promise<PrefillError> {
+  const err = await p.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  expect(err).toBeInstanceOf(PrefillError);
+  return err as PrefillError;
+}
+
+describe('PrefillClient', () => {
+  it('returns the kv_transfer_params and forwards the request id and client headers, not pseudo headers', async () => {
+    const r = await client.send(
+      worker,
+      '/v1/completions',
+      body,
+      headers,
+      'rid-1',
+      new AbortController().signal,
+      5000,
+    );
+    expect(r.status).toBe(200);
+    expect(r.kvTransferParams?.remote_engine_id).toBe(sim.id);
+    const rec = sim.findRecord('rid-1');
+    expect(rec?.headers.authorization).toBe('Bearer k');
+    expect(rec?.headers[':path']).toBeUndefined();
+  });
+
+  it('maps a non-2xx answer to a status error carrying the status', async () => {
+    sim.injectFault({ status: 503 });
+    const e = await failure(
+      client.send(worker, '/v1/completions', body, headers, 'rid-2', new AbortController().signal, 5000),
+    );
+    expect([e.kind, e.status]).toEqual(['status', 503]);
+  });
+
+  it('times out a worker that never answers, and the worker sees the abort', async () => {
+    sim.injectFault({ hang: true });
+    const e = await failure(
+      client.send(worker, '/v1/completions', body, headers, 'rid-3', new AbortController().signal, 200),
+    );
+    expect(e.kind).toBe('timeout');
+    await sim.waitForIdle();
+    expect(sim.findRecord('rid-3')?.outcome).toBe('aborted');
+  });
+
+  it('reports a client that went away as aborted', async () => {
+    sim.injectFault({ hang: true });
+    const ac = new AbortController();
+    const seen = sim.records.length;
+    const pending = client.send(worker, '/v1/completions', body, headers, 'rid-4', ac.signal, 60_000);
+    await sim.waitForRequests(seen + 1); // the worker is holding the request
+    ac.abort();
+    expect((await failure(pending)).kind).toBe('aborted');
+  });
+
+  it('reports an unreachable worker as a transport error', async () => {
+    const gone = await startSimulator({ role: 'prefill', timeScale: 0 });
+    const w = new Worker({ role: 'prefill', url: gone.url, endpoint: gone.hostPort, generation: 1 });
+    await gone.close();
+    const e = await failure(
+      client.send(w, '/v1/completions', body, headers, 'rid-5', new AbortController().signal, 5000),
+    );
+    expect(e.kind).toBe('transport');
+  });
+});
