@@ -16,9 +16,13 @@ import type { Worker } from '../../src/workers/worker.js';
 import { adminJson, expectAllLoadsZero, metricsText, startTestRouter } from '../support/router-fixture.js';
 import { waitFor } from '../support/wait-for.js';
 
-/** Registration lifetime: short, so an expiry happens within the test. Heartbeats come 5x as often. */
-const TTL_MS = 400;
-const HEARTBEAT_MS = 80;
+/**
+ * Registration lifetime: short, so an expiry happens within the test, but with a wide margin over the
+ * heartbeat interval (10x): with 400 ms an event-loop stall on a loaded CI machine (two test files,
+ * Envoys and simulators on 2 cores) occasionally expired live workers mid-test.
+ */
+const TTL_MS = 2000;
+const HEARTBEAT_MS = 200;
 const PREFILL: SimulatorOptions = { role: 'prefill', timeScale: 1, timing: { overheadMs: 10 } };
 /** Paced decode: 40 ms per token, so a 6-token stream is in flight for ~250 ms. */
 const DECODE: SimulatorOptions = { role: 'decode', timeScale: 1, timing: { overheadMs: 5, baseItlMs: 40 } };
