@@ -12,7 +12,7 @@ import { startTestRouter } from '../support/router-fixture.js';
 import { startEnvoy } from '../../src/envoy/envoy-process.js';
 
 const SLOW_PREFILL = { timeScale: 1, timing: { overheadMs: 400 } };
-const PACED_DECODE = { timeScale: 1, timing: { overheadMs: 1, baseItlMs: 60 } };
+const PACED_DECODE = { timeScale: 1, timing: { overheadMs: 1, baseItlMs: 150 } };
 
 function post(
   url: string,

@@ -15,8 +15,9 @@ let openai: OpenAI;
 beforeAll(async () => {
   stack = await startStack({
     workers: 2,
-    // Real pacing so a stream is observably in flight: 80 ms between tokens.
-    sim: { timeScale: 1, timing: { baseItlMs: 80, overheadMs: 1 } },
+    // Real pacing so a stream is observably in flight: 150 ms between tokens (a margin for a client
+    // that lags on a loaded machine: the load checks run between chunks).
+    sim: { timeScale: 1, timing: { baseItlMs: 150, overheadMs: 1 } },
     router: { policy: 'round_robin' },
   });
   openai = new OpenAI({ baseURL: `${stack.url}/v1`, apiKey: 'unused', maxRetries: 0 });
