@@ -9,7 +9,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import path from 'node:path';
 import { pino } from 'pino';
-import { defaultConfig, type Config } from '../src/config.js';
+import { loopbackConfig, type Config } from '../src/config.js';
 import { startEnvoy, type EnvoyHandle } from '../src/envoy/envoy-process.js';
 import type { EnvoyRenderOptions } from '../src/envoy/envoy-config.js';
 import { startRouter, type Router } from '../src/router.js';
@@ -18,15 +18,7 @@ import type { SimulatorOptions } from '../src/sim/simulator.js';
 import { ROOT } from './report-doc.js';
 
 export function benchRouterConfig(overrides: Partial<Config>): Config {
-  return {
-    ...defaultConfig(),
-    host: '127.0.0.1',
-    grpcPort: 0,
-    adminPort: 0,
-    logLevel: 'silent',
-    healthCheckIntervalMs: 0,
-    ...overrides,
-  };
+  return loopbackConfig({ logLevel: 'silent', healthCheckIntervalMs: 0, ...overrides });
 }
 
 export interface RoutedStack {

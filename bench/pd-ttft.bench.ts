@@ -13,7 +13,7 @@ import { parseArgs } from 'node:util';
 import os from 'node:os';
 import { request } from 'undici';
 import { pino } from 'pino';
-import { defaultConfig } from '../src/config.js';
+import { loopbackConfig } from '../src/config.js';
 import { startRouter } from '../src/router.js';
 import { startEnvoy } from '../src/envoy/envoy-process.js';
 import { startSimulator } from '../src/sim/simulator.js';
@@ -43,16 +43,14 @@ async function main(): Promise<void> {
   const prefill = await startSimulator({ role: 'prefill', timeScale: 0 });
   const decode = await startSimulator({ role: 'decode', timeScale: 0 });
   const router = await startRouter(
-    Object.freeze({
-      ...defaultConfig(),
-      host: '127.0.0.1',
-      grpcPort: 0,
-      adminPort: 0,
-      mode: 'pd' as const,
-      prefill: [prefill.url],
-      decode: [decode.url],
-      healthCheckIntervalMs: 0,
-    }),
+    Object.freeze(
+      loopbackConfig({
+        mode: 'pd',
+        prefill: [prefill.url],
+        decode: [decode.url],
+        healthCheckIntervalMs: 0,
+      }),
+    ),
     { logger: pino({ level: 'silent' }) },
   );
   const envoy = await startEnvoy({ routers: [{ host: '127.0.0.1', port: router.grpcPort }] });

@@ -5,7 +5,7 @@
  * register over ZMQ like vLLM does).
  */
 import { parseArgs } from 'node:util';
-import { defaultConfig, type Config } from '../src/config.js';
+import { loopbackConfig, type Config } from '../src/config.js';
 import { startRouter } from '../src/router.js';
 import { startEnvoy } from '../src/envoy/envoy-process.js';
 import { startSimulator, type Simulator } from '../src/sim/simulator.js';
@@ -26,16 +26,12 @@ async function main(): Promise<void> {
   const logger = createLogger(values['log-level'] as Config['logLevel']);
   const sims: Simulator[] = [];
   const timing = { baseItlMs: 15, overheadMs: 5 };
-  const config: Config = {
-    ...defaultConfig(),
-    host: '127.0.0.1',
-    grpcPort: 0,
-    adminPort: 0,
+  const config: Config = loopbackConfig({
     logLevel: values['log-level'] as Config['logLevel'],
     decisionHeader: true,
     mode: pd ? 'pd' : 'regular',
     discoveryZmq: pd ? 'tcp://127.0.0.1:0' : '',
-  };
+  });
   if (!pd) {
     for (let i = 0; i < 4; i++) sims.push(await startSimulator({ timing, id: `worker-${i}` }));
     config.workers = sims.map((s) => s.url);

@@ -58,6 +58,14 @@ export function defaultConfig(): Config {
   return out as unknown as Config;
 }
 
+/**
+ * Defaults bound to 127.0.0.1 on free ports (port 0): an embedded router for the demo, tests and
+ * benchmarks. Read the bound ports from the started Router.
+ */
+export function loopbackConfig(overrides: Partial<Config> = {}): Config {
+  return { ...defaultConfig(), host: '127.0.0.1', grpcPort: 0, adminPort: 0, ...overrides };
+}
+
 export type ParsedArgs = { help: true } | { help: false; config: Readonly<Config> };
 
 /** Parses argv (without node and script) and the environment. Throws ConfigError on bad input. */

@@ -1,20 +1,12 @@
 /** Starts the router in-process on free ports for tests, with quiet logs and no background checks. */
 import { expect } from 'vitest';
 import { pino } from 'pino';
-import { defaultConfig, type Config } from '../../src/config.js';
+import { loopbackConfig, type Config } from '../../src/config.js';
 import { startRouter, type Router } from '../../src/router.js';
 import { waitFor } from './wait-for.js';
 
 export function testConfig(overrides: Partial<Config> = {}): Config {
-  return {
-    ...defaultConfig(),
-    host: '127.0.0.1',
-    grpcPort: 0,
-    adminPort: 0,
-    logLevel: 'silent',
-    healthCheckIntervalMs: 0,
-    ...overrides,
-  };
+  return loopbackConfig({ logLevel: 'silent', healthCheckIntervalMs: 0, ...overrides });
 }
 
 export async function startTestRouter(

@@ -48,7 +48,7 @@
 import v8 from 'node:v8';
 import vm from 'node:vm';
 import { pino } from 'pino';
-import { defaultConfig, type Config } from '../../src/config.js';
+import { loopbackConfig, type Config } from '../../src/config.js';
 import { startRouter, type Router } from '../../src/router.js';
 import { startEnvoy, type EnvoyHandle } from '../../src/envoy/envoy-process.js';
 import { SoakFleet, type FleetRole, type FleetWorker } from './soak-fleet.js';
@@ -149,11 +149,7 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
   const log = opts.log ?? (() => undefined);
   const target: FleetRole = opts.mode === 'regular' ? 'regular' : 'decode';
 
-  const config: Config = {
-    ...defaultConfig(),
-    host: '127.0.0.1',
-    grpcPort: 0,
-    adminPort: 0,
+  const config: Config = loopbackConfig({
     logLevel: 'silent',
     // Active health checks and circuit breakers on, with periods short enough to act within the
     // chaos (a killed worker is noticed within ~1 s, a recovered one readmitted within ~2 s).
@@ -168,7 +164,7 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
     // (and eviction runs under load), so growth after warm-up would be a leak, not the cache filling.
     maxTreeSize: 50_000,
     evictionIntervalMs: 1000,
-  };
+  });
   let router: Router | undefined;
   let envoy: EnvoyHandle | undefined;
   let fleet: SoakFleet | undefined;
