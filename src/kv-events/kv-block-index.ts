@@ -1,0 +1,308 @@
+/**
+ * The exact prefix index: which KV blocks each worker holds, by the router's own block keys
+ * (block-keys.ts), fed by decoded vLLM KV events.
+ *
+ * Per worker (keyed by the caller's worker key, e.g. its URL; a new registration generation calls
+ * clearWorker first, so it starts empty):
+ * - `held`: own key -> {tiers, engine}: `tiers` a bit set of the media (GPU, CPU, ...) holding the
+ *   block, `engine` the engine's hash for it. Map insertion order is the LRU order (a store moves the
+ *   key to the end).
+ * - `engineToOwn`: engine hash -> own key, so BlockRemoved (which carries only engine hashes) resolves,
+ *   and so a BlockStored's `parent_block_hash` gives the own key its chain continues from.
+ *
+ * Events:
+ * - BlockStored: parent unresolvable (we joined mid-stream, or it was already evicted) -> the event is
+ *   dropped (`unknown_parent`): its own keys cannot be computed. Otherwise own keys are chained from the
+ *   parent's own key (or the adapter's seed) over `token_ids`, and each block gains the event's medium.
+ * - BlockRemoved: the medium is cleared from each resolvable block; a block left on no medium is
+ *   forgotten. Unknown hashes are ignored (`unknown_block`, normal after a clear or an LRU drop).
+ * - AllBlocksCleared: the worker's entries are dropped.
+ *
+ * Bounded memory: at most `maxBlocksPerWorker` entries per worker; storing beyond it forgets that
+ * worker's least recently stored blocks (counted as `evicted`). Worker count is bounded by the
+ * caller (only configured / registered workers have publishers). Memory per entry measured in
+ * docs/benchmarks.md.
+ *
+ * Lookup (`cachedTokens`): for each candidate, the longest run of consecutive prompt blocks from the
+ * first one that it holds (a prefix: vLLM only reuses a cached prefix), each block weighted by the best
+ * tier credit among the media holding it (default GPU 1, anything else 0.5: a CPU / storage hit saves
+ * the prefill compute but pays a transfer). Returns credited tokens per candidate.
+ *
+ * Block sizes: each worker's block size is learned from its BlockStored events; callers compute
+ * request keys per distinct block size (`blockSizes()`). LoRA: keys are seeded per adapter name;
+ * `isAdapter(name)` tells whether an event ever named it, so a request's `model` selects the seed.
+ *
+ * Pure data structure: no timers, metrics or logging; apply() returns what happened.
+ */
+import { chainKeys, keySeed } from './block-keys.js';
+import type { EngineHash, KvEvent } from './kv-event-decoder.js';
+
+export interface KvIndexOptions {
+  /** Entries kept per worker. Default 262,144 (4M tokens at block size 16). */
+  maxBlocksPerWorker: number;
+  /** Credit per medium (upper-case); media not listed get `defaultTierCredit`. Default {GPU: 1}. */
+  tierCredit: Readonly<Record<string, number>>;
+  /** Default 0.5. */
+  defaultTierCredit: number;
+}
+
+export const DEFAULT_KV_INDEX_OPTIONS: Readonly<KvIndexOptions> = Object.freeze({
+  maxBlocksPerWorker: 262_144,
+  tierCredit: Object.freeze({ GPU: 1 }),
+  defaultTierCredit: 0.5,
+});
+
+/** What applying a batch did, for metrics. */
+export interface ApplyResult {
+  applied: number;
+  /** Events dropped, by reason. */
+  dropped: Partial<Record<'unknown_parent' | 'block_size_mismatch' | 'too_many_tiers', number>>;
+  /** BlockRemoved hashes that matched nothing. */
+  unknownBlocks: number;
+  /** Entries forgotten by the per-worker bound. */
+  evicted: number;
+}
+
+interface Entry {
+  tiers: number;
+  engine: EngineHash;
+}
+
+interface WorkerBlocks {
+  readonly held: Map<number, Entry>;
+  readonly engineToOwn: Map<EngineHash, number>;
+  blockSize: number;
+}
+
+const MAX_TIERS = 31;
+
+export class KvBlockIndex {
+  readonly options: Readonly<KvIndexOptions>;
+  private readonly workers = new Map<string, WorkerBlocks>();
+  private readonly tierBits = new Map<string, number>();
+  /** Credit per tier bit. */
+  private readonly credits: number[] = [];
+  private readonly adapters = new Set<string>();
+  private readonly blockSizeCounts = new Map<number, number>();
+
+  constructor(options: Partial<KvIndexOptions> = {}) {
+    const o = { ...DEFAULT_KV_INDEX_OPTIONS, ...options };
+    if (!Number.isInteger(o.maxBlocksPerWorker) || o.maxBlocksPerWorker < 1) {
+      throw new RangeError('kv index: maxBlocksPerWorker must be a positive integer');
+    }
+    for (const [tier, credit] of Object.entries(o.tierCredit)) {
+      if (!(credit >= 0 && credit <= 1))
+        throw new RangeError(`kv index: tier credit for ${tier} must be in [0, 1]`);
+    }
+    if (!(o.defaultTierCredit >= 0 && o.defaultTierCredit <= 1)) {
+      throw new RangeError('kv index: defaultTierCredit must be in [0, 1]');
+    }
+    this.options = Object.freeze(o);
+    this.tierBit('GPU');
+  }
+
+  /** Applies one batch's events for `worker` in order. */
+  apply(worker: string, events: readonly KvEvent[]): ApplyResult {
+    const result: ApplyResult = { applied: 0, dropped: {}, unknownBlocks: 0, evicted: 0 };
+    for (const event of events) {
+      if (event.type === 'cleared') {
+        this.clearWorker(worker);
+        result.applied++;
+        continue;
+      }
+      const w = this.workers.get(worker);
+      if (event.type === 'removed') {
+        result.applied++;
+        if (w === undefined) {
+          result.unknownBlocks += event.hashes.length;
+          continue;
+        }
+        const bit = this.tierBits.get(event.medium);
+        for (const h of event.hashes) {
+          const own = w.engineToOwn.get(h);
+          const entry = own === undefined ? undefined : w.held.get(own);
+          if (own === undefined || entry === undefined || bit === undefined || (entry.tiers & bit) === 0) {
+            result.unknownBlocks++;
+            continue;
+          }
+          entry.tiers &= ~bit;
+          if (entry.tiers === 0) {
+            w.held.delete(own);
+            w.engineToOwn.delete(h);
+          }
+        }
+        continue;
+      }
+      // BlockStored
+      const bit = this.tierBit(event.medium);
+      if (bit === undefined) {
+        bump(result.dropped, 'too_many_tiers');
+        continue;
+      }
+      let parentKey = keySeed(event.loraName);
+      const target = w ?? this.workerFor(worker, event.blockSize);
+      if (target.blockSize !== event.blockSize && target.held.size === 0) {
+        this.countBlockSize(target.blockSize, -1);
+        target.blockSize = event.blockSize;
+        this.countBlockSize(target.blockSize, 1);
+      }
+      if (target.blockSize !== event.blockSize) {
+        bump(result.dropped, 'block_size_mismatch');
+        continue;
+      }
+      if (event.parent !== undefined) {
+        const p = target.engineToOwn.get(event.parent);
+        if (p === undefined) {
+          bump(result.dropped, 'unknown_parent');
+          if (target.held.size === 0 && w === undefined) this.dropWorker(worker);
+          continue;
+        }
+        parentKey = p;
+      }
+      if (event.loraName !== undefined && this.adapters.size < 4096) this.adapters.add(event.loraName);
+      const keys = chainKeys(event.tokens, event.blockSize, parentKey, event.hashes.length, event.extraKeys);
+      for (let i = 0; i < keys.length; i++) {
+        const own = keys[i] as number;
+        const engine = event.hashes[i] as EngineHash;
+        const entry = target.held.get(own);
+        if (entry !== undefined) {
+          target.held.delete(own);
+          if (entry.engine !== engine) {
+            target.engineToOwn.delete(entry.engine);
+            entry.engine = engine;
+          }
+          entry.tiers |= bit;
+          target.held.set(own, entry);
+        } else {
+          target.held.set(own, { tiers: bit, engine });
+        }
+        target.engineToOwn.set(engine, own);
+      }
+      result.applied++;
+      const over = target.held.size - this.options.maxBlocksPerWorker;
+      if (over > 0) {
+        const it = target.held.entries();
+        for (let i = 0; i < over; i++) {
+          const [own, entry] = it.next().value as [number, Entry];
+          target.held.delete(own);
+          if (target.engineToOwn.get(entry.engine) === own) target.engineToOwn.delete(entry.engine);
+        }
+        result.evicted += over;
+      }
+    }
+    return result;
+  }
+
+  /** Forgets everything about `worker` (AllBlocksCleared, a gap without replay, a new generation). */
+  clearWorker(worker: string): void {
+    const w = this.workers.get(worker);
+    if (w === undefined) return;
+    w.held.clear();
+    w.engineToOwn.clear();
+  }
+
+  /** Forgets `worker` entirely (it left the fleet). */
+  dropWorker(worker: string): void {
+    const w = this.workers.get(worker);
+    if (w === undefined) return;
+    this.workers.delete(worker);
+    this.countBlockSize(w.blockSize, -1);
+  }
+
+  /** True when `worker` has published at least one stored block since it was last dropped. */
+  hasWorker(worker: string): boolean {
+    return this.workers.has(worker);
+  }
+
+  /** Block sizes in use by indexed workers. */
+  blockSizes(): number[] {
+    return [...this.blockSizeCounts.keys()];
+  }
+
+  blockSizeOf(worker: string): number | undefined {
+    return this.workers.get(worker)?.blockSize;
+  }
+
+  /** True when some event named `name` as its LoRA adapter (so a request for it uses its seed). */
+  isAdapter(name: string): boolean {
+    return this.adapters.has(name);
+  }
+
+  /** Entries per worker (for metrics). */
+  sizes(): Map<string, number> {
+    const out = new Map<string, number>();
+    for (const [worker, w] of this.workers) out.set(worker, w.held.size);
+    return out;
+  }
+
+  size(worker: string): number {
+    return this.workers.get(worker)?.held.size ?? 0;
+  }
+
+  /**
+   * Credited cached tokens per candidate for a prompt whose block keys (at block size `blockSize`)
+   * are `keys`; undefined for a candidate that has no index (it publishes no events, or not at this
+   * block size), so the caller can fall back for it.
+   */
+  cachedTokens(
+    keys: readonly number[],
+    blockSize: number,
+    workers: readonly string[],
+  ): (number | undefined)[] {
+    const out = new Array<number | undefined>(workers.length);
+    for (let i = 0; i < workers.length; i++) {
+      const w = this.workers.get(workers[i] as string);
+      if (w === undefined || w.blockSize !== blockSize) {
+        out[i] = undefined;
+        continue;
+      }
+      let credit = 0;
+      for (const key of keys) {
+        const entry = w.held.get(key);
+        if (entry === undefined) break;
+        credit += this.creditOf(entry.tiers);
+      }
+      out[i] = credit * blockSize;
+    }
+    return out;
+  }
+
+  private creditOf(tiers: number): number {
+    if (tiers === 1) return this.credits[0] as number;
+    let best = 0;
+    for (let bit = 0; tiers !== 0; bit++, tiers >>>= 1) {
+      if ((tiers & 1) !== 0 && (this.credits[bit] as number) > best) best = this.credits[bit] as number;
+    }
+    return best;
+  }
+
+  private workerFor(worker: string, blockSize: number): WorkerBlocks {
+    const w: WorkerBlocks = { held: new Map(), engineToOwn: new Map(), blockSize };
+    this.workers.set(worker, w);
+    this.countBlockSize(blockSize, 1);
+    return w;
+  }
+
+  private countBlockSize(blockSize: number, delta: number): void {
+    const n = (this.blockSizeCounts.get(blockSize) ?? 0) + delta;
+    if (n > 0) this.blockSizeCounts.set(blockSize, n);
+    else this.blockSizeCounts.delete(blockSize);
+  }
+
+  /** The bit of a medium, assigned on first sight (at most 31 media; undefined beyond). */
+  private tierBit(medium: string): number | undefined {
+    let bit = this.tierBits.get(medium);
+    if (bit === undefined) {
+      if (this.tierBits.size >= MAX_TIERS) return undefined;
+      const index = this.tierBits.size;
+      bit = 1 << index;
+      this.tierBits.set(medium, bit);
+      this.credits[index] = this.options.tierCredit[medium] ?? this.options.defaultTierCredit;
+    }
+    return bit;
+  }
+}
+
+function bump<K extends string>(counts: Partial<Record<K, number>>, key: K): void {
+  counts[key] = (counts[key] ?? 0) + 1;
+}
