@@ -214,6 +214,11 @@ export class CacheAwarePolicy implements Policy {
     return this.trees.get(model)?.tenants() ?? [];
   }
 
+  /** The model's tree for read-only queries (prefix-source.ts), undefined while it has none. */
+  treeOf(model: string): RadixTree | undefined {
+    return this.trees.get(model);
+  }
+
   /** Read-only stats: models with a tree. */
   models(): string[] {
     return [...this.trees.keys()];

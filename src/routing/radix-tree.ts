@@ -22,6 +22,8 @@
  * - prefixMatch(text, accept?): the longest prefix of text present in the tree (optionally only
  *   through nodes held by an accepted tenant); `tenants` = the (accepted) tenants holding that whole
  *   prefix, `tenant` = the most recently used of them. Read-only. A match of 0 chars has no tenants.
+ * - matchEachTenant(text, visit): every tenant's own matched prefix length along text's path (for
+ *   cost models that weigh each candidate's cached share, not only the longest holder). Read-only.
  * - removeTenant(tenant): drop the tenant everywhere and prune nodes nobody holds. O(tenant's nodes).
  * - evictTenantToSize(tenant, maxChars): drop the tenant's least-recently-used leaves (nodes it holds
  *   with no child it holds) until its char count <= maxChars. O(tenant's nodes * log).
@@ -169,6 +171,27 @@ export class RadixTree {
       }
     }
     return { tenant: best, matchedChars: pos, tenants };
+  }
+
+  /**
+   * Per-tenant match along `text`'s path: calls `visit(tenant, chars)` for every tenant holding a
+   * node on the path, with the characters of `text` that tenant holds as a prefix. A tenant may be
+   * visited more than once (once per node it holds, in increasing `chars`); the last call is its
+   * match. Tenants holding nothing of `text` are not visited. Read-only; O(path nodes x holders).
+   */
+  matchEachTenant(text: string, visit: (tenant: string, chars: number) => void): void {
+    const n = text.length;
+    let node = this.root;
+    let pos = 0;
+    while (pos < n) {
+      const child = node.children?.get(text.charCodeAt(pos));
+      if (child === undefined) return;
+      const common = commonPrefixLength(text, pos, child.label);
+      pos += common;
+      for (const tenant of child.tenants.keys()) visit(tenant, pos);
+      if (common < child.label.length) return;
+      node = child;
+    }
   }
 
   /** Removes every trace of `tenant`: its holdings, the nodes nobody else holds, its counts. */

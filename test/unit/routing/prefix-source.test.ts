@@ -1,0 +1,88 @@
+import { describe, expect, it } from 'vitest';
+import { CacheAwarePolicy } from '../../../src/routing/cache-aware.js';
+import {
+  RadixPrefixSource,
+  resolvePrefix,
+  tokensFromChars,
+  type PrefixSource,
+} from '../../../src/routing/prefix-source.js';
+import { RadixTree } from '../../../src/routing/radix-tree.js';
+import type { SelectionInput } from '../../../src/routing/policy.js';
+import type { Worker } from '../../../src/workers/worker.js';
+import { input, makeWorkers } from './fixtures.js';
+
+const DOC = 'd'.repeat(400);
+
+describe('RadixTree.matchEachTenant', () => {
+  it.each([
+    { name: 'full holder and partial holder', text: `${DOC}xyz`, want: { a: 403, b: 400 } },
+    { name: 'divergence inside an edge', text: `${'d'.repeat(100)}q`, want: { a: 100, b: 100 } },
+    { name: 'no match', text: 'zzz', want: {} },
+    { name: 'empty text', text: '', want: {} },
+  ])('$name', ({ text, want }) => {
+    const tree = new RadixTree();
+    tree.insert(`${DOC}xyz`, 'a', 1);
+    tree.insert(`${DOC}abc`, 'b', 2);
+    const got: Record<string, number> = {};
+    tree.matchEachTenant(text, (t, n) => (got[t] = n));
+    expect(got).toEqual(want);
+  });
+});
+
+describe('RadixPrefixSource', () => {
+  it('turns each candidate own matched chars into tokens (floor), 0 for unseen workers', () => {
+    const workers = makeWorkers(3);
+    const policy = new CacheAwarePolicy();
+    for (const w of workers) policy.addWorker(w);
+    policy.routed({ worker: workers[1]!, branch: 'seed' }, input(workers, { text: `${DOC}one` }), 1);
+    const source = new RadixPrefixSource((m) => policy.treeOf(m), 4);
+    const sel = input(workers, { text: `${DOC}two!` });
+    expect(source.cachedTokens(sel, workers)).toEqual([0, 100, 0]);
+    expect(source.promptTokens(sel)).toBe(101); // ceil(404 / 4)
+    // Unknown model: no tree yet, every worker holds 0. Empty text: no knowledge.
+    expect(source.cachedTokens(input(workers, { text: 'x', model: 'other' }), workers)).toEqual([0, 0, 0]);
+    expect(source.cachedTokens(input(workers, { text: '' }), workers)).toBeUndefined();
+  });
+
+  it('rejects a non-positive chars-per-token', () => {
+    expect(() => new RadixPrefixSource(() => undefined, 0)).toThrow(RangeError);
+  });
+});
+
+describe('resolvePrefix', () => {
+  const workers = makeWorkers(3);
+  const sel = input(workers, { text: 'x'.repeat(40) });
+  const fixed = (
+    name: string,
+    cached: readonly (number | undefined)[] | undefined,
+    prompt?: number,
+  ): PrefixSource => ({
+    name,
+    cachedTokens: (_i: SelectionInput, _w: readonly Worker[]) => cached,
+    ...(prompt === undefined ? {} : { promptTokens: () => prompt }),
+  });
+
+  it.each([
+    {
+      name: 'no source: zeros, prompt from chars',
+      sources: [],
+      want: { promptTokens: 10, cached: [0, 0, 0], sourceOf: [undefined, undefined, undefined] },
+    },
+    {
+      name: 'exact first, approximate fills the workers it does not know',
+      sources: [fixed('exact', [8, undefined, 0], 12), fixed('radix', [1, 5, 9])],
+      want: { promptTokens: 12, cached: [8, 5, 0], sourceOf: ['exact', 'radix', 'exact'] },
+    },
+    {
+      name: 'a source with no knowledge of the request is skipped; values clamped to the prompt',
+      sources: [fixed('exact', undefined, 6), fixed('radix', [-3, 99, Number.NaN])],
+      want: { promptTokens: 6, cached: [0, 6, 0], sourceOf: ['radix', 'radix', undefined] },
+    },
+  ])('$name', ({ sources, want }) => {
+    expect(resolvePrefix(sources, sel, workers, 4)).toEqual(want);
+  });
+
+  it('tokensFromChars rounds up', () => {
+    expect([tokensFromChars(0, 4), tokensFromChars(1, 4), tokensFromChars(8, 4)]).toEqual([0, 1, 2]);
+  });
+});
