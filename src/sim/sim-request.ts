@@ -5,7 +5,7 @@
  *   token-id arrays. Every element of an array is a separate prompt (vLLM answers one choice per prompt).
  *   Token ids are rendered as exactly `charsPerToken` characters each (the id's two 16-bit halves, then
  *   spaces), so the prefix cache's character approximation counts one token per id.
- * - `/v1/chat/completions`: `messages` rendered through a chat-template-like format
+ * - `/v1/chat/completions`: `messages` rendered through the simulator's chat template (sim-tokenizer.ts):
  *   `<|role|>\ncontent\n` per message (text parts concatenated, other parts as `<type>`), so the
  *   template adds a few tokens per message like a real one does.
  * - Output length: `max_completion_tokens` (chat), else `max_tokens`, else the simulator default; it must
@@ -13,6 +13,7 @@
  *
  * Returns `{ error }` (a user-facing 400 message) instead of throwing.
  */
+import { renderChatTemplate } from './sim-tokenizer.js';
 
 export type GenerationKind = 'completion' | 'chat';
 
@@ -103,20 +104,6 @@ function completionPrompts(prompt: unknown, charsPerToken: number): string[] | s
 }
 
 function chatPrompts(messages: unknown): string[] | string {
-  if (!Array.isArray(messages) || messages.length === 0) return 'messages must be a non-empty array';
-  let out = '';
-  for (const m of messages) {
-    if (!isObject(m) || typeof m.role !== 'string') return 'each message needs a string role';
-    const content = m.content;
-    let text = '';
-    if (typeof content === 'string') text = content;
-    else if (Array.isArray(content)) {
-      for (const part of content) {
-        if (!isObject(part) || typeof part.type !== 'string') return 'invalid message content part';
-        text += part.type === 'text' && typeof part.text === 'string' ? part.text : `<${part.type}>`;
-      }
-    } else if (content !== null && content !== undefined) return 'invalid message content';
-    out += `<|${m.role}|>\n${text}\n`;
-  }
-  return [out];
+  const r = renderChatTemplate(messages, { addGenerationPrompt: false });
+  return r.ok ? [r.text] : r.error;
 }

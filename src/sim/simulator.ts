@@ -6,7 +6,8 @@
  *
  * Endpoints: POST /v1/completions, POST /v1/chat/completions (JSON or SSE), GET /health, GET /v1/models,
  * GET /load (`{"server_load": in-flight generation requests}`, what vLLM's load endpoint counts),
- * GET /metrics (vLLM names, see metrics-text.ts).
+ * GET /metrics (vLLM names, see metrics-text.ts), POST /tokenize and POST /detokenize (vLLM's shapes, through
+ * the pluggable tokenizer of sim-tokenizer.ts; see tokenize-api.ts).
  *
  * Request life cycle: body read -> record pushed (waitForRequests sees it) -> fault (if any) -> parse /
  * P/D checks (400 on failure) -> optional injected delay -> engine: wait for a slot, then at admission
@@ -44,11 +45,14 @@ import {
 } from './openai-format.js';
 import { PrefixCache, type PrefixCacheOptions } from './prefix-cache.js';
 import { parseGenerationRequest, type GenerationRequest } from './sim-request.js';
+import { CharTokenizer, type SimTokenizer } from './sim-tokenizer.js';
 import { prefillTtftMs, resolveTimingModel, transferTtftMs, type TimingModel } from './timing-model.js';
+import { isTokenizationPath, serveTokenization } from './tokenize-api.js';
 import { ZmqRegistrar } from './zmq-registrar.js';
 
 export type { Fault, FaultOptions } from './faults.js';
 export type { KvConnector } from './kv-transfer.js';
+export type { SimTokenizer } from './sim-tokenizer.js';
 export type SimulatorRole = 'regular' | 'prefill' | 'decode';
 
 export interface SimulatorOptions {
@@ -77,6 +81,13 @@ export interface SimulatorOptions {
    * waitForRequests counts every recorded request regardless.
    */
   maxRecords?: number;
+  /**
+   * What POST /tokenize and /detokenize use. Default: CharTokenizer with the prefix cache's
+   * charsPerToken (ids consistent with the simulator's token counts).
+   */
+  tokenizer?: SimTokenizer;
+  /** `max_model_len` reported by /tokenize. Default 131072. */
+  maxModelLen?: number;
 }
 
 export interface RequestRecord {
@@ -108,6 +119,7 @@ export interface Simulator {
   readonly zmqAddress: string | undefined;
   readonly records: readonly RequestRecord[];
   readonly cache: PrefixCache;
+  readonly tokenizer: SimTokenizer;
   /** Generation requests whose response has not ended. */
   inFlight(): number;
   /** Engine counters (vLLM's num_requests_running / num_requests_waiting). */
@@ -154,6 +166,7 @@ class SimulatorServer implements Simulator {
   readonly role: SimulatorRole;
   readonly model: string;
   readonly cache: PrefixCache;
+  readonly tokenizer: SimTokenizer;
   readonly records: RequestRecord[] = [];
   id = '';
   port = 0;
@@ -166,6 +179,7 @@ class SimulatorServer implements Simulator {
   private readonly defaultMaxTokens: number;
   private readonly connector: KvConnector;
   private readonly maxRecords: number;
+  private readonly maxModelLen: number;
   private readonly faults = new FaultQueue();
   private readonly sideTimers = new Set<NodeJS.Timeout>();
   private registrar: ZmqRegistrar | undefined;
@@ -196,6 +210,8 @@ class SimulatorServer implements Simulator {
     }
     this.timing = resolveTimingModel(opts.timing);
     this.cache = new PrefixCache(opts.cache);
+    this.tokenizer = opts.tokenizer ?? new CharTokenizer(this.cache.options.charsPerToken);
+    this.maxModelLen = opts.maxModelLen ?? 131_072;
     this.engine = new Engine(this.timing, this.timeScale);
     this.server = createServer({ keepAliveTimeout: 30_000 }, this.onRequest);
   }
@@ -314,6 +330,10 @@ class SimulatorServer implements Simulator {
   };
 
   private answerSimple(req: IncomingMessage, res: ServerResponse, path: string): void {
+    if (req.method === 'POST' && isTokenizationPath(path)) {
+      return serveTokenization(req, res, path, this.tokenizer, this.maxModelLen, MAX_BODY_BYTES);
+    }
+    if (isTokenizationPath(path)) return this.sendError(res, 405, `method ${req.method ?? ''} not allowed`);
     if (req.method !== 'GET' && req.method !== 'HEAD') {
       return this.sendError(res, path === '/health' ? 405 : 404, `no route ${req.method ?? ''} ${path}`);
     }
@@ -356,7 +376,7 @@ class SimulatorServer implements Simulator {
   }
 
   private applySimpleFault(req: IncomingMessage, res: ServerResponse, path: string, fault: Fault): void {
-    req.resume();
+    if (!('delayMs' in fault)) req.resume(); // a delayed request keeps its body for the answer (/tokenize)
     if ('status' in fault) return this.sendError(res, fault.status, fault.message ?? 'injected fault');
     if ('resetAfterChunks' in fault) {
       req.socket.destroy();
