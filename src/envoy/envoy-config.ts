@@ -34,6 +34,11 @@ export interface EnvoyRenderOptions {
   messageTimeout?: string;
   /** gRPC health-check the router cluster (rolling restarts). */
   routerHealthCheck?: boolean;
+  /**
+   * Fail open (`failure_mode_allow: true`): a request no router replica answered goes to Envoy's own
+   * load balancer over these workers (never to an address the client supplied).
+   */
+  failOpen?: { fallbackWorkers: Array<{ host: string; port: number }> };
 }
 
 type Yaml = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
@@ -77,6 +82,33 @@ export function renderEnvoyConfig(opts: EnvoyRenderOptions = {}): string {
       },
     ];
     routerCluster.common_lb_config = { healthy_panic_threshold: { value: 0 } };
+  }
+  if (opts.failOpen) {
+    extProc.typed_config.failure_mode_allow = true;
+    const routes = hcm.route_config.virtual_hosts[0].routes as Yaml[];
+    const steered = routes[0] as Yaml;
+    steered.match.headers = [{ name: 'x-gateway-destination-endpoint', present_match: true }];
+    routes.push({
+      match: { prefix: '/' },
+      route: { ...steered.route, cluster: 'vllm_workers_fallback' },
+    });
+    clusters.push({
+      name: 'vllm_workers_fallback',
+      type: 'STATIC',
+      lb_policy: 'LEAST_REQUEST',
+      connect_timeout: '5s',
+      per_connection_buffer_limit_bytes: 33554432,
+      load_assignment: {
+        cluster_name: 'vllm_workers_fallback',
+        endpoints: [
+          {
+            lb_endpoints: opts.failOpen.fallbackWorkers.map((w) => ({
+              endpoint: { address: { socket_address: { address: w.host, port_value: w.port } } },
+            })),
+          },
+        ],
+      },
+    });
   }
   if (opts.staticUpstream) {
     const workers = clusters.find((c) => c.name === 'vllm_workers') as Yaml;

@@ -5,7 +5,7 @@
  *    A second signal exits 1 at once;
  *  - a rolling restart: Envoy balances ext_proc streams over two gRPC-health-checked routers; one is
  *    drained, closed and replaced on the same port under a bounded load: zero failed requests;
- *  - router down: Envoy fails closed with a 500 and no request reaches a worker.
+ *  - router down: Envoy fails closed with a 503 and no request reaches a worker.
  *
  * Rolling restart protocol (what router.drain() must do, prototyped here with drain(0)):
  *  1. readiness off (gRPC health NOT_SERVING) but KEEP accepting ext_proc streams until Envoy's health
@@ -225,7 +225,7 @@ describe('rolling restart: two gRPC-health-checked routers behind one Envoy', ()
 });
 
 describe('router down', () => {
-  it('Envoy fails closed with 500 and no request reaches a worker', async () => {
+  it('Envoy fails closed with 503 and no request reaches a worker', async () => {
     const sim = await startSimulator({ timeScale: 0 });
     cleanups.push(() => sim.close());
     // A port with nothing listening: bind, read the port, close.
@@ -250,8 +250,8 @@ describe('router down', () => {
         },
         body: body ? JSON.stringify(body) : undefined,
       });
-      // ext_proc's default status_on_error (500) with Envoy's empty local-reply body.
-      expect(res.status, `${method} ${path}`).toBe(500);
+      // status_on_error 503 (envoy.yaml) with Envoy's empty local-reply body.
+      expect(res.status, `${method} ${path}`).toBe(503);
       expect(res.headers.get('server')).toBe('envoy');
       expect(await res.text()).toBe('');
     }

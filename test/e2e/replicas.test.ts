@@ -1,0 +1,205 @@
+/**
+ * Several router replicas behind one real Envoy 1.40 (envoy/envoy.yaml rendered with two ext_proc
+ * endpoints; the replicas are the real CLI as child processes, so SIGKILL is a real crash):
+ *  - the replicas share the traffic;
+ *  - fail-open (`failure_mode_allow: true`): a replica SIGKILLed mid-stream leaves the stream it had
+ *    routed streaming to its end, and the next 200 requests all succeed;
+ *  - fail-closed (the default): the stream the dead replica held is reset, and the next 200 requests
+ *    still all succeed (ext_proc stream retries on another replica + outlier detection);
+ *  - every replica down: fail-closed answers 503 and reaches no worker; fail-open falls back to Envoy's
+ *    own load balancer over the fleet. In both, a client-supplied x-gateway-destination-endpoint never
+ *    chooses the upstream: Envoy strips it before ext_proc runs.
+ */
+import { afterEach, describe, expect, it } from 'vitest';
+import { startEnvoy, type EnvoyHandle } from '../../src/envoy/envoy-process.js';
+import { startSimulator, type Simulator } from '../../src/sim/simulator.js';
+import { waitFor } from '../support/wait-for.js';
+import { startRouterChild, type RouterChild } from '../integration/lifecycle/router-child.js';
+
+const cleanups: Array<() => unknown> = [];
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c();
+});
+
+interface Fleet {
+  sims: Simulator[];
+  replicas: RouterChild[];
+  envoy: EnvoyHandle;
+  url: string;
+}
+
+async function startFleet(opts: { failOpen: boolean; replicas?: number }): Promise<Fleet> {
+  const sims: Simulator[] = [];
+  for (let i = 0; i < 2; i++) {
+    // 60 tokens at 40 ms: a stream lasts long enough to kill its replica in the middle of it.
+    sims.push(await startSimulator({ timing: { overheadMs: 1, baseItlMs: 40 } }));
+  }
+  cleanups.push(() => Promise.all(sims.map((s) => s.close())));
+  const args = [
+    ...['--host', '127.0.0.1', '--grpc-port', '0', '--admin-port', '0', '--policy', 'round_robin'],
+    ...sims.flatMap((s) => ['--worker', s.url]),
+  ];
+  const replicas: RouterChild[] = [];
+  for (let i = 0; i < (opts.replicas ?? 2); i++) {
+    const child = await startRouterChild(args);
+    cleanups.push(() => child.kill());
+    replicas.push(child);
+  }
+  const envoy = await startEnvoy({
+    routers: replicas.map((r) => ({ host: '127.0.0.1', port: r.grpcPort })),
+    routerHealthCheck: true,
+    failOpen: opts.failOpen
+      ? { fallbackWorkers: sims.map((s) => ({ host: '127.0.0.1', port: s.port })) }
+      : undefined,
+  });
+  cleanups.push(() => envoy.close());
+  const healthy = async () => {
+    const text = await envoy.stats('^cluster\\.vllm_router\\.membership_healthy$');
+    return Number(/membership_healthy: (\d+)/.exec(text)?.[1] ?? NaN);
+  };
+  await waitFor(async () => (await healthy()) === replicas.length, {
+    timeoutMs: 10_000,
+    message: 'replicas healthy',
+  });
+  return { sims, replicas, envoy, url: `http://127.0.0.1:${envoy.listenerPort}` };
+}
+
+function completion(url: string, body: Record<string, unknown>, headers: Record<string, string> = {}) {
+  return fetch(`${url}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: JSON.stringify({ model: 'sim-model', ...body }),
+  });
+}
+
+async function metric(child: RouterChild, name: string): Promise<number> {
+  const text = await (await fetch(`http://127.0.0.1:${child.adminPort}/metrics`)).text();
+  let sum = 0;
+  for (const line of text.split('\n')) {
+    if (line.startsWith(`${name} `) || line.startsWith(`${name}{`)) sum += Number(line.split(' ').pop());
+  }
+  return sum;
+}
+
+async function loads(child: RouterChild): Promise<number[]> {
+  const workers = (await (await fetch(`http://127.0.0.1:${child.adminPort}/workers`)).json()) as Array<{
+    load: number;
+  }>;
+  return workers.map((w) => w.load);
+}
+
+/**
+ * Starts a 60-token stream, SIGKILLs the replica that holds its ext_proc stream after the second
+ * chunk, and reads on. Returns whether the stream reached `[DONE]`.
+ */
+async function killMidStream(fleet: Fleet): Promise<{ victim: RouterChild; completed: boolean }> {
+  const res = await completion(fleet.url, { prompt: 'crash under me', max_tokens: 60, stream: true });
+  expect(res.status).toBe(200);
+  const reader = res.body!.getReader();
+  const decoder = new TextDecoder();
+  let text = '';
+  let chunks = 0;
+  let victim: RouterChild | undefined;
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      text += decoder.decode(value, { stream: true });
+      if (++chunks === 2) {
+        for (const r of fleet.replicas) {
+          if ((await metric(r, 'vllm_router_extproc_streams_active')) > 0) victim = r;
+        }
+        expect(victim).toBeDefined();
+        victim!.process.kill('SIGKILL');
+        await victim!.exited;
+      }
+    }
+  } catch {
+    // A reset stream surfaces as a read error ("terminated").
+  }
+  expect(victim).toBeDefined();
+  return { victim: victim!, completed: text.includes('data: [DONE]') };
+}
+
+/** 200 requests at concurrency 8, half of them streamed; returns the failures. */
+async function burst(url: string, total = 200): Promise<string[]> {
+  const failures: string[] = [];
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: 8 }, async () => {
+      while (next < total) {
+        const i = next++;
+        const stream = i % 2 === 0;
+        try {
+          const res = await completion(url, { prompt: `after the crash ${i}`, max_tokens: 3, stream });
+          const text = await res.text();
+          if (res.status !== 200) failures.push(`#${i}: ${res.status} ${text.slice(0, 200)}`);
+          else if (stream && !text.includes('data: [DONE]')) failures.push(`#${i}: stream cut`);
+        } catch (err) {
+          failures.push(`#${i}: ${(err as Error).message}`);
+        }
+      }
+    }),
+  );
+  return failures;
+}
+
+describe('router replicas behind Envoy', () => {
+  it('share the traffic', async () => {
+    const fleet = await startFleet({ failOpen: false });
+    expect(await burst(fleet.url, 40)).toEqual([]);
+    const served = await Promise.all(fleet.replicas.map((r) => metric(r, 'vllm_router_requests_total')));
+    for (const n of served) expect(n).toBeGreaterThan(0);
+    expect(served.reduce((a, b) => a + b, 0)).toBe(40);
+    for (const r of fleet.replicas) expect(await loads(r)).toEqual([0, 0]);
+  });
+
+  it('fail-open: SIGKILL of a replica mid-stream keeps the stream alive; the next 200 requests all succeed', async () => {
+    const fleet = await startFleet({ failOpen: true });
+    const { victim, completed } = await killMidStream(fleet);
+    expect(completed).toBe(true);
+    expect(await burst(fleet.url)).toEqual([]);
+    const survivor = fleet.replicas.find((r) => r !== victim)!;
+    expect(await loads(survivor)).toEqual([0, 0]);
+    for (const s of fleet.sims) await s.waitForIdle();
+  });
+
+  it('fail-closed: the stream the dead replica held is reset; the next 200 requests all succeed', async () => {
+    const fleet = await startFleet({ failOpen: false });
+    const { victim, completed } = await killMidStream(fleet);
+    expect(completed).toBe(false);
+    expect(await burst(fleet.url)).toEqual([]);
+    const survivor = fleet.replicas.find((r) => r !== victim)!;
+    expect(await loads(survivor)).toEqual([0, 0]);
+    expect(await fleet.envoy.stats('ext_proc')).toMatch(/ext_proc\.streams_failed: [1-9]/);
+  });
+
+  for (const failOpen of [false, true]) {
+    it(`every replica down (${failOpen ? 'fail-open' : 'fail-closed'}): a spoofed destination header never picks the upstream`, async () => {
+      const fleet = await startFleet({ failOpen, replicas: 1 });
+      // A simulator outside the fleet: the address a hostile client would like to reach.
+      const rogue = await startSimulator({ timeScale: 0 });
+      cleanups.push(() => rogue.close());
+      fleet.replicas[0]!.process.kill('SIGKILL');
+      await fleet.replicas[0]!.exited;
+      for (let i = 0; i < 4; i++) {
+        const res = await completion(
+          fleet.url,
+          { prompt: `spoof ${i}`, max_tokens: 2 },
+          { 'x-gateway-destination-endpoint': rogue.hostPort },
+        );
+        const text = await res.text();
+        if (failOpen) {
+          // Envoy's own load balancer over the fleet serves it.
+          expect(res.status, text).toBe(200);
+        } else {
+          expect(res.status, text).toBe(503);
+          expect(res.headers.get('server')).toBe('envoy');
+        }
+      }
+      expect(rogue.records).toHaveLength(0);
+      const served = fleet.sims.reduce((n, s) => n + s.records.length, 0);
+      expect(served).toBe(failOpen ? 4 : 0);
+    });
+  }
+});
