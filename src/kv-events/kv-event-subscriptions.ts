@@ -1,0 +1,171 @@
+/**
+ * Keeps one KvEventSubscriber per publisher of every current worker, and the KvBlockIndex they feed.
+ *
+ * `sync(workers)` (called by a 1 s unref'd timer with the pools' current members, and directly by
+ * tests) reconciles: a worker with publishers (kv-event-sources.ts) and no subscription gets one per
+ * rank; a worker whose registration generation changed (it restarted and re-registered) has its
+ * subscriptions closed and its entries dropped, then starts empty with new ones; a worker that left
+ * is unsubscribed and forgotten. So the index only ever holds configured or registered workers, and a
+ * new process lifetime never inherits its predecessor's blocks.
+ *
+ * Index keys are `<worker key>#<rank>`: each data-parallel rank has its own KV cache, and a request
+ * sent to the worker's URL lands on one of them; lookups take the best rank (`cachedTokens`).
+ */
+import type { Worker } from '../workers/worker.js';
+import { KvBlockIndex, type KvIndexOptions } from './kv-block-index.js';
+import { KvEventSubscriber, type KvEventHooks } from './kv-event-subscriber.js';
+import { publishersOf, workerKey, type KvEventSourceRules } from './kv-event-sources.js';
+
+export interface KvEventSubscriptionsOptions {
+  rules: KvEventSourceRules;
+  topic?: string;
+  index?: Partial<KvIndexOptions>;
+  hooks?: KvEventHooks;
+  /** Current workers, read by the sync timer. */
+  workers?: () => Iterable<Worker>;
+  /** Default 1000 ms; 0 = no timer (call sync yourself). */
+  syncIntervalMs?: number;
+}
+
+interface WorkerSubscription {
+  readonly generation: number;
+  readonly subscribers: KvEventSubscriber[];
+  readonly indexKeys: string[];
+}
+
+export class KvEventSubscriptions {
+  readonly index: KvBlockIndex;
+  private readonly subs = new Map<string, WorkerSubscription>();
+  private readonly timer: NodeJS.Timeout | undefined;
+  private readonly closingSubs = new Set<Promise<void>>();
+  private closed = false;
+  private closing: Promise<void> | undefined;
+
+  constructor(private readonly opts: KvEventSubscriptionsOptions) {
+    this.index = new KvBlockIndex(opts.index);
+    const interval = opts.syncIntervalMs ?? 1000;
+    const workers = opts.workers;
+    if (interval > 0 && workers !== undefined) {
+      this.timer = setInterval(() => this.sync(workers()), interval);
+      this.timer.unref();
+    }
+  }
+
+  /** Reconciles subscriptions with the current workers (see the header comment). */
+  sync(workers: Iterable<Worker>): void {
+    if (this.closed) return;
+    const seen = new Set<string>();
+    for (const w of workers) {
+      let key: string;
+      try {
+        key = workerKey(w.url);
+      } catch {
+        continue;
+      }
+      if (seen.has(key)) continue;
+      seen.add(key);
+      const current = this.subs.get(key);
+      if (current !== undefined && current.generation === w.generation) continue;
+      if (current !== undefined) this.unsubscribe(key, current);
+      const publishers = publishersOf(this.opts.rules, w.url);
+      if (publishers.length === 0) continue;
+      const sub: WorkerSubscription = { generation: w.generation, subscribers: [], indexKeys: [] };
+      publishers.forEach((p, rank) => {
+        const indexKey = `${key}#${rank}`;
+        this.index.dropWorker(indexKey);
+        const s = new KvEventSubscriber({
+          worker: key,
+          indexKey,
+          endpoint: p.endpoint,
+          ...(p.replayEndpoint !== undefined ? { replayEndpoint: p.replayEndpoint } : {}),
+          ...(this.opts.topic !== undefined ? { topic: this.opts.topic } : {}),
+          index: this.index,
+          ...(this.opts.hooks !== undefined ? { hooks: this.opts.hooks } : {}),
+        });
+        s.start();
+        sub.subscribers.push(s);
+        sub.indexKeys.push(indexKey);
+      });
+      this.subs.set(key, sub);
+    }
+    for (const [key, sub] of this.subs) if (!seen.has(key)) this.unsubscribe(key, sub);
+  }
+
+  /** Subscribed workers (keys) and their subscribers, for tests. */
+  subscribers(url: string): readonly KvEventSubscriber[] {
+    return this.subs.get(workerKey(url))?.subscribers ?? [];
+  }
+
+  /** True when the worker has a subscription (it publishes, as far as the router knows). */
+  publishes(url: string): boolean {
+    return this.subs.has(safeKey(url));
+  }
+
+  /** Index entries per worker key (summed over ranks), for metrics. */
+  sizes(): Map<string, number> {
+    const out = new Map<string, number>();
+    for (const [key, sub] of this.subs) {
+      let n = 0;
+      for (const k of sub.indexKeys) n += this.index.size(k);
+      out.set(key, n);
+    }
+    return out;
+  }
+
+  /**
+   * Credited cached tokens per worker for prompt keys computed at `blockSize` (best rank), or
+   * undefined for a worker without a subscription or without indexed blocks at that size.
+   */
+  cachedTokens(
+    keys: readonly number[],
+    blockSize: number,
+    workers: readonly Worker[],
+  ): (number | undefined)[] {
+    const out = new Array<number | undefined>(workers.length);
+    for (let i = 0; i < workers.length; i++) {
+      const sub = this.subs.get(safeKey((workers[i] as Worker).url));
+      if (sub === undefined || sub.generation !== (workers[i] as Worker).generation) {
+        out[i] = undefined;
+        continue;
+      }
+      let best: number | undefined;
+      const per = this.index.cachedTokens(keys, blockSize, sub.indexKeys);
+      for (const v of per) if (v !== undefined && (best === undefined || v > best)) best = v;
+      // A subscribed worker that has not stored a block yet holds nothing (known: 0).
+      out[i] = best ?? (per.every((v) => v === undefined) && !this.anyIndexed(sub) ? 0 : undefined);
+    }
+    return out;
+  }
+
+  private anyIndexed(sub: WorkerSubscription): boolean {
+    return sub.indexKeys.some((k) => this.index.hasWorker(k));
+  }
+
+  /** Idempotent: stops the timer and every subscriber. */
+  close(): Promise<void> {
+    this.closing ??= (async () => {
+      this.closed = true;
+      if (this.timer !== undefined) clearInterval(this.timer);
+      for (const [key, sub] of this.subs) this.unsubscribe(key, sub);
+      await Promise.all([...this.closingSubs]);
+    })();
+    return this.closing;
+  }
+
+  private unsubscribe(key: string, sub: WorkerSubscription): void {
+    this.subs.delete(key);
+    for (const k of sub.indexKeys) this.index.dropWorker(k);
+    for (const s of sub.subscribers) {
+      const p = s.close().finally(() => this.closingSubs.delete(p));
+      this.closingSubs.add(p);
+    }
+  }
+}
+
+function safeKey(url: string): string {
+  try {
+    return workerKey(url);
+  } catch {
+    return url;
+  }
+}

@@ -1,0 +1,260 @@
+/**
+ * Real ZMQ sockets on loopback: the simulator's vLLM-compatible publisher -> KvEventSubscriber ->
+ * KvBlockIndex. Synchronisation is on the subscriber's hooks (received / applied / replay), never on
+ * sleeps.
+ */
+import { afterEach, describe, expect, it } from 'vitest';
+import { KvEventPublisher, type SimKvEvent } from '../../../src/sim/kv-event-publisher.js';
+import { KvEventSubscriber, type KvEventHooks } from '../../../src/kv-events/kv-event-subscriber.js';
+import { KvEventSubscriptions } from '../../../src/kv-events/kv-event-subscriptions.js';
+import { parseKvEventSources } from '../../../src/kv-events/kv-event-sources.js';
+import { KvBlockIndex } from '../../../src/kv-events/kv-block-index.js';
+import { keySeed, promptKeys } from '../../../src/kv-events/block-keys.js';
+import { Worker } from '../../../src/workers/worker.js';
+import { waitFor } from '../../support/wait-for.js';
+
+const BS = 4;
+const PROMPT = Array.from({ length: 16 }, (_, i) => 100 + i); // 4 blocks
+const KEYS = promptKeys(PROMPT, BS, keySeed(undefined));
+const H = (i: number): bigint => 0xfedcba9800000000n + BigInt(i);
+const storeBlock = (b: number): SimKvEvent => ({
+  type: 'stored',
+  hashes: [H(b)],
+  parent: b === 0 ? undefined : H(b - 1),
+  tokens: PROMPT.slice(b * BS, (b + 1) * BS),
+  blockSize: BS,
+});
+
+class Recorder {
+  received = 0;
+  applied = 0;
+  gaps = 0;
+  reconnects = 0;
+  replays: string[] = [];
+  resets: string[] = [];
+  drops: Record<string, number> = {};
+  readonly hooks: KvEventHooks = {
+    received: () => void this.received++,
+    applied: (_w, n) => void (this.applied += n),
+    gap: () => void this.gaps++,
+    reconnect: () => void this.reconnects++,
+    replay: (_w, o) => void this.replays.push(o),
+    reset: (_w, why) => void this.resets.push(why),
+    dropped: (_w, reason, n) => void (this.drops[reason] = (this.drops[reason] ?? 0) + n),
+  };
+}
+
+const closers: Array<() => Promise<void>> = [];
+afterEach(async () => {
+  for (const c of closers.splice(0).reverse()) await c();
+});
+
+async function setup(
+  opts: { replay?: boolean; encoding?: 'map' | 'array'; hashFormat?: 'int' | 'bytes' } = {},
+) {
+  const pub = new KvEventPublisher({
+    ...(opts.replay ? { replayEndpoint: 'tcp://127.0.0.1:0' } : {}),
+    encoding: opts.encoding ?? 'map',
+    hashFormat: opts.hashFormat ?? 'int',
+  });
+  const { endpoint, replayEndpoint } = await pub.start();
+  closers.push(() => pub.close());
+  const index = new KvBlockIndex();
+  const rec = new Recorder();
+  const sub = new KvEventSubscriber({
+    worker: 'w',
+    indexKey: 'w#0',
+    endpoint,
+    ...(replayEndpoint !== undefined ? { replayEndpoint } : {}),
+    index,
+    hooks: rec.hooks,
+  });
+  sub.start();
+  closers.push(() => sub.close());
+  return { pub, sub, index, rec };
+}
+
+/** Without replay, batches sent before the SUB handshake are lost: send empty batches until one arrives. */
+async function handshake(pub: KvEventPublisher, rec: Recorder): Promise<void> {
+  await waitFor(
+    async () => {
+      if (rec.received > 0) return true;
+      await pub.publish([]);
+      return false;
+    },
+    { message: 'subscriber receives' },
+  );
+}
+
+const cached = (index: KvBlockIndex): number | undefined => index.cachedTokens(KEYS, BS, ['w#0'])[0];
+
+describe('KvEventSubscriber over real ZMQ', () => {
+  it.each([
+    ['map', 'int'],
+    ['array', 'bytes'],
+  ] as const)('applies live events in order (%s encoding, %s hashes)', async (encoding, hashFormat) => {
+    const { pub, index, rec } = await setup({ encoding, hashFormat });
+    await handshake(pub, rec);
+    await pub.publish([storeBlock(0), storeBlock(1)]);
+    await pub.publish([storeBlock(2)]);
+    await waitFor(() => rec.applied >= 3);
+    expect(cached(index)).toBe(12);
+    await pub.publish([{ type: 'removed', hashes: [H(1)] }]);
+    await waitFor(() => rec.applied >= 4);
+    expect(cached(index)).toBe(4);
+    expect(rec.gaps).toBe(0);
+  });
+
+  it('a gap without a replay endpoint drops the worker entries, then rebuilds from new events', async () => {
+    const { pub, index, rec } = await setup();
+    await handshake(pub, rec);
+    await pub.publish([storeBlock(0), storeBlock(1)]);
+    await waitFor(() => rec.applied >= 2);
+    pub.skip([{ type: 'removed', hashes: [H(1)] }]); // lost at the HWM
+    await pub.publish([{ type: 'cleared' }, storeBlock(0)]);
+    await waitFor(() => rec.applied >= 4);
+    expect(rec.gaps).toBe(1);
+    expect(rec.resets).toEqual(['gap']);
+    expect(cached(index)).toBe(4);
+  });
+
+  it('a gap with a replay endpoint fetches the missing batches', async () => {
+    const { pub, sub, index, rec } = await setup({ replay: true });
+    await waitFor(() => rec.replays.length === 1, { message: 'start-up replay' });
+    await handshake(pub, rec);
+    await pub.publish([storeBlock(0)]);
+    pub.skip([storeBlock(1)]);
+    pub.skip([storeBlock(2)]);
+    await pub.publish([storeBlock(3)]);
+    await waitFor(() => rec.replays.length === 2 && rec.applied >= 4, { message: 'gap replay' });
+    await sub.idle();
+    expect(rec.gaps).toBe(1);
+    expect(rec.replays).toEqual(['ok', 'ok']);
+    expect(rec.resets).toEqual([]);
+    expect(cached(index)).toBe(16);
+  });
+
+  it('on start with a replay endpoint, catches up on what was published before it subscribed', async () => {
+    const pub = new KvEventPublisher({ replayEndpoint: 'tcp://127.0.0.1:0' });
+    const { endpoint, replayEndpoint } = await pub.start();
+    closers.push(() => pub.close());
+    await pub.publish([storeBlock(0), storeBlock(1)]);
+    await pub.publish([storeBlock(2)]);
+    const index = new KvBlockIndex();
+    const rec = new Recorder();
+    const sub = new KvEventSubscriber({
+      worker: 'w',
+      indexKey: 'w#0',
+      endpoint,
+      replayEndpoint,
+      index,
+      hooks: rec.hooks,
+    });
+    sub.start();
+    closers.push(() => sub.close());
+    await waitFor(() => rec.replays.length === 1);
+    await sub.idle();
+    expect(rec.replays).toEqual(['ok']);
+    expect(cached(index)).toBe(12);
+  });
+
+  it('a publisher restart (reconnect, seq from 0) drops the entries of the old process', async () => {
+    const first = new KvEventPublisher();
+    const { endpoint } = await first.start();
+    const index = new KvBlockIndex();
+    const rec = new Recorder();
+    const sub = new KvEventSubscriber({ worker: 'w', indexKey: 'w#0', endpoint, index, hooks: rec.hooks });
+    sub.start();
+    closers.push(() => sub.close());
+    await handshake(first, rec);
+    await first.publish([storeBlock(0), storeBlock(1)]);
+    await waitFor(() => rec.applied >= 2);
+    expect(cached(index)).toBe(8);
+    await first.close();
+    const second = new KvEventPublisher({ endpoint });
+    await second.start();
+    closers.push(() => second.close());
+    await waitFor(() => rec.reconnects === 1, { message: 'reconnect' });
+    expect(cached(index)).toBe(0);
+    const before = rec.received;
+    await waitFor(async () => {
+      if (rec.received > before) return true;
+      await second.publish([]);
+      return false;
+    });
+    await second.publish([storeBlock(0)]);
+    await waitFor(() => rec.applied >= 3);
+    expect(cached(index)).toBe(4);
+    expect(rec.resets[0]).toBe('reconnect');
+  });
+
+  it('garbage frames are counted and dropped; the stream goes on', async () => {
+    const { pub, index, rec } = await setup();
+    await handshake(pub, rec);
+    const seq = Buffer.alloc(8);
+    await pub.sendRaw([Buffer.from(''), seq, Buffer.from([0xc1, 0xc1])]);
+    await pub.sendRaw([Buffer.from(''), Buffer.from([1, 2])]);
+    await pub.sendRaw([Buffer.from(''), Buffer.from([1, 2, 3]), Buffer.from([0x90])]);
+    await waitFor(
+      () => (rec.drops.not_msgpack ?? 0) + (rec.drops.frame_parts ?? 0) + (rec.drops.bad_seq ?? 0) === 3,
+    );
+    expect(rec.drops).toMatchObject({ not_msgpack: 1, frame_parts: 1, bad_seq: 1 });
+    // The next real batch is seq = nextSeq: still in order.
+    await pub.publish([storeBlock(0)]);
+    await waitFor(() => rec.applied >= 1);
+    expect(cached(index)).toBe(4);
+  });
+});
+
+describe('KvEventSubscriptions', () => {
+  it('a re-registered worker (new generation) starts with an empty index; a departed one is forgotten', async () => {
+    const pub = new KvEventPublisher();
+    const { endpoint } = await pub.start();
+    closers.push(() => pub.close());
+    const rules = parseKvEventSources({
+      sources: [`http://127.0.0.1:8000=${endpoint}`],
+      replays: [],
+      defaultPort: 0,
+      defaultReplayPort: 0,
+      dpSize: 1,
+    });
+    const rec = new Recorder();
+    const subs = new KvEventSubscriptions({ rules, hooks: rec.hooks, syncIntervalMs: 0 });
+    closers.push(() => subs.close());
+    const gen1 = new Worker({
+      role: 'regular',
+      url: 'http://127.0.0.1:8000',
+      endpoint: '127.0.0.1:8000',
+      generation: 1,
+    });
+    const other = new Worker({
+      role: 'regular',
+      url: 'http://127.0.0.1:8001',
+      endpoint: '127.0.0.1:8001',
+      generation: 2,
+    });
+    subs.sync([gen1, other]);
+    expect(subs.publishes(gen1.url)).toBe(true);
+    expect(subs.publishes(other.url)).toBe(false);
+    expect(subs.cachedTokens(KEYS, BS, [gen1, other])).toEqual([0, undefined]);
+    await handshake(pub, rec);
+    await pub.publish([storeBlock(0), storeBlock(1)]);
+    await waitFor(() => rec.applied >= 2);
+    expect(subs.cachedTokens(KEYS, BS, [gen1])).toEqual([8]);
+    expect(subs.sizes()).toEqual(new Map([['http://127.0.0.1:8000', 2]]));
+
+    const gen3 = new Worker({
+      role: 'regular',
+      url: 'http://127.0.0.1:8000',
+      endpoint: '127.0.0.1:8000',
+      generation: 3,
+    });
+    subs.sync([gen3]);
+    expect(subs.cachedTokens(KEYS, BS, [gen3])).toEqual([0]);
+    // The old generation is not answered for (its Worker object is stale).
+    expect(subs.cachedTokens(KEYS, BS, [gen1])).toEqual([undefined]);
+    subs.sync([]);
+    expect(subs.publishes(gen3.url)).toBe(false);
+    expect(subs.sizes()).toEqual(new Map());
+  });
+});
