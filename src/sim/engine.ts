@@ -13,6 +13,13 @@
  * each other (bounded prefill throughput). A cancelled prefill keeps its booking (the compute was
  * already scheduled); lanes only affect the delay to the first token, never the slot accounting.
  *
+ * Reported counts follow vLLM's scheduler, not the slot accounting: a sequence whose prefill has not
+ * started yet (queued behind another prefill on its lane, as vLLM keeps a request in its waiting queue
+ * until the step token budget has room for its prefill) counts as WAITING, so `num_requests_waiting`
+ * grows under a prefill backlog instead of staying 0 while 64 slots are nominally taken. `running` and
+ * `waiting` are computed on read (a scan of the at most maxRunningSeqs prefilling sequences), so no
+ * timer fires when a booked prefill starts.
+ *
  * A zero duration (timeScale 0) uses setImmediate instead of a timer, so tests stream instantly but
  * still asynchronously. Every timer is unref()'d and tracked: cancel() and close() leave nothing behind.
  */
@@ -36,6 +43,8 @@ type JobState = 'waiting' | 'prefill' | 'decode' | 'done';
 export class EngineJob {
   state: JobState = 'waiting';
   produced = 0;
+  /** Date.now() at which the prefill starts computing (its lane is free); 0 without lanes. */
+  prefillStartAt = 0;
   timer: NodeJS.Timeout | undefined;
   immediate: NodeJS.Immediate | undefined;
   constructor(readonly spec: SequenceSpec) {}
@@ -59,14 +68,22 @@ export class Engine {
     this.laneFreeAt = new Array<number>(timing.prefillLanes).fill(0);
   }
 
-  /** Sequences holding a slot (prefilling or decoding): vLLM's `num_requests_running`. */
+  /** Sequences computing (prefill started, or decoding): vLLM's `num_requests_running`. */
   get running(): number {
-    return this.queue.running;
+    return this.queue.running - this.prefillsNotStarted();
   }
 
-  /** Sequences waiting for a slot: vLLM's `num_requests_waiting`. */
+  /** Sequences waiting for a slot or for their prefill to start: vLLM's `num_requests_waiting`. */
   get waiting(): number {
-    return this.queue.waiting;
+    return this.queue.waiting + this.prefillsNotStarted();
+  }
+
+  private prefillsNotStarted(): number {
+    if (this.laneFreeAt.length === 0) return 0;
+    const now = Date.now();
+    let n = 0;
+    for (const job of this.prefilling) if (job.prefillStartAt > now) n++;
+    return n;
   }
 
   submit(spec: SequenceSpec): EngineJob {
@@ -118,19 +135,20 @@ export class Engine {
   private startPrefill(job: EngineJob): void {
     job.state = 'prefill';
     this.prefilling.add(job);
-    const ms = this.bookLane(job.spec.admit());
+    const ms = this.bookLane(job, job.spec.admit());
     if (ms > 0) job.timer = setTimeout(this.onPrefillDone, ms, job).unref();
     else job.immediate = setImmediate(this.onPrefillDone, job);
   }
 
   /** Delay to the first token: `ms` itself, or the wait for the earliest-free lane plus `ms`. */
-  private bookLane(ms: number): number {
+  private bookLane(job: EngineJob, ms: number): number {
     const lanes = this.laneFreeAt;
     if (lanes.length === 0) return ms;
     let best = 0;
     for (let i = 1; i < lanes.length; i++) if (lanes[i]! < lanes[best]!) best = i;
     const now = Date.now();
-    const end = Math.max(now, lanes[best]!) + ms;
+    job.prefillStartAt = Math.max(now, lanes[best]!);
+    const end = job.prefillStartAt + ms;
     lanes[best] = end;
     return end - now;
   }

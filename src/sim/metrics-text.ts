@@ -2,7 +2,8 @@
  * The simulator's `/metrics` page: vLLM metric names in Prometheus text exposition format 0.0.4,
  * written by hand (no prom-client registry, so many simulators coexist in one process). Counters are
  * named with `_total` in HELP/TYPE lines too, as Python's prometheus_client emits them for vLLM.
- * Every sample carries `model_name`.
+ * Every sample carries `model_name`, except `vllm:cache_config_info`, whose labels are the cache
+ * configuration (as vLLM's info metrics are).
  */
 
 export interface SimulatorMetricsSnapshot {
@@ -15,6 +16,8 @@ export interface SimulatorMetricsSnapshot {
   readonly prefixCacheHits: number;
   readonly promptTokens: number;
   readonly generationTokens: number;
+  /** Adds `vllm:cache_config_info` (an info gauge whose labels carry vLLM's CacheConfig). */
+  readonly cacheConfig?: { readonly blockSize: number; readonly numGpuBlocks: number };
 }
 
 export function escapeLabelValue(v: string): string {
@@ -45,6 +48,14 @@ export function metricsText(s: SimulatorMetricsSnapshot): string {
   let out = '';
   for (const [name, type, help, value] of rows) {
     out += `# HELP ${name} ${help}\n# TYPE ${name} ${type}\n${name}${label} ${value}\n`;
+  }
+  const c = s.cacheConfig;
+  if (c) {
+    const name = 'vllm:cache_config_info';
+    out +=
+      `# HELP ${name} Information of the LLMEngine CacheConfig\n# TYPE ${name} gauge\n` +
+      `${name}{block_size="${c.blockSize}",cache_dtype="auto",enable_prefix_caching="True",` +
+      `num_gpu_blocks="${c.numGpuBlocks}"} 1.0\n`;
   }
   return out;
 }

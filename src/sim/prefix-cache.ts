@@ -88,8 +88,11 @@ export class PrefixCache {
     return Math.max(1, Math.ceil(text.length / this.options.charsPerToken));
   }
 
-  /** Prefix-matches `text` against the cache, then inserts/touches all its full blocks. */
-  lookupAndInsert(text: string): CacheLookup {
+  /**
+   * Prefix-matches `text` against the cache, then inserts/touches all its full blocks. `held`, when
+   * given, receives the chained hashes of those blocks (what a running request holds; kv-usage.ts).
+   */
+  lookupAndInsert(text: string, held?: number[]): CacheLookup {
     const hashes = chainedBlockHashes(text, this.blockChars);
     const promptTokens = this.tokensOf(text);
     let hitBlocks = 0;
@@ -110,6 +113,7 @@ export class PrefixCache {
     const cachedTokens = Math.min(promptTokens, hitBlocks * this.options.blockTokens);
     this.queried += promptTokens;
     this.hit += cachedTokens;
+    if (held) for (const h of hashes) held.push(h);
     return { promptTokens, cachedTokens, hitBlocks, totalBlocks: hashes.length };
   }
 
@@ -127,7 +131,10 @@ export class PrefixCache {
     return this.blocks.size;
   }
 
-  /** Fraction of capacity in use, in [0, 1]. */
+  /**
+   * Fraction of capacity filled with cached blocks, in [0, 1]. Not vLLM's kv_cache_usage_perc, which
+   * counts only blocks running requests hold (kv-usage.ts): cached blocks nobody uses are free there.
+   */
   usage(): number {
     return this.blocks.size / this.options.capacityBlocks;
   }

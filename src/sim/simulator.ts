@@ -43,6 +43,7 @@ import {
   usageOf,
   type ResponseIdentity,
 } from './openai-format.js';
+import { KvBlockUsage, type KvHold } from './kv-usage.js';
 import { PrefixCache, type PrefixCacheOptions } from './prefix-cache.js';
 import { parseGenerationRequest, type GenerationRequest } from './sim-request.js';
 import { CharTokenizer, type SimTokenizer } from './sim-tokenizer.js';
@@ -147,6 +148,8 @@ interface Ctx {
   readonly startMs: number;
   record?: RequestRecord;
   job?: EngineJob;
+  /** KV blocks held from admission to the end of the request (kv_cache_usage_perc). */
+  kv?: KvHold;
   delayTimer?: NodeJS.Timeout;
   ended: boolean;
   resetting: boolean;
@@ -166,6 +169,7 @@ class SimulatorServer implements Simulator {
   readonly role: SimulatorRole;
   readonly model: string;
   readonly cache: PrefixCache;
+  readonly kvUsage: KvBlockUsage;
   readonly tokenizer: SimTokenizer;
   readonly records: RequestRecord[] = [];
   id = '';
@@ -210,6 +214,7 @@ class SimulatorServer implements Simulator {
     }
     this.timing = resolveTimingModel(opts.timing);
     this.cache = new PrefixCache(opts.cache);
+    this.kvUsage = new KvBlockUsage(this.cache.options.blockTokens, this.cache.options.capacityBlocks);
     this.tokenizer = opts.tokenizer ?? new CharTokenizer(this.cache.options.charsPerToken);
     this.maxModelLen = opts.maxModelLen ?? 131_072;
     this.engine = new Engine(this.timing, this.timeScale);
@@ -357,11 +362,15 @@ class SimulatorServer implements Simulator {
           model: this.model,
           running: this.engine.running,
           waiting: this.engine.waiting,
-          kvCacheUsage: this.cache.usage(),
+          kvCacheUsage: this.kvUsage.usage(),
           prefixCacheQueries: this.cache.queriedTokens,
           prefixCacheHits: this.cache.hitTokens,
           promptTokens: this.promptTokensTotal,
           generationTokens: this.generationTokensTotal,
+          cacheConfig: {
+            blockSize: this.cache.options.blockTokens,
+            numGpuBlocks: this.cache.options.capacityBlocks,
+          },
         });
         res.writeHead(200, {
           'content-type': 'text/plain; version=0.0.4; charset=utf-8',
@@ -515,12 +524,16 @@ class SimulatorServer implements Simulator {
     const admit = (): number => {
       let prompt = 0;
       let cached = 0;
+      const held: number[] = [];
       for (const p of request.prompts) {
-        const r = this.cache.lookupAndInsert(p);
+        const r = this.cache.lookupAndInsert(p, held);
         prompt += r.promptTokens;
         cached += r.cachedTokens;
         blocks += Math.ceil(r.promptTokens / this.cache.options.blockTokens);
       }
+      const fullTokens = held.length * this.cache.options.blockTokens;
+      ctx.kv = { hashes: held, tailTokens: prompt - fullTokens, generated: () => record.completionTokens };
+      this.kvUsage.hold(ctx.kv);
       // A P/D decode gets the whole prompt's KV cache from the prefill worker (vLLM reports it cached).
       if (remote) cached = prompt;
       record.promptTokens = prompt;
@@ -649,6 +662,7 @@ class SimulatorServer implements Simulator {
   private onClose(ctx: Ctx): void {
     this.inFlightCount--;
     if (ctx.job) this.engine.cancel(ctx.job);
+    if (ctx.kv) this.kvUsage.release(ctx.kv);
     if (ctx.delayTimer) clearTimeout(ctx.delayTimer);
     ctx.delayTimer = undefined;
     const record = ctx.record;

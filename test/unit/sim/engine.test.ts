@@ -134,4 +134,23 @@ describe('Engine (fake clock)', () => {
     expect(at).toEqual(firstTokenAt);
     engine.close();
   });
+
+  it('counts a sequence whose prefill waits for a busy lane as waiting, as vLLM does', async () => {
+    const engine = new Engine(resolveTimingModel({ prefillLanes: 1, baseItlMs: 1000 }), 1);
+    for (let i = 0; i < 3; i++) engine.submit({ admit: () => 50, outputTokens: 2, onToken: () => undefined });
+    expect([engine.running, engine.waiting]).toEqual([1, 2]);
+    await vi.advanceTimersByTimeAsync(50);
+    expect([engine.running, engine.waiting]).toEqual([2, 1]);
+    await vi.advanceTimersByTimeAsync(50);
+    expect([engine.running, engine.waiting]).toEqual([3, 0]);
+    engine.close();
+    expect([engine.running, engine.waiting]).toEqual([0, 0]);
+  });
+
+  it('without prefill lanes every admitted sequence is running', () => {
+    const engine = new Engine(resolveTimingModel({ maxRunningSeqs: 2 }), 1);
+    for (let i = 0; i < 3; i++) engine.submit({ admit: () => 50, outputTokens: 2, onToken: () => undefined });
+    expect([engine.running, engine.waiting]).toEqual([2, 1]);
+    engine.close();
+  });
 });

@@ -27,6 +27,24 @@ describe('metricsText', () => {
     expect(text).toContain('# TYPE vllm:num_requests_running gauge\n');
   });
 
+  it('adds vllm:cache_config_info with the block size when the cache config is given', () => {
+    const text = metricsText({
+      model: 'm',
+      running: 0,
+      waiting: 0,
+      kvCacheUsage: 0,
+      prefixCacheQueries: 0,
+      prefixCacheHits: 0,
+      promptTokens: 0,
+      generationTokens: 0,
+      cacheConfig: { blockSize: 16, numGpuBlocks: 4096 },
+    });
+    expect(text).toContain('# TYPE vllm:cache_config_info gauge\n');
+    expect(text).toContain(
+      'vllm:cache_config_info{block_size="16",cache_dtype="auto",enable_prefix_caching="True",num_gpu_blocks="4096"} 1.0\n',
+    );
+  });
+
   it.each([
     { raw: 'plain', escaped: 'plain' },
     { raw: 'a"b', escaped: 'a\\"b' },
