@@ -23,49 +23,60 @@ export function benchRouterConfig(overrides: Partial<Config>): Config {
 
 export interface RoutedStack {
   readonly cluster: SimulatorCluster;
+  /** The first replica (the only one unless `replicas` > 1). */
   readonly router: Router;
+  /** Every router replica; Envoy balances ext_proc streams over them. */
+  readonly routers: readonly Router[];
   readonly envoy: EnvoyHandle;
   /** http://127.0.0.1:<envoy listener> */
   readonly url: string;
   close(): Promise<void>;
 }
 
-/** n simulators + in-process router + Envoy with ext_proc. */
+/**
+ * n simulators + in-process router replicas (default 1; each started the same way, sharing nothing) +
+ * Envoy with ext_proc balancing streams over them.
+ */
 export async function startRoutedStack(opts: {
   workers: number;
   sim: SimulatorOptions;
   router: Partial<Config>;
   envoy?: EnvoyRenderOptions;
+  replicas?: number;
 }): Promise<RoutedStack> {
   const cluster = await startCluster(opts.workers, opts.sim);
-  let router: Router | undefined;
+  const routers: Router[] = [];
   try {
-    router = await startRouter(
-      Object.freeze(benchRouterConfig({ workers: cluster.sims.map((s) => s.url), ...opts.router })),
-      { logger: pino({ level: 'silent' }) },
-    );
+    for (let i = 0; i < (opts.replicas ?? 1); i++) {
+      routers.push(
+        await startRouter(
+          Object.freeze(benchRouterConfig({ workers: cluster.sims.map((s) => s.url), ...opts.router })),
+          { logger: pino({ level: 'silent' }) },
+        ),
+      );
+    }
     const envoy = await startEnvoy({
-      routers: [{ host: '127.0.0.1', port: router.grpcPort }],
+      routers: routers.map((r) => ({ host: '127.0.0.1', port: r.grpcPort })),
       ...opts.envoy,
     });
-    const r = router;
     let closing: Promise<void> | undefined;
     return {
       cluster,
-      router: r,
+      router: routers[0]!,
+      routers,
       envoy,
       url: `http://127.0.0.1:${envoy.listenerPort}`,
       close: () => {
         closing ??= (async () => {
           await envoy.close();
-          await r.close();
+          await Promise.all(routers.map((r) => r.close()));
           await cluster.close();
         })();
         return closing;
       },
     };
   } catch (err) {
-    await router?.close();
+    await Promise.all(routers.map((r) => r.close()));
     await cluster.close();
     throw err;
   }

@@ -33,6 +33,8 @@ export interface PolicyVariant {
   readonly label: string;
   readonly policy: PolicyName;
   readonly router?: Partial<Config>;
+  /** Router replicas behind Envoy (default 1), each with its own state; see REPLICA_VARIANTS. */
+  readonly replicas?: number;
 }
 
 export const POLICY_VARIANTS: readonly PolicyVariant[] = [
@@ -48,11 +50,25 @@ export const POLICY_VARIANTS: readonly PolicyVariant[] = [
   { label: 'cache_aware_abs8', policy: 'cache_aware', router: { balanceAbsThreshold: 8 } },
 ];
 
+/**
+ * `npm run bench -- replicas`: the default policy with 1, 2 and 4 router replicas behind one Envoy
+ * (round-robin ext_proc streams), and round robin as the yardstick. Each replica keeps its own
+ * state (in-flight counts, prefix tree); what they agree on comes from the workers.
+ */
+export const REPLICA_VARIANTS: readonly PolicyVariant[] = [
+  { label: 'round_robin', policy: 'round_robin' },
+  { label: 'cache_aware', policy: 'cache_aware' },
+  { label: 'cache_aware x2', policy: 'cache_aware', replicas: 2 },
+  { label: 'cache_aware x4', policy: 'cache_aware', replicas: 4 },
+];
+
 export interface RoutingBenchOptions {
   quick?: boolean;
   workloads?: readonly WorkloadName[];
   /** Labels from POLICY_VARIANTS; default all. */
   policies?: readonly string[];
+  /** Instead of POLICY_VARIANTS (then `policies` filters these). */
+  variants?: readonly PolicyVariant[];
   seed?: number;
   workers?: number;
   concurrency?: number;
@@ -157,7 +173,9 @@ export async function runRoutingBench(opts: RoutingBenchOptions = {}): Promise<R
   const timeScale = opts.timeScale ?? (quick ? 0.25 : 1);
   const log = opts.log ?? (() => undefined);
   const workloads = opts.workloads ?? WORKLOAD_NAMES;
-  const variants = POLICY_VARIANTS.filter((v) => !opts.policies || opts.policies.includes(v.label));
+  const variants = (opts.variants ?? POLICY_VARIANTS).filter(
+    (v) => !opts.policies || opts.policies.includes(v.label),
+  );
   const wopts = workloadOptions(quick, seed);
   const blocks = cacheBlocks(quick);
   const cells: RoutingCell[] = [];
@@ -176,6 +194,7 @@ export async function runRoutingBench(opts: RoutingBenchOptions = {}): Promise<R
         workers,
         sim,
         router: { policy: variant.policy, ...variant.router },
+        replicas: variant.replicas,
       });
       const sims = stack.cluster.sims;
       const cvs: number[] = [];

@@ -1,5 +1,5 @@
 /**
- * `npm run bench -- <routing|overhead|scale|all> [--quick]`
+ * `npm run bench -- <routing|overhead|scale|replicas|all> [--quick]`
  *
  * Runs the named benchmark(s), writes `bench/results/<name>.json`, regenerates that benchmark's section
  * of docs/benchmarks.md (tables + SVG charts in docs/) and the generated summary. `--quick` shrinks every
@@ -14,14 +14,15 @@ import {
   renderSummary,
   type RenderedSection,
 } from './report-sections.js';
-import { runRoutingBench, type RoutingResult } from './routing-bench.js';
+import { renderReplicas } from './report-replicas.js';
+import { REPLICA_VARIANTS, runRoutingBench, type RoutingResult } from './routing-bench.js';
 import { runScaleBench, type ScaleResult } from './scale-bench.js';
 
-const NAMES = ['routing', 'overhead', 'scale'] as const;
+const NAMES = ['routing', 'overhead', 'scale', 'replicas'] as const;
 type BenchName = (typeof NAMES)[number];
 
 function usage(): never {
-  process.stderr.write('usage: npm run bench -- <routing|overhead|scale|all> [--quick]\n');
+  process.stderr.write('usage: npm run bench -- <routing|overhead|scale|replicas|all> [--quick]\n');
   process.exit(2);
 }
 
@@ -58,6 +59,18 @@ async function runOne(name: BenchName, quick: boolean, command: string): Promise
       const r = await runOverheadBench({ quick, command, log });
       writeResult('overhead', r);
       await publish('overhead', renderOverhead(r));
+      break;
+    }
+    case 'replicas': {
+      const r = await runRoutingBench({
+        quick,
+        command,
+        log,
+        variants: REPLICA_VARIANTS,
+        workloads: ['shared-prefix', 'multi-turn'],
+      });
+      writeResult('replicas', r);
+      await publish('replicas', renderReplicas(r));
       break;
     }
     case 'scale': {
