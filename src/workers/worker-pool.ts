@@ -40,6 +40,8 @@ export class WorkerPool {
   private readonly byUrl = new Map<string, Worker>();
   private ordered: readonly Worker[] = [];
   private lastSnapshot: readonly MemberEntry[] | undefined;
+  /** The last candidates array handed out; reused while membership and health are unchanged. */
+  private selectable: readonly Worker[] = [];
 
   constructor(
     readonly role: Role,
@@ -57,12 +59,18 @@ export class WorkerPool {
     return this.ordered.length;
   }
 
-  /** Members that may be selected (healthy, breaker closed). No copy when all of them are. */
+  /**
+   * Members that may be selected (healthy, breaker closed), in member order. The same array comes
+   * back until membership or some worker's health changes (policies memoize per-array indexes on it,
+   * routing/cache-aware.ts): one allocation-free pass checks that the last array still holds exactly
+   * the healthy members; only a change builds a new one. All healthy: the member array itself.
+   */
   candidates(): readonly Worker[] {
+    if (stillSelectable(this.ordered, this.selectable)) return this.selectable;
     let healthy = 0;
     for (const w of this.ordered) if (w.healthy) healthy++;
-    if (healthy === this.ordered.length) return this.ordered;
-    return this.ordered.filter((w) => w.healthy);
+    this.selectable = healthy === this.ordered.length ? this.ordered : this.ordered.filter((w) => w.healthy);
+    return this.selectable;
   }
 
   reconcile(): void {
@@ -107,4 +115,15 @@ export class WorkerPool {
     this.policy.removeWorker?.(worker);
     this.hooks.onRemoved?.(worker, reason);
   }
+}
+
+/** Whether `selectable` is exactly the healthy members of `members`, in order. O(members), no allocation. */
+function stillSelectable(members: readonly Worker[], selectable: readonly Worker[]): boolean {
+  let j = 0;
+  for (const w of members) {
+    if (!w.healthy) continue;
+    if (selectable[j] !== w) return false;
+    j++;
+  }
+  return j === selectable.length;
 }

@@ -471,7 +471,7 @@ describe('in-flight release on a replaced worker', () => {
       expect(successor).not.toBe(old);
       expect([successor.load, successor.processed]).toEqual([0, 0]);
 
-      inflight.guard.release('cancelled');
+      inflight.guard.release();
       expect([old.load, old.processed]).toEqual([0, 1]);
       expect([successor.load, successor.processed]).toEqual([0, 0]);
       expect(inflight.guard.release()).toBe(false); // idempotent: a second end path is a no-op
@@ -531,8 +531,39 @@ describe('a request that needs an empty pool', () => {
   });
 });
 
+const url = (w: Worker): string => w.url;
+
+describe('candidates', () => {
+  it('hands out the same array until membership or health changes (no allocation per request)', () => {
+    const h = harness();
+    for (const port of PORTS) register(h.registry, 'regular', port);
+    const pool = h.pool('regular', 'least_load');
+    pool.reconcile();
+    const all = pool.candidates();
+    expect(all).toBe(pool.workers);
+    const [a, b] = pool.workers as Worker[];
+    (b as Worker).healthy = false;
+    const some = pool.candidates();
+    expect(some.map(url)).toEqual(pool.workers.filter((w) => w !== b).map(url));
+    expect(pool.candidates()).toBe(some); // unhealthy worker: still one array, reused
+    (a as Worker).healthy = false;
+    const fewer = pool.candidates();
+    expect(fewer).not.toBe(some);
+    expect(fewer.map(url)).toEqual(pool.workers.filter((w) => w !== a && w !== b).map(url));
+    expect(pool.candidates()).toBe(fewer);
+    (a as Worker).healthy = true;
+    (b as Worker).healthy = true;
+    expect(pool.candidates()).toEqual(pool.workers);
+    // A member that departs changes the candidates even when everyone is healthy.
+    h.registry.deregister('regular', (pool.workers[3] as Worker).url);
+    pool.reconcile();
+    expect(pool.candidates().map(url)).toEqual(pool.workers.map(url));
+    expect(pool.candidates()).toHaveLength(3);
+  });
+});
+
 describe('selector', () => {
-  it('reserve takes the guard on the chosen Worker, records the choice, and reports the release', () => {
+  it('reserve takes the guard on the chosen Worker, records the choice; the guard releases once', () => {
     const h = harness();
     register(h.registry, 'regular', 8000);
     const pool = h.pool('regular', 'cache_aware');
@@ -541,14 +572,10 @@ describe('selector', () => {
     expect(chosen).toBeDefined();
     if (chosen === undefined) return;
     const decided: string[] = [];
-    const released: Array<[Worker, string]> = [];
     const r = reserve(
       pool,
       chosen,
-      {
-        decided: (p, d) => decided.push(`${p.role}:${d.branch}`),
-        released: (w, outcome) => released.push([w, outcome]),
-      },
+      { decided: (p, d) => decided.push(`${p.role}:${d.branch}`) },
       h.clock.now,
     );
     expect(r.guard.worker).toBe(chosen.decision.worker);
@@ -558,8 +585,9 @@ describe('selector', () => {
     expect((pool.policy as CacheAwarePolicy).treeChars().get(chosen.decision.worker.id)).toBe(
       'observe me'.length,
     );
-    r.guard.release('error');
-    r.guard.release('success');
-    expect(released).toEqual([[chosen.decision.worker, 'error']]);
+    expect(chosen.decision.worker.load).toBe(1);
+    expect(r.guard.release()).toBe(true);
+    expect(r.guard.release()).toBe(false);
+    expect([chosen.decision.worker.load, chosen.decision.worker.processed]).toEqual([0, 1]);
   });
 });
