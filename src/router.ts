@@ -29,7 +29,8 @@ import { resolveEndpoint } from './workers/endpoint.js';
 import type { Worker } from './workers/worker.js';
 import { WorkerHealth } from './health/worker-health.js';
 import { HealthChecker } from './health/health-checker.js';
-import { outcomeOfPrefill, withHealth } from './health/health-dispatcher.js';
+import { withHealth } from './health/health-dispatcher.js';
+import { prefillHealthOutcome } from './request/request-end.js';
 import { breakerStateCode } from './health/circuit-breaker.js';
 
 export interface RouterDeps {
@@ -176,9 +177,9 @@ export async function startRouter(config: Readonly<Config>, deps: RouterDeps = {
       decisionHeader: config.decisionHeader,
       pd: {
         prefillEnded: (w, outcome, ms, status) => {
-          health.recordOutcome(w, outcomeOfPrefill(outcome, status), clock());
+          health.recordOutcome(w, prefillHealthOutcome(outcome, status), clock());
           metrics.pdPrefillRequests.inc({ worker: w.url });
-          metrics.pdPrefillDuration.observe({ outcome }, ms / 1000);
+          if (ms !== undefined) metrics.pdPrefillDuration.observe({ outcome }, ms / 1000);
         },
         decodeRouted: (w) => metrics.pdDecodeRequests.inc({ worker: w.url }),
         // A decode worker chosen for a request whose prefill failed never sees it: a neutral outcome

@@ -9,6 +9,9 @@ import type { HeaderSet } from './mutations.js';
 import type { InferenceRequest } from '../request/inference-request.js';
 import type { Worker } from '../workers/worker.js';
 import type { Decision } from '../routing/policy.js';
+import type { RequestEnd } from '../request/request-end.js';
+
+export type { RequestEnd } from '../request/request-end.js';
 
 export interface RouteRequest {
   readonly method: string;
@@ -20,12 +23,6 @@ export interface RouteRequest {
   /** The raw request body, when there was one. */
   readonly body?: Buffer;
 }
-
-/** How a request ended, as the session saw it. */
-export type RequestEnd =
-  | { kind: 'response'; status: number } // response end-of-stream reached
-  | { kind: 'cancelled'; afterHeaders: boolean; status?: number } // stream reset/cancel/error
-  | { kind: 'rejected' }; // an immediate response was sent instead
 
 export interface Dispatch {
   /** The worker Envoy sends the request to. */

@@ -1,36 +1,40 @@
 /**
  * One ext_proc stream = one HTTP request/response through Envoy.
  *
- * Phases (explicit, enforced): request_headers -> request_body -> dispatching -> response_headers
- * -> response_body -> done. Messages are handled strictly in arrival order (a promise chain), so an
- * async dispatch (a P/D prefill leg) cannot interleave with the next message.
+ * Phases (explicit, enforced by one advance(from, to)): request_headers -> request_body ->
+ * dispatching -> response_headers -> response_body -> done. Envoy's own local reply before routing
+ * goes request_headers|request_body -> response_body. Anything else is a protocol error (JSON 500).
  *
- * Body modes: the session follows whatever Envoy uses. BUFFERED: one request_body message, answered
- * with the routing headers (+ rewritten body). FULL_DUPLEX_STREAMED (announced in `protocol_config`):
- * request chunks are accumulated without replies; once the body is complete the session sends the
- * request_headers reply (routing headers) and then the whole body as `streamed_response`; response
- * chunks are echoed back as `streamed_response`. STREAMED response bodies get one reply per chunk.
+ * Ordering: messages AND the gRPC stream's end events (`end` = half-close, `cancelled`, `error`,
+ * `close`) are handled strictly in arrival order on one promise chain, so an async dispatch (a P/D
+ * prefill leg) cannot interleave with the next message, and a last response chunk that arrived in
+ * the same tick as the half-close is handled before the end (the request counts `ok`, not
+ * `cancelled`). One exception: an end event that arrives while an async dispatch is in flight ends
+ * the session at once (nothing Envoy sends can be waiting behind a request it has no answer to, and
+ * the prefill leg must be aborted now, not after it finishes).
+ *
+ * Body modes: the session follows whatever Envoy announces in `protocol_config`; the replies per mode
+ * are built by body-mode-replies.ts. FULL_DUPLEX_STREAMED request chunks are accumulated without
+ * replies until the body is complete.
  *
  * Cleanup: ONE idempotent end() runs on the first of response end-of-stream, an immediate response,
- * or the gRPC stream's `end`, `cancelled`, `error`, `close`. It finishes the Dispatch (releasing every
- * load guard), aborts an in-flight prefill, and records the outcome exactly once.
+ * or a stream end event. It builds the request's end record (request/request-end.ts), finishes the
+ * Dispatch with it (releasing every load guard), aborts an in-flight prefill, and reports the outcome
+ * exactly once.
  */
 import type * as grpc from '@grpc/grpc-js';
 import type { Logger } from 'pino';
-import type { Dispatch, Dispatcher, RequestEnd, RouteRequest } from './dispatch.js';
+import type { Dispatch, Dispatcher, RouteRequest } from './dispatch.js';
 import {
   dynamicMetadata,
   errorReply,
-  replaceBody,
-  requestBodyReply,
   requestHeadersReply,
   requestTrailersReply,
-  responseBodyReply,
   responseHeadersReply,
   responseTrailersReply,
-  streamedBody,
   type HeaderSet,
 } from './mutations.js';
+import { responseChunkReply, routedReplies, type BodyMode } from './body-mode-replies.js';
 import {
   BodySendMode,
   type HeaderMap,
@@ -42,20 +46,12 @@ import {
 import { DESTINATION_HEADER, LB_METADATA_NAMESPACE, UNTRUSTED_REQUEST_HEADERS } from './headers.js';
 import { inferenceKind, parseInferenceRequest, type InferenceKind } from '../request/inference-request.js';
 import { RouterError } from '../request/router-error.js';
+import { requestOutcome, type Outcome, type RequestEnd, type RoutingStage } from '../request/request-end.js';
 
 export type SessionPhase =
   'request_headers' | 'request_body' | 'dispatching' | 'response_headers' | 'response_body' | 'done';
 
-export type Outcome =
-  | 'ok' // upstream answered < 400 and the body ended
-  | 'upstream_4xx'
-  | 'upstream_5xx'
-  | 'rejected' // the router answered 4xx itself (bad input)
-  | 'no_workers' // 503 from the router
-  | 'error' // other router-generated 5xx (prefill failure, internal)
-  | 'no_response' // routed, but the stream ended before response headers (Envoy local reply, abort)
-  | 'cancelled' // ended after response headers, before end-of-stream (client abort, upstream reset)
-  | 'abandoned'; // ended before the router routed it
+export type { Outcome } from '../request/request-end.js';
 
 export interface SessionSummary {
   route: string;
@@ -82,8 +78,8 @@ export class Session {
   private chain: Promise<void> = Promise.resolve();
   private abortController: AbortController | undefined;
   private readonly startedAt = performance.now();
-  private fullDuplexRequest = false;
-  private fullDuplexResponse = false;
+  private requestMode: BodyMode = 'per_message';
+  private responseMode: BodyMode = 'per_message';
   private method = '';
   private path = '';
   private route = 'other';
@@ -99,16 +95,11 @@ export class Session {
     private readonly stream: Stream,
     private readonly deps: SessionDeps,
   ) {
-    stream.on('data', (msg: ProcessingRequest) => {
-      this.chain = this.chain.then(() => this.handle(msg)).catch((err) => this.fail(err));
-    });
-    stream.on('end', () => {
-      this.end(this.streamEnd());
-      stream.end();
-    });
-    stream.on('cancelled', () => this.end(this.streamEnd()));
-    stream.on('error', () => this.end(this.streamEnd()));
-    stream.on('close', () => this.end(this.streamEnd()));
+    stream.on('data', (msg: ProcessingRequest) => this.enqueue(() => this.handle(msg)));
+    stream.on('end', () => this.onStreamEnd(true));
+    stream.on('cancelled', () => this.onStreamEnd(false));
+    stream.on('error', () => this.onStreamEnd(false));
+    stream.on('close', () => this.onStreamEnd(false));
   }
 
   /** Cancellation for the dispatcher: created only if a dispatcher asks for it. */
@@ -116,15 +107,39 @@ export class Session {
     return (this.abortController ??= new AbortController()).signal;
   }
 
-  get currentPhase(): SessionPhase {
-    return this.phase;
+  private enqueue(step: () => void | Promise<void>): void {
+    this.chain = this.chain.then(step).catch((err) => this.fail(err));
+  }
+
+  /** A stream end event: behind the messages that arrived before it, unless a dispatch is in flight. */
+  private onStreamEnd(halfClose: boolean): void {
+    const finish = (): void => {
+      this.end(this.streamEnd());
+      if (halfClose) this.stream.end();
+    };
+    if (this.phase === 'dispatching') finish();
+    else this.enqueue(finish);
+  }
+
+  /**
+   * The one place the phase changes. `from`: the phase(s) the message is legal in; otherwise the
+   * message is a protocol error (answered with a JSON 500) and false is returned.
+   */
+  private advance(from: SessionPhase | readonly SessionPhase[], to: SessionPhase, message: string): boolean {
+    if (from === this.phase || (typeof from !== 'string' && from.includes(this.phase))) {
+      this.phase = to;
+      return true;
+    }
+    this.protocolError(message);
+    return false;
   }
 
   private async handle(msg: ProcessingRequest): Promise<void> {
     if (this.ended) return;
     if (msg.protocol_config) {
-      this.fullDuplexRequest = msg.protocol_config.request_body_mode === BodySendMode.FULL_DUPLEX_STREAMED;
-      this.fullDuplexResponse = msg.protocol_config.response_body_mode === BodySendMode.FULL_DUPLEX_STREAMED;
+      const fds = BodySendMode.FULL_DUPLEX_STREAMED;
+      this.requestMode = msg.protocol_config.request_body_mode === fds ? 'full_duplex' : 'per_message';
+      this.responseMode = msg.protocol_config.response_body_mode === fds ? 'full_duplex' : 'per_message';
     }
     if (msg.observability_mode) return this.observe(msg);
     if (msg.request_headers) return this.onRequestHeaders(msg.request_headers);
@@ -136,24 +151,29 @@ export class Session {
   }
 
   private async onRequestHeaders(h: HttpHeaders): Promise<void> {
-    if (this.phase !== 'request_headers') return this.protocolError('request_headers');
+    const next = h.end_of_stream ? 'dispatching' : 'request_body';
+    if (!this.advance('request_headers', next, 'request_headers')) return;
     this.headers = headerRecord(h.headers);
     this.method = this.headers[':method'] ?? '';
     this.path = this.headers[':path'] ?? '';
     this.kind = inferenceKind(this.method, this.path);
     this.route = this.kind ?? 'other';
     if (h.end_of_stream) return this.route_(undefined, 'headers');
-    this.phase = 'request_body';
     // FDS: the headers reply waits until the body is complete (it carries the routing headers).
-    if (!this.fullDuplexRequest) this.send(requestHeadersReply({ remove: UNTRUSTED_REQUEST_HEADERS }));
+    if (this.requestMode !== 'full_duplex') {
+      this.send(requestHeadersReply({ remove: UNTRUSTED_REQUEST_HEADERS }));
+    }
   }
 
   private async onRequestBody(b: HttpBody): Promise<void> {
-    if (this.phase !== 'request_body') {
-      // Envoy 1.35-1.37 could repeat the final FDS chunk for large bodies: ignore it silently.
-      if (this.fullDuplexRequest && b.end_of_stream && this.phase !== 'request_headers') return;
-      return this.protocolError('request_body');
-    }
+    // Envoy 1.35-1.37 could repeat the final FDS chunk for large bodies: ignore it silently.
+    const repeatedLast =
+      this.requestMode === 'full_duplex' &&
+      b.end_of_stream &&
+      this.phase !== 'request_headers' &&
+      this.phase !== 'request_body';
+    if (repeatedLast) return;
+    if (!this.advance('request_body', 'request_body', 'request_body')) return;
     const chunk = b.body ?? Buffer.alloc(0);
     this.bodyBytes += chunk.length;
     if (this.bodyBytes > this.deps.maxBodyBytes) {
@@ -162,26 +182,26 @@ export class Session {
       );
     }
     if (chunk.length > 0) this.bodyChunks.push(chunk);
-    if (this.fullDuplexRequest && !b.end_of_stream) return;
+    if (this.requestMode === 'full_duplex' && !b.end_of_stream) return;
+    return this.routeBody();
+  }
+
+  private async onRequestTrailers(): Promise<void> {
+    // Only sent when configured; nothing to change. In FDS, trailers also end the request body.
+    if (this.requestMode === 'full_duplex' && this.phase === 'request_body') await this.routeBody();
+    if (!this.ended) this.send(requestTrailersReply());
+  }
+
+  private routeBody(): Promise<void> {
+    this.advance('request_body', 'dispatching', 'request_body');
     const body =
       this.bodyChunks.length === 1 ? (this.bodyChunks[0] as Buffer) : Buffer.concat(this.bodyChunks);
     this.bodyChunks = [];
     return this.route_(body, 'body');
   }
 
-  private async onRequestTrailers(): Promise<void> {
-    // Only sent when configured; nothing to change. In FDS, trailers also end the request body.
-    if (this.fullDuplexRequest && this.phase === 'request_body') {
-      const body = Buffer.concat(this.bodyChunks);
-      this.bodyChunks = [];
-      await this.route_(body, 'body');
-    }
-    if (!this.ended) this.send(requestTrailersReply());
-  }
-
-  /** Parse, dispatch, and answer the message that completed the request. */
-  private async route_(body: Buffer | undefined, stage: 'headers' | 'body'): Promise<void> {
-    this.phase = 'dispatching';
+  /** Parse, dispatch, and answer the message that completed the request (phase: dispatching). */
+  private async route_(body: Buffer | undefined, routedOn: 'headers' | 'body'): Promise<void> {
     let dispatch: Dispatch;
     try {
       const req: RouteRequest = {
@@ -189,9 +209,9 @@ export class Session {
         path: this.path,
         headers: this.headers,
         body,
-        inference: this.kind && stage === 'body' ? this.parse(body as Buffer) : undefined,
+        inference: this.kind && routedOn === 'body' ? this.parse(body as Buffer) : undefined,
       };
-      if (this.kind && stage === 'headers') {
+      if (this.kind && routedOn === 'headers') {
         throw new RouterError('invalid_body', 400, `${this.path} needs a JSON request body`);
       }
       dispatch = await this.deps.dispatcher.dispatch(req, this);
@@ -206,25 +226,14 @@ export class Session {
     this.dispatch = dispatch;
     dispatch.failure?.catch((err) => this.onLegFailure(err));
     const set: Record<string, string> = { ...dispatch.setHeaders };
-    const newBody = dispatch.body;
-    if (newBody) set['content-length'] = String(newBody.length);
-    const routing = {
-      set,
-      remove: UNTRUSTED_REQUEST_HEADERS.filter((h) => !(h in set)),
-      clearRouteCache: true,
-    };
+    if (dispatch.body) set['content-length'] = String(dispatch.body.length);
     const metadata = dynamicMetadata(LB_METADATA_NAMESPACE, {
       [DESTINATION_HEADER]: dispatch.setHeaders[DESTINATION_HEADER] ?? dispatch.worker.endpoint,
     });
-    this.phase = 'response_headers';
-    if (stage === 'headers') {
-      this.send({ ...requestHeadersReply(routing), dynamic_metadata: metadata });
-    } else if (this.fullDuplexRequest) {
-      this.send({ ...requestHeadersReply(routing), dynamic_metadata: metadata });
-      this.send(requestBodyReply({ body: streamedBody(newBody ?? (body as Buffer), true) }));
-    } else {
-      const reply = requestBodyReply({ ...routing, body: newBody ? replaceBody(newBody) : undefined });
-      this.send({ ...reply, dynamic_metadata: metadata });
+    const routing = { set, remove: UNTRUSTED_REQUEST_HEADERS.filter((h) => !(h in set)), metadata };
+    this.advance('dispatching', 'response_headers', 'dispatch');
+    for (const reply of routedReplies(this.requestMode, routedOn, routing, body, dispatch.body)) {
+      this.send(reply);
     }
   }
 
@@ -235,31 +244,24 @@ export class Session {
   private async onResponseHeaders(h: HttpHeaders): Promise<void> {
     // Envoy's own local reply before the request was routed (e.g. its 413 above its buffer limit):
     // pass it through unchanged. Nothing was dispatched, so there is no guard to release.
-    const localReply = this.phase === 'request_headers' || this.phase === 'request_body';
-    if (!localReply && this.phase !== 'response_headers') return this.protocolError('response_headers');
-    if (localReply) this.bodyChunks = [];
+    const from: readonly SessionPhase[] = ['request_headers', 'request_body', 'response_headers'];
+    if (!this.advance(from, 'response_body', 'response_headers')) return;
+    this.bodyChunks = [];
     this.status = Number(headerRecord(h.headers)[':status'] ?? 0);
     const d = this.dispatch;
     d?.onResponseStart?.(this.status);
     const extra: HeaderSet | undefined = d?.responseHeaders?.(this.status);
     this.send(responseHeadersReply(extra ? { set: extra } : undefined));
-    if (h.end_of_stream) return this.end({ kind: 'response', status: this.status });
-    this.phase = 'response_body';
+    if (h.end_of_stream) this.end({ kind: 'response', status: this.status });
   }
 
   private async onResponseBody(b: HttpBody): Promise<void> {
-    if (this.phase !== 'response_body') {
-      if (this.phase === 'done') return; // duplicate final chunk
-      return this.protocolError('response_body');
-    }
+    if (this.phase === 'done') return; // duplicate final chunk
+    if (!this.advance('response_body', 'response_body', 'response_body')) return;
     const chunk = b.body ?? Buffer.alloc(0);
     const eos = b.end_of_stream === true;
-    const replaced = this.dispatch?.transformResponseChunk?.(chunk, eos);
-    if (this.fullDuplexResponse) {
-      this.send(responseBodyReply({ body: streamedBody(replaced ?? chunk, eos) }));
-    } else {
-      this.send(responseBodyReply(replaced ? { body: replaceBody(replaced) } : undefined));
-    }
+    const rewritten = this.dispatch?.transformResponseChunk?.(chunk, eos);
+    this.send(responseChunkReply(this.responseMode, chunk, eos, rewritten));
     if (eos) this.end({ kind: 'response', status: this.status ?? 0 });
   }
 
@@ -283,8 +285,7 @@ export class Session {
     const e = asRouterError(err, this.deps.logger);
     if (this.phase === 'response_headers') {
       // Nothing reached the client yet: answer with the error instead of the decode response.
-      this.send(errorReply(e));
-      this.end({ kind: 'rejected' }, e);
+      this.reject(e);
     } else {
       // Mid-stream: the only honest signal left is to abort the stream.
       this.deps.logger.warn({ err: e.message, path: this.path }, 'leg failed mid-response; resetting stream');
@@ -295,7 +296,7 @@ export class Session {
 
   private reject(err: RouterError): void {
     this.send(errorReply(err));
-    this.end({ kind: 'rejected' }, err);
+    this.end({ kind: 'rejected', status: err.status, code: err.code }, err);
   }
 
   private protocolError(kind: string): void {
@@ -310,6 +311,7 @@ export class Session {
     if (!this.ended) this.reject(new RouterError('internal_error', 500, 'internal router error'));
   }
 
+  /** The end record for a stream that ended before response end-of-stream. */
   private streamEnd(): RequestEnd {
     if (this.phase === 'response_body') return { kind: 'cancelled', afterHeaders: true, status: this.status };
     return { kind: 'cancelled', afterHeaders: false };
@@ -323,18 +325,17 @@ export class Session {
   /** The one cleanup path. */
   private end(how: RequestEnd, err?: RouterError): void {
     if (this.ended) return;
-    const wasDispatching = this.phase === 'dispatching';
-    const routed = this.dispatch !== undefined;
+    const stage: RoutingStage =
+      this.dispatch !== undefined ? 'routed' : this.phase === 'dispatching' ? 'dispatching' : 'unrouted';
     this.ended = true;
     this.phase = 'done';
     // Only an in-flight dispatch (a prefill leg) listens; abort() builds a DOMException with a stack
     // trace, which is not free on the per-request path.
-    if (wasDispatching) this.abortController?.abort();
+    if (stage === 'dispatching') this.abortController?.abort();
     this.dispatch?.finish(how);
-    const outcome = classify(how, routed, wasDispatching, err);
     const summary: SessionSummary = {
       route: this.route,
-      outcome,
+      outcome: requestOutcome(how, stage),
       durationMs: performance.now() - this.startedAt,
       worker: this.dispatch?.worker.url,
       branch: this.dispatch?.decision.branch,
@@ -345,20 +346,6 @@ export class Session {
       this.deps.logger.debug({ ...summary, path: this.path, error: err?.code }, 'request');
     }
     this.deps.onClose?.();
-  }
-}
-
-function classify(how: RequestEnd, routed: boolean, wasDispatching: boolean, err?: RouterError): Outcome {
-  switch (how.kind) {
-    case 'response':
-      if (!routed) return 'abandoned'; // Envoy's local reply to a request we never routed
-      return how.status >= 500 ? 'upstream_5xx' : how.status >= 400 ? 'upstream_4xx' : 'ok';
-    case 'rejected':
-      if (!err || err.status < 500) return 'rejected';
-      return err.code === 'no_workers' ? 'no_workers' : 'error';
-    case 'cancelled':
-      if (how.afterHeaders) return 'cancelled';
-      return routed || wasDispatching ? 'no_response' : 'abandoned';
   }
 }
 

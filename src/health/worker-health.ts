@@ -8,15 +8,14 @@
  *   healthy again after `checkSuccessThreshold` consecutive passed checks (`health-success-threshold`,
  *   2). One failed check never flips a worker, and one lucky check never brings it back.
  * - Passive outcomes of real requests feed a CircuitBreaker (circuit-breaker.ts; thresholds there).
- *   Failures: 5xx response headers (`server_error`), a reset before response headers (`reset`), a
- *   routed stream that ended without response headers (`no_response`: how Envoy's local reply to an
- *   upstream connect failure looks to ext_proc, which never sees that reply), an explicit connect
- *   failure (`connect_failed`), a failed prefill leg (`prefill_failed`). Successes: any response
- *   below 500 (a 4xx is the client's fault, not the worker's). `cancelled` is neutral: it only hands
- *   back a half-open probe slot. CAVEAT: a client that aborts before the response headers also ends
- *   the stream without response headers; the router cannot tell that from a connect failure, so it
- *   counts as `no_response`. It takes `failureThreshold` (5) of them in a row, with no success in
- *   between, to open the breaker.
+ *   The outcome of a request is a projection of how it ended (request/request-end.ts, one table for
+ *   every way a request can end). Failures: 5xx response headers (`server_error`; Envoy turns an
+ *   upstream connect failure or a reset before headers into its own 503 local reply, which ext_proc
+ *   sees as response headers) and a failed prefill leg (`prefill_failed`). Successes: any response
+ *   below 500 (a 4xx is the client's fault, not the worker's). Neutral: `cancelled` (only hands back a
+ *   half-open probe slot) and `no_response`, a routed stream that ended without response headers: a
+ *   client that went away before the first byte or an ext_proc message timeout, which says nothing
+ *   about the worker (see FAILURES below for why it is not counted).
  *
  * Selection stays synchronous and O(1) per worker: policies read the plain `worker.healthy` field
  * (WorkerPool.candidates()). This module rewrites that field whenever state changes: on a check
@@ -33,9 +32,9 @@
  */
 import type { Worker } from '../workers/worker.js';
 import { CircuitBreaker, type BreakerState, type CircuitBreakerOptions } from './circuit-breaker.js';
+import type { HealthOutcome } from '../request/request-end.js';
 
-export type HealthOutcome =
-  'success' | 'server_error' | 'reset' | 'no_response' | 'connect_failed' | 'prefill_failed' | 'cancelled';
+export type { HealthOutcome } from '../request/request-end.js';
 
 /**
  * `no_response` is deliberately NOT a failure. Envoy (checked with 1.40, test/e2e/health-wiring.test.ts)
@@ -45,42 +44,10 @@ export type HealthOutcome =
  * worker opened breakers on healthy workers under client churn (seen in the chaos soak, where a whole
  * role was locked out for 40 s).
  */
-const FAILURES: ReadonlySet<HealthOutcome> = new Set([
-  'server_error',
-  'reset',
-  'connect_failed',
-  'prefill_failed',
-]);
+const FAILURES: ReadonlySet<HealthOutcome> = new Set(['server_error', 'prefill_failed']);
 
 export function isFailureOutcome(outcome: HealthOutcome): boolean {
   return FAILURES.has(outcome);
-}
-
-/** The shape of extproc/dispatch.ts `RequestEnd` this module needs (structural, no import). */
-export type SessionEnd =
-  | { readonly kind: 'response'; readonly status: number }
-  | { readonly kind: 'cancelled'; readonly afterHeaders: boolean; readonly status?: number }
-  | { readonly kind: 'rejected' };
-
-/**
- * The health outcome of a routed request from how its ext_proc session ended:
- *   response end, status >= 500                -> server_error
- *   response end, status < 500                 -> success
- *   ended after response headers, status >= 500 -> server_error
- *   ended after response headers otherwise     -> cancelled (client abort or mid-stream reset: neutral)
- *   ended before response headers              -> no_response (client abort, message timeout: neutral)
- *   router answered itself (rejected)          -> cancelled (says nothing about this worker)
- */
-export function outcomeOfEnd(end: SessionEnd): HealthOutcome {
-  switch (end.kind) {
-    case 'response':
-      return end.status >= 500 ? 'server_error' : 'success';
-    case 'cancelled':
-      if (!end.afterHeaders) return 'no_response';
-      return end.status !== undefined && end.status >= 500 ? 'server_error' : 'cancelled';
-    case 'rejected':
-      return 'cancelled';
-  }
 }
 
 export type ActiveHealth = 'healthy' | 'unhealthy';

@@ -28,11 +28,10 @@ import {
   REQUEST_ID_HEADER,
 } from '../extproc/headers.js';
 import { RouterError } from '../request/router-error.js';
-import { describeDecision, guardOutcome, noWorkers, routingContext } from '../routing/pool-dispatcher.js';
+import { describeDecision, noWorkers, routingContext } from '../routing/pool-dispatcher.js';
 import {
   choose,
   commit,
-  guardFor,
   reserve,
   type Chosen,
   type Reservation,
@@ -40,7 +39,7 @@ import {
 } from '../routing/selector.js';
 import type { WorkerPool } from '../workers/worker-pool.js';
 import type { Worker } from '../workers/worker.js';
-import type { LoadGuard } from '../workers/load-guard.js';
+import { LoadGuard } from '../workers/load-guard.js';
 import type { Decision } from '../routing/policy.js';
 import {
   decodeBody,
@@ -58,11 +57,15 @@ import { PrefillError, type PrefillClient, type PrefillResult } from './prefill-
 import { SseUsageRewriter } from './usage-rewriter.js';
 
 export interface PdObserver {
-  /** `status`: the prefill worker's HTTP status, when it answered (a 4xx is the client's fault). */
+  /**
+   * A prefill leg ended. `durationMs`: how long the router's own call took; undefined when the router
+   * did not run the leg (sidecar: the decode host's sidecar did, unseen). `status`: the prefill
+   * worker's HTTP status, when it answered (a 4xx is the client's fault).
+   */
   prefillEnded?(
     worker: Worker,
     outcome: 'ok' | PrefillError['kind'],
-    durationMs: number,
+    durationMs: number | undefined,
     status?: number,
   ): void;
   decodeRouted?(worker: Worker): void;
@@ -142,7 +145,7 @@ export class PdDispatcher implements Dispatcher {
         'bad_gateway',
       );
     }
-    const decodeGuard = guardFor(decodeWorker, opts.observer);
+    const decodeGuard = new LoadGuard(decodeWorker);
     opts.pd?.decodeRouted?.(decodeWorker);
     const cached = result.cachedTokens;
     return this.decodeDispatch(req, d, decodeGuard, requestId, decodeBody(req.inference?.json ?? {}, kv), {
@@ -198,9 +201,9 @@ export class PdDispatcher implements Dispatcher {
     opts.pd?.decodeRouted?.(decode.decision.worker);
     const dispatch = this.decodeDispatch(req, d, decode.guard, undefined, undefined, {
       prefill: prefill.decision,
-      onFinish: (end) => {
-        if (prefill.guard.release(guardOutcome(end)))
-          opts.pd?.prefillEnded?.(prefill.decision.worker, 'aborted', 0);
+      onFinish: () => {
+        // Ended before the decode host answered: the sidecar's prefill (if it ran) was cut short.
+        if (prefill.guard.release()) opts.pd?.prefillEnded?.(prefill.decision.worker, 'aborted', undefined);
       },
     });
     return {
@@ -208,8 +211,14 @@ export class PdDispatcher implements Dispatcher {
       setHeaders: { ...dispatch.setHeaders, [PREFILLER_HEADER]: prefill.decision.worker.endpoint },
       onResponseStart: (status) => {
         // The sidecar's prefill is over once the decode host answers.
-        if (prefill.guard.release(status >= 500 ? 'error' : 'success')) {
-          opts.pd?.prefillEnded?.(prefill.decision.worker, status >= 500 ? 'status' : 'ok', 0, status);
+        // Its duration is not measured here (the sidecar ran it): none is recorded.
+        if (prefill.guard.release()) {
+          opts.pd?.prefillEnded?.(
+            prefill.decision.worker,
+            status >= 500 ? 'status' : 'ok',
+            undefined,
+            status,
+          );
         }
       },
     };
@@ -273,12 +282,12 @@ export class PdDispatcher implements Dispatcher {
         signal,
         this.opts.prefillTimeoutMs,
       );
-      guard.release('success');
+      guard.release();
       this.opts.pd?.prefillEnded?.(ctx.prefill, 'ok', performance.now() - started);
       return r;
     } catch (err) {
       const e = err instanceof PrefillError ? err : new PrefillError('transport', (err as Error).message);
-      guard.release(e.kind === 'aborted' ? 'cancelled' : 'error');
+      guard.release();
       this.opts.pd?.prefillEnded?.(ctx.prefill, e.kind, performance.now() - started, e.status);
       if (e.kind !== 'aborted') this.opts.pd?.error?.(`prefill_${e.kind}`);
       throw e;
@@ -324,7 +333,7 @@ export class PdDispatcher implements Dispatcher {
         : undefined,
       transformResponseChunk: rewriter ? (chunk, eos) => rewriter.transform(chunk, eos) : undefined,
       finish: (end) => {
-        guard.release(guardOutcome(end));
+        guard.release();
         extra.onFinish?.(end);
       },
     };

@@ -15,8 +15,7 @@ export type RouterErrorCode =
   | 'prefill_failed'
   | 'prefill_timeout'
   | 'client_cancelled'
-  | 'internal_error'
-  | 'draining';
+  | 'internal_error';
 
 export class RouterError extends Error {
   constructor(

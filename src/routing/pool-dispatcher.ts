@@ -3,11 +3,10 @@
  * go to a decode worker unchanged). Synchronous: reconcile, choose, reserve, then hand Envoy the
  * destination header. The guard is released by the session when the response ends.
  */
-import type { Dispatch, Dispatcher, RequestEnd, RouteRequest } from '../extproc/dispatch.js';
+import type { Dispatch, Dispatcher, RouteRequest } from '../extproc/dispatch.js';
 import { DESTINATION_HEADER, DECISION_HEADER } from '../extproc/headers.js';
 import { RouterError } from '../request/router-error.js';
 import type { WorkerPool } from '../workers/worker-pool.js';
-import type { GuardOutcome } from '../workers/load-guard.js';
 import { choose, reserve, type RoutingContext, type RoutingObserver } from './selector.js';
 import type { Decision } from './policy.js';
 
@@ -36,7 +35,7 @@ export class PoolDispatcher implements Dispatcher {
       responseHeaders: decisionHeader
         ? () => ({ [DECISION_HEADER]: describeDecision(pool.policy.name, r.decision) })
         : undefined,
-      finish: (end) => r.guard.release(guardOutcome(end)),
+      finish: () => r.guard.release(),
     };
   }
 }
@@ -60,12 +59,6 @@ export function noWorkers(pools: readonly WorkerPool[]): RouterError {
     `No workers available: ${parts.join(', ')}`,
     'service_unavailable',
   );
-}
-
-export function guardOutcome(end: RequestEnd): GuardOutcome {
-  if (end.kind === 'response') return end.status >= 500 ? 'error' : 'success';
-  if (end.kind === 'cancelled') return 'cancelled';
-  return 'error';
 }
 
 export function describeDecision(policy: string, d: Decision): string {

@@ -3,7 +3,7 @@
  * "serialized snapshot and reconciliation"). Nothing in this file awaits; callers must not await
  * between reconcile() and reserve() either. See workers/worker-pool.ts for the invariant.
  */
-import { LoadGuard, type GuardOutcome } from '../workers/load-guard.js';
+import { LoadGuard } from '../workers/load-guard.js';
 import type { WorkerPool } from '../workers/worker-pool.js';
 import type { Decision, SelectionInput } from './policy.js';
 import type { Worker } from '../workers/worker.js';
@@ -18,8 +18,6 @@ export interface RoutingContext {
 export interface RoutingObserver {
   /** After the guard is taken: record the decision (metrics, logs). */
   decided?(pool: WorkerPool, decision: Decision): void;
-  /** A guard was released. */
-  released?(worker: Worker, outcome: GuardOutcome): void;
 }
 
 export interface Reservation {
@@ -57,7 +55,7 @@ export function reserve(
   observer: RoutingObserver,
   nowMs: number,
 ): Reservation {
-  const guard = guardFor(chosen.decision.worker, observer);
+  const guard = new LoadGuard(chosen.decision.worker);
   commit(pool, chosen, observer, nowMs);
   return { pool, decision: chosen.decision, guard, input: chosen.input };
 }
@@ -69,8 +67,4 @@ export function reserve(
 export function commit(pool: WorkerPool, chosen: Chosen, observer: RoutingObserver, nowMs: number): void {
   pool.policy.routed?.(chosen.decision, chosen.input, nowMs);
   observer.decided?.(pool, chosen.decision);
-}
-
-export function guardFor(worker: Worker, observer: RoutingObserver): LoadGuard {
-  return new LoadGuard(worker, (g, outcome) => observer.released?.(g.worker, outcome));
 }

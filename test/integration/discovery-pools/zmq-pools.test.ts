@@ -232,7 +232,7 @@ describe('ZMQ registration into role pools', () => {
     expect(listed).toMatchObject({ url: first.url, load: 0, processed: 0 });
 
     // The old request ends now: only the old Worker changes.
-    held.guard.release('cancelled');
+    held.guard.release();
     expect([old.load, old.processed]).toEqual([0, 1]);
     expect([successor?.load, successor?.processed]).toEqual([0, 0]);
     const text = await metricsText(r);

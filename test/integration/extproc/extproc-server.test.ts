@@ -139,6 +139,28 @@ describe('ext_proc server', () => {
     expect(text).toMatch(/vllm_router_requests_total\{route="completions",outcome="no_response"\} [1-9]/);
   });
 
+  it('counts a request ok when its last response chunk and the half-close arrive together', async () => {
+    const okCount = async () =>
+      Number(
+        /vllm_router_requests_total\{route="completions",outcome="ok"\} (\d+)/.exec(
+          await metricsText(router),
+        )?.[1] ?? 0,
+      );
+    const before = await okCount();
+    const s = client.open();
+    await s.send(requestHeaders('POST', '/v1/completions'));
+    const b = await s.send(requestBody(completion));
+    const dest = setHeader(b, 'x-gateway-destination-endpoint') as string;
+    await s.send(responseHeaders(200));
+    // One tick: the final chunk, then Envoy's half-close (its stream is done).
+    s.write(responseBody('data: [DONE]\n\n', true));
+    s.halfClose();
+    expect(await s.next()).toMatchObject({ response_body: {} });
+    await s.done;
+    expect(loadOf(dest)).toBe(0);
+    expect(await okCount()).toBe(before + 1);
+  });
+
   it('releases exactly once when several end signals arrive', async () => {
     const s = client.open();
     await s.send(requestHeaders('POST', '/v1/completions'));

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { Dispatch, Dispatcher, RequestEnd, RouteRequest } from '../../../src/extproc/dispatch.js';
-import { outcomeOfPrefill, withHealth, type PassiveHealth } from '../../../src/health/health-dispatcher.js';
-import { WorkerHealth, type HealthOutcome } from '../../../src/health/worker-health.js';
+import { withHealth, type PassiveHealth } from '../../../src/health/health-dispatcher.js';
+import { WorkerHealth } from '../../../src/health/worker-health.js';
 import { Worker } from '../../../src/workers/worker.js';
 
 const w = new Worker({
@@ -100,20 +100,5 @@ describe('withHealth', () => {
     // The next dispatch refreshes first: the worker is half-open, selectable again.
     finish({ kind: 'response', status: 200 });
     expect(health.view(w, now)).toMatchObject({ breaker: 'half_open', selectable: true });
-  });
-});
-
-describe('outcomeOfPrefill', () => {
-  it.each<[string, number | undefined, HealthOutcome]>([
-    ['ok', undefined, 'success'],
-    ['aborted', undefined, 'cancelled'],
-    ['status', 503, 'prefill_failed'],
-    ['status', 400, 'success'],
-    ['status', undefined, 'prefill_failed'],
-    ['timeout', undefined, 'prefill_failed'],
-    ['transport', undefined, 'prefill_failed'],
-    ['invalid_response', undefined, 'prefill_failed'],
-  ])('%s (status %s) -> %s', (kind, status, outcome) => {
-    expect(outcomeOfPrefill(kind, status)).toBe(outcome);
   });
 });

@@ -1,10 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import {
   isFailureOutcome,
-  outcomeOfEnd,
   WorkerHealth,
   type HealthOutcome,
-  type SessionEnd,
   type WorkerHealthView,
 } from '../../../src/health/worker-health.js';
 import { Worker } from '../../../src/workers/worker.js';
@@ -88,9 +86,7 @@ describe('WorkerHealth: passive outcomes and the breaker', () => {
     { outcome: 'success', failure: false },
     { outcome: 'cancelled', failure: false },
     { outcome: 'server_error', failure: true },
-    { outcome: 'reset', failure: true },
     { outcome: 'no_response', failure: false },
-    { outcome: 'connect_failed', failure: true },
     { outcome: 'prefill_failed', failure: true },
   ])('$outcome counts as failure: $failure', ({ outcome, failure }) => {
     expect(isFailureOutcome(outcome)).toBe(failure);
@@ -132,7 +128,7 @@ describe('WorkerHealth: passive outcomes and the breaker', () => {
     health.recordOutcome(w, 'cancelled', 1001);
     expect(w.healthy).toBe(true);
     health.routed(w, 1002);
-    health.recordOutcome(w, 'reset', 1003);
+    health.recordOutcome(w, 'server_error', 1003);
     expect(health.view(w, 1003).breaker).toBe('open');
     expect(w.healthy).toBe(false);
   });
@@ -242,22 +238,5 @@ describe('WorkerHealth: onChange', () => {
       ['healthy', 'closed', true, '->', 'healthy', 'open', false],
       ['healthy', 'open', false, '->', 'healthy', 'half_open', true],
     ]);
-  });
-});
-
-describe('outcomeOfEnd', () => {
-  it.each<{ end: SessionEnd; outcome: HealthOutcome }>([
-    { end: { kind: 'response', status: 200 }, outcome: 'success' },
-    { end: { kind: 'response', status: 404 }, outcome: 'success' },
-    { end: { kind: 'response', status: 429 }, outcome: 'success' },
-    { end: { kind: 'response', status: 500 }, outcome: 'server_error' },
-    { end: { kind: 'response', status: 503 }, outcome: 'server_error' },
-    { end: { kind: 'cancelled', afterHeaders: false }, outcome: 'no_response' },
-    { end: { kind: 'cancelled', afterHeaders: true, status: 200 }, outcome: 'cancelled' },
-    { end: { kind: 'cancelled', afterHeaders: true }, outcome: 'cancelled' },
-    { end: { kind: 'cancelled', afterHeaders: true, status: 502 }, outcome: 'server_error' },
-    { end: { kind: 'rejected' }, outcome: 'cancelled' },
-  ])('$end -> $outcome', ({ end, outcome }) => {
-    expect(outcomeOfEnd(end)).toBe(outcome);
   });
 });

@@ -1,0 +1,418 @@
+/**
+ * Session: one ext_proc stream, driven message by message the way Envoy drives it, on a real Node
+ * object-mode Duplex standing in for the grpc-js call (the events are the ones grpc-js emits:
+ * `data`, `end` = half-close, `cancelled`, `error`, `close`). Deliveries in one call happen in one
+ * tick, which is what makes the ordering cases reproducible.
+ */
+import { Duplex } from 'node:stream';
+import { describe, expect, it } from 'vitest';
+import { pino } from 'pino';
+import type * as grpc from '@grpc/grpc-js';
+import { Session, type SessionSummary } from '../../../src/extproc/session.js';
+import type { Dispatch, Dispatcher, RequestEnd, RouteRequest } from '../../../src/extproc/dispatch.js';
+import { BodySendMode, type ProcessingRequest, type ProcessingResponse } from '../../../src/extproc/proto.js';
+import { LoadGuard } from '../../../src/workers/load-guard.js';
+import { Worker } from '../../../src/workers/worker.js';
+import {
+  requestBody,
+  requestHeaders,
+  responseBody,
+  responseHeaders,
+  setHeader,
+} from '../../support/extproc-client.js';
+
+const COMPLETION = { model: 'm', prompt: 'hello', max_tokens: 4, stream: true };
+
+class TestStream extends Duplex {
+  readonly replies: ProcessingResponse[] = [];
+  constructor() {
+    super({
+      objectMode: true,
+      read() {},
+      write: (msg: ProcessingResponse, _enc, cb) => {
+        this.replies.push(msg);
+        cb();
+      },
+    });
+  }
+  /** Every message in the same tick, as grpc-js delivers what arrived in one read. */
+  deliver(...msgs: ProcessingRequest[]): void {
+    for (const m of msgs) this.emit('data', m);
+  }
+  halfClose(): void {
+    this.emit('end');
+  }
+  cancel(): void {
+    this.emit('cancelled');
+  }
+}
+
+interface Harness {
+  stream: TestStream;
+  worker: Worker;
+  ends: RequestEnd[];
+  summaries: SessionSummary[];
+  closes: number;
+  signal: () => AbortSignal | undefined;
+  /** Lets the chain (and a resolved dispatch) run to completion. */
+  settle(): Promise<void>;
+}
+
+function harness(
+  opts: { dispatch?: (req: RouteRequest, d: () => Dispatch) => Dispatch | Promise<Dispatch> } = {},
+) {
+  const worker = new Worker({
+    role: 'regular',
+    url: 'http://10.0.0.1:8000',
+    endpoint: '10.0.0.1:8000',
+    generation: 1,
+  });
+  const stream = new TestStream();
+  const h: Harness = {
+    stream,
+    worker,
+    ends: [],
+    summaries: [],
+    closes: 0,
+    signal: () => undefined,
+    settle: () => new Promise((resolve) => setImmediate(resolve)),
+  };
+  const makeDispatch = (): Dispatch => {
+    const guard = new LoadGuard(worker);
+    return {
+      worker,
+      decision: { worker, branch: 'test' },
+      setHeaders: { 'x-gateway-destination-endpoint': worker.endpoint },
+      finish: (end) => {
+        h.ends.push(end);
+        guard.release();
+      },
+    };
+  };
+  const dispatcher: Dispatcher = {
+    dispatch: (req, cancel) => {
+      h.signal = () => cancel.signal;
+      return opts.dispatch ? opts.dispatch(req, makeDispatch) : makeDispatch();
+    },
+  };
+  const session = new Session(
+    stream as unknown as grpc.ServerDuplexStream<ProcessingRequest, ProcessingResponse>,
+    {
+      dispatcher,
+      logger: pino({ level: 'silent' }),
+      maxBodyBytes: 10_000,
+      onEnd: (s) => h.summaries.push(s),
+      onClose: () => {
+        h.closes += 1;
+      },
+    },
+  );
+  expect(session).toBeDefined();
+  return h;
+}
+
+function deferred<T>() {
+  let resolve!: (v: T) => void;
+  let reject!: (e: unknown) => void;
+  const promise = new Promise<T>((res, rej) => {
+    resolve = res;
+    reject = rej;
+  });
+  return { promise, resolve, reject };
+}
+
+const kinds = (replies: ProcessingResponse[]) =>
+  replies.map(
+    (r) => Object.keys(r).filter((k) => k !== 'dynamic_metadata' && (r as Record<string, unknown>)[k])[0],
+  );
+
+/** Request routed, response headers 200 seen: the stream is in the response body. */
+function routedAndStreaming(h: Harness): void {
+  h.stream.deliver(requestHeaders('POST', '/v1/completions'), requestBody(COMPLETION), responseHeaders(200));
+}
+
+describe('Session: ordering of messages and stream end events', () => {
+  it('the last response chunk and a half-close in one tick: outcome ok, the chunk answered', async () => {
+    const h = harness();
+    routedAndStreaming(h);
+    h.stream.deliver(responseBody('data: {}\n\n'), responseBody('data: [DONE]\n\n', true));
+    h.stream.halfClose();
+    await h.settle();
+    expect(h.summaries.map((s) => s.outcome)).toEqual(['ok']);
+    expect(h.ends).toEqual([{ kind: 'response', status: 200 }]);
+    expect(kinds(h.stream.replies)).toEqual([
+      'request_headers',
+      'request_body',
+      'response_headers',
+      'response_body',
+      'response_body',
+    ]);
+    expect(h.stream.writableEnded).toBe(true); // the half-close is answered with ours
+    expect([h.worker.load, h.worker.processed, h.closes]).toEqual([0, 1, 1]);
+  });
+
+  it('the whole exchange and a cancel in one tick: outcome ok', async () => {
+    const h = harness();
+    routedAndStreaming(h);
+    h.stream.deliver(responseBody('data: [DONE]\n\n', true));
+    h.stream.cancel();
+    await h.settle();
+    expect(h.summaries.map((s) => s.outcome)).toEqual(['ok']);
+    expect(h.worker.load).toBe(0);
+  });
+
+  it('a half-close before response headers: no_response, the guard released', async () => {
+    const h = harness();
+    h.stream.deliver(requestHeaders('POST', '/v1/completions'), requestBody(COMPLETION));
+    h.stream.halfClose();
+    await h.settle();
+    expect(h.summaries.map((s) => s.outcome)).toEqual(['no_response']);
+    expect(h.ends).toEqual([{ kind: 'cancelled', afterHeaders: false }]);
+    expect(h.worker.load).toBe(0);
+  });
+
+  it('a cancel mid-response: cancelled, with the status seen', async () => {
+    const h = harness();
+    routedAndStreaming(h);
+    h.stream.deliver(responseBody('data: {}\n\n'));
+    h.stream.cancel();
+    await h.settle();
+    expect(h.summaries.map((s) => s.outcome)).toEqual(['cancelled']);
+    expect(h.ends).toEqual([{ kind: 'cancelled', afterHeaders: true, status: 200 }]);
+    expect(h.worker.load).toBe(0);
+  });
+
+  it('several end events: one end, one summary, one close', async () => {
+    const h = harness();
+    routedAndStreaming(h);
+    h.stream.halfClose();
+    h.stream.cancel();
+    h.stream.emit('error', new Error('boom'));
+    h.stream.emit('close');
+    await h.settle();
+    expect(h.summaries).toHaveLength(1);
+    expect(h.ends).toHaveLength(1);
+    expect(h.closes).toBe(1);
+  });
+
+  it('messages after the end are ignored', async () => {
+    const h = harness();
+    h.stream.deliver(requestHeaders('POST', '/v1/completions'));
+    h.stream.cancel();
+    h.stream.deliver(requestBody(COMPLETION));
+    await h.settle();
+    expect(h.summaries.map((s) => s.outcome)).toEqual(['abandoned']);
+    expect(h.ends).toEqual([]);
+    expect(kinds(h.stream.replies)).toEqual(['request_headers']);
+  });
+
+  it('an end while an async dispatch (prefill leg) is in flight aborts it at once; its result is finished', async () => {
+    const pending = deferred<Dispatch>();
+    let make: (() => Dispatch) | undefined;
+    const h = harness({
+      dispatch: (_req, d) => {
+        make = d;
+        return pending.promise;
+      },
+    });
+    h.stream.deliver(requestHeaders('POST', '/v1/completions'), requestBody(COMPLETION));
+    await h.settle();
+    expect(h.signal()?.aborted).toBe(false);
+    h.stream.halfClose();
+    expect(h.signal()?.aborted).toBe(true); // not queued behind the dispatch
+    expect(h.summaries.map((s) => s.outcome)).toEqual(['no_response']);
+    pending.resolve((make as () => Dispatch)());
+    await h.settle();
+    expect(h.ends).toEqual([{ kind: 'cancelled', afterHeaders: false }]);
+    expect(h.worker.load).toBe(0);
+    expect(kinds(h.stream.replies)).toEqual(['request_headers']); // no routing reply after the end
+  });
+
+  it('messages that arrive during an async dispatch wait for it (no interleaving)', async () => {
+    const pending = deferred<Dispatch>();
+    let make: (() => Dispatch) | undefined;
+    const h = harness({
+      dispatch: (_req, d) => {
+        make = d;
+        return pending.promise;
+      },
+    });
+    h.stream.deliver(
+      requestHeaders('POST', '/v1/completions'),
+      requestBody(COMPLETION),
+      responseHeaders(200),
+    );
+    await h.settle();
+    expect(kinds(h.stream.replies)).toEqual(['request_headers']);
+    pending.resolve((make as () => Dispatch)());
+    await h.settle();
+    expect(kinds(h.stream.replies)).toEqual(['request_headers', 'request_body', 'response_headers']);
+    h.stream.deliver(responseBody('x', true));
+    await h.settle();
+    expect(h.summaries.map((s) => s.outcome)).toEqual(['ok']);
+  });
+});
+
+describe('Session: phases', () => {
+  it.each<[string, ProcessingRequest[]]>([
+    ['a response body before anything', [responseBody('x')]],
+    [
+      'request headers twice',
+      [requestHeaders('POST', '/v1/completions'), requestHeaders('POST', '/v1/completions')],
+    ],
+    [
+      'a request body after routing',
+      [requestHeaders('POST', '/v1/completions'), requestBody(COMPLETION), requestBody(COMPLETION)],
+    ],
+    [
+      'response headers twice',
+      [
+        requestHeaders('POST', '/v1/completions'),
+        requestBody(COMPLETION),
+        responseHeaders(200),
+        responseHeaders(200),
+      ],
+    ],
+  ])('%s is a protocol error: a JSON 500, the guard released', async (_name, msgs) => {
+    const h = harness();
+    h.stream.deliver(...msgs);
+    await h.settle();
+    const last = h.stream.replies.at(-1);
+    expect(last?.immediate_response?.status.code).toBe(500);
+    expect(JSON.parse((last?.immediate_response?.body as Buffer).toString()).error.code).toBe(
+      'internal_error',
+    );
+    expect(h.summaries.map((s) => s.outcome)).toEqual(['error']);
+    expect(h.worker.load).toBe(0);
+  });
+
+  it("Envoy's local reply before routing passes through: abandoned, nothing dispatched", async () => {
+    const h = harness();
+    h.stream.deliver(
+      requestHeaders('POST', '/v1/completions'),
+      responseHeaders(413),
+      responseBody('too big', true),
+    );
+    await h.settle();
+    expect(kinds(h.stream.replies)).toEqual(['request_headers', 'response_headers', 'response_body']);
+    expect(h.summaries.map((s) => s.outcome)).toEqual(['abandoned']);
+    expect(h.ends).toEqual([]);
+  });
+
+  it('a duplicate final response chunk is ignored', async () => {
+    const h = harness();
+    routedAndStreaming(h);
+    h.stream.deliver(responseBody('x', true), responseBody('x', true));
+    await h.settle();
+    expect(h.summaries.map((s) => s.outcome)).toEqual(['ok']);
+    expect(kinds(h.stream.replies)).toHaveLength(4);
+  });
+
+  it('response trailers end the response', async () => {
+    const h = harness();
+    routedAndStreaming(h);
+    h.stream.deliver(responseBody('x'), { response_trailers: {} });
+    await h.settle();
+    expect(h.summaries.map((s) => [s.outcome, s.status])).toEqual([['ok', 200]]);
+  });
+
+  it('a bad body is rejected with a JSON 400 before any dispatch', async () => {
+    const h = harness();
+    h.stream.deliver(requestHeaders('POST', '/v1/completions'), requestBody('{"model":'));
+    await h.settle();
+    expect(h.stream.replies.at(-1)?.immediate_response?.status.code).toBe(400);
+    expect(h.summaries.map((s) => [s.outcome, s.status])).toEqual([['rejected', 400]]);
+    expect(h.worker.load).toBe(0);
+  });
+
+  it('a body over the limit is rejected with a JSON 413', async () => {
+    const h = harness();
+    h.stream.deliver(
+      requestHeaders('POST', '/v1/completions'),
+      requestBody({ ...COMPLETION, prompt: 'x'.repeat(20_000) }),
+    );
+    await h.settle();
+    expect(h.stream.replies.at(-1)?.immediate_response?.status.code).toBe(413);
+    expect(h.summaries.map((s) => s.outcome)).toEqual(['rejected']);
+  });
+
+  it('a body-less request routes on its headers', async () => {
+    const h = harness();
+    h.stream.deliver(requestHeaders('GET', '/v1/models', {}, true), responseHeaders(200, true));
+    await h.settle();
+    expect(kinds(h.stream.replies)).toEqual(['request_headers', 'response_headers']);
+    expect(setHeader(h.stream.replies[0], 'x-gateway-destination-endpoint')).toBe('10.0.0.1:8000');
+    expect(h.summaries.map((s) => [s.route, s.outcome])).toEqual([['other', 'ok']]);
+  });
+});
+
+describe('Session: FULL_DUPLEX_STREAMED', () => {
+  const fds: ProcessingRequest = {
+    protocol_config: {
+      request_body_mode: BodySendMode.FULL_DUPLEX_STREAMED,
+      response_body_mode: BodySendMode.FULL_DUPLEX_STREAMED,
+    },
+  };
+
+  it('accumulates request chunks, then routes with a headers reply and the whole body streamed back', async () => {
+    const h = harness();
+    const json = Buffer.from(JSON.stringify(COMPLETION));
+    h.stream.deliver(
+      { ...requestHeaders('POST', '/v1/completions'), ...fds },
+      requestBody(json.subarray(0, 10), false),
+      requestBody(json.subarray(10), true),
+    );
+    await h.settle();
+    expect(kinds(h.stream.replies)).toEqual(['request_headers', 'request_body']);
+    expect(setHeader(h.stream.replies[0], 'x-gateway-destination-endpoint')).toBe('10.0.0.1:8000');
+    const streamed = h.stream.replies[1]?.request_body?.response?.body_mutation?.streamed_response;
+    expect(streamed?.body?.toString()).toBe(json.toString());
+    expect(streamed?.end_of_stream).toBe(true);
+
+    h.stream.deliver(responseHeaders(200), responseBody('a'), responseBody('b', true));
+    await h.settle();
+    const chunks = h.stream.replies
+      .slice(3)
+      .map((r) => r.response_body?.response?.body_mutation?.streamed_response);
+    expect(chunks.map((c) => [c?.body?.toString(), c?.end_of_stream])).toEqual([
+      ['a', false],
+      ['b', true],
+    ]);
+    expect(h.summaries.map((s) => s.outcome)).toEqual(['ok']);
+  });
+});
+
+describe('Session: a concurrent leg that fails', () => {
+  function withLeg(failure: Promise<unknown>) {
+    return harness({ dispatch: (_req, d) => ({ ...d(), failure }) });
+  }
+
+  it('before response headers: the client gets the JSON error instead, outcome error', async () => {
+    const leg = deferred<unknown>();
+    const h = withLeg(leg.promise);
+    h.stream.deliver(requestHeaders('POST', '/v1/completions'), requestBody(COMPLETION));
+    await h.settle();
+    const { RouterError } = await import('../../../src/request/router-error.js');
+    leg.reject(new RouterError('prefill_failed', 502, 'prefill worker x answered 500', 'bad_gateway'));
+    await h.settle();
+    expect(h.stream.replies.at(-1)?.immediate_response?.status.code).toBe(502);
+    expect(h.summaries.map((s) => [s.outcome, s.status])).toEqual([['error', 502]]);
+    expect(h.ends).toEqual([{ kind: 'rejected', status: 502, code: 'prefill_failed' }]);
+    expect(h.worker.load).toBe(0);
+  });
+
+  it('mid-response: the stream is reset, outcome cancelled', async () => {
+    const leg = deferred<unknown>();
+    const h = withLeg(leg.promise);
+    routedAndStreaming(h);
+    await h.settle();
+    const { RouterError } = await import('../../../src/request/router-error.js');
+    leg.reject(new RouterError('prefill_failed', 502, 'prefill worker x answered 500', 'bad_gateway'));
+    h.stream.on('error', () => undefined);
+    await h.settle();
+    expect(h.stream.destroyed).toBe(true);
+    expect(h.summaries.map((s) => s.outcome)).toEqual(['cancelled']);
+    expect(h.ends).toEqual([{ kind: 'cancelled', afterHeaders: true, status: 200 }]);
+    expect(h.worker.load).toBe(0);
+  });
+});

@@ -1,0 +1,259 @@
+/**
+ * Every way a request can end, and what each consumer reads from its one end record: the metrics
+ * outcome, the passive-health outcome (and whether that counts against the worker's breaker).
+ */
+import { describe, expect, it } from 'vitest';
+import {
+  healthOutcome,
+  prefillHealthOutcome,
+  requestOutcome,
+  type HealthOutcome,
+  type Outcome,
+  type RequestEnd,
+  type RoutingStage,
+} from '../../../src/request/request-end.js';
+import { isFailureOutcome } from '../../../src/health/worker-health.js';
+
+interface Way {
+  way: string;
+  end: RequestEnd;
+  stage: RoutingStage;
+  outcome: Outcome;
+  health: HealthOutcome;
+  /** Counts against the worker's circuit breaker. */
+  failure: boolean;
+}
+
+const response = (status: number): RequestEnd => ({ kind: 'response', status });
+const before: RequestEnd = { kind: 'cancelled', afterHeaders: false };
+const after = (status?: number): RequestEnd => ({ kind: 'cancelled', afterHeaders: true, status });
+const rejected = (status: number, code: string): RequestEnd => ({ kind: 'rejected', status, code });
+
+const WAYS: Way[] = [
+  // The response reached end-of-stream.
+  {
+    way: 'completed 200',
+    end: response(200),
+    stage: 'routed',
+    outcome: 'ok',
+    health: 'success',
+    failure: false,
+  },
+  {
+    way: 'completed 204',
+    end: response(204),
+    stage: 'routed',
+    outcome: 'ok',
+    health: 'success',
+    failure: false,
+  },
+  {
+    way: 'completed 399',
+    end: response(399),
+    stage: 'routed',
+    outcome: 'ok',
+    health: 'success',
+    failure: false,
+  },
+  {
+    way: 'upstream 400 (bad request: the client)',
+    end: response(400),
+    stage: 'routed',
+    outcome: 'upstream_4xx',
+    health: 'success',
+    failure: false,
+  },
+  {
+    way: 'upstream 404',
+    end: response(404),
+    stage: 'routed',
+    outcome: 'upstream_4xx',
+    health: 'success',
+    failure: false,
+  },
+  {
+    way: 'upstream 429',
+    end: response(429),
+    stage: 'routed',
+    outcome: 'upstream_4xx',
+    health: 'success',
+    failure: false,
+  },
+  {
+    way: 'upstream 500',
+    end: response(500),
+    stage: 'routed',
+    outcome: 'upstream_5xx',
+    health: 'server_error',
+    failure: true,
+  },
+  {
+    way: "Envoy's 503 local reply (connect failure, reset before headers)",
+    end: response(503),
+    stage: 'routed',
+    outcome: 'upstream_5xx',
+    health: 'server_error',
+    failure: true,
+  },
+  {
+    way: "Envoy's local reply before routing (its 413)",
+    end: response(413),
+    stage: 'unrouted',
+    outcome: 'abandoned',
+    health: 'success',
+    failure: false,
+  },
+  // The router answered itself.
+  {
+    way: 'bad input (400)',
+    end: rejected(400, 'invalid_json'),
+    stage: 'unrouted',
+    outcome: 'rejected',
+    health: 'cancelled',
+    failure: false,
+  },
+  {
+    way: 'body too large (413)',
+    end: rejected(413, 'body_too_large'),
+    stage: 'unrouted',
+    outcome: 'rejected',
+    health: 'cancelled',
+    failure: false,
+  },
+  {
+    way: 'no workers (503)',
+    end: rejected(503, 'no_workers'),
+    stage: 'dispatching',
+    outcome: 'no_workers',
+    health: 'cancelled',
+    failure: false,
+  },
+  {
+    way: 'prefill failed (502)',
+    end: rejected(502, 'prefill_failed'),
+    stage: 'dispatching',
+    outcome: 'error',
+    health: 'cancelled',
+    failure: false,
+  },
+  {
+    way: 'concurrent prefill failed before response headers (502)',
+    end: rejected(502, 'prefill_failed'),
+    stage: 'routed',
+    outcome: 'error',
+    health: 'cancelled',
+    failure: false,
+  },
+  {
+    way: 'protocol error / internal (500)',
+    end: rejected(500, 'internal_error'),
+    stage: 'unrouted',
+    outcome: 'error',
+    health: 'cancelled',
+    failure: false,
+  },
+  {
+    way: 'rejected without a known status',
+    end: { kind: 'rejected' },
+    stage: 'unrouted',
+    outcome: 'rejected',
+    health: 'cancelled',
+    failure: false,
+  },
+  // The stream ended first.
+  {
+    way: 'client gone before routing',
+    end: before,
+    stage: 'unrouted',
+    outcome: 'abandoned',
+    health: 'no_response',
+    failure: false,
+  },
+  {
+    way: 'client gone during the prefill leg',
+    end: before,
+    stage: 'dispatching',
+    outcome: 'no_response',
+    health: 'no_response',
+    failure: false,
+  },
+  {
+    way: 'routed, no response headers (client gone, message timeout)',
+    end: before,
+    stage: 'routed',
+    outcome: 'no_response',
+    health: 'no_response',
+    failure: false,
+  },
+  {
+    way: 'client abort mid-body after 200',
+    end: after(200),
+    stage: 'routed',
+    outcome: 'cancelled',
+    health: 'cancelled',
+    failure: false,
+  },
+  {
+    way: 'ended after headers, status unknown',
+    end: after(),
+    stage: 'routed',
+    outcome: 'cancelled',
+    health: 'cancelled',
+    failure: false,
+  },
+  {
+    way: 'upstream reset mid-body after 502',
+    end: after(502),
+    stage: 'routed',
+    outcome: 'cancelled',
+    health: 'server_error',
+    failure: true,
+  },
+  {
+    way: "Envoy's local reply before routing, cut mid-body",
+    end: after(413),
+    stage: 'unrouted',
+    outcome: 'cancelled',
+    health: 'cancelled',
+    failure: false,
+  },
+];
+
+describe('request end: one record, every projection', () => {
+  it.each(WAYS)('$way -> $outcome / $health', ({ end, stage, outcome, health, failure }) => {
+    expect(requestOutcome(end, stage)).toBe(outcome);
+    expect(healthOutcome(end)).toBe(health);
+    expect(isFailureOutcome(healthOutcome(end))).toBe(failure);
+  });
+
+  it('every metrics outcome is reachable', () => {
+    const all: Outcome[] = [
+      'ok',
+      'upstream_4xx',
+      'upstream_5xx',
+      'rejected',
+      'no_workers',
+      'error',
+      'no_response',
+      'cancelled',
+      'abandoned',
+    ];
+    expect(new Set(WAYS.map((w) => w.outcome))).toEqual(new Set(all));
+  });
+});
+
+describe('prefill leg end -> health', () => {
+  it.each<[string, number | undefined, HealthOutcome, boolean]>([
+    ['ok', undefined, 'success', false],
+    ['aborted', undefined, 'cancelled', false],
+    ['status', 503, 'prefill_failed', true],
+    ['status', 400, 'success', false],
+    ['status', undefined, 'prefill_failed', true],
+    ['timeout', undefined, 'prefill_failed', true],
+    ['transport', undefined, 'prefill_failed', true],
+    ['invalid_response', undefined, 'prefill_failed', true],
+  ])('%s (status %s) -> %s (failure: %s)', (kind, status, outcome, failure) => {
+    expect(prefillHealthOutcome(kind, status)).toBe(outcome);
+    expect(isFailureOutcome(outcome)).toBe(failure);
+  });
+});
