@@ -1,0 +1,244 @@
+/**
+ * A model's Hugging Face tokenizer, loaded from a local directory holding `tokenizer.json` and
+ * `tokenizer_config.json` (what vLLM loads), with the model's Jinja chat template.
+ *
+ * Libraries (both zero-dependency, pure JavaScript, maintained by Hugging Face, work offline from
+ * local files):
+ * - `@huggingface/tokenizers` (tokenizers.js, the tokenizer core of transformers.js): BPE / WordPiece /
+ *   Unigram models, normalizers, pre-tokenizers and post-processors from tokenizer.json. Checked
+ *   against the Rust `tokenizers` library's ids on the fixture (test/fixtures/tokenizer/expected.json).
+ * - `@huggingface/jinja`: the Jinja subset chat templates use, rendered like transformers'
+ *   apply_chat_template (messages, add_generation_prompt, tools, bos/eos tokens, raise_exception).
+ *
+ * Tokenizing a rendered chat as vLLM does: render the template, then encode WITHOUT adding special
+ * tokens (the template already writes BOS); completions encode with them (vLLM's defaults for
+ * `add_special_tokens`).
+ *
+ * Prefix cache: the text is split at added tokens (`<|eot_id|>`, headers, ...), which HF tokenizers
+ * match before the normal pipeline, so each piece between them tokenizes independently; pieces are
+ * cached (LRU by total characters, default 16 Mi chars), so a long system prompt or earlier turns shared
+ * by many requests are tokenized once. Special tokens added by the post-processor (BOS) are found once
+ * by encoding '' and prepended. Added tokens declared with lstrip/rstrip change the neighbouring
+ * whitespace; for such tokenizers the cache falls back to whole-text keys.
+ */
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { Tokenizer } from '@huggingface/tokenizers';
+import { Template } from '@huggingface/jinja';
+
+export interface ChatRenderOptions {
+  readonly addGenerationPrompt: boolean;
+  readonly continueFinalMessage?: boolean;
+  readonly tools?: unknown;
+}
+
+export type ChatRenderResult = { ok: true; text: string } | { ok: false; error: string };
+
+interface AddedTokenSpec {
+  id: number;
+  content: string;
+  lstrip?: boolean;
+  rstrip?: boolean;
+}
+
+export interface HfTokenizerOptions {
+  /** Characters of cached pieces kept. Default 16 Mi. */
+  maxCachedChars?: number;
+}
+
+export class HfTokenizer {
+  readonly name: string;
+  private readonly tokenizer: Tokenizer;
+  private readonly template: Template | undefined;
+  private readonly config: Record<string, unknown>;
+  private readonly splitter: RegExp | undefined;
+  private readonly addedIds = new Map<string, number>();
+  private readonly specialPrefix: number[];
+  private readonly cache = new Map<string, readonly number[]>();
+  private cachedChars = 0;
+  private readonly maxCachedChars: number;
+  private readonly vocab: Map<number, string>;
+
+  constructor(
+    tokenizerJson: Record<string, unknown>,
+    config: Record<string, unknown>,
+    name = 'tokenizer',
+    opts: HfTokenizerOptions = {},
+  ) {
+    this.name = name;
+    this.config = config;
+    this.tokenizer = new Tokenizer(tokenizerJson, config);
+    this.maxCachedChars = opts.maxCachedChars ?? 16 * 1024 * 1024;
+    const chatTemplate = chatTemplateOf(config);
+    this.template = chatTemplate === undefined ? undefined : new Template(chatTemplate);
+    const added = (
+      Array.isArray(tokenizerJson.added_tokens) ? tokenizerJson.added_tokens : []
+    ) as AddedTokenSpec[];
+    let stripping = false;
+    for (const t of added) {
+      if (typeof t.content !== 'string' || typeof t.id !== 'number' || t.content.length === 0) continue;
+      this.addedIds.set(t.content, t.id);
+      if (t.lstrip === true || t.rstrip === true) stripping = true;
+    }
+    if (this.addedIds.size > 0 && !stripping) {
+      const alternatives = [...this.addedIds.keys()]
+        .sort((a, b) => b.length - a.length)
+        .map((s) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'));
+      this.splitter = new RegExp(`(${alternatives.join('|')})`);
+    }
+    this.specialPrefix = this.tokenizer.encode('', { add_special_tokens: true }).ids.map(Number);
+    this.vocab = vocabOf(tokenizerJson);
+  }
+
+  /** Loads `<dir>/tokenizer.json` and `<dir>/tokenizer_config.json` (the latter optional). */
+  static load(dir: string, opts: HfTokenizerOptions = {}): HfTokenizer {
+    const json = JSON.parse(readFileSync(join(dir, 'tokenizer.json'), 'utf8')) as Record<string, unknown>;
+    let config: Record<string, unknown> = {};
+    try {
+      config = JSON.parse(readFileSync(join(dir, 'tokenizer_config.json'), 'utf8')) as Record<
+        string,
+        unknown
+      >;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+    }
+    return new HfTokenizer(json, config, dir, opts);
+  }
+
+  get hasChatTemplate(): boolean {
+    return this.template !== undefined;
+  }
+
+  /** Token ids of `text`; `addSpecialTokens` (default true) adds what the post-processor adds (BOS). */
+  encode(text: string, addSpecialTokens = true): number[] {
+    const body = this.encodePieces(text);
+    return addSpecialTokens && this.specialPrefix.length > 0 ? [...this.specialPrefix, ...body] : body;
+  }
+
+  /** Encoding through the library directly, without the piece cache (reference for tests). */
+  encodeUncached(text: string, addSpecialTokens = true): number[] {
+    return this.tokenizer.encode(text, { add_special_tokens: addSpecialTokens }).ids.map(Number);
+  }
+
+  decode(ids: readonly number[]): string {
+    return this.tokenizer.decode([...ids], { skip_special_tokens: false });
+  }
+
+  /** The vocabulary string of one id. Throws a RangeError when out of vocabulary. */
+  tokenString(id: number): string {
+    const s = this.vocab.get(id);
+    if (s === undefined) throw new RangeError(`token id ${String(id)} is out of vocabulary`);
+    return s;
+  }
+
+  /** Renders chat messages with the model's template (transformers' apply_chat_template variables). */
+  renderChat(messages: unknown, opts: ChatRenderOptions): ChatRenderResult {
+    if (this.template === undefined) return { ok: false, error: `${this.name} has no chat template` };
+    if (!Array.isArray(messages) || messages.length === 0) {
+      return { ok: false, error: 'messages must be a non-empty array' };
+    }
+    if (opts.addGenerationPrompt && opts.continueFinalMessage === true) {
+      return {
+        ok: false,
+        error: 'Cannot set both `continue_final_message` and `add_generation_prompt` to True.',
+      };
+    }
+    try {
+      let text = this.template.render({
+        messages,
+        add_generation_prompt: opts.addGenerationPrompt,
+        ...(opts.tools !== undefined ? { tools: opts.tools } : {}),
+        bos_token: tokenText(this.config.bos_token),
+        eos_token: tokenText(this.config.eos_token),
+        unk_token: tokenText(this.config.unk_token),
+        pad_token: tokenText(this.config.pad_token),
+      });
+      if (opts.continueFinalMessage === true) text = openFinalMessage(text, messages);
+      return { ok: true, text };
+    } catch (err) {
+      return { ok: false, error: `chat template failed: ${(err as Error).message}` };
+    }
+  }
+
+  private encodePieces(text: string): number[] {
+    if (this.splitter === undefined) return [...this.piece(text)];
+    const out: number[] = [];
+    for (const part of text.split(this.splitter)) {
+      if (part.length === 0) continue;
+      const id = this.addedIds.get(part);
+      if (id !== undefined) out.push(id);
+      else for (const t of this.piece(part)) out.push(t);
+    }
+    return out;
+  }
+
+  private piece(text: string): readonly number[] {
+    const hit = this.cache.get(text);
+    if (hit !== undefined) {
+      this.cache.delete(text);
+      this.cache.set(text, hit);
+      return hit;
+    }
+    const ids = this.tokenizer.encode(text, { add_special_tokens: false }).ids.map(Number);
+    if (text.length <= this.maxCachedChars / 4) {
+      this.cache.set(text, ids);
+      this.cachedChars += text.length;
+      while (this.cachedChars > this.maxCachedChars) {
+        const [oldest, value] = this.cache.entries().next().value as [string, readonly number[]];
+        void value;
+        this.cache.delete(oldest);
+        this.cachedChars -= oldest.length;
+      }
+    }
+    return ids;
+  }
+}
+
+function chatTemplateOf(config: Record<string, unknown>): string | undefined {
+  const t = config.chat_template;
+  if (typeof t === 'string') return t;
+  // Some configs list named templates: [{name: 'default', template: '...'}, ...].
+  if (Array.isArray(t)) {
+    const named = t as Array<{ name?: unknown; template?: unknown }>;
+    const pick = named.find((x) => x.name === 'default') ?? named[0];
+    if (pick !== undefined && typeof pick.template === 'string') return pick.template;
+  }
+  return undefined;
+}
+
+function tokenText(v: unknown): string {
+  if (typeof v === 'string') return v;
+  if (typeof v === 'object' && v !== null && typeof (v as { content?: unknown }).content === 'string') {
+    return (v as { content: string }).content;
+  }
+  return '';
+}
+
+/** continue_final_message: cut the rendered text right after the final message's content. */
+function openFinalMessage(text: string, messages: readonly unknown[]): string {
+  const last = messages[messages.length - 1] as { content?: unknown };
+  const content = typeof last?.content === 'string' ? last.content.trim() : '';
+  if (content.length === 0) return text;
+  const at = text.lastIndexOf(content);
+  return at === -1 ? text : text.slice(0, at + content.length);
+}
+
+function vocabOf(json: Record<string, unknown>): Map<number, string> {
+  const out = new Map<number, string>();
+  const model = json.model as { vocab?: unknown } | undefined;
+  const vocab = model?.vocab;
+  if (Array.isArray(vocab)) {
+    // Unigram: [[piece, score], ...]
+    vocab.forEach((entry, id) => {
+      if (Array.isArray(entry) && typeof entry[0] === 'string') out.set(id, entry[0]);
+    });
+  } else if (typeof vocab === 'object' && vocab !== null) {
+    for (const [piece, id] of Object.entries(vocab as Record<string, unknown>)) {
+      if (typeof id === 'number') out.set(id, piece);
+    }
+  }
+  for (const t of (Array.isArray(json.added_tokens) ? json.added_tokens : []) as AddedTokenSpec[]) {
+    if (typeof t.id === 'number' && typeof t.content === 'string') out.set(t.id, t.content);
+  }
+  return out;
+}

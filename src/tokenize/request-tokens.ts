@@ -1,0 +1,121 @@
+/**
+ * The prompt token ids vLLM would compute for an OpenAI request, on the router side, or why the
+ * router cannot know them (the caller then falls back to the approximate prefix tree).
+ *
+ * - /v1/completions: `prompt` a string -> encode(prompt, add_special_tokens ?? true); a list of token
+ *   ids -> used as is. A batch (list of several prompts) is `batch_prompt`: several sequences, no one
+ *   prefix.
+ * - /v1/chat/completions: `messages` rendered with the model's chat template (add_generation_prompt
+ *   ?? true, continue_final_message, tools), then encode(text, add_special_tokens ?? false).
+ *   Non-text content parts (images, audio: their tokens depend on the model's processor) ->
+ *   `multimodal`; a template error (e.g. tool calls the template cannot render) -> `template_error`.
+ * - no tokenizer configured for the model -> `no_tokenizer`.
+ *
+ * Tokenizers come from `--tokenizer MODEL=PATH` (a directory with tokenizer.json and
+ * tokenizer_config.json), loaded once at start-up; a failure to load is a start-up error.
+ */
+import { HfTokenizer } from './hf-tokenizer.js';
+
+export type TokenizeFallback =
+  'no_tokenizer' | 'no_prompt' | 'batch_prompt' | 'multimodal' | 'no_chat_template' | 'template_error';
+
+export type RequestTokens = { ok: true; ids: readonly number[] } | { ok: false; reason: TokenizeFallback };
+
+/** Parses repeatable `MODEL=PATH` specs. Throws a RangeError naming the bad spec. */
+export function parseTokenizerSpecs(specs: readonly string[]): Map<string, string> {
+  const out = new Map<string, string>();
+  for (const spec of specs) {
+    const eq = spec.lastIndexOf('=');
+    if (eq <= 0 || eq === spec.length - 1) {
+      throw new RangeError(`--tokenizer: expected MODEL=PATH, got "${spec}"`);
+    }
+    const model = spec.slice(0, eq);
+    if (out.has(model)) throw new RangeError(`--tokenizer: model "${model}" given twice`);
+    out.set(model, spec.slice(eq + 1));
+  }
+  return out;
+}
+
+export class RequestTokenizer {
+  private readonly byModel = new Map<string, HfTokenizer>();
+
+  /** model -> tokenizer; `load` specs are directories (see HfTokenizer.load). */
+  constructor(tokenizers: ReadonlyMap<string, HfTokenizer> = new Map()) {
+    for (const [model, t] of tokenizers) this.byModel.set(model, t);
+  }
+
+  static load(specs: ReadonlyMap<string, string>): RequestTokenizer {
+    const loaded = new Map<string, HfTokenizer>();
+    const byPath = new Map<string, HfTokenizer>();
+    for (const [model, path] of specs) {
+      let t = byPath.get(path);
+      if (t === undefined) {
+        try {
+          t = HfTokenizer.load(path);
+        } catch (err) {
+          throw new RangeError(`--tokenizer ${model}=${path}: ${(err as Error).message}`, { cause: err });
+        }
+        byPath.set(path, t);
+      }
+      loaded.set(model, t);
+    }
+    return new RequestTokenizer(loaded);
+  }
+
+  get size(): number {
+    return this.byModel.size;
+  }
+
+  tokenizerFor(model: string): HfTokenizer | undefined {
+    return this.byModel.get(model);
+  }
+
+  tokenize(model: string, body: Readonly<Record<string, unknown>> | undefined): RequestTokens {
+    const t = this.byModel.get(model);
+    if (t === undefined) return { ok: false, reason: 'no_tokenizer' };
+    if (body === undefined) return { ok: false, reason: 'no_prompt' };
+    const addSpecial = typeof body.add_special_tokens === 'boolean' ? body.add_special_tokens : undefined;
+    if (body.messages !== undefined) {
+      if (!t.hasChatTemplate) return { ok: false, reason: 'no_chat_template' };
+      if (!Array.isArray(body.messages) || body.messages.length === 0)
+        return { ok: false, reason: 'no_prompt' };
+      if (hasNonTextPart(body.messages)) return { ok: false, reason: 'multimodal' };
+      const rendered = t.renderChat(body.messages, {
+        addGenerationPrompt: body.add_generation_prompt !== false,
+        continueFinalMessage: body.continue_final_message === true,
+        ...(body.tools !== undefined ? { tools: body.tools } : {}),
+      });
+      if (!rendered.ok) return { ok: false, reason: 'template_error' };
+      return { ok: true, ids: t.encode(rendered.text, addSpecial ?? false) };
+    }
+    const prompt = body.prompt;
+    if (typeof prompt === 'string') return { ok: true, ids: t.encode(prompt, addSpecial ?? true) };
+    if (Array.isArray(prompt) && prompt.length > 0) {
+      if (prompt.every(isTokenId)) return { ok: true, ids: prompt as number[] };
+      if (prompt.length === 1 && typeof prompt[0] === 'string') {
+        return { ok: true, ids: t.encode(prompt[0], addSpecial ?? true) };
+      }
+      if (prompt.length === 1 && Array.isArray(prompt[0]) && (prompt[0] as unknown[]).every(isTokenId)) {
+        return { ok: true, ids: prompt[0] as number[] };
+      }
+      return { ok: false, reason: 'batch_prompt' };
+    }
+    return { ok: false, reason: 'no_prompt' };
+  }
+}
+
+function isTokenId(v: unknown): v is number {
+  return typeof v === 'number' && Number.isInteger(v) && v >= 0;
+}
+
+function hasNonTextPart(messages: readonly unknown[]): boolean {
+  for (const m of messages) {
+    const content = (m as { content?: unknown } | null)?.content;
+    if (!Array.isArray(content)) continue;
+    for (const part of content) {
+      const type = (part as { type?: unknown } | null)?.type;
+      if (type !== 'text') return true;
+    }
+  }
+  return false;
+}

@@ -1,0 +1,116 @@
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+import { HfTokenizer } from '../../../src/tokenize/hf-tokenizer.js';
+import { RequestTokenizer, parseTokenizerSpecs } from '../../../src/tokenize/request-tokens.js';
+
+const DIR = fileURLToPath(new URL('../../fixtures/tokenizer', import.meta.url));
+/** Golden values from the Rust `tokenizers` library and Jinja2 (scripts/gen-tokenizer-fixture.py). */
+const expected = JSON.parse(readFileSync(`${DIR}/expected.json`, 'utf8')) as {
+  samples: Array<{ text: string; ids: number[]; ids_no_special: number[] }>;
+  chats: Array<{ messages: unknown[]; add_generation_prompt: boolean; text: string; ids: number[] }>;
+};
+const tok = HfTokenizer.load(DIR);
+
+describe('HfTokenizer on the fixture (checked against the Rust tokenizers library)', () => {
+  it.each(expected.samples.map((s) => [s.text, s] as const))('encodes %j like Rust', (_text, s) => {
+    expect(tok.encode(s.text)).toEqual(s.ids);
+    expect(tok.encode(s.text, false)).toEqual(s.ids_no_special);
+    expect(tok.encodeUncached(s.text)).toEqual(s.ids);
+  });
+
+  it.each(expected.samples.map((s) => [s.text] as const))('round-trips %j', (text) => {
+    expect(tok.decode(tok.encode(text, false))).toBe(text);
+  });
+
+  it('the piece cache gives the same ids on a second, cached pass', () => {
+    const text = expected.chats[0]!.text;
+    const first = tok.encode(text, false);
+    expect(tok.encode(text, false)).toEqual(first);
+    expect(first).toEqual(tok.encodeUncached(text, false));
+  });
+
+  it('tokenString names vocabulary entries and rejects unknown ids', () => {
+    expect(tok.tokenString(0)).toBe('<|begin_of_text|>');
+    expect(() => tok.tokenString(10_000)).toThrow(RangeError);
+  });
+});
+
+describe('chat template rendering (checked against Jinja2)', () => {
+  it.each(expected.chats.map((c, i) => [i, c] as const))(
+    'conversation %i renders and tokenizes like vLLM',
+    (_i, c) => {
+      const r = tok.renderChat(c.messages, { addGenerationPrompt: c.add_generation_prompt });
+      expect(r).toEqual({ ok: true, text: c.text });
+      expect(tok.encode(c.text, false)).toEqual(c.ids);
+    },
+  );
+
+  it('continue_final_message leaves the last message open; both flags at once is an error', () => {
+    const messages = [
+      { role: 'user', content: 'Say' },
+      { role: 'assistant', content: 'Hello' },
+    ];
+    const r = tok.renderChat(messages, { addGenerationPrompt: false, continueFinalMessage: true });
+    expect(r.ok && r.text.endsWith('assistant<|end_header_id|>\n\nHello')).toBe(true);
+    expect(tok.renderChat(messages, { addGenerationPrompt: true, continueFinalMessage: true }).ok).toBe(
+      false,
+    );
+  });
+});
+
+describe('RequestTokenizer', () => {
+  const rt = new RequestTokenizer(new Map([['m', tok]]));
+  const chat = expected.chats[0]!;
+
+  it.each<[string, Record<string, unknown> | undefined, unknown]>([
+    ['chat -> template, no extra BOS', { messages: chat.messages }, { ok: true, ids: chat.ids }],
+    [
+      'completion string -> BOS added',
+      { prompt: 'Hello world' },
+      { ok: true, ids: expected.samples[0]!.ids },
+    ],
+    [
+      'completion, add_special_tokens false',
+      { prompt: 'Hello world', add_special_tokens: false },
+      { ok: true, ids: expected.samples[0]!.ids_no_special },
+    ],
+    ['token ids as is', { prompt: [5, 6, 7] }, { ok: true, ids: [5, 6, 7] }],
+    ['one-element batch', { prompt: [[5, 6]] }, { ok: true, ids: [5, 6] }],
+    ['batch of prompts', { prompt: ['a', 'b'] }, { ok: false, reason: 'batch_prompt' }],
+    [
+      'image part',
+      { messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'x' } }] }] },
+      { ok: false, reason: 'multimodal' },
+    ],
+    ['no body', undefined, { ok: false, reason: 'no_prompt' }],
+    ['no prompt', { max_tokens: 3 }, { ok: false, reason: 'no_prompt' }],
+  ])('%s', (_name, body, out) => {
+    expect(rt.tokenize('m', body)).toEqual(out);
+  });
+
+  it('a model without a tokenizer falls back', () => {
+    expect(rt.tokenize('other', { prompt: 'x' })).toEqual({ ok: false, reason: 'no_tokenizer' });
+  });
+
+  it('a template that raises is a template_error', () => {
+    const raising = new HfTokenizer(
+      JSON.parse(readFileSync(`${DIR}/tokenizer.json`, 'utf8')) as Record<string, unknown>,
+      { chat_template: "{{ raise_exception('tools unsupported') }}" },
+    );
+    const r = new RequestTokenizer(new Map([['m', raising]]));
+    expect(r.tokenize('m', { messages: [{ role: 'user', content: 'x' }] })).toEqual({
+      ok: false,
+      reason: 'template_error',
+    });
+  });
+
+  it('parses MODEL=PATH specs and loads each directory once', () => {
+    const specs = parseTokenizerSpecs([`a=${DIR}`, `org/b:v1=${DIR}`]);
+    expect([...specs.keys()]).toEqual(['a', 'org/b:v1']);
+    const loaded = RequestTokenizer.load(specs);
+    expect(loaded.tokenizerFor('a')).toBe(loaded.tokenizerFor('org/b:v1'));
+    expect(() => parseTokenizerSpecs(['nopath'])).toThrow(/MODEL=PATH/);
+    expect(() => RequestTokenizer.load(new Map([['x', '/nonexistent']]))).toThrow(/--tokenizer x=/);
+  });
+});
