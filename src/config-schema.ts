@@ -1,8 +1,17 @@
 /**
  * The single source of truth for every setting: CLI flag, YAML key, type, default, help.
- * config.ts parses against it, `--help` prints it, and docs/configuration.md is generated from it
- * (scripts/gen-config-docs.ts), so the three cannot drift.
+ * config.ts parses against it, `--help` prints it, docs/configuration.md is generated from it
+ * (scripts/gen-config-docs.ts), and the `Config` type is derived from it (below), so none can drift.
+ *
+ * Adding a setting is ONE entry in OPTIONS: the key appears in `Config` with the type its `type`
+ * (and `values`) imply; then regenerate the docs. A default or a set of values that a module owns
+ * (policy names, cache-aware thresholds, breaker thresholds) is imported from that module, never
+ * written here a second time.
  */
+import { POLICY_NAMES } from './routing/policy.js';
+import { CACHE_AWARE_MODES, DEFAULT_CACHE_AWARE_OPTIONS as CACHE_AWARE } from './routing/cache-aware.js';
+import { DEFAULT_BREAKER_OPTIONS as BREAKER } from './health/circuit-breaker.js';
+
 export type OptionType = 'int' | 'number' | 'string' | 'bool' | 'list' | 'enum';
 
 export interface OptionSpec {
@@ -16,15 +25,6 @@ export interface OptionSpec {
   readonly values?: readonly string[];
   readonly group: string;
 }
-
-export const POLICY_VALUES = [
-  'round_robin',
-  'random',
-  'power_of_two',
-  'least_load',
-  'consistent_hash',
-  'cache_aware',
-] as const;
 
 export const OPTIONS = [
   // Server
@@ -84,6 +84,14 @@ export const OPTIONS = [
     type: 'int',
     default: 5000,
     help: 'On SIGTERM/SIGINT, keep accepting streams this long after readiness turns off, so Envoy health checks and readiness probes stop sending first.',
+  },
+  {
+    group: 'Server',
+    key: 'closeGraceMs',
+    flag: 'close-grace-ms',
+    type: 'int',
+    default: 5000,
+    help: 'After a drain, how long closing lets open gRPC calls deliver their last replies before cancelling them.',
   },
   {
     group: 'Server',
@@ -166,7 +174,7 @@ export const OPTIONS = [
     flag: 'policy',
     type: 'enum',
     default: 'cache_aware',
-    values: POLICY_VALUES,
+    values: POLICY_NAMES,
     help: 'Policy of the regular pool.',
   },
   {
@@ -175,7 +183,7 @@ export const OPTIONS = [
     flag: 'prefill-policy',
     type: 'enum',
     default: 'cache_aware',
-    values: POLICY_VALUES,
+    values: POLICY_NAMES,
     help: 'Policy of the prefill pool (pd mode).',
   },
   {
@@ -184,7 +192,7 @@ export const OPTIONS = [
     flag: 'decode-policy',
     type: 'enum',
     default: 'power_of_two',
-    values: POLICY_VALUES,
+    values: POLICY_NAMES,
     help: 'Policy of the decode pool (pd mode).',
   },
   {
@@ -192,7 +200,7 @@ export const OPTIONS = [
     key: 'cacheThreshold',
     flag: 'cache-threshold',
     type: 'number',
-    default: 0.3,
+    default: CACHE_AWARE.cacheThreshold,
     help: 'cache_aware: minimum matched/prompt ratio to follow prefix affinity.',
   },
   {
@@ -200,7 +208,7 @@ export const OPTIONS = [
     key: 'balanceAbsThreshold',
     flag: 'balance-abs-threshold',
     type: 'number',
-    default: 64,
+    default: CACHE_AWARE.balanceAbsThreshold,
     help: "cache_aware: the cache owner yields when its load > mean + this (and > mean * rel). Size it near the in-flight requests per worker: the default (the reference router's) never fires when workers average fewer than ~64 (docs/benchmarks.md, multi-turn).",
   },
   {
@@ -208,7 +216,7 @@ export const OPTIONS = [
     key: 'balanceRelThreshold',
     flag: 'balance-rel-threshold',
     type: 'number',
-    default: 1.5,
+    default: CACHE_AWARE.balanceRelThreshold,
     help: 'cache_aware: the cache owner yields when its load > mean * this (and > mean + abs).',
   },
   {
@@ -216,8 +224,8 @@ export const OPTIONS = [
     key: 'cacheAwareMode',
     flag: 'cache-aware-mode',
     type: 'enum',
-    default: 'per_request',
-    values: ['per_request', 'global'],
+    default: CACHE_AWARE.mode,
+    values: CACHE_AWARE_MODES,
     help: "per_request: overload escape per request; global: the reference router's fleet-wide imbalance gate.",
   },
   {
@@ -225,7 +233,7 @@ export const OPTIONS = [
     key: 'evictionIntervalMs',
     flag: 'eviction-interval-ms',
     type: 'int',
-    default: 120000,
+    default: CACHE_AWARE.evictionIntervalMs,
     help: 'cache_aware: how often trees are trimmed to max-tree-size.',
   },
   {
@@ -233,7 +241,7 @@ export const OPTIONS = [
     key: 'maxTreeSize',
     flag: 'max-tree-size',
     type: 'int',
-    default: 2 ** 26,
+    default: CACHE_AWARE.maxTreeSize,
     help: 'cache_aware: characters of prompt text kept per worker.',
   },
   // P/D
@@ -309,7 +317,7 @@ export const OPTIONS = [
     key: 'cbFailureThreshold',
     flag: 'cb-failure-threshold',
     type: 'int',
-    default: 5,
+    default: BREAKER.failureThreshold,
     help: "Consecutive request failures that open a worker's circuit breaker.",
   },
   {
@@ -317,7 +325,7 @@ export const OPTIONS = [
     key: 'cbSuccessThreshold',
     flag: 'cb-success-threshold',
     type: 'int',
-    default: 2,
+    default: BREAKER.successThreshold,
     help: 'Successes in half-open state that close the breaker.',
   },
   {
@@ -325,7 +333,27 @@ export const OPTIONS = [
     key: 'cbCooldownMs',
     flag: 'cb-cooldown-ms',
     type: 'int',
-    default: 30000,
+    default: BREAKER.cooldownMs,
     help: 'Time an open breaker waits before half-open.',
   },
 ] as const satisfies readonly OptionSpec[];
+
+/** One entry of OPTIONS, with its literal key, type and values. */
+export type Option = (typeof OPTIONS)[number];
+
+/** The TypeScript type of a setting, from its option entry. */
+export type OptionValue<O extends OptionSpec> = O extends {
+  readonly type: 'enum';
+  readonly values: readonly (infer V)[];
+}
+  ? V
+  : O extends { readonly type: 'int' | 'number' }
+    ? number
+    : O extends { readonly type: 'bool' }
+      ? boolean
+      : O extends { readonly type: 'list' }
+        ? string[]
+        : string;
+
+/** Every setting, typed from OPTIONS (config.ts parses into it). */
+export type Config = { [O in Option as O['key']]: OptionValue<O> };

@@ -5,47 +5,9 @@
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { parse as parseYaml } from 'yaml';
-import { OPTIONS, type OptionSpec } from './config-schema.js';
-import type { PolicyName } from './routing/policy.js';
+import { OPTIONS, type Config, type OptionSpec } from './config-schema.js';
 
-export interface Config {
-  host: string;
-  grpcPort: number;
-  adminPort: number;
-  logLevel: 'trace' | 'debug' | 'info' | 'warn' | 'error' | 'fatal' | 'silent';
-  maxBodyBytes: number;
-  drainTimeoutMs: number;
-  drainGraceMs: number;
-  decisionHeader: boolean;
-  mode: 'regular' | 'pd';
-  workers: string[];
-  prefill: string[];
-  decode: string[];
-  discoveryZmq: string;
-  discoveryTtlMs: number;
-  discoveryAllow: string[];
-  adminToken: string;
-  policy: PolicyName;
-  prefillPolicy: PolicyName;
-  decodePolicy: PolicyName;
-  cacheThreshold: number;
-  balanceAbsThreshold: number;
-  balanceRelThreshold: number;
-  cacheAwareMode: 'per_request' | 'global';
-  evictionIntervalMs: number;
-  maxTreeSize: number;
-  kvConnector: 'nixl' | 'mooncake' | 'moriio' | 'p2pnccl';
-  pdDispatch: 'auto' | 'sequential' | 'concurrent' | 'sidecar';
-  prefillTimeoutMs: number;
-  prefillRetries: number;
-  healthCheckIntervalMs: number;
-  healthCheckTimeoutMs: number;
-  healthFailureThreshold: number;
-  healthSuccessThreshold: number;
-  cbFailureThreshold: number;
-  cbSuccessThreshold: number;
-  cbCooldownMs: number;
-}
+export type { Config };
 
 export class ConfigError extends Error {
   override name = 'ConfigError';

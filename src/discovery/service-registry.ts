@@ -36,6 +36,11 @@
  * Times are in the injected clock's domain. The default clock is `performance.now()` (monotonic ms),
  * so a wall-clock step cannot expire or resurrect workers.
  *
+ * Change listeners (`onChange`) are told, synchronously and after the table is updated, whenever a
+ * role's membership or an entry's identity changes (the same points that drop the snapshot cache);
+ * a heartbeat that only extends expiry is not a change, and neither is an entry passing its expiry
+ * until `cleanup()` removes it. The composition root reconciles the pools there.
+ *
  * Pure: no timers, metrics or logging. Callers run `cleanup()` periodically (RegistryJanitor).
  */
 import type { Role } from '../workers/role.js';
@@ -114,12 +119,24 @@ export class ServiceRegistry {
   private readonly clock: () => number;
   private readonly tables = new Map<Role, RoleTable>();
   private lastGeneration = 0;
+  private readonly listeners = new Set<(role: Role) => void>();
 
   constructor(opts: ServiceRegistryOptions = {}) {
     const ttlMs = opts.ttlMs ?? DEFAULT_REGISTRY_TTL_MS;
     if (!(ttlMs > 0) || !Number.isFinite(ttlMs)) throw new RangeError(`ttlMs must be > 0, got ${ttlMs}`);
     this.ttlMs = ttlMs;
     this.clock = opts.clock ?? (() => performance.now());
+  }
+
+  /** Calls `listener(role)` after every membership change of `role`. Returns the unsubscribe. */
+  onChange(listener: (role: Role) => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  private changed(table: RoleTable, role: Role): void {
+    table.cache = undefined;
+    for (const listener of this.listeners) listener(role);
   }
 
   /** Registers or refreshes (role, url). See the module comment for the lifetime rules. */
@@ -143,7 +160,7 @@ export class ServiceRegistry {
       table.entries.set(reg.url, entry);
       // A plain heartbeat only moves expiry forward: the cached snapshot stays correct (see header).
       if (previous.permanent !== entry.permanent || !shallowEqualRecords(previous.metadata, entry.metadata)) {
-        table.cache = undefined;
+        this.changed(table, reg.role);
       }
       return { entry, event: 'heartbeat' };
     }
@@ -156,7 +173,7 @@ export class ServiceRegistry {
       permanent,
     });
     table.entries.set(reg.url, entry);
-    table.cache = undefined;
+    this.changed(table, reg.role);
     return { entry, event: previous === undefined ? 'registered' : 'replaced' };
   }
 
@@ -164,7 +181,7 @@ export class ServiceRegistry {
   deregister(role: Role, url: string): boolean {
     const table = this.tables.get(role);
     if (table === undefined || !table.entries.delete(url)) return false;
-    table.cache = undefined;
+    this.changed(table, role);
     return true;
   }
 
@@ -192,7 +209,7 @@ export class ServiceRegistry {
   cleanup(): RegistryEntry[] {
     const now = this.clock();
     const removed: RegistryEntry[] = [];
-    for (const table of this.tables.values()) {
+    for (const [role, table] of this.tables) {
       let changed = false;
       for (const [url, entry] of table.entries) {
         if (entry.expiresAtMs <= now) {
@@ -201,7 +218,7 @@ export class ServiceRegistry {
           changed = true;
         }
       }
-      if (changed) table.cache = undefined;
+      if (changed) this.changed(table, role);
     }
     return removed;
   }

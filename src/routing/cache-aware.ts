@@ -27,7 +27,8 @@
  * - balanceAbsThreshold 64 / balanceRelThreshold 1.5: an owner yields only when it is BOTH 64
  *   requests above and 1.5x the mean, so small absolute differences at low load never break affinity
  *   and proportional skew at high load does.
- * - evictionIntervalMs 120000: how often the composition root should call maintain().
+ * - evictionIntervalMs 120000: how often maintain() runs (`maintenanceIntervalMs`, read by the
+ *   composition root's maintenance timer).
  * - maxTreeSize 2^26: characters kept per worker per model tree; maintain() evicts each tenant's
  *   least-recently-used leaves down to it. Between maintenance runs a tree may grow past it.
  *
@@ -41,7 +42,8 @@ import type { Decision, Policy, SelectionInput } from './policy.js';
 import { RadixTree, type PrefixMatch } from './radix-tree.js';
 import { leastLoaded } from './tie-break.js';
 
-export type CacheAwareMode = 'per_request' | 'global';
+export const CACHE_AWARE_MODES = ['per_request', 'global'] as const;
+export type CacheAwareMode = (typeof CACHE_AWARE_MODES)[number];
 
 export interface CacheAwareOptions {
   cacheThreshold: number;
@@ -111,6 +113,10 @@ export class CacheAwarePolicy implements Policy {
 
   constructor(options: Partial<CacheAwareOptions> = {}) {
     this.options = resolveCacheAwareOptions(options);
+  }
+
+  get maintenanceIntervalMs(): number {
+    return this.options.evictionIntervalMs;
   }
 
   /**

@@ -43,6 +43,8 @@ export interface Policy {
   removeWorker?(worker: Worker): void;
   /** Periodic maintenance (cache eviction); called by the composition root's timer. */
   maintain?(nowMs: number): void;
+  /** How often maintain() wants to run (milliseconds); required with maintain(). */
+  readonly maintenanceIntervalMs?: number;
 }
 
 export const POLICY_NAMES = [
@@ -54,7 +56,3 @@ export const POLICY_NAMES = [
   'cache_aware',
 ] as const;
 export type PolicyName = (typeof POLICY_NAMES)[number];
-
-export function isPolicyName(value: unknown): value is PolicyName {
-  return typeof value === 'string' && (POLICY_NAMES as readonly string[]).includes(value);
-}

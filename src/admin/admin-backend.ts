@@ -1,0 +1,141 @@
+/**
+ * What the admin API (admin-server.ts) reads and changes, over the router's components:
+ *
+ *   readiness   ready when every pool the mode needs has a live registration and no drain began
+ *               (read from the registry and the drain flag; nothing is reconciled);
+ *   workers     every pool member with its registry expiry and health view;
+ *   register    admin registration of one worker, in order:
+ *                 1. parse the URL (400),
+ *                 2. a host outside --discovery-allow: 403, counted `not_allowed` (a name is never
+ *                    inside a non-empty list: see discovery/cidr.ts),
+ *                 3. resolve a host name to the ip:port Envoy dials (failure: 400, counted
+ *                    `dns_failed`),
+ *                 4. register; a registry rejection (a MoRI-IO transfer_mode change) is 409, counted;
+ *   deregister  by (role, url), the url normalised like a registration's.
+ */
+import { parseWorkerUrl } from '../config.js';
+import type { Config } from '../config-schema.js';
+import type { CidrMatcher } from '../discovery/cidr.js';
+import type { RegistryEntry, ServiceRegistry } from '../discovery/service-registry.js';
+import type { WorkerHealth } from '../health/worker-health.js';
+import type { RouterMetrics } from '../observability/metrics.js';
+import type { Role } from '../workers/role.js';
+import type { RolePools } from '../workers/role-pools.js';
+import type { Worker } from '../workers/worker.js';
+import {
+  AdminInputError,
+  type AdminBackend,
+  type WorkerRegistrationRequest,
+  type WorkerView,
+} from './admin-server.js';
+
+export interface AdminBackendDeps {
+  readonly mode: Config['mode'];
+  readonly registry: ServiceRegistry;
+  readonly pools: RolePools;
+  readonly health: WorkerHealth;
+  readonly metrics: RouterMetrics;
+  readonly allow: CidrMatcher;
+  /** host, port -> the `ip:port` Envoy dials. */
+  readonly resolve: (host: string, port: number) => Promise<string>;
+  readonly clock: () => number;
+  readonly drain: { readonly draining: boolean };
+}
+
+export function createAdminBackend(deps: AdminBackendDeps): AdminBackend {
+  const { registry, metrics, allow } = deps;
+  return {
+    metrics: () => metrics.text(),
+    metricsContentType: metrics.registry.contentType,
+    readiness: () => readiness(deps),
+    workers: () => workerViews(deps.pools.workers(), registry, deps.clock(), deps.health),
+    register: (req) => register(deps, req),
+    deregister: (role, url) => {
+      const removed = registry.deregister(role, normalisedKey(url));
+      if (removed) metrics.discoveryEvents.inc({ role, event: 'deregistered' });
+      return removed;
+    },
+    peerAllowed: (peer) => allow.allowsAll || allow.allows(peer),
+  };
+}
+
+function readiness(deps: AdminBackendDeps): { ready: boolean; detail: Record<string, unknown> } {
+  const needed: Role[] = deps.mode === 'pd' ? ['prefill', 'decode'] : ['regular'];
+  const counts: Record<string, number> = {};
+  for (const role of needed) counts[role] = deps.registry.size(role);
+  const draining = deps.drain.draining;
+  const ready = !draining && needed.every((r) => (counts[r] ?? 0) > 0);
+  return { ready, detail: { mode: deps.mode, draining, workers: counts } };
+}
+
+async function register(
+  deps: AdminBackendDeps,
+  req: WorkerRegistrationRequest,
+): Promise<{ generation: number; event: string; url: string; endpoint: string }> {
+  const { metrics } = deps;
+  let parsed;
+  try {
+    parsed = parseWorkerUrl(req.url);
+  } catch (err) {
+    throw new AdminInputError((err as Error).message);
+  }
+  if (!deps.allow.allowsAll && !deps.allow.allows(parsed.host)) {
+    metrics.discoveryRejected.inc({ reason: 'not_allowed' });
+    throw new AdminInputError(`worker address ${parsed.host} is outside --discovery-allow`, 403);
+  }
+  let endpoint: string;
+  try {
+    endpoint = await deps.resolve(parsed.host, parsed.port);
+  } catch {
+    metrics.discoveryRejected.inc({ reason: 'dns_failed' });
+    throw new AdminInputError(`cannot resolve ${parsed.host}`);
+  }
+  const result = deps.registry.register({
+    role: req.role,
+    url: parsed.url,
+    endpoint,
+    zmqAddress: req.zmqAddress,
+    permanent: req.permanent,
+  });
+  if ('rejected' in result) {
+    metrics.discoveryRejected.inc({ reason: result.rejected });
+    throw new AdminInputError(result.rejected, 409);
+  }
+  metrics.discoveryEvents.inc({ role: req.role, event: result.event });
+  return { generation: result.entry.generation, event: result.event, url: parsed.url, endpoint };
+}
+
+/** A DELETE's url, normalised like a registration's (the raw text when it does not parse). */
+function normalisedKey(url: string): string {
+  try {
+    return parseWorkerUrl(url).url;
+  } catch {
+    return url;
+  }
+}
+
+export function workerViews(
+  workers: Worker[],
+  registry: ServiceRegistry,
+  now: number,
+  health: WorkerHealth,
+): WorkerView[] {
+  return workers.map((w) => {
+    const entry: RegistryEntry | undefined = registry.get(w.role, w.url);
+    const expires = entry && entry.generation === w.generation ? entry.expiresAtMs : undefined;
+    return {
+      role: w.role,
+      url: w.url,
+      endpoint: w.endpoint,
+      zmqAddress: w.zmqAddress ?? null,
+      generation: w.generation,
+      load: w.load,
+      processed: w.processed,
+      healthy: w.healthy,
+      health: (({ active, breaker }) => ({ active, breaker }))(health.view(w, now)),
+      expiresInMs:
+        expires === undefined || expires === Infinity ? null : Math.max(0, Math.round(expires - now)),
+      ...(Object.keys(w.metadata).length ? { metadata: w.metadata } : {}),
+    };
+  });
+}

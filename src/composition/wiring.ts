@@ -1,0 +1,272 @@
+/**
+ * The wiring step: builds every component of a router from its Config, in dependency order, with NO
+ * I/O (nothing listens, resolves, connects or arms a timer here; router.ts's lifecycle list starts
+ * them). Each builder below constructs one component from the ones before it.
+ *
+ *   registry (static workers, admin API, ZMQ heartbeats)
+ *     -> role pools (persistent Workers, policy membership; reconciled on every registry change)
+ *       -> dispatcher (regular: one pool; pd: prefill + decode legs), wrapped with passive health
+ *         -> ext_proc gRPC server (sessions) <- Envoy
+ *   health (passive outcomes + active checks), metrics and logs observe all of it; the admin server
+ *   exposes it through the admin backend.
+ *
+ * Adding a component: a `build...` function here taking what it needs from `Components`, a field
+ * in `Components`, and a step in router.ts's lifecycle list (if it starts or holds anything).
+ */
+import type { Config } from '../config-schema.js';
+import { createAdminBackend } from '../admin/admin-backend.js';
+import { AdminServer } from '../admin/admin-server.js';
+import { parseCidrList, type CidrMatcher } from '../discovery/cidr.js';
+import { ServiceRegistry } from '../discovery/service-registry.js';
+import { ZmqDiscovery } from '../discovery/zmq-discovery.js';
+import type { Dispatcher } from '../extproc/dispatch.js';
+import { ExtProcServer } from '../extproc/server.js';
+import { breakerStateCode } from '../health/circuit-breaker.js';
+import { withHealth } from '../health/health-dispatcher.js';
+import { prefillHealthOutcome } from '../request/request-end.js';
+import { HealthChecker } from '../health/health-checker.js';
+import { WorkerHealth } from '../health/worker-health.js';
+import type { Logger } from '../observability/logger.js';
+import { RouterMetrics } from '../observability/metrics.js';
+import { PdDispatcher } from '../pd/pd-dispatcher.js';
+import { PrefillClient } from '../pd/prefill-client.js';
+import { createPolicy } from '../routing/create-policy.js';
+import type { PolicyName } from '../routing/policy.js';
+import { PoolDispatcher } from '../routing/pool-dispatcher.js';
+import type { RoutingObserver } from '../routing/selector.js';
+import { resolveEndpoint } from '../workers/endpoint.js';
+import type { Role } from '../workers/role.js';
+import { RolePools } from '../workers/role-pools.js';
+import { WorkerPool } from '../workers/worker-pool.js';
+import { DrainFlag } from './lifecycle.js';
+
+export interface WiringDeps {
+  readonly logger: Logger;
+  /** Monotonic milliseconds for the registry, health and policies. */
+  readonly clock: () => number;
+}
+
+export interface Components {
+  readonly config: Readonly<Config>;
+  readonly logger: Logger;
+  readonly clock: () => number;
+  /** The one drain flag (set by the lifecycle, read by readiness). */
+  readonly drain: DrainFlag;
+  readonly allow: CidrMatcher;
+  /** host, port -> the `ip:port` Envoy dials (static and admin registration). */
+  readonly resolve: (host: string, port: number) => Promise<string>;
+  readonly registry: ServiceRegistry;
+  readonly health: WorkerHealth;
+  readonly metrics: RouterMetrics;
+  readonly pools: RolePools;
+  /** Present in pd mode. */
+  readonly prefillClient: PrefillClient | undefined;
+  readonly grpc: ExtProcServer;
+  readonly checker: HealthChecker;
+  /** Present when --discovery-zmq is set. */
+  readonly discovery: ZmqDiscovery | undefined;
+  readonly admin: AdminServer;
+}
+
+export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Components {
+  const { logger, clock } = deps;
+  const registry = new ServiceRegistry({ ttlMs: config.discoveryTtlMs, clock });
+  const health = buildHealth(config, logger);
+  // The pools' hooks count into the metrics and the metrics read the pools at scrape time (only
+  // then: never during construction), so the metrics are built first.
+  const metrics = new RouterMetrics({
+    workers: () => pools.members(),
+    breakerState: (w) => breakerStateCode(health.view(w, clock()).breaker),
+    treeChars: () => pools.treeSizes(),
+    processMetrics: true,
+  });
+  const pools = buildPools(config, registry, metrics, health);
+  // Pools follow the registry, so a scrape reads current members without reconciling.
+  registry.onChange(() => pools.reconcile());
+
+  const base = {
+    config,
+    logger,
+    clock,
+    drain: new DrainFlag(),
+    allow: parseCidrList(config.discoveryAllow),
+    resolve: resolveEndpoint,
+    registry,
+    health,
+    metrics,
+    pools,
+  };
+  const prefillClient = config.mode === 'pd' ? new PrefillClient() : undefined;
+  const dispatcher = buildDispatcher({ ...base, prefillClient });
+  return {
+    ...base,
+    prefillClient,
+    grpc: buildGrpcServer(base, withHealth(dispatcher, health, clock)),
+    checker: buildHealthChecker(base),
+    discovery: buildDiscovery(base),
+    admin: buildAdmin(base),
+  };
+}
+
+type Base = Pick<
+  Components,
+  'config' | 'logger' | 'clock' | 'drain' | 'allow' | 'resolve' | 'registry' | 'health' | 'metrics' | 'pools'
+>;
+
+function buildHealth(config: Readonly<Config>, logger: Logger): WorkerHealth {
+  return new WorkerHealth({
+    checkFailureThreshold: config.healthFailureThreshold,
+    checkSuccessThreshold: config.healthSuccessThreshold,
+    breaker: {
+      failureThreshold: config.cbFailureThreshold,
+      successThreshold: config.cbSuccessThreshold,
+      cooldownMs: config.cbCooldownMs,
+    },
+    onChange: (w, view, previous) =>
+      logger.info({ worker: w.id, ...view, previous }, 'worker health changed'),
+  });
+}
+
+function policyFor(config: Readonly<Config>, role: Role): PolicyName {
+  return role === 'prefill' ? config.prefillPolicy : role === 'decode' ? config.decodePolicy : config.policy;
+}
+
+function buildPools(
+  config: Readonly<Config>,
+  registry: ServiceRegistry,
+  metrics: RouterMetrics,
+  health: WorkerHealth,
+): RolePools {
+  return new RolePools((role) => {
+    const policy = createPolicy(policyFor(config, role), {
+      cacheAware: {
+        cacheThreshold: config.cacheThreshold,
+        balanceAbsThreshold: config.balanceAbsThreshold,
+        balanceRelThreshold: config.balanceRelThreshold,
+        evictionIntervalMs: config.evictionIntervalMs,
+        maxTreeSize: config.maxTreeSize,
+        mode: config.cacheAwareMode,
+      },
+    });
+    return new WorkerPool(role, policy, registry, {
+      onAdded: (w) => metrics.poolChanges.inc({ role: w.role, change: 'added' }),
+      onRemoved: (w, reason) => {
+        metrics.poolChanges.inc({ role: w.role, change: reason });
+        health.forget(w);
+      },
+    });
+  });
+}
+
+function routingObserver({ health, metrics, clock }: Base): RoutingObserver {
+  return {
+    decided: (pool, d) => {
+      health.routed(d.worker, clock()); // half-open: takes the probe slot in the selection step
+      metrics.decisions.inc({ policy: pool.policy.name, role: pool.role, branch: d.branch });
+      if (d.matchRate !== undefined) {
+        metrics.matchRate.observe({ role: pool.role }, d.matchRate);
+        (d.branch === 'cache_hit' ? metrics.cacheHits : metrics.cacheMisses).inc({ role: pool.role });
+      }
+    },
+  };
+}
+
+function buildDispatcher(c: Base & { prefillClient: PrefillClient | undefined }): Dispatcher {
+  const { config, pools, health, metrics, clock } = c;
+  const observer = routingObserver(c);
+  const passthrough = new PoolDispatcher({
+    pool: config.mode === 'pd' ? pools.byRole.decode : pools.byRole.regular,
+    observer,
+    clock,
+    decisionHeader: config.decisionHeader,
+  });
+  if (c.prefillClient === undefined) return passthrough;
+  return new PdDispatcher({
+    prefillPool: pools.byRole.prefill,
+    decodePool: pools.byRole.decode,
+    passthrough,
+    observer,
+    client: c.prefillClient,
+    clock,
+    connector: config.kvConnector,
+    dispatch: config.pdDispatch,
+    prefillTimeoutMs: config.prefillTimeoutMs,
+    prefillRetries: config.prefillRetries,
+    decisionHeader: config.decisionHeader,
+    pd: {
+      prefillEnded: (w, outcome, ms, status) => {
+        health.recordOutcome(w, prefillHealthOutcome(outcome, status), clock());
+        metrics.pdPrefillRequests.inc({ worker: w.url });
+        if (ms !== undefined) metrics.pdPrefillDuration.observe({ outcome }, ms / 1000);
+      },
+      decodeRouted: (w) => metrics.pdDecodeRequests.inc({ worker: w.url }),
+      // A decode worker chosen for a request whose prefill failed never sees it: a neutral outcome
+      // frees a half-open probe slot it may hold.
+      decodeAbandoned: (w) => health.recordOutcome(w, 'cancelled', clock()),
+      error: (type) => metrics.pdErrors.inc({ error_type: type }),
+    },
+  });
+}
+
+function buildGrpcServer({ config, logger, metrics }: Base, dispatcher: Dispatcher): ExtProcServer {
+  return new ExtProcServer({
+    host: config.host,
+    port: config.grpcPort,
+    logger,
+    dispatcher,
+    maxBodyBytes: config.maxBodyBytes,
+    onStreamsChanged: (n) => metrics.streamsActive.set(n),
+    onEnd: (s) => {
+      metrics.requests.inc({ route: s.route, outcome: s.outcome });
+      metrics.requestDuration.observe({ route: s.route, outcome: s.outcome }, s.durationMs / 1000);
+    },
+  });
+}
+
+function buildHealthChecker({ config, logger, pools, health, clock }: Base): HealthChecker {
+  return new HealthChecker({
+    workers: () => pools.workers(),
+    health,
+    intervalMs: config.healthCheckIntervalMs,
+    timeoutMs: config.healthCheckTimeoutMs,
+    clock,
+    onCheckFailed: (w, reason) => logger.debug({ worker: w.id, reason }, 'health check failed'),
+    onError: (err) => logger.error({ err }, 'health check round failed'),
+  });
+}
+
+function buildDiscovery({ config, registry, allow, logger, metrics }: Base): ZmqDiscovery | undefined {
+  if (!config.discoveryZmq) return undefined;
+  return new ZmqDiscovery({
+    bind: config.discoveryZmq,
+    registry,
+    allow,
+    logger,
+    hooks: {
+      onRegister: (e, event) => metrics.discoveryEvents.inc({ role: e.role, event }),
+      onReject: (reason) => metrics.discoveryRejected.inc({ reason }),
+      // libzmq drops oversized frames by disconnecting the sender; vLLM exits look the same.
+      onPeerDisconnect: () => metrics.discoveryEvents.inc({ role: 'unknown', event: 'peer_disconnected' }),
+    },
+  });
+}
+
+function buildAdmin(c: Base): AdminServer {
+  const backend = createAdminBackend({
+    mode: c.config.mode,
+    registry: c.registry,
+    pools: c.pools,
+    health: c.health,
+    metrics: c.metrics,
+    allow: c.allow,
+    resolve: c.resolve,
+    clock: c.clock,
+    drain: c.drain,
+  });
+  return new AdminServer(backend, {
+    host: c.config.host,
+    port: c.config.adminPort,
+    token: c.config.adminToken,
+    logger: c.logger,
+  });
+}

@@ -1,0 +1,159 @@
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { ConfigError, defaultConfig, parseConfig, parseWorkerUrl, type Config } from '../../../src/config.js';
+import { OPTIONS, type OptionSpec } from '../../../src/config-schema.js';
+import { DEFAULT_CACHE_AWARE_OPTIONS } from '../../../src/routing/cache-aware.js';
+import { DEFAULT_BREAKER_OPTIONS } from '../../../src/health/circuit-breaker.js';
+import { POLICY_NAMES } from '../../../src/routing/policy.js';
+
+const dir = mkdtempSync(path.join(tmpdir(), 'router-config-'));
+function yamlFile(text: string): string {
+  const file = path.join(dir, `c${Math.random().toString(36).slice(2)}.yaml`);
+  writeFileSync(file, text);
+  return file;
+}
+function parse(argv: string[], env: NodeJS.ProcessEnv = {}): Readonly<Config> {
+  const r = parseConfig(argv, env);
+  if (r.help) throw new Error('unexpected --help');
+  return r.config;
+}
+
+describe('defaults', () => {
+  it('are the option table defaults, frozen, with fresh list copies', () => {
+    const c = parse([]);
+    for (const o of OPTIONS as readonly OptionSpec[])
+      expect(c[o.key as keyof Config], o.key).toEqual(o.default);
+    expect(Object.isFrozen(c)).toBe(true);
+    const a = defaultConfig();
+    a.workers.push('http://x:1');
+    expect(defaultConfig().workers).toEqual([]);
+  });
+
+  it('take cache-aware and breaker defaults and policy names from the modules that own them', () => {
+    const c = defaultConfig();
+    expect(c).toMatchObject({
+      cacheThreshold: DEFAULT_CACHE_AWARE_OPTIONS.cacheThreshold,
+      balanceAbsThreshold: DEFAULT_CACHE_AWARE_OPTIONS.balanceAbsThreshold,
+      balanceRelThreshold: DEFAULT_CACHE_AWARE_OPTIONS.balanceRelThreshold,
+      cacheAwareMode: DEFAULT_CACHE_AWARE_OPTIONS.mode,
+      evictionIntervalMs: DEFAULT_CACHE_AWARE_OPTIONS.evictionIntervalMs,
+      maxTreeSize: DEFAULT_CACHE_AWARE_OPTIONS.maxTreeSize,
+      cbFailureThreshold: DEFAULT_BREAKER_OPTIONS.failureThreshold,
+      cbSuccessThreshold: DEFAULT_BREAKER_OPTIONS.successThreshold,
+      cbCooldownMs: DEFAULT_BREAKER_OPTIONS.cooldownMs,
+    });
+    for (const key of ['policy', 'prefillPolicy', 'decodePolicy']) {
+      const o = (OPTIONS as readonly OptionSpec[]).find((x) => x.key === key);
+      expect(o?.values).toBe(POLICY_NAMES);
+    }
+  });
+
+  it('every key and flag is unique', () => {
+    const specs = OPTIONS as readonly OptionSpec[];
+    expect(new Set(specs.map((o) => o.key)).size).toBe(specs.length);
+    expect(new Set(specs.map((o) => o.flag)).size).toBe(specs.length);
+  });
+});
+
+describe('flags', () => {
+  it.each<[string, string[], Partial<Config>]>([
+    ['an int', ['--grpc-port', '9100'], { grpcPort: 9100 }],
+    ['an int with underscores', ['--max-body-bytes', '1_000_000'], { maxBodyBytes: 1_000_000 }],
+    ['a number', ['--cache-threshold', '0.5'], { cacheThreshold: 0.5 }],
+    ['an enum', ['--policy', 'round_robin'], { policy: 'round_robin' }],
+    ['a bool', ['--decision-header'], { decisionHeader: true }],
+    ['a negated bool', ['--no-decision-header'], { decisionHeader: false }],
+    [
+      'a repeated list',
+      ['--worker', 'http://a:1', '--worker', 'http://b:2'],
+      { workers: ['http://a:1', 'http://b:2'] },
+    ],
+    ['a comma list', ['--prefill', 'http://a:1, http://b:2,'], { prefill: ['http://a:1', 'http://b:2'] }],
+    [
+      'a grace setting',
+      ['--close-grace-ms', '250', '--drain-grace-ms', '0'],
+      { closeGraceMs: 250, drainGraceMs: 0 },
+    ],
+  ])('parses %s', (_what, argv, expected) => {
+    expect(parse(argv)).toMatchObject(expected);
+  });
+
+  it.each<[string, string[], RegExp]>([
+    ['an unknown flag', ['--nope'], /nope/],
+    ['a negative int', ['--grpc-port=-1'], /non-negative integer/],
+    ['a fractional int', ['--prefill-retries', '1.5'], /non-negative integer/],
+    ['a non-number', ['--cache-threshold', 'high'], /non-negative number/],
+    ['an unknown enum value', ['--policy', 'fastest'], /expected one of round_robin/],
+    ['a port above 65535', ['--admin-port', '70000'], /out of range/],
+    ['a cache threshold above 1', ['--cache-threshold', '1.5'], /within \[0, 1\]/],
+    ['a worker URL with a path', ['--worker', 'http://a:1/v1'], /must not have a path/],
+    ['an https worker URL', ['--decode', 'https://a:1'], /must use http/],
+    ['a bad ZMQ bind', ['--discovery-zmq', 'ipc:///tmp/x'], /tcp:\/\/host:port/],
+  ])('rejects %s with a ConfigError', (_what, argv, message) => {
+    expect(() => parseConfig(argv, {})).toThrow(ConfigError);
+    expect(() => parseConfig(argv, {})).toThrow(message);
+  });
+
+  it('--help short-circuits', () => {
+    expect(parseConfig(['--help'], {})).toEqual({ help: true });
+  });
+});
+
+describe('YAML file', () => {
+  it('accepts camelCase and flag names; flags win over the file, the file over defaults', () => {
+    const file = yamlFile(
+      'grpcPort: 9200\nadmin-port: 9201\npolicy: random\nworkers: [http://a:1]\ndecisionHeader: true\n',
+    );
+    expect(parse(['--config', file])).toMatchObject({
+      grpcPort: 9200,
+      adminPort: 9201,
+      policy: 'random',
+      workers: ['http://a:1'],
+      decisionHeader: true,
+    });
+    expect(parse(['--config', file, '--grpc-port', '9300', '--no-decision-header'])).toMatchObject({
+      grpcPort: 9300,
+      adminPort: 9201,
+      decisionHeader: false,
+    });
+  });
+
+  it('an empty file is the defaults', () => {
+    expect(parse(['--config', yamlFile('')])).toEqual(defaultConfig());
+  });
+
+  it.each<[string, string, RegExp]>([
+    ['an unknown key', 'grcpPort: 1\n', /unknown setting "grcpPort"/],
+    ['a list document', '- a\n- b\n', /must be a YAML mapping/],
+    ['a wrong type', 'decisionHeader: maybe\n', /decisionHeader: expected true or false/],
+    ['invalid YAML', 'a: [\n', /cannot read config file/],
+  ])('rejects %s', (_what, text, message) => {
+    expect(() => parseConfig(['--config', yamlFile(text)], {})).toThrow(message);
+  });
+
+  it('a missing file is a ConfigError naming it', () => {
+    expect(() => parseConfig(['--config', path.join(dir, 'absent.yaml')], {})).toThrow(/absent\.yaml/);
+  });
+});
+
+describe('environment', () => {
+  it('VLLM_ROUTER_ADMIN_TOKEN sets the admin token unless the flag is given', () => {
+    expect(parse([], { VLLM_ROUTER_ADMIN_TOKEN: 'env-token' }).adminToken).toBe('env-token');
+    expect(parse(['--admin-token', 'flag-token'], { VLLM_ROUTER_ADMIN_TOKEN: 'env-token' }).adminToken).toBe(
+      'flag-token',
+    );
+  });
+});
+
+describe('parseWorkerUrl', () => {
+  it.each([
+    ['http://10.0.0.5:8000', { url: 'http://10.0.0.5:8000', host: '10.0.0.5', port: 8000 }],
+    ['10.0.0.5:8000', { url: 'http://10.0.0.5:8000', host: '10.0.0.5', port: 8000 }],
+    ['http://worker-a', { url: 'http://worker-a:80', host: 'worker-a', port: 80 }],
+    ['http://[fd00::1]:8000/', { url: 'http://[fd00::1]:8000', host: 'fd00::1', port: 8000 }],
+  ])('normalises %s', (raw, expected) => {
+    expect(parseWorkerUrl(raw)).toEqual(expected);
+  });
+});
