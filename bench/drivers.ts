@@ -6,8 +6,9 @@
  *   its previous one ended (so throughput = concurrency / latency). Requests go out in workload order.
  * - Open loop (`runOpenLoop`): Poisson arrivals at `ratePerSec` (exponential gaps from a seeded
  *   mulberry32), regardless of how many are in flight.
- * Both are bounded: at most `requests.length` requests, no new request after `maxDurationMs`, and every
- * request aborts after `requestTimeoutMs` (counted as an error).
+ * Both are bounded: at most `requests.length` requests (closed loop: `repeat` cycles through them up to
+ * `maxRequests`), no new request after `maxDurationMs` or once `stop` fires (which also aborts the
+ * requests in flight: background load), and every request aborts after `requestTimeoutMs` (an error).
  *
  * Streaming responses are parsed as SSE at the client: every `data:` event carrying generated text
  * (completions `text` or chat `delta.content`) is one token; TTFT is the arrival of the first such
@@ -53,9 +54,13 @@ export interface DriverOptions {
   headers?: Record<string, string>;
   /** Called with each finished result (live progress / sampling). */
   onResult?: (r: RequestResult) => void;
+  /** No new request once aborted; requests in flight are aborted too. */
+  stop?: AbortSignal;
 }
 
-export async function runClosedLoop(opts: DriverOptions & { concurrency: number }): Promise<RunResult> {
+export async function runClosedLoop(
+  opts: DriverOptions & { concurrency: number; repeat?: boolean; maxRequests?: number },
+): Promise<RunResult> {
   if (!Number.isInteger(opts.concurrency) || opts.concurrency < 1) {
     throw new RangeError('concurrency must be a positive integer');
   }
@@ -63,17 +68,20 @@ export async function runClosedLoop(opts: DriverOptions & { concurrency: number 
   const results: RequestResult[] = [];
   const t0 = performance.now();
   const deadline = t0 + (opts.maxDurationMs ?? 600_000);
+  const total = opts.repeat ? (opts.maxRequests ?? opts.requests.length) : opts.requests.length;
   let next = 0;
   const user = async (): Promise<void> => {
-    while (next < opts.requests.length && performance.now() < deadline) {
-      const req = opts.requests[next++]!;
+    while (next < total && performance.now() < deadline && !opts.stop?.aborted) {
+      const n = next++;
+      const req = opts.requests[n % opts.requests.length]!;
       const r = await sendOne(pool, req, t0, opts);
-      results[req.index] = r;
+      if (opts.repeat) results[n] = r;
+      else results[req.index] = r;
       opts.onResult?.(r);
     }
   };
   try {
-    await Promise.all(Array.from({ length: Math.min(opts.concurrency, opts.requests.length) }, user));
+    await Promise.all(Array.from({ length: Math.min(opts.concurrency, total) }, user));
   } finally {
     await pool.close();
   }
@@ -147,7 +155,7 @@ async function sendOne(
       method: 'POST',
       headers: { 'content-type': 'application/json', ...opts.headers },
       body: payload,
-      signal: AbortSignal.timeout(opts.requestTimeoutMs ?? 120_000),
+      signal: requestSignal(opts),
     });
     r.status = res.statusCode;
     if (res.statusCode !== 200) {
@@ -212,6 +220,11 @@ async function readSse(body: AsyncIterable<Buffer>, start: number, r: RequestRes
       }
     }
   }
+}
+
+function requestSignal(opts: DriverOptions): AbortSignal {
+  const timeout = AbortSignal.timeout(opts.requestTimeoutMs ?? 120_000);
+  return opts.stop ? AbortSignal.any([timeout, opts.stop]) : timeout;
 }
 
 function sleep(ms: number): Promise<void> {

@@ -32,9 +32,11 @@ export function renderRouting(r: RoutingResult): RenderedSection {
       `${t.maxRunningSeqs} running; time scale ${r.setup.timeScale}. Prefix cache per worker (blocks of 16 ` +
       `tokens, LRU): ${Object.entries(r.setup.cacheBlocks)
         .map(([w, b]) => `${w} ${b}`)
-        .join(', ')}. A fresh stack per cell. cache_aware runs with the router defaults (threshold 0.3, ` +
-      `balance abs 64 / rel 1.5); \`cache_aware_global\` is the same with \`--cache-aware-mode global\`; \`cache_aware_abs8\` uses ` +
-      `\`--balance-abs-threshold 8\` (the default 64 cannot fire when a worker averages 8 requests).`,
+        .join(', ')}. A fresh stack per cell. \`cache_aware\` runs with the router's defaults; ` +
+      `\`cache_aware_per_request\` and \`cache_aware_global\` are the reference router's rules as explicit modes ` +
+      `(\`--cache-aware-mode per_request|global\`, threshold 0.3, balance abs 64 / rel 1.5); \`cache_aware_abs8\` uses ` +
+      `\`--balance-abs-threshold 8\` (the default 64 cannot fire when a worker averages 8 requests). ` +
+      peersLine(r),
     '',
     'Workloads (seeded, `bench/workloads.ts`):',
     '',
@@ -52,6 +54,7 @@ export function renderRouting(r: RoutingResult): RenderedSection {
       r.targets.map((x) => [x.name, x.value, x.target, verdict(x.met)]),
     ),
     '',
+    ...sideBySide(r),
     'Peers for scale: SGLang cache-aware vs round robin on 64x16 shared-prefix, 8 workers: hit rate 20% -> 75% ' +
       '(3.8x), throughput 1.9x.',
     '',
@@ -141,6 +144,51 @@ export function renderRouting(r: RoutingResult): RenderedSection {
     '![TTFT p50](bench-routing-ttft-p50.svg)',
   );
   return { markdown: lines.join('\n'), assets };
+}
+
+function peersLine(r: RoutingResult): string {
+  const peers = Object.entries(r.setup.peers ?? {});
+  if (peers.length === 0) {
+    return 'Peers: not run in this run (optional; installed by `scripts/install-peers.sh`, skipped in CI).';
+  }
+  return (
+    `Peers in the same run: ${peers.map(([p, v]) => `\`${p}\` ${v}`).join(', ')} (PyPI, \`.venv-peers\`), each ` +
+    'as a whole proxy in front of a fresh set of the same simulators (no Envoy), with its own `cache_aware` ' +
+    '(its defaults) and `round_robin`; rows `<peer> <policy>`.'
+  );
+}
+
+/** One row per workload: output tokens/s of each front door's policies, and x its own round robin. */
+function sideBySide(r: RoutingResult): string[] {
+  const ours = ['cache_aware', 'cache_aware_per_request', 'cache_aware_global'];
+  const peers = [
+    ...new Set(r.cells.map((c) => c.policy).filter((p) => / (cache_aware|round_robin)$/.test(p))),
+  ]
+    .map((p) => p.replace(/ (cache_aware|round_robin)$/, ''))
+    .filter((p, i, a) => a.indexOf(p) === i);
+  const columns = [...ours, ...peers.map((p) => `${p} cache_aware`)];
+  const workloads = [...new Set(r.cells.map((c) => c.workload))];
+  const own = (label: string): string => {
+    const peer = peers.find((p) => label.startsWith(`${p} `));
+    return peer ? `${peer} round_robin` : 'round_robin';
+  };
+  const rows = workloads.map((w) => [
+    w,
+    ...columns.map((label) => {
+      const c = findCell(r.cells, w, label);
+      const rr = findCell(r.cells, w, own(label));
+      if (!c) return 'n/a';
+      return `${num(c.outputTokPerSec, 0)} (${rr ? ratio(c.outputTokPerSec, rr.outputTokPerSec) : 'n/a'}, hit ${pct(c.hitRate)})`;
+    }),
+  ]);
+  return [
+    '### Side by side',
+    '',
+    "Output tokens/s (x the same front door's own round robin, prefix-cache hit rate), one run:",
+    '',
+    table(['workload', ...columns], rows),
+    '',
+  ];
 }
 
 const runLabel = (x: OverheadRun): string => `${x.scenario} c=${x.concurrency}`;

@@ -50,7 +50,7 @@ async function runOne(name: BenchName, quick: boolean, command: string): Promise
   log(`${name}: start${quick ? ' (quick)' : ''}`);
   switch (name) {
     case 'routing': {
-      const r = await runRoutingBench({ quick, command, log });
+      const r = await runRoutingBench({ quick, command, log, peers: !quick });
       writeResult('routing', r);
       await publish('routing', renderRouting(r));
       break;

@@ -20,13 +20,30 @@
  *   affinity cannot help and must not hurt. Default N = 256.
  * - `long-prompt`: D documents of 220 KB (the size that broke a peer's endpoint picker) x Q questions
  *   each; prompt = document + question. Defaults 4 x 4.
+ * - `chat-one-system-prompt`: the multi-turn generator with ONE shared 2048-token system prompt for 64
+ *   users x 6 rounds (the traffic shape that piles onto one worker when affinity has no load escape).
+ * - `hot-burst`: B requests (default 200) on one long shared prefix (8192 tokens) + a unique question,
+ *   meant to be sent all at once (`concurrency` = B), then nothing: affinity must not put the whole
+ *   burst on the one worker that holds the prefix.
+ * - `external-load`: shared-prefix traffic (16 groups x 16, 1024-token system prompts) for the router,
+ *   plus `external`: background requests (unique 1024-token prompts, 128 output tokens, not streamed)
+ *   that a benchmark sends straight to half of the workers while the router's traffic runs, so the
+ *   router meets load it did not cause. `external.requests` is a pool the driver cycles through.
  *
  * Every request streams (`stream: true`, usage included) unless `stream: false` is asked for.
  */
 import { seededRandom } from '../src/util/seeded-random.js';
 
 export const CHARS_PER_TOKEN = 4;
-export const WORKLOAD_NAMES = ['shared-prefix', 'multi-turn', 'no-sharing', 'long-prompt'] as const;
+export const WORKLOAD_NAMES = [
+  'shared-prefix',
+  'multi-turn',
+  'no-sharing',
+  'long-prompt',
+  'chat-one-system-prompt',
+  'hot-burst',
+  'external-load',
+] as const;
 export type WorkloadName = (typeof WORKLOAD_NAMES)[number];
 
 export interface BenchRequest {
@@ -53,7 +70,24 @@ export interface Workload {
   readonly sharedChars: number;
   /** The resolved generator parameters (recorded in results). */
   readonly params: Readonly<Record<string, number | boolean | string>>;
+  /** Closed-loop concurrency this workload is defined with (hot-burst: the whole burst at once). */
+  readonly concurrency?: number;
+  /** Load sent straight to workers, bypassing the router (external-load). */
+  readonly external?: ExternalLoad;
 }
+
+export interface ExternalLoad {
+  /** Fraction of the fleet (the first workers) kept busy. */
+  readonly workerFraction: number;
+  /** Closed-loop clients per busy worker. */
+  readonly concurrencyPerWorker: number;
+  /** Request pool per busy worker, cycled until the router's traffic ends. */
+  readonly requests: readonly BenchRequest[];
+  /** Header that marks a background request (so benchmarks can tell it from routed traffic). */
+  readonly header: string;
+}
+
+export const EXTERNAL_HEADER = 'x-bench-external';
 
 export interface WorkloadOptions {
   seed?: number;
@@ -76,6 +110,14 @@ export interface WorkloadOptions {
   documents?: number;
   questionsPerDocument?: number;
   documentBytes?: number;
+  /** hot-burst */
+  burst?: number;
+  prefixTokens?: number;
+  /** external-load */
+  externalPerWorker?: number;
+  externalPool?: number;
+  externalPromptTokens?: number;
+  externalOutputTokens?: number;
 }
 
 /** mulberry32 (src/util/seeded-random.ts): deterministic uniform numbers in [0, 1). */
@@ -146,6 +188,8 @@ export function generateWorkload(name: WorkloadName, opts: WorkloadOptions = {})
   };
   let items: Array<Omit<BenchRequest, 'index'>>;
   let sharedChars = 0;
+  let concurrency: number | undefined;
+  let external: ExternalLoad | undefined;
   let params: Record<string, number | boolean | string>;
   switch (name) {
     case 'shared-prefix': {
@@ -165,40 +209,72 @@ export function generateWorkload(name: WorkloadName, opts: WorkloadOptions = {})
       params = { groups, promptsPerGroup: per, systemTokens: sys / 4, questionTokens: q / 4 };
       break;
     }
-    case 'multi-turn': {
-      const users = positiveInt('users', opts.users ?? 32);
+    case 'multi-turn':
+    case 'chat-one-system-prompt': {
+      const one = name === 'chat-one-system-prompt';
+      const users = positiveInt('users', opts.users ?? (one ? 64 : 32));
       const rounds = positiveInt('rounds', opts.rounds ?? 6);
-      const sys = positiveInt('systemTokens', opts.systemTokens ?? 1024) * CHARS_PER_TOKEN;
+      const sys = positiveInt('systemTokens', opts.systemTokens ?? (one ? 2048 : 1024)) * CHARS_PER_TOKEN;
       const q = positiveInt('questionTokens', opts.questionTokens ?? 64) * CHARS_PER_TOKEN;
       const a = positiveInt('answerTokens', opts.answerTokens ?? 64) * CHARS_PER_TOKEN;
       const system = randomText(c.rng, sys);
       sharedChars = system.length;
-      const history: Array<Array<{ role: string; content: string }>> = [];
-      for (let u = 0; u < users; u++) history.push([{ role: 'system', content: system }]);
-      items = [];
-      for (let r = 0; r < rounds; r++) {
-        const round: Array<Omit<BenchRequest, 'index'>> = [];
-        for (let u = 0; u < users; u++) {
-          const h = history[u]!;
-          h.push({ role: 'user', content: `user ${u} round ${r}: ${randomText(c.rng, q)}` });
-          const messages = h.map((m) => ({ ...m }));
-          const chars = messages.reduce((n, m) => n + m.content.length, 0);
-          const body: Record<string, unknown> = { model: c.model, messages, max_tokens: c.outputTokens };
-          if (c.stream) Object.assign(body, { stream: true, stream_options: { include_usage: true } });
-          round.push({
-            path: '/v1/chat/completions',
-            body,
-            stream: c.stream,
-            outputTokens: c.outputTokens,
-            promptChars: chars,
-            user: u,
-            round: r,
-          });
-          h.push({ role: 'assistant', content: randomText(c.rng, a) });
-        }
-        items.push(...shuffle(c.rng, round));
-      }
+      items = multiTurn(c, system, users, rounds, q, a);
       params = { users, rounds, systemTokens: sys / 4, questionTokens: q / 4, answerTokens: a / 4 };
+      break;
+    }
+    case 'hot-burst': {
+      const burst = positiveInt('burst', opts.burst ?? 200);
+      const pre = positiveInt('prefixTokens', opts.prefixTokens ?? 8192) * CHARS_PER_TOKEN;
+      const q = positiveInt('questionTokens', opts.questionTokens ?? 64) * CHARS_PER_TOKEN;
+      const prefix = `hot prefix: ${randomText(c.rng, pre)}`.slice(0, pre);
+      sharedChars = prefix.length;
+      items = [];
+      for (let i = 0; i < burst; i++)
+        items.push(completion(c, `${prefix}\n${randomText(c.rng, q)}`, { group: 0 }));
+      concurrency = burst;
+      params = { burst, prefixTokens: pre / 4, questionTokens: q / 4 };
+      break;
+    }
+    case 'external-load': {
+      const groups = positiveInt('groups', opts.groups ?? 16);
+      const per = positiveInt('promptsPerGroup', opts.promptsPerGroup ?? 16);
+      const sys = positiveInt('systemTokens', opts.systemTokens ?? 1024) * CHARS_PER_TOKEN;
+      const q = positiveInt('questionTokens', opts.questionTokens ?? 128) * CHARS_PER_TOKEN;
+      items = [];
+      for (let g = 0; g < groups; g++) {
+        const system = `group ${g} system: ${randomText(c.rng, sys)}`.slice(0, sys);
+        sharedChars += system.length;
+        for (let p = 0; p < per; p++) {
+          items.push(completion(c, `${system}\n${randomText(c.rng, q)}`, { group: g }));
+        }
+      }
+      shuffle(c.rng, items);
+      const perWorker = positiveInt('externalPerWorker', opts.externalPerWorker ?? 16);
+      const pool = positiveInt('externalPool', opts.externalPool ?? 256);
+      const ext = positiveInt('externalPromptTokens', opts.externalPromptTokens ?? 1024) * CHARS_PER_TOKEN;
+      const extOut = positiveInt('externalOutputTokens', opts.externalOutputTokens ?? 128);
+      const bg: Common = { ...c, stream: false, outputTokens: extOut };
+      const background = Array.from({ length: pool }, (_, i) => ({
+        ...completion(bg, `external ${i} ${randomText(c.rng, ext)}`.slice(0, ext), {}),
+        index: i,
+      }));
+      external = {
+        workerFraction: 0.5,
+        concurrencyPerWorker: perWorker,
+        requests: background,
+        header: EXTERNAL_HEADER,
+      };
+      params = {
+        groups,
+        promptsPerGroup: per,
+        systemTokens: sys / 4,
+        questionTokens: q / 4,
+        externalWorkers: 'half',
+        externalPerWorker: perWorker,
+        externalPromptTokens: ext / 4,
+        externalOutputTokens: extOut,
+      };
       break;
     }
     case 'no-sharing': {
@@ -237,7 +313,49 @@ export function generateWorkload(name: WorkloadName, opts: WorkloadOptions = {})
     requests: items.map((it, index) => ({ ...it, index })),
     sharedChars,
     params,
+    ...(concurrency !== undefined ? { concurrency } : {}),
+    ...(external ? { external } : {}),
   };
+}
+
+/**
+ * U users x R rounds on /v1/chat/completions, one shared system prompt; round r carries the user's
+ * earlier questions and synthetic answers. Round-major, users shuffled within a round.
+ */
+function multiTurn(
+  c: Common,
+  system: string,
+  users: number,
+  rounds: number,
+  q: number,
+  a: number,
+): Array<Omit<BenchRequest, 'index'>> {
+  const history: Array<Array<{ role: string; content: string }>> = [];
+  for (let u = 0; u < users; u++) history.push([{ role: 'system', content: system }]);
+  const items: Array<Omit<BenchRequest, 'index'>> = [];
+  for (let r = 0; r < rounds; r++) {
+    const round: Array<Omit<BenchRequest, 'index'>> = [];
+    for (let u = 0; u < users; u++) {
+      const h = history[u]!;
+      h.push({ role: 'user', content: `user ${u} round ${r}: ${randomText(c.rng, q)}` });
+      const messages = h.map((m) => ({ ...m }));
+      const chars = messages.reduce((n, m) => n + m.content.length, 0);
+      const body: Record<string, unknown> = { model: c.model, messages, max_tokens: c.outputTokens };
+      if (c.stream) Object.assign(body, { stream: true, stream_options: { include_usage: true } });
+      round.push({
+        path: '/v1/chat/completions',
+        body,
+        stream: c.stream,
+        outputTokens: c.outputTokens,
+        promptChars: chars,
+        user: u,
+        round: r,
+      });
+      h.push({ role: 'assistant', content: randomText(c.rng, a) });
+    }
+    items.push(...shuffle(c.rng, round));
+  }
+  return items;
 }
 
 export function isWorkloadName(v: unknown): v is WorkloadName {

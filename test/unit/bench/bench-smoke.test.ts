@@ -11,15 +11,15 @@ describe('routing benchmark (quick smoke run)', () => {
   it('produces a well-formed result and doc section', async () => {
     const result = await runRoutingBench({
       quick: true,
-      workloads: ['shared-prefix', 'no-sharing'],
+      workloads: ['shared-prefix', 'no-sharing', 'external-load'],
       policies: ['round_robin', 'cache_aware'],
       workers: 4,
     });
     expect(result.benchmark).toBe('routing');
     expect(result.info.cores).toBeGreaterThan(0);
-    expect(result.cells).toHaveLength(4);
+    expect(result.cells).toHaveLength(6);
     for (const c of result.cells) {
-      expect(['shared-prefix', 'no-sharing']).toContain(c.workload);
+      expect(['shared-prefix', 'no-sharing', 'external-load']).toContain(c.workload);
       expect(['round_robin', 'cache_aware']).toContain(c.policy);
       expect(c.requests).toBeGreaterThan(0);
       expect(c.completed + c.errors).toBe(c.requests);
@@ -35,11 +35,23 @@ describe('routing benchmark (quick smoke run)', () => {
       'cache_aware shared-prefix throughput vs round_robin',
       'cache_aware shared-prefix max/mean processed per worker',
       'cache_aware no-sharing throughput vs round_robin',
+      'cache_aware no-sharing max/mean processed per worker',
+      'cache_aware external-load throughput vs round_robin',
+      'cache_aware external-load max/mean processed per worker',
     ]);
+    // external-load: the background went straight to the first half of the workers, and the router's
+    // traffic was measured apart from it (hit rate from its usage frames).
+    const ext = result.cells.find((c) => c.workload === 'external-load' && c.policy === 'round_robin')!;
+    const routed = ext.processedPerWorker.reduce((a, b) => a + b, 0);
+    expect(routed).toBeGreaterThanOrEqual(ext.completed);
+    expect(routed).toBeLessThanOrEqual(ext.requests);
+    expect(result.setup.peers).toEqual({});
     expect(JSON.parse(JSON.stringify(result))).toMatchObject({ benchmark: 'routing' });
     const section = renderRouting(result);
     expect(section.markdown).toContain('## Routing quality');
     expect(section.markdown).toContain('### shared-prefix');
+    expect(section.markdown).toContain('### Side by side');
+    expect(section.markdown).toContain('Peers: not run');
     expect(section.assets.map((a) => a.file)).toContain('bench-routing-hit-rate.svg');
     for (const a of section.assets) expect(a.svg.startsWith('<svg')).toBe(true);
   });

@@ -3,6 +3,7 @@ import {
   generateWorkload,
   mulberry32,
   randomText,
+  EXTERNAL_HEADER,
   WORKLOAD_NAMES,
   type BenchRequest,
 } from '../../../bench/workloads.js';
@@ -20,6 +21,12 @@ const small = {
   documents: 2,
   questionsPerDocument: 2,
   documentBytes: 4096,
+  burst: 5,
+  prefixTokens: 64,
+  externalPerWorker: 2,
+  externalPool: 4,
+  externalPromptTokens: 16,
+  externalOutputTokens: 8,
 };
 
 const promptOf = (r: BenchRequest): string => {
@@ -64,6 +71,9 @@ describe('generateWorkload', () => {
     { name: 'multi-turn' as const, n: 12 },
     { name: 'no-sharing' as const, n: 10 },
     { name: 'long-prompt' as const, n: 4 },
+    { name: 'chat-one-system-prompt' as const, n: 12 },
+    { name: 'hot-burst' as const, n: 5 },
+    { name: 'external-load' as const, n: 12 },
   ])('$name: $n requests', ({ name, n }) => {
     expect(generateWorkload(name, small).requests).toHaveLength(n);
   });
@@ -122,6 +132,57 @@ describe('generateWorkload', () => {
     const w = generateWorkload('long-prompt', { documents: 1, questionsPerDocument: 2, seed: 3 });
     expect(w.requests).toHaveLength(2);
     for (const r of w.requests) expect(r.promptChars).toBe(220 * 1024 + 1 + 128 * 4);
+  });
+
+  it('chat-one-system-prompt: 64 users x 6 rounds, one shared 2048-token system prompt by default', () => {
+    const w = generateWorkload('chat-one-system-prompt', { seed: 2 });
+    expect(w.requests).toHaveLength(64 * 6);
+    expect(w.params).toMatchObject({ users: 64, rounds: 6, systemTokens: 2048 });
+    const systems = new Set(
+      w.requests.map((r) => (r.body.messages as Array<{ role: string; content: string }>)[0]!.content),
+    );
+    expect(systems.size).toBe(1);
+    expect([...systems][0]).toHaveLength(2048 * 4);
+    for (let u = 0; u < 64; u += 21) {
+      const mine = w.requests.filter((r) => r.user === u);
+      expect(mine.map((r) => r.round)).toEqual([0, 1, 2, 3, 4, 5]);
+      const last = mine[5]!.body.messages as unknown[];
+      expect(last.slice(0, (mine[4]!.body.messages as unknown[]).length)).toEqual(mine[4]!.body.messages);
+    }
+  });
+
+  it('hot-burst: one long shared prefix, sent all at once (concurrency = burst)', () => {
+    const d = generateWorkload('hot-burst', { seed: 2 });
+    expect(d.requests).toHaveLength(200);
+    expect(d.concurrency).toBe(200);
+    expect(d.params).toMatchObject({ burst: 200, prefixTokens: 8192 });
+    const w = generateWorkload('hot-burst', small);
+    const pre = 64 * 4;
+    const prompts = w.requests.map(promptOf);
+    expect(new Set(prompts.map((p) => p.slice(0, pre))).size).toBe(1);
+    expect(new Set(prompts).size).toBe(5);
+    expect(w.concurrency).toBe(5);
+    expect(w.sharedChars).toBe(pre);
+  });
+
+  it('external-load: routed shared-prefix traffic plus a background pool for half the workers', () => {
+    const w = generateWorkload('external-load', small);
+    expect(w.requests.every((r) => r.stream && r.path === '/v1/completions')).toBe(true);
+    expect(new Set(w.requests.map((r) => r.group)).size).toBe(4);
+    const ext = w.external!;
+    expect(ext).toMatchObject({ workerFraction: 0.5, concurrencyPerWorker: 2, header: EXTERNAL_HEADER });
+    expect(ext.requests).toHaveLength(4);
+    expect(ext.requests.map((r) => r.index)).toEqual([0, 1, 2, 3]);
+    for (const r of ext.requests) {
+      expect(r.stream).toBe(false);
+      expect(r.body.max_tokens).toBe(8);
+      expect(promptOf(r)).toHaveLength(16 * 4);
+    }
+    expect(new Set(ext.requests.map(promptOf)).size).toBe(4);
+    // Background prompts share nothing with the routed traffic.
+    const routed = new Set(w.requests.map((r) => promptOf(r).slice(0, 16)));
+    for (const r of ext.requests) expect(routed.has(promptOf(r).slice(0, 16))).toBe(false);
+    expect(generateWorkload('shared-prefix', small).external).toBeUndefined();
   });
 
   it('stream: false builds non-streaming bodies', () => {
