@@ -8,6 +8,7 @@ import { parse as parseYaml } from 'yaml';
 import { OPTIONS, type Config, type OptionSpec } from './config-schema.js';
 
 export type { Config };
+import { parseKvEventSettings } from './kv-events/kv-event-config.js';
 
 export class ConfigError extends Error {
   override name = 'ConfigError';
@@ -130,6 +131,11 @@ function validate(c: Config): void {
     throw new ConfigError(`--discovery-zmq must look like tcp://host:port, got ${c.discoveryZmq}`);
   }
   if (c.cacheThreshold > 1) throw new ConfigError('--cache-threshold must be within [0, 1]');
+  try {
+    parseKvEventSettings(c);
+  } catch (err) {
+    throw new ConfigError((err as Error).message, { cause: err });
+  }
 }
 
 /** Accepts `http://host:port` (or bare `host:port`); returns the normalized URL and its parts. */

@@ -98,6 +98,12 @@ function lifecycleSteps(
   const timers: NodeJS.Timeout[] = [];
   const steps: Array<LifecycleStep | false> = [
     {
+      // Before the workers register: loads --tokenizer files, then follows registry changes.
+      name: 'kv events',
+      start: () => c.exact.start(),
+      close: () => c.exact.close(),
+    },
+    {
       name: 'static workers',
       // Permanent registrations; host names resolved once, here.
       start: async () => {

@@ -31,6 +31,7 @@ import { RouterMetrics } from '../observability/metrics.js';
 import { PdDispatcher } from '../pd/pd-dispatcher.js';
 import { PrefillClient } from '../pd/prefill-client.js';
 import { createPolicy } from '../routing/create-policy.js';
+import { createExactPrefix, type ExactPrefix } from '../kv-events/exact-prefix.js';
 import type { PolicyName } from '../routing/policy.js';
 import { PoolDispatcher } from '../routing/pool-dispatcher.js';
 import type { RoutingObserver } from '../routing/selector.js';
@@ -59,6 +60,8 @@ export interface Components {
   readonly health: WorkerHealth;
   readonly metrics: RouterMetrics;
   readonly pools: RolePools;
+  /** Exact prefix routing from KV events (kv_aware pools). */
+  readonly exact: ExactPrefix;
   /** Present in pd mode. */
   readonly prefillClient: PrefillClient | undefined;
   readonly grpc: ExtProcServer;
@@ -80,9 +83,14 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
     treeChars: () => pools.treeSizes(),
     processMetrics: true,
   });
-  const pools = buildPools(config, registry, metrics, health);
-  // Pools follow the registry, so a scrape reads current members without reconciling.
-  registry.onChange(() => pools.reconcile());
+  const exact = createExactPrefix(config, metrics.registry, () => pools.members(), logger);
+  const pools = buildPools(config, registry, metrics, health, exact);
+  // Pools follow the registry, so a scrape reads current members without reconciling; so do the
+  // KV-event subscriptions (a re-registered worker starts with an empty exact index).
+  registry.onChange(() => {
+    pools.reconcile();
+    exact.sync();
+  });
 
   const base = {
     config,
@@ -95,6 +103,7 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
     health,
     metrics,
     pools,
+    exact,
   };
   const prefillClient = config.mode === 'pd' ? new PrefillClient() : undefined;
   const dispatcher = buildDispatcher({ ...base, prefillClient });
@@ -110,7 +119,17 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
 
 type Base = Pick<
   Components,
-  'config' | 'logger' | 'clock' | 'drain' | 'allow' | 'resolve' | 'registry' | 'health' | 'metrics' | 'pools'
+  | 'config'
+  | 'logger'
+  | 'clock'
+  | 'drain'
+  | 'allow'
+  | 'resolve'
+  | 'registry'
+  | 'health'
+  | 'metrics'
+  | 'pools'
+  | 'exact'
 >;
 
 function buildHealth(config: Readonly<Config>, logger: Logger): WorkerHealth {
@@ -136,6 +155,7 @@ function buildPools(
   registry: ServiceRegistry,
   metrics: RouterMetrics,
   health: WorkerHealth,
+  exact: ExactPrefix,
 ): RolePools {
   return new RolePools((role) => {
     const policy = createPolicy(policyFor(config, role), {
@@ -147,6 +167,8 @@ function buildPools(
         maxTreeSize: config.maxTreeSize,
         mode: config.cacheAwareMode,
       },
+      ...(exact.source !== undefined ? { exactPrefix: exact.source } : {}),
+      onExactFallback: exact.fallback,
     });
     return new WorkerPool(role, policy, registry, {
       onAdded: (w) => metrics.poolChanges.inc({ role: w.role, change: 'added' }),

@@ -1,8 +1,8 @@
 /**
  * Keeps one KvEventSubscriber per publisher of every current worker, and the KvBlockIndex they feed.
  *
- * `sync(workers)` (called by a 1 s unref'd timer with the pools' current members, and directly by
- * tests) reconciles: a worker with publishers (kv-event-sources.ts) and no subscription gets one per
+ * `sync(workers)` (called by the router on every registry change with the pools' current members,
+ * optionally by an unref'd timer armed in start(), and directly by tests) reconciles: a worker with publishers (kv-event-sources.ts) and no subscription gets one per
  * rank; a worker whose registration generation changed (it restarted and re-registered) has its
  * subscriptions closed and its entries dropped, then starts empty with new ones; a worker that left
  * is unsubscribed and forgotten. So the index only ever holds configured or registered workers, and a
@@ -21,9 +21,9 @@ export interface KvEventSubscriptionsOptions {
   topic?: string;
   index?: Partial<KvIndexOptions>;
   hooks?: KvEventHooks;
-  /** Current workers, read by the sync timer. */
+  /** Current workers, read by start() and the sync timer. */
   workers?: () => Iterable<Worker>;
-  /** Default 1000 ms; 0 = no timer (call sync yourself). */
+  /** Sync timer armed by start(); default 0 = none (call sync on membership changes). */
   syncIntervalMs?: number;
 }
 
@@ -36,16 +36,22 @@ interface WorkerSubscription {
 export class KvEventSubscriptions {
   readonly index: KvBlockIndex;
   private readonly subs = new Map<string, WorkerSubscription>();
-  private readonly timer: NodeJS.Timeout | undefined;
+  private timer: NodeJS.Timeout | undefined;
   private readonly closingSubs = new Set<Promise<void>>();
   private closed = false;
   private closing: Promise<void> | undefined;
 
   constructor(private readonly opts: KvEventSubscriptionsOptions) {
     this.index = new KvBlockIndex(opts.index);
-    const interval = opts.syncIntervalMs ?? 1000;
-    const workers = opts.workers;
-    if (interval > 0 && workers !== undefined) {
+  }
+
+  /** First sync with `workers()`, and the optional sync timer. No-op after close(). */
+  start(): void {
+    const workers = this.opts.workers;
+    if (this.closed || workers === undefined) return;
+    this.sync(workers());
+    const interval = this.opts.syncIntervalMs ?? 0;
+    if (interval > 0 && this.timer === undefined) {
       this.timer = setInterval(() => this.sync(workers()), interval);
       this.timer.unref();
     }

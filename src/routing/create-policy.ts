@@ -4,6 +4,7 @@
  */
 import { CacheAwarePolicy, type CacheAwareOptions } from './cache-aware.js';
 import { ConsistentHashPolicy } from './consistent-hash.js';
+import { KvAwarePolicy, type ExactPrefixSource } from './kv-aware.js';
 import { LeastLoadPolicy } from './least-load.js';
 import type { Policy, PolicyName } from './policy.js';
 import { PowerOfTwoPolicy } from './power-of-two.js';
@@ -13,6 +14,10 @@ import { RoundRobinPolicy } from './round-robin.js';
 export interface CreatePolicyOptions {
   /** cache_aware settings over DEFAULT_CACHE_AWARE_OPTIONS. */
   cacheAware?: Partial<CacheAwareOptions>;
+  /** kv_aware: the exact prefix source (KV events); absent = always the approximate fallback. */
+  exactPrefix?: ExactPrefixSource;
+  /** kv_aware: a routed request was not answered exactly (why). */
+  onExactFallback?: (reason: string) => void;
   /** random / power_of_two: a uniform source in [0, 1) (default Math.random). */
   rng?: () => number;
 }
@@ -32,6 +37,12 @@ export function createPolicy(name: PolicyName, options: CreatePolicyOptions = {}
       return new ConsistentHashPolicy();
     case 'cache_aware':
       return new CacheAwarePolicy(options.cacheAware);
+    case 'kv_aware':
+      return new KvAwarePolicy({
+        ...(options.cacheAware !== undefined ? { cacheAware: options.cacheAware } : {}),
+        ...(options.exactPrefix !== undefined ? { exact: options.exactPrefix } : {}),
+        ...(options.onExactFallback !== undefined ? { onFallback: options.onExactFallback } : {}),
+      });
     default: {
       const unknown: never = name;
       throw new RangeError(`unknown policy: ${String(unknown)}`);

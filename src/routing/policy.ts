@@ -54,5 +54,6 @@ export const POLICY_NAMES = [
   'least_load',
   'consistent_hash',
   'cache_aware',
+  'kv_aware',
 ] as const;
 export type PolicyName = (typeof POLICY_NAMES)[number];

@@ -45,7 +45,12 @@ export class RequestTokenizer {
   }
 
   static load(specs: ReadonlyMap<string, string>): RequestTokenizer {
-    const loaded = new Map<string, HfTokenizer>();
+    return new RequestTokenizer().loadSpecs(specs);
+  }
+
+  /** Loads `model -> directory` specs (each directory once); throws a RangeError naming a bad one. */
+  loadSpecs(specs: ReadonlyMap<string, string>): this {
+    const loaded = this.byModel;
     const byPath = new Map<string, HfTokenizer>();
     for (const [model, path] of specs) {
       let t = byPath.get(path);
@@ -59,7 +64,7 @@ export class RequestTokenizer {
       }
       loaded.set(model, t);
     }
-    return new RequestTokenizer(loaded);
+    return this;
   }
 
   get size(): number {

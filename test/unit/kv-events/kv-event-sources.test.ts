@@ -53,3 +53,29 @@ describe('kv event sources', () => {
     expect(() => parseKvEventSources({ ...base, ...patch })).toThrow(message);
   });
 });
+
+describe('KV-event options in the router config', () => {
+  it('parses flags (repeatable lists) and rejects bad values with a ConfigError', async () => {
+    const { parseConfig, ConfigError } = await import('../../../src/config.js');
+    const parsed = parseConfig([
+      '--policy',
+      'kv_aware',
+      '--kv-event-source',
+      'http://10.0.0.5:8000=tcp://10.0.0.5:5557',
+      '--kv-event-source',
+      'http://10.0.0.6:8000=tcp://10.0.0.6:5557',
+      '--kv-tier-credit',
+      'CPU=0.25',
+      '--tokenizer',
+      'm=/models/m',
+    ]);
+    expect(parsed.help).toBe(false);
+    if (parsed.help) return;
+    expect(parsed.config.policy).toBe('kv_aware');
+    expect(parsed.config.kvEventSource).toHaveLength(2);
+    expect(parsed.config.kvTierCredit).toEqual(['CPU=0.25']);
+    expect(() => parseConfig(['--kv-event-source', 'http://a:1=udp://x'])).toThrow(ConfigError);
+    expect(() => parseConfig(['--kv-tier-credit', 'CPU=2'])).toThrow(/MEDIUM=0..1/);
+    expect(() => parseConfig(['--tokenizer', 'nopath'])).toThrow(/MODEL=PATH/);
+  });
+});

@@ -1,0 +1,96 @@
+/**
+ * kv_aware (the reference router's name): route on the workers' exact KV-cache contents, learned
+ * from vLLM's KV-cache events (kv-events/), falling back to cache_aware's approximate prefix tree.
+ *
+ * select(input):
+ * - prefix view = resolvePrefix([exact source, radix tree]) (prefix-source.ts): per candidate, its
+ *   exact cached tokens when it publishes events and the request could be tokenized, else the
+ *   tree's estimate;
+ * - when NO candidate has an exact answer, the decision is cache_aware's own (same thresholds, same
+ *   branches), so kv_aware without events behaves exactly like cache_aware;
+ * - otherwise matchRate = best cached tokens / prompt tokens. Above `cacheThreshold`: among the
+ *   candidates holding the most cached tokens, the least loaded (tie-break.ts); it yields to the least
+ *   loaded candidate when it is overloaded by cache_aware's per-request rule (load > mean x
+ *   balanceRelThreshold AND load > mean + balanceAbsThreshold): branch `exact_hit` / `imbalance`;
+ *   else the least loaded, branch `exact_miss`.
+ * routed(): feeds the tree exactly as cache_aware does (the fallback stays warm for requests and
+ * workers without events) and reports a request that fell back (`onFallback(reason)`), outside the
+ * pure selection step.
+ */
+import type { Worker } from '../workers/worker.js';
+import { CacheAwarePolicy, type CacheAwareOptions } from './cache-aware.js';
+import type { Decision, Policy, SelectionInput } from './policy.js';
+import { RadixPrefixSource, resolvePrefix, type PrefixSource } from './prefix-source.js';
+import { leastLoaded } from './tie-break.js';
+
+/** The exact source, with the reason a request was not answered exactly. */
+export interface ExactPrefixSource extends PrefixSource {
+  fallback?(input: SelectionInput): string | undefined;
+}
+
+export interface KvAwareOptions {
+  cacheAware?: Partial<CacheAwareOptions>;
+  /** Absent = no events configured: always the fallback. */
+  exact?: ExactPrefixSource;
+  onFallback?(reason: string): void;
+}
+
+export class KvAwarePolicy implements Policy {
+  readonly name = 'kv_aware' as const;
+  private readonly approximate: CacheAwarePolicy;
+  private readonly sources: PrefixSource[];
+
+  constructor(private readonly opts: KvAwareOptions = {}) {
+    this.approximate = new CacheAwarePolicy(opts.cacheAware);
+    const radix = new RadixPrefixSource((model) => this.approximate.treeOf(model));
+    this.sources = opts.exact === undefined ? [radix] : [opts.exact, radix];
+  }
+
+  select(input: SelectionInput): Decision {
+    const workers = input.workers;
+    if (this.opts.exact === undefined) return this.approximate.select(input);
+    const view = resolvePrefix(this.sources, input, workers);
+    const exactName = this.opts.exact.name ?? 'source0';
+    if (!view.sourceOf.includes(exactName)) return this.approximate.select(input);
+    let best = 0;
+    for (const c of view.cached) if (c > best) best = c;
+    const matchRate = view.promptTokens > 0 ? best / view.promptTokens : 0;
+    const { cacheThreshold, balanceAbsThreshold: abs, balanceRelThreshold: rel } = this.approximate.options;
+    if (best === 0 || matchRate <= cacheThreshold) {
+      return { worker: workers[leastLoaded(workers)] as Worker, branch: 'exact_miss', matchRate };
+    }
+    const holders: number[] = [];
+    for (let i = 0; i < workers.length; i++) if (view.cached[i] === best) holders.push(i);
+    const owner = workers[leastLoaded(workers, holders)] as Worker;
+    let sum = 0;
+    for (const w of workers) sum += w.load;
+    const mean = sum / workers.length;
+    if (owner.load > mean * rel && owner.load > mean + abs) {
+      return { worker: workers[leastLoaded(workers)] as Worker, branch: 'imbalance', matchRate };
+    }
+    return { worker: owner, branch: 'exact_hit', matchRate };
+  }
+
+  routed(decision: Decision, input: SelectionInput, nowMs: number): void {
+    this.approximate.routed(decision, input, nowMs);
+    const reason = this.opts.exact?.fallback?.(input);
+    if (reason !== undefined) this.opts.onFallback?.(reason);
+  }
+
+  addWorker(worker: Worker): void {
+    this.approximate.addWorker(worker);
+  }
+
+  removeWorker(worker: Worker): void {
+    this.approximate.removeWorker(worker);
+  }
+
+  maintain(nowMs: number): number {
+    return this.approximate.maintain(nowMs);
+  }
+
+  /** Read-only stats of the fallback tree (metrics). */
+  treeChars(): Map<string, number> {
+    return this.approximate.treeChars();
+  }
+}

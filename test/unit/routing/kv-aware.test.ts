@@ -1,0 +1,127 @@
+import { fileURLToPath } from 'node:url';
+import { afterAll, describe, expect, it } from 'vitest';
+import { KvAwarePolicy } from '../../../src/routing/kv-aware.js';
+import { KvEventSubscriptions } from '../../../src/kv-events/kv-event-subscriptions.js';
+import { KvPrefixSource } from '../../../src/kv-events/kv-prefix-source.js';
+import { parseKvEventSources, workerKey } from '../../../src/kv-events/kv-event-sources.js';
+import { RequestTokenizer } from '../../../src/tokenize/request-tokens.js';
+import type { BlockStoredEvent } from '../../../src/kv-events/kv-event-decoder.js';
+import { input, makeWorkers, route } from './fixtures.js';
+
+const DIR = fileURLToPath(new URL('../../fixtures/tokenizer', import.meta.url));
+const tokenizer = RequestTokenizer.load(new Map([['m', DIR]]));
+const BS = 4;
+
+/**
+ * Real index, tokenizer and source; the publishers are never started (endpoints nobody binds: ZMQ
+ * just retries), so the test applies decoded events to the index directly, as a subscriber would.
+ */
+function fleet(n: number, publishing: number[], loads: number[] = []) {
+  const workers = makeWorkers(n, loads);
+  const rules = parseKvEventSources({
+    sources: publishing.map((i) => `${workers[i]!.url}=tcp://127.0.0.1:9`),
+    replays: [],
+    defaultPort: 0,
+    defaultReplayPort: 0,
+    dpSize: 1,
+  });
+  const subs = new KvEventSubscriptions({ rules, syncIntervalMs: 0 });
+  subs.sync(workers);
+  const source = new KvPrefixSource({ subscriptions: subs, tokenizer });
+  const fallbacks: string[] = [];
+  const policy = new KvAwarePolicy({ exact: source, onFallback: (r) => fallbacks.push(r) });
+  for (const w of workers) policy.addWorker(w);
+  /** Worker i's engine stores the first `blocks` full blocks of `ids`. */
+  const store = (i: number, ids: readonly number[], blocks: number): void => {
+    const event: BlockStoredEvent = {
+      type: 'stored',
+      hashes: Array.from({ length: blocks }, (_, b) => 1000 * (i + 1) + b),
+      parent: undefined,
+      tokens: ids.slice(0, blocks * BS),
+      blockSize: BS,
+      medium: 'GPU',
+      loraName: undefined,
+      extraKeys: undefined,
+    };
+    subs.index.apply(`${workerKey(workers[i]!.url)}#0`, [event]);
+  };
+  closers.push(() => subs.close());
+  return { workers, subs, policy, store, fallbacks };
+}
+const closers: Array<() => Promise<void>> = [];
+afterAll(async () => {
+  for (const c of closers) await c();
+});
+
+const prompt = 'You are a helpful assistant. Answer the question using the context below. '.repeat(4);
+const ids = tokenizer.tokenize('m', { prompt }) as { ok: true; ids: number[] };
+
+describe('kv_aware', () => {
+  it('routes to the worker that holds the longest run of the prompt blocks (exact_hit)', () => {
+    const { workers, policy, store } = fleet(3, [0, 1, 2]);
+    const n = Math.floor(ids.ids.length / BS);
+    store(0, ids.ids, 2);
+    store(2, ids.ids, n);
+    const d = policy.select(input(workers, { text: prompt, body: { prompt } }));
+    expect(d).toMatchObject({ worker: workers[2], branch: 'exact_hit' });
+    expect(d.matchRate).toBeCloseTo((n * BS) / ids.ids.length);
+  });
+
+  it('a worker that evicted the prefix loses it: the router follows the events, not its own history', () => {
+    const { workers, policy, store, subs } = fleet(2, [0, 1]);
+    store(0, ids.ids, 8);
+    const sel = input(workers, { text: prompt, body: { prompt } });
+    const first = route(policy, sel);
+    expect(first.decision.worker).toBe(workers[0]);
+    first.guard.release();
+    subs.index.apply(`${workerKey(workers[0]!.url)}#0`, [{ type: 'cleared' }]);
+    store(1, ids.ids, 8);
+    expect(policy.select(input(workers, { text: prompt, body: { prompt } })).worker).toBe(workers[1]);
+  });
+
+  it('nothing cached anywhere: least loaded (exact_miss)', () => {
+    const { workers, policy } = fleet(3, [0, 1, 2], [2, 0, 1]);
+    expect(policy.select(input(workers, { text: prompt, body: { prompt } }))).toMatchObject({
+      worker: workers[1],
+      branch: 'exact_miss',
+    });
+  });
+
+  it('an overloaded holder yields (imbalance), with cache_aware thresholds', () => {
+    const { workers, policy, store } = fleet(2, [0, 1], [200, 0]);
+    store(0, ids.ids, 8);
+    expect(policy.select(input(workers, { text: prompt, body: { prompt } })).branch).toBe('imbalance');
+  });
+
+  it('a request it cannot tokenize falls back to the approximate tree, counted in routed()', () => {
+    const { workers, policy, fallbacks } = fleet(2, [0, 1]);
+    const sel = input(workers, {
+      model: 'unknown-model',
+      text: prompt,
+      body: { model: 'unknown-model', prompt },
+    });
+    const a = route(policy, sel);
+    expect(a.decision.branch).toBe('low_match'); // cache_aware's own branch
+    expect(fallbacks).toEqual(['no_tokenizer']);
+    a.guard.release();
+    // The tree learned the prefix, so the fallback still has affinity.
+    const again = policy.select(
+      input(workers, { model: 'unknown-model', text: prompt, body: { model: 'unknown-model', prompt } }),
+    );
+    expect(again).toMatchObject({ worker: a.decision.worker, branch: 'cache_hit' });
+  });
+
+  it('workers without events use the tree; no publisher among candidates is a fallback', () => {
+    const { workers, policy, fallbacks } = fleet(2, []);
+    const a = route(policy, input(workers, { text: prompt, body: { prompt } }));
+    expect(a.decision.branch).toBe('low_match');
+    expect(fallbacks).toEqual(['no_publisher']);
+  });
+
+  it('without an exact source it is cache_aware', () => {
+    const workers = makeWorkers(2);
+    const policy = new KvAwarePolicy();
+    for (const w of workers) policy.addWorker(w);
+    expect(policy.select(input(workers, { text: prompt })).branch).toBe('low_match');
+  });
+});
