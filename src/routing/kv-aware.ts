@@ -85,6 +85,11 @@ export class KvAwarePolicy implements Policy {
     this.approximate.removeWorker(worker);
   }
 
+  /** The fallback tree's eviction interval (cache_aware's evictionIntervalMs). */
+  get maintenanceIntervalMs(): number {
+    return this.approximate.maintenanceIntervalMs;
+  }
+
   maintain(nowMs: number): number {
     return this.approximate.maintain(nowMs);
   }

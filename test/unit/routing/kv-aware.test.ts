@@ -125,3 +125,10 @@ describe('kv_aware', () => {
     expect(policy.select(input(workers, { text: prompt })).branch).toBe('low_match');
   });
 });
+
+describe('kv_aware maintenance', () => {
+  it('trims the fallback tree on the cache_aware eviction interval', () => {
+    const policy = new KvAwarePolicy({ cacheAware: { evictionIntervalMs: 5000 } });
+    expect(policy.maintenanceIntervalMs).toBe(5000);
+  });
+});
