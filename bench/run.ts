@@ -1,5 +1,9 @@
 /**
- * `npm run bench -- <routing|overhead|scale|replicas|all> [--quick]`
+ * `npm run bench -- <routing|overhead|scale|replicas|all> [--quick] [--policies=a,b] [--workloads=a,b]`
+ *
+ * `--policies` / `--workloads` narrow the routing benchmark to some POLICY_VARIANTS labels / workloads
+ * (a bounded run on a busy machine); the peers (vllm-router, smg) run in a full routing run unless
+ * BENCH_PEERS=0.
  *
  * Runs the named benchmark(s), writes `bench/results/<name>.json`, regenerates that benchmark's section
  * of docs/benchmarks.md (tables + SVG charts in docs/) and the generated summary. `--quick` shrinks every
@@ -15,14 +19,18 @@ import {
   type RenderedSection,
 } from './report-sections.js';
 import { renderReplicas } from './report-replicas.js';
-import { REPLICA_VARIANTS, runRoutingBench, type RoutingResult } from './routing-bench.js';
+import { POLICY_VARIANTS, REPLICA_VARIANTS, runRoutingBench, type RoutingResult } from './routing-bench.js';
 import { runScaleBench, type ScaleResult } from './scale-bench.js';
+import { isWorkloadName, type WorkloadName } from './workloads.js';
 
 const NAMES = ['routing', 'overhead', 'scale', 'replicas'] as const;
 type BenchName = (typeof NAMES)[number];
 
 function usage(): never {
-  process.stderr.write('usage: npm run bench -- <routing|overhead|scale|replicas|all> [--quick]\n');
+  process.stderr.write(
+    'usage: npm run bench -- <routing|overhead|scale|replicas|all> [--quick] ' +
+      '[--policies=a,b] [--workloads=a,b] (the last two: routing only)\n',
+  );
   process.exit(2);
 }
 
@@ -42,7 +50,17 @@ async function publishSummary(): Promise<void> {
   );
 }
 
-async function runOne(name: BenchName, quick: boolean, command: string): Promise<void> {
+interface Narrowing {
+  policies?: string[];
+  workloads?: WorkloadName[];
+}
+
+async function runOne(
+  name: BenchName,
+  quick: boolean,
+  command: string,
+  narrow: Narrowing = {},
+): Promise<void> {
   const log = (line: string): void => {
     process.stdout.write(`${new Date().toISOString().slice(11, 19)} ${line}\n`);
   };
@@ -50,7 +68,7 @@ async function runOne(name: BenchName, quick: boolean, command: string): Promise
   log(`${name}: start${quick ? ' (quick)' : ''}`);
   switch (name) {
     case 'routing': {
-      const r = await runRoutingBench({ quick, command, log, peers: !quick });
+      const r = await runRoutingBench({ quick, command, log, peers: !quick, ...narrow });
       writeResult('routing', r);
       await publish('routing', renderRouting(r));
       break;
@@ -87,14 +105,27 @@ async function runOne(name: BenchName, quick: boolean, command: string): Promise
 async function main(): Promise<void> {
   const args = process.argv.slice(2);
   const quick = args.includes('--quick');
+  const listFlag = (flag: string): string[] | undefined =>
+    args
+      .find((a) => a.startsWith(`--${flag}=`))
+      ?.slice(flag.length + 3)
+      .split(',');
+  const narrow: Narrowing = { policies: listFlag('policies') };
+  if (narrow.policies?.some((p) => !POLICY_VARIANTS.some((v) => v.label === p))) usage();
+  const workloads = listFlag('workloads');
+  if (workloads && !workloads.every(isWorkloadName)) usage();
+  if (workloads) narrow.workloads = workloads as WorkloadName[];
+  const known = (a: string): boolean =>
+    a === '--quick' || a.startsWith('--policies=') || a.startsWith('--workloads=');
   const positional = args.filter((a) => !a.startsWith('--'));
-  if (positional.length !== 1 || args.some((a) => a.startsWith('--') && a !== '--quick')) usage();
+  if (positional.length !== 1 || args.some((a) => a.startsWith('--') && !known(a))) usage();
   const name = positional[0]!;
-  const command = `npm run bench -- ${name}${quick ? ' --quick' : ''}`;
+  if ((narrow.policies || narrow.workloads) && name !== 'routing') usage();
+  const command = `npm run bench -- ${args.join(' ')}`;
   if (name === 'all') {
     for (const n of NAMES) await runOne(n, quick, command);
   } else if ((NAMES as readonly string[]).includes(name)) {
-    await runOne(name as BenchName, quick, command);
+    await runOne(name as BenchName, quick, command, narrow);
   } else {
     usage();
   }
