@@ -2,7 +2,8 @@
  * An in-process vLLM simulator: an OpenAI-compatible HTTP server (node:http) backed by a simulated
  * engine (engine.ts), prefix cache (prefix-cache.ts) and latency model (timing-model.ts), with vLLM's
  * P/D behaviour per KV connector (kv-transfer.ts), self-registration over ZMQ (zmq-registrar.ts),
- * fault injection (faults.ts) and a record of every generation request for tests.
+ * fault injection (faults.ts), a "hold the stream until released" control (stream-hold.ts) and a record
+ * of every generation request for tests.
  *
  * Endpoints: POST /v1/completions, POST /v1/chat/completions (JSON or SSE), GET /health, GET /v1/models,
  * GET /load (`{"server_load": in-flight generation requests}`, what vLLM's load endpoint counts),
@@ -27,6 +28,7 @@ import type { AddressInfo } from 'node:net';
 import { randomUUID } from 'node:crypto';
 import { Engine, type EngineJob } from './engine.js';
 import { FaultQueue, type Fault, type FaultOptions } from './faults.js';
+import { HoldQueue, type HoldOptions, type OutputGate, type StreamHold } from './stream-hold.js';
 import {
   checkDecodeRequest,
   prefillResponseParams,
@@ -52,6 +54,7 @@ import { isTokenizationPath, serveTokenization } from './tokenize-api.js';
 import { ZmqRegistrar } from './zmq-registrar.js';
 
 export type { Fault, FaultOptions } from './faults.js';
+export type { HoldOptions, StreamHold } from './stream-hold.js';
 export type { KvConnector } from './kv-transfer.js';
 export type { SimTokenizer } from './sim-tokenizer.js';
 export type SimulatorRole = 'regular' | 'prefill' | 'decode';
@@ -128,6 +131,11 @@ export interface Simulator {
   waiting(): number;
   injectFault(fault: Fault, opts?: FaultOptions): void;
   clearFaults(): void;
+  /**
+   * Holds the next matching generation response(s) at a known point until `release()` (see
+   * stream-hold.ts): tests synchronise on `reached()` instead of on token pacing.
+   */
+  hold(opts?: HoldOptions): StreamHold;
   /** Resolves when at least `n` generation requests have been recorded (ever). */
   waitForRequests(n: number): Promise<void>;
   /** Resolves when no generation request is in flight. */
@@ -156,6 +164,8 @@ interface Ctx {
   /** Streaming: SSE chunks written so far, and the chunk count after which to cut the socket. */
   chunks: number;
   resetAfter: number;
+  /** A test hold on this response's output (stream-hold.ts). */
+  gate?: OutputGate;
 }
 
 interface Waiter {
@@ -185,6 +195,7 @@ class SimulatorServer implements Simulator {
   private readonly maxRecords: number;
   private readonly maxModelLen: number;
   private readonly faults = new FaultQueue();
+  private readonly holds = new HoldQueue();
   private readonly sideTimers = new Set<NodeJS.Timeout>();
   private registrar: ZmqRegistrar | undefined;
   private inFlightCount = 0;
@@ -274,6 +285,10 @@ class SimulatorServer implements Simulator {
     this.faults.clear();
   }
 
+  hold(opts?: HoldOptions): StreamHold {
+    return this.holds.add(opts);
+  }
+
   waitForRequests(n: number): Promise<void> {
     if (this.recordedTotal >= n) return Promise.resolve();
     if (this.closing) return Promise.reject(new Error('simulator closed'));
@@ -307,6 +322,7 @@ class SimulatorServer implements Simulator {
       for (const t of this.sideTimers) clearTimeout(t);
       this.sideTimers.clear();
       const err = new Error('simulator closed');
+      this.holds.close(err);
       for (const w of this.requestWaiters) w.reject(err);
       this.requestWaiters = [];
       this.server.close(() => resolve());
@@ -512,6 +528,7 @@ class SimulatorServer implements Simulator {
     };
     const choices = request.prompts.length;
     const formatter = request.stream ? new StreamFormatter(ident) : undefined;
+    ctx.gate = this.holds.take(ctx.path);
     if (formatter) {
       record.status = 200;
       ctx.res.writeHead(200, {
@@ -519,7 +536,8 @@ class SimulatorServer implements Simulator {
         'cache-control': 'no-cache',
       });
       ctx.res.flushHeaders();
-    }
+      if (ctx.gate?.afterChunks === 0) ctx.gate.engage();
+    } else ctx.gate?.engage(); // a JSON answer is held whole
     let blocks = 0;
     const admit = (): number => {
       let prompt = 0;
@@ -551,7 +569,11 @@ class SimulatorServer implements Simulator {
         record.completionTokens = (index + 1) * choices;
         this.generationTokensTotal += choices;
         if (formatter) this.streamToken(ctx, record, request, formatter, index, last);
-        else if (last) this.finishJson(ctx, record, request, ident, blocks);
+        else if (last) {
+          const gate = ctx.gate;
+          if (gate) gate.run(() => this.finishJson(ctx, record, request, ident, blocks));
+          else this.finishJson(ctx, record, request, ident, blocks);
+        }
       },
     });
   }
@@ -590,14 +612,24 @@ class SimulatorServer implements Simulator {
       if (!this.writeChunk(ctx, f.usageChunk(usage))) return;
     }
     if (!this.writeChunk(ctx, SSE_DONE)) return;
-    this.finishOk(ctx, record);
-    ctx.res.end();
+    const end = (): void => {
+      this.finishOk(ctx, record);
+      ctx.res.end();
+    };
+    if (ctx.gate) ctx.gate.run(end);
+    else end();
   }
 
   /** Writes one SSE event; returns false when an injected reset cut the socket after it. */
   private writeChunk(ctx: Ctx, chunk: string): boolean {
+    if (ctx.gate?.isHolding) {
+      ctx.gate.run(() => this.writeChunk(ctx, chunk)); // replayed in order on release
+      return true;
+    }
+    if (ctx.resetting) return false;
     ctx.res.write(chunk);
     ctx.chunks++;
+    if (ctx.chunks === ctx.gate?.afterChunks) ctx.gate.engage();
     if (ctx.chunks === ctx.resetAfter) {
       this.reset(ctx);
       return false;
@@ -661,6 +693,7 @@ class SimulatorServer implements Simulator {
   /** The single end path of a generation request (finished, aborted, reset, or simulator closed). */
   private onClose(ctx: Ctx): void {
     this.inFlightCount--;
+    ctx.gate?.drop();
     if (ctx.job) this.engine.cancel(ctx.job);
     if (ctx.kv) this.kvUsage.release(ctx.kv);
     if (ctx.delayTimer) clearTimeout(ctx.delayTimer);

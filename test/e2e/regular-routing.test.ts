@@ -15,9 +15,7 @@ let openai: OpenAI;
 beforeAll(async () => {
   stack = await startStack({
     workers: 2,
-    // Real pacing so a stream is observably in flight: 150 ms between tokens (a margin for a client
-    // that lags on a loaded machine: the load checks run between chunks).
-    sim: { timeScale: 1, timing: { baseItlMs: 150, overheadMs: 1 } },
+    // No pacing: a stream is kept in flight by a simulator hold (released by the test), not by time.
     router: { policy: 'round_robin' },
   });
   openai = new OpenAI({ baseURL: `${stack.url}/v1`, apiKey: 'unused', maxRetries: 0 });
@@ -34,6 +32,12 @@ afterEach(async () => {
 
 const totalLoad = () => stack.router.workers().reduce((n, w) => n + w.load, 0);
 
+/** Holds the next stream on every worker (round robin picks one) after `afterChunks` SSE events. */
+function holdNextStream(afterChunks: number): { release(): void } {
+  const holds = stack.sims.map((s) => s.hold({ afterChunks }));
+  return { release: () => holds.forEach((h) => h.release()) };
+}
+
 describe('regular routing through Envoy', () => {
   it('serves a non-streaming completion (openai client) and releases the load', async () => {
     const before = stack.router.workers().reduce((n, w) => n + w.processed, 0);
@@ -45,6 +49,9 @@ describe('regular routing through Envoy', () => {
   });
 
   it('holds the load from response headers until the last streamed chunk (openai client, chat)', async () => {
+    // The role chunk and 5 of the 6 token chunks go out; the last token and [DONE] wait for release.
+    const HELD = 6;
+    const hold = holdNextStream(HELD);
     const stream = await openai.chat.completions.create({
       model: 'sim-model',
       messages: [{ role: 'user', content: 'stream please' }],
@@ -53,9 +60,14 @@ describe('regular routing through Envoy', () => {
     });
     const loadsWhileStreaming: number[] = [];
     let chunks = 0;
-    for await (const chunk of stream) {
-      chunks += 1;
-      if (!chunk.choices[0]?.finish_reason) loadsWhileStreaming.push(totalLoad());
+    try {
+      for await (const chunk of stream) {
+        chunks += 1;
+        if (!chunk.choices[0]?.finish_reason) loadsWhileStreaming.push(totalLoad());
+        if (chunks === HELD) hold.release();
+      }
+    } finally {
+      hold.release();
     }
     expect(chunks).toBeGreaterThanOrEqual(6);
     expect(loadsWhileStreaming.length).toBeGreaterThan(0);
@@ -64,6 +76,7 @@ describe('regular routing through Envoy', () => {
   });
 
   it('releases the load when the client aborts mid-stream', async () => {
+    const hold = holdNextStream(2);
     const stream = await openai.completions.create({
       model: 'sim-model',
       prompt: 'abort me',
@@ -71,12 +84,16 @@ describe('regular routing through Envoy', () => {
       stream: true,
     });
     let seen = 0;
-    for await (const _chunk of stream) {
-      if (++seen === 2) {
-        expect(totalLoad()).toBe(1);
-        stream.controller.abort();
-        break;
+    try {
+      for await (const _chunk of stream) {
+        if (++seen === 2) {
+          expect(totalLoad()).toBe(1);
+          stream.controller.abort();
+          break;
+        }
       }
+    } finally {
+      hold.release();
     }
     await waitFor(() => totalLoad() === 0);
     await waitFor(() => stack.sims.every((s) => s.inFlight() === 0));
