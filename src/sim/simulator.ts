@@ -528,7 +528,7 @@ class SimulatorServer implements Simulator {
     };
     const choices = request.prompts.length;
     const formatter = request.stream ? new StreamFormatter(ident) : undefined;
-    ctx.gate = this.holds.take(ctx.path);
+    ctx.gate = this.holds.take(ctx.path, request.stream);
     if (formatter) {
       record.status = 200;
       ctx.res.writeHead(200, {

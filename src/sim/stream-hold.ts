@@ -16,7 +16,8 @@
  * request as usual (the held output is dropped).
  *
  * A hold applies to the next `count` (default 1) generation requests that enter the engine, oldest hold
- * first, optionally only those whose path contains `path`. release() lets every held response go on
+ * first, optionally only those whose path contains `path` and only streaming or non-streaming ones (a
+ * worker serving both P/D legs: hold the decode stream, not the prefill answer). release() lets every held response go on
  * and disarms the rest of the count. Pure bookkeeping: no timers, no I/O.
  */
 
@@ -27,6 +28,8 @@ export interface HoldOptions {
   count?: number;
   /** Path substring filter (e.g. '/v1/chat/completions'); default: every generation request. */
   path?: string;
+  /** Only streaming (true) or only non-streaming (false) responses; default: both. */
+  stream?: boolean;
 }
 
 export interface StreamHold {
@@ -99,6 +102,7 @@ export class Hold implements StreamHold {
   private waiters: Waiter[] = [];
   readonly afterChunks: number;
   readonly path: string | undefined;
+  readonly stream: boolean | undefined;
 
   constructor(opts: HoldOptions = {}) {
     const count = opts.count ?? 1;
@@ -110,6 +114,7 @@ export class Hold implements StreamHold {
     this.remaining = count;
     this.afterChunks = afterChunks;
     this.path = opts.path;
+    this.stream = opts.stream;
   }
 
   get held(): number {
@@ -126,9 +131,10 @@ export class Hold implements StreamHold {
   }
 
   /** Whether this hold takes a request on `path` (and counts it). */
-  take(path: string): OutputGate | undefined {
+  take(path: string, stream: boolean): OutputGate | undefined {
     if (this.released || this.remaining === 0) return undefined;
     if (this.path !== undefined && !path.includes(this.path)) return undefined;
+    if (this.stream !== undefined && this.stream !== stream) return undefined;
     this.remaining--;
     return new OutputGate(this, this.afterChunks);
   }
@@ -181,11 +187,11 @@ export class HoldQueue {
   }
 
   /** The gate for a generation request entering the engine on `path`, if a hold takes it. */
-  take(path: string): OutputGate | undefined {
+  take(path: string, stream: boolean): OutputGate | undefined {
     if (this.holds.length === 0) return undefined;
     let gate: OutputGate | undefined;
     for (const h of this.holds) {
-      gate = h.take(path);
+      gate = h.take(path, stream);
       if (gate) break;
     }
     this.holds = this.holds.filter((h) => !h.exhausted);

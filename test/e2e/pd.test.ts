@@ -7,12 +7,26 @@ import OpenAI from 'openai';
 import { startPdStack, type PdStack } from '../support/pd-stack.js';
 import { expectAllLoadsZero, metricsText } from '../support/router-fixture.js';
 import { waitFor } from '../support/wait-for.js';
-import { startSimulator } from '../../src/sim/simulator.js';
+import { startSimulator, type HoldOptions, type Simulator } from '../../src/sim/simulator.js';
 import { startTestRouter } from '../support/router-fixture.js';
 import { startEnvoy } from '../../src/envoy/envoy-process.js';
 
-const SLOW_PREFILL = { timeScale: 1, timing: { overheadMs: 400 } };
-const PACED_DECODE = { timeScale: 1, timing: { overheadMs: 1, baseItlMs: 150 } };
+/**
+ * No pacing: a phase is kept in flight by simulator holds (a prefill answer held before it is sent, a
+ * decode stream held after n events) that the test releases, not by time.
+ */
+interface Holds {
+  /** Resolves when one of the held simulators reached its hold point. */
+  reached(): Promise<void>;
+  release(): void;
+}
+function holdNext(sims: readonly Simulator[], opts: HoldOptions = {}): Holds {
+  const holds = sims.map((sim) => sim.hold(opts));
+  return {
+    reached: () => Promise.any(holds.map((h) => h.reached())),
+    release: () => holds.forEach((h) => h.release()),
+  };
+}
 
 function post(
   url: string,
@@ -35,8 +49,6 @@ describe('sequential P/D (NIXL)', () => {
     s = await startPdStack({
       prefill: 2,
       decode: 1,
-      prefillSim: SLOW_PREFILL,
-      decodeSim: PACED_DECODE,
       router: { prefillRetries: 1 },
     });
   });
@@ -49,27 +61,43 @@ describe('sequential P/D (NIXL)', () => {
   const decodeLoad = () => s.load(s.decode[0]!);
 
   it('loads prefill only during prefill, then decode only until the last chunk', async () => {
-    const res = post(s.url, '/v1/completions', {
-      model: 'sim-model',
-      prompt: 'sequential phases',
-      max_tokens: 5,
-      stream: true,
-    });
-    await waitFor(() => prefillLoad() === 1);
-    expect(decodeLoad()).toBe(0);
-    const r = await res;
-    expect(r.status).toBe(200);
-    const reader = r.body!.getReader();
-    const decoder = new TextDecoder();
-    let text = '';
-    const duringDecode: Array<[number, number]> = [];
-    while (true) {
-      const { done, value } = await reader.read();
-      if (done) break;
-      text += decoder.decode(value);
-      if (!text.includes('[DONE]') && !text.includes('"finish_reason":"length"'))
-        duringDecode.push([prefillLoad(), decodeLoad()]);
+    const prefillHold = holdNext(s.prefill);
+    // 4 of the 5 token events go out; the last (finish_reason) and [DONE] wait for the release.
+    const HELD = 4;
+    const decodeHold = holdNext(s.decode, { afterChunks: HELD });
+    try {
+      const res = post(s.url, '/v1/completions', {
+        model: 'sim-model',
+        prompt: 'sequential phases',
+        max_tokens: 5,
+        stream: true,
+      });
+      await prefillHold.reached();
+      await waitFor(() => prefillLoad() === 1);
+      expect(decodeLoad()).toBe(0);
+      prefillHold.release();
+      const r = await res;
+      expect(r.status).toBe(200);
+      const reader = r.body!.getReader();
+      const decoder = new TextDecoder();
+      let text = '';
+      const duringDecode: Array<[number, number]> = [];
+      while (true) {
+        const { done, value } = await reader.read();
+        if (done) break;
+        text += decoder.decode(value);
+        if (!text.includes('[DONE]') && !text.includes('"finish_reason":"length"'))
+          duringDecode.push([prefillLoad(), decodeLoad()]);
+        if ((text.match(/\n\n/g) ?? []).length >= HELD) decodeHold.release();
+      }
+      await checkSequential(text, duringDecode);
+    } finally {
+      prefillHold.release();
+      decodeHold.release();
     }
+  });
+
+  async function checkSequential(text: string, duringDecode: Array<[number, number]>): Promise<void> {
     expect(duringDecode.length).toBeGreaterThan(0);
     expect(new Set(duringDecode.map(([p, d]) => `${p}/${d}`))).toEqual(new Set(['0/1']));
     expect(text).toContain('[DONE]');
@@ -83,7 +111,7 @@ describe('sequential P/D (NIXL)', () => {
     expect(
       (d.body as { kv_transfer_params: { remote_engine_id: string } }).kv_transfer_params.remote_engine_id,
     ).toBeTruthy();
-  });
+  }
 
   it('answers 502 naming the prefill worker when every prefill attempt fails, with both loads back to 0', async () => {
     for (const p of s.prefill) p.injectFault({ status: 500 }, { count: 2 });
@@ -124,36 +152,47 @@ describe('sequential P/D (NIXL)', () => {
 
   it('aborts the prefill leg and releases its guard when the client goes away during prefill', async () => {
     const ac = new AbortController();
-    const pending = post(
-      s.url,
-      '/v1/completions',
-      { model: 'sim-model', prompt: 'never mind', max_tokens: 3 },
-      ac.signal,
-    ).catch((e: Error) => e);
-    await waitFor(() => prefillLoad() === 1);
-    ac.abort();
-    await pending;
-    await waitFor(() => prefillLoad() === 0);
-    const rec = s.prefill
-      .flatMap((p) => p.records)
-      .find((x) => (x.body as { prompt?: string }).prompt === 'never mind');
-    await waitFor(() => rec?.outcome === 'aborted');
-    expect(decodeLoad()).toBe(0);
+    const prefillHold = holdNext(s.prefill);
+    try {
+      const pending = post(
+        s.url,
+        '/v1/completions',
+        { model: 'sim-model', prompt: 'never mind', max_tokens: 3 },
+        ac.signal,
+      ).catch((e: Error) => e);
+      await prefillHold.reached();
+      await waitFor(() => prefillLoad() === 1);
+      ac.abort();
+      await pending;
+      await waitFor(() => prefillLoad() === 0);
+      const rec = s.prefill
+        .flatMap((p) => p.records)
+        .find((x) => (x.body as { prompt?: string }).prompt === 'never mind');
+      await waitFor(() => rec?.outcome === 'aborted');
+      expect(decodeLoad()).toBe(0);
+    } finally {
+      prefillHold.release();
+    }
   });
 
   it('releases the decode guard on client drop after headers and on an upstream reset', async () => {
     const ac = new AbortController();
-    const r = await post(
-      s.url,
-      '/v1/completions',
-      { model: 'sim-model', prompt: 'drop me', max_tokens: 40, stream: true },
-      ac.signal,
-    );
-    const reader = r.body!.getReader();
-    await reader.read();
-    expect(decodeLoad()).toBe(1);
-    ac.abort();
-    await waitFor(() => decodeLoad() === 0);
+    const decodeHold = holdNext(s.decode, { afterChunks: 1 });
+    try {
+      const r = await post(
+        s.url,
+        '/v1/completions',
+        { model: 'sim-model', prompt: 'drop me', max_tokens: 40, stream: true },
+        ac.signal,
+      );
+      const reader = r.body!.getReader();
+      await reader.read();
+      expect(decodeLoad()).toBe(1);
+      ac.abort();
+      await waitFor(() => decodeLoad() === 0);
+    } finally {
+      decodeHold.release();
+    }
 
     s.decode[0]!.injectFault({ resetAfterChunks: 2 });
     const r2 = await post(s.url, '/v1/completions', {
@@ -201,8 +240,6 @@ describe('concurrent P/D (MoRI-IO WRITE)', () => {
     s = await startPdStack({
       prefill: 1,
       decode: 1,
-      prefillSim: SLOW_PREFILL,
-      decodeSim: { timeScale: 1, timing: { overheadMs: 1, baseItlMs: 150 } },
       router: { kvConnector: 'moriio', pdDispatch: 'concurrent' },
     });
   });
@@ -215,13 +252,22 @@ describe('concurrent P/D (MoRI-IO WRITE)', () => {
   const dl = () => s.load(s.decode[0]!);
 
   it('runs both legs at once; each guard ends with its own phase', async () => {
+    const prefillHold = holdNext(s.prefill);
+    const decodeHold = holdNext(s.decode, { afterChunks: 1 });
     const r = post(s.url, '/v1/completions', {
       model: 'sim-model',
       prompt: 'overlap',
       max_tokens: 8,
       stream: true,
     });
-    await waitFor(() => pl() === 1 && dl() === 1);
+    try {
+      await prefillHold.reached();
+      await decodeHold.reached();
+      await waitFor(() => pl() === 1 && dl() === 1);
+    } finally {
+      prefillHold.release();
+      decodeHold.release();
+    }
     const res = await r;
     const text = await res.text();
     expect(res.status).toBe(200);
@@ -240,15 +286,20 @@ describe('concurrent P/D (MoRI-IO WRITE)', () => {
 
   it('a decode error while prefill is still running releases decode only', async () => {
     s.decode[0]!.injectFault({ status: 500 });
-    const r = await post(s.url, '/v1/completions', {
-      model: 'sim-model',
-      prompt: 'decode fails',
-      max_tokens: 3,
-    });
-    expect(r.status).toBe(500);
-    await r.text();
-    await waitFor(() => dl() === 0);
-    expect(pl()).toBe(1);
+    const prefillHold = holdNext(s.prefill);
+    try {
+      const r = await post(s.url, '/v1/completions', {
+        model: 'sim-model',
+        prompt: 'decode fails',
+        max_tokens: 3,
+      });
+      expect(r.status).toBe(500);
+      await r.text();
+      await waitFor(() => dl() === 0);
+      expect(pl()).toBe(1);
+    } finally {
+      prefillHold.release();
+    }
     await waitFor(() => pl() === 0);
   });
 
@@ -303,7 +354,9 @@ describe('P/D edge cases', () => {
 
   it('keeps a prefill and a decode worker at the same URL as separate resources', async () => {
     // A P2P NCCL worker that serves both roles at one URL (a 'regular' simulator accepts both legs).
-    const both = await startSimulator({ role: 'regular', kvConnector: 'p2pnccl', ...PACED_DECODE });
+    const both = await startSimulator({ role: 'regular', kvConnector: 'p2pnccl', timeScale: 0 });
+    // Both legs reach this one simulator: hold the decode stream only, not the prefill answer.
+    const decodeHold = both.hold({ stream: true, afterChunks: 1 });
     const router = await startTestRouter({
       mode: 'pd',
       prefill: [both.url],
@@ -329,6 +382,7 @@ describe('P/D edge cases', () => {
       await reader.read();
       expect(dw.load).toBe(1);
       expect(pw.load).toBe(0);
+      decodeHold.release();
       while (!(await reader.read()).done) {
         /* drain */
       }
@@ -337,6 +391,7 @@ describe('P/D edge cases', () => {
       const decodeRec = both.records.at(-1)!;
       expect(decodeRec.p2p?.prefillAddr).toBe(pw.kvAddress);
     } finally {
+      decodeHold.release();
       await envoy.close();
       await router.close();
       await both.close();
@@ -348,7 +403,8 @@ describe('sidecar P/D (llm-d x-prefiller-host-port)', () => {
   it('names the prefill worker for the decode host, releases prefill at the first byte and decode at EOS', async () => {
     const prefill = await startSimulator({ role: 'prefill', timeScale: 0 });
     // The decode host's sidecar runs the prefill itself; a regular simulator stands in for the pair.
-    const decodeHost = await startSimulator({ role: 'regular', ...PACED_DECODE });
+    const decodeHost = await startSimulator({ role: 'regular', timeScale: 0 });
+    const decodeHold = decodeHost.hold({ afterChunks: 1 });
     const router = await startTestRouter({
       mode: 'pd',
       pdDispatch: 'sidecar',
@@ -370,6 +426,7 @@ describe('sidecar P/D (llm-d x-prefiller-host-port)', () => {
       await reader.read();
       expect(pw.load).toBe(0);
       expect(dw.load).toBe(1);
+      decodeHold.release();
       while (!(await reader.read()).done) {
         /* drain */
       }
@@ -380,6 +437,7 @@ describe('sidecar P/D (llm-d x-prefiller-host-port)', () => {
       expect(pw.processed).toBe(1);
       expect(dw.processed).toBe(1);
     } finally {
+      decodeHold.release();
       await envoy.close();
       await router.close();
       await prefill.close();

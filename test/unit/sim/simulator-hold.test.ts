@@ -150,11 +150,13 @@ describe('HoldQueue', () => {
   it('takes the oldest matching hold and drops used-up ones', () => {
     const q = new HoldQueue();
     const chat = q.add({ path: '/chat/' });
+    const streams = q.add({ stream: true });
     const any = q.add({ count: 2 });
-    expect(q.take('/v1/completions')).toBeDefined(); // any: 1 left
-    expect(q.take('/v1/chat/completions')).toBeDefined(); // chat: used up
-    expect(q.take('/v1/chat/completions')).toBeDefined(); // any: used up
-    expect(q.take('/v1/completions')).toBeUndefined();
-    expect([chat.exhausted, any.exhausted]).toEqual([true, true]);
+    expect(q.take('/v1/completions', false)).toBeDefined(); // any: 1 left
+    expect(q.take('/v1/chat/completions', false)).toBeDefined(); // chat: used up
+    expect(q.take('/v1/chat/completions', false)).toBeDefined(); // any: used up
+    expect(q.take('/v1/completions', false)).toBeUndefined();
+    expect(q.take('/v1/completions', true)).toBeDefined(); // streams: used up
+    expect([chat.exhausted, streams.exhausted, any.exhausted]).toEqual([true, true, true]);
   });
 });
