@@ -12,8 +12,6 @@ let stack: Stack;
 beforeAll(async () => {
   stack = await startStack({
     workers: 4,
-    // Long, paced streams so earlier requests are still in flight when later ones are routed.
-    sim: { timeScale: 1, timing: { overheadMs: 1, baseItlMs: 100 } },
     router: { policy: 'cache_aware', balanceAbsThreshold: 2, balanceRelThreshold: 1.5, decisionHeader: true },
   });
 });
@@ -25,6 +23,9 @@ describe('cache-aware routing through Envoy', () => {
   it('sticks to the prefix owner until its load crosses the thresholds, then spills', async () => {
     const controllers: AbortController[] = [];
     const decisions: Array<{ branch: string; worker: string }> = [];
+    // Every stream is held after its first event, so earlier requests are still in flight (holding
+    // their load) when later ones are routed.
+    const holds = stack.sims.map((s) => s.hold({ afterChunks: 1, count: 5 }));
     for (let i = 0; i < 5; i++) {
       const ac = new AbortController();
       controllers.push(ac);
@@ -68,6 +69,7 @@ describe('cache-aware routing through Envoy', () => {
     expect(loads.reduce((a, b) => a + b, 0)).toBe(5);
     for (const ac of controllers) ac.abort();
     await waitFor(() => stack.router.workers().every((w) => w.load === 0));
+    for (const h of holds) h.release();
     await expectAllLoadsZero(stack.router);
   });
 });

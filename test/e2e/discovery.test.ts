@@ -1,8 +1,8 @@
 /**
  * Service discovery end to end through a real Envoy, in P/D mode: simulated vLLM prefill and decode
  * workers self-register over ZMQ exactly like vLLM's P2P NCCL connector (DEALER heartbeats to the
- * router's `--discovery-zmq` ROUTER socket). While paced streaming and plain requests are in flight,
- * one decode worker is killed, its registration expires (short TTL, real clock), and a new process
+ * router's `--discovery-zmq` ROUTER socket). While streaming and plain requests are in flight (one
+ * stream held open on the victim by a simulator hold), one decode worker is killed, its registration expires (short TTL, real clock), and a new process
  * starts at the SAME port and re-registers. The new lifetime must get a new generation and a fresh
  * Worker; the old-generation Worker's in-flight request must release the OLD Worker only; every
  * request either succeeds or fails with a clear status; every load ends at 0.
@@ -24,7 +24,7 @@ import { waitFor } from '../support/wait-for.js';
 const TTL_MS = 2000;
 const HEARTBEAT_MS = 200;
 const PREFILL: SimulatorOptions = { role: 'prefill', timeScale: 1, timing: { overheadMs: 10 } };
-/** Paced decode: 40 ms per token, so a 6-token stream is in flight for ~250 ms. */
+/** Paced decode: 40 ms per token (steady background traffic; the victim's stream is held, not timed). */
 const DECODE: SimulatorOptions = { role: 'decode', timeScale: 1, timing: { overheadMs: 5, baseItlMs: 40 } };
 const CLIENTS = 4;
 const MAX_REQUESTS_PER_CLIENT = 400;
@@ -125,9 +125,12 @@ describe('ZMQ-discovered P/D workers through Envoy', () => {
       const victim = sims[2] as Simulator;
       const victimUrl = victim.url;
       const port = victim.port;
+      // The victim's next stream stops after its first event and stays open until the kill.
+      const held = victim.hold({ stream: true, afterChunks: 1 });
       load = traffic(url);
 
-      // Catch the victim with a paced stream in flight on its (old-generation) Worker.
+      // Catch the victim with a stream in flight on its (old-generation) Worker.
+      await held.reached();
       await waitFor(
         () =>
           (decodeWorker(r, victimUrl)?.load ?? 0) > 0 &&
