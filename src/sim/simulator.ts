@@ -613,6 +613,7 @@ class SimulatorServer implements Simulator {
     }
     if (!this.writeChunk(ctx, SSE_DONE)) return;
     const end = (): void => {
+      if (ctx.resetting) return; // a held write replayed on release hit an injected reset
       this.finishOk(ctx, record);
       ctx.res.end();
     };

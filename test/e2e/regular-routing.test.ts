@@ -103,19 +103,27 @@ describe('regular routing through Envoy', () => {
 
   it('releases the load when the worker resets the connection mid-stream', async () => {
     for (const s of stack.sims) s.injectFault({ resetAfterChunks: 2 });
-    const stream = await openai.completions.create({
-      model: 'sim-model',
-      prompt: 'reset me',
-      max_tokens: 20,
-      stream: true,
-    });
-    await expect(
-      (async () => {
-        for await (const _c of stream) {
-          /* drain until the reset surfaces */
-        }
-      })(),
-    ).rejects.toThrow();
+    // Held after the first event until the client has the response headers: the reset then comes
+    // mid-stream, not before Envoy forwarded the headers (which would be a 502 instead).
+    const hold = holdNextStream(1);
+    try {
+      const stream = await openai.completions.create({
+        model: 'sim-model',
+        prompt: 'reset me',
+        max_tokens: 20,
+        stream: true,
+      });
+      hold.release();
+      await expect(
+        (async () => {
+          for await (const _c of stream) {
+            /* drain until the reset surfaces */
+          }
+        })(),
+      ).rejects.toThrow();
+    } finally {
+      hold.release();
+    }
     await waitFor(() => totalLoad() === 0);
   });
 

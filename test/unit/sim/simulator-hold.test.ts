@@ -130,6 +130,18 @@ describe('simulator hold', () => {
     for (const r of [a, b, c]) expect(sseEvents(await r.body.text()).at(-1)).toBe('[DONE]');
   });
 
+  it('an injected reset still cuts a held stream at its chunk on release', async () => {
+    const s = await sim();
+    s.injectFault({ resetAfterChunks: 2 });
+    const hold = s.hold();
+    const res = await post(`${s.url}/v1/completions`, { prompt: 'hello', max_tokens: 6, stream: true });
+    await hold.reached();
+    hold.release();
+    await expect(res.body.text()).rejects.toThrow();
+    await s.waitForIdle();
+    expect(s.records[0]).toMatchObject({ outcome: 'reset' });
+  });
+
   it('close() rejects a pending reached()', async () => {
     const s = await startSimulator({ timeScale: 0 });
     const waiting = s.hold().reached();
