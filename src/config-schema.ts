@@ -87,6 +87,14 @@ export const OPTIONS = [
   },
   {
     group: 'Server',
+    key: 'warmupTimeoutMs',
+    flag: 'warmup-timeout-ms',
+    type: 'int',
+    default: 10000,
+    help: 'Readiness (gRPC health, /readyz) waits until the router has rebuilt its picture of the fleet from the workers (Kubernetes pods listed, every worker scraped once, KV-event streams replayed), at most this long.',
+  },
+  {
+    group: 'Server',
     key: 'closeGraceMs',
     flag: 'close-grace-ms',
     type: 'int',

@@ -121,6 +121,8 @@ function lifecycleSteps(
       name: 'ext_proc gRPC server',
       start: async () => {
         out.grpc = await c.grpc.start();
+        // Not ready for Envoy's health checks until warm-up (the last step) is over.
+        c.grpc.setReady(c.warmUp.done);
       },
       stopIntake: () => c.grpc.setReady(false),
       settle: (timeoutMs) => c.grpc.waitIdle(timeoutMs),
@@ -164,6 +166,12 @@ function lifecycleSteps(
         out.admin = await c.admin.start();
       },
       close: () => c.admin.close(),
+    },
+    {
+      // Last: every source of the fleet's picture has started; readiness turns on when they report.
+      name: 'warm-up',
+      start: () => c.warmUp.start(),
+      close: () => c.warmUp.close(),
     },
   ];
   return steps.filter((s): s is LifecycleStep => s !== false);

@@ -1,8 +1,9 @@
 /**
  * What the admin API (admin-server.ts) reads and changes, over the router's components:
  *
- *   readiness   ready when every pool the mode needs has a live registration and no drain began
- *               (read from the registry and the drain flag; nothing is reconciled);
+ *   readiness   ready when every pool the mode needs has a live registration, warm-up is over and no
+ *               drain began (read from the registry, the warm-up and the drain flag; nothing is
+ *               reconciled);
  *   workers     every pool member with its registry expiry and health view;
  *   register    admin registration of one worker, in order:
  *                 1. parse the URL (400),
@@ -40,6 +41,8 @@ export interface AdminBackendDeps {
   readonly resolve: (host: string, port: number) => Promise<string>;
   readonly clock: () => number;
   readonly drain: { readonly draining: boolean };
+  /** Warm-up (composition/warm-up.ts): not ready until the picture of the fleet is rebuilt. */
+  readonly warmUp: { readonly done: boolean; pending(): string[] };
 }
 
 export function createAdminBackend(deps: AdminBackendDeps): AdminBackend {
@@ -64,8 +67,12 @@ function readiness(deps: AdminBackendDeps): { ready: boolean; detail: Record<str
   const counts: Record<string, number> = {};
   for (const role of needed) counts[role] = deps.registry.size(role);
   const draining = deps.drain.draining;
-  const ready = !draining && needed.every((r) => (counts[r] ?? 0) > 0);
-  return { ready, detail: { mode: deps.mode, draining, workers: counts } };
+  const warmingUp = deps.warmUp.pending();
+  const ready = !draining && deps.warmUp.done && needed.every((r) => (counts[r] ?? 0) > 0);
+  return {
+    ready,
+    detail: { mode: deps.mode, draining, workers: counts, ...(deps.warmUp.done ? {} : { warmingUp }) },
+  };
 }
 
 async function register(

@@ -40,6 +40,7 @@ import type { Role } from '../workers/role.js';
 import { RolePools } from '../workers/role-pools.js';
 import { WorkerPool } from '../workers/worker-pool.js';
 import { DrainFlag } from './lifecycle.js';
+import { WarmUp } from './warm-up.js';
 
 export interface WiringDeps {
   readonly logger: Logger;
@@ -53,6 +54,8 @@ export interface Components {
   readonly clock: () => number;
   /** The one drain flag (set by the lifecycle, read by readiness). */
   readonly drain: DrainFlag;
+  /** Readiness waits for it: the picture of the fleet rebuilt from the workers. */
+  readonly warmUp: WarmUp;
   readonly allow: CidrMatcher;
   /** host, port -> the `ip:port` Envoy dials (static and admin registration). */
   readonly resolve: (host: string, port: number) => Promise<string>;
@@ -92,11 +95,27 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
     exact.sync();
   });
 
+  const drain = new DrainFlag();
+  const warmUp = new WarmUp({
+    timeoutMs: config.warmupTimeoutMs,
+    clock,
+    onDone: ({ timedOut }) => {
+      if (timedOut.length > 0) logger.warn({ pending: timedOut }, 'warm-up timed out: ready anyway');
+      else logger.info('warm-up done: ready');
+      grpc.setReady(!drain.draining);
+    },
+  });
+  const subscriptions = exact.subscriptions;
+  if (subscriptions !== undefined) {
+    warmUp.add({ name: 'kv events synced', ready: () => subscriptions.synced() });
+  }
+
   const base = {
     config,
     logger,
     clock,
-    drain: new DrainFlag(),
+    drain,
+    warmUp,
     allow: parseCidrList(config.discoveryAllow),
     resolve: resolveEndpoint,
     registry,
@@ -107,10 +126,11 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
   };
   const prefillClient = config.mode === 'pd' ? new PrefillClient() : undefined;
   const dispatcher = buildDispatcher({ ...base, prefillClient });
+  const grpc = buildGrpcServer(base, withHealth(dispatcher, health, clock));
   return {
     ...base,
     prefillClient,
-    grpc: buildGrpcServer(base, withHealth(dispatcher, health, clock)),
+    grpc,
     checker: buildHealthChecker(base),
     discovery: buildDiscovery(base),
     admin: buildAdmin(base),
@@ -123,6 +143,7 @@ type Base = Pick<
   | 'logger'
   | 'clock'
   | 'drain'
+  | 'warmUp'
   | 'allow'
   | 'resolve'
   | 'registry'
@@ -284,6 +305,7 @@ function buildAdmin(c: Base): AdminServer {
     resolve: c.resolve,
     clock: c.clock,
     drain: c.drain,
+    warmUp: c.warmUp,
   });
   return new AdminServer(backend, {
     host: c.config.host,

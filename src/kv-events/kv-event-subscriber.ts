@@ -93,6 +93,7 @@ export class KvEventSubscriber {
   private loop: Promise<void> | undefined;
   private replaySocket: zmq.Dealer | undefined;
   private resyncDone: Promise<void> = Promise.resolve();
+  private firstReplayDone = false;
   private closing: Promise<void> | undefined;
 
   constructor(private readonly opts: KvEventSubscriberOptions) {
@@ -111,6 +112,15 @@ export class KvEventSubscriber {
     this.socket.events.on('connect', () => this.onConnect());
     this.socket.connect(this.opts.endpoint);
     this.loop = this.receiveLoop();
+  }
+
+  /**
+   * The router's picture of this publisher is rebuilt (warm-up): connected, and with a replay
+   * endpoint, the first replay attempted (whatever its outcome: a failed one restarts empty from
+   * the live stream).
+   */
+  get synced(): boolean {
+    return this.connects > 0 && (this.opts.replayEndpoint === undefined || this.firstReplayDone);
   }
 
   /** Resolves when no replay is running (tests synchronise on it). */
@@ -249,6 +259,7 @@ export class KvEventSubscriber {
     this.resyncing = true;
     this.resyncDone = this.resync(from).then((again) => {
       this.resyncing = false;
+      this.firstReplayDone = true;
       if (again !== undefined && !this.closed) {
         if (chained + 1 < MAX_CHAINED_RESYNCS) {
           this.startResync(again, chained + 1);

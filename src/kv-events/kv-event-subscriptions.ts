@@ -97,6 +97,12 @@ export class KvEventSubscriptions {
     for (const [key, sub] of this.subs) if (!seen.has(key)) this.unsubscribe(key, sub);
   }
 
+  /** Every current publisher's subscriber is synced (warm-up: the exact index is rebuilt). */
+  synced(): boolean {
+    for (const sub of this.subs.values()) if (!sub.subscribers.every((s) => s.synced)) return false;
+    return true;
+  }
+
   /** Subscribed workers (keys) and their subscribers, for tests. */
   subscribers(url: string): readonly KvEventSubscriber[] {
     return this.subs.get(workerKey(url))?.subscribers ?? [];
