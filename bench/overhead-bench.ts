@@ -8,7 +8,8 @@
  * The worker is a simulator CHILD process with a constant service time (no prefill cost, no ITL growth,
  * no slot limit), so every latency difference between arms is proxying, not simulated queueing.
  *
- * Scenarios: `small` (64-token prompt, 1 output token, non-streaming), `stream256` (256-token SSE
+ * Scenarios: `small` (64-token prompt, 1 output token, non-streaming), `stream64` (64-chunk SSE
+ * streams, the CPU-per-chunk comparison), `stream256` (256-token SSE
  * streams, 10 ms per token), `long-prompt` (220 KB prompts, 8 streamed tokens). Closed loop at each
  * concurrency; before every measured run the same client sends a warm-up batch to the same arm and
  * discards it (connections, JIT): max(200, concurrency) small requests or `concurrency` streams.
@@ -16,19 +17,26 @@
  * Reported: added latency = per-request differences paired by request index (c - b, b - a), median and
  * p99 of those differences (never differences of percentiles); throughput ratio c/b (requests/s, or
  * streamed tokens/s for streams); the router's CPU time (utime + stime from /proc, 10 ms ticks) per
- * request, and per streamed token event = (stream CPU - requests x small CPU/request) / token events.
+ * request, and per streamed token event = (stream CPU - requests x small CPU/request) / token events;
+ * the same for the routed Envoy process (arm c), so router and Envoy CPU sit side by side per run.
  */
 import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { startEnvoy, type EnvoyHandle } from '../src/envoy/envoy-process.js';
-import { buildRouter, startRouterProcess, startSimulatorProcess, type RouterProcess } from './bench-stack.js';
+import {
+  buildRouter,
+  procCpuMs,
+  startRouterProcess,
+  startSimulatorProcess,
+  type RouterProcess,
+} from './bench-stack.js';
 import { runClosedLoop, type RunResult } from './drivers.js';
 import { runInfo, type RunInfo } from './report-doc.js';
 import { mean, pairedDiffs, percentile, round } from './stats.js';
 import { generateWorkload, type BenchRequest } from './workloads.js';
 
-export type OverheadScenario = 'small' | 'stream256' | 'long-prompt';
+export type OverheadScenario = 'small' | 'stream64' | 'stream256' | 'long-prompt';
 export type Arm = 'direct' | 'envoy' | 'router';
 
 export interface OverheadRun {
@@ -60,8 +68,12 @@ export interface OverheadRun {
   throughputRatioRouterOverEnvoy: number;
   routerCpuMs: number;
   routerCpuPerRequestUs: number;
+  /** The routed Envoy (arm c) over the same run, from /proc like the router. */
+  envoyCpuMs: number;
+  envoyCpuPerRequestUs: number;
   tokenEvents: number;
   routerCpuPerTokenEventUs?: number;
+  envoyCpuPerTokenEventUs?: number;
 }
 
 export interface OverheadTarget {
@@ -97,6 +109,8 @@ export interface OverheadResult {
 
 export interface OverheadBenchOptions {
   quick?: boolean;
+  /** Only the CPU comparison plans (router vs Envoy per request, concurrency 16); see cpuPlans(). */
+  cpuOnly?: boolean;
   /** Run the separate --cpu-prof pass of the router (default true). */
   profile?: boolean;
   /** Override the (scenario, concurrency, count) list. */
@@ -111,7 +125,21 @@ export interface OverheadPlan {
   count: number;
 }
 
-function plans(quick: boolean): OverheadPlan[] {
+/**
+ * Router vs Envoy CPU per request (issue 15's comparison): small non-streaming, 64-chunk streams and
+ * 220 KB prompts at concurrency 16. Also part of the full plan list.
+ */
+export function cpuPlans(quick: boolean): OverheadPlan[] {
+  const k = quick ? 4 : 1;
+  return [
+    { scenario: 'small', concurrency: 16, count: 3000 / k },
+    { scenario: 'stream64', concurrency: 16, count: 320 / k },
+    { scenario: 'long-prompt', concurrency: 16, count: 400 / k },
+  ];
+}
+
+function plans(quick: boolean, cpuOnly: boolean): OverheadPlan[] {
+  if (cpuOnly) return cpuPlans(quick);
   if (quick) {
     return [
       { scenario: 'small', concurrency: 1, count: 20 },
@@ -121,6 +149,7 @@ function plans(quick: boolean): OverheadPlan[] {
     ];
   }
   return [
+    ...cpuPlans(false),
     { scenario: 'small', concurrency: 1, count: 300 },
     { scenario: 'small', concurrency: 64, count: 3000 },
     { scenario: 'small', concurrency: 256, count: 4096 },
@@ -140,6 +169,10 @@ function requestsFor(scenario: OverheadScenario, count: number, quick: boolean):
       return [
         ...generateWorkload('no-sharing', { count, promptTokens: 64, outputTokens: 1, stream: false })
           .requests,
+      ];
+    case 'stream64':
+      return [
+        ...generateWorkload('no-sharing', { count, promptTokens: 64, outputTokens: 64 }).requests,
       ];
     case 'stream256':
       return [
@@ -199,31 +232,44 @@ export async function runOverheadBench(opts: OverheadBenchOptions = {}): Promise
       envoy: `http://127.0.0.1:${envoyPlain.listenerPort}`,
       router: `http://127.0.0.1:${envoyRouted.listenerPort}`,
     };
-    let smallCpuPerReqMs = NaN;
-    for (const plan of opts.plans ?? plans(quick)) {
+    const envoyPid = envoyRouted.process.pid!;
+    let smallCpu: { router: number; envoy: number } | undefined;
+    for (const plan of opts.plans ?? plans(quick, opts.cpuOnly ?? false)) {
       const requests = requestsFor(plan.scenario, plan.count, quick);
       const warmCount = plan.scenario === 'small' ? Math.max(200, plan.concurrency) : plan.concurrency;
       const warm = requestsFor(plan.scenario, warmCount, quick);
       const out = {} as Record<Arm, RunResult>;
       let cpuMs = 0;
+      let envoyCpuMs = 0;
       for (const arm of ['direct', 'envoy', 'router'] as const) {
         await runClosedLoop({ baseUrl: urls[arm], requests: warm, concurrency: plan.concurrency });
         const cpu0 = router.cpuMs();
+        const envoyCpu0 = procCpuMs(envoyPid);
         out[arm] = await runClosedLoop({
           baseUrl: urls[arm],
           requests,
           concurrency: plan.concurrency,
           maxDurationMs: quick ? 60_000 : 180_000,
         });
-        if (arm === 'router') cpuMs = router.cpuMs() - cpu0;
+        if (arm === 'router') {
+          cpuMs = router.cpuMs() - cpu0;
+          envoyCpuMs = procCpuMs(envoyPid) - envoyCpu0;
+        }
       }
-      const run = summarize(plan, requests.length, out, cpuMs, smallCpuPerReqMs);
-      if (plan.scenario === 'small') smallCpuPerReqMs = cpuMs / Math.max(1, requests.length);
+      const run = summarize(plan, requests.length, out, { router: cpuMs, envoy: envoyCpuMs }, smallCpu);
+      if (plan.scenario === 'small') {
+        const n = Math.max(1, requests.length);
+        smallCpu = { router: cpuMs / n, envoy: envoyCpuMs / n };
+      }
       runs.push(run);
       log(
         `overhead ${plan.scenario} c=${plan.concurrency}: +router p50 ${run.addedByRouterP50Ms} ms p99 ${run.addedByRouterP99Ms} ms, ` +
           `+envoy p50 ${run.addedByEnvoyP50Ms} ms, c/b ${run.throughputRatioRouterOverEnvoy}, ` +
-          `router cpu ${run.routerCpuPerRequestUs} us/req, errors ${Object.values(run.arms)
+          `cpu us/req router ${run.routerCpuPerRequestUs} envoy ${run.envoyCpuPerRequestUs}` +
+          (run.routerCpuPerTokenEventUs !== undefined
+            ? ` (per chunk router ${run.routerCpuPerTokenEventUs} envoy ${run.envoyCpuPerTokenEventUs})`
+            : '') +
+          `, errors ${Object.values(run.arms)
             .map((a) => a.errors)
             .join('/')}`,
       );
@@ -237,7 +283,10 @@ export async function runOverheadBench(opts: OverheadBenchOptions = {}): Promise
   const profile = opts.profile === false ? undefined : await profileRouter(quick, log, build.script);
   return {
     benchmark: 'overhead',
-    info: runInfo(opts.command ?? `npm run bench -- overhead${quick ? ' --quick' : ''}`, quick),
+    info: runInfo(
+      opts.command ?? `npm run bench -- overhead${opts.cpuOnly ? ' --cpu' : ''}${quick ? ' --quick' : ''}`,
+      quick,
+    ),
     profile,
     setup: {
       simulator:
@@ -255,9 +304,10 @@ function summarize(
   plan: OverheadPlan,
   n: number,
   out: Record<Arm, RunResult>,
-  cpuMs: number,
-  smallCpuPerReqMs: number,
+  cpu: { router: number; envoy: number },
+  smallCpu: { router: number; envoy: number } | undefined,
 ): OverheadRun {
+  const cpuMs = cpu.router;
   const stream = plan.scenario !== 'small';
   const key = (r: RunResult): Array<number | undefined> =>
     Array.from({ length: n }, (_, i) => {
@@ -308,18 +358,21 @@ function summarize(
     addedByRouterP99Ms: round(percentile(byRouter, 99)),
     addedByRouterMeanMs: round(mean(byRouter)),
     throughputRatioRouterOverEnvoy: round(
-      stream && plan.scenario === 'stream256'
+      plan.scenario === 'stream256' || plan.scenario === 'stream64'
         ? arms.router.tokPerSec / arms.envoy.tokPerSec
         : arms.router.reqPerSec / arms.envoy.reqPerSec,
     ),
     routerCpuMs: cpuMs,
     routerCpuPerRequestUs: round((cpuMs / n) * 1000),
+    envoyCpuMs: cpu.envoy,
+    envoyCpuPerRequestUs: round((cpu.envoy / n) * 1000),
     tokenEvents,
   };
   if (stream) {
     run.addedByRouterStreamP50Ms = round(percentile(pairedDiffs(total(out.envoy), total(out.router)), 50));
-    if (Number.isFinite(smallCpuPerReqMs) && tokenEvents > 0) {
-      run.routerCpuPerTokenEventUs = round(((cpuMs - n * smallCpuPerReqMs) / tokenEvents) * 1000);
+    if (smallCpu && tokenEvents > 0) {
+      run.routerCpuPerTokenEventUs = round(((cpuMs - n * smallCpu.router) / tokenEvents) * 1000);
+      run.envoyCpuPerTokenEventUs = round(((cpu.envoy - n * smallCpu.envoy) / tokenEvents) * 1000);
     }
   }
   return run;

@@ -200,8 +200,9 @@ export function renderOverhead(r: OverheadResult): RenderedSection {
       '(c) Envoy + ext_proc + this router (child process, default config: policy cache_aware). Same client, ' +
       'same request list, one arm after the other. Added latency = per-request differences paired by request ' +
       'index (latency for non-streaming, TTFT for streams), then their median / p99 (never subtracted ' +
-      'percentiles). Throughput c/b: requests/s, or streamed tokens/s for `stream256`. Router CPU from ' +
-      '/proc/<pid>/stat (10 ms ticks) over the arm (c) run.',
+      'percentiles). Throughput c/b: requests/s, or streamed tokens/s for streams. Router CPU and the ' +
+      "routed Envoy's CPU from /proc/<pid>/stat (10 ms ticks) over the same arm (c) run; per chunk = (stream " +
+      'CPU - requests x small CPU per request) / chunks.',
     '',
     ...Object.entries(r.setup).map(([k, v]) => `- ${k}: ${String(v)}`),
     '',
@@ -231,8 +232,8 @@ export function renderOverhead(r: OverheadResult): RenderedSection {
         'c-b mean ms',
         'thr. c/b',
         'req/s a / b / c',
-        'router CPU us/req',
-        'router CPU us/token event',
+        'CPU us/req router / Envoy',
+        'CPU us/chunk router / Envoy',
       ],
       r.runs.map((x) => [
         x.scenario,
@@ -246,8 +247,10 @@ export function renderOverhead(r: OverheadResult): RenderedSection {
         num(x.addedByRouterMeanMs, 2),
         num(x.throughputRatioRouterOverEnvoy, 2),
         `${num(x.arms.direct.reqPerSec, 0)} / ${num(x.arms.envoy.reqPerSec, 0)} / ${num(x.arms.router.reqPerSec, 0)}`,
-        num(x.routerCpuPerRequestUs, 0),
-        x.routerCpuPerTokenEventUs === undefined ? '' : num(x.routerCpuPerTokenEventUs, 1),
+        `${num(x.routerCpuPerRequestUs, 0)} / ${num(x.envoyCpuPerRequestUs, 0)}`,
+        x.routerCpuPerTokenEventUs === undefined
+          ? ''
+          : `${num(x.routerCpuPerTokenEventUs, 1)} / ${num(x.envoyCpuPerTokenEventUs, 1)}`,
       ]),
     ),
     '',

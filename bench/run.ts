@@ -7,7 +7,8 @@
  *
  * Runs the named benchmark(s), writes `bench/results/<name>.json`, regenerates that benchmark's section
  * of docs/benchmarks.md (tables + SVG charts in docs/) and the generated summary. `--quick` shrinks every
- * size (seconds, for smoke runs; the doc marks such a run as quick).
+ * size (seconds, for smoke runs; the doc marks such a run as quick). `overhead --cpu` runs only the
+ * router-vs-Envoy CPU comparison (small, 64-chunk streams, 220 KB prompts at concurrency 16).
  */
 import { runOverheadBench, type OverheadResult } from './overhead-bench.js';
 import { readResult, writeAsset, writeResult, writeSection, type SectionName } from './report-doc.js';
@@ -29,7 +30,7 @@ type BenchName = (typeof NAMES)[number];
 function usage(): never {
   process.stderr.write(
     'usage: npm run bench -- <routing|overhead|scale|replicas|all> [--quick] ' +
-      '[--policies=a,b] [--workloads=a,b] (the last two: routing only)\n',
+      '[--policies=a,b] [--workloads=a,b] (the last two: routing only) [--cpu] (overhead only)\n',
   );
   process.exit(2);
 }
@@ -53,6 +54,8 @@ async function publishSummary(): Promise<void> {
 interface Narrowing {
   policies?: string[];
   workloads?: WorkloadName[];
+  /** overhead: only the router-vs-Envoy CPU plans (cpuPlans in overhead-bench.ts). */
+  cpuOnly?: boolean;
 }
 
 async function runOne(
@@ -74,7 +77,13 @@ async function runOne(
       break;
     }
     case 'overhead': {
-      const r = await runOverheadBench({ quick, command, log });
+      const r = await runOverheadBench({
+        quick,
+        command,
+        log,
+        cpuOnly: narrow.cpuOnly,
+        profile: !narrow.cpuOnly,
+      });
       writeResult('overhead', r);
       await publish('overhead', renderOverhead(r));
       break;
@@ -115,12 +124,14 @@ async function main(): Promise<void> {
   const workloads = listFlag('workloads');
   if (workloads && !workloads.every(isWorkloadName)) usage();
   if (workloads) narrow.workloads = workloads as WorkloadName[];
+  if (args.includes('--cpu')) narrow.cpuOnly = true;
   const known = (a: string): boolean =>
-    a === '--quick' || a.startsWith('--policies=') || a.startsWith('--workloads=');
+    a === '--quick' || a === '--cpu' || a.startsWith('--policies=') || a.startsWith('--workloads=');
   const positional = args.filter((a) => !a.startsWith('--'));
   if (positional.length !== 1 || args.some((a) => a.startsWith('--') && !known(a))) usage();
   const name = positional[0]!;
   if ((narrow.policies || narrow.workloads) && name !== 'routing') usage();
+  if (narrow.cpuOnly && name !== 'overhead') usage();
   const command = `npm run bench -- ${args.join(' ')}`;
   if (name === 'all') {
     for (const n of NAMES) await runOne(n, quick, command);
