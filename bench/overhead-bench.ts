@@ -171,9 +171,7 @@ function requestsFor(scenario: OverheadScenario, count: number, quick: boolean):
           .requests,
       ];
     case 'stream64':
-      return [
-        ...generateWorkload('no-sharing', { count, promptTokens: 64, outputTokens: 64 }).requests,
-      ];
+      return [...generateWorkload('no-sharing', { count, promptTokens: 64, outputTokens: 64 }).requests];
     case 'stream256':
       return [
         ...generateWorkload('no-sharing', { count, promptTokens: 64, outputTokens: quick ? 32 : 256 })

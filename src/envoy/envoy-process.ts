@@ -57,7 +57,10 @@ process.once('exit', () => {
 });
 
 export async function startEnvoy(
-  opts: EnvoyRenderOptions & { logLevel?: string } = {},
+  opts: EnvoyRenderOptions & {
+    logLevel?: string;
+    /** Worker threads (default 2). */ concurrency?: number;
+  } = {},
 ): Promise<EnvoyHandle> {
   const bin = findEnvoy();
   const dir = mkdtempSync(path.join(tmpdir(), 'vllm-router-envoy-'));
@@ -77,7 +80,7 @@ export async function startEnvoy(
       '-l',
       opts.logLevel ?? 'error',
       '--concurrency',
-      '2',
+      String(opts.concurrency ?? 2),
     ],
     { stdio: ['ignore', 'ignore', 'pipe'] },
   );

@@ -1,11 +1,13 @@
 /**
- * The gRPC server: envoy.service.ext_proc.v3.ExternalProcessor/Process plus grpc.health.v1.
- * The stream handler owns nothing but the session it creates.
+ * The gRPC server: envoy.service.ext_proc.v3.ExternalProcessor/Process plus grpc.health.v1, on the
+ * small node:http2 gRPC server of grpc-server.ts. The stream handler owns nothing but the session it
+ * creates.
  */
-import * as grpc from '@grpc/grpc-js';
-import { HealthImplementation, type ServingStatus } from 'grpc-health-check';
 import type { Logger } from 'pino';
-import { extProcService, SERVICE_NAME, type ProcessingRequest, type ProcessingResponse } from './proto.js';
+import { codecs } from './codec.js';
+import { GrpcServer, type GrpcCall } from './grpc-server.js';
+import { HealthService, type ServingStatus } from './health-service.js';
+import { SERVICE_NAME, type ProcessingRequest, type ProcessingResponse } from './proto.js';
 import { Session, type SessionDeps } from './session.js';
 
 /** Service names Envoy's gRPC health checks and endpoint-picker gateways ask for. */
@@ -16,34 +18,41 @@ export interface ExtProcServerOptions extends Omit<SessionDeps, 'onClose'> {
   readonly port: number;
   readonly logger: Logger;
   readonly onStreamsChanged?: (active: number) => void;
+  /**
+   * ext_proc streams after which the server drains an HTTP/2 connection (Envoy reconnects). Keeps
+   * Envoy's per-stream resets under nghttp2's rapid-reset limit (1,000); see grpc-server.ts.
+   */
+  readonly maxStreamsPerConnection?: number;
 }
 
+/** Below nghttp2's reset burst of 1,000 with room for Envoy's health checks and retries. */
+export const DEFAULT_MAX_STREAMS_PER_CONNECTION = 500;
+
 export class ExtProcServer {
-  private readonly server: grpc.Server;
-  private readonly health: HealthImplementation;
+  private readonly server: GrpcServer;
+  private readonly health: HealthService;
   private active = 0;
   private idleWaiters: Array<() => void> = [];
   private closed = false;
   private boundPort = 0;
 
   constructor(private readonly opts: ExtProcServerOptions) {
-    this.server = new grpc.Server({
-      // No gRPC limit on what Envoy sends: Envoy's own buffer limit bounds a message, and the session
-      // answers a JSON 413 above maxBodyBytes. A gRPC limit below Envoy's would fail the ext_proc
-      // stream instead (the client gets Envoy's empty 500).
-      'grpc.max_receive_message_length': -1,
-      'grpc.max_send_message_length': opts.maxBodyBytes + 1024 * 1024,
-      'grpc.keepalive_permit_without_calls': 1,
-      'grpc.http2.min_ping_interval_without_data_ms': 5000,
-      'grpc.max_concurrent_streams': 100000,
+    // No gRPC limit on message size: Envoy's own buffer limit bounds a message, and the session
+    // answers a JSON 413 above maxBodyBytes (a limit below Envoy's would fail the ext_proc stream
+    // instead: the client gets Envoy's empty 500).
+    this.server = new GrpcServer({
+      maxStreamsPerConnection: opts.maxStreamsPerConnection ?? DEFAULT_MAX_STREAMS_PER_CONNECTION,
+      settings: { maxConcurrentStreams: 100000 },
     });
     const statuses: Record<string, ServingStatus> = {};
     for (const name of HEALTH_SERVICE_NAMES) statuses[name] = 'SERVING';
-    this.health = new HealthImplementation(statuses);
-    this.health.addToServer(this.server);
-    this.server.addService(extProcService().service, {
-      Process: (stream: grpc.ServerDuplexStream<ProcessingRequest, ProcessingResponse>) =>
-        this.onStream(stream),
+    this.health = new HealthService(statuses);
+    this.health.addTo(this.server);
+    const c = codecs();
+    this.server.addMethod(`/${SERVICE_NAME}/Process`, {
+      request: c.processingRequest,
+      response: c.processingResponse,
+      handler: (call: GrpcCall<ProcessingRequest, ProcessingResponse>) => this.onStream(call),
     });
   }
 
@@ -56,13 +65,7 @@ export class ExtProcServer {
   }
 
   async start(): Promise<number> {
-    this.boundPort = await new Promise<number>((resolve, reject) => {
-      this.server.bindAsync(
-        `${this.opts.host}:${this.opts.port}`,
-        grpc.ServerCredentials.createInsecure(),
-        (err, port) => (err ? reject(err) : resolve(port)),
-      );
-    });
+    this.boundPort = await this.server.listen(this.opts.host, this.opts.port);
     return this.boundPort;
   }
 
@@ -74,7 +77,7 @@ export class ExtProcServer {
     this.health.setStatus(SERVICE_NAME, status);
   }
 
-  private onStream(stream: grpc.ServerDuplexStream<ProcessingRequest, ProcessingResponse>): void {
+  private onStream(stream: GrpcCall<ProcessingRequest, ProcessingResponse>): void {
     this.active += 1;
     this.opts.onStreamsChanged?.(this.active);
     let done = false;
@@ -121,7 +124,7 @@ export class ExtProcServer {
         resolve();
       }, graceMs);
       timer.unref();
-      this.server.tryShutdown(() => {
+      void this.server.shutdown().then(() => {
         clearTimeout(timer);
         resolve();
       });

@@ -22,7 +22,6 @@
  * Dispatch with it (releasing every load guard), aborts an in-flight prefill, and reports the outcome
  * exactly once.
  */
-import type * as grpc from '@grpc/grpc-js';
 import type { Logger } from 'pino';
 import type { Dispatch, Dispatcher, RouteRequest } from './dispatch.js';
 import {
@@ -43,6 +42,7 @@ import {
   type ProcessingRequest,
   type ProcessingResponse,
 } from './proto.js';
+import type { GrpcCall } from './grpc-server.js';
 import { DESTINATION_HEADER, LB_METADATA_NAMESPACE, UNTRUSTED_REQUEST_HEADERS } from './headers.js';
 import { inferenceKind, parseInferenceRequest, type InferenceKind } from '../request/inference-request.js';
 import { RouterError } from '../request/router-error.js';
@@ -71,7 +71,7 @@ export interface SessionDeps {
   readonly onClose?: () => void;
 }
 
-type Stream = grpc.ServerDuplexStream<ProcessingRequest, ProcessingResponse>;
+type Stream = GrpcCall<ProcessingRequest, ProcessingResponse>;
 
 export class Session {
   private phase: SessionPhase = 'request_headers';
