@@ -38,12 +38,24 @@ export const GrpcStatus = {
 const MAX_STREAM_ID = 2 ** 31 - 1;
 const { NGHTTP2_NO_ERROR } = http2.constants;
 
+/** What a handler uses of a call (GrpcCall; a test double or another transport may stand in). */
+export interface ServerCall<Out> {
+  on(event: 'data' | 'end' | 'cancelled' | 'error' | 'close', listener: (...args: any[]) => void): unknown; // eslint-disable-line @typescript-eslint/no-explicit-any
+  write(msg: Out): unknown;
+  /** Ends the call with OK. */
+  end(): void;
+  /** Ends the call with an error status. */
+  destroy(err?: Error): void;
+  readonly destroyed: boolean;
+  readonly writableEnded: boolean;
+}
+
 /**
  * One call. Events (as @grpc/grpc-js server streams emit them): 'data' (a decoded message), 'end'
  * (the client half-closed), 'cancelled' (the stream was reset or closed before this side sent a
  * status), 'close' (always last). Never 'error': a malformed message ends the call with a status.
  */
-export class GrpcCall<In, Out> extends EventEmitter {
+export class GrpcCall<In, Out> extends EventEmitter implements ServerCall<Out> {
   private headersSent = false;
   private statusSent = false;
   private decoder: FrameDecoder | undefined = new FrameDecoder();

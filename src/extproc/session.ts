@@ -42,7 +42,7 @@ import {
   type ProcessingRequest,
   type ProcessingResponse,
 } from './proto.js';
-import type { GrpcCall } from './grpc-server.js';
+import type { ServerCall } from './grpc-server.js';
 import { DESTINATION_HEADER, LB_METADATA_NAMESPACE, UNTRUSTED_REQUEST_HEADERS } from './headers.js';
 import { inferenceKind, parseInferenceRequest, type InferenceKind } from '../request/inference-request.js';
 import { RouterError } from '../request/router-error.js';
@@ -71,7 +71,7 @@ export interface SessionDeps {
   readonly onClose?: () => void;
 }
 
-type Stream = GrpcCall<ProcessingRequest, ProcessingResponse>;
+type Stream = ServerCall<ProcessingResponse>;
 
 export class Session {
   private phase: SessionPhase = 'request_headers';

@@ -7,7 +7,7 @@
 import { Duplex } from 'node:stream';
 import { describe, expect, it } from 'vitest';
 import { pino } from 'pino';
-import type * as grpc from '@grpc/grpc-js';
+import type { ServerCall } from '../../../src/extproc/grpc-server.js';
 import { Session, type SessionSummary } from '../../../src/extproc/session.js';
 import type { Dispatch, Dispatcher, RequestEnd, RouteRequest } from '../../../src/extproc/dispatch.js';
 import { BodySendMode, type ProcessingRequest, type ProcessingResponse } from '../../../src/extproc/proto.js';
@@ -95,18 +95,15 @@ function harness(
       return opts.dispatch ? opts.dispatch(req, makeDispatch) : makeDispatch();
     },
   };
-  const session = new Session(
-    stream as unknown as grpc.ServerDuplexStream<ProcessingRequest, ProcessingResponse>,
-    {
-      dispatcher,
-      logger: pino({ level: 'silent' }),
-      maxBodyBytes: 10_000,
-      onEnd: (s) => h.summaries.push(s),
-      onClose: () => {
-        h.closes += 1;
-      },
+  const session = new Session(stream as unknown as ServerCall<ProcessingResponse>, {
+    dispatcher,
+    logger: pino({ level: 'silent' }),
+    maxBodyBytes: 10_000,
+    onEnd: (s) => h.summaries.push(s),
+    onClose: () => {
+      h.closes += 1;
     },
-  );
+  });
   expect(session).toBeDefined();
   return h;
 }
