@@ -39,11 +39,6 @@ export interface EnvoyRenderOptions {
    * load balancer over these workers (never to an address the client supplied).
    */
   failOpen?: { fallbackWorkers: Array<{ host: string; port: number }> };
-  /**
-   * Envoy's defaults for the ext_proc stream's end: drop the recommended
-   * `ext_proc_graceful_grpc_close` runtime flag and `max_requests_per_connection` on the router cluster.
-   */
-  envoyDefaults?: boolean;
 }
 
 type Yaml = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
@@ -74,12 +69,6 @@ export function renderEnvoyConfig(opts: EnvoyRenderOptions = {}): string {
     routerCluster.load_assignment.endpoints[0].lb_endpoints = opts.routers.map((r) => ({
       endpoint: { address: { socket_address: { address: r.host, port_value: r.port } } },
     }));
-  }
-  if (opts.envoyDefaults) {
-    delete routerCluster.typed_extension_protocol_options[
-      'envoy.extensions.upstreams.http.v3.HttpProtocolOptions'
-    ].common_http_protocol_options;
-    delete doc.layered_runtime;
   }
   if (opts.routerHealthCheck) {
     routerCluster.health_checks = [

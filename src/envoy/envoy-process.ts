@@ -57,10 +57,7 @@ process.once('exit', () => {
 });
 
 export async function startEnvoy(
-  opts: EnvoyRenderOptions & {
-    logLevel?: string;
-    /** Worker threads (default 2). */ concurrency?: number;
-  } = {},
+  opts: EnvoyRenderOptions & { logLevel?: string } = {},
 ): Promise<EnvoyHandle> {
   const bin = findEnvoy();
   const dir = mkdtempSync(path.join(tmpdir(), 'vllm-router-envoy-'));
@@ -80,7 +77,7 @@ export async function startEnvoy(
       '-l',
       opts.logLevel ?? 'error',
       '--concurrency',
-      String(opts.concurrency ?? 2),
+      '2',
     ],
     { stdio: ['ignore', 'ignore', 'pipe'] },
   );

@@ -9,15 +9,14 @@
  * an Error per cancelled call, proto-loader object conversion) cost about as much CPU per ext_proc
  * request as Envoy spends on the whole request (issue 15, docs/benchmarks.md).
  *
- * Stream resets and connection rotation: Envoy ends every finished ext_proc stream with RST_STREAM
- * (unless its `ext_proc_graceful_grpc_close` runtime flag is on). nghttp2 (Node 20 cannot configure
- * this) answers more than 1,000 resets on a connection faster than 33/s with GOAWAY(INTERNAL_ERROR),
- * and the streams Envoy sent in the meantime fail (empty 500s to clients). So after
- * `maxStreamsPerConnection` streams the server drains the connection itself, the way gRPC servers do
- * for a maximum connection age: GOAWAY(NO_ERROR, last stream id 2^31-1) tells Envoy to open a new
- * connection while every stream already sent is still served (and nghttp2 stops counting resets once
- * this side has sent a GOAWAY); a PING round trip later no stream can still be in flight, and the
- * session closes gracefully once its streams end.
+ * Stream resets: Envoy ends every finished ext_proc stream with RST_STREAM unless its
+ * `ext_proc_graceful_grpc_close` runtime flag is on, and nghttp2 (not configurable in Node 20) answers
+ * more than 1,000 resets on a connection faster than 33/s with GOAWAY(INTERNAL_ERROR), failing the
+ * streams Envoy sent meanwhile. A server-side drain cannot avoid that loss: once this side has sent
+ * any GOAWAY, nghttp2 ignores every new stream, even with last stream id 2^31-1 (measured: streams
+ * crossing the GOAWAY hung, then were refused). So the two Envoy settings of envoy/envoy.yaml (the
+ * graceful-close flag; `max_requests_per_connection`, a rotation decided by the client, lossless)
+ * stay required on Node 20.
  */
 import { EventEmitter } from 'node:events';
 import http2 from 'node:http2';
@@ -35,7 +34,6 @@ export const GrpcStatus = {
   INTERNAL: 13,
 } as const;
 
-const MAX_STREAM_ID = 2 ** 31 - 1;
 const { NGHTTP2_NO_ERROR } = http2.constants;
 
 /** What a handler uses of a call (GrpcCall; a test double or another transport may stand in). */
@@ -169,24 +167,16 @@ export interface GrpcMethod<In, Out> {
 }
 
 export interface GrpcServerOptions {
-  /** Streams after which a connection is drained (GOAWAY); see the module comment. */
-  readonly maxStreamsPerConnection: number;
   /** HTTP/2 settings this server announces. */
   readonly settings?: http2.Settings;
-}
-
-interface SessionState {
-  streams: number;
-  draining: boolean;
 }
 
 export class GrpcServer {
   private readonly server: http2.Http2Server;
   private readonly methods = new Map<string, GrpcMethod<unknown, unknown>>();
-  private readonly sessions = new Map<http2.ServerHttp2Session, SessionState>();
-  private accepted = 0;
+  private readonly sessions = new Set<http2.ServerHttp2Session>();
 
-  constructor(private readonly opts: GrpcServerOptions) {
+  constructor(opts: GrpcServerOptions = {}) {
     this.server = http2.createServer({
       settings: opts.settings,
       // Node refuses new streams once a session buffers more than maxSessionMemory (default 10 MB),
@@ -196,8 +186,7 @@ export class GrpcServer {
       maxSessionMemory: Number.MAX_SAFE_INTEGER,
     });
     this.server.on('session', (session: http2.ServerHttp2Session) => {
-      this.accepted += 1;
-      this.sessions.set(session, { streams: 0, draining: false });
+      this.sessions.add(session);
       session.on('error', noop);
       session.once('close', () => this.sessions.delete(session));
     });
@@ -221,32 +210,23 @@ export class GrpcServer {
     });
   }
 
-  /** HTTP/2 connections accepted so far. */
-  get connectionsAccepted(): number {
-    return this.accepted;
-  }
-
   /**
    * Stops accepting connections and drains every open one (GOAWAY, streams finish); resolves when all
    * are closed.
    */
   shutdown(): Promise<void> {
     const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
-    for (const session of this.sessions.keys()) this.drain(session);
+    for (const session of this.sessions) session.close();
     return closed;
   }
 
   /** Closes every connection now (open streams are reset). */
   forceShutdown(): void {
     this.server.close();
-    for (const session of this.sessions.keys()) session.destroy();
+    for (const session of this.sessions) session.destroy();
   }
 
   private onStream(stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders): void {
-    const state = this.sessions.get(stream.session as http2.ServerHttp2Session);
-    if (state && ++state.streams >= this.opts.maxStreamsPerConnection) {
-      this.drain(stream.session as http2.ServerHttp2Session);
-    }
     const method = this.methods.get(headers[':path'] ?? '');
     const contentType = headers['content-type'] ?? '';
     if (headers[':method'] !== 'POST' || !contentType.startsWith('application/grpc')) {
@@ -260,18 +240,6 @@ export class GrpcServer {
       return;
     }
     method.handler(new GrpcCall(stream, method));
-  }
-
-  /** GOAWAY(NO_ERROR, 2^31-1), then after a PING round trip a graceful close (see module comment). */
-  private drain(session: http2.ServerHttp2Session): void {
-    const state = this.sessions.get(session);
-    if (!state || state.draining || session.closed || session.destroyed) return;
-    state.draining = true;
-    session.goaway(NGHTTP2_NO_ERROR, MAX_STREAM_ID);
-    const close = (): void => {
-      if (!session.closed && !session.destroyed) session.close();
-    };
-    if (!session.ping(close)) close();
   }
 }
 

@@ -18,15 +18,7 @@ export interface ExtProcServerOptions extends Omit<SessionDeps, 'onClose'> {
   readonly port: number;
   readonly logger: Logger;
   readonly onStreamsChanged?: (active: number) => void;
-  /**
-   * ext_proc streams after which the server drains an HTTP/2 connection (Envoy reconnects). Keeps
-   * Envoy's per-stream resets under nghttp2's rapid-reset limit (1,000); see grpc-server.ts.
-   */
-  readonly maxStreamsPerConnection?: number;
 }
-
-/** Below nghttp2's reset burst of 1,000 with room for Envoy's health checks and retries. */
-export const DEFAULT_MAX_STREAMS_PER_CONNECTION = 500;
 
 export class ExtProcServer {
   private readonly server: GrpcServer;
@@ -40,10 +32,7 @@ export class ExtProcServer {
     // No gRPC limit on message size: Envoy's own buffer limit bounds a message, and the session
     // answers a JSON 413 above maxBodyBytes (a limit below Envoy's would fail the ext_proc stream
     // instead: the client gets Envoy's empty 500).
-    this.server = new GrpcServer({
-      maxStreamsPerConnection: opts.maxStreamsPerConnection ?? DEFAULT_MAX_STREAMS_PER_CONNECTION,
-      settings: { maxConcurrentStreams: 100000 },
-    });
+    this.server = new GrpcServer({ settings: { maxConcurrentStreams: 100000 } });
     const statuses: Record<string, ServingStatus> = {};
     for (const name of HEALTH_SERVICE_NAMES) statuses[name] = 'SERVING';
     this.health = new HealthService(statuses);

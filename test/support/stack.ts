@@ -3,6 +3,7 @@
  * (in-process, so tests can read worker state), and simulated vLLM workers.
  */
 import { startEnvoy, type EnvoyHandle } from '../../src/envoy/envoy-process.js';
+import type { EnvoyRenderOptions } from '../../src/envoy/envoy-config.js';
 import type { Config } from '../../src/config.js';
 import type { Router } from '../../src/router.js';
 import { startSimulator, type Simulator, type SimulatorOptions } from '../../src/sim/simulator.js';
@@ -12,7 +13,7 @@ export interface StackOptions {
   workers?: number;
   sim?: SimulatorOptions;
   router?: Partial<Config>;
-  envoy?: Parameters<typeof startEnvoy>[0];
+  envoy?: EnvoyRenderOptions;
 }
 
 export interface Stack {

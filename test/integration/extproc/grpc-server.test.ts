@@ -1,6 +1,6 @@
 /**
  * The node:http2 gRPC server against real gRPC clients (@grpc/grpc-js) and raw HTTP/2: message
- * framing both ways, statuses, health Check/Watch, resets, and connection rotation.
+ * framing both ways, statuses, health Check/Watch, resets.
  */
 import http2 from 'node:http2';
 import * as grpc from '@grpc/grpc-js';
@@ -27,11 +27,8 @@ afterEach(async () => {
 });
 
 /** An echo server: answers each message with `echo:<service>`, ends with OK on half-close. */
-async function startEcho(
-  maxStreamsPerConnection = 1000,
-  onCall?: (call: GrpcCall<Msg, Msg>, events: string[]) => void,
-): Promise<number> {
-  server = new GrpcServer({ maxStreamsPerConnection });
+async function startEcho(onCall?: (call: GrpcCall<Msg, Msg>, events: string[]) => void): Promise<number> {
+  server = new GrpcServer();
   server.addMethod<Msg, Msg>(ECHO, {
     request: c.healthCheckRequest,
     response: c.healthCheckRequest,
@@ -92,7 +89,7 @@ describe('gRPC server over node:http2', () => {
 
   it('ends a call whose message is not valid protobuf with INTERNAL, and ends a reset call once', async () => {
     let seen: string[] = [];
-    const port = await startEcho(1000, (_call, events) => (seen = events));
+    const port = await startEcho((_call, events) => (seen = events));
     const session = http2.connect(`http://127.0.0.1:${port}`);
     try {
       const status = await new Promise<string | undefined>((resolve) => {
@@ -122,20 +119,8 @@ describe('gRPC server over node:http2', () => {
     }
   });
 
-  it('drains a connection after maxStreamsPerConnection streams; no stream fails, the client reconnects', async () => {
-    const port = await startEcho(5);
-    const results = [];
-    // Concurrent streams too: some are in flight while the GOAWAY goes out.
-    for (let round = 0; round < 6; round++) {
-      results.push(...(await Promise.all([1, 2, 3, 4].map((i) => chat(port, [`r${round}-${i}`])))));
-    }
-    expect(results.map((r) => r.status.code)).toEqual(Array(24).fill(grpc.status.OK));
-    expect(results.map((r) => r.replies.length)).toEqual(Array(24).fill(1));
-    expect(server!.connectionsAccepted).toBeGreaterThan(1);
-  });
-
   it('serves grpc.health.v1 Check and Watch', async () => {
-    server = new GrpcServer({ maxStreamsPerConnection: 1000 });
+    server = new GrpcServer();
     const health = new HealthService({ '': 'SERVING', readiness: 'SERVING' });
     health.addTo(server);
     const port = await server.listen('127.0.0.1', 0);

@@ -33,18 +33,4 @@ describe('rendering envoy/envoy.yaml', () => {
     const workers = doc.static_resources.clusters.find((c: { name: string }) => c.name === 'vllm_workers');
     expect(workers.original_dst_lb_config.http_header_name).toBe('x-gateway-destination-endpoint');
   });
-
-  it('renders plain Envoy defaults for the ext_proc stream end on request (no graceful close, no rotation)', () => {
-    // eslint-disable-next-line @typescript-eslint/no-explicit-any
-    const cluster = (doc: any) =>
-      doc.static_resources.clusters.find((c: { name: string }) => c.name === 'vllm_router')
-        .typed_extension_protocol_options['envoy.extensions.upstreams.http.v3.HttpProtocolOptions'];
-    const recommended = parse(renderEnvoyConfig({}));
-    expect(recommended.layered_runtime).toBeDefined();
-    expect(cluster(recommended).common_http_protocol_options.max_requests_per_connection).toBe(500);
-    const plain = parse(renderEnvoyConfig({ envoyDefaults: true }));
-    expect(plain.layered_runtime).toBeUndefined();
-    expect(cluster(plain).common_http_protocol_options).toBeUndefined();
-    expect(cluster(plain).explicit_http_config.http2_protocol_options).toBeDefined();
-  });
 });
