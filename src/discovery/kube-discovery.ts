@@ -1,0 +1,289 @@
+/**
+ * KubeDiscovery: Kubernetes pods -> ServiceRegistry, one KubePodWatcher per role rule
+ * (`--selector` for regular workers, `--prefill-selector` / `--decode-selector` in P/D mode).
+ *
+ * State-based, not event-based: each role keeps the latest object of every pod its watch reported (the
+ * store), and after any change to a pod re-evaluates that pod with the pure rules of kube-pod-membership.ts.
+ * A relist replaces the whole store, so a pod deleted while no watch ran is simply absent and leaves.
+ *
+ * Registry mapping. A member pod is registered as `{role, url: http://podIP:port, endpoint, metadata}`
+ * (`permanent`: this source, not a TTL, ends its lifetime). What this source registered is remembered per pod
+ * as (uid, url, metadata, generation). A pod is removed at once (deregistered) when it stops being a member;
+ * in-flight requests keep their Worker object and finish normally (the pool only drops it from selection).
+ * A NEW registration lifetime, hence a new generation and a fresh Worker, starts when:
+ *   - the pod comes back after leaving (NotReady -> Ready, relabel out and in);
+ *   - the UID behind the pod changes (deleted and recreated with the same name, possibly the same IP);
+ *   - its url or port-annotation metadata changes (a Worker is immutable in those).
+ * Two pods claiming the same url (a recreated pod whose predecessor's removal has not been seen yet): the
+ * first keeps it; the other is re-evaluated when the url frees up.
+ * Only entries this source registered are deregistered (checked by generation), so a static worker or a
+ * ZMQ registration at the same (role, url) is never removed by it.
+ */
+import type { KubeConfig, V1Pod } from '@kubernetes/client-node';
+import type { Logger } from 'pino';
+import type { Role } from '../workers/role.js';
+import type { ServiceRegistry } from './service-registry.js';
+import { KubePodWatcher, type PodWatchEventType, type WatchEndReason } from './kube-pod-watcher.js';
+import {
+  formatLabelSelector,
+  matchesSelector,
+  podKey,
+  podMembership,
+  type NonMemberReason,
+  type PodObject,
+  type RoleRule,
+} from './kube-pod-membership.js';
+
+export type KubeRemovalReason = NonMemberReason | 'deleted' | 'replaced' | 'closed';
+
+export type KubeMembershipChange =
+  | { type: 'added'; role: Role; pod: string; uid: string; url: string; generation: number }
+  | {
+      type: 'removed';
+      role: Role;
+      pod: string;
+      uid: string;
+      url: string;
+      generation: number;
+      reason: KubeRemovalReason;
+    };
+
+export interface KubeDiscoveryHooks {
+  /** A worker joined or left the registry. */
+  onChange?(change: KubeMembershipChange): void;
+  /** A LIST of `role`'s pods was applied (the first one and every relist). */
+  onSynced?(role: Role, pods: number): void;
+  onWatchEnded?(role: Role, reason: WatchEndReason): void;
+  onError?(role: Role, phase: 'list' | 'watch', err: unknown): void;
+}
+
+export interface KubeDiscoveryOptions {
+  kubeConfig: KubeConfig;
+  /** Undefined = all namespaces. */
+  namespace?: string;
+  rules: readonly RoleRule[];
+  registry: ServiceRegistry;
+  logger: Logger;
+  hooks?: KubeDiscoveryHooks;
+  /** Watch resync period (see KubePodWatcher). */
+  resyncMs?: number;
+  maxBackoffMs?: number;
+}
+
+interface Registered {
+  readonly uid: string;
+  readonly url: string;
+  readonly metadataKey: string;
+  readonly generation: number;
+}
+
+/** One role's store and registrations (exported for unit tests: feed it pods, read the registry). */
+export class KubeRoleSource {
+  private readonly pods = new Map<string, PodObject>();
+  private readonly members = new Map<string, Registered>();
+  private readonly urlOwner = new Map<string, string>();
+  private readonly lastReason = new Map<string, string>();
+
+  constructor(
+    private readonly rule: RoleRule,
+    private readonly registry: ServiceRegistry,
+    private readonly logger: Logger,
+    private readonly hooks: KubeDiscoveryHooks,
+  ) {}
+
+  get memberCount(): number {
+    return this.members.size;
+  }
+
+  synced(pods: readonly PodObject[]): void {
+    const fresh = new Map<string, PodObject>();
+    for (const pod of pods) fresh.set(podKey(pod), pod);
+    // Departures first, so their urls are free for pods of the new list.
+    for (const key of [...this.pods.keys()]) {
+      if (!fresh.has(key)) {
+        this.pods.delete(key);
+        this.apply(key);
+      }
+    }
+    for (const [key, pod] of fresh) {
+      this.pods.set(key, pod);
+      this.apply(key);
+    }
+    this.hooks.onSynced?.(this.rule.role, fresh.size);
+  }
+
+  event(type: PodWatchEventType, pod: PodObject): void {
+    const key = podKey(pod);
+    if (type !== 'DELETED') {
+      this.pods.set(key, pod);
+      this.apply(key);
+      return;
+    }
+    this.pods.delete(key);
+    // A watch with a label selector reports a pod relabelled out of it as DELETED (with the new labels).
+    this.apply(key, matchesSelector(pod.metadata?.labels, this.rule.selector) ? 'deleted' : 'selector');
+  }
+
+  /** Removes everything this source registered. */
+  clear(): void {
+    for (const [key, reg] of [...this.members]) this.remove(key, reg, 'closed');
+    this.pods.clear();
+  }
+
+  private apply(key: string, goneReason: KubeRemovalReason = 'deleted'): void {
+    const pod = this.pods.get(key);
+    const verdict = pod === undefined ? undefined : podMembership(pod, this.rule);
+    const current = this.members.get(key);
+    if (verdict === undefined || !verdict.member) {
+      const reason: KubeRemovalReason = verdict === undefined ? goneReason : verdict.reason;
+      this.noteReason(key, reason, verdict !== undefined && !verdict.member ? verdict.detail : undefined);
+      if (current !== undefined) this.remove(key, current, reason);
+      return;
+    }
+    const w = verdict.worker;
+    const metadataKey = JSON.stringify(w.metadata);
+    if (current !== undefined) {
+      if (current.uid === w.uid && current.url === w.url && current.metadataKey === metadataKey) return;
+      this.remove(key, current, 'replaced');
+    }
+    const owner = this.urlOwner.get(w.url);
+    if (owner !== undefined && owner !== key) {
+      this.noteReason(key, 'url_taken', `${w.url} belongs to pod ${owner}`);
+      return;
+    }
+    const result = this.registry.register({
+      role: w.role,
+      url: w.url,
+      endpoint: w.endpoint,
+      metadata: w.metadata,
+      permanent: true,
+    });
+    if ('rejected' in result) {
+      this.noteReason(key, result.rejected);
+      return;
+    }
+    const reg: Registered = { uid: w.uid, url: w.url, metadataKey, generation: result.entry.generation };
+    this.members.set(key, reg);
+    this.urlOwner.set(w.url, key);
+    this.lastReason.delete(key);
+    this.logger.info(
+      { role: w.role, pod: key, uid: w.uid, url: w.url, generation: reg.generation },
+      'kubernetes worker added',
+    );
+    this.hooks.onChange?.({
+      type: 'added',
+      role: w.role,
+      pod: key,
+      uid: w.uid,
+      url: w.url,
+      generation: reg.generation,
+    });
+  }
+
+  private remove(key: string, reg: Registered, reason: KubeRemovalReason): void {
+    this.members.delete(key);
+    if (this.urlOwner.get(reg.url) === key) this.urlOwner.delete(reg.url);
+    if (this.registry.get(this.rule.role, reg.url)?.generation === reg.generation) {
+      this.registry.deregister(this.rule.role, reg.url);
+    }
+    this.logger.info(
+      { role: this.rule.role, pod: key, uid: reg.uid, url: reg.url, generation: reg.generation, reason },
+      'kubernetes worker removed',
+    );
+    this.hooks.onChange?.({
+      type: 'removed',
+      role: this.rule.role,
+      pod: key,
+      uid: reg.uid,
+      url: reg.url,
+      generation: reg.generation,
+      reason,
+    });
+    if (reason !== 'closed') this.adoptUrl(reg.url, key);
+  }
+
+  /** A url freed up: a pod that was waiting for it (same url, member otherwise) takes it. */
+  private adoptUrl(url: string, previous: string): void {
+    for (const [key, pod] of this.pods) {
+      if (key === previous || this.members.has(key)) continue;
+      const verdict = podMembership(pod, this.rule);
+      if (verdict.member && verdict.worker.url === url) {
+        this.apply(key);
+        return;
+      }
+    }
+  }
+
+  /** Logs why a pod is held out, once per change of reason (a warning for configuration problems). */
+  private noteReason(key: string, reason: string, detail?: string): void {
+    if (this.lastReason.get(key) === reason) return;
+    if (reason === 'deleted') {
+      this.lastReason.delete(key);
+      return;
+    }
+    this.lastReason.set(key, reason);
+    const fields = { role: this.rule.role, pod: key, reason, ...(detail ? { detail } : {}) };
+    if (reason === 'bad_annotation' || reason === 'url_taken' || reason === 'no_uid') {
+      this.logger.warn(fields, 'kubernetes pod held out of the pool');
+    } else {
+      this.logger.debug(fields, 'kubernetes pod is not a worker');
+    }
+  }
+}
+
+export class KubeDiscovery {
+  private readonly sources: Array<{ role: Role; source: KubeRoleSource; watcher: KubePodWatcher }> = [];
+  private closed = false;
+
+  constructor(opts: KubeDiscoveryOptions) {
+    const hooks = opts.hooks ?? {};
+    for (const rule of opts.rules) {
+      const source = new KubeRoleSource(rule, opts.registry, opts.logger, hooks);
+      const watcher = new KubePodWatcher({
+        kubeConfig: opts.kubeConfig,
+        namespace: opts.namespace,
+        labelSelector: formatLabelSelector(rule.selector),
+        resyncMs: opts.resyncMs,
+        maxBackoffMs: opts.maxBackoffMs,
+        handler: {
+          synced: (pods: V1Pod[]) => source.synced(pods as PodObject[]),
+          event: (type, pod) => source.event(type, pod as PodObject),
+          failed: (err, phase, retryInMs) => {
+            opts.logger.warn(
+              { role: rule.role, phase, retryInMs, err: (err as Error)?.message ?? String(err) },
+              'kubernetes pod watch failed; retrying',
+            );
+            hooks.onError?.(rule.role, phase, err);
+          },
+          watchEnded: (reason) => {
+            opts.logger.debug({ role: rule.role, reason }, 'kubernetes pod watch ended; relisting');
+            hooks.onWatchEnded?.(rule.role, reason);
+          },
+        },
+      });
+      this.sources.push({ role: rule.role, source, watcher });
+    }
+  }
+
+  start(): void {
+    for (const { watcher } of this.sources) watcher.start();
+  }
+
+  /** Workers this source currently has in the registry, per role. */
+  memberCount(role: Role): number {
+    return this.sources.filter((s) => s.role === role).reduce((n, s) => n + s.source.memberCount, 0);
+  }
+
+  /** Completed LISTs of `role` (initial + relists). */
+  listCount(role: Role): number {
+    return this.sources.filter((s) => s.role === role).reduce((n, s) => n + s.watcher.listCount, 0);
+  }
+
+  /** Idempotent: stops the watches and deregisters every worker this source added. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await Promise.all(this.sources.map((s) => s.watcher.close()));
+    for (const { source } of this.sources) source.clear();
+  }
+}
