@@ -18,7 +18,8 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { Agent, request } from 'node:https';
-import { CoreV1Api, KubeConfig, type V1Pod } from '@kubernetes/client-node';
+import { CoreV1Api, KubeConfig, KubernetesObjectApi, type KubernetesObject, type V1Pod } from '@kubernetes/client-node';
+import { parseAllDocuments } from 'yaml';
 import { waitFor } from './wait-for.js';
 
 const REPO = resolve(import.meta.dirname, '../..');
@@ -73,6 +74,13 @@ export interface KubeCluster {
   /** The same as a kubeconfig file (for the router's --service-discovery-kubeconfig). */
   writeKubeconfig(opts?: { token?: string; serverUrl?: string }): string;
   readonly core: CoreV1Api;
+  /**
+   * Creates every object of a manifest under deploy/kubernetes, with each `namespace: llm` (metadata and
+   * subjects) replaced by `namespace`.
+   */
+  applyManifest(file: string, namespace: string): Promise<void>;
+  /** A token of ServiceAccount `name` (TokenRequest API), valid for an hour. */
+  serviceAccountToken(namespace: string, name: string): Promise<string>;
   restartApiserver(): Promise<void>;
   close(): Promise<void>;
 }
@@ -190,6 +198,24 @@ export async function startKubeCluster(): Promise<KubeCluster> {
         return path;
       },
       core: kubeConfig().makeApiClient(CoreV1Api),
+      async applyManifest(file, namespace) {
+        const objects = KubernetesObjectApi.makeApiClient(kubeConfig());
+        const text = readFileSync(join(REPO, 'deploy/kubernetes', file), 'utf8');
+        for (const doc of parseAllDocuments(text)) {
+          const obj = doc.toJS() as KubernetesObject & { subjects?: Array<{ namespace?: string }> };
+          if (obj.metadata?.namespace !== undefined) obj.metadata.namespace = namespace;
+          for (const s of obj.subjects ?? []) if (s.namespace !== undefined) s.namespace = namespace;
+          await objects.create(obj);
+        }
+      },
+      async serviceAccountToken(namespace, name) {
+        const res = await cluster.core.createNamespacedServiceAccountToken({
+          name,
+          namespace,
+          body: { spec: { audiences: [], expirationSeconds: 3600 } },
+        });
+        return res.status?.token ?? '';
+      },
       async restartApiserver() {
         await stop(apiserver);
         await startApiserver();
