@@ -6,6 +6,7 @@ import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { parse as parseYaml } from 'yaml';
 import { OPTIONS, type Config, type OptionSpec } from './config-schema.js';
+import { parseLabelSelector } from './discovery/kube-pod-membership.js';
 
 export type { Config };
 import { parseKvEventSettings } from './kv-events/kv-event-config.js';
@@ -130,11 +131,44 @@ function validate(c: Config): void {
   if (c.discoveryZmq && !/^tcp:\/\/[^\s/]+:(\d+|\*)$/.test(c.discoveryZmq)) {
     throw new ConfigError(`--discovery-zmq must look like tcp://host:port, got ${c.discoveryZmq}`);
   }
+  validateKubeDiscovery(c);
   if (c.cacheThreshold > 1) throw new ConfigError('--cache-threshold must be within [0, 1]');
   try {
     parseKvEventSettings(c);
   } catch (err) {
     throw new ConfigError((err as Error).message, { cause: err });
+  }
+}
+
+function validateKubeDiscovery(c: Config): void {
+  const selectors: Array<[string, readonly string[]]> = [
+    ['--selector', c.selector],
+    ['--prefill-selector', c.prefillSelector],
+    ['--decode-selector', c.decodeSelector],
+  ];
+  for (const [flag, items] of selectors) {
+    try {
+      parseLabelSelector(items);
+    } catch (err) {
+      throw new ConfigError(`${flag}: ${(err as Error).message}`);
+    }
+  }
+  for (const [flag, port] of [
+    ['--service-discovery-port', c.serviceDiscoveryPort],
+    ['--service-discovery-metrics-port', c.serviceDiscoveryMetricsPort],
+    ['--service-discovery-kv-events-port', c.serviceDiscoveryKvEventsPort],
+  ] as const) {
+    if (port > 65535) throw new ConfigError(`${flag} ${port} is out of range`);
+  }
+  if (!c.serviceDiscovery) return;
+  if (c.serviceDiscoveryPort === 0) throw new ConfigError('--service-discovery-port must be set');
+  if (c.serviceDiscoveryResyncMs === 0) throw new ConfigError('--service-discovery-resync-ms must be > 0');
+  const needed = c.mode === 'pd' ? selectors.slice(1) : selectors.slice(0, 1);
+  for (const [flag, items] of needed) {
+    if (items.length === 0)
+      throw new ConfigError(
+        `--service-discovery in ${c.mode} mode needs ${flag} key=value (which pods are workers)`,
+      );
   }
 }
 

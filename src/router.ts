@@ -2,7 +2,7 @@
  * Composition root: config -> components (composition/wiring.ts, no I/O) -> the lifecycle list
  * below (start in order, drain, close in reverse order; composition/lifecycle.ts).
  *
- *   registry (static workers, admin API, ZMQ heartbeats)
+ *   registry (static workers, admin API, ZMQ heartbeats, Kubernetes pods)
  *     -> role pools (persistent Workers, policy membership)
  *       -> dispatcher (regular: one pool; pd: prefill + decode legs)
  *         -> ext_proc sessions (gRPC) <- Envoy
@@ -14,6 +14,8 @@
  */
 import { parseWorkerUrl, type Config } from './config.js';
 import { RegistryJanitor } from './discovery/registry-janitor.js';
+import type { KubeDiscovery, KubeDiscoveryHooks } from './discovery/kube-discovery.js';
+import { createKubeDiscovery } from './discovery/kube-source-config.js';
 import type { ServiceRegistry } from './discovery/service-registry.js';
 import type { RouterMetrics } from './observability/metrics.js';
 import { createLogger, type Logger } from './observability/logger.js';
@@ -27,6 +29,8 @@ export interface RouterDeps {
   logger?: Logger;
   /** Monotonic milliseconds for the registry and policies (tests inject a fake). */
   clock?: () => number;
+  /** Observers of the Kubernetes source (tests wait on its events). */
+  kubeDiscoveryHooks?: KubeDiscoveryHooks;
 }
 
 export interface Router {
@@ -53,7 +57,7 @@ export async function startRouter(config: Readonly<Config>, deps: RouterDeps = {
   const logger = deps.logger ?? createLogger(config.logLevel);
   const c = wireRouter(config, { logger, clock: deps.clock ?? (() => performance.now()) });
   const ports = { grpc: 0, admin: 0, discovery: undefined as string | undefined };
-  const lifecycle = new Lifecycle(lifecycleSteps(c, ports), {
+  const lifecycle = new Lifecycle(lifecycleSteps(c, ports, deps), {
     drainTimeoutMs: config.drainTimeoutMs,
     drainGraceMs: config.drainGraceMs,
     flag: c.drain,
@@ -92,9 +96,11 @@ export async function startRouter(config: Readonly<Config>, deps: RouterDeps = {
 function lifecycleSteps(
   c: Components,
   out: { grpc: number; admin: number; discovery: string | undefined },
+  deps: RouterDeps,
 ): LifecycleStep[] {
   const { config } = c;
   let janitor: RegistryJanitor | undefined;
+  let kube: KubeDiscovery | undefined;
   const timers: NodeJS.Timeout[] = [];
   const steps: Array<LifecycleStep | false> = [
     {
@@ -159,6 +165,21 @@ function lifecycleSteps(
       },
       stopIntake: () => c.discovery?.close(),
       close: () => c.discovery?.close(),
+    },
+    config.serviceDiscovery && {
+      name: 'kubernetes discovery',
+      // Reads the kubeconfig (or the in-cluster token) here; does not wait for the first list (readiness
+      // shows it). No stopIntake: its close() removes its workers, which a drain must keep serving.
+      start: () => {
+        kube = createKubeDiscovery(config, {
+          registry: c.registry,
+          logger: c.logger,
+          count: (role, event) => c.metrics.discoveryEvents.inc({ role, event }),
+          hooks: deps.kubeDiscoveryHooks,
+        });
+        kube?.start();
+      },
+      close: () => kube?.close(),
     },
     {
       name: 'admin server',

@@ -18,7 +18,13 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { Agent, request } from 'node:https';
-import { CoreV1Api, KubeConfig, KubernetesObjectApi, type KubernetesObject, type V1Pod } from '@kubernetes/client-node';
+import {
+  CoreV1Api,
+  KubeConfig,
+  KubernetesObjectApi,
+  type KubernetesObject,
+  type V1Pod,
+} from '@kubernetes/client-node';
 import { parseAllDocuments } from 'yaml';
 import { waitFor } from './wait-for.js';
 

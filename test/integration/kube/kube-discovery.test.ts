@@ -14,9 +14,7 @@ import { TcpCutter } from '../../support/tcp-cutter.js';
 import { EventLog } from '../../support/event-log.js';
 
 type Seen =
-  | KubeMembershipChange
-  | { type: 'synced'; pods: number }
-  | { type: 'error'; phase: string; status?: number };
+  KubeMembershipChange | { type: 'synced'; pods: number } | { type: 'error'; phase: string; status?: number };
 
 const RUNNING_READY = { phase: 'Running', ready: true } as const;
 const RULE: RoleRule = { role: 'decode', selector: { app: 'vllm', 'vllm.ai/role': 'decode' }, port: 8000 };
@@ -220,7 +218,10 @@ describe('Kubernetes discovery (real kube-apiserver)', () => {
       rules: [RULE],
       registry: new ServiceRegistry(),
       logger: pino({ level: 'silent' }),
-      hooks: { onError: (_r, phase, err) => log.push({ type: 'error', phase, status: (err as { code?: number }).code }) },
+      hooks: {
+        onError: (_r, phase, err) =>
+          log.push({ type: 'error', phase, status: (err as { code?: number }).code }),
+      },
     });
     discovery.start();
     try {
