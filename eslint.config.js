@@ -2,7 +2,7 @@ import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['dist/**', 'node_modules/**', '.venv/**', '.venv-peers/**', 'coverage/**'] },
+  { ignores: ['dist/**', 'node_modules/**', '.venv/**', '.venv-peers/**', 'coverage/**', '.cache/**'] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {

@@ -2,7 +2,7 @@
 import { expect } from 'vitest';
 import { pino } from 'pino';
 import { loopbackConfig, type Config } from '../../src/config.js';
-import { startRouter, type Router } from '../../src/router.js';
+import { startRouter, type Router, type RouterDeps } from '../../src/router.js';
 import { waitFor } from './wait-for.js';
 
 export function testConfig(overrides: Partial<Config> = {}): Config {
@@ -11,7 +11,7 @@ export function testConfig(overrides: Partial<Config> = {}): Config {
 
 export async function startTestRouter(
   overrides: Partial<Config> = {},
-  deps: { clock?: () => number } = {},
+  deps: Omit<RouterDeps, 'logger'> = {},
 ): Promise<Router> {
   const level = process.env.ROUTER_TEST_LOG ?? 'silent';
   return startRouter(Object.freeze(testConfig(overrides)), { logger: pino({ level }), ...deps });

@@ -1,0 +1,168 @@
+/**
+ * Kubernetes discovery end to end: a real kube-apiserver + etcd (test/support/kube-cluster.ts), the router
+ * started with the Kubernetes flags and the token of the ServiceAccount of deploy/kubernetes/rbac.yaml (via
+ * a kubeconfig file), a real Envoy, and simulated vLLM pods. The "pods" are simulators on distinct loopback
+ * addresses (127.0.0.2, 127.0.0.3) sharing one port, so `http://<podIP>:<--service-discovery-port>` reaches
+ * them like pod IPs in a cluster; the test plays the kubelet by writing each pod's status.
+ *
+ * A request streaming from a pod that turns NotReady completes normally (its Worker leaves the pool, the
+ * stream keeps it), while the next request goes to the other pod; loads end at 0.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startEnvoy, type EnvoyHandle } from '../../src/envoy/envoy-process.js';
+import { startSimulator, type Simulator } from '../../src/sim/simulator.js';
+import type { Router } from '../../src/router.js';
+import type { KubeMembershipChange } from '../../src/discovery/kube-discovery.js';
+import { PodControl, startKubeCluster, type KubeCluster } from '../support/kube-cluster.js';
+import { expectAllLoadsZero, metricsText, startTestRouter } from '../support/router-fixture.js';
+import { EventLog } from '../support/event-log.js';
+import { waitFor } from '../support/wait-for.js';
+
+const LABELS = { app: 'vllm' };
+/** 160 tokens at 50 ms: the stream is in flight for ~8 s, far longer than one readiness change takes. */
+const STREAM_TOKENS = 160;
+
+let cluster: KubeCluster;
+let envoy: EnvoyHandle | undefined;
+let router: Router | undefined;
+const sims: Simulator[] = [];
+const log = new EventLog<KubeMembershipChange>();
+let pods: PodControl;
+let simA: Simulator;
+let simB: Simulator;
+
+beforeAll(async () => {
+  cluster = await startKubeCluster();
+  const namespace = `e2e-${process.pid}`;
+  pods = new PodControl(cluster.core, namespace);
+  await pods.createNamespace();
+  await cluster.applyManifest('rbac.yaml', namespace);
+  const token = await cluster.serviceAccountToken(namespace, 'vllm-extproc-router');
+
+  const timing = { overheadMs: 5, baseItlMs: 50 };
+  simA = await startSimulator({ host: '127.0.0.2', timeScale: 1, timing, id: 'pod-a' });
+  sims.push(simA);
+  simB = await startSimulator({ host: '127.0.0.3', port: simA.port, timeScale: 1, timing, id: 'pod-b' });
+  sims.push(simB);
+
+  router = await startTestRouter(
+    {
+      serviceDiscovery: true,
+      selector: ['app=vllm'],
+      serviceDiscoveryPort: simA.port,
+      serviceDiscoveryNamespace: namespace,
+      serviceDiscoveryKubeconfig: cluster.writeKubeconfig({ token }),
+      policy: 'round_robin',
+    },
+    { kubeDiscoveryHooks: { onChange: log.push } },
+  );
+  envoy = await startEnvoy({ routers: [{ host: '127.0.0.1', port: router.grpcPort }] });
+}, 180_000);
+
+afterAll(async () => {
+  await envoy?.close();
+  await router?.close();
+  await Promise.all(sims.map((s) => s.close()));
+  await cluster?.close();
+}, 60_000);
+
+async function complete(url: string, prompt: string): Promise<{ status: number; body: string }> {
+  const res = await fetch(`${url}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'sim-model', prompt, max_tokens: 2 }),
+  });
+  return { status: res.status, body: await res.text() };
+}
+
+describe('Kubernetes discovery through Envoy', () => {
+  it('routes to Ready pods only; a stream on a pod that turns NotReady completes, the next request goes elsewhere', async () => {
+    const url = `http://127.0.0.1:${envoy!.listenerPort}`;
+    const r = router!;
+    // pod-a Ready; pod-b Running but not Ready yet: only pod-a takes traffic.
+    let join = log.next((e) => e.type === 'added' && e.pod.endsWith('/pod-a'));
+    await pods.create('pod-a', LABELS, { phase: 'Running', ip: '127.0.0.2', ready: true });
+    await pods.create('pod-b', LABELS, { phase: 'Running', ip: '127.0.0.3', ready: false });
+    await join;
+    expect(r.workers().map((w) => w.url)).toEqual([simA.url]);
+
+    const res = await fetch(`${url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        model: 'sim-model',
+        messages: [{ role: 'user', content: 'a long answer please' }],
+        max_tokens: STREAM_TOKENS,
+        stream: true,
+      }),
+    });
+    expect(res.status).toBe(200);
+    const reader = res.body!.getReader();
+    const decoder = new TextDecoder();
+    let text = '';
+    while (!text.includes('data: ')) {
+      const chunk = await reader.read();
+      if (chunk.done) break;
+      text += decoder.decode(chunk.value, { stream: true });
+    }
+    const workerA = r.workers().find((w) => w.url === simA.url)!;
+    expect(workerA.load).toBe(1);
+
+    // pod-b becomes Ready, pod-a turns NotReady while its stream is in flight.
+    join = log.next((e) => e.type === 'added' && e.pod.endsWith('/pod-b'), { from: log.mark() });
+    await pods.setStatus('pod-b', { ready: true });
+    await join;
+    const left = log.next((e) => e.type === 'removed' && e.pod.endsWith('/pod-a'), { from: log.mark() });
+    await pods.setStatus('pod-a', { ready: false });
+    expect(await left).toMatchObject({ reason: 'not_ready' });
+    expect(simA.inFlight()).toBe(1); // the stream is still running on pod-a
+    expect(r.workers().map((w) => w.url)).toEqual([simB.url]);
+
+    // The next requests go to pod-b only.
+    const before = simA.records.length;
+    for (let i = 0; i < 3; i++) {
+      const next = await complete(url, `next ${i}`);
+      expect(next.status).toBe(200);
+    }
+    expect(simB.records.filter((rec) => rec.path === '/v1/completions')).toHaveLength(3);
+    expect(simA.records.length).toBe(before);
+
+    // The stream on pod-a completes normally and releases its (departed) Worker.
+    for (;;) {
+      const chunk = await reader.read();
+      if (chunk.done) break;
+      text += decoder.decode(chunk.value, { stream: true });
+    }
+    expect(text).toContain('data: [DONE]');
+    const streamed = simA.records.find((rec) => rec.stream);
+    expect(streamed).toMatchObject({ outcome: 'ok', completionTokens: STREAM_TOKENS });
+    await waitFor(() => workerA.load === 0, { message: 'the departed Worker released' });
+    await expectAllLoadsZero(r);
+
+    // Registry events are counted like the other discovery sources'.
+    const metrics = await metricsText(r);
+    expect(metrics).toMatch(/vllm_router_discovery_updates_total\{role="regular",event="registered"\} [2-9]/);
+    expect(metrics).toMatch(
+      /vllm_router_discovery_updates_total\{role="regular",event="deregistered"\} [1-9]/,
+    );
+  });
+
+  it('/workers shows the pod workers; readiness follows them', async () => {
+    const r = router!;
+    const ready = await fetch(`http://127.0.0.1:${r.adminPort}/readyz`);
+    expect(ready.status).toBe(200);
+    const left = log.next((e) => e.type === 'removed' && e.pod.endsWith('/pod-b'), { from: log.mark() });
+    await pods.forceDelete('pod-b');
+    expect(await left).toMatchObject({ reason: 'deleted' });
+    const notReady = await fetch(`http://127.0.0.1:${r.adminPort}/readyz`);
+    expect(notReady.status).toBe(503);
+    const join = log.next((e) => e.type === 'added' && e.pod.endsWith('/pod-a'), { from: log.mark() });
+    await pods.setStatus('pod-a', { ready: true });
+    await join;
+    const workers = (await (await fetch(`http://127.0.0.1:${r.adminPort}/workers`)).json()) as unknown;
+    expect(JSON.stringify(workers)).toContain(simA.url);
+    const res = await complete(`http://127.0.0.1:${envoy!.listenerPort}`, 'after');
+    expect(res.status).toBe(200);
+    await expectAllLoadsZero(r);
+  });
+});
