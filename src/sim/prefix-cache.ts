@@ -66,6 +66,38 @@ export function chainedBlockHashes(text: string, blockChars: number): number[] {
   return out;
 }
 
+/**
+ * Token mode (KV events): chained hashes of the full `blockTokens`-token blocks of `ids`, the same two
+ * lanes over each token id as a 32-bit word. These stand in for vLLM's engine block hashes, which the
+ * router never recomputes (it keys its index on its own hashes of the events' token ids).
+ */
+export function chainedTokenBlockHashes(ids: readonly number[], blockTokens: number): number[] {
+  const blocks = Math.floor(ids.length / blockTokens);
+  const out = new Array<number>(blocks);
+  let h1 = 0x811c9dc5 | 0;
+  let h2 = 0x2b2ae35d | 0;
+  let i = 0;
+  for (let b = 0; b < blocks; b++) {
+    const end = i + blockTokens;
+    for (; i < end; i++) {
+      const t = ids[i] as number;
+      h1 = Math.imul(h1 ^ (t & 0xffff), 0x01000193);
+      h1 = Math.imul(h1 ^ (t >>> 16), 0x01000193);
+      h2 = Math.imul(h2 ^ t, 0x5bd1e995);
+    }
+    out[b] = (h1 >>> 0) * 2097152 + (h2 >>> 11);
+  }
+  return out;
+}
+
+/** What one token-mode lookup changed in the cache: the KV events vLLM would publish for it. */
+export interface CacheChanges {
+  /** Newly stored blocks, in prompt order: hash, its parent's hash (undefined for block 0), tokens. */
+  stored: Array<{ hash: number; parent: number | undefined; tokens: number[] }>;
+  /** Hashes evicted to make room (LRU). */
+  removed: number[];
+}
+
 export class PrefixCache {
   readonly options: Readonly<PrefixCacheOptions>;
   private readonly blockChars: number;
@@ -111,6 +143,46 @@ export class PrefixCache {
       }
     }
     const cachedTokens = Math.min(promptTokens, hitBlocks * this.options.blockTokens);
+    this.queried += promptTokens;
+    this.hit += cachedTokens;
+    if (held) for (const h of hashes) held.push(h);
+    return { promptTokens, cachedTokens, hitBlocks, totalBlocks: hashes.length };
+  }
+
+  /**
+   * Token mode: prefix-matches the prompt's token ids by block, inserts / touches its full blocks,
+   * evicts beyond capacity; records the stored and evicted blocks in `changes` (for KV events).
+   */
+  lookupAndInsertTokens(ids: readonly number[], held?: number[], changes?: CacheChanges): CacheLookup {
+    const bt = this.options.blockTokens;
+    const hashes = chainedTokenBlockHashes(ids, bt);
+    const promptTokens = Math.max(1, ids.length);
+    let hitBlocks = 0;
+    while (hitBlocks < hashes.length && this.blocks.has(hashes[hitBlocks]!)) hitBlocks++;
+    for (let b = 0; b < hashes.length; b++) {
+      if (changes !== undefined && !this.blocks.has(hashes[b]!)) {
+        changes.stored.push({
+          hash: hashes[b]!,
+          parent: b === 0 ? undefined : hashes[b - 1],
+          tokens: ids.slice(b * bt, (b + 1) * bt),
+        });
+      }
+    }
+    for (let b = hashes.length - 1; b >= 0; b--) {
+      const h = hashes[b]!;
+      this.blocks.delete(h);
+      this.blocks.set(h, true);
+    }
+    const cap = this.options.capacityBlocks;
+    if (this.blocks.size > cap) {
+      const it = this.blocks.keys();
+      for (let excess = this.blocks.size - cap; excess > 0; excess--) {
+        const h = it.next().value as number;
+        this.blocks.delete(h);
+        changes?.removed.push(h);
+      }
+    }
+    const cachedTokens = Math.min(promptTokens, hitBlocks * bt);
     this.queried += promptTokens;
     this.hit += cachedTokens;
     if (held) for (const h of hashes) held.push(h);

@@ -52,6 +52,9 @@ import { CharTokenizer, type SimTokenizer } from './sim-tokenizer.js';
 import { prefillTtftMs, resolveTimingModel, transferTtftMs, type TimingModel } from './timing-model.js';
 import { isTokenizationPath, serveTokenization } from './tokenize-api.js';
 import { ZmqRegistrar } from './zmq-registrar.js';
+import { KvEventPublisher, type KvEventPublisherOptions, type SimKvEvent } from './kv-event-publisher.js';
+import { tokenizeBody, type BodyTokenizer } from '../tokenize/request-tokens.js';
+import type { CacheChanges } from './prefix-cache.js';
 
 export type { Fault, FaultOptions } from './faults.js';
 export type { HoldOptions, StreamHold } from './stream-hold.js';
@@ -92,6 +95,12 @@ export interface SimulatorOptions {
   tokenizer?: SimTokenizer;
   /** `max_model_len` reported by /tokenize. Default 131072. */
   maxModelLen?: number;
+  /**
+   * Publish KV-cache events as vLLM does (kv-event-publisher.ts): the prefix cache then works on the
+   * prompt's token ids from `tokenizer` (chat template included), stored blocks are published as
+   * BlockStored, evictions as BlockRemoved, and AllBlocksCleared at start and on resetPrefixCache().
+   */
+  kvEvents?: KvEventPublisherOptions;
 }
 
 export interface RequestRecord {
@@ -124,6 +133,10 @@ export interface Simulator {
   readonly records: readonly RequestRecord[];
   readonly cache: PrefixCache;
   readonly tokenizer: SimTokenizer;
+  /** The KV-event publisher's bound endpoints, when `kvEvents` is set. */
+  readonly kvEvents: { endpoint: string; replayEndpoint: string | undefined } | undefined;
+  /** Empties the prefix cache (vLLM's /reset_prefix_cache), publishing AllBlocksCleared. */
+  resetPrefixCache(): Promise<void>;
   /** Generation requests whose response has not ended. */
   inFlight(): number;
   /** Engine counters (vLLM's num_requests_running / num_requests_waiting). */
@@ -198,6 +211,8 @@ class SimulatorServer implements Simulator {
   private readonly holds = new HoldQueue();
   private readonly sideTimers = new Set<NodeJS.Timeout>();
   private registrar: ZmqRegistrar | undefined;
+  private kvPublisher: KvEventPublisher | undefined;
+  kvEvents: { endpoint: string; replayEndpoint: string | undefined } | undefined;
   private inFlightCount = 0;
   private recordedTotal = 0;
   private requestWaiters: Waiter[] = [];
@@ -250,6 +265,13 @@ class SimulatorServer implements Simulator {
     });
     this.port = (this.server.address() as AddressInfo).port;
     this.id = this.opts.id ?? `${this.role}-${this.hostPort}`;
+    if (this.opts.kvEvents !== undefined) {
+      const publisher = new KvEventPublisher(this.opts.kvEvents);
+      this.kvPublisher = publisher;
+      this.kvEvents = await publisher.start();
+      // A fresh engine starts empty: subscribers that knew a previous process drop its blocks.
+      void publisher.publish([{ type: 'cleared' }]);
+    }
     const reg = this.opts.register;
     if (reg && this.role !== 'regular') {
       this.zmqAddress = reg.zmqAddress ?? `${this.host}:${(this.port + 10_000) % 65_536}`;
@@ -315,6 +337,50 @@ class SimulatorServer implements Simulator {
     if (!this.closing) this.registrar?.start();
   }
 
+  async resetPrefixCache(): Promise<void> {
+    this.cache.clear();
+    await this.kvPublisher?.publish([{ type: 'cleared' }]);
+  }
+
+  /** Token-mode lookup (KV events on): undefined when the body cannot be tokenized (text mode then). */
+  private lookupTokens(
+    body: unknown,
+    held: number[],
+  ): { promptTokens: number; cachedTokens: number } | undefined {
+    const publisher = this.kvPublisher;
+    if (publisher === undefined || typeof body !== 'object' || body === null) return undefined;
+    const r = tokenizeBody(this.tokenizer as unknown as BodyTokenizer, body as Record<string, unknown>);
+    if (!r.ok) return undefined;
+    const changes: CacheChanges = { stored: [], removed: [] };
+    const lookup = this.cache.lookupAndInsertTokens(r.ids, held, changes);
+    const events: SimKvEvent[] = [];
+    const blockSize = this.cache.options.blockTokens;
+    if (changes.stored.length > 0) {
+      // One BlockStored per run of consecutive new blocks (vLLM stores a request's new blocks together).
+      let run: typeof changes.stored = [];
+      const flush = (): void => {
+        if (run.length === 0) return;
+        events.push({
+          type: 'stored',
+          hashes: run.map((b) => BigInt(b.hash)),
+          parent: run[0]!.parent === undefined ? undefined : BigInt(run[0]!.parent),
+          tokens: run.flatMap((b) => b.tokens),
+          blockSize,
+        });
+        run = [];
+      };
+      for (const b of changes.stored) {
+        if (run.length > 0 && b.parent !== run[run.length - 1]!.hash) flush();
+        run.push(b);
+      }
+      flush();
+    }
+    if (changes.removed.length > 0)
+      events.push({ type: 'removed', hashes: changes.removed.map((h) => BigInt(h)) });
+    if (events.length > 0) void publisher.publish(events);
+    return lookup;
+  }
+
   close(): Promise<void> {
     this.closing ??= new Promise<void>((resolve) => {
       this.registrar?.close();
@@ -331,6 +397,7 @@ class SimulatorServer implements Simulator {
       // Sockets are destroyed; every response's 'close' has fired, so in-flight is 0 now.
       for (const w of this.idleWaiters) w.resolve();
       this.idleWaiters = [];
+      return this.kvPublisher?.close();
     });
     return this.closing;
   }
@@ -543,11 +610,17 @@ class SimulatorServer implements Simulator {
       let prompt = 0;
       let cached = 0;
       const held: number[] = [];
-      for (const p of request.prompts) {
+      const tokenMode = request.prompts.length === 1 ? this.lookupTokens(record.body, held) : undefined;
+      for (const p of tokenMode === undefined ? request.prompts : []) {
         const r = this.cache.lookupAndInsert(p, held);
         prompt += r.promptTokens;
         cached += r.cachedTokens;
         blocks += Math.ceil(r.promptTokens / this.cache.options.blockTokens);
+      }
+      if (tokenMode !== undefined) {
+        prompt = tokenMode.promptTokens;
+        cached = tokenMode.cachedTokens;
+        blocks = Math.ceil(prompt / this.cache.options.blockTokens);
       }
       const fullTokens = held.length * this.cache.options.blockTokens;
       ctx.kv = { hashes: held, tailTokens: prompt - fullTokens, generated: () => record.completionTokens };

@@ -78,35 +78,53 @@ export class RequestTokenizer {
   tokenize(model: string, body: Readonly<Record<string, unknown>> | undefined): RequestTokens {
     const t = this.byModel.get(model);
     if (t === undefined) return { ok: false, reason: 'no_tokenizer' };
-    if (body === undefined) return { ok: false, reason: 'no_prompt' };
-    const addSpecial = typeof body.add_special_tokens === 'boolean' ? body.add_special_tokens : undefined;
-    if (body.messages !== undefined) {
-      if (!t.hasChatTemplate) return { ok: false, reason: 'no_chat_template' };
-      if (!Array.isArray(body.messages) || body.messages.length === 0)
-        return { ok: false, reason: 'no_prompt' };
-      if (hasNonTextPart(body.messages)) return { ok: false, reason: 'multimodal' };
-      const rendered = t.renderChat(body.messages, {
-        addGenerationPrompt: body.add_generation_prompt !== false,
-        continueFinalMessage: body.continue_final_message === true,
-        ...(body.tools !== undefined ? { tools: body.tools } : {}),
-      });
-      if (!rendered.ok) return { ok: false, reason: 'template_error' };
-      return { ok: true, ids: t.encode(rendered.text, addSpecial ?? false) };
-    }
-    const prompt = body.prompt;
-    if (typeof prompt === 'string') return { ok: true, ids: t.encode(prompt, addSpecial ?? true) };
-    if (Array.isArray(prompt) && prompt.length > 0) {
-      if (prompt.every(isTokenId)) return { ok: true, ids: prompt as number[] };
-      if (prompt.length === 1 && typeof prompt[0] === 'string') {
-        return { ok: true, ids: t.encode(prompt[0], addSpecial ?? true) };
-      }
-      if (prompt.length === 1 && Array.isArray(prompt[0]) && (prompt[0] as unknown[]).every(isTokenId)) {
-        return { ok: true, ids: prompt[0] as number[] };
-      }
-      return { ok: false, reason: 'batch_prompt' };
-    }
-    return { ok: false, reason: 'no_prompt' };
+    return tokenizeBody(t, body);
   }
+}
+
+/** What tokenizeBody needs: HfTokenizer, or the simulator's tokenizers. */
+export interface BodyTokenizer {
+  encode(text: string, addSpecialTokens?: boolean): number[];
+  renderChat(
+    messages: unknown,
+    opts: { addGenerationPrompt: boolean; continueFinalMessage?: boolean; tools?: unknown },
+  ): { ok: true; text: string } | { ok: false; error: string };
+  readonly hasChatTemplate?: boolean;
+}
+
+/** The prompt token ids of one OpenAI body under `t` (see the header comment). */
+export function tokenizeBody(
+  t: BodyTokenizer,
+  body: Readonly<Record<string, unknown>> | undefined,
+): RequestTokens {
+  if (body === undefined) return { ok: false, reason: 'no_prompt' };
+  const addSpecial = typeof body.add_special_tokens === 'boolean' ? body.add_special_tokens : undefined;
+  if (body.messages !== undefined) {
+    if (t.hasChatTemplate === false) return { ok: false, reason: 'no_chat_template' };
+    if (!Array.isArray(body.messages) || body.messages.length === 0)
+      return { ok: false, reason: 'no_prompt' };
+    if (hasNonTextPart(body.messages)) return { ok: false, reason: 'multimodal' };
+    const rendered = t.renderChat(body.messages, {
+      addGenerationPrompt: body.add_generation_prompt !== false,
+      continueFinalMessage: body.continue_final_message === true,
+      ...(body.tools !== undefined ? { tools: body.tools } : {}),
+    });
+    if (!rendered.ok) return { ok: false, reason: 'template_error' };
+    return { ok: true, ids: t.encode(rendered.text, addSpecial ?? false) };
+  }
+  const prompt = body.prompt;
+  if (typeof prompt === 'string') return { ok: true, ids: t.encode(prompt, addSpecial ?? true) };
+  if (Array.isArray(prompt) && prompt.length > 0) {
+    if (prompt.every(isTokenId)) return { ok: true, ids: prompt as number[] };
+    if (prompt.length === 1 && typeof prompt[0] === 'string') {
+      return { ok: true, ids: t.encode(prompt[0], addSpecial ?? true) };
+    }
+    if (prompt.length === 1 && Array.isArray(prompt[0]) && (prompt[0] as unknown[]).every(isTokenId)) {
+      return { ok: true, ids: prompt[0] as number[] };
+    }
+    return { ok: false, reason: 'batch_prompt' };
+  }
+  return { ok: false, reason: 'no_prompt' };
 }
 
 function isTokenId(v: unknown): v is number {

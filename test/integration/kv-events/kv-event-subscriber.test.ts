@@ -171,18 +171,33 @@ describe('KvEventSubscriber over real ZMQ', () => {
     await waitFor(() => rec.applied >= 2);
     expect(cached(index)).toBe(8);
     await first.close();
-    const second = new KvEventPublisher({ endpoint });
-    await second.start();
-    closers.push(() => second.close());
+    // libzmq releases the port asynchronously after close: retry the bind until it is free.
+    let second: KvEventPublisher | undefined;
+    await waitFor(
+      async () => {
+        const p = new KvEventPublisher({ endpoint });
+        try {
+          await p.start();
+          second = p;
+          return true;
+        } catch {
+          await p.close();
+          return false;
+        }
+      },
+      { message: 'rebind the publisher port' },
+    );
+    const restarted = second as KvEventPublisher;
+    closers.push(() => restarted.close());
     await waitFor(() => rec.reconnects === 1, { message: 'reconnect' });
     expect(cached(index)).toBe(0);
     const before = rec.received;
     await waitFor(async () => {
       if (rec.received > before) return true;
-      await second.publish([]);
+      await restarted.publish([]);
       return false;
     });
-    await second.publish([storeBlock(0)]);
+    await restarted.publish([storeBlock(0)]);
     await waitFor(() => rec.applied >= 3);
     expect(cached(index)).toBe(4);
     expect(rec.resets[0]).toBe('reconnect');

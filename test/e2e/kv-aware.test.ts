@@ -1,0 +1,147 @@
+/**
+ * Exact prefix routing through a real Envoy: two simulated vLLM workers publish KV-cache events
+ * (real ZMQ, tagged-map encoding, int hashes, replay endpoints) and tokenize with the fixture
+ * tokenizer (chat template included), exactly as the router does. A worker that evicted a prompt's
+ * prefix loses its traffic; the worker that holds it gets it, whatever the router sent before.
+ */
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startEnvoy, type EnvoyHandle } from '../../src/envoy/envoy-process.js';
+import type { Router } from '../../src/router.js';
+import { startSimulator, type Simulator } from '../../src/sim/simulator.js';
+import { HfTokenizer } from '../../src/tokenize/hf-tokenizer.js';
+import { expectAllLoadsZero, metricsText, startTestRouter } from '../support/router-fixture.js';
+import { waitFor } from '../support/wait-for.js';
+
+const FIXTURE = fileURLToPath(new URL('../fixtures/tokenizer', import.meta.url));
+const tokenizer = HfTokenizer.load(FIXTURE);
+const BLOCKS = 16; // capacity per worker, in 16-token blocks
+
+let sims: Simulator[] = [];
+let router: Router;
+let envoy: EnvoyHandle;
+beforeAll(async () => {
+  for (let i = 0; i < 2; i++) {
+    sims.push(
+      await startSimulator({
+        timeScale: 0,
+        tokenizer,
+        cache: { capacityBlocks: BLOCKS },
+        kvEvents: { replayEndpoint: 'tcp://127.0.0.1:0' },
+      }),
+    );
+  }
+  router = await startTestRouter({
+    workers: sims.map((s) => s.url),
+    policy: 'kv_aware',
+    decisionHeader: true,
+    tokenizer: [`sim-model=${FIXTURE}`],
+    kvEventSource: sims.map((s) => `${s.url}=${s.kvEvents!.endpoint}`),
+    kvEventReplay: sims.map((s) => `${s.url}=${s.kvEvents!.replayEndpoint!}`),
+  });
+  envoy = await startEnvoy({ routers: [{ host: '127.0.0.1', port: router.grpcPort }] });
+});
+afterAll(async () => {
+  await envoy?.close();
+  await router?.close();
+  await Promise.all(sims.map((s) => s.close()));
+  sims = [];
+});
+
+/** A metric's value for a worker (0 when absent). */
+async function metric(name: string, labels: string): Promise<number> {
+  const text = await metricsText(router);
+  const line = text.split('\n').find((l) => l.startsWith(`${name}{`) && l.includes(labels));
+  return line === undefined ? 0 : Number(line.slice(line.lastIndexOf(' ') + 1));
+}
+const indexBlocks = (sim: Simulator): Promise<number> =>
+  metric('vllm_router_kv_index_blocks', `worker="${sim.url}"`);
+
+const chat = (topic: string, words: number) => ({
+  model: 'sim-model',
+  messages: [
+    { role: 'system', content: 'You are a helpful assistant. Answer the question using the context below.' },
+    {
+      role: 'user',
+      content: `${topic}: ${'the worker that holds the prefix answers faster '.repeat(words)}`,
+    },
+  ],
+  max_tokens: 2,
+});
+
+async function direct(sim: Simulator, body: unknown): Promise<void> {
+  const res = await fetch(`${sim.url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+  expect(res.status).toBe(200);
+  await res.text();
+}
+
+async function viaEnvoy(body: unknown): Promise<{ worker: string; branch: string }> {
+  const res = await fetch(`http://127.0.0.1:${envoy.listenerPort}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+  expect(res.status).toBe(200);
+  await res.text();
+  const d = res.headers.get('x-vllm-router-decision') ?? '';
+  return { worker: /worker=(\S+)/.exec(d)?.[1] ?? '', branch: /branch=(\w+)/.exec(d)?.[1] ?? '' };
+}
+
+describe('kv_aware through Envoy', () => {
+  it('a worker that evicted a prefix loses its traffic; the worker that holds it gets it', async () => {
+    const [a, b] = sims as [Simulator, Simulator];
+    const prompt = chat('report', 12); // ~10 full blocks
+    const flood = chat('unrelated', 40); // more than the whole cache: evicts everything else
+    await waitFor(async () => (await metric('vllm_router_kv_event_replays_total', 'outcome="ok"')) >= 1, {
+      message: 'subscriptions connected',
+    });
+
+    // Both workers compute the prompt (direct traffic, e.g. from another router replica).
+    await direct(a, prompt);
+    await direct(b, prompt);
+    const held = b.cache.usedBlocks;
+    expect(held).toBeGreaterThanOrEqual(8);
+    await waitFor(async () => (await indexBlocks(a)) === held && (await indexBlocks(b)) === held, {
+      message: 'both workers indexed',
+    });
+
+    // The router itself sends the prompt to one of them (both hold it: the fair tie-break picks).
+    const first = await viaEnvoy(prompt);
+    expect(first.branch).toBe('exact_hit');
+    const holder = first.worker.includes(`:${a.port}`) ? a : b;
+    const other = holder === a ? b : a;
+
+    // The holder evicts the prompt under pressure (BlockRemoved events): its traffic moves.
+    await direct(holder, flood);
+    await waitFor(async () => (await indexBlocks(holder)) === holder.cache.usedBlocks, {
+      message: 'eviction indexed',
+    });
+    const after = await viaEnvoy(prompt);
+    expect(after).toEqual({ worker: expect.stringContaining(`:${other.port}`), branch: 'exact_hit' });
+    // The worker that received it found it cached (its usage reports the cached tokens).
+    const last = other.records[other.records.length - 1]!;
+    expect(last.cachedTokens).toBeGreaterThanOrEqual(held * 16 - 16);
+    await expectAllLoadsZero(router);
+  });
+
+  it('a request the router cannot tokenize falls back to the approximate tree (counted)', async () => {
+    const before = await metric('vllm_router_kv_fallback_lookups_total', 'reason="multimodal"');
+    const res = await fetch(`http://127.0.0.1:${envoy.listenerPort}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        model: 'sim-model',
+        messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'data:,' } }] }],
+        max_tokens: 1,
+      }),
+    });
+    await res.text();
+    expect(res.status).toBe(200);
+    expect(await metric('vllm_router_kv_fallback_lookups_total', 'reason="multimodal"')).toBe(before + 1);
+    await expectAllLoadsZero(router);
+  });
+});

@@ -1,0 +1,78 @@
+/**
+ * The simulator publishes KV events as vLLM does (real ZMQ), and the router's subscriber + index
+ * reproduce exactly what its prefix cache holds: stored blocks, evictions, a reset.
+ */
+import { fileURLToPath } from 'node:url';
+import { afterEach, describe, expect, it } from 'vitest';
+import { startSimulator, type Simulator } from '../../../src/sim/simulator.js';
+import { HfTokenizer } from '../../../src/tokenize/hf-tokenizer.js';
+import { tokenizeBody } from '../../../src/tokenize/request-tokens.js';
+import { KvEventSubscriber } from '../../../src/kv-events/kv-event-subscriber.js';
+import { KvBlockIndex } from '../../../src/kv-events/kv-block-index.js';
+import { keySeed, promptKeys } from '../../../src/kv-events/block-keys.js';
+import { waitFor } from '../../support/wait-for.js';
+
+const tokenizer = HfTokenizer.load(fileURLToPath(new URL('../../fixtures/tokenizer', import.meta.url)));
+const closers: Array<() => Promise<void>> = [];
+afterEach(async () => {
+  for (const c of closers.splice(0).reverse()) await c();
+});
+
+async function post(sim: Simulator, body: Record<string, unknown>): Promise<void> {
+  const res = await fetch(`${sim.url}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'sim-model', max_tokens: 1, ...body }),
+  });
+  expect(res.status).toBe(200);
+  await res.text();
+}
+
+describe('simulator KV events', () => {
+  it.each([
+    ['map', 'int'],
+    ['array', 'bytes'],
+  ] as const)(
+    '%s encoding, %s hashes: the index mirrors the cache through stores, evictions and a reset',
+    async (encoding, hashFormat) => {
+      const sim = await startSimulator({
+        timeScale: 0,
+        tokenizer,
+        cache: { capacityBlocks: 8 },
+        kvEvents: { replayEndpoint: 'tcp://127.0.0.1:0', encoding, hashFormat },
+      });
+      closers.push(() => sim.close());
+      const index = new KvBlockIndex();
+      let replays = 0;
+      let applied = 0;
+      const sub = new KvEventSubscriber({
+        worker: sim.url,
+        indexKey: 'w',
+        endpoint: sim.kvEvents!.endpoint,
+        replayEndpoint: sim.kvEvents!.replayEndpoint!,
+        index,
+        hooks: { replay: () => void replays++, applied: (_w, n) => void (applied += n) },
+      });
+      sub.start();
+      closers.push(() => sub.close());
+      await waitFor(() => replays === 1);
+      await sub.idle();
+
+      const prompt = 'Prefix caching keeps the key and value tensors of a prompt. '.repeat(6);
+      const ids = tokenizeBody(tokenizer, { prompt });
+      if (!ids.ok) throw new Error('fixture cannot tokenize');
+      const keys = promptKeys(ids.ids, 16, keySeed(undefined));
+      await post(sim, { prompt });
+      await waitFor(() => index.size('w') === sim.cache.usedBlocks && applied > 1);
+      expect(index.cachedTokens(keys, 16, ['w'])).toEqual([Math.min(keys.length, 8) * 16]);
+
+      // A different long prompt evicts it (BlockRemoved), the index follows.
+      await post(sim, { prompt: 'Envoy asks the external processor which worker. '.repeat(12) });
+      await waitFor(() => index.cachedTokens(keys, 16, ['w'])[0] === 0, { message: 'eviction applied' });
+      expect(index.size('w')).toBe(sim.cache.usedBlocks);
+
+      await sim.resetPrefixCache(); // AllBlocksCleared
+      await waitFor(() => index.size('w') === 0);
+    },
+  );
+});
