@@ -6,7 +6,8 @@
  * them like pod IPs in a cluster; the test plays the kubelet by writing each pod's status.
  *
  * A request streaming from a pod that turns NotReady completes normally (its Worker leaves the pool, the
- * stream keeps it), while the next request goes to the other pod; loads end at 0.
+ * stream keeps it), while the next request goes to the other pod; loads end at 0. The stream is kept in
+ * flight by a simulator hold (released by the test), not by token pacing.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEnvoy, type EnvoyHandle } from '../../src/envoy/envoy-process.js';
@@ -19,8 +20,7 @@ import { EventLog } from '../support/event-log.js';
 import { waitFor } from '../support/wait-for.js';
 
 const LABELS = { app: 'vllm' };
-/** 160 tokens at 50 ms: the stream is in flight for ~8 s, far longer than one readiness change takes. */
-const STREAM_TOKENS = 160;
+const STREAM_TOKENS = 40;
 
 let cluster: KubeCluster;
 let envoy: EnvoyHandle | undefined;
@@ -39,10 +39,9 @@ beforeAll(async () => {
   await cluster.applyManifest('rbac.yaml', namespace);
   const token = await cluster.serviceAccountToken(namespace, 'vllm-extproc-router');
 
-  const timing = { overheadMs: 5, baseItlMs: 50 };
-  simA = await startSimulator({ host: '127.0.0.2', timeScale: 1, timing, id: 'pod-a' });
+  simA = await startSimulator({ host: '127.0.0.2', timeScale: 0, id: 'pod-a' });
   sims.push(simA);
-  simB = await startSimulator({ host: '127.0.0.3', port: simA.port, timeScale: 1, timing, id: 'pod-b' });
+  simB = await startSimulator({ host: '127.0.0.3', port: simA.port, timeScale: 0, id: 'pod-b' });
   sims.push(simB);
 
   router = await startTestRouter(
@@ -86,6 +85,8 @@ describe('Kubernetes discovery through Envoy', () => {
     await join;
     expect(r.workers().map((w) => w.url)).toEqual([simA.url]);
 
+    // The stream stops after its first event and stays open until released (simulator hold).
+    const held = simA.hold({ stream: true, afterChunks: 1 });
     const res = await fetch(`${url}/v1/chat/completions`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
@@ -105,6 +106,7 @@ describe('Kubernetes discovery through Envoy', () => {
       if (chunk.done) break;
       text += decoder.decode(chunk.value, { stream: true });
     }
+    await held.reached();
     const workerA = r.workers().find((w) => w.url === simA.url)!;
     expect(workerA.load).toBe(1);
 
@@ -128,6 +130,7 @@ describe('Kubernetes discovery through Envoy', () => {
     expect(simA.records.length).toBe(before);
 
     // The stream on pod-a completes normally and releases its (departed) Worker.
+    held.release();
     for (;;) {
       const chunk = await reader.read();
       if (chunk.done) break;
