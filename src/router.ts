@@ -178,6 +178,9 @@ function lifecycleSteps(
           hooks: deps.kubeDiscoveryHooks,
         });
         kube?.start();
+        const source = kube;
+        if (source !== undefined)
+          c.warmUp.add({ name: 'kubernetes pods listed', ready: () => source.synced() });
       },
       close: () => kube?.close(),
     },

@@ -274,6 +274,11 @@ export class KubeDiscovery {
     return this.sources.filter((s) => s.role === role).reduce((n, s) => n + s.source.memberCount, 0);
   }
 
+  /** Every watched role has completed its first LIST (warm-up: the pods are known). */
+  synced(): boolean {
+    return this.sources.every((s) => s.watcher.listCount > 0);
+  }
+
   /** Completed LISTs of `role` (initial + relists). */
   listCount(role: Role): number {
     return this.sources.filter((s) => s.role === role).reduce((n, s) => n + s.watcher.listCount, 0);

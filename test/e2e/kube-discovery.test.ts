@@ -18,6 +18,8 @@ import { PodControl, startKubeCluster, type KubeCluster } from '../support/kube-
 import { expectAllLoadsZero, metricsText, startTestRouter } from '../support/router-fixture.js';
 import { EventLog } from '../support/event-log.js';
 import { waitFor } from '../support/wait-for.js';
+import { TcpCutter } from '../support/tcp-cutter.js';
+import { healthClient } from '../integration/lifecycle/router-child.js';
 
 const LABELS = { app: 'vllm' };
 const STREAM_TOKENS = 40;
@@ -30,14 +32,16 @@ const log = new EventLog<KubeMembershipChange>();
 let pods: PodControl;
 let simA: Simulator;
 let simB: Simulator;
+let namespace: string;
+let token: string;
 
 beforeAll(async () => {
   cluster = await startKubeCluster();
-  const namespace = `e2e-${process.pid}`;
+  namespace = `e2e-${process.pid}`;
   pods = new PodControl(cluster.core, namespace);
   await pods.createNamespace();
   await cluster.applyManifest('rbac.yaml', namespace);
-  const token = await cluster.serviceAccountToken(namespace, 'vllm-extproc-router');
+  token = await cluster.serviceAccountToken(namespace, 'vllm-extproc-router');
 
   simA = await startSimulator({ host: '127.0.0.2', timeScale: 0, id: 'pod-a' });
   sims.push(simA);
@@ -168,5 +172,52 @@ describe('Kubernetes discovery through Envoy', () => {
     const res = await complete(`http://127.0.0.1:${envoy!.listenerPort}`, 'after');
     expect(res.status).toBe(200);
     await expectAllLoadsZero(r);
+  });
+
+  it('a restarted replica reports ready only once it has listed the pods, then sees what its peer sees', async () => {
+    // The apiserver is unreachable for the new replica until the test resumes the relay.
+    const cutter = await TcpCutter.start(cluster.port);
+    cutter.cut();
+    const replica = await startTestRouter({
+      serviceDiscovery: true,
+      selector: ['app=vllm'],
+      serviceDiscoveryPort: simA.port,
+      serviceDiscoveryNamespace: namespace,
+      serviceDiscoveryKubeconfig: cluster.writeKubeconfig({
+        token,
+        serverUrl: `https://127.0.0.1:${cutter.port}`,
+      }),
+      policy: 'round_robin',
+      warmupTimeoutMs: 600_000,
+    });
+    const health = healthClient(replica.grpcPort);
+    try {
+      const readyz = async () => {
+        const res = await fetch(`http://127.0.0.1:${replica.adminPort}/readyz`);
+        return { status: res.status, body: (await res.json()) as { warmingUp?: string[] } };
+      };
+      const before = await readyz();
+      expect(before.status).toBe(503);
+      expect(before.body.warmingUp).toEqual(['kubernetes pods listed']);
+      expect(await health.check('envoy.service.ext_proc.v3.ExternalProcessor')).toBe('NOT_SERVING');
+
+      cutter.resume();
+      await waitFor(async () => (await readyz()).status === 200, {
+        timeoutMs: 30_000,
+        message: 'replica ready',
+      });
+      expect(await health.check('envoy.service.ext_proc.v3.ExternalProcessor')).toBe('SERVING');
+      const urls = (r: Router) =>
+        r
+          .workers()
+          .map((w) => w.url)
+          .sort();
+      expect(urls(replica)).toEqual(urls(router!));
+      expect(urls(replica).length).toBeGreaterThan(0);
+    } finally {
+      health.close();
+      await replica.close();
+      await cutter.close();
+    }
   });
 });
