@@ -4,20 +4,17 @@
  * provisioning, the Dockerfile and deploy/kubernetes/*.yaml must agree with the router's defaults
  * (`defaultConfig()`), its header names (src/extproc/headers.ts), its CLI flags (config-schema.ts) and
  * the simulator's CLI flags (src/sim/cli.ts). The Envoy fragments that the Gateway/Istio manifests
- * inject are validated by the real Envoy binary (`--mode validate`).
+ * inject are validated by the real Envoy binary in test/e2e/deploy-envoy-fragments.test.ts.
  */
-import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync, readdirSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { parse, parseAllDocuments, stringify } from 'yaml';
+import { parse, parseAllDocuments } from 'yaml';
 import { defaultConfig, parseConfig, type Config } from '../../../src/config.js';
 import { OPTIONS, type OptionSpec } from '../../../src/config-schema.js';
 import { DESTINATION_HEADER, LB_METADATA_NAMESPACE } from '../../../src/extproc/headers.js';
 import { HEALTH_SERVICE_NAMES } from '../../../src/extproc/server.js';
-import { findEnvoy } from '../../../src/envoy/envoy-process.js';
 
 type Yaml = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
 
@@ -306,104 +303,5 @@ describe('deploy/kubernetes', () => {
     expect(filter.grpc_service.envoy_grpc.cluster_name).toBe(
       `outbound|${portOf('grpc')}||${service.metadata.name}.${service.metadata.namespace}.svc.cluster.local`,
     );
-  });
-});
-
-describe('Envoy fragments injected by the Gateway and Istio manifests', () => {
-  /** A bootstrap holding the fragments: Envoy validates it without starting. */
-  function validate(filter: Yaml, workers: Yaml): { status: number | null; output: string } {
-    const bootstrap = {
-      static_resources: {
-        listeners: [
-          {
-            name: 'l',
-            address: { socket_address: { address: '127.0.0.1', port_value: 0 } },
-            filter_chains: [
-              {
-                filters: [
-                  {
-                    name: 'envoy.filters.network.http_connection_manager',
-                    typed_config: {
-                      '@type':
-                        'type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager',
-                      stat_prefix: 'l',
-                      route_config: {
-                        virtual_hosts: [
-                          {
-                            name: 'v',
-                            domains: ['*'],
-                            routes: [{ match: { prefix: '/' }, route: { cluster: workers.name } }],
-                          },
-                        ],
-                      },
-                      http_filters: [
-                        filter,
-                        {
-                          name: 'envoy.filters.http.router',
-                          typed_config: {
-                            '@type': 'type.googleapis.com/envoy.extensions.filters.http.router.v3.Router',
-                          },
-                        },
-                      ],
-                    },
-                  },
-                ],
-              },
-            ],
-          },
-        ],
-        clusters: [
-          workers,
-          {
-            ...cluster('vllm_router'),
-            // Istio names the router's cluster after the Service.
-            name: filter.typed_config.grpc_service.envoy_grpc.cluster_name,
-            load_assignment: {
-              ...cluster('vllm_router').load_assignment,
-              cluster_name: filter.typed_config.grpc_service.envoy_grpc.cluster_name,
-            },
-          },
-        ],
-      },
-    };
-    const dir = mkdtempSync(path.join(tmpdir(), 'vllm-router-validate-'));
-    try {
-      const file = path.join(dir, 'envoy.yaml');
-      writeFileSync(file, stringify(bootstrap));
-      const r = spawnSync(findEnvoy(), ['--mode', 'validate', '-c', file, '-l', 'error'], {
-        encoding: 'utf8',
-        timeout: 30_000,
-      });
-      return { status: r.status, output: `${r.stdout}${r.stderr}` };
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
-  }
-
-  it('Istio EnvoyFilter: the ext_proc filter and the ORIGINAL_DST cluster are valid Envoy 1.40 config', () => {
-    const f = yamlDocs('deploy/kubernetes/istio-envoyfilter.yaml').find(
-      (d) => d.kind === 'EnvoyFilter',
-    ) as Yaml;
-    const patches = f.spec.configPatches as Yaml[];
-    const filter = patches.find((p) => p.applyTo === 'HTTP_FILTER')?.patch.value as Yaml;
-    const workers = patches.find((p) => p.applyTo === 'CLUSTER')?.patch.value as Yaml;
-    expect(workers.original_dst_lb_config.http_header_name).toBe(DESTINATION_HEADER);
-    expect(filter.typed_config.metadata_options.receiving_namespaces.untyped).toContain(
-      LB_METADATA_NAMESPACE,
-    );
-    expect(filter.typed_config.failure_mode_allow).toBe(false);
-    const r = validate(filter, workers);
-    expect(r.status, r.output).toBe(0);
-  });
-
-  it('Envoy Gateway EnvoyPatchPolicy: the ORIGINAL_DST cluster is valid Envoy 1.40 config', () => {
-    const p = yamlDocs('deploy/kubernetes/envoy-gateway.yaml').find(
-      (d) => d.kind === 'EnvoyPatchPolicy',
-    ) as Yaml;
-    const workers = (p.spec.jsonPatches as Yaml[]).find((j) => j.type.endsWith('Cluster'))?.operation
-      .value as Yaml;
-    expect(workers.original_dst_lb_config.http_header_name).toBe(DESTINATION_HEADER);
-    const r = validate({ name: 'envoy.filters.http.ext_proc', typed_config: { ...extProc } }, workers);
-    expect(r.status, r.output).toBe(0);
   });
 });

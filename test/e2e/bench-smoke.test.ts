@@ -4,8 +4,8 @@
  * assertions: absolute and relative figures on a shared CI machine are noise.
  */
 import { describe, expect, it } from 'vitest';
-import { renderRouting } from '../../../bench/report-sections.js';
-import { runRoutingBench } from '../../../bench/routing-bench.js';
+import { renderRouting } from '../../bench/report-sections.js';
+import { runRoutingBench } from '../../bench/routing-bench.js';
 
 describe('routing benchmark (quick smoke run)', () => {
   it('produces a well-formed result and doc section', async () => {
