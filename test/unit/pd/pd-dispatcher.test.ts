@@ -1,0 +1,269 @@
+/**
+ * PdDispatcher against real pools (ServiceRegistry on a fake clock, real policies) with a scripted
+ * prefill client standing in for the HTTP leg, so every step of each dispatch mode can be observed:
+ * which guard is held when, what the observer hears, and that every way a request ends returns all
+ * loads to 0. (The leg over real HTTP and Envoy is covered by test/integration/pd and test/e2e/pd.)
+ */
+import { describe, expect, it } from 'vitest';
+import { PdDispatcher, type PdObserver } from '../../../src/pd/pd-dispatcher.js';
+import { PrefillError, type PrefillClient, type PrefillResult } from '../../../src/pd/prefill-client.js';
+import { PoolDispatcher } from '../../../src/routing/pool-dispatcher.js';
+import type { Dispatch, RouteRequest } from '../../../src/extproc/dispatch.js';
+import { RouterError } from '../../../src/request/router-error.js';
+import type { Worker } from '../../../src/workers/worker.js';
+import type { PdDispatchMode } from '../../../src/pd/kv-transfer.js';
+import { harness, register } from '../workers/pool-harness.js';
+
+interface Call {
+  worker: Worker;
+  requestId: string;
+  signal: AbortSignal;
+  resolve(r: PrefillResult): void;
+  reject(e: unknown): void;
+}
+
+/** A prefill client whose every call waits for the test to answer it. */
+class ScriptedClient {
+  readonly calls: Call[] = [];
+  private waiters: Array<() => void> = [];
+  send(
+    worker: Worker,
+    _path: string,
+    _body: Buffer,
+    _headers: Readonly<Record<string, string>>,
+    requestId: string,
+    signal: AbortSignal,
+  ): Promise<PrefillResult> {
+    return new Promise((resolve, reject) => {
+      this.calls.push({ worker, requestId, signal, resolve, reject });
+      for (const w of this.waiters.splice(0)) w();
+      signal.addEventListener('abort', () => reject(new PrefillError('aborted', 'aborted')), { once: true });
+    });
+  }
+  /** Resolves once the n-th call (1-based) was made. */
+  async call(n: number): Promise<Call> {
+    while (this.calls.length < n) await new Promise<void>((r) => this.waiters.push(r));
+    return this.calls[n - 1] as Call;
+  }
+  async close(): Promise<void> {}
+}
+
+const OK: PrefillResult = {
+  status: 200,
+  kvTransferParams: { remote_engine_id: 'p', remote_block_ids: [1], remote_host: 'h', remote_port: 1 },
+  cachedTokens: 3,
+};
+
+const REQ: RouteRequest = {
+  method: 'POST',
+  path: '/v1/completions',
+  headers: {},
+  inference: {
+    kind: 'completions',
+    model: 'm',
+    stream: false,
+    text: 'hello',
+    json: { model: 'm', prompt: 'hello', max_tokens: 4 },
+  },
+};
+
+function setup(opts: { mode?: PdDispatchMode; prefill?: number; decode?: number; retries?: number } = {}) {
+  const h = harness();
+  for (let i = 0; i < (opts.prefill ?? 2); i++) register(h.registry, 'prefill', 8000 + i);
+  for (let i = 0; i < (opts.decode ?? 1); i++) register(h.registry, 'decode', 9000 + i);
+  const prefillPool = h.pool('prefill', 'round_robin');
+  const decodePool = h.pool('decode', 'round_robin');
+  const client = new ScriptedClient();
+  const events: string[] = [];
+  const durations: Array<number | undefined> = [];
+  const pd: PdObserver = {
+    prefillEnded: (w, outcome, ms, status) => {
+      events.push(`prefillEnded:${w.url}:${outcome}${status ? `:${status}` : ''}`);
+      durations.push(ms);
+    },
+    decodeRouted: (w) => events.push(`decodeRouted:${w.url}`),
+    decodeAbandoned: (w) => events.push(`decodeAbandoned:${w.url}`),
+    error: (type) => events.push(`error:${type}`),
+  };
+  const observer = {};
+  const dispatcher = new PdDispatcher({
+    prefillPool,
+    decodePool,
+    passthrough: new PoolDispatcher({
+      pool: decodePool,
+      observer,
+      clock: h.clock.read,
+      decisionHeader: false,
+    }),
+    observer,
+    pd,
+    client: client as unknown as PrefillClient,
+    clock: h.clock.read,
+    connector: 'nixl',
+    dispatch: opts.mode ?? 'sequential',
+    prefillTimeoutMs: 1000,
+    prefillRetries: opts.retries ?? 1,
+    decisionHeader: false,
+  });
+  prefillPool.reconcile();
+  decodePool.reconcile();
+  const loads = () => ({
+    prefill: prefillPool.workers.map((w) => w.load),
+    decode: decodePool.workers.map((w) => w.load),
+  });
+  return { dispatcher, client, events, durations, loads, prefillPool, decodePool };
+}
+
+describe('PdDispatcher: sequential', () => {
+  it('holds the prefill guard during the leg, then the decode guard until finish', async () => {
+    const s = setup();
+    const pending = s.dispatcher.dispatch(REQ, new AbortController()) as Promise<Dispatch>;
+    const call = await s.client.call(1);
+    expect(s.loads()).toEqual({ prefill: [1, 0], decode: [0] });
+    call.resolve(OK);
+    const d = await pending;
+    expect(s.loads()).toEqual({ prefill: [0, 0], decode: [1] });
+    expect(d.worker).toBe(s.decodePool.workers[0]);
+    expect(d.setHeaders['x-request-id']).toBe(call.requestId);
+    expect(d.setHeaders['x-gateway-destination-endpoint']).toBe(s.decodePool.workers[0]?.endpoint);
+    expect(JSON.parse((d.body as Buffer).toString()).kv_transfer_params).toMatchObject({
+      remote_engine_id: 'p',
+    });
+    d.finish({ kind: 'response', status: 200 });
+    d.finish({ kind: 'response', status: 200 });
+    expect(s.loads()).toEqual({ prefill: [0, 0], decode: [0] });
+    expect(s.events).toEqual([`prefillEnded:${call.worker.url}:ok`, `decodeRouted:${d.worker.url}`]);
+    expect(typeof s.durations[0]).toBe('number'); // the router ran this leg: it measured it
+  });
+
+  it('retries a failed leg on the other prefill worker', async () => {
+    const s = setup();
+    const pending = s.dispatcher.dispatch(REQ, new AbortController()) as Promise<Dispatch>;
+    const first = await s.client.call(1);
+    first.reject(new PrefillError('status', 'boom', 503));
+    const second = await s.client.call(2);
+    expect(second.worker).not.toBe(first.worker);
+    expect([first.worker.load, second.worker.load, s.decodePool.workers[0]?.load]).toEqual([0, 1, 0]);
+    second.resolve(OK);
+    const d = await pending;
+    d.finish({ kind: 'cancelled', afterHeaders: true, status: 200 });
+    expect(s.loads()).toEqual({ prefill: [0, 0], decode: [0] });
+    expect(s.events).toContain('error:prefill_retry');
+    expect(s.events).toContain(`prefillEnded:${first.worker.url}:status:503`);
+  });
+
+  it('every attempt failing is a 502 naming the last prefill worker; the decode worker is abandoned', async () => {
+    const s = setup({ retries: 1 });
+    const pending = s.dispatcher.dispatch(REQ, new AbortController()) as Promise<Dispatch>;
+    (await s.client.call(1)).reject(new PrefillError('transport', 'refused'));
+    const last = await s.client.call(2);
+    last.reject(new PrefillError('timeout', 'slow'));
+    const err = await pending.catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(RouterError);
+    expect(err).toMatchObject({ status: 502, code: 'prefill_timeout' });
+    expect((err as RouterError).message).toContain(last.worker.url);
+    expect(s.events).toContain(`decodeAbandoned:${s.decodePool.workers[0]?.url}`);
+    expect(s.loads()).toEqual({ prefill: [0, 0], decode: [0] });
+  });
+
+  it('the client going away aborts the leg: 499, nothing retried, no load left', async () => {
+    const s = setup();
+    const cancel = new AbortController();
+    const pending = s.dispatcher.dispatch(REQ, cancel) as Promise<Dispatch>;
+    await s.client.call(1);
+    cancel.abort();
+    await expect(pending).rejects.toMatchObject({ code: 'client_cancelled', status: 499 });
+    expect(s.client.calls).toHaveLength(1);
+    expect(s.loads()).toEqual({ prefill: [0, 0], decode: [0] });
+    expect(s.events[0]).toMatch(/:aborted$/);
+  });
+
+  it('an empty role is a 503 naming the counts, with nothing reserved', () => {
+    const s = setup({ decode: 0 });
+    expect(() => s.dispatcher.dispatch(REQ, new AbortController())).toThrow(
+      'No workers available: 2 prefill, 0 decode',
+    );
+    expect(s.loads()).toEqual({ prefill: [0, 0], decode: [] });
+    expect(s.client.calls).toHaveLength(0);
+  });
+
+  it('a request without an inference body goes to a decode worker unchanged', () => {
+    const s = setup();
+    const d = s.dispatcher.dispatch(
+      { method: 'GET', path: '/v1/models', headers: {} },
+      new AbortController(),
+    ) as Dispatch;
+    expect(d.worker.role).toBe('decode');
+    expect(s.loads()).toEqual({ prefill: [0, 0], decode: [1] });
+    d.finish({ kind: 'response', status: 200 });
+    expect(s.client.calls).toHaveLength(0);
+    expect(s.loads().decode).toEqual([0]);
+  });
+});
+
+describe('PdDispatcher: concurrent', () => {
+  it('takes both guards at dispatch; each ends with its own phase', async () => {
+    const s = setup({ mode: 'concurrent', prefill: 1 });
+    const d = s.dispatcher.dispatch(REQ, new AbortController()) as Dispatch;
+    const call = await s.client.call(1);
+    expect(s.loads()).toEqual({ prefill: [1], decode: [1] });
+    call.resolve(OK);
+    await d.failure;
+    expect(s.loads()).toEqual({ prefill: [0], decode: [1] });
+    d.finish({ kind: 'response', status: 200 });
+    expect(s.loads()).toEqual({ prefill: [0], decode: [0] });
+  });
+
+  it('a failed leg rejects `failure` with a 502 and leaves the decode guard to the session', async () => {
+    const s = setup({ mode: 'concurrent', prefill: 1 });
+    const d = s.dispatcher.dispatch(REQ, new AbortController()) as Dispatch;
+    (await s.client.call(1)).reject(new PrefillError('status', 'boom', 500));
+    await expect(d.failure).rejects.toMatchObject({ code: 'prefill_failed', status: 502 });
+    expect(s.loads()).toEqual({ prefill: [0], decode: [1] });
+    d.finish({ kind: 'rejected', status: 502, code: 'prefill_failed' });
+    expect(s.loads()).toEqual({ prefill: [0], decode: [0] });
+  });
+
+  it('a request that ends without a response aborts the running leg', async () => {
+    const s = setup({ mode: 'concurrent', prefill: 1 });
+    const d = s.dispatcher.dispatch(REQ, new AbortController()) as Dispatch;
+    const call = await s.client.call(1);
+    d.finish({ kind: 'cancelled', afterHeaders: false });
+    expect(call.signal.aborted).toBe(true);
+    await expect(d.failure).rejects.toMatchObject({ code: 'client_cancelled' });
+    expect(s.loads()).toEqual({ prefill: [0], decode: [0] });
+  });
+});
+
+describe('PdDispatcher: sidecar', () => {
+  it('names the prefill worker; prefill ends at the first response byte with no duration recorded', () => {
+    const s = setup({ mode: 'sidecar', prefill: 1 });
+    const d = s.dispatcher.dispatch(REQ, new AbortController()) as Dispatch;
+    const [pw] = s.prefillPool.workers;
+    expect(d.setHeaders['x-prefiller-host-port']).toBe(pw?.endpoint);
+    expect(s.loads()).toEqual({ prefill: [1], decode: [1] });
+    d.onResponseStart?.(200);
+    expect(s.loads()).toEqual({ prefill: [0], decode: [1] });
+    d.finish({ kind: 'response', status: 200 });
+    expect(s.loads()).toEqual({ prefill: [0], decode: [0] });
+    expect(s.events).toContain(`prefillEnded:${pw?.url}:ok:200`);
+    // The sidecar ran the prefill, not the router: no duration was measured, none is reported.
+    expect(s.durations).toEqual([undefined]);
+    expect(s.client.calls).toHaveLength(0);
+  });
+
+  it.each([
+    ['a 5xx from the decode host', 503, 'status:503'],
+    ['no response at all', undefined, 'aborted'],
+  ])('%s ends the prefill as %s', (_name, status, outcome) => {
+    const s = setup({ mode: 'sidecar', prefill: 1 });
+    const d = s.dispatcher.dispatch(REQ, new AbortController()) as Dispatch;
+    if (status !== undefined) d.onResponseStart?.(status);
+    d.finish(
+      status !== undefined ? { kind: 'response', status } : { kind: 'cancelled', afterHeaders: false },
+    );
+    expect(s.events).toContain(`prefillEnded:${s.prefillPool.workers[0]?.url}:${outcome}`);
+    expect(s.durations).toEqual([undefined]);
+    expect(s.loads()).toEqual({ prefill: [0], decode: [0] });
+  });
+});
