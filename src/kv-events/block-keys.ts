@@ -38,13 +38,6 @@ function fold(h1: number, h2: number): number {
   return fmix32(h1) * 2097152 + (fmix32(h2) >>> 11);
 }
 
-/** Splits a 53-bit key into the two lanes a child block starts from. */
-function lanes(key: number): [number, number] {
-  const hi = Math.floor(key / 2097152);
-  const lo = key - hi * 2097152;
-  return [(hi ^ 0x811c9dc5) | 0, (lo ^ 0x2b2ae35d) | 0];
-}
-
 function mixText(h1: number, h2: number, text: string): [number, number] {
   for (let i = 0; i < text.length; i++) {
     const c = text.charCodeAt(i);
@@ -84,7 +77,9 @@ export function chainKeys(
   let prev = parent;
   let t = from;
   for (let b = 0; b < blocks; b++) {
-    let [h1, h2] = lanes(prev);
+    const hi = Math.floor(prev / 2097152);
+    let h1 = (hi ^ 0x811c9dc5) | 0;
+    let h2 = ((prev - hi * 2097152) ^ 0x2b2ae35d) | 0;
     const end = t + blockSize;
     for (; t < end; t++) {
       const v = tokens[t] as number;

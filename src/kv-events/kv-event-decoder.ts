@@ -234,7 +234,11 @@ function decodeStored(f: Record<string, unknown>): BlockStoredEvent | EventSkipR
   if (hashes === undefined || hashes.length === 0) return 'invalid_event';
   if (typeof blockSize !== 'number' || !Number.isInteger(blockSize) || blockSize < 1) return 'invalid_event';
   if (!Array.isArray(tokens) || tokens.length !== hashes.length * blockSize) return 'invalid_event';
-  for (const t of tokens) if (typeof t !== 'number' || !Number.isInteger(t) || t < 0) return 'invalid_event';
+  for (let i = 0; i < tokens.length; i++) {
+    const t: unknown = tokens[i];
+    // Token ids are msgpack ints: non-negative integers below 2^32 (the `>>> 0` check).
+    if (typeof t !== 'number' || t >>> 0 !== t) return 'invalid_event';
+  }
   let parent: EngineHash | undefined;
   if (f.parent_block_hash !== undefined && f.parent_block_hash !== null) {
     parent = engineHash(f.parent_block_hash);
@@ -286,12 +290,13 @@ function hashList(v: unknown): EngineHash[] | undefined {
   return out;
 }
 
+const MIN_SAFE = BigInt(Number.MIN_SAFE_INTEGER);
+const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER);
+
 /** Normalises one engine block hash (see the header comment); undefined when it is not a hash. */
 export function engineHash(v: unknown): EngineHash | undefined {
   if (typeof v === 'number') return Number.isSafeInteger(v) ? v : undefined;
-  if (typeof v === 'bigint') {
-    return v >= BigInt(Number.MIN_SAFE_INTEGER) && v <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(v) : v;
-  }
+  if (typeof v === 'bigint') return v >= MIN_SAFE && v <= MAX_SAFE ? Number(v) : v;
   if (v instanceof Uint8Array) {
     return v.length > 0 ? Buffer.from(v.buffer, v.byteOffset, v.length).toString('latin1') : undefined;
   }
