@@ -133,7 +133,7 @@ export const OPTIONS = [
     flag: 'prefill',
     type: 'list',
     default: [],
-    help: 'Static prefill worker URL (repeatable).',
+    help: 'Static prefill worker: URL [BOOTSTRAP_PORT] (repeatable), e.g. --prefill http://10.0.0.5:8000 8998; the port is the instance\'s Mooncake bootstrap server (VLLM_MOONCAKE_BOOTSTRAP_PORT, default 8998). YAML: "URL PORT" or {url, bootstrapPort}.',
   },
   {
     group: 'Workers and discovery',

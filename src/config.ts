@@ -46,7 +46,12 @@ export function parseConfig(argv: readonly string[], env: NodeJS.ProcessEnv = pr
   }
   let values: Record<string, unknown>;
   try {
-    values = parseArgs({ args: [...argv], options, strict: true, allowPositionals: false }).values;
+    values = parseArgs({
+      args: joinPrefillPorts(argv),
+      options,
+      strict: true,
+      allowPositionals: false,
+    }).values;
   } catch (err) {
     throw new ConfigError((err as Error).message);
   }
@@ -91,7 +96,7 @@ function coerce(o: OptionSpec, raw: unknown, where: string): unknown {
   };
   switch (o.type) {
     case 'list': {
-      const items = Array.isArray(raw) ? raw : [raw];
+      const items = (Array.isArray(raw) ? raw : [raw]).map(prefillObject);
       return items
         .flatMap((x) => String(x).split(','))
         .map((s) => s.trim())
@@ -127,7 +132,9 @@ function validate(c: Config): void {
   for (const port of [c.grpcPort, c.adminPort]) {
     if (port > 65535) throw new ConfigError(`port ${port} is out of range`);
   }
-  for (const url of [...c.workers, ...c.prefill, ...c.decode]) parseWorkerUrl(url);
+  for (const url of [...c.workers, ...c.prefill.map((p) => parsePrefillArg(p).url), ...c.decode]) {
+    parseWorkerUrl(url);
+  }
   if (c.discoveryZmq && !/^tcp:\/\/[^\s/]+:(\d+|\*)$/.test(c.discoveryZmq)) {
     throw new ConfigError(`--discovery-zmq must look like tcp://host:port, got ${c.discoveryZmq}`);
   }
@@ -170,6 +177,49 @@ function validateKubeDiscovery(c: Config): void {
         `--service-discovery in ${c.mode} mode needs ${flag} key=value (which pods are workers)`,
       );
   }
+}
+
+/**
+ * `--prefill URL [BOOTSTRAP_PORT]`, the spelling of vLLM's Mooncake proxy and the reference router:
+ * a port (or `none`) right after the URL joins it as one value `URL PORT`, which parsePrefillArg reads.
+ */
+function joinPrefillPorts(argv: readonly string[]): string[] {
+  const out: string[] = [];
+  const isPort = (t: string | undefined) => t !== undefined && /^(?:[0-9]{1,5}|none)$/i.test(t);
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i]!;
+    if (
+      a === '--prefill' &&
+      argv[i + 1] !== undefined &&
+      !argv[i + 1]!.startsWith('-') &&
+      isPort(argv[i + 2])
+    ) {
+      out.push(a, `${argv[i + 1]} ${argv[i + 2]}`);
+      i += 2;
+    } else if (a.startsWith('--prefill=') && isPort(argv[i + 1])) {
+      out.push(`${a} ${argv[i + 1]}`);
+      i += 1;
+    } else out.push(a);
+  }
+  return out;
+}
+
+/** YAML `prefill: [{url, bootstrapPort}]` as the flag's `URL PORT` string; anything else unchanged. */
+function prefillObject(item: unknown): unknown {
+  if (typeof item !== 'object' || item === null || Array.isArray(item)) return item;
+  const { url, bootstrapPort } = item as Record<string, unknown>;
+  if (typeof url !== 'string') throw new ConfigError('prefill entries need a "url"');
+  return bootstrapPort === undefined || bootstrapPort === null ? url : `${url} ${String(bootstrapPort)}`;
+}
+
+/** Splits one `--prefill` value `URL [BOOTSTRAP_PORT|none]`. */
+export function parsePrefillArg(raw: string): { url: string; bootstrapPort?: number } {
+  const [url = '', port, extra] = raw.trim().split(/\s+/);
+  if (extra !== undefined) throw new ConfigError(`--prefill "${raw}": expected URL [BOOTSTRAP_PORT]`);
+  if (port === undefined || port.toLowerCase() === 'none') return { url };
+  const n = /^[0-9]{1,5}$/.test(port) ? Number(port) : NaN;
+  if (!(n >= 1 && n <= 65535)) throw new ConfigError(`--prefill "${raw}": invalid bootstrap port ${port}`);
+  return { url, bootstrapPort: n };
 }
 
 /** Accepts `http://host:port` (or bare `host:port`); returns the normalized URL and its parts. */

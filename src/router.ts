@@ -12,7 +12,7 @@
  * its start belongs (it closes in the reverse place). Adding a setting: one entry in
  * config-schema.ts.
  */
-import { parseWorkerUrl, type Config } from './config.js';
+import { parsePrefillArg, parseWorkerUrl, type Config } from './config.js';
 import { RegistryJanitor } from './discovery/registry-janitor.js';
 import type { KubeDiscovery, KubeDiscoveryHooks } from './discovery/kube-discovery.js';
 import { createKubeDiscovery } from './discovery/kube-source-config.js';
@@ -113,15 +113,26 @@ function lifecycleSteps(
       name: 'static workers',
       // Permanent registrations; host names resolved once, here.
       start: async () => {
-        for (const [role, raw] of staticWorkers(config)) {
+        for (const [role, raw, bootstrapPort] of staticWorkers(config)) {
           const { url, host, port } = parseWorkerUrl(raw);
-          c.registry.register({ role, url, endpoint: await c.resolve(host, port), permanent: true });
+          c.registry.register({
+            role,
+            url,
+            endpoint: await c.resolve(host, port),
+            permanent: true,
+            ...(bootstrapPort !== undefined ? { bootstrapPort } : {}),
+          });
         }
       },
     },
     c.prefillClient !== undefined && {
       name: 'prefill client',
       close: () => c.prefillClient?.close(),
+    },
+    c.bootstrap !== undefined && {
+      // Queries start as prefill instances join the pool; close aborts them and their retry timers.
+      name: 'mooncake bootstrap directory',
+      close: () => c.bootstrap?.close(),
     },
     {
       name: 'ext_proc gRPC server',
@@ -211,10 +222,14 @@ function registryJanitor({ registry, metrics, logger }: Components): RegistryJan
   });
 }
 
-function staticWorkers(config: Readonly<Config>): Array<[Role, string]> {
+/** [role, url, Mooncake bootstrap port] of every static worker (`--prefill URL [BOOTSTRAP_PORT]`). */
+function staticWorkers(config: Readonly<Config>): Array<[Role, string, number?]> {
   return [
     ...config.workers.map((u): [Role, string] => ['regular', u]),
-    ...config.prefill.map((u): [Role, string] => ['prefill', u]),
+    ...config.prefill.map((p): [Role, string, number?] => {
+      const { url, bootstrapPort } = parsePrefillArg(p);
+      return ['prefill', url, bootstrapPort];
+    }),
     ...config.decode.map((u): [Role, string] => ['decode', u]),
   ];
 }

@@ -3,7 +3,8 @@
  *
  *   readiness   ready when every pool the mode needs has a live registration, warm-up is over and no
  *               drain began (read from the registry, the warm-up and the drain flag; nothing is
- *               reconciled);
+ *               reconciled); Mooncake: and at least one
+ *               prefill instance whose bootstrap server answered;
  *   workers     every pool member with its registry expiry and health view;
  *   register    admin registration of one worker, in order:
  *                 1. parse the URL (400),
@@ -23,6 +24,7 @@ import type { RouterMetrics } from '../observability/metrics.js';
 import type { Role } from '../workers/role.js';
 import type { RolePools } from '../workers/role-pools.js';
 import type { Worker } from '../workers/worker.js';
+import type { BootstrapDirectory } from '../pd/mooncake-bootstrap.js';
 import {
   AdminInputError,
   type AdminBackend,
@@ -43,6 +45,8 @@ export interface AdminBackendDeps {
   readonly drain: { readonly draining: boolean };
   /** Warm-up (composition/warm-up.ts): not ready until the picture of the fleet is rebuilt. */
   readonly warmUp: { readonly done: boolean; pending(): string[] };
+  /** Mooncake: prefill instances' bootstrap state (readiness, /workers). */
+  readonly bootstrap?: BootstrapDirectory;
 }
 
 export function createAdminBackend(deps: AdminBackendDeps): AdminBackend {
@@ -51,7 +55,7 @@ export function createAdminBackend(deps: AdminBackendDeps): AdminBackend {
     metrics: () => metrics.text(),
     metricsContentType: metrics.registry.contentType,
     readiness: () => readiness(deps),
-    workers: () => workerViews(deps.pools.workers(), registry, deps.clock(), deps.health),
+    workers: () => workerViews(deps.pools.workers(), registry, deps.clock(), deps.health, deps.bootstrap),
     register: (req) => register(deps, req),
     deregister: (role, url) => {
       const removed = registry.deregister(role, normalisedKey(url));
@@ -68,10 +72,21 @@ function readiness(deps: AdminBackendDeps): { ready: boolean; detail: Record<str
   for (const role of needed) counts[role] = deps.registry.size(role);
   const draining = deps.drain.draining;
   const warmingUp = deps.warmUp.pending();
-  const ready = !draining && deps.warmUp.done && needed.every((r) => (counts[r] ?? 0) > 0);
+  const boot = deps.bootstrap;
+  const bootstrapReady = boot
+    ? deps.pools.byRole.prefill.workers.filter((w) => boot.isReady(w)).length
+    : undefined;
+  const ready =
+    !draining && deps.warmUp.done && needed.every((r) => (counts[r] ?? 0) > 0) && bootstrapReady !== 0;
   return {
     ready,
-    detail: { mode: deps.mode, draining, workers: counts, ...(deps.warmUp.done ? {} : { warmingUp }) },
+    detail: {
+      mode: deps.mode,
+      draining,
+      workers: counts,
+      ...(deps.warmUp.done ? {} : { warmingUp }),
+      ...(bootstrapReady !== undefined ? { mooncakeBootstrapReady: bootstrapReady } : {}),
+    },
   };
 }
 
@@ -103,6 +118,7 @@ async function register(
     endpoint,
     zmqAddress: req.zmqAddress,
     permanent: req.permanent,
+    ...(req.bootstrapPort !== undefined ? { bootstrapPort: req.bootstrapPort } : {}),
   });
   if ('rejected' in result) {
     metrics.discoveryRejected.inc({ reason: result.rejected });
@@ -126,8 +142,10 @@ export function workerViews(
   registry: ServiceRegistry,
   now: number,
   health: WorkerHealth,
+  bootstrap?: BootstrapDirectory,
 ): WorkerView[] {
   return workers.map((w) => {
+    const boot = w.role === 'prefill' ? bootstrap?.view(w) : undefined;
     const entry: RegistryEntry | undefined = registry.get(w.role, w.url);
     const expires = entry && entry.generation === w.generation ? entry.expiresAtMs : undefined;
     return {
@@ -143,6 +161,8 @@ export function workerViews(
       expiresInMs:
         expires === undefined || expires === Infinity ? null : Math.max(0, Math.round(expires - now)),
       ...(Object.keys(w.metadata).length ? { metadata: w.metadata } : {}),
+      ...(w.bootstrapPort !== undefined ? { bootstrapPort: w.bootstrapPort } : {}),
+      ...(boot ? { bootstrap: boot } : {}),
     };
   });
 }

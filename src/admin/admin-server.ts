@@ -5,7 +5,8 @@
  *   GET    /readyz    200 when every pool the mode needs has a member and we are not draining; else 503
  *   GET    /workers   every pool member: role, url, endpoint, zmqAddress, generation, load, processed,
  *                     healthy, expiresInMs
- *   POST   /workers   {role, url, zmqAddress?, permanent?}: register or heartbeat a worker
+ *   POST   /workers   {role, url, zmqAddress?, permanent?, bootstrapPort?}: register or heartbeat a
+ *                     worker (`bootstrapPort`: a prefill instance's Mooncake bootstrap server port)
  *   DELETE /workers?role=&url=   deregister
  * Writes need `Authorization: Bearer <token>` when a token is configured, and a peer address inside
  * --discovery-allow when that is set.
@@ -39,6 +40,7 @@ export interface WorkerRegistrationRequest {
   url: string;
   zmqAddress?: string;
   permanent?: boolean;
+  bootstrapPort?: number;
 }
 
 export interface AdminBackend {
@@ -170,9 +172,11 @@ export class AdminServer {
 
 function validateRegistration(body: unknown): WorkerRegistrationRequest {
   if (typeof body !== 'object' || body === null || Array.isArray(body)) {
-    throw new AdminInputError('body must be a JSON object {role, url, zmqAddress?, permanent?}');
+    throw new AdminInputError(
+      'body must be a JSON object {role, url, zmqAddress?, permanent?, bootstrapPort?}',
+    );
   }
-  const { role, url, zmqAddress, permanent } = body as Record<string, unknown>;
+  const { role, url, zmqAddress, permanent, bootstrapPort } = body as Record<string, unknown>;
   if (!isRole(role)) throw new AdminInputError('"role" must be prefill, decode or regular');
   if (typeof url !== 'string' || url.length === 0 || url.length > 512)
     throw new AdminInputError('"url" must be a string');
@@ -181,7 +185,18 @@ function validateRegistration(body: unknown): WorkerRegistrationRequest {
   }
   if (permanent !== undefined && typeof permanent !== 'boolean')
     throw new AdminInputError('"permanent" must be a boolean');
-  return { role, url, zmqAddress, permanent };
+  if (
+    bootstrapPort !== undefined &&
+    !(
+      typeof bootstrapPort === 'number' &&
+      Number.isInteger(bootstrapPort) &&
+      bootstrapPort >= 1 &&
+      bootstrapPort <= 65535
+    )
+  ) {
+    throw new AdminInputError('"bootstrapPort" must be an integer port (1-65535)');
+  }
+  return { role, url, zmqAddress, permanent, ...(bootstrapPort !== undefined ? { bootstrapPort } : {}) };
 }
 
 async function readJson(req: http.IncomingMessage): Promise<unknown> {

@@ -30,6 +30,7 @@ import type { Logger } from '../observability/logger.js';
 import { RouterMetrics } from '../observability/metrics.js';
 import { PdDispatcher } from '../pd/pd-dispatcher.js';
 import { PrefillClient } from '../pd/prefill-client.js';
+import { BootstrapDirectory } from '../pd/mooncake-bootstrap.js';
 import { createPolicy } from '../routing/create-policy.js';
 import { createExactPrefix, type ExactPrefix } from '../kv-events/exact-prefix.js';
 import type { PolicyName } from '../routing/policy.js';
@@ -67,6 +68,8 @@ export interface Components {
   readonly exact: ExactPrefix;
   /** Present in pd mode. */
   readonly prefillClient: PrefillClient | undefined;
+  /** Mooncake (pd mode): engine ids per prefill instance from its bootstrap server. */
+  readonly bootstrap: BootstrapDirectory | undefined;
   readonly grpc: ExtProcServer;
   readonly checker: HealthChecker;
   /** Present when --discovery-zmq is set. */
@@ -77,17 +80,21 @@ export interface Components {
 export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Components {
   const { logger, clock } = deps;
   const registry = new ServiceRegistry({ ttlMs: config.discoveryTtlMs, clock });
-  const health = buildHealth(config, logger);
+  const bootstrap = buildBootstrap(config, logger, () => metrics);
+  const health = buildHealth(config, logger, bootstrap);
   // The pools' hooks count into the metrics and the metrics read the pools at scrape time (only
   // then: never during construction), so the metrics are built first.
   const metrics = new RouterMetrics({
     workers: () => pools.members(),
     breakerState: (w) => breakerStateCode(health.view(w, clock()).breaker),
     treeChars: () => pools.treeSizes(),
+    bootstrapReady: bootstrap
+      ? (w) => (w.role === 'prefill' ? (bootstrap.isReady(w) ? 1 : 0) : undefined)
+      : undefined,
     processMetrics: true,
   });
   const exact = createExactPrefix(config, metrics.registry, () => pools.members(), logger);
-  const pools = buildPools(config, registry, metrics, health, exact);
+  const pools = buildPools(config, registry, metrics, health, exact, bootstrap);
   // Pools follow the registry, so a scrape reads current members without reconciling; so do the
   // KV-event subscriptions (a re-registered worker starts with an empty exact index).
   registry.onChange(() => {
@@ -123,6 +130,7 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
     metrics,
     pools,
     exact,
+    bootstrap,
   };
   const prefillClient = config.mode === 'pd' ? new PrefillClient() : undefined;
   const dispatcher = buildDispatcher({ ...base, prefillClient });
@@ -151,9 +159,31 @@ type Base = Pick<
   | 'metrics'
   | 'pools'
   | 'exact'
+  | 'bootstrap'
 >;
 
-function buildHealth(config: Readonly<Config>, logger: Logger): WorkerHealth {
+/** Mooncake in pd mode: the bootstrap directory (pd/mooncake-bootstrap.ts); no I/O until a worker joins. */
+function buildBootstrap(
+  config: Readonly<Config>,
+  logger: Logger,
+  metrics: () => RouterMetrics,
+): BootstrapDirectory | undefined {
+  if (config.mode !== 'pd' || config.kvConnector !== 'mooncake') return undefined;
+  return new BootstrapDirectory({
+    onChange: (w, view) =>
+      logger.info(
+        { worker: w.id, state: view.state, dpSize: view.dpSize, error: view.lastError },
+        'mooncake bootstrap changed',
+      ),
+    onQuery: (_w, outcome) => metrics().pdBootstrapQueries.inc({ outcome }),
+  });
+}
+
+function buildHealth(
+  config: Readonly<Config>,
+  logger: Logger,
+  bootstrap: BootstrapDirectory | undefined,
+): WorkerHealth {
   return new WorkerHealth({
     checkFailureThreshold: config.healthFailureThreshold,
     checkSuccessThreshold: config.healthSuccessThreshold,
@@ -162,8 +192,19 @@ function buildHealth(config: Readonly<Config>, logger: Logger): WorkerHealth {
       successThreshold: config.cbSuccessThreshold,
       cooldownMs: config.cbCooldownMs,
     },
-    onChange: (w, view, previous) =>
-      logger.info({ worker: w.id, ...view, previous }, 'worker health changed'),
+    onChange: (w, view, previous) => {
+      logger.info({ worker: w.id, ...view, previous }, 'worker health changed');
+      // A prefill instance going down or coming back (active health, breaker opening or leaving open)
+      // may be a restarted process with new engine ids: asked again before it takes Mooncake traffic.
+      const open = (v: typeof view): boolean => v.breaker === 'open';
+      if (
+        bootstrap &&
+        w.role === 'prefill' &&
+        (view.active !== previous.active || open(view) !== open(previous))
+      ) {
+        bootstrap.invalidate(w);
+      }
+    },
   });
 }
 
@@ -177,6 +218,7 @@ function buildPools(
   metrics: RouterMetrics,
   health: WorkerHealth,
   exact: ExactPrefix,
+  bootstrap: BootstrapDirectory | undefined,
 ): RolePools {
   return new RolePools((role) => {
     const policy = createPolicy(policyFor(config, role), {
@@ -192,10 +234,14 @@ function buildPools(
       onExactFallback: exact.fallback,
     });
     return new WorkerPool(role, policy, registry, {
-      onAdded: (w) => metrics.poolChanges.inc({ role: w.role, change: 'added' }),
+      onAdded: (w) => {
+        metrics.poolChanges.inc({ role: w.role, change: 'added' });
+        if (w.role === 'prefill') bootstrap?.track(w);
+      },
       onRemoved: (w, reason) => {
         metrics.poolChanges.inc({ role: w.role, change: reason });
         health.forget(w);
+        bootstrap?.untrack(w);
       },
     });
   });
@@ -236,6 +282,7 @@ function buildDispatcher(c: Base & { prefillClient: PrefillClient | undefined })
     prefillTimeoutMs: config.prefillTimeoutMs,
     prefillRetries: config.prefillRetries,
     decisionHeader: config.decisionHeader,
+    bootstrap: c.bootstrap,
     pd: {
       prefillEnded: (w, outcome, ms, status) => {
         health.recordOutcome(w, prefillHealthOutcome(outcome, status), clock());
@@ -306,6 +353,7 @@ function buildAdmin(c: Base): AdminServer {
     clock: c.clock,
     drain: c.drain,
     warmUp: c.warmUp,
+    bootstrap: c.bootstrap,
   });
   return new AdminServer(backend, {
     host: c.config.host,

@@ -13,7 +13,7 @@
  * - a heartbeat that changes the `endpoint` (ip:port Envoy dials, e.g. the DNS name now resolves
  *   elsewhere) or the `zmqAddress` (the KV address peers use) is also a new lifetime (`replaced`):
  *   the persistent Worker built from an entry is immutable in those fields, so keeping the generation
- *   would pair the old Worker with a different process;
+ *   would pair the old Worker with a different process; so is a changed `bootstrapPort` (Mooncake);
  * - after `deregister`, the next registration is a new lifetime (`registered`).
  * Generation allocation and insertion happen in the same synchronous call, so no interleaving can
  * observe a generation that is not in the table.
@@ -57,6 +57,8 @@ export interface Registration {
   metadata?: Record<string, unknown>;
   /** Static entry: never expires. */
   permanent?: boolean;
+  /** Mooncake bootstrap server port (prefill instances); part of the identity like `endpoint`. */
+  bootstrapPort?: number;
 }
 
 export interface RegistryEntry extends Readonly<Registration> {
@@ -146,7 +148,12 @@ export class ServiceRegistry {
     const previous = table.entries.get(reg.url);
     const live = previous !== undefined && previous.expiresAtMs > now;
 
-    if (live && previous.endpoint === reg.endpoint && previous.zmqAddress === reg.zmqAddress) {
+    if (
+      live &&
+      previous.endpoint === reg.endpoint &&
+      previous.zmqAddress === reg.zmqAddress &&
+      previous.bootstrapPort === reg.bootstrapPort
+    ) {
       if (transferModeOf(previous.metadata) !== transferModeOf(reg.metadata)) {
         return { rejected: 'transfer_mode_mismatch' };
       }
@@ -253,6 +260,7 @@ export class ServiceRegistry {
       endpoint: reg.endpoint,
       ...(reg.zmqAddress !== undefined ? { zmqAddress: reg.zmqAddress } : {}),
       ...(reg.metadata !== undefined ? { metadata: Object.freeze({ ...reg.metadata }) } : {}),
+      ...(reg.bootstrapPort !== undefined ? { bootstrapPort: reg.bootstrapPort } : {}),
       permanent: lifetime.permanent,
       generation: lifetime.generation,
       expiresAtMs: lifetime.expiresAtMs,

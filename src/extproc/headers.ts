@@ -8,3 +8,5 @@ export const LB_METADATA_NAMESPACE = 'envoy.lb';
 
 /** Client-supplied routing headers that are never trusted: removed before any upstream sees them. */
 export const UNTRUSTED_REQUEST_HEADERS: readonly string[] = [DESTINATION_HEADER, PREFILLER_HEADER];
+/** vLLM's data-parallel rank selector (prefill legs of Mooncake and MoRI-IO). */
+export const DP_RANK_HEADER = 'x-data-parallel-rank';

@@ -5,6 +5,7 @@
  *   open      --cooldownMs elapsed since opening------->  half_open      (lazily, on the next call)
  *   half_open --successThreshold successes------------>  closed
  *   half_open --any failure--------------------------->  open           (cool-down restarts)
+ *   open      --probeNow() (an active check passed)------>  half_open      (re-admission, no wait)
  *
  * Thresholds (config `cb-failure-threshold` 5, `cb-success-threshold` 2, `cb-cooldown-ms` 30000):
  * - `failureThreshold`: consecutive failures (a success in between resets the count) that open it.
@@ -20,6 +21,13 @@
  * letting them restart the cool-down would let stale traffic keep a worker out. In half-open, any
  * outcome counts as evidence (a success of a request admitted while closed is still a success) and
  * returns one probe slot; `recordNeutral` returns a slot without counting (a client cancellation).
+ *
+ * Re-admission: a worker killed and restarted answers its health check again long before a 30 s
+ * cool-down ends. `probeNow(now)` (called by worker-health.ts when an active check passes while the
+ * breaker is open) skips the rest of the cool-down: the breaker turns half-open, so the next request
+ * is a probe; `successThreshold` successes close it, one failure opens it again with a fresh
+ * cool-down. A worker whose /health passes while its requests fail thus gets one probe request per
+ * health-check interval instead of one per cool-down.
  *
  * Callers that select a half-open worker call `tryAcquire(now)` in the same synchronous step, which
  * takes a probe slot; `allows(now)` is the side-effect-free question "may it be selected now?".
@@ -131,6 +139,15 @@ export class CircuitBreaker {
         this.open(now);
         return;
     }
+  }
+
+  /** Open -> half-open now (re-admission after a passed active check); otherwise nothing. */
+  probeNow(now: number): void {
+    this.advance(now);
+    if (this.current !== 'open') return;
+    this.current = 'half_open';
+    this.halfOpenSuccesses = 0;
+    this.probes = [];
   }
 
   /** An outcome that says nothing about the worker (e.g. client cancelled): frees a probe slot. */

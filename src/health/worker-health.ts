@@ -17,6 +17,11 @@
  *   client that went away before the first byte or an ext_proc message timeout, which says nothing
  *   about the worker (see FAILURES below for why it is not counted).
  *
+ * Re-admission: a passed active check while the breaker is open turns it half-open at once
+ * (CircuitBreaker.probeNow): a restarted worker is back in selection within one or two check intervals
+ * (one when only the breaker kept it out, `checkSuccessThreshold` when the checks had failed too),
+ * instead of after the cool-down; a failed probe request opens the breaker again.
+ *
  * Selection stays synchronous and O(1) per worker: policies read the plain `worker.healthy` field
  * (WorkerPool.candidates()). This module rewrites that field whenever state changes: on a check
  * result, on an outcome, on `routed()` (a half-open probe slot taken), and on `refresh(now)` when
@@ -114,6 +119,7 @@ export class WorkerHealth {
       s.checkFailures = 0;
       s.checkSuccesses += 1;
       if (s.active === 'unhealthy' && s.checkSuccesses >= this.checkSuccessThreshold) s.active = 'healthy';
+      s.breaker.probeNow(now);
     } else {
       s.checkSuccesses = 0;
       s.checkFailures += 1;

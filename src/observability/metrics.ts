@@ -15,6 +15,8 @@ export interface MetricsOptions {
   treeChars?: () => Iterable<[Worker, number]>;
   /** Circuit-breaker state per worker for vllm_router_cb_state (0 closed, 1 open, 2 half-open). */
   breakerState?: (worker: Worker) => number;
+  /** Mooncake: 1 when the prefill worker's bootstrap server answered, 0 when not, undefined = n/a. */
+  bootstrapReady?: (worker: Worker) => number | undefined;
   /** Collect Node process metrics (CPU, heap, event loop lag). */
   processMetrics?: boolean;
 }
@@ -36,6 +38,7 @@ export class RouterMetrics {
   readonly pdDecodeRequests: Counter<'worker'>;
   readonly pdErrors: Counter<'error_type'>;
   readonly pdPrefillDuration: Histogram<'outcome'>;
+  readonly pdBootstrapQueries: Counter<'outcome'>;
 
   constructor(opts: MetricsOptions) {
     const registers = [this.registry];
@@ -197,6 +200,28 @@ export class RouterMetrics {
       buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
       registers,
     });
+    this.pdBootstrapQueries = new Counter({
+      name: 'vllm_router_pd_bootstrap_queries_total',
+      help: 'Mooncake bootstrap GET /query calls to prefill instances, by outcome (ok, error).',
+      labelNames: ['outcome'] as const,
+      registers,
+    });
+    const bootstrapReady = opts.bootstrapReady;
+    if (bootstrapReady) {
+      new Gauge({
+        name: 'vllm_router_pd_bootstrap_ready',
+        help: "1 when a Mooncake prefill instance's bootstrap server answered /query (selectable), else 0.",
+        labelNames: ['role', 'worker', 'generation'] as const,
+        registers,
+        collect() {
+          this.reset();
+          for (const w of workers()) {
+            const v = bootstrapReady(w);
+            if (v !== undefined) this.set(labels(w), v);
+          }
+        },
+      });
+    }
   }
 
   text(): Promise<string> {

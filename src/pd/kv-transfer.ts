@@ -1,16 +1,29 @@
 /**
  * Per-connector body rewrites of the two P/D legs (wire formats: shared/reference/vllm-pd-protocol.md).
  *
- * Prefill leg: a copy of the request with max_tokens = 1 (max_completion_tokens = 1 when present,
- * min_tokens clamped to <= 1), stream = false, no stream_options, plus the connector's
- * `kv_transfer_params` asking the prefill worker to keep the KV cache for a remote decode.
+ * Field by field as vLLM's own proxies build them; the sources checked per connector are listed in
+ * docs/pd-connectors.md.
+ *
+ * Prefill leg: a copy of the request with max_tokens = 1 (max_completion_tokens / max_output_tokens = 1
+ * when present), min_tokens and min_completion_tokens removed (vLLM's NIXL proxy: "not supported for
+ * P"), stream = false, no stream_options, plus the connector's `kv_transfer_params` asking the prefill
+ * worker to keep the KV cache for a remote decode:
+ *   nixl      {do_remote_decode: true, do_remote_prefill: false, remote_engine_id/block_ids/host/port: null}
+ *   mooncake  {do_remote_decode: true, do_remote_prefill: false, transfer_id: "xfer-<request id>"}
+ *   moriio    {remote_dp_size, remote_tp_size (the DECODE instance's, when it registered them),
+ *              transfer_id, do_remote_decode: true, do_remote_prefill: false, remote_engine_id/block_ids: null}
+ *   p2pnccl   none: the X-Request-Id carries both peers' addresses
  * Decode leg: the original request plus the `kv_transfer_params` that tell the decode worker where
  * the KV cache comes from:
  *   nixl      sequential ("pull"): the prefill response's params, verbatim (required)
- *   mooncake  {do_remote_prefill, transfer_id, remote_bootstrap_addr, remote_engine_id}
- *   moriio    READ: the prefill response's params (+ transfer_id); WRITE (concurrent): transfer_id and
- *             nulls, the prefill pushes into the decode worker
- *   p2pnccl   none: the X-Request-Id carries both peers' addresses
+ *   mooncake  {do_remote_decode: false, do_remote_prefill: true, remote_bootstrap_addr:
+ *              "http://<prefill host>:<bootstrap port>", remote_engine_id: <engine id of the chosen DP
+ *              rank, from the bootstrap server's /query>, transfer_id} (mooncake-bootstrap.ts)
+ *   moriio    {do_remote_decode: false, do_remote_prefill: true, remote_engine_id/block_ids: null,
+ *              transfer_id}; READ: remote_engine_id, remote_block_ids and transfer_id from the prefill
+ *              response; then remote_dp_size / remote_tp_size of the PREFILL instance and, when it has
+ *              more than one DP rank, remote_dp_rank
+ *   p2pnccl   none
  * Pure functions: the caller supplies ids.
  */
 import { randomUUID } from 'node:crypto';
@@ -28,11 +41,16 @@ export interface LegContext {
   readonly decode: Worker;
   /** Mooncake / MoRI-IO transfer id (unused by nixl and p2pnccl). */
   readonly transferId: string;
+  /** Mooncake: the prefill instance's bootstrap address and the chosen DP rank's engine id. */
+  readonly bootstrap?: { readonly addr: string; readonly engineId: string; readonly rank: number };
+  /** MoRI-IO: the prefill DP rank sent as X-data-parallel-rank (only when its dp_size > 1). */
+  readonly dpRank?: number;
 }
 
-export function newTransferId(connector: KvConnector): string {
-  const hex = randomUUID().replace(/-/g, '');
-  return connector === 'mooncake' ? `xfer-${hex}` : `tx-${hex}`;
+/** Mooncake: `xfer-<request id>` (vLLM's Mooncake proxy); MoRI-IO: `tx-<uuid hex>`. */
+export function newTransferId(connector: KvConnector, requestId?: string): string {
+  if (connector === 'mooncake') return `xfer-${requestId ?? randomUUID()}`;
+  return `tx-${randomUUID().replace(/-/g, '')}`;
 }
 
 /** `___prefill_addr_{P}___decode_addr_{D}_{uuid hex}`: both legs carry it as X-Request-Id. */
@@ -57,16 +75,14 @@ export function prefillKvParams(ctx: LegContext): Json | undefined {
       };
     case 'mooncake':
       return { ...base, transfer_id: ctx.transferId };
-    case 'moriio': {
-      const out: Json = {
+    case 'moriio':
+      return {
+        ...parallelSizes(ctx.decode),
+        transfer_id: ctx.transferId,
         ...base,
         remote_engine_id: null,
         remote_block_ids: null,
-        transfer_id: ctx.transferId,
       };
-      if (ctx.mode === 'concurrent') Object.assign(out, parallelSizes(ctx.decode));
-      return out;
-    }
     case 'p2pnccl':
       return undefined;
   }
@@ -88,29 +104,37 @@ export function decodeKvParams(
       }
       return { ...base, remote_engine_id: null, remote_block_ids: null, transfer_id: ctx.transferId };
     case 'mooncake':
+      if (!ctx.bootstrap) return { error: 'no bootstrap engine id for the Mooncake prefill instance' };
       return {
         ...base,
+        remote_bootstrap_addr: ctx.bootstrap.addr,
+        remote_engine_id: ctx.bootstrap.engineId,
         transfer_id: ctx.transferId,
-        remote_bootstrap_addr:
-          (fromPrefill?.remote_bootstrap_addr as string | undefined) ?? ctx.prefill.endpoint,
-        remote_engine_id: (fromPrefill?.remote_engine_id as string | undefined) ?? ctx.prefill.kvAddress,
       };
-    case 'moriio':
-      if (ctx.mode === 'sequential' && fromPrefill)
-        return { ...fromPrefill, ...base, transfer_id: ctx.transferId };
-      return {
+    case 'moriio': {
+      const out: Json = {
         ...base,
         remote_engine_id: null,
         remote_block_ids: null,
         transfer_id: ctx.transferId,
-        ...parallelSizes(ctx.prefill),
       };
+      if (ctx.mode === 'sequential') {
+        if (!fromPrefill) return { error: 'prefill response carried no kv_transfer_params (MoRI-IO READ)' };
+        out.remote_engine_id = fromPrefill.remote_engine_id ?? null;
+        out.remote_block_ids = fromPrefill.remote_block_ids ?? null;
+        out.transfer_id = fromPrefill.transfer_id ?? ctx.transferId;
+      }
+      Object.assign(out, parallelSizes(ctx.prefill));
+      if (ctx.dpRank !== undefined) out.remote_dp_rank = ctx.dpRank;
+      return out;
+    }
     case 'p2pnccl':
       return undefined;
   }
 }
 
-function parallelSizes(w: Worker): Json {
+/** Registered tp/dp sizes of a MoRI-IO instance (`tp_size`/`dp_size` registration fields). */
+export function parallelSizes(w: Worker): Json {
   const out: Json = {};
   const tp = w.metadata.tp_size ?? w.metadata.remote_tp_size;
   const dp = w.metadata.dp_size ?? w.metadata.remote_dp_size;
@@ -124,7 +148,8 @@ export function prefillBody(request: Readonly<Json>, kv: Json | undefined): Json
   const body: Json = { ...request, max_tokens: 1, stream: false };
   if ('max_completion_tokens' in request) body.max_completion_tokens = 1;
   if ('max_output_tokens' in request) body.max_output_tokens = 1;
-  if (typeof request.min_tokens === 'number' && request.min_tokens > 1) body.min_tokens = 1;
+  delete body.min_tokens;
+  delete body.min_completion_tokens;
   delete body.stream_options;
   if (kv) body.kv_transfer_params = kv;
   else delete body.kv_transfer_params;

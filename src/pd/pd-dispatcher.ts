@@ -14,6 +14,16 @@
  *               decode; each guard ends with its own phase. A failed prefill rejects `failure`, which the
  *               session turns into a client-visible error (or a reset mid-stream); it does not touch the
  *               decode guard.
+ *   overlapped  (Mooncake under `auto`, as vLLM's Mooncake proxy runs the legs) the prefill leg is
+ *               started on a DP rank of a prefill instance whose bootstrap server answered
+ *               (mooncake-bootstrap.ts; `X-data-parallel-rank` header, that rank's engine id in the
+ *               decode leg, transfer_id `xfer-<request id>` on both) and the decode leg is handed to Envoy
+ *               as soon as the prefill request is on a connected socket, without waiting for the
+ *               prefill response: the decode worker pulls the KV when it is ready. A prefill leg that
+ *               fails before it reached the worker (refused, unreachable: a killed instance) is retried
+ *               on another prefill instance like a sequential one, since no decode leg exists yet; once
+ *               it reached the worker, a failure is the concurrent case below. Prefill load lasts the
+ *               prefill leg; decode load starts when the decode leg is handed over.
  *   sidecar     (llm-d) both workers chosen, both guards taken, x-prefiller-host-port names the prefill
  *               worker and Envoy routes to decode, where a sidecar runs the prefill; the prefill guard is
  *               released at the first response byte, the decode guard at end of stream.
@@ -24,6 +34,7 @@ import type { Cancellation, Dispatch, Dispatcher, RequestEnd, RouteRequest } fro
 import {
   DECISION_HEADER,
   DESTINATION_HEADER,
+  DP_RANK_HEADER,
   PREFILLER_HEADER,
   REQUEST_ID_HEADER,
 } from '../extproc/headers.js';
@@ -53,7 +64,13 @@ import {
   type LegContext,
   type PdDispatchMode,
 } from './kv-transfer.js';
-import { PrefillError, type PrefillClient, type PrefillResult } from './prefill-client.js';
+import {
+  PrefillError,
+  type PrefillClient,
+  type PrefillLegOptions,
+  type PrefillResult,
+} from './prefill-client.js';
+import type { BootstrapDirectory } from './mooncake-bootstrap.js';
 import { SseUsageRewriter } from './usage-rewriter.js';
 
 export interface PdObserver {
@@ -87,9 +104,24 @@ export interface PdDispatcherOptions {
   readonly prefillTimeoutMs: number;
   readonly prefillRetries: number;
   readonly decisionHeader: boolean;
+  /** Mooncake: engine ids per prefill instance; instances not ready are never selected. */
+  readonly bootstrap?: BootstrapDirectory;
 }
 
+/** One prefill attempt's identity: request id, connector context, extra headers, DP-rank release. */
+interface Leg {
+  readonly ctx: LegContext;
+  readonly requestId: string;
+  readonly headers?: Record<string, string>;
+  release(): void;
+}
+
+const NOTHING = (): void => undefined;
+
 export class PdDispatcher implements Dispatcher {
+  /** MoRI-IO: next DP rank per prefill instance with dp_size > 1 (vLLM's proxy rotates). */
+  private readonly moriRank = new WeakMap<Worker, number>();
+
   constructor(private readonly opts: PdDispatcherOptions) {}
 
   dispatch(req: RouteRequest, cancel: Cancellation): Dispatch | Promise<Dispatch> {
@@ -100,7 +132,7 @@ export class PdDispatcher implements Dispatcher {
     prefillPool.reconcile();
     decodePool.reconcile();
     const ctx = routingContext(req);
-    const p = choose(prefillPool, ctx);
+    const p = choose(prefillPool, ctx, this.notReady());
     const d = choose(decodePool, ctx);
     if (!p || !d) {
       this.opts.pd?.error?.('no_workers');
@@ -109,11 +141,53 @@ export class PdDispatcher implements Dispatcher {
     const mode = this.modeFor(p.decision.worker);
     if (mode === 'sidecar') return this.sidecar(req, p, d);
     if (mode === 'concurrent') return this.concurrent(req, p, d);
+    if (mode === 'overlapped') return this.overlapped(req, p, d, cancel.signal);
     return this.sequential(req, p, d, cancel.signal);
   }
 
-  private modeFor(prefill: Worker): PdDispatchMode {
+  /** Mooncake: prefill instances whose bootstrap server has not answered (selection exclusion). */
+  private notReady(): ReadonlySet<Worker> | undefined {
+    return this.opts.connector === 'mooncake' ? this.opts.bootstrap?.notReady : undefined;
+  }
+
+  /** The identity of one prefill attempt; undefined when a Mooncake instance has no engine ids. */
+  private leg(prefill: Worker, decode: Worker, mode: PdDispatchMode): Leg | undefined {
+    const { connector } = this.opts;
+    const requestId = pdRequestId(prefill, decode);
+    if (connector === 'mooncake') {
+      const lease = this.opts.bootstrap?.acquireRank(prefill);
+      if (!lease) return undefined;
+      return {
+        ctx: {
+          connector,
+          mode,
+          prefill,
+          decode,
+          transferId: newTransferId(connector, requestId),
+          bootstrap: { addr: lease.addr, engineId: lease.engineId, rank: lease.rank },
+        },
+        requestId,
+        headers: { [DP_RANK_HEADER]: String(lease.rank) },
+        release: lease.release,
+      };
+    }
+    let dpRank: number | undefined;
+    const dpSize = prefill.metadata.dp_size;
+    if (connector === 'moriio' && typeof dpSize === 'number' && dpSize > 1) {
+      dpRank = (this.moriRank.get(prefill) ?? 0) % dpSize;
+      this.moriRank.set(prefill, dpRank + 1);
+    }
+    return {
+      ctx: { connector, mode, prefill, decode, transferId: newTransferId(connector), dpRank },
+      requestId,
+      headers: dpRank !== undefined ? { [DP_RANK_HEADER]: String(dpRank) } : undefined,
+      release: NOTHING,
+    };
+  }
+
+  private modeFor(prefill: Worker): PdDispatchMode | 'overlapped' {
     if (this.opts.dispatch !== 'auto') return this.opts.dispatch;
+    if (this.opts.connector === 'mooncake') return 'overlapped';
     if (this.opts.connector === 'moriio' && prefill.metadata.transfer_mode === 'WRITE') return 'concurrent';
     return 'sequential';
   }
@@ -124,10 +198,9 @@ export class PdDispatcher implements Dispatcher {
     const prefill = reserve(opts.prefillPool, p, opts.observer, now);
     commit(opts.decodePool, d, opts.observer, now);
     const decodeWorker = d.decision.worker;
-    const transferId = newTransferId(opts.connector);
     let leg: Awaited<ReturnType<PdDispatcher['prefillWithRetries']>>;
     try {
-      leg = await this.prefillWithRetries(req, prefill, decodeWorker, transferId, signal);
+      leg = await this.prefillWithRetries(req, prefill, decodeWorker, signal);
     } catch (err) {
       // The decode worker was chosen but will never see this request.
       opts.pd?.decodeAbandoned?.(decodeWorker);
@@ -160,27 +233,32 @@ export class PdDispatcher implements Dispatcher {
     const prefill = reserve(opts.prefillPool, p, opts.observer, now);
     const decode = reserve(opts.decodePool, d, opts.observer, now);
     opts.pd?.decodeRouted?.(decode.decision.worker);
-    const ctx: LegContext = {
-      connector: opts.connector,
-      mode: 'concurrent',
-      prefill: prefill.decision.worker,
-      decode: decode.decision.worker,
-      transferId: newTransferId(opts.connector),
-    };
-    const requestId = pdRequestId(ctx.prefill, ctx.decode);
+    const attempt = this.leg(prefill.decision.worker, decode.decision.worker, 'concurrent');
+    if (!attempt) {
+      // Only a forced `concurrent` Mooncake dispatch can get here, with the instance's engine ids gone.
+      prefill.guard.release();
+      decode.guard.release();
+      opts.pd?.decodeAbandoned?.(decode.decision.worker);
+      throw noWorkers([opts.prefillPool, opts.decodePool]);
+    }
+    const { ctx, requestId } = attempt;
     // The leg has its own abort: it is cancelled when the request ends without a response.
     const legAbort = new AbortController();
     let cached: number | undefined;
-    const leg = this.runPrefill(req, ctx, requestId, prefill.guard, legAbort.signal).then(
-      (r) => {
-        cached = r.cachedTokens;
-      },
-      (err: PrefillError) => {
-        throw err.kind === 'aborted'
-          ? new RouterError('client_cancelled', 499, 'request ended')
-          : prefillFailure(err, ctx.prefill);
-      },
-    );
+    const leg = this.runPrefill(req, ctx, requestId, prefill.guard, legAbort.signal, {
+      headers: attempt.headers,
+    })
+      .finally(attempt.release)
+      .then(
+        (r) => {
+          cached = r.cachedTokens;
+        },
+        (err: PrefillError) => {
+          throw err.kind === 'aborted'
+            ? new RouterError('client_cancelled', 499, 'request ended')
+            : prefillFailure(err, ctx.prefill);
+        },
+      );
     leg.catch(() => undefined); // observed by the session through `failure`
     const kv = decodeKvParams(ctx, undefined) as Json | undefined;
     return this.decodeDispatch(req, d, decode.guard, requestId, decodeBody(req.inference?.json ?? {}, kv), {
@@ -229,7 +307,6 @@ export class PdDispatcher implements Dispatcher {
     req: RouteRequest,
     first: Reservation,
     decodeWorker: Worker,
-    transferId: string,
     signal: AbortSignal,
   ): Promise<{ result: PrefillResult; ctx: LegContext; requestId: string; decision: Decision }> {
     const { opts } = this;
@@ -238,28 +315,126 @@ export class PdDispatcher implements Dispatcher {
     for (let attempt = 0; ; attempt++) {
       const worker = prefill.decision.worker;
       tried.add(worker);
-      const ctx: LegContext = {
-        connector: opts.connector,
-        mode: 'sequential',
-        prefill: worker,
-        decode: decodeWorker,
-        transferId,
-      };
-      // The request id names the prefill peer, so each attempt gets its own.
-      const requestId = pdRequestId(worker, decodeWorker);
+      // The request id names the prefill peer (and Mooncake's transfer id the request id), so each
+      // attempt gets its own.
+      const leg = this.leg(worker, decodeWorker, 'sequential');
       try {
-        const result = await this.runPrefill(req, ctx, requestId, prefill.guard, signal);
-        return { result, ctx, requestId, decision: prefill.decision };
+        if (!leg) throw new PrefillError('transport', `prefill worker ${worker.url}: no bootstrap engine id`);
+        const result = await this.runPrefill(req, leg.ctx, leg.requestId, prefill.guard, signal, {
+          headers: leg.headers,
+        });
+        return { result, ctx: leg.ctx, requestId: leg.requestId, decision: prefill.decision };
       } catch (err) {
         const e = err as PrefillError;
         if (e.kind === 'aborted')
           throw new RouterError('client_cancelled', 499, 'client went away during prefill');
+        if (e.kind === 'transport') opts.bootstrap?.invalidate(worker);
         const next = attempt < opts.prefillRetries ? this.retryTarget(req, tried) : undefined;
         if (!next) throw prefillFailure(e, worker);
         opts.pd?.error?.('prefill_retry');
         prefill = reserve(opts.prefillPool, next, opts.observer, opts.clock());
+      } finally {
+        leg?.release();
       }
     }
+  }
+
+  /**
+   * Mooncake legs the way vLLM's proxy runs them (see the module comment): the decode leg is handed to
+   * Envoy once the prefill request is on a connected socket. Failures before that are retried.
+   */
+  private async overlapped(req: RouteRequest, p: Chosen, d: Chosen, signal: AbortSignal): Promise<Dispatch> {
+    const { opts } = this;
+    let prefill = reserve(opts.prefillPool, p, opts.observer, opts.clock());
+    commit(opts.decodePool, d, opts.observer, opts.clock());
+    const decodeWorker = d.decision.worker;
+    // The leg's own abort: the client leaving before the handover, or the request ending without a
+    // response after it.
+    const legAbort = new AbortController();
+    const onClientGone = (): void => legAbort.abort();
+    signal.addEventListener('abort', onClientGone, { once: true });
+    const tried = new Set<Worker>();
+    try {
+      for (let attempt = 0; ; attempt++) {
+        const worker = prefill.decision.worker;
+        tried.add(worker);
+        const leg = this.leg(worker, decodeWorker, 'concurrent');
+        let failed: PrefillError;
+        if (leg) {
+          let markSent!: () => void;
+          const sent = new Promise<void>((resolve) => (markSent = resolve));
+          const run = this.runPrefill(req, leg.ctx, leg.requestId, prefill.guard, legAbort.signal, {
+            headers: leg.headers,
+            onSent: () => markSent(),
+          }).finally(leg.release);
+          const early = await Promise.race([sent, run.then(NOTHING, (e: PrefillError) => e)]);
+          if (early === undefined) return this.overlappedDecode(req, d, leg, prefill.decision, run, legAbort);
+          failed = early;
+        } else {
+          prefill.guard.release();
+          failed = new PrefillError('transport', `prefill worker ${worker.url}: no bootstrap engine id`);
+        }
+        if (failed.kind === 'aborted') {
+          throw new RouterError('client_cancelled', 499, 'client went away during prefill');
+        }
+        if (failed.kind === 'transport') opts.bootstrap?.invalidate(worker);
+        const next = attempt < opts.prefillRetries ? this.retryTarget(req, tried) : undefined;
+        if (!next) throw prefillFailure(failed, worker);
+        opts.pd?.error?.('prefill_retry');
+        prefill = reserve(opts.prefillPool, next, opts.observer, opts.clock());
+      }
+    } catch (err) {
+      opts.pd?.decodeAbandoned?.(decodeWorker);
+      throw err;
+    } finally {
+      signal.removeEventListener('abort', onClientGone);
+    }
+  }
+
+  /** The decode half of an overlapped request, with the prefill leg `run` still in flight. */
+  private overlappedDecode(
+    req: RouteRequest,
+    d: Chosen,
+    leg: Leg,
+    prefillDecision: Decision,
+    run: Promise<PrefillResult>,
+    legAbort: AbortController,
+  ): Dispatch {
+    const { opts } = this;
+    const prefillWorker = leg.ctx.prefill;
+    let cached: number | undefined;
+    const failure = run.then(
+      (r) => {
+        cached = r.cachedTokens;
+      },
+      (err: PrefillError) => {
+        if (err.kind === 'transport') opts.bootstrap?.invalidate(prefillWorker);
+        throw err.kind === 'aborted'
+          ? new RouterError('client_cancelled', 499, 'request ended')
+          : prefillFailure(err, prefillWorker);
+      },
+    );
+    failure.catch(() => undefined); // observed by the session through `failure`
+    const decodeGuard = new LoadGuard(d.decision.worker);
+    opts.pd?.decodeRouted?.(d.decision.worker);
+    const kv = decodeKvParams(leg.ctx, undefined) as Json;
+    return this.decodeDispatch(
+      req,
+      d,
+      decodeGuard,
+      leg.requestId,
+      decodeBody(req.inference?.json ?? {}, kv),
+      {
+        cachedTokens: () => cached,
+        prefill: prefillDecision,
+        failure,
+        onFinish: (end) => {
+          if (end.kind !== 'response') legAbort.abort();
+          // A failed decode may mean stale engine ids (a restarted prefill instance): ask again.
+          else if (end.status >= 500) opts.bootstrap?.recheck(prefillWorker);
+        },
+      },
+    );
   }
 
   /** Runs one prefill leg; its guard is released when the call ends, whatever the outcome. */
@@ -269,6 +444,7 @@ export class PdDispatcher implements Dispatcher {
     requestId: string,
     guard: LoadGuard,
     signal: AbortSignal,
+    leg: PrefillLegOptions = {},
   ): Promise<PrefillResult> {
     const started = performance.now();
     const body = Buffer.from(JSON.stringify(prefillBody(req.inference?.json ?? {}, prefillKvParams(ctx))));
@@ -281,6 +457,7 @@ export class PdDispatcher implements Dispatcher {
         requestId,
         signal,
         this.opts.prefillTimeoutMs,
+        leg,
       );
       guard.release();
       this.opts.pd?.prefillEnded?.(ctx.prefill, 'ok', performance.now() - started);
@@ -297,7 +474,9 @@ export class PdDispatcher implements Dispatcher {
   /** Another selectable prefill worker for a retry (synchronous reconcile + choose), if any. */
   private retryTarget(req: RouteRequest, tried: ReadonlySet<Worker>): Chosen | undefined {
     this.opts.prefillPool.reconcile();
-    return choose(this.opts.prefillPool, routingContext(req), tried);
+    const notReady = this.notReady();
+    const exclude = notReady && notReady.size > 0 ? new Set([...tried, ...notReady]) : tried;
+    return choose(this.opts.prefillPool, routingContext(req), exclude);
   }
 
   private decodeDispatch(

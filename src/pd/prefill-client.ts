@@ -3,7 +3,7 @@
  * with a keep-alive connection pool per worker origin. Every way the call can fail becomes a
  * PrefillError with a kind the caller maps to a 502 / retry / metric.
  */
-import { Agent, request, errors as undiciErrors } from 'undici';
+import { Agent, request, errors as undiciErrors, type Dispatcher } from 'undici';
 import type { Worker } from '../workers/worker.js';
 
 export type PrefillErrorKind = 'status' | 'timeout' | 'transport' | 'invalid_response' | 'aborted';
@@ -44,9 +44,42 @@ const DROP = new Set([
   'x-request-id',
   'x-gateway-destination-endpoint',
   'x-prefiller-host-port',
+  'x-data-parallel-rank',
 ]);
 
 const MAX_PREFILL_RESPONSE = 8 * 1024 * 1024;
+
+/** Optional parts of one prefill leg. */
+export interface PrefillLegOptions {
+  /** Extra request headers (e.g. `x-data-parallel-rank`). */
+  readonly headers?: Readonly<Record<string, string>>;
+  /**
+   * Called once a connection to the worker is up and the request is being written (undici's
+   * onRequestStart). A leg that fails before it (refused or unreachable) never reached the worker.
+   */
+  readonly onSent?: () => void;
+}
+
+/**
+ * Calls `opts.onSent` when undici starts writing the request on a connected socket: a handler that
+ * delegates everything and taps onRequestStart (undici >= 7 handler API).
+ */
+const sentHook: Dispatcher.DispatcherComposeInterceptor = (dispatch) => (opts, handler) => {
+  const onSent = (opts as { onSent?: () => void }).onSent;
+  if (!onSent) return dispatch(opts, handler);
+  const h = handler as Dispatcher.DispatchHandler;
+  return dispatch(opts, {
+    onRequestStart: (c, ctx) => {
+      onSent();
+      h.onRequestStart?.(c, ctx);
+    },
+    onRequestUpgrade: (c, s, hd, sock) => h.onRequestUpgrade?.(c, s, hd, sock),
+    onResponseStart: (c, s, hd, m) => h.onResponseStart?.(c, s, hd, m),
+    onResponseData: (c, d) => h.onResponseData?.(c, d),
+    onResponseEnd: (c, t) => h.onResponseEnd?.(c, t),
+    onResponseError: (c, e) => h.onResponseError?.(c, e),
+  });
+};
 
 export class PrefillClient {
   private readonly agent = new Agent({
@@ -54,6 +87,7 @@ export class PrefillClient {
     keepAliveMaxTimeout: 600_000,
     pipelining: 1,
   });
+  private readonly dispatcher = this.agent.compose(sentHook);
   private closed = false;
 
   async send(
@@ -64,6 +98,7 @@ export class PrefillClient {
     requestId: string,
     signal: AbortSignal,
     timeoutMs: number,
+    leg: PrefillLegOptions = {},
   ): Promise<PrefillResult> {
     const headers: Record<string, string> = {};
     for (const [k, v] of Object.entries(clientHeaders)) {
@@ -71,6 +106,7 @@ export class PrefillClient {
     }
     headers['content-type'] = 'application/json';
     headers['x-request-id'] = requestId;
+    if (leg.headers) Object.assign(headers, leg.headers);
     // One controller for both ways the call can be cut short, and a timer that is cleared when the
     // call ends (AbortSignal.timeout would keep a timer per prefill alive for the whole timeout).
     const cut = new AbortController();
@@ -88,7 +124,8 @@ export class PrefillClient {
         headers,
         body,
         signal: cut.signal,
-        dispatcher: this.agent,
+        dispatcher: this.dispatcher,
+        ...(leg.onSent ? { onSent: leg.onSent } : {}),
         headersTimeout: timeoutMs,
         bodyTimeout: timeoutMs,
       });

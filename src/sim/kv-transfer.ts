@@ -73,6 +73,8 @@ export interface PrefillEngineInfo {
   readonly host: string;
   readonly port: number;
   readonly blockIds: readonly number[];
+  /** Mooncake: `http://host:bootstrap_port` of the side channel (kv-side-channel.ts). */
+  readonly bootstrapAddr?: string;
 }
 
 /** The `kv_transfer_params` a prefill worker returns, or undefined when none is due. */
@@ -93,6 +95,7 @@ export function prefillResponseParams(
   };
   if (connector === 'nixl') return out;
   out.transfer_id = params.transfer_id;
-  if (connector === 'mooncake') out.remote_bootstrap_addr = `${info.host}:${info.port}`;
+  if (connector === 'mooncake')
+    out.remote_bootstrap_addr = info.bootstrapAddr ?? `http://${info.host}:${info.port}`;
   return out;
 }

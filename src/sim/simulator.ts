@@ -55,6 +55,8 @@ import { ZmqRegistrar } from './zmq-registrar.js';
 import { KvEventPublisher, type KvEventPublisherOptions, type SimKvEvent } from './kv-event-publisher.js';
 import { tokenizeBody, type BodyTokenizer } from '../tokenize/request-tokens.js';
 import type { CacheChanges } from './prefix-cache.js';
+import { KvSideChannel } from './kv-side-channel.js';
+import { fetchRemoteKv } from './remote-kv-check.js';
 
 export type { Fault, FaultOptions } from './faults.js';
 export type { HoldOptions, StreamHold } from './stream-hold.js';
@@ -83,6 +85,13 @@ export interface SimulatorOptions {
   register?: { zmq: string; intervalMs?: number; zmqAddress?: string; extra?: Record<string, unknown> };
   /** Name used in records, logs and NIXL `remote_engine_id`. Default `<role>-<host:port>`. */
   id?: string;
+  /**
+   * Prefill role, mooncake / nixl: port of the KV side channel (Mooncake bootstrap server `/query`,
+   * NIXL side channel; kv-side-channel.ts). Default 0 (ephemeral).
+   */
+  bootstrapPort?: number;
+  /** Prefill role: data-parallel ranks (engine ids; `X-data-parallel-rank` is checked). Default 1. */
+  dpSize?: number;
   /**
    * Most recent records kept (each holds the parsed body). Default 1000; 0 keeps none (benchmarks).
    * waitForRequests counts every recorded request regardless.
@@ -119,6 +128,8 @@ export interface RequestRecord {
   headers: Record<string, string>;
   /** p2pnccl: peer addresses parsed from the request id. */
   p2p?: P2pAddresses;
+  /** Prefill role: the DP rank that served it (`X-data-parallel-rank`, default 0). */
+  dpRank?: number;
 }
 
 export interface Simulator {
@@ -130,6 +141,10 @@ export interface Simulator {
   readonly model: string;
   /** The registered ZMQ address (also the DEALER routing id); undefined when not registering. */
   readonly zmqAddress: string | undefined;
+  /** Prefill role, mooncake / nixl: the KV side channel's port (Mooncake bootstrap port). */
+  readonly bootstrapPort: number | undefined;
+  /** Prefill role, mooncake / nixl: engine id per DP rank (fresh per start). */
+  readonly engineIds: readonly string[];
   readonly records: readonly RequestRecord[];
   readonly cache: PrefixCache;
   readonly tokenizer: SimTokenizer;
@@ -179,6 +194,10 @@ interface Ctx {
   resetAfter: number;
   /** A test hold on this response's output (stream-hold.ts). */
   gate?: OutputGate;
+  /** Prefill role, mooncake: the transfer this leg produces (ended in onClose). */
+  transferId?: string;
+  /** Decode role: aborts the remote KV fetch when the request goes away. */
+  kvFetch?: AbortController;
 }
 
 interface Waiter {
@@ -213,6 +232,7 @@ class SimulatorServer implements Simulator {
   private registrar: ZmqRegistrar | undefined;
   private kvPublisher: KvEventPublisher | undefined;
   kvEvents: { endpoint: string; replayEndpoint: string | undefined } | undefined;
+  private side: KvSideChannel | undefined;
   private inFlightCount = 0;
   private recordedTotal = 0;
   private requestWaiters: Waiter[] = [];
@@ -247,6 +267,14 @@ class SimulatorServer implements Simulator {
     this.server = createServer({ keepAliveTimeout: 30_000 }, this.onRequest);
   }
 
+  get bootstrapPort(): number | undefined {
+    return this.side?.port;
+  }
+
+  get engineIds(): readonly string[] {
+    return this.side?.engineIds ?? [];
+  }
+
   get hostPort(): string {
     return `${this.host}:${this.port}`;
   }
@@ -271,6 +299,14 @@ class SimulatorServer implements Simulator {
       this.kvEvents = await publisher.start();
       // A fresh engine starts empty: subscribers that knew a previous process drop its blocks.
       void publisher.publish([{ type: 'cleared' }]);
+    }
+    if (this.role === 'prefill' && (this.connector === 'mooncake' || this.connector === 'nixl')) {
+      this.side = new KvSideChannel({
+        host: this.host,
+        port: this.opts.bootstrapPort,
+        dpSize: this.opts.dpSize,
+      });
+      await this.side.listen();
     }
     const reg = this.opts.register;
     if (reg && this.role !== 'regular') {
@@ -384,6 +420,7 @@ class SimulatorServer implements Simulator {
   close(): Promise<void> {
     this.closing ??= new Promise<void>((resolve) => {
       this.registrar?.close();
+      void this.side?.close();
       this.engine.close();
       for (const t of this.sideTimers) clearTimeout(t);
       this.sideTimers.clear();
@@ -546,6 +583,20 @@ class SimulatorServer implements Simulator {
     this.pushRecord(record);
     ctx.res.setHeader('x-request-id', requestId);
 
+    // Prefill side channel: the transfer exists from the request's arrival, so a decode leg waiting
+    // for it learns about a failure (an injected fault, a bad DP rank) at once.
+    let badRank = false;
+    if (this.side && !badJson) {
+      const rank = dpRankOf(headers['x-data-parallel-rank'], this.side.engineIds.length);
+      badRank = rank === undefined;
+      record.dpRank = rank;
+      const kv = isObj(body) && isObj(body.kv_transfer_params) ? body.kv_transfer_params : undefined;
+      if (this.connector === 'mooncake' && typeof kv?.transfer_id === 'string') {
+        ctx.transferId = kv.transfer_id;
+        this.side.beginTransfer(kv.transfer_id, rank ?? 0);
+      }
+    }
+
     if (badJson) return this.finishError(ctx, 400, 'invalid JSON body');
     const fault = this.faults.take(ctx.path);
     if (fault && 'status' in fault)
@@ -575,8 +626,22 @@ class SimulatorServer implements Simulator {
         fromRemotePrefill = true;
       }
     }
+    if (badRank) return this.finishError(ctx, 400, 'X-data-parallel-rank out of range');
 
-    const go = (): void => this.enterEngine(ctx, record, request, fromRemotePrefill);
+    const enter = (): void => this.enterEngine(ctx, record, request, fromRemotePrefill);
+    const go =
+      this.role === 'decode' && (this.connector === 'mooncake' || this.connector === 'nixl')
+        ? (): void => {
+            ctx.kvFetch = new AbortController();
+            void fetchRemoteKv(this.connector, request.kvTransferParams, ctx.kvFetch.signal).then(
+              (failure) => {
+                if (ctx.res.destroyed || ctx.ended) return;
+                if (failure) this.finishError(ctx, failure.status, failure.reason);
+                else enter();
+              },
+            );
+          }
+        : enter;
     if (fault && 'delayMs' in fault) {
       ctx.delayTimer = setTimeout(() => {
         ctx.delayTimer = undefined;
@@ -725,12 +790,15 @@ class SimulatorServer implements Simulator {
         blockIds.push(this.nextBlockId);
         this.nextBlockId = (this.nextBlockId + 1) % this.cache.options.capacityBlocks;
       }
+      const engineId = this.side?.engineIds[record.dpRank ?? 0] ?? this.id;
       kv = prefillResponseParams(this.connector, request.kvTransferParams, {
-        engineId: this.id,
+        engineId,
         host: this.host,
-        port: this.port,
+        port: this.side?.port ?? this.port,
         blockIds,
+        bootstrapAddr: this.side?.addr,
       });
+      if (kv && this.connector === 'nixl') this.side?.grantBlocks(engineId, blockIds);
     }
     const usage = usageOf(record.promptTokens, record.completionTokens, record.cachedTokens);
     const body = completionBody(ident, request.prompts.length, request.maxTokens, usage, kv);
@@ -768,6 +836,8 @@ class SimulatorServer implements Simulator {
   private onClose(ctx: Ctx): void {
     this.inFlightCount--;
     ctx.gate?.drop();
+    ctx.kvFetch?.abort();
+    if (ctx.transferId !== undefined) this.side?.endTransfer(ctx.transferId, ctx.record?.outcome === 'ok');
     if (ctx.job) this.engine.cancel(ctx.job);
     if (ctx.kv) this.kvUsage.release(ctx.kv);
     if (ctx.delayTimer) clearTimeout(ctx.delayTimer);
@@ -816,6 +886,13 @@ function lowerHeaders(req: IncomingMessage): Record<string, string> {
     if (v !== undefined) out[k] = Array.isArray(v) ? v.join(', ') : v;
   }
   return out;
+}
+
+/** `X-data-parallel-rank` as vLLM reads it: absent -> rank 0; out of range -> undefined (400). */
+function dpRankOf(header: string | undefined, dpSize: number): number | undefined {
+  if (header === undefined) return 0;
+  const n = /^[0-9]+$/.test(header) ? Number(header) : -1;
+  return n >= 0 && n < dpSize ? n : undefined;
 }
 
 function isObj(v: unknown): v is Record<string, unknown> {

@@ -24,6 +24,7 @@ export interface MemberEntry {
   readonly zmqAddress?: string;
   readonly generation: number;
   readonly metadata?: Readonly<Record<string, unknown>>;
+  readonly bootstrapPort?: number;
 }
 
 export interface MemberSource {
@@ -93,6 +94,7 @@ export class WorkerPool {
           zmqAddress: entry.zmqAddress,
           generation: entry.generation,
           metadata: entry.metadata,
+          bootstrapPort: entry.bootstrapPort,
         });
         this.byUrl.set(entry.url, worker);
         this.policy.addWorker?.(worker);

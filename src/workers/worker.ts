@@ -21,6 +21,8 @@ export interface WorkerSpec {
   generation: number;
   /** Connector metadata from the registration (e.g. MoRI-IO `transfer_mode`). */
   metadata?: Readonly<Record<string, unknown>>;
+  /** Mooncake bootstrap server port of a prefill instance (`--prefill URL PORT`). */
+  bootstrapPort?: number;
 }
 
 export class Worker {
@@ -30,6 +32,12 @@ export class Worker {
   readonly zmqAddress: string | undefined;
   readonly generation: number;
   readonly metadata: Readonly<Record<string, unknown>>;
+  /**
+   * Mooncake bootstrap port: the dedicated field, else a numeric `metadata.bootstrap_port` (Kubernetes
+   * discovery's `vllm.ai/bootstrap-port` annotation) or `metadata.bootstrapPort`; undefined = the
+   * connector default (8998).
+   */
+  readonly bootstrapPort: number | undefined;
   /** Stable identity for policy membership (tenant id), metrics and logs. */
   readonly id: string;
 
@@ -47,6 +55,8 @@ export class Worker {
     this.zmqAddress = spec.zmqAddress;
     this.generation = spec.generation;
     this.metadata = spec.metadata ?? {};
+    this.bootstrapPort =
+      spec.bootstrapPort ?? portOf(this.metadata.bootstrap_port) ?? portOf(this.metadata.bootstrapPort);
     this.id = `${spec.role}|${spec.url}|${spec.generation}`;
   }
 
@@ -54,4 +64,9 @@ export class Worker {
   get kvAddress(): string {
     return this.zmqAddress ?? this.endpoint;
   }
+}
+
+function portOf(v: unknown): number | undefined {
+  const n = typeof v === 'string' && /^[0-9]{1,5}$/.test(v) ? Number(v) : v;
+  return typeof n === 'number' && Number.isInteger(n) && n >= 1 && n <= 65535 ? n : undefined;
 }

@@ -225,3 +225,23 @@ describe('CircuitBreaker details', () => {
     expect(breakerStateCode(state)).toBe(code);
   });
 });
+
+describe('CircuitBreaker.probeNow (re-admission)', () => {
+  it('turns an open breaker half-open at once and leaves other states alone', () => {
+    const b = new CircuitBreaker({ failureThreshold: 1, successThreshold: 1, cooldownMs: 30_000 });
+    b.probeNow(0);
+    expect(b.state(0)).toBe('closed');
+    b.recordFailure(10);
+    expect(b.state(11)).toBe('open');
+    b.probeNow(12);
+    expect(b.state(12)).toBe('half_open');
+    expect(b.tryAcquire(12)).toBe(true);
+    expect(b.allows(13)).toBe(false); // one probe at a time
+    b.recordFailure(14);
+    expect(b.snapshot(14)).toMatchObject({ state: 'open', retryInMs: 30_000 });
+    b.probeNow(15);
+    b.tryAcquire(15);
+    b.recordSuccess(16);
+    expect(b.state(16)).toBe('closed');
+  });
+});

@@ -150,11 +150,11 @@ describe('WorkerHealth: passive outcomes and the breaker', () => {
     const w = worker();
     for (let i = 0; i < 3; i++) health.recordCheck(w, false, 0);
     expect(health.view(w, 0)).toEqual({ active: 'unhealthy', breaker: 'closed', selectable: false });
-    for (let i = 0; i < 3; i++) health.recordOutcome(w, 'server_error', 0);
     for (let i = 0; i < 2; i++) health.recordCheck(w, true, 1);
+    for (let i = 0; i < 3; i++) health.recordOutcome(w, 'server_error', 1);
     expect(health.view(w, 1)).toEqual({ active: 'healthy', breaker: 'open', selectable: false });
     expect(w.healthy).toBe(false);
-    health.refresh(1000);
+    health.refresh(1001);
     expect(w.healthy).toBe(true);
   });
 
@@ -238,5 +238,61 @@ describe('WorkerHealth: onChange', () => {
       ['healthy', 'closed', true, '->', 'healthy', 'open', false],
       ['healthy', 'open', false, '->', 'healthy', 'half_open', true],
     ]);
+  });
+});
+
+describe('WorkerHealth: re-admission after a restart (fake clock)', () => {
+  // The numbers: checks every 500 ms, a 30 s cool-down, a worker killed at t=0 and restarted
+  // at t=2000. Requests fail at once (5 failures open the breaker), checks fail while it is down.
+  const OPTS = { breaker: { failureThreshold: 5, successThreshold: 2, cooldownMs: 30_000 } };
+  const INTERVAL = 500;
+
+  function killAndRestart(health: WorkerHealth, w: Worker): void {
+    for (let i = 0; i < 5; i++) health.recordOutcome(w, 'prefill_failed', 10 + i);
+    for (let t = INTERVAL; t < 2000; t += INTERVAL) health.recordCheck(w, false, t);
+    expect(health.view(w, 1999)).toMatchObject({ active: 'unhealthy', breaker: 'open', selectable: false });
+  }
+
+  it('is selectable again after checkSuccessThreshold passed checks, long before the cool-down ends', () => {
+    const health = new WorkerHealth(OPTS);
+    const w = worker();
+    killAndRestart(health, w);
+    health.recordCheck(w, true, 2000);
+    expect(health.view(w, 2000)).toEqual({ active: 'unhealthy', breaker: 'half_open', selectable: false });
+    health.recordCheck(w, true, 2000 + INTERVAL);
+    // Two check intervals after the restart, not 30 s: a half-open probe is let through.
+    expect(health.view(w, 2000 + INTERVAL)).toEqual({
+      active: 'healthy',
+      breaker: 'half_open',
+      selectable: true,
+    });
+    health.routed(w, 2600);
+    health.recordOutcome(w, 'success', 2610);
+    health.routed(w, 2620);
+    health.recordOutcome(w, 'success', 2630);
+    expect(health.view(w, 2630)).toEqual({ active: 'healthy', breaker: 'closed', selectable: true });
+  });
+
+  it('a probe that fails sends it straight back out, with a fresh cool-down', () => {
+    const health = new WorkerHealth(OPTS);
+    const w = worker();
+    killAndRestart(health, w);
+    health.recordCheck(w, true, 2000);
+    health.recordCheck(w, true, 2500);
+    health.routed(w, 2600);
+    health.recordOutcome(w, 'prefill_failed', 2610);
+    expect(health.view(w, 2610)).toMatchObject({ breaker: 'open', selectable: false });
+    expect(health.details(w, 2610).retryInMs).toBe(30_000);
+    health.refresh(20_000);
+    expect(w.healthy).toBe(false);
+  });
+
+  it('only the breaker kept it out (checks never failed): one passed check re-admits it', () => {
+    const health = new WorkerHealth(OPTS);
+    const w = worker();
+    for (let i = 0; i < 5; i++) health.recordOutcome(w, 'server_error', i);
+    expect(w.healthy).toBe(false);
+    health.recordCheck(w, true, INTERVAL);
+    expect(health.view(w, INTERVAL)).toEqual({ active: 'healthy', breaker: 'half_open', selectable: true });
   });
 });

@@ -43,8 +43,9 @@ describe('P/D request id', () => {
       /^___prefill_addr_10\.0\.0\.1:21001___decode_addr_10\.0\.0\.2:8000_[0-9a-f]{32}$/,
     );
   });
-  it('makes connector-specific transfer ids', () => {
-    expect(newTransferId('mooncake')).toMatch(/^xfer-[0-9a-f]{32}$/);
+  it('makes connector-specific transfer ids: Mooncake xfer-<request id> (vLLM proxy), MoRI-IO tx-<hex>', () => {
+    expect(newTransferId('mooncake', 'req-1')).toBe('xfer-req-1');
+    expect(newTransferId('mooncake')).toMatch(/^xfer-[0-9a-f-]{36}$/);
     expect(newTransferId('moriio')).toMatch(/^tx-[0-9a-f]{32}$/);
   });
 });
@@ -67,7 +68,6 @@ describe('prefill leg body', () => {
       prompt: 'p',
       max_tokens: 1,
       max_completion_tokens: 1,
-      min_tokens: 1,
       stream: false,
       temperature: 0.7,
       kv_transfer_params: { do_remote_decode: true },
@@ -106,6 +106,7 @@ describe('prefill leg body', () => {
         remote_engine_id: null,
         remote_block_ids: null,
         transfer_id: 'tx-1',
+        remote_tp_size: 2,
       },
     ],
     [
@@ -143,20 +144,45 @@ describe('decode leg body', () => {
       error: expect.stringContaining('no kv_transfer_params'),
     });
   });
-  it('Mooncake names the transfer and the prefill bootstrap address', () => {
-    expect(decodeKvParams(ctx('mooncake'), undefined)).toEqual({
+  it("Mooncake names the transfer, the bootstrap server (http://host:bootstrap_port) and the rank's engine id", () => {
+    const withBootstrap: LegContext = {
+      ...ctx('mooncake', 'concurrent'),
+      transferId: 'xfer-r1',
+      bootstrap: { addr: 'http://10.0.0.1:8998', engineId: 'engine-rank-1', rank: 1 },
+    };
+    // Whatever the prefill response says: vLLM's Mooncake proxy never waits for it.
+    expect(decodeKvParams(withBootstrap, { remote_bootstrap_addr: 'b:1', remote_engine_id: 'x' })).toEqual({
       do_remote_decode: false,
       do_remote_prefill: true,
-      transfer_id: 'tx-1',
-      remote_bootstrap_addr: '10.0.0.1:8000',
-      remote_engine_id: '10.0.0.1:21001',
+      remote_bootstrap_addr: 'http://10.0.0.1:8998',
+      remote_engine_id: 'engine-rank-1',
+      transfer_id: 'xfer-r1',
     });
+    expect(decodeKvParams(ctx('mooncake'), undefined)).toEqual({
+      error: expect.stringContaining('bootstrap'),
+    });
+  });
+  it('MoRI-IO READ takes engine id, blocks and transfer id from the prefill response, sizes and rank of the prefill', () => {
+    const P2 = new Worker({ ...P, role: 'prefill', metadata: { tp_size: 4, dp_size: 2 } });
+    const c: LegContext = { ...ctx('moriio'), prefill: P2, dpRank: 1 };
     expect(
-      decodeKvParams(ctx('mooncake'), { remote_bootstrap_addr: 'b:1', remote_engine_id: 'x' }),
-    ).toMatchObject({
-      remote_bootstrap_addr: 'b:1',
-      remote_engine_id: 'x',
+      decodeKvParams(c, {
+        remote_engine_id: 'e',
+        remote_block_ids: [1],
+        transfer_id: 'tx-p',
+        remote_host: 'h',
+      }),
+    ).toEqual({
+      do_remote_decode: false,
+      do_remote_prefill: true,
+      remote_engine_id: 'e',
+      remote_block_ids: [1],
+      transfer_id: 'tx-p',
+      remote_tp_size: 4,
+      remote_dp_size: 2,
+      remote_dp_rank: 1,
     });
+    expect(decodeKvParams(ctx('moriio'), undefined)).toEqual({ error: expect.stringContaining('MoRI') });
   });
   it('MoRI-IO WRITE (concurrent) sends the transfer id and nulls', () => {
     expect(decodeKvParams(ctx('moriio', 'concurrent'), undefined)).toEqual({

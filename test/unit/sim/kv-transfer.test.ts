@@ -72,7 +72,7 @@ describe('prefillResponseParams', () => {
     {
       connector: 'mooncake',
       params: { do_remote_decode: true, transfer_id: 'xfer-9' },
-      expected: { ...nixl, transfer_id: 'xfer-9', remote_bootstrap_addr: '127.0.0.1:8100' },
+      expected: { ...nixl, transfer_id: 'xfer-9', remote_bootstrap_addr: 'http://127.0.0.1:8100' },
     },
     {
       connector: 'moriio',

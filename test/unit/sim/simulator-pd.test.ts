@@ -35,10 +35,11 @@ describe('simulator P/D roles', () => {
     expect(r.json.kv_transfer_params).toEqual({
       do_remote_prefill: true,
       do_remote_decode: false,
-      remote_engine_id: 'p0',
+      // The engine id of its (only) DP rank and the NIXL side channel, as vLLM's NixlConnector returns.
+      remote_engine_id: p.engineIds[0],
       remote_block_ids: [0, 1, 2, 3],
       remote_host: '127.0.0.1',
-      remote_port: p.port,
+      remote_port: p.bootstrapPort,
       tp_size: 1,
     });
     expect(r.json.usage).toMatchObject({ prompt_tokens: 51, completion_tokens: 1 });
