@@ -61,7 +61,7 @@ export interface BootstrapDirectoryOptions {
   readonly timeoutMs?: number;
   /** First retry delay of an unreachable bootstrap server; doubles up to retryMaxMs. Default 250 ms. */
   readonly retryMinMs?: number;
-  /** Default 2000 ms (a restarted instance is found within this long of answering). */
+  /** Default 1000 ms (a restarted instance is found within this long of answering). */
   readonly retryMaxMs?: number;
   /** A worker's view changed (logs). */
   readonly onChange?: (worker: Worker, view: BootstrapView) => void;
@@ -98,7 +98,7 @@ export class BootstrapDirectory {
     this.defaultPort = opts.defaultPort ?? DEFAULT_BOOTSTRAP_PORT;
     this.timeoutMs = opts.timeoutMs ?? 2_000;
     this.retryMinMs = opts.retryMinMs ?? 250;
-    this.retryMaxMs = Math.max(this.retryMinMs, opts.retryMaxMs ?? 2_000);
+    this.retryMaxMs = Math.max(this.retryMinMs, opts.retryMaxMs ?? 1_000);
   }
 
   /** `http://host:port` of the worker's bootstrap server. */

@@ -471,7 +471,7 @@ describe('P/D behind an endpoint-picker style Envoy (FULL_DUPLEX_STREAMED bodies
       expect(
         (d.body as { kv_transfer_params?: { remote_engine_id?: string } }).kv_transfer_params
           ?.remote_engine_id,
-      ).toBe(prefill.id);
+      ).toBe(prefill.engineIds[0]); // the prefill's engine id, echoed from its response
       expect(d.completionTokens).toBe(5);
       await expectAllLoadsZero(router);
     } finally {

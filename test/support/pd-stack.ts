@@ -4,6 +4,7 @@ import type { Config } from '../../src/config.js';
 import type { Router } from '../../src/router.js';
 import { startSimulator, type Simulator, type SimulatorOptions } from '../../src/sim/simulator.js';
 import { startTestRouter } from './router-fixture.js';
+import { waitFor } from './wait-for.js';
 
 export interface PdStack {
   readonly envoy: EnvoyHandle;
@@ -41,11 +42,19 @@ export async function startPdStack(opts: {
     }
     router = await startTestRouter({
       mode: 'pd',
-      prefill: prefill.map((s) => s.url),
+      // Mooncake: `--prefill URL BOOTSTRAP_PORT`, each simulator's own bootstrap server.
+      prefill: prefill.map((s) =>
+        connector === 'mooncake' && s.bootstrapPort ? `${s.url} ${s.bootstrapPort}` : s.url,
+      ),
       decode: decode.map((s) => s.url),
       prefillPolicy: 'round_robin',
       decodePolicy: 'round_robin',
       ...opts.router,
+    });
+    const adminPort = router.adminPort;
+    // Ready = every role has a worker (Mooncake: a prefill whose bootstrap server answered).
+    await waitFor(async () => (await fetch(`http://127.0.0.1:${adminPort}/readyz`)).status === 200, {
+      message: 'router ready',
     });
     envoy = await startEnvoy({ routers: [{ host: '127.0.0.1', port: router.grpcPort }] });
   } catch (err) {

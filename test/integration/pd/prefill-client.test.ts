@@ -54,7 +54,7 @@ describe('PrefillClient', () => {
       5000,
     );
     expect(r.status).toBe(200);
-    expect(r.kvTransferParams?.remote_engine_id).toBe(sim.id);
+    expect(r.kvTransferParams?.remote_engine_id).toBe(sim.engineIds[0]);
     const rec = sim.findRecord('rid-1');
     expect(rec?.headers.authorization).toBe('Bearer k');
     expect(rec?.headers[':path']).toBeUndefined();
@@ -96,5 +96,40 @@ describe('PrefillClient', () => {
       client.send(w, '/v1/completions', body, headers, 'rid-5', new AbortController().signal, 5000),
     );
     expect(e.kind).toBe('transport');
+  });
+
+  it('tells the caller once the request is on a connected socket (onSent), and adds leg headers', async () => {
+    let sent = 0;
+    const r = await client.send(
+      worker,
+      '/v1/completions',
+      body,
+      { ...headers, 'x-data-parallel-rank': '7' },
+      'rid-6',
+      new AbortController().signal,
+      5000,
+      {
+        headers: { 'x-data-parallel-rank': '0' },
+        onSent: () => sent++,
+      },
+    );
+    expect(r.status).toBe(200);
+    expect(sent).toBe(1);
+    // The client's own rank header is dropped; the router's rank is sent.
+    expect(sim.findRecord('rid-6')?.headers['x-data-parallel-rank']).toBe('0');
+  });
+
+  it('never calls onSent for a worker that refuses the connection (the leg never reached it)', async () => {
+    const gone = await startSimulator({ role: 'prefill', timeScale: 0 });
+    const w = new Worker({ role: 'prefill', url: gone.url, endpoint: gone.hostPort, generation: 1 });
+    await gone.close();
+    let sent = 0;
+    const e = await failure(
+      client.send(w, '/v1/completions', body, headers, 'rid-7', new AbortController().signal, 5000, {
+        onSent: () => sent++,
+      }),
+    );
+    expect(e.kind).toBe('transport');
+    expect(sent).toBe(0);
   });
 });
