@@ -58,9 +58,8 @@ let openai: OpenAI;
 beforeAll(async () => {
   stack = await startStack({
     workers: 2,
-    // Real pacing so a stream is observably in flight: 40 ms between tokens. Prefill is free, so the
-    // 1.5 MB prompts cost only their transport.
-    sim: { timeScale: 1, timing: { baseItlMs: 40, overheadMs: 1, prefillMsPerToken: 0 } },
+    // No pacing: a stream is kept in flight by a simulator hold (released by the test), not by time;
+    // no simulated delays either, so the 1.5 MB prompts cost only their transport.
     router: { policy: 'round_robin' },
     envoy: FDS,
   });
@@ -74,6 +73,12 @@ afterEach(async () => {
 });
 
 const totalLoad = (s: Stack = stack) => s.router.workers().reduce((n, w) => n + w.load, 0);
+
+/** Holds the next stream on every worker (round robin picks one) after `afterChunks` SSE events. */
+function holdNextStream(afterChunks: number): { release(): void } {
+  const holds = stack.sims.map((s) => s.hold({ afterChunks }));
+  return { release: () => holds.forEach((h) => h.release()) };
+}
 
 describe('FULL_DUPLEX_STREAMED through Envoy', () => {
   it('serves a non-streaming completion with the full token count', async () => {
@@ -94,6 +99,9 @@ describe('FULL_DUPLEX_STREAMED through Envoy', () => {
   });
 
   it('streams a chat completion, holding the load until the last chunk', async () => {
+    // The role chunk and 5 of the 6 token chunks go out; the last token and [DONE] wait for release.
+    const HELD = 6;
+    const hold = holdNextStream(HELD);
     const stream = await openai.chat.completions.create({
       model: 'sim-model',
       messages: [{ role: 'user', content: 'stream over FDS' }],
@@ -102,9 +110,15 @@ describe('FULL_DUPLEX_STREAMED through Envoy', () => {
     });
     const loads: number[] = [];
     let contentChunks = 0;
-    for await (const chunk of stream) {
-      if (chunk.choices[0]?.delta?.content) contentChunks += 1;
-      if (!chunk.choices[0]?.finish_reason) loads.push(totalLoad());
+    let chunks = 0;
+    try {
+      for await (const chunk of stream) {
+        if (chunk.choices[0]?.delta?.content) contentChunks += 1;
+        if (!chunk.choices[0]?.finish_reason) loads.push(totalLoad());
+        if (++chunks === HELD) hold.release();
+      }
+    } finally {
+      hold.release();
     }
     expect(contentChunks).toBe(6);
     expect(loads.length).toBeGreaterThan(0);
@@ -151,6 +165,7 @@ describe('FULL_DUPLEX_STREAMED through Envoy', () => {
   });
 
   it('releases the load when the client aborts mid-stream', async () => {
+    const hold = holdNextStream(2);
     const stream = await openai.completions.create({
       model: 'sim-model',
       prompt: 'abort me over FDS',
@@ -158,12 +173,16 @@ describe('FULL_DUPLEX_STREAMED through Envoy', () => {
       stream: true,
     });
     let seen = 0;
-    for await (const _chunk of stream) {
-      if (++seen === 2) {
-        expect(totalLoad()).toBe(1);
-        stream.controller.abort();
-        break;
+    try {
+      for await (const _chunk of stream) {
+        if (++seen === 2) {
+          expect(totalLoad()).toBe(1);
+          stream.controller.abort();
+          break;
+        }
       }
+    } finally {
+      hold.release();
     }
     await waitFor(() => totalLoad() === 0);
     await waitFor(() => stack.sims.every((s) => s.inFlight() === 0));
