@@ -7,12 +7,16 @@ import { parseArgs } from 'node:util';
 import { parse as parseYaml } from 'yaml';
 import { OPTIONS, type Config, type OptionSpec } from './config-schema.js';
 import { parseLabelSelector } from './discovery/kube-pod-membership.js';
+import { RouterBaseError } from './errors.js';
 
 export type { Config };
 import { parseKvEventSettings } from './kv-events/kv-event-config.js';
 
-export class ConfigError extends Error {
-  override name = 'ConfigError';
+/** Invalid settings: startup fails (the CLI exits 2 with the message). */
+export class ConfigError extends RouterBaseError<'invalid_config'> {
+  constructor(message: string) {
+    super('invalid_config', message);
+  }
 }
 
 export function defaultConfig(): Config {

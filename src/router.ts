@@ -22,6 +22,7 @@ import { createLogger, type Logger } from './observability/logger.js';
 import type { WorkerPool } from './workers/worker-pool.js';
 import type { Role } from './workers/role.js';
 import type { Worker } from './workers/worker.js';
+import { resolveEndpoint } from './workers/endpoint.js';
 import { Lifecycle, type LifecycleStep } from './composition/lifecycle.js';
 import { wireRouter, type Components } from './composition/wiring.js';
 
@@ -118,7 +119,7 @@ function lifecycleSteps(
           c.registry.register({
             role,
             url,
-            endpoint: await c.resolve(host, port),
+            endpoint: await resolveEndpoint(host, port, c.resolveHost),
             permanent: true,
             ...(bootstrapPort !== undefined ? { bootstrapPort } : {}),
           });

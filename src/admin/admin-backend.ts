@@ -6,13 +6,14 @@
  *               reconciled); Mooncake: and at least one
  *               prefill instance whose bootstrap server answered;
  *   workers     every pool member with its registry expiry and health view;
- *   register    admin registration of one worker, in order:
- *                 1. parse the URL (400),
- *                 2. a host outside --discovery-allow: 403, counted `not_allowed` (a name is never
- *                    inside a non-empty list: see discovery/cidr.ts),
- *                 3. resolve a host name to the ip:port Envoy dials (failure: 400, counted
- *                    `dns_failed`),
- *                 4. register; a registry rejection (a MoRI-IO transfer_mode change) is 409, counted;
+ *   register    admin registration of one worker, in order (errors are AdminInputError codes):
+ *                 1. parse the URL (400 `invalid_registration`),
+ *                 2. a host outside --discovery-allow: 403 `worker_not_allowed`, counted
+ *                    `not_allowed` (a name is never inside a non-empty list: see discovery/cidr.ts),
+ *                 3. resolve a host name to the ip:port Envoy dials (failure: 400 `dns_failed`,
+ *                    counted),
+ *                 4. register; a registry rejection (a MoRI-IO transfer_mode change) is 409
+ *                    `registration_conflict`, counted with the registry's reason;
  *   deregister  by (role, url), the url normalised like a registration's.
  */
 import { parseWorkerUrl } from '../config.js';
@@ -103,14 +104,17 @@ async function register(
   }
   if (!deps.allow.allowsAll && !deps.allow.allows(parsed.host)) {
     metrics.discoveryRejected.inc({ reason: 'not_allowed' });
-    throw new AdminInputError(`worker address ${parsed.host} is outside --discovery-allow`, 403);
+    throw new AdminInputError(
+      `worker address ${parsed.host} is outside --discovery-allow`,
+      'worker_not_allowed',
+    );
   }
   let endpoint: string;
   try {
     endpoint = await deps.resolve(parsed.host, parsed.port);
   } catch {
     metrics.discoveryRejected.inc({ reason: 'dns_failed' });
-    throw new AdminInputError(`cannot resolve ${parsed.host}`);
+    throw new AdminInputError(`cannot resolve ${parsed.host}`, 'dns_failed');
   }
   const result = deps.registry.register({
     role: req.role,
@@ -122,7 +126,7 @@ async function register(
   });
   if ('rejected' in result) {
     metrics.discoveryRejected.inc({ reason: result.rejected });
-    throw new AdminInputError(result.rejected, 409);
+    throw new AdminInputError(result.rejected, 'registration_conflict');
   }
   metrics.discoveryEvents.inc({ role: req.role, event: result.event });
   return { generation: result.entry.generation, event: result.event, url: parsed.url, endpoint };

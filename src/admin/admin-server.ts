@@ -14,6 +14,7 @@
 import http from 'node:http';
 import { timingSafeEqual } from 'node:crypto';
 import type { Logger } from 'pino';
+import { RouterError } from '../request/router-error.js';
 import { isRole, type Role } from '../workers/role.js';
 
 export interface WorkerView {
@@ -49,18 +50,30 @@ export interface AdminBackend {
   readiness(): Readiness;
   workers(): WorkerView[];
   /** Throws AdminInputError for bad registrations. */
-  register(req: WorkerRegistrationRequest, peer: string): Promise<{ generation: number; event: string }>;
+  register(req: WorkerRegistrationRequest): Promise<{ generation: number; event: string }>;
   deregister(role: Role, url: string): boolean;
   /** CIDR check of the peer address for writes. */
   peerAllowed(peer: string): boolean;
 }
 
-export class AdminInputError extends Error {
-  constructor(
-    message: string,
-    readonly status = 400,
-  ) {
-    super(message);
+/** Stable codes of the admin API's error answers, with their HTTP status. */
+export const ADMIN_ERROR_STATUS = {
+  invalid_registration: 400,
+  dns_failed: 400,
+  unauthorized: 401,
+  forbidden: 403,
+  worker_not_allowed: 403,
+  not_found: 404,
+  method_not_allowed: 405,
+  registration_conflict: 409,
+  body_too_large: 413,
+} as const;
+export type AdminErrorCode = keyof typeof ADMIN_ERROR_STATUS;
+
+/** An admin request the router refuses: answered as JSON `{error: {message, type, code}}`. */
+export class AdminInputError extends RouterError<AdminErrorCode> {
+  constructor(message: string, code: AdminErrorCode = 'invalid_registration') {
+    super(code, ADMIN_ERROR_STATUS[code], message);
   }
 }
 
@@ -78,7 +91,7 @@ export class AdminServer {
       this.handle(req, res).catch((err) => {
         opts.logger.error({ err }, 'admin request failed');
         if (!res.headersSent)
-          json(res, 500, { error: { message: 'internal error', code: 'internal_error' } });
+          json(res, 500, new RouterError('internal_error', 500, 'internal error').toJSON());
         else res.destroy();
       });
     });
@@ -98,6 +111,16 @@ export class AdminServer {
   }
 
   private async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    try {
+      await this.route(req, res);
+    } catch (err) {
+      if (!(err instanceof AdminInputError)) throw err;
+      req.resume();
+      json(res, err.status, err.toJSON());
+    }
+  }
+
+  private async route(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
     const url = new URL(req.url ?? '/', 'http://admin');
     const route = `${req.method} ${url.pathname}`;
     switch (route) {
@@ -119,45 +142,30 @@ export class AdminServer {
       case 'DELETE /workers':
         return this.write(req, res, url);
       default:
-        if (['/metrics', '/healthz', '/readyz', '/workers'].includes(url.pathname)) {
-          return json(
-            res,
-            405,
-            errorBody('method_not_allowed', `${req.method} not allowed on ${url.pathname}`),
-          );
-        }
-        return json(res, 404, errorBody('not_found', `no admin route ${url.pathname}`));
+        if (['/metrics', '/healthz', '/readyz', '/workers'].includes(url.pathname))
+          throw new AdminInputError(`${req.method} not allowed on ${url.pathname}`, 'method_not_allowed');
+        throw new AdminInputError(`no admin route ${url.pathname}`, 'not_found');
     }
   }
 
   private async write(req: http.IncomingMessage, res: http.ServerResponse, url: URL): Promise<void> {
     const peer = req.socket.remoteAddress ?? '';
-    if (this.opts.token && !tokenMatches(req.headers.authorization, this.opts.token)) {
+    if (this.opts.token && !tokenMatches(req.headers.authorization, this.opts.token))
+      throw new AdminInputError('missing or wrong bearer token', 'unauthorized');
+    if (!this.backend.peerAllowed(peer))
+      throw new AdminInputError(`registrations from ${peer} are not allowed`, 'forbidden');
+    if (req.method === 'DELETE') {
+      const role = url.searchParams.get('role');
+      const workerUrl = url.searchParams.get('url');
+      if (!isRole(role) || !workerUrl)
+        throw new AdminInputError('DELETE /workers needs ?role=prefill|decode|regular&url=');
       req.resume();
-      return json(res, 401, errorBody('unauthorized', 'missing or wrong bearer token'));
+      const removed = this.backend.deregister(role, workerUrl);
+      return json(res, removed ? 200 : 404, { removed });
     }
-    if (!this.backend.peerAllowed(peer)) {
-      req.resume();
-      return json(res, 403, errorBody('forbidden', `registrations from ${peer} are not allowed`));
-    }
-    try {
-      if (req.method === 'DELETE') {
-        const role = url.searchParams.get('role');
-        const workerUrl = url.searchParams.get('url');
-        if (!isRole(role) || !workerUrl)
-          throw new AdminInputError('DELETE /workers needs ?role=prefill|decode|regular&url=');
-        req.resume();
-        const removed = this.backend.deregister(role, workerUrl);
-        return json(res, removed ? 200 : 404, { removed });
-      }
-      const body = await readJson(req);
-      const result = await this.backend.register(validateRegistration(body), peer);
-      return json(res, 200, result);
-    } catch (err) {
-      if (err instanceof AdminInputError)
-        return json(res, err.status, errorBody('invalid_registration', err.message));
-      throw err;
-    }
+    const body = await readJson(req);
+    const result = await this.backend.register(validateRegistration(body));
+    return json(res, 200, result);
   }
 
   async close(): Promise<void> {
@@ -204,7 +212,8 @@ async function readJson(req: http.IncomingMessage): Promise<unknown> {
   let size = 0;
   for await (const chunk of req) {
     size += (chunk as Buffer).length;
-    if (size > MAX_ADMIN_BODY) throw new AdminInputError(`body larger than ${MAX_ADMIN_BODY} bytes`, 413);
+    if (size > MAX_ADMIN_BODY)
+      throw new AdminInputError(`body larger than ${MAX_ADMIN_BODY} bytes`, 'body_too_large');
     chunks.push(chunk as Buffer);
   }
   try {
@@ -220,10 +229,6 @@ function tokenMatches(header: string | undefined, token: string): boolean {
   const a = Buffer.from(m[1] as string);
   const b = Buffer.from(token);
   return a.length === b.length && timingSafeEqual(a, b);
-}
-
-function errorBody(code: string, message: string) {
-  return { error: { message, type: 'invalid_request_error', code } };
 }
 
 function json(res: http.ServerResponse, status: number, body: unknown): void {

@@ -36,7 +36,7 @@ import { createExactPrefix, type ExactPrefix } from '../kv-events/exact-prefix.j
 import type { PolicyName } from '../routing/policy.js';
 import { PoolDispatcher } from '../routing/pool-dispatcher.js';
 import type { RoutingObserver } from '../routing/selector.js';
-import { resolveEndpoint } from '../workers/endpoint.js';
+import { resolveEndpoint, resolveHost } from '../workers/endpoint.js';
 import type { Role } from '../workers/role.js';
 import { RolePools } from '../workers/role-pools.js';
 import { WorkerPool } from '../workers/worker-pool.js';
@@ -58,8 +58,8 @@ export interface Components {
   /** Readiness waits for it: the picture of the fleet rebuilt from the workers. */
   readonly warmUp: WarmUp;
   readonly allow: CidrMatcher;
-  /** host, port -> the `ip:port` Envoy dials (static and admin registration). */
-  readonly resolve: (host: string, port: number) => Promise<string>;
+  /** The one host-name resolver (static workers, admin API, ZMQ discovery). */
+  readonly resolveHost: (host: string) => Promise<string>;
   readonly registry: ServiceRegistry;
   readonly health: WorkerHealth;
   readonly metrics: RouterMetrics;
@@ -124,7 +124,7 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
     drain,
     warmUp,
     allow: parseCidrList(config.discoveryAllow),
-    resolve: resolveEndpoint,
+    resolveHost,
     registry,
     health,
     metrics,
@@ -153,7 +153,7 @@ type Base = Pick<
   | 'drain'
   | 'warmUp'
   | 'allow'
-  | 'resolve'
+  | 'resolveHost'
   | 'registry'
   | 'health'
   | 'metrics'
@@ -325,12 +325,14 @@ function buildHealthChecker({ config, logger, pools, health, clock }: Base): Hea
   });
 }
 
-function buildDiscovery({ config, registry, allow, logger, metrics }: Base): ZmqDiscovery | undefined {
+function buildDiscovery(c: Base): ZmqDiscovery | undefined {
+  const { config, registry, allow, logger, metrics } = c;
   if (!config.discoveryZmq) return undefined;
   return new ZmqDiscovery({
     bind: config.discoveryZmq,
     registry,
     allow,
+    resolve: c.resolveHost,
     logger,
     hooks: {
       onRegister: (e, event) => metrics.discoveryEvents.inc({ role: e.role, event }),
@@ -349,7 +351,7 @@ function buildAdmin(c: Base): AdminServer {
     health: c.health,
     metrics: c.metrics,
     allow: c.allow,
-    resolve: c.resolve,
+    resolve: (host, port) => resolveEndpoint(host, port, c.resolveHost),
     clock: c.clock,
     drain: c.drain,
     warmUp: c.warmUp,

@@ -17,13 +17,14 @@
  *    policy for real isolation;
  * 3. register `{role, url: http://host:port, endpoint: ip:port, zmqAddress, metadata}`.
  *
- * DNS: names are resolved off the receive path. A fresh cached answer (30 s) or a stale one (while a
- * background refresh runs) is used synchronously; otherwise the message waits in a per-name queue
- * (latest message per (role, url), at most 64 per name) while one lookup per name runs, bounded to 64
- * names at once (`resolve_backlog` beyond) and to 5 s per lookup. Failures are cached for 5 s
- * (`dns_failed`) so a sender cannot trigger a lookup storm; a failed REFRESH keeps the last good
- * address (the worker is still heartbeating). The cache holds at most 1,024 names (oldest evicted).
- * A changed address changes the entry's `endpoint`, which the registry treats as a new generation.
+ * DNS: names are resolved off the receive path, by the router's one resolver (workers/endpoint.ts
+ * `resolveHost`, IPv4 first, as static and admin registration), so one name is one endpoint whichever
+ * way it registers. Answers live in a DnsCache (dns-cache.ts: 30 s fresh, then stale while a
+ * background refresh runs; failures remembered 5 s as `dns_failed`; a failed refresh keeps the last
+ * good address; at most 1,024 names). A message for a name without a usable answer waits in a
+ * per-name queue (latest message per (role, url), at most 64 per name) while one lookup per name
+ * runs, bounded to 64 names at once (`resolve_backlog` beyond) and to 5 s per lookup. A changed
+ * address changes the entry's `endpoint`, which the registry treats as a new generation.
  *
  * Flood protection:
  * - `maxMessageSize = maxFrameBytes` (64 KiB): libzmq drops an oversized frame by disconnecting the
@@ -43,10 +44,11 @@
  */
 import * as zmq from 'zeromq';
 import { setImmediate as yieldToEventLoop } from 'node:timers/promises';
-import { lookup } from 'node:dns/promises';
-import { isIP, isIPv6 } from 'node:net';
+import { isIP } from 'node:net';
 import type { Logger } from 'pino';
 import type { CidrMatcher } from './cidr.js';
+import { DnsCache } from './dns-cache.js';
+import { formatEndpoint, resolveHost } from '../workers/endpoint.js';
 import {
   DEFAULT_MAX_FRAME_BYTES,
   decodeHeartbeat,
@@ -72,7 +74,7 @@ export interface ZmqDiscoveryOptions {
   allow?: CidrMatcher;
   /** Default 64 KiB. */
   maxFrameBytes?: number;
-  /** Resolves a DNS name to one IP address. Default `dns.lookup`. */
+  /** Resolves a DNS name to one IP address. Default the router's resolver (`resolveHost`). */
   resolve?: (host: string) => Promise<string>;
   logger: Logger;
   hooks?: ZmqDiscoveryHooks;
@@ -86,17 +88,9 @@ const RECEIVE_HIGH_WATER_MARK = 1000;
 const YIELD_EVERY_MESSAGES = 64;
 const DEFAULT_WARN_INTERVAL_MS = 60_000;
 const MAX_WARN_SENDERS = 1024;
-const DNS_TTL_MS = 30_000;
-const DNS_NEGATIVE_TTL_MS = 5_000;
 const DNS_TIMEOUT_MS = 5_000;
-const DNS_CACHE_MAX = 1024;
 const DNS_MAX_INFLIGHT = 64;
 const DNS_MAX_WAITING_PER_NAME = 64;
-
-interface DnsAnswer {
-  ip: string | undefined;
-  expiresAtMs: number;
-}
 
 interface PendingMessage {
   identity: Buffer;
@@ -106,10 +100,6 @@ interface PendingMessage {
 interface WarnState {
   lastWarnMs: number;
   suppressed: number;
-}
-
-async function defaultResolve(host: string): Promise<string> {
-  return (await lookup(host)).address;
 }
 
 /** Printable sender identity for logs: the zmq address vLLM uses, or hex for binary ids. */
@@ -134,7 +124,7 @@ export class ZmqDiscovery {
   private closing: Promise<void> | undefined;
   private closed = false;
   private readonly warnState = new Map<string, WarnState>();
-  private readonly dnsCache = new Map<string, DnsAnswer>();
+  private readonly dnsCache = new DnsCache();
   /** DNS name -> messages waiting for its lookup, latest per (role, url). */
   private readonly dnsWaiting = new Map<string, Map<string, PendingMessage>>();
   /** DNS names with a lookup in flight (first resolution or background refresh). */
@@ -146,7 +136,7 @@ export class ZmqDiscovery {
     this.maxFrameBytes = opts.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES;
     this.warnIntervalMs = opts.warnIntervalMs ?? DEFAULT_WARN_INTERVAL_MS;
     this.clock = opts.clock ?? (() => performance.now());
-    this.resolve = opts.resolve ?? defaultResolve;
+    this.resolve = opts.resolve ?? resolveHost;
   }
 
   /** Binds and starts the receive loop. Resolves with the bound endpoint, e.g. `tcp://127.0.0.1:41234`. */
@@ -234,19 +224,18 @@ export class ZmqDiscovery {
       this.admit(identity, decoded, http.host);
       return;
     }
-    const cached = this.dnsCache.get(http.host);
-    const now = this.clock();
-    if (cached?.ip !== undefined) {
-      // Serve the cached (possibly stale) answer; refresh a stale one in the background.
-      if (cached.expiresAtMs <= now) this.startLookup(http.host);
-      this.admit(identity, decoded, cached.ip);
-      return;
+    const cached = this.dnsCache.get(http.host, this.clock());
+    switch (cached.state) {
+      case 'stale':
+        this.startLookup(http.host); // refresh in the background; serve the last answer meanwhile
+        return this.admit(identity, decoded, cached.ip);
+      case 'fresh':
+        return this.admit(identity, decoded, cached.ip);
+      case 'failed':
+        return this.reject(identity, 'dns_failed', { host: http.host });
+      case 'miss':
+        return this.enqueueForLookup(identity, decoded);
     }
-    if (cached !== undefined && cached.expiresAtMs > now) {
-      this.reject(identity, 'dns_failed', { host: http.host });
-      return;
-    }
-    this.enqueueForLookup(identity, decoded);
   }
 
   /** Checks `ip` against the allow list and registers. */
@@ -255,7 +244,7 @@ export class ZmqDiscovery {
       this.reject(identity, 'not_allowed', { httpAddress: decoded.httpAddress, ip });
       return;
     }
-    const endpoint = isIPv6(ip) ? `[${ip}]:${decoded.http.port}` : `${ip}:${decoded.http.port}`;
+    const endpoint = formatEndpoint(ip, decoded.http.port);
     const result = this.opts.registry.register({
       role: decoded.role,
       url: `http://${decoded.httpAddress}`,
@@ -331,25 +320,14 @@ export class ZmqDiscovery {
   private finishLookup(name: string, ip: string | undefined): void {
     this.dnsInflight.delete(name);
     if (this.closed) return;
-    const now = this.clock();
-    const previous = this.dnsCache.get(name);
     // A failed refresh keeps serving the last good answer until the next refresh attempt.
-    const answer: DnsAnswer =
-      ip === undefined && previous?.ip !== undefined
-        ? { ip: previous.ip, expiresAtMs: now + DNS_NEGATIVE_TTL_MS }
-        : { ip, expiresAtMs: now + (ip === undefined ? DNS_NEGATIVE_TTL_MS : DNS_TTL_MS) };
-    this.dnsCache.delete(name);
-    this.dnsCache.set(name, answer);
-    if (this.dnsCache.size > DNS_CACHE_MAX) {
-      const oldest = this.dnsCache.keys().next().value;
-      if (oldest !== undefined) this.dnsCache.delete(oldest);
-    }
+    const usable = this.dnsCache.record(name, ip, this.clock());
     const waiting = this.dnsWaiting.get(name);
     this.dnsWaiting.delete(name);
     if (waiting === undefined) return;
     for (const { identity, decoded } of waiting.values()) {
-      if (answer.ip === undefined) this.reject(identity, 'dns_failed', { host: name });
-      else this.admit(identity, decoded, answer.ip);
+      if (usable === undefined) this.reject(identity, 'dns_failed', { host: name });
+      else this.admit(identity, decoded, usable);
     }
   }
 

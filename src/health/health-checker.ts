@@ -22,6 +22,7 @@
  */
 import { Agent, request } from 'undici';
 import type { Worker } from '../workers/worker.js';
+import { RouterBaseError } from '../errors.js';
 
 export interface HealthCheckTarget {
   recordCheck(worker: Worker, ok: boolean, now: number): void;
@@ -52,9 +53,10 @@ export interface HealthCheckerOptions {
 /** Idle keep-alive sockets close after this long (below common 5 s server idle timeouts). */
 const KEEP_ALIVE_MS = 4_000;
 
-class CheckTimeout extends Error {
-  constructor() {
-    super('health check timed out');
+/** The abort reason of a check that ran past --health-check-timeout-ms. */
+export class HealthCheckTimeoutError extends RouterBaseError<'health_check_timeout'> {
+  constructor(timeoutMs: number) {
+    super('health_check_timeout', `health check timed out after ${timeoutMs} ms`);
   }
 }
 
@@ -156,7 +158,10 @@ export class HealthChecker {
   private async check(baseUrl: string): Promise<{ ok: true } | { ok: false; reason: string }> {
     const ac = new AbortController();
     this.inflight.add(ac);
-    const timer = setTimeout(() => ac.abort(new CheckTimeout()), this.opts.timeoutMs);
+    const timer = setTimeout(
+      () => ac.abort(new HealthCheckTimeoutError(this.opts.timeoutMs)),
+      this.opts.timeoutMs,
+    );
     timer.unref();
     try {
       const res = await request(healthUrl(baseUrl, this.path), {
@@ -169,7 +174,7 @@ export class HealthChecker {
       if (res.statusCode >= 200 && res.statusCode < 300) return { ok: true };
       return { ok: false, reason: `status ${res.statusCode}` };
     } catch (err) {
-      if (ac.signal.reason instanceof CheckTimeout) return { ok: false, reason: 'timeout' };
+      if (ac.signal.reason instanceof HealthCheckTimeoutError) return { ok: false, reason: 'timeout' };
       const code = (err as { code?: unknown }).code;
       return { ok: false, reason: typeof code === 'string' ? code : (err as Error).message };
     } finally {

@@ -5,17 +5,18 @@
  */
 import { Agent, request, errors as undiciErrors, type Dispatcher } from 'undici';
 import type { Worker } from '../workers/worker.js';
+import { RouterBaseError } from '../errors.js';
 
 export type PrefillErrorKind = 'status' | 'timeout' | 'transport' | 'invalid_response' | 'aborted';
 
-export class PrefillError extends Error {
+/** A failed prefill leg; `code` is `prefill_<kind>`, `status` the prefill worker's HTTP status. */
+export class PrefillError extends RouterBaseError<`prefill_${PrefillErrorKind}`> {
   constructor(
     readonly kind: PrefillErrorKind,
     message: string,
     readonly status?: number,
   ) {
-    super(message);
-    this.name = 'PrefillError';
+    super(`prefill_${kind}`, message);
   }
 }
 

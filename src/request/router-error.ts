@@ -1,8 +1,11 @@
 /**
  * The one user-facing error type. Every failure that should reach the client becomes a RouterError
  * with a stable `code`, an HTTP status and an OpenAI-style `type`, and is turned into an
- * ImmediateResponse at one boundary (extproc/session.ts).
+ * ImmediateResponse at one boundary (extproc/session.ts). A subclass of the one error base
+ * (errors.ts); the admin API's AdminInputError is a RouterError with its own codes.
  */
+import { RouterBaseError } from '../errors.js';
+
 export type RouterErrorCode =
   | 'invalid_json'
   | 'invalid_body'
@@ -17,15 +20,14 @@ export type RouterErrorCode =
   | 'client_cancelled'
   | 'internal_error';
 
-export class RouterError extends Error {
+export class RouterError<C extends string = RouterErrorCode> extends RouterBaseError<C> {
   constructor(
-    readonly code: RouterErrorCode,
+    code: C,
     readonly status: number,
     message: string,
     readonly type: string = status >= 500 ? 'server_error' : 'invalid_request_error',
   ) {
-    super(message);
-    this.name = 'RouterError';
+    super(code, message);
   }
 
   /** The OpenAI-compatible JSON error body: `{"error": {"message", "type", "code"}}`. */

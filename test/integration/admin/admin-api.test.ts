@@ -203,7 +203,7 @@ describe('POST/GET/DELETE /workers', () => {
     const r = await router();
     const res = await post(r, { role: 'regular', url: 'http://127.0.0.1:9000', pad: 'x'.repeat(70_000) });
     expect(res.status).toBe(413);
-    expect(((await res.json()) as { error: { code: string } }).error.code).toBe('invalid_registration');
+    expect(((await res.json()) as { error: { code: string } }).error.code).toBe('body_too_large');
   });
 });
 
