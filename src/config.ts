@@ -14,8 +14,8 @@ import { parseKvEventSettings } from './kv-events/kv-event-config.js';
 
 /** Invalid settings: startup fails (the CLI exits 2 with the message). */
 export class ConfigError extends RouterBaseError<'invalid_config'> {
-  constructor(message: string) {
-    super('invalid_config', message);
+  constructor(message: string, options?: ErrorOptions) {
+    super('invalid_config', message, options);
   }
 }
 
