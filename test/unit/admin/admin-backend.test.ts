@@ -30,6 +30,7 @@ function backend(overrides: Partial<AdminBackendDeps> = {}) {
     },
     clock: () => 0,
     drain,
+    warmUp: { done: true, pending: () => [] },
     ...overrides,
   };
   return { api: createAdminBackend(deps), registry, metrics, drain, resolved };
