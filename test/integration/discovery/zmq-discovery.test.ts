@@ -243,15 +243,25 @@ describe('ZmqDiscovery (real zeromq sockets)', () => {
     const timersBefore = process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length;
     await Promise.all([h.discovery.close(), h.discovery.close()]);
     await h.discovery.close();
-    // The port is free again: a new ROUTER can bind the exact endpoint.
-    const rebound = new zmq.Router({ linger: 0 });
-    try {
-      await rebound.bind(h.endpoint);
-    } finally {
-      rebound.close();
-    }
-    expect(process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length).toBeLessThanOrEqual(
-      timersBefore,
+    // The port is free again: a new ROUTER can bind the exact endpoint. libzmq releases a closed
+    // socket's port on its I/O thread, asynchronously: bounded retries, no sleep-based guess.
+    await waitFor(
+      async () => {
+        const rebound = new zmq.Router({ linger: 0 });
+        try {
+          await rebound.bind(h.endpoint);
+          return true;
+        } finally {
+          rebound.close();
+        }
+      },
+      { timeoutMs: 5000, intervalMs: 20, message: 'the endpoint can be bound again' },
+    );
+    // No timer of the discovery outlives close(). Other timers in the process (a poll, a socket's
+    // own) come and go: wait for the count to come back rather than sampling one instant.
+    await waitFor(
+      () => process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length <= timersBefore,
+      { timeoutMs: 5000, message: 'no timer left behind by close()' },
     );
     await expect(h.discovery.start()).rejects.toThrow(/closed/);
   });
