@@ -22,6 +22,12 @@
  * (one when only the breaker kept it out, `checkSuccessThreshold` when the checks had failed too),
  * instead of after the cool-down; a failed probe request opens the breaker again.
  *
+ * Metric scrapes (load/metrics-scraper.ts) are a second active signal, counted on their own with the
+ * same thresholds (`recordCheck(..., 'metrics')`): a failed scrape is one failed check of that source,
+ * never also one of the /health checks, so one outage is not counted twice; the worker is active-healthy
+ * while both sources are. A passed scrape only restores the scrape source (it says the process answers,
+ * not that /health passes or that requests succeed).
+ *
  * Selection stays synchronous and O(1) per worker: policies read the plain `worker.healthy` field
  * (WorkerPool.candidates()). This module rewrites that field whenever state changes: on a check
  * result, on an outcome, on `routed()` (a half-open probe slot taken), and on `refresh(now)` when
@@ -57,6 +63,9 @@ export function isFailureOutcome(outcome: HealthOutcome): boolean {
 
 export type ActiveHealth = 'healthy' | 'unhealthy';
 
+/** Which active signal a check result comes from: `GET /health`, or a `/metrics` scrape. */
+export type CheckSource = 'health' | 'metrics';
+
 export interface WorkerHealthView {
   readonly active: ActiveHealth;
   readonly breaker: BreakerState;
@@ -89,6 +98,8 @@ interface State {
   checkSuccesses: number;
   readonly breaker: CircuitBreaker;
   view: WorkerHealthView;
+  /** The metric-scrape source, counted like the checks but apart from them. */
+  readonly scrape: { active: ActiveHealth; failures: number; successes: number };
 }
 
 const FRESH_VIEW: WorkerHealthView = Object.freeze({
@@ -112,9 +123,23 @@ export class WorkerHealth {
     new CircuitBreaker(opts.breaker);
   }
 
-  /** One active check result. */
-  recordCheck(worker: Worker, ok: boolean, now: number): void {
+  /** One active check result (`source` 'metrics': a metric scrape, counted apart from /health). */
+  recordCheck(worker: Worker, ok: boolean, now: number, source: CheckSource = 'health'): void {
     const s = this.state(worker);
+    if (source === 'metrics') {
+      const c = s.scrape;
+      if (ok) {
+        c.failures = 0;
+        c.successes += 1;
+        if (c.active === 'unhealthy' && c.successes >= this.checkSuccessThreshold) c.active = 'healthy';
+      } else {
+        c.successes = 0;
+        c.failures += 1;
+        if (c.active === 'healthy' && c.failures >= this.checkFailureThreshold) c.active = 'unhealthy';
+      }
+      this.sync(worker, s, now);
+      return;
+    }
     if (ok) {
       s.checkFailures = 0;
       s.checkSuccesses += 1;
@@ -204,6 +229,7 @@ export class WorkerHealth {
         checkSuccesses: 0,
         breaker: new CircuitBreaker(this.opts.breaker),
         view: FRESH_VIEW,
+        scrape: { active: 'healthy', failures: 0, successes: 0 },
       };
       this.states.set(worker, s);
     }
@@ -213,7 +239,9 @@ export class WorkerHealth {
   /** Recomputes the view, writes worker.healthy, tracks the next deadline, reports a change. */
   private sync(worker: Worker, s: State, now: number): void {
     const breaker = s.breaker.state(now);
-    const selectable = s.active === 'healthy' && s.breaker.allows(now);
+    const active: ActiveHealth =
+      s.active === 'healthy' && s.scrape.active === 'healthy' ? 'healthy' : 'unhealthy';
+    const selectable = active === 'healthy' && s.breaker.allows(now);
     worker.healthy = selectable;
 
     const next = s.breaker.nextChangeAt();
@@ -224,8 +252,8 @@ export class WorkerHealth {
     }
 
     const prev = s.view;
-    if (prev.active === s.active && prev.breaker === breaker && prev.selectable === selectable) return;
-    s.view = Object.freeze({ active: s.active, breaker, selectable });
+    if (prev.active === active && prev.breaker === breaker && prev.selectable === selectable) return;
+    s.view = Object.freeze({ active, breaker, selectable });
     this.opts.onChange?.(worker, s.view, prev);
   }
 }

@@ -10,7 +10,12 @@
  * unhealthy or departed worker's cache can neither attract traffic nor hide a candidate's shorter
  * match. matchRate = matched chars / text length (UTF-16 code units; 0 for an empty text).
  *
- * Mode `per_request` (default; the overload escape is decided for the chosen owner only):
+ * Mode `cost` (default): the cost model of cost-model.ts - the lowest predicted time to first token
+ * (queue ahead x learned wait per request + uncached prompt tokens x learned prefill cost), after an
+ * overload filter on scraped queue length and KV usage; branch `cache_hit` / `imbalance` / `low_match`
+ * by whether the chosen worker holds the longest cached prefix. Prefix knowledge comes from the given
+ * PrefixSources (exact ones) and, last, this policy's radix tree (RadixPrefixSource).
+ * Mode `per_request` (the overload escape is decided for the chosen owner only):
  * - matchRate > cacheThreshold: among the candidates holding the longest match take the least
  *   loaded (tie-break.ts). If its load > mean * balanceRelThreshold AND load > mean +
  *   balanceAbsThreshold (mean over the candidates, all healthy) it yields to the least-loaded
@@ -37,13 +42,27 @@
  * tree, so a departed or generation-replaced worker (a new Worker id at the same URL) leaves no stale
  * affinity. Trees left empty are dropped by maintain().
  */
+import type { Role } from '../workers/role.js';
 import type { Worker } from '../workers/worker.js';
+import { TimingEstimates } from '../load/timing-estimates.js';
+import { costBranch, scoreCost, type WorkerSignals } from './cost-model.js';
 import type { Decision, Policy, SelectionInput } from './policy.js';
+import { RadixPrefixSource, type PrefixSource } from './prefix-source.js';
 import { RadixTree, type PrefixMatch } from './radix-tree.js';
 import { leastLoaded } from './tie-break.js';
 
-export const CACHE_AWARE_MODES = ['per_request', 'global'] as const;
+export const CACHE_AWARE_MODES = ['cost', 'per_request', 'global'] as const;
 export type CacheAwareMode = (typeof CACHE_AWARE_MODES)[number];
+
+/** What the cost mode reads besides the candidates (the composition root binds real signals). */
+export interface CacheAwareDeps {
+  /** The pool's role: decode pools score by predicted wait only. Default 'regular'. */
+  readonly role?: Role;
+  /** Scraped/blended load and learned timing. Default: in-flight counts and the timing priors. */
+  readonly signals?: WorkerSignals;
+  /** Exact prefix sources, consulted before this policy's radix tree. */
+  readonly prefixSources?: readonly PrefixSource[];
+}
 
 export interface CacheAwareOptions {
   cacheThreshold: number;
@@ -54,6 +73,12 @@ export interface CacheAwareOptions {
   mode: CacheAwareMode;
   /** Model trees kept at most (least recently routed dropped first). Default 256. */
   maxModels: number;
+  /** cost mode: skip workers with more scraped waiting requests than this while others have fewer. */
+  overloadWaiting: number;
+  /** cost mode: skip workers with scraped KV-cache usage above this while others are below. */
+  overloadKvUsage: number;
+  /** cost mode: characters per token for the radix tree's matches and unknown prompt sizes. */
+  charsPerToken: number;
 }
 
 export const DEFAULT_CACHE_AWARE_OPTIONS: Readonly<CacheAwareOptions> = Object.freeze({
@@ -62,8 +87,11 @@ export const DEFAULT_CACHE_AWARE_OPTIONS: Readonly<CacheAwareOptions> = Object.f
   balanceRelThreshold: 1.5,
   evictionIntervalMs: 120_000,
   maxTreeSize: 2 ** 26,
-  mode: 'per_request',
+  mode: 'cost',
   maxModels: 256,
+  overloadWaiting: 8,
+  overloadKvUsage: 0.9,
+  charsPerToken: 4,
 });
 
 /** Merges over the defaults and validates; throws RangeError on an invalid value. */
@@ -100,7 +128,18 @@ export function resolveCacheAwareOptions(
   );
   check(finite(o.maxTreeSize) && o.maxTreeSize >= 0, 'maxTreeSize must be >= 0', o.maxTreeSize);
   check(Number.isInteger(o.maxModels) && o.maxModels >= 1, 'maxModels must be an integer >= 1', o.maxModels);
-  check(o.mode === 'per_request' || o.mode === 'global', "mode must be 'per_request' or 'global'", o.mode);
+  check(CACHE_AWARE_MODES.includes(o.mode), "mode must be 'cost', 'per_request' or 'global'", o.mode);
+  check(
+    finite(o.overloadWaiting) && o.overloadWaiting >= 0,
+    'overloadWaiting must be >= 0',
+    o.overloadWaiting,
+  );
+  check(
+    finite(o.overloadKvUsage) && o.overloadKvUsage >= 0,
+    'overloadKvUsage must be >= 0',
+    o.overloadKvUsage,
+  );
+  check(finite(o.charsPerToken) && o.charsPerToken > 0, 'charsPerToken must be > 0', o.charsPerToken);
   return Object.freeze(o);
 }
 
@@ -110,9 +149,20 @@ export class CacheAwarePolicy implements Policy {
   private readonly trees = new Map<string, RadixTree>();
   private readonly members = new Set<string>();
   private readonly indexCache = new WeakMap<readonly Worker[], Map<string, number>>();
+  private readonly role: Role;
+  private readonly signals: WorkerSignals;
+  private readonly sources: readonly PrefixSource[];
 
-  constructor(options: Partial<CacheAwareOptions> = {}) {
+  constructor(options: Partial<CacheAwareOptions> = {}, deps: CacheAwareDeps = {}) {
     this.options = resolveCacheAwareOptions(options);
+    this.role = deps.role ?? 'regular';
+    if (deps.signals) this.signals = deps.signals;
+    else {
+      const priors = new TimingEstimates();
+      this.signals = { load: (w) => ({ source: 'in_flight', ahead: w.load }), timing: (w) => priors.of(w) };
+    }
+    const radix = new RadixPrefixSource((model) => this.trees.get(model), this.options.charsPerToken);
+    this.sources = [...(deps.prefixSources ?? []), radix];
   }
 
   get maintenanceIntervalMs(): number {
@@ -134,6 +184,10 @@ export class CacheAwarePolicy implements Policy {
   }
 
   select(input: SelectionInput): Decision {
+    if (this.options.mode === 'cost') {
+      const cost = scoreCost(input, this.role, this.sources, this.signals, this.options);
+      return { worker: cost.chosen.worker, branch: costBranch(cost), matchRate: cost.bestMatchRate, cost };
+    }
     const workers = input.workers;
     const text = input.text;
     const tree = this.trees.get(input.model);

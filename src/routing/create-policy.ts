@@ -2,7 +2,7 @@
  * Policy factory: one fresh Policy instance per call (each pool owns its own, so round-robin
  * cursors, hash rings and cache trees are never shared between roles).
  */
-import { CacheAwarePolicy, type CacheAwareOptions } from './cache-aware.js';
+import { CacheAwarePolicy, type CacheAwareDeps, type CacheAwareOptions } from './cache-aware.js';
 import { ConsistentHashPolicy } from './consistent-hash.js';
 import { KvAwarePolicy, type ExactPrefixSource } from './kv-aware.js';
 import { LeastLoadPolicy } from './least-load.js';
@@ -18,6 +18,8 @@ export interface CreatePolicyOptions {
   exactPrefix?: ExactPrefixSource;
   /** kv_aware: a routed request was not answered exactly (why). */
   onExactFallback?: (reason: string) => void;
+  /** cache_aware cost mode: the pool's role, load/timing signals, exact prefix sources. */
+  cacheAwareDeps?: CacheAwareDeps;
   /** random / power_of_two: a uniform source in [0, 1) (default Math.random). */
   rng?: () => number;
 }
@@ -36,7 +38,7 @@ export function createPolicy(name: PolicyName, options: CreatePolicyOptions = {}
     case 'consistent_hash':
       return new ConsistentHashPolicy();
     case 'cache_aware':
-      return new CacheAwarePolicy(options.cacheAware);
+      return new CacheAwarePolicy(options.cacheAware, options.cacheAwareDeps);
     case 'kv_aware':
       return new KvAwarePolicy({
         ...(options.cacheAware !== undefined ? { cacheAware: options.cacheAware } : {}),

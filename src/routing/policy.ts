@@ -13,6 +13,7 @@
  * generation-replaced worker leaves no affinity behind.
  */
 import type { Worker } from '../workers/worker.js';
+import type { CostInputs } from './cost-model.js';
 
 export interface SelectionInput {
   /** Selectable candidates, never empty when select() is called. */
@@ -33,6 +34,8 @@ export interface Decision {
   readonly branch: string;
   /** cache_aware only: matched chars / text length, in [0, 1]. */
   readonly matchRate?: number;
+  /** cache_aware cost mode: the inputs of the decision (predicted wait, uncached tokens, runner-up). */
+  readonly cost?: CostInputs;
 }
 
 export interface Policy {

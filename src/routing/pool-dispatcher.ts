@@ -9,6 +9,7 @@ import { RouterError } from '../request/router-error.js';
 import type { WorkerPool } from '../workers/worker-pool.js';
 import { choose, reserve, type RoutingContext, type RoutingObserver } from './selector.js';
 import type { Decision } from './policy.js';
+import { describeCost } from './cost-model.js';
 
 export interface PoolDispatcherOptions {
   readonly pool: WorkerPool;
@@ -63,5 +64,6 @@ export function noWorkers(pools: readonly WorkerPool[]): RouterError {
 
 export function describeDecision(policy: string, d: Decision): string {
   const rate = d.matchRate === undefined ? '' : `; match=${d.matchRate.toFixed(3)}`;
-  return `policy=${policy}; branch=${d.branch}${rate}; worker=${d.worker.url}`;
+  const cost = d.cost === undefined ? '' : `; ${describeCost(d.cost)}`;
+  return `policy=${policy}; branch=${d.branch}${rate}; worker=${d.worker.url}${cost}`;
 }

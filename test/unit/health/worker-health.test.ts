@@ -296,3 +296,57 @@ describe('WorkerHealth: re-admission after a restart (fake clock)', () => {
     expect(health.view(w, INTERVAL)).toEqual({ active: 'healthy', breaker: 'half_open', selectable: true });
   });
 });
+
+describe('WorkerHealth: metric scrapes are a second active source, counted apart (no double counting)', () => {
+  type Step = ['health' | 'metrics', boolean];
+  it.each([
+    {
+      name: 'three failed scrapes mark it unhealthy, like three failed checks',
+      steps: [
+        ['metrics', false],
+        ['metrics', false],
+        ['metrics', false],
+      ] as Step[],
+      want: 'unhealthy',
+    },
+    {
+      name: 'a failed scrape and two failed checks are two sources below threshold, not three failures',
+      steps: [
+        ['metrics', false],
+        ['health', false],
+        ['health', false],
+      ] as Step[],
+      want: 'healthy',
+    },
+    {
+      name: 'passing scrapes do not hide failing /health checks',
+      steps: [
+        ['health', false],
+        ['metrics', true],
+        ['health', false],
+        ['metrics', true],
+        ['health', false],
+      ] as Step[],
+      want: 'unhealthy',
+    },
+    {
+      name: 'passing checks do not hide failing scrapes; two passing scrapes restore the scrape source',
+      steps: [
+        ['metrics', false],
+        ['metrics', false],
+        ['metrics', false],
+        ['health', true],
+        ['health', true],
+        ['metrics', true],
+        ['metrics', true],
+      ] as Step[],
+      want: 'healthy',
+    },
+  ])('$name', ({ steps, want }) => {
+    const health = new WorkerHealth({ breaker: BREAKER });
+    const w = worker();
+    steps.forEach(([source, ok], i) => health.recordCheck(w, ok, i, source));
+    expect(health.view(w, steps.length).active).toBe(want);
+    expect(w.healthy).toBe(want === 'healthy');
+  });
+});

@@ -10,8 +10,9 @@ import { counts, input, makeWorker, makeWorkers, route } from './fixtures.js';
 
 const PROMPT = 'system: you are a helpful assistant. user: summarise the attached report, please.';
 
+/** The reference router's rules (`per_request`) unless a test names another mode. */
 function policyWith(workers: readonly Worker[], options: Partial<CacheAwareOptions> = {}): CacheAwarePolicy {
-  const policy = new CacheAwarePolicy(options);
+  const policy = new CacheAwarePolicy({ mode: 'per_request', ...options });
   for (const w of workers) policy.addWorker(w);
   return policy;
 }
@@ -28,15 +29,18 @@ const coldTexts = Array.from(
 );
 
 describe('cache_aware options', () => {
-  it('defaults to the reference CLI values', () => {
+  it('defaults to the cost model, with the reference CLI values for the reference modes', () => {
     expect(new CacheAwarePolicy().options).toEqual({
       cacheThreshold: 0.3,
       balanceAbsThreshold: 64,
       balanceRelThreshold: 1.5,
       evictionIntervalMs: 120_000,
       maxTreeSize: 2 ** 26,
-      mode: 'per_request',
+      mode: 'cost',
       maxModels: 256,
+      overloadWaiting: 8,
+      overloadKvUsage: 0.9,
+      charsPerToken: 4,
     });
     expect(resolveCacheAwareOptions({ cacheThreshold: undefined })).toEqual(DEFAULT_CACHE_AWARE_OPTIONS);
   });
@@ -49,6 +53,9 @@ describe('cache_aware options', () => {
     { evictionIntervalMs: 0 },
     { maxTreeSize: -5 },
     { mode: 'fleet' as CacheAwareOptions['mode'] },
+    { overloadWaiting: -1 },
+    { overloadKvUsage: Number.NaN },
+    { charsPerToken: 0 },
   ])('rejects %j', (bad) => {
     expect(() => new CacheAwarePolicy(bad)).toThrow(RangeError);
   });

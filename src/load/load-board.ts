@@ -1,0 +1,89 @@
+/**
+ * The latest scraped load sample per worker URL, and the blend of that sample with what this router
+ * did since (pure: time passed in, no timers, metrics or logging).
+ *
+ * A sample is what one `/metrics` page said (metrics-parse.ts) plus two numbers the scraper takes
+ * when it SENDS the scrape: the time (`takenAtMs`) and this router's in-flight requests on that URL
+ * (`localAtSample`). Taking both at send time means a request routed while the scrape is on the wire
+ * is counted twice at worst (in the sample and in the local delta), never zero times: bursts spread.
+ *
+ * Blend, for a worker whose router-side in-flight count is `localNow`:
+ *   external = max(0, waiting + running - localAtSample)   (what reached the worker another way:
+ *                                                            another router, a batch job, a client)
+ *   ahead    = external + localNow
+ * so requests this router sent since the sample count on top of it, and those that finished since
+ * stop counting, without waiting for the next scrape. A P/D prefill leg counts on its prefill worker
+ * until the leg ends, a decode until its response ends: that is what `worker.load` already counts.
+ *
+ * Staleness: a sample older than `staleAfterMs` (config `load-stale-ms`, default 1000: ten missed
+ * 100 ms scrapes) is ignored and the view falls back to the in-flight count alone (`ahead = localNow`,
+ * source `in_flight`), as does a URL never scraped or whose page had neither waiting nor running.
+ */
+import type { LoadFigures } from './metrics-parse.js';
+
+export interface LoadSample {
+  /** Clock time the scrape was sent. */
+  readonly takenAtMs: number;
+  /** This router's in-flight requests on the URL when the scrape was sent. */
+  readonly localAtSample: number;
+  readonly figures: LoadFigures;
+}
+
+export interface LoadView {
+  /** 'scraped': a fresh sample blended with local counts; 'in_flight': local counts only. */
+  readonly source: 'scraped' | 'in_flight';
+  /** Requests queued or running ahead of a new one (blended). */
+  readonly ahead: number;
+  /** Scraped queue length (fresh samples only). */
+  readonly waiting?: number;
+  /** Scraped KV-cache usage in [0, 1] (fresh samples only). */
+  readonly kvUsage?: number;
+  /** Age of the sample used (fresh samples only). */
+  readonly ageMs?: number;
+}
+
+export const DEFAULT_STALE_AFTER_MS = 1000;
+
+export class LoadBoard {
+  private readonly samples = new Map<string, LoadSample>();
+
+  constructor(readonly staleAfterMs: number = DEFAULT_STALE_AFTER_MS) {
+    if (!Number.isFinite(staleAfterMs) || staleAfterMs <= 0) {
+      throw new RangeError(`staleAfterMs must be > 0, got ${staleAfterMs}`);
+    }
+  }
+
+  record(url: string, sample: LoadSample): void {
+    const prev = this.samples.get(url);
+    // Scrapes of one URL never overlap, but keep the newest if a late one lands anyway.
+    if (prev === undefined || prev.takenAtMs <= sample.takenAtMs) this.samples.set(url, sample);
+  }
+
+  /** The latest sample, fresh or not. */
+  latest(url: string): LoadSample | undefined {
+    return this.samples.get(url);
+  }
+
+  /** Drops URLs no longer in any pool (keeps the map bounded by the fleet). */
+  retain(urls: ReadonlySet<string>): void {
+    for (const url of this.samples.keys()) if (!urls.has(url)) this.samples.delete(url);
+  }
+
+  view(url: string, localNow: number, nowMs: number): LoadView {
+    const s = this.samples.get(url);
+    if (s === undefined) return { source: 'in_flight', ahead: localNow };
+    const ageMs = Math.max(0, nowMs - s.takenAtMs);
+    const { waiting, running, kvUsage } = s.figures;
+    if (ageMs > this.staleAfterMs || (waiting === undefined && running === undefined)) {
+      return { source: 'in_flight', ahead: localNow };
+    }
+    const external = Math.max(0, (waiting ?? 0) + (running ?? 0) - s.localAtSample);
+    return {
+      source: 'scraped',
+      ahead: external + localNow,
+      ...(waiting === undefined ? {} : { waiting }),
+      ...(kvUsage === undefined ? {} : { kvUsage }),
+      ageMs,
+    };
+  }
+}

@@ -1,0 +1,185 @@
+/**
+ * A worker's Prometheus `/metrics` page -> the load figures routing uses (pure: no I/O, no timers).
+ *
+ * Names (configurable, first name found wins per figure; defaults cover vLLM and SGLang so either
+ * works out of the box):
+ *   waiting   vllm:num_requests_waiting   | sglang:num_queue_reqs
+ *   running   vllm:num_requests_running   | sglang:num_running_reqs
+ *   kvUsage   vllm:kv_cache_usage_perc    | vllm:gpu_cache_usage_perc (vLLM < 0.10) | sglang:token_usage
+ *   blockSize vllm:cache_config_info's `block_size` label
+ *   lora      vllm:lora_requests_info's `max_lora`, `running_lora_adapters`, `waiting_lora_adapters`
+ * A page with several samples of a figure (data-parallel engines, several `model_name`s) sums the
+ * counts and takes the largest KV usage (the fullest engine is the one that will queue).
+ *
+ * Parsing: the exposition format is parsed by `parse-prometheus-text-format` (a port of the Prometheus
+ * Python client's parser: label escapes, timestamps, `# HELP`/`# TYPE`). A vLLM page is ~1,000 lines,
+ * mostly histogram buckets (~4 ms to parse whole on this machine, too much 10 times a second per
+ * worker), so only the lines that START with a wanted name are handed to the parser (~0.05 ms).
+ * A malformed line makes the parser throw; the lines are then parsed one by one and the bad ones
+ * dropped, so garbage elsewhere on the page never costs the figures that are readable.
+ *
+ * Values: `NaN`, `+Inf`, `-Inf`, negative or unparsable values are ignored (the figure is missing);
+ * counts above MAX_COUNT are clamped (a 1e308 queue must not turn every score into Infinity);
+ * KV usage is clamped to [0, 1].
+ */
+import parsePrometheusTextFormat, { type ParsedFamily } from 'parse-prometheus-text-format';
+
+export interface MetricNames {
+  readonly waiting: readonly string[];
+  readonly running: readonly string[];
+  readonly kvUsage: readonly string[];
+  readonly cacheConfig: string;
+  readonly lora: string;
+}
+
+export const DEFAULT_METRIC_NAMES: Readonly<MetricNames> = Object.freeze({
+  waiting: ['vllm:num_requests_waiting', 'sglang:num_queue_reqs'],
+  running: ['vllm:num_requests_running', 'sglang:num_running_reqs'],
+  kvUsage: ['vllm:kv_cache_usage_perc', 'vllm:gpu_cache_usage_perc', 'sglang:token_usage'],
+  cacheConfig: 'vllm:cache_config_info',
+  lora: 'vllm:lora_requests_info',
+});
+
+/** Counts beyond this are clamped (no real engine queues a million requests). */
+export const MAX_COUNT = 1_000_000;
+
+export interface LoraInfo {
+  readonly maxLora?: number;
+  readonly running: readonly string[];
+  readonly waiting: readonly string[];
+}
+
+/** What one page said; a figure is undefined when the page did not carry it readably. */
+export interface LoadFigures {
+  readonly waiting?: number;
+  readonly running?: number;
+  /** In [0, 1]. */
+  readonly kvUsage?: number;
+  readonly blockSize?: number;
+  readonly lora?: LoraInfo;
+  /** Lines the parser rejected. */
+  readonly malformedLines: number;
+}
+
+export function parseLoadFigures(
+  text: string,
+  names: Readonly<MetricNames> = DEFAULT_METRIC_NAMES,
+): LoadFigures {
+  const wanted = [...names.waiting, ...names.running, ...names.kvUsage, names.cacheConfig, names.lora];
+  const { families, malformed } = parseWanted(text, wanted);
+  const values = (name: string): number[] => {
+    const out: number[] = [];
+    for (const s of families.get(name) ?? []) {
+      const v = finiteNonNegative(s.value);
+      if (v !== undefined) out.push(v);
+    }
+    return out;
+  };
+  const firstOf = (list: readonly string[], combine: (vs: number[]) => number): number | undefined => {
+    for (const name of list) {
+      const vs = values(name);
+      if (vs.length > 0) return combine(vs);
+    }
+    return undefined;
+  };
+  const sum = (vs: number[]): number =>
+    Math.min(
+      MAX_COUNT,
+      vs.reduce((a, b) => a + b, 0),
+    );
+  const max = (vs: number[]): number => Math.min(1, Math.max(...vs));
+
+  let blockSize: number | undefined;
+  for (const s of families.get(names.cacheConfig) ?? []) {
+    const b = Number(s.labels?.block_size);
+    if (Number.isInteger(b) && b > 0) blockSize = b;
+  }
+  let lora: LoraInfo | undefined;
+  for (const s of families.get(names.lora) ?? []) {
+    const l = s.labels ?? {};
+    const maxLora = Number(l.max_lora);
+    lora = {
+      ...(Number.isInteger(maxLora) && maxLora >= 0 ? { maxLora } : {}),
+      running: splitList(l.running_lora_adapters),
+      waiting: splitList(l.waiting_lora_adapters),
+    };
+  }
+  const waiting = firstOf(names.waiting, sum);
+  const running = firstOf(names.running, sum);
+  const kvUsage = firstOf(names.kvUsage, max);
+  return {
+    ...(waiting === undefined ? {} : { waiting }),
+    ...(running === undefined ? {} : { running }),
+    ...(kvUsage === undefined ? {} : { kvUsage }),
+    ...(blockSize === undefined ? {} : { blockSize }),
+    ...(lora === undefined ? {} : { lora }),
+    malformedLines: malformed,
+  };
+}
+
+type Samples = ParsedFamily['metrics'];
+
+/** Parses only the sample lines of the wanted metric names. */
+function parseWanted(
+  text: string,
+  wanted: readonly string[],
+): { families: Map<string, Samples>; malformed: number } {
+  const lines: string[] = [];
+  let start = 0;
+  while (start < text.length) {
+    let end = text.indexOf('\n', start);
+    if (end === -1) end = text.length;
+    const c = text.charCodeAt(start);
+    // Sample lines only (comments start with '#'); cheap first-character screen before startsWith.
+    if (c !== 35 && c !== 10) {
+      for (const name of wanted) {
+        if (text.startsWith(name, start)) {
+          const next = text.charCodeAt(start + name.length);
+          if (next === 123 /* { */ || next === 32 /* space */ || next === 9 /* tab */) {
+            lines.push(text.slice(start, end));
+          }
+          break;
+        }
+      }
+    }
+    start = end + 1;
+  }
+  const families = new Map<string, Samples>();
+  const add = (parsed: ParsedFamily[]): void => {
+    for (const f of parsed) {
+      const list = families.get(f.name);
+      if (list) list.push(...f.metrics);
+      else families.set(f.name, [...f.metrics]);
+    }
+  };
+  if (lines.length === 0) return { families, malformed: 0 };
+  try {
+    // The parser drops a final line without '\n'; every line here ends with one.
+    add(parsePrometheusTextFormat(lines.join('\n') + '\n'));
+    return { families, malformed: 0 };
+  } catch {
+    let malformed = 0;
+    for (const line of lines) {
+      try {
+        add(parsePrometheusTextFormat(line + '\n'));
+      } catch {
+        malformed += 1;
+      }
+    }
+    return { families, malformed };
+  }
+}
+
+function finiteNonNegative(raw: string | undefined): number | undefined {
+  if (raw === undefined) return undefined;
+  const v = Number(raw);
+  return Number.isFinite(v) && v >= 0 ? v : undefined;
+}
+
+function splitList(raw: string | undefined): string[] {
+  if (raw === undefined || raw === '') return [];
+  return raw
+    .split(',')
+    .map((s) => s.trim())
+    .filter((s) => s.length > 0);
+}

@@ -1,0 +1,237 @@
+/**
+ * Scrapes every pool member's Prometheus `/metrics` page and records the load it reports on a
+ * LoadBoard (load-board.ts), so routing sees load the router did not cause (another replica, a batch
+ * job, a direct client).
+ *
+ * Schedule: a tick every `intervalMs` (config `scrape-interval-ms`, default 100; the Gateway API
+ * inference extension uses 50; 0 = off) queues every URL that is not already being scraped; at most
+ * `concurrency` (default 16) scrapes run at once. Each URL has at most one scrape in flight, so a slow
+ * or hung worker occupies one slot until its timeout (`scrape-timeout-ms`, default 500) and is merely
+ * skipped by later ticks: the other workers keep their 100 ms cadence. Workers sharing a URL (a prefill
+ * and a decode role of one process) share one scrape.
+ *
+ * A scrape sends `GET <url>/metrics`, takes the clock and this router's in-flight count on the URL at
+ * SEND time (see load-board.ts for why), reads at most 4 MiB of body and parses it (metrics-parse.ts).
+ * Outcomes:
+ * - 2xx: the sample is recorded (even one without load figures: the board then falls back to in-flight
+ *   counts) and `health.recordCheck(worker, true, now, 'metrics')`.
+ * - 404 / 405: the worker exports no metrics. Not a health failure (nothing is recorded; routing uses
+ *   in-flight counts for it).
+ * - any other status, a connect error, a reset, a timeout, an oversized body: a failed check of the
+ *   `metrics` source (worker-health.ts counts it apart from /health checks, with the same thresholds).
+ *
+ * Connections: one undici keep-alive Agent (idle sockets closed after 4 s, below the 5 s idle timeout
+ * of Node and uvicorn servers). close() is idempotent: stops the ticks, aborts scrapes in flight (their
+ * results are dropped), waits for them, destroys the Agent. The tick timer is unref'd.
+ */
+import { Agent, request } from 'undici';
+import type { Worker } from '../workers/worker.js';
+import type { LoadBoard } from './load-board.js';
+import {
+  DEFAULT_METRIC_NAMES,
+  parseLoadFigures,
+  type LoadFigures,
+  type MetricNames,
+} from './metrics-parse.js';
+
+export interface ScrapeHealthTarget {
+  recordCheck(worker: Worker, ok: boolean, now: number, source: 'metrics'): void;
+}
+
+export interface MetricsScraperOptions {
+  /** Current pool members, read at every tick. */
+  readonly workers: () => Iterable<Worker>;
+  readonly board: LoadBoard;
+  readonly health?: ScrapeHealthTarget;
+  /** Tick interval, ms; 0 disables the scraper. */
+  readonly intervalMs: number;
+  /** Whole-request timeout of one scrape, ms. */
+  readonly timeoutMs: number;
+  /** Scrapes in flight at once. Default 16. */
+  readonly concurrency?: number;
+  readonly names?: Readonly<MetricNames>;
+  /** Default '/metrics'. */
+  readonly path?: string;
+  /** Same clock as the router's. Default performance.now. */
+  readonly clock?: () => number;
+  /** A scrape failed (debug logs): `reason` is `status 503`, `timeout`, `too_large` or an error code. */
+  readonly onScrapeFailed?: (url: string, reason: string) => void;
+  /** A scrape succeeded (metrics). */
+  readonly onScraped?: (url: string, figures: LoadFigures) => void;
+}
+
+const KEEP_ALIVE_MS = 4_000;
+const MAX_BODY_BYTES = 4 * 1024 * 1024;
+
+class ScrapeTimeout extends Error {
+  constructor() {
+    super('metrics scrape timed out');
+  }
+}
+
+type Result = { kind: 'ok'; figures: LoadFigures } | { kind: 'absent' } | { kind: 'failed'; reason: string };
+
+export class MetricsScraper {
+  private readonly agent: Agent;
+  private readonly concurrency: number;
+  private readonly path: string;
+  private readonly names: Readonly<MetricNames>;
+  private readonly clock: () => number;
+  /** URLs with a scrape queued or in flight. */
+  private readonly busy = new Set<string>();
+  private readonly queue: Array<{ url: string; workers: Worker[] }> = [];
+  private readonly inflight = new Map<AbortController, Promise<void>>();
+  private timer: NodeJS.Timeout | undefined;
+  private closed = false;
+  private closing: Promise<void> | undefined;
+  private scrapes = 0;
+
+  constructor(private readonly opts: MetricsScraperOptions) {
+    if (!Number.isFinite(opts.intervalMs) || opts.intervalMs < 0)
+      throw new RangeError('intervalMs must be >= 0');
+    if (!Number.isFinite(opts.timeoutMs) || opts.timeoutMs <= 0)
+      throw new RangeError('timeoutMs must be > 0');
+    this.concurrency = opts.concurrency ?? 16;
+    if (!Number.isInteger(this.concurrency) || this.concurrency < 1) {
+      throw new RangeError('concurrency must be an integer >= 1');
+    }
+    this.path = opts.path ?? '/metrics';
+    this.names = opts.names ?? DEFAULT_METRIC_NAMES;
+    this.clock = opts.clock ?? (() => performance.now());
+    this.agent = new Agent({
+      keepAliveTimeout: KEEP_ALIVE_MS,
+      keepAliveMaxTimeout: KEEP_ALIVE_MS,
+      connect: { timeout: opts.timeoutMs },
+    });
+  }
+
+  /** Starts ticking (no-op when intervalMs is 0, already started, or closed). */
+  start(): void {
+    if (this.timer || this.closed || this.opts.intervalMs === 0) return;
+    this.tick();
+    this.timer = setInterval(() => this.tick(), this.opts.intervalMs);
+    this.timer.unref();
+  }
+
+  /** Scrapes in flight right now. */
+  get scrapesInFlight(): number {
+    return this.inflight.size;
+  }
+
+  /** Scrapes completed (any outcome) since start. */
+  get completedScrapes(): number {
+    return this.scrapes;
+  }
+
+  /** Queues one round now (also what each tick does). */
+  tick(): void {
+    if (this.closed) return;
+    const byUrl = new Map<string, Worker[]>();
+    try {
+      for (const w of this.opts.workers()) {
+        const group = byUrl.get(w.url);
+        if (group) group.push(w);
+        else byUrl.set(w.url, [w]);
+      }
+    } catch {
+      return; // the pools could not be read this tick; the next one tries again
+    }
+    this.opts.board.retain(new Set(byUrl.keys()));
+    for (const [url, workers] of byUrl) {
+      if (this.busy.has(url)) continue;
+      this.busy.add(url);
+      this.queue.push({ url, workers });
+    }
+    this.pump();
+  }
+
+  close(): Promise<void> {
+    this.closing ??= (async () => {
+      this.closed = true;
+      if (this.timer) clearInterval(this.timer);
+      this.timer = undefined;
+      this.queue.length = 0;
+      for (const ac of this.inflight.keys()) ac.abort();
+      await Promise.all(this.inflight.values());
+      await this.agent.destroy();
+    })();
+    return this.closing;
+  }
+
+  private pump(): void {
+    while (!this.closed && this.inflight.size < this.concurrency && this.queue.length > 0) {
+      const job = this.queue.shift()!;
+      const ac = new AbortController();
+      const done = this.scrape(job.url, job.workers, ac).finally(() => {
+        this.inflight.delete(ac);
+        this.busy.delete(job.url);
+        this.scrapes += 1;
+        this.pump();
+      });
+      this.inflight.set(ac, done);
+    }
+  }
+
+  private async scrape(url: string, workers: Worker[], ac: AbortController): Promise<void> {
+    const takenAtMs = this.clock();
+    let localAtSample = 0;
+    for (const w of workers) localAtSample += w.load;
+    const result = await this.fetch(url, ac);
+    if (this.closed) return;
+    const now = this.clock();
+    switch (result.kind) {
+      case 'ok':
+        this.opts.board.record(url, { takenAtMs, localAtSample, figures: result.figures });
+        for (const w of workers) this.opts.health?.recordCheck(w, true, now, 'metrics');
+        this.opts.onScraped?.(url, result.figures);
+        return;
+      case 'absent':
+        return;
+      case 'failed':
+        this.opts.onScrapeFailed?.(url, result.reason);
+        for (const w of workers) this.opts.health?.recordCheck(w, false, now, 'metrics');
+        return;
+    }
+  }
+
+  private async fetch(baseUrl: string, ac: AbortController): Promise<Result> {
+    const timer = setTimeout(() => ac.abort(new ScrapeTimeout()), this.opts.timeoutMs);
+    timer.unref();
+    try {
+      const res = await request(joinUrl(baseUrl, this.path), {
+        method: 'GET',
+        dispatcher: this.agent,
+        signal: ac.signal,
+      });
+      if (res.statusCode === 404 || res.statusCode === 405) {
+        await res.body.dump({ limit: 64 * 1024 });
+        return { kind: 'absent' };
+      }
+      if (res.statusCode < 200 || res.statusCode >= 300) {
+        await res.body.dump({ limit: 64 * 1024 });
+        return { kind: 'failed', reason: `status ${res.statusCode}` };
+      }
+      const chunks: Buffer[] = [];
+      let size = 0;
+      for await (const chunk of res.body as AsyncIterable<Buffer>) {
+        size += chunk.length;
+        if (size > MAX_BODY_BYTES) {
+          res.body.destroy();
+          return { kind: 'failed', reason: 'too_large' };
+        }
+        chunks.push(chunk);
+      }
+      return { kind: 'ok', figures: parseLoadFigures(Buffer.concat(chunks).toString('utf8'), this.names) };
+    } catch (err) {
+      if (ac.signal.reason instanceof ScrapeTimeout) return { kind: 'failed', reason: 'timeout' };
+      const code = (err as { code?: unknown }).code;
+      return { kind: 'failed', reason: typeof code === 'string' ? code : (err as Error).message };
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+}
+
+function joinUrl(base: string, path: string): string {
+  return base.replace(/\/+$/, '') + (path.startsWith('/') ? path : `/${path}`);
+}

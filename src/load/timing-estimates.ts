@@ -1,0 +1,207 @@
+/**
+ * Per-worker online estimates of response timing, learned from the responses the router already
+ * streams through ext_proc (no extra requests). Pure: time and observations passed in; no timers,
+ * metrics or logging. State is keyed by the Worker object, so it is per role and per registration
+ * generation, like load and health.
+ *
+ * Observations (timing-dispatcher.ts feeds them):
+ * - TTFT of a streamed response: routing decision -> first response body chunk, with the features the
+ *   cost model used for that decision: uncached prompt tokens U and requests ahead A.
+ * - Inter-chunk time of a streamed response: (last chunk - first chunk) / (chunks - 1).
+ *
+ * Estimates:
+ * - `interChunkMs`: EWMA (alpha 0.1 per response) of the inter-chunk time: the engine's step time under
+ *   its current batch.
+ * - TTFT model `ttft = floorMs + prefillMsPerToken * U + waitMsPerRequest * A`, fitted by exponentially
+ *   weighted recursive least squares (the three-coefficient generalisation of an EWMA: forgetting factor
+ *   0.98, i.e. about the last 50 responses). The priors are the starting coefficients AND a Gaussian prior
+ *   around them (standard deviation = the prior value), so a worker with few or uninformative samples
+ *   (every prompt the same size, never any queue) keeps its priors in the directions the data cannot
+ *   see. The covariance is capped at the prior's (no wind-up while a direction is unexcited), and an
+ *   observation is clipped to 2 x the current prediction + 200 ms, so one stalled response cannot wreck
+ *   the fit (a worker truly that much slower is learned over a few responses instead of one).
+ * - Published coefficients are clamped: floor and prefill >= 0; `waitMsPerRequest` >= `interChunkMs`,
+ *   because a continuously batched engine runs one step per token for everything it holds, so each
+ *   request ahead costs at least one step before a new one gets its first token (and without that
+ *   floor a fleet whose TTFT is dominated by prefill would learn that queues are free and pile up).
+ * - `ttftMs`: plain EWMA (alpha 0.1) of observed TTFT, for display.
+ */
+import type { Worker } from '../workers/worker.js';
+
+export interface TimingPriors {
+  /** Fixed time to first token (network, Envoy, scheduling), ms. */
+  readonly ttftFloorMs: number;
+  /** Prefill cost per uncached prompt token, ms. */
+  readonly prefillMsPerToken: number;
+  /** Wait per request queued or running ahead, ms. */
+  readonly waitMsPerRequest: number;
+  /** Time between streamed chunks (one engine step), ms. */
+  readonly interChunkMs: number;
+}
+
+/** Loosely a mid-size model on one GPU: 20k prefill tokens/s, 50 decode steps/s. */
+export const DEFAULT_TIMING_PRIORS: Readonly<TimingPriors> = Object.freeze({
+  ttftFloorMs: 10,
+  prefillMsPerToken: 0.05,
+  waitMsPerRequest: 20,
+  interChunkMs: 20,
+});
+
+export interface WorkerEstimates {
+  readonly ttftFloorMs: number;
+  readonly prefillMsPerToken: number;
+  readonly waitMsPerRequest: number;
+  readonly interChunkMs: number;
+  /** EWMA of observed TTFT (undefined before the first sample). */
+  readonly ttftMs?: number;
+  readonly ttftSamples: number;
+  readonly chunkSamples: number;
+}
+
+export interface TtftFeatures {
+  readonly uncachedTokens: number;
+  readonly ahead: number;
+}
+
+const FORGETTING = 0.98;
+const EWMA_ALPHA = 0.1;
+
+export function resolveTimingPriors(over: Partial<TimingPriors> = {}): Readonly<TimingPriors> {
+  const p: Record<keyof TimingPriors, number> = { ...DEFAULT_TIMING_PRIORS };
+  for (const [k, v] of Object.entries(over) as Array<[keyof TimingPriors, number | undefined]>) {
+    if (v === undefined) continue;
+    if (typeof v !== 'number' || !Number.isFinite(v) || v < 0) {
+      throw new RangeError(`timing prior ${k} must be a finite number >= 0, got ${String(v)}`);
+    }
+    p[k] = v;
+  }
+  return Object.freeze(p);
+}
+
+class State {
+  /** [floor, prefill per token, wait per request]. */
+  readonly theta: [number, number, number];
+  /** 3x3 covariance, row-major. */
+  readonly cov: number[];
+  interChunk: number;
+  ttft: number | undefined = undefined;
+  ttftSamples = 0;
+  chunkSamples = 0;
+  published: WorkerEstimates;
+
+  constructor(
+    priors: Readonly<TimingPriors>,
+    private readonly prior: readonly number[],
+  ) {
+    this.theta = [priors.ttftFloorMs, priors.prefillMsPerToken, priors.waitMsPerRequest];
+    this.cov = [prior[0]!, 0, 0, 0, prior[1]!, 0, 0, 0, prior[2]!];
+    this.interChunk = priors.interChunkMs;
+    this.published = this.publish();
+  }
+
+  fit(x: readonly [number, number, number], y: number): void {
+    const P = this.cov;
+    const th = this.theta;
+    const Px = [
+      P[0]! * x[0] + P[1]! * x[1] + P[2]! * x[2],
+      P[3]! * x[0] + P[4]! * x[1] + P[5]! * x[2],
+      P[6]! * x[0] + P[7]! * x[1] + P[8]! * x[2],
+    ];
+    const denom = FORGETTING + x[0] * Px[0]! + x[1] * Px[1]! + x[2] * Px[2]!;
+    const predicted = th[0] * x[0] + th[1] * x[1] + th[2] * x[2];
+    const observed = Math.min(y, 2 * Math.max(0, predicted) + 200);
+    const err = observed - predicted;
+    for (let i = 0; i < 3; i++) th[i] = th[i]! + (Px[i]! / denom) * err;
+    // P = (P - Px Px^T / denom) / lambda  (P symmetric, so x^T P = Px^T)
+    for (let i = 0; i < 3; i++) {
+      for (let j = 0; j < 3; j++) P[i * 3 + j] = (P[i * 3 + j]! - (Px[i]! * Px[j]!) / denom) / FORGETTING;
+    }
+    // No wind-up: scale row and column i so that P_ii never exceeds the prior variance.
+    for (let i = 0; i < 3; i++) {
+      const pii = P[i * 3 + i]!;
+      const cap = this.prior[i]!;
+      if (pii > cap && pii > 0) {
+        const s = Math.sqrt(cap / pii);
+        for (let j = 0; j < 3; j++) {
+          P[i * 3 + j] = P[i * 3 + j]! * s;
+          P[j * 3 + i] = P[j * 3 + i]! * s;
+        }
+      }
+    }
+  }
+
+  publish(): WorkerEstimates {
+    const [f, p, q] = this.theta;
+    this.published = Object.freeze({
+      ttftFloorMs: Math.max(0, f),
+      prefillMsPerToken: Math.max(0, p),
+      waitMsPerRequest: Math.max(this.interChunk, q),
+      interChunkMs: this.interChunk,
+      ...(this.ttft === undefined ? {} : { ttftMs: this.ttft }),
+      ttftSamples: this.ttftSamples,
+      chunkSamples: this.chunkSamples,
+    });
+    return this.published;
+  }
+}
+
+export class TimingEstimates {
+  readonly priors: Readonly<TimingPriors>;
+  private readonly states = new WeakMap<Worker, State>();
+  private readonly priorVariance: number[];
+  private readonly fresh: WorkerEstimates;
+
+  constructor(priors: Partial<TimingPriors> = {}) {
+    this.priors = resolveTimingPriors(priors);
+    const variance = (v: number, min: number): number => Math.max(v, min) ** 2;
+    // Standard deviation = the prior itself (a small minimum keeps a zero prior learnable).
+    this.priorVariance = [
+      variance(this.priors.ttftFloorMs, 1),
+      variance(this.priors.prefillMsPerToken, 0.001),
+      variance(this.priors.waitMsPerRequest, 1),
+    ];
+    this.fresh = new State(this.priors, this.priorVariance).published;
+  }
+
+  /** Current estimates (the priors for a worker with no samples). O(1), allocation-free. */
+  of(worker: Worker): WorkerEstimates {
+    return this.states.get(worker)?.published ?? this.fresh;
+  }
+
+  /** Predicted TTFT of a request with these features on `worker`, ms. */
+  predictTtftMs(worker: Worker, f: TtftFeatures): number {
+    const e = this.of(worker);
+    return e.ttftFloorMs + e.prefillMsPerToken * f.uncachedTokens + e.waitMsPerRequest * f.ahead;
+  }
+
+  recordTtft(worker: Worker, ttftMs: number, f: TtftFeatures): void {
+    if (!Number.isFinite(ttftMs) || ttftMs < 0) return;
+    if (!Number.isFinite(f.uncachedTokens) || !Number.isFinite(f.ahead)) return;
+    const s = this.state(worker);
+    s.fit([1, Math.max(0, f.uncachedTokens), Math.max(0, f.ahead)], ttftMs);
+    s.ttft = s.ttft === undefined ? ttftMs : s.ttft + EWMA_ALPHA * (ttftMs - s.ttft);
+    s.ttftSamples += 1;
+    s.publish();
+  }
+
+  recordInterChunk(worker: Worker, gapMs: number): void {
+    if (!Number.isFinite(gapMs) || gapMs < 0) return;
+    const s = this.state(worker);
+    s.interChunk += EWMA_ALPHA * (gapMs - s.interChunk);
+    s.chunkSamples += 1;
+    s.publish();
+  }
+
+  forget(worker: Worker): void {
+    this.states.delete(worker);
+  }
+
+  private state(worker: Worker): State {
+    let s = this.states.get(worker);
+    if (s === undefined) {
+      s = new State(this.priors, this.priorVariance);
+      this.states.set(worker, s);
+    }
+    return s;
+  }
+}

@@ -1,0 +1,192 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterEach, describe, expect, it } from 'vitest';
+import { LoadBoard } from '../../../src/load/load-board.js';
+import { MetricsScraper, type MetricsScraperOptions } from '../../../src/load/metrics-scraper.js';
+import type { LoadFigures } from '../../../src/load/metrics-parse.js';
+import { Worker } from '../../../src/workers/worker.js';
+
+type Handler = (req: IncomingMessage, res: ServerResponse) => void;
+
+interface TestServer {
+  url: string;
+  requests: number;
+  close(): Promise<void>;
+}
+
+const servers: TestServer[] = [];
+const scrapers: MetricsScraper[] = [];
+
+afterEach(async () => {
+  await Promise.all(scrapers.splice(0).map((s) => s.close()));
+  await Promise.all(servers.splice(0).map((s) => s.close()));
+});
+
+async function serve(handler: Handler): Promise<TestServer> {
+  const open = new Set<ServerResponse>();
+  const server: Server = createServer((req, res) => {
+    t.requests += 1;
+    open.add(res);
+    res.on('close', () => open.delete(res));
+    handler(req, res);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const port = (server.address() as AddressInfo).port;
+  const t: TestServer = {
+    url: `http://127.0.0.1:${port}`,
+    requests: 0,
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const res of open) res.destroy();
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+  servers.push(t);
+  return t;
+}
+
+const page = (waiting: number, running: number) =>
+  `# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n# TYPE vllm:num_requests_waiting gauge\n` +
+  `vllm:num_requests_waiting{engine="0",model_name="m"} ${waiting}.0\n` +
+  `# HELP vllm:num_requests_running Number of requests in model execution batches.\n# TYPE vllm:num_requests_running gauge\n` +
+  `vllm:num_requests_running{engine="0",model_name="m"} ${running}.0\n`;
+
+const workerAt = (url: string, role: 'regular' | 'prefill' | 'decode' = 'regular') =>
+  new Worker({ role, url, endpoint: url.slice('http://'.length), generation: 1 });
+
+/** Resolves when `count(url)` reaches n. */
+function eventCounter() {
+  const counts = new Map<string, number>();
+  const waiters: Array<{ url: string; n: number; resolve: () => void }> = [];
+  return {
+    hit(url: string) {
+      counts.set(url, (counts.get(url) ?? 0) + 1);
+      for (const w of waiters.splice(0)) {
+        if ((counts.get(w.url) ?? 0) >= w.n) w.resolve();
+        else waiters.push(w);
+      }
+    },
+    count: (url: string) => counts.get(url) ?? 0,
+    waitFor(url: string, n: number): Promise<void> {
+      if ((counts.get(url) ?? 0) >= n) return Promise.resolve();
+      return new Promise((resolve) => waiters.push({ url, n, resolve }));
+    },
+  };
+}
+
+function start(opts: Partial<MetricsScraperOptions> & Pick<MetricsScraperOptions, 'workers'>) {
+  const board = new LoadBoard(60_000);
+  const checks: Array<[string, boolean]> = [];
+  const scraped = eventCounter();
+  const failed = eventCounter();
+  const reasons: string[] = [];
+  const scraper = new MetricsScraper({
+    board,
+    intervalMs: 20,
+    timeoutMs: 10_000,
+    health: { recordCheck: (w, ok) => checks.push([w.id, ok]) },
+    onScraped: (url: string, _f: LoadFigures) => scraped.hit(url),
+    onScrapeFailed: (url, reason) => {
+      reasons.push(reason);
+      failed.hit(url);
+    },
+    ...opts,
+  });
+  scrapers.push(scraper);
+  scraper.start();
+  return { scraper, board, checks, scraped, failed, reasons };
+}
+
+describe('MetricsScraper (real HTTP servers on port 0)', () => {
+  it('records the page with the in-flight count taken at send time; one scrape per URL for two roles', async () => {
+    const s = await serve((_req, res) => res.end(page(3, 4)));
+    const p = workerAt(s.url, 'prefill');
+    const d = workerAt(s.url, 'decode');
+    p.load = 1;
+    d.load = 1;
+    const { board, scraped, checks } = start({ workers: () => [p, d] });
+    await scraped.waitFor(s.url, 1);
+    expect(board.latest(s.url)).toMatchObject({ localAtSample: 2, figures: { waiting: 3, running: 4 } });
+    expect(checks.slice(0, 2)).toEqual([
+      [p.id, true],
+      [d.id, true],
+    ]);
+  });
+
+  it('a hung worker never delays the others, and is never scraped twice at once', async () => {
+    let release: (() => void) | undefined;
+    const slow = await serve((_req, res) => {
+      release = () => res.end(page(0, 1));
+    });
+    const fast = await serve((_req, res) => res.end(page(1, 1)));
+    const { scraped, scraper } = start({
+      workers: () => [workerAt(slow.url), workerAt(fast.url)],
+      concurrency: 2,
+    });
+    await scraped.waitFor(fast.url, 5);
+    expect(slow.requests).toBe(1);
+    expect(scraped.count(slow.url)).toBe(0);
+    expect(scraper.scrapesInFlight).toBeGreaterThanOrEqual(1);
+    release!();
+    await scraped.waitFor(slow.url, 1);
+  });
+
+  it('a timeout is a failed check of the metrics source', async () => {
+    const hung = await serve(() => undefined);
+    const w = workerAt(hung.url);
+    const { failed, checks, reasons } = start({ workers: () => [w], timeoutMs: 100 });
+    await failed.waitFor(hung.url, 2);
+    expect(reasons.slice(0, 2)).toEqual(['timeout', 'timeout']);
+    expect(checks.slice(0, 2)).toEqual([
+      [w.id, false],
+      [w.id, false],
+    ]);
+  });
+
+  it('5xx and a reset are failed checks; 404 means no metrics, which is not a failure', async () => {
+    const broken = await serve((_req, res) => res.writeHead(503).end('down'));
+    const reset = await serve((req) => req.socket.destroy());
+    const absent = await serve((_req, res) => res.writeHead(404).end());
+    const ok = await serve((_req, res) => res.end(page(0, 0)));
+    const workers = [broken, reset, absent, ok].map((s) => workerAt(s.url));
+    const { failed, scraped, checks, reasons, board } = start({ workers: () => workers });
+    await Promise.all([
+      failed.waitFor(broken.url, 1),
+      failed.waitFor(reset.url, 1),
+      scraped.waitFor(ok.url, 3),
+    ]);
+    while (absent.requests < 2) await new Promise((resolve) => setImmediate(resolve));
+    expect(reasons).toContain('status 503');
+    expect(failed.count(absent.url), JSON.stringify(reasons)).toBe(0);
+    expect(checks.some(([id]) => id === workers[2]!.id)).toBe(false);
+    expect(board.latest(absent.url)).toBeUndefined();
+    expect(checks.filter(([id, okay]) => id === workers[0]!.id && okay)).toEqual([]);
+  });
+
+  it('close() is idempotent, aborts scrapes in flight and records nothing after', async () => {
+    const hung = await serve(() => undefined);
+    const { scraper, checks } = start({ workers: () => [workerAt(hung.url)] });
+    while (hung.requests === 0) await new Promise((resolve) => setImmediate(resolve));
+    await Promise.all([scraper.close(), scraper.close()]);
+    expect(scraper.scrapesInFlight).toBe(0);
+    expect(checks).toEqual([]);
+  });
+
+  it('interval 0 is off; invalid settings are rejected', () => {
+    const board = new LoadBoard();
+    const off = new MetricsScraper({ workers: () => [], board, intervalMs: 0, timeoutMs: 1 });
+    scrapers.push(off);
+    off.start();
+    expect(off.scrapesInFlight).toBe(0);
+    expect(() => new MetricsScraper({ workers: () => [], board, intervalMs: -1, timeoutMs: 1 })).toThrow(
+      RangeError,
+    );
+    expect(() => new MetricsScraper({ workers: () => [], board, intervalMs: 1, timeoutMs: 0 })).toThrow(
+      RangeError,
+    );
+    expect(
+      () => new MetricsScraper({ workers: () => [], board, intervalMs: 1, timeoutMs: 1, concurrency: 0 }),
+    ).toThrow(RangeError);
+  });
+});

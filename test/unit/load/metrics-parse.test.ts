@@ -1,0 +1,118 @@
+import { describe, expect, it } from 'vitest';
+import { MAX_COUNT, parseLoadFigures, DEFAULT_METRIC_NAMES } from '../../../src/load/metrics-parse.js';
+
+/** An excerpt of a vLLM 0.10 page as prometheus_client writes it (HELP/TYPE, _created, histograms, info). */
+const VLLM_PAGE = `# HELP python_gc_objects_collected_total Objects collected during gc
+# TYPE python_gc_objects_collected_total counter
+python_gc_objects_collected_total{generation="0"} 12345.0
+# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} 5.0
+# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} 2.0
+# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} 0.42
+# HELP vllm:prefix_cache_hits_total Prefix cache hits, in terms of number of cached tokens.
+# TYPE vllm:prefix_cache_hits_total counter
+vllm:prefix_cache_hits_total{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} 1024.0
+vllm:prefix_cache_hits_created{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} 1.7337e+09
+# HELP vllm:time_to_first_token_seconds Histogram of time to first token in seconds.
+# TYPE vllm:time_to_first_token_seconds histogram
+vllm:time_to_first_token_seconds_bucket{engine="0",le="0.001",model_name="meta-llama/Llama-3.1-8B-Instruct"} 0.0
+vllm:time_to_first_token_seconds_bucket{engine="0",le="+Inf",model_name="meta-llama/Llama-3.1-8B-Instruct"} 7.0
+vllm:time_to_first_token_seconds_count{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} 7.0
+vllm:time_to_first_token_seconds_sum{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} 0.31
+# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig
+# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{block_size="16",cache_dtype="auto",enable_prefix_caching="True",num_gpu_blocks="27000"} 1.0
+# HELP vllm:lora_requests_info Running stats on lora requests.
+# TYPE vllm:lora_requests_info gauge
+vllm:lora_requests_info{max_lora="4",running_lora_adapters="sql,chat",waiting_lora_adapters=""} 1.7337e+09
+`;
+
+const line = (name: string, value: string, labels = 'engine="0",model_name="m"') =>
+  `${name}{${labels}} ${value}\n`;
+
+describe('parseLoadFigures', () => {
+  it.each([
+    {
+      name: "vLLM's page",
+      text: VLLM_PAGE,
+      want: {
+        waiting: 2,
+        running: 5,
+        kvUsage: 0.42,
+        blockSize: 16,
+        lora: { maxLora: 4, running: ['sql', 'chat'], waiting: [] },
+        malformedLines: 0,
+      },
+    },
+    {
+      name: 'older vLLM: gpu_cache_usage_perc as the fallback KV usage',
+      text: line('vllm:gpu_cache_usage_perc', '0.7') + line('vllm:num_requests_running', '1'),
+      want: { running: 1, kvUsage: 0.7, malformedLines: 0 },
+    },
+    {
+      name: 'SGLang names',
+      text:
+        line('sglang:num_queue_reqs', '3') +
+        line('sglang:num_running_reqs', '9') +
+        line('sglang:token_usage', '0.5'),
+      want: { waiting: 3, running: 9, kvUsage: 0.5, malformedLines: 0 },
+    },
+    {
+      name: 'data-parallel engines: counts summed, the fullest KV cache',
+      text:
+        line('vllm:num_requests_waiting', '1', 'engine="0"') +
+        line('vllm:num_requests_waiting', '2', 'engine="1"') +
+        line('vllm:kv_cache_usage_perc', '0.3', 'engine="0"') +
+        line('vllm:kv_cache_usage_perc', '0.8', 'engine="1"'),
+      want: { waiting: 3, kvUsage: 0.8, malformedLines: 0 },
+    },
+    { name: 'missing metrics', text: line('python_info', '1'), want: { malformedLines: 0 } },
+    { name: 'empty page', text: '', want: { malformedLines: 0 } },
+    {
+      name: 'NaN, +Inf and negative values are ignored',
+      text:
+        line('vllm:num_requests_waiting', 'NaN') +
+        line('vllm:num_requests_running', '+Inf') +
+        line('vllm:kv_cache_usage_perc', '-0.5'),
+      want: { malformedLines: 0 },
+    },
+    {
+      name: 'huge values are clamped',
+      text: line('vllm:num_requests_waiting', '1e308') + line('vllm:kv_cache_usage_perc', '7'),
+      want: { waiting: MAX_COUNT, kvUsage: 1, malformedLines: 0 },
+    },
+    {
+      name: 'garbage page',
+      text: '\u0000\u0001<html>oops</html>\n{{{ }}}\nvllm:num_requests_waiting\n',
+      want: { malformedLines: 0 },
+    },
+    {
+      name: 'a malformed wanted line costs only itself',
+      text: 'vllm:num_requests_waiting{engine="0" 2\n' + line('vllm:num_requests_running', '4'),
+      want: { running: 4, malformedLines: 1 },
+    },
+    {
+      name: 'a prefix of a wanted name is not that name',
+      text: line('vllm:num_requests_waiting_by_reason', '9') + line('vllm:num_requests_waiting', '1'),
+      want: { waiting: 1, malformedLines: 0 },
+    },
+    {
+      name: 'no trailing newline, timestamps, escaped label values',
+      text: 'vllm:num_requests_running{model_name="a \\"b\\"\\\\c"} 6 1700000000000',
+      want: { running: 6, malformedLines: 0 },
+    },
+  ])('$name', ({ text, want }) => {
+    expect(parseLoadFigures(text)).toEqual(want);
+  });
+
+  it('takes configured names (first one found wins)', () => {
+    const names = { ...DEFAULT_METRIC_NAMES, waiting: ['my:queue', 'vllm:num_requests_waiting'] };
+    const text = line('vllm:num_requests_waiting', '1') + line('my:queue', '5');
+    expect(parseLoadFigures(text, names).waiting).toBe(5);
+  });
+});

@@ -1,0 +1,80 @@
+import { describe, expect, it } from 'vitest';
+import { DEFAULT_TIMING_PRIORS, TimingEstimates } from '../../../src/load/timing-estimates.js';
+import { makeWorkers } from '../routing/fixtures.js';
+
+/** A worker whose true TTFT is floor + p * U + q * A, observed over varied requests. */
+function observe(est: TimingEstimates, truth: { floor: number; p: number; q: number }, n: number) {
+  const [w] = makeWorkers(1);
+  for (let i = 0; i < n; i++) {
+    const uncachedTokens = [16, 2048, 300, 5000, 64][i % 5]!;
+    const ahead = [0, 3, 8, 1, 12][(i * 3) % 5]!;
+    est.recordTtft(w!, truth.floor + truth.p * uncachedTokens + truth.q * ahead, { uncachedTokens, ahead });
+  }
+  return w!;
+}
+
+describe('TimingEstimates', () => {
+  it('starts from the priors', () => {
+    const est = new TimingEstimates();
+    const [w] = makeWorkers(1);
+    expect(est.of(w!)).toEqual({ ...DEFAULT_TIMING_PRIORS, ttftSamples: 0, chunkSamples: 0 });
+    expect(est.predictTtftMs(w!, { uncachedTokens: 1000, ahead: 2 })).toBeCloseTo(10 + 50 + 40);
+  });
+
+  it.each([
+    { name: 'a faster GPU than the priors', truth: { floor: 4, p: 0.02, q: 30 } },
+    { name: 'a slower GPU with long queues', truth: { floor: 25, p: 0.2, q: 60 } },
+  ])('learns the TTFT model of $name', ({ truth }) => {
+    const est = new TimingEstimates();
+    const w = observe(est, truth, 300);
+    const e = est.of(w);
+    expect(e.ttftFloorMs).toBeCloseTo(truth.floor, 0);
+    expect(e.prefillMsPerToken).toBeCloseTo(truth.p, 2);
+    expect(e.waitMsPerRequest).toBeCloseTo(truth.q, 0);
+    expect(e.ttftSamples).toBe(300);
+  });
+
+  it('keeps the priors in directions the data never excites (same prompt size, never a queue)', () => {
+    const est = new TimingEstimates();
+    const [w] = makeWorkers(1);
+    for (let i = 0; i < 500; i++) est.recordTtft(w!, 15, { uncachedTokens: 100, ahead: 0 });
+    const e = est.of(w!);
+    expect(e.ttftFloorMs + e.prefillMsPerToken * 100).toBeCloseTo(15, 0); // fits what it saw
+    expect(e.waitMsPerRequest).toBeCloseTo(DEFAULT_TIMING_PRIORS.waitMsPerRequest, 0); // untouched
+  });
+
+  it('the wait per request ahead never drops below the inter-chunk time', () => {
+    const est = new TimingEstimates({ interChunkMs: 12 });
+    const w = observe(est, { floor: 5, p: 0.05, q: 0 }, 300);
+    expect(est.of(w).waitMsPerRequest).toBe(est.of(w).interChunkMs);
+  });
+
+  it('inter-chunk time is an EWMA; bad observations are ignored; one stall cannot wreck the fit', () => {
+    const est = new TimingEstimates({ interChunkMs: 20 });
+    const [w] = makeWorkers(1);
+    est.recordInterChunk(w!, 10);
+    expect(est.of(w!).interChunkMs).toBeCloseTo(19);
+    est.recordInterChunk(w!, Number.NaN);
+    est.recordInterChunk(w!, -1);
+    est.recordTtft(w!, Number.POSITIVE_INFINITY, { uncachedTokens: 1, ahead: 0 });
+    expect(est.of(w!).chunkSamples).toBe(1);
+    expect(est.of(w!).ttftSamples).toBe(0);
+    const before = est.predictTtftMs(w!, { uncachedTokens: 100, ahead: 1 });
+    est.recordTtft(w!, 1e9, { uncachedTokens: 100, ahead: 1 });
+    expect(est.predictTtftMs(w!, { uncachedTokens: 100, ahead: 1 })).toBeLessThanOrEqual(2 * before + 200);
+  });
+
+  it('per Worker object: another worker (or a new generation) starts from the priors', () => {
+    const est = new TimingEstimates();
+    const [a, b] = makeWorkers(2);
+    est.recordInterChunk(a!, 1);
+    expect(est.of(b!).interChunkMs).toBe(DEFAULT_TIMING_PRIORS.interChunkMs);
+    est.forget(a!);
+    expect(est.of(a!).chunkSamples).toBe(0);
+  });
+
+  it('rejects invalid priors', () => {
+    expect(() => new TimingEstimates({ prefillMsPerToken: -1 })).toThrow(RangeError);
+    expect(() => new TimingEstimates({ ttftFloorMs: Number.NaN })).toThrow(RangeError);
+  });
+});

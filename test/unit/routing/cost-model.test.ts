@@ -1,0 +1,199 @@
+import { describe, expect, it } from 'vitest';
+import { CacheAwarePolicy } from '../../../src/routing/cache-aware.js';
+import { describeCost, type WorkerSignals } from '../../../src/routing/cost-model.js';
+import { LoadBoard, type LoadView } from '../../../src/load/load-board.js';
+import { TimingEstimates } from '../../../src/load/timing-estimates.js';
+import type { PrefixSource } from '../../../src/routing/prefix-source.js';
+import type { Role } from '../../../src/workers/role.js';
+import type { Worker } from '../../../src/workers/worker.js';
+import { input, makeWorkers } from './fixtures.js';
+
+const TINY = 'Hello! What is the capital of France? Answer in one word, please, thanks a lot.'; // 80 chars
+const DOC = 'The quarterly report. '.repeat(9310).slice(0, 204_800); // 200 KB shared document
+
+interface Case {
+  name: string;
+  /** Prompt held (as routed before) by worker 0. */
+  held: string;
+  /** The request's prompt. */
+  prompt: string;
+  /** Per worker: the load view the signals report (default idle, in-flight). */
+  loads: LoadView[];
+  role?: Role;
+  want: number;
+  branch: string;
+}
+
+const idle: LoadView = { source: 'in_flight', ahead: 0 };
+const scraped = (ahead: number, extra: Partial<LoadView> = {}): LoadView => ({
+  source: 'scraped',
+  ahead,
+  waiting: 0,
+  kvUsage: 0.2,
+  ageMs: 50,
+  ...extra,
+});
+
+function policyFor(workers: readonly Worker[], loads: readonly LoadView[], role: Role = 'regular') {
+  const timing = new TimingEstimates(); // priors: floor 10 ms, 0.05 ms/token, 20 ms per request ahead
+  const signals: WorkerSignals = {
+    load: (w) => loads[workers.indexOf(w)] ?? idle,
+    timing: (w) => timing.of(w),
+  };
+  const policy = new CacheAwarePolicy({}, { role, signals });
+  for (const w of workers) policy.addWorker(w);
+  return policy;
+}
+
+describe('cost model scoring (cache_aware default mode)', () => {
+  const cases: Case[] = [
+    {
+      name: 'tiny shared prompt: one request ahead outweighs ~1 ms of prefill -> the idle worker',
+      held: TINY,
+      prompt: TINY,
+      loads: [scraped(1), scraped(0)],
+      want: 1,
+      branch: 'imbalance',
+    },
+    {
+      name: 'tiny shared prompt, both idle: the holder (a cache hit costs nothing)',
+      held: TINY,
+      prompt: TINY,
+      loads: [idle, idle],
+      want: 0,
+      branch: 'cache_hit',
+    },
+    {
+      name: '200 KB shared document: worth a 50-request queue (1 s wait vs 2.5 s prefill)',
+      held: DOC,
+      prompt: `${DOC} Question 7?`,
+      loads: [scraped(50), scraped(0)],
+      want: 0,
+      branch: 'cache_hit',
+    },
+    {
+      name: '200 KB shared document: not worth a 200-request queue (4 s wait vs 2.5 s prefill)',
+      held: DOC,
+      prompt: `${DOC} Question 7?`,
+      loads: [scraped(200), scraped(0)],
+      want: 1,
+      branch: 'imbalance',
+    },
+    {
+      name: 'nothing cached, idle vs queued: the idle worker',
+      held: 'something else entirely',
+      prompt: 'A fresh question',
+      loads: [scraped(3), idle],
+      want: 1,
+      branch: 'low_match',
+    },
+    {
+      name: 'overloaded holder (KV usage above 0.9) is skipped while the other is below',
+      held: DOC,
+      prompt: `${DOC} Q`,
+      loads: [scraped(0, { kvUsage: 0.95 }), scraped(5)],
+      want: 1,
+      branch: 'imbalance',
+    },
+    {
+      name: 'overloaded holder (9 waiting) is skipped while the other is below',
+      held: DOC,
+      prompt: `${DOC} Q`,
+      loads: [scraped(9, { waiting: 9 }), scraped(5)],
+      want: 1,
+      branch: 'imbalance',
+    },
+    {
+      name: 'every worker overloaded: all are scored, none refused',
+      held: DOC,
+      prompt: `${DOC} Q`,
+      loads: [scraped(9, { waiting: 9 }), scraped(9, { waiting: 9 })],
+      want: 0,
+      branch: 'cache_hit',
+    },
+    {
+      name: 'decode pool ignores the prefix (the KV cache arrives from prefill): predicted wait only',
+      held: DOC,
+      prompt: `${DOC} Q`,
+      loads: [scraped(1), scraped(0)],
+      role: 'decode',
+      want: 1,
+      branch: 'low_match',
+    },
+  ];
+
+  it.each(cases)('$name', ({ held, prompt, loads, role, want, branch }) => {
+    const workers = makeWorkers(2);
+    const policy = policyFor(workers, loads, role);
+    policy.routed({ worker: workers[0]!, branch: 'seed' }, input(workers, { text: held }), 1);
+    const d = policy.select(input(workers, { text: prompt }));
+    expect(d.worker).toBe(workers[want]);
+    expect(d.branch).toBe(branch);
+    expect(d.cost).toBeDefined();
+  });
+
+  it('identical idle workers tie and split by (load, processed, index)', () => {
+    const workers = makeWorkers(3);
+    workers[0]!.processed = 5;
+    workers[1]!.processed = 2;
+    workers[2]!.processed = 2;
+    const policy = policyFor(workers, []);
+    expect(policy.select(input(workers, { text: 'q' })).worker).toBe(workers[1]);
+    workers[1]!.load = 1; // in-flight counts are the load view by default
+    const plain = new CacheAwarePolicy();
+    expect(plain.select(input(workers, { text: 'q' })).worker).toBe(workers[2]);
+  });
+
+  it('a stale sample is ignored: the worker falls back to its in-flight count', () => {
+    const workers = makeWorkers(2);
+    const board = new LoadBoard(1000);
+    // Worker 0 looked busy (40 queued by someone else), but 5 s ago; worker 1 has 2 of ours in flight.
+    board.record(workers[0]!.url, {
+      takenAtMs: 0,
+      localAtSample: 0,
+      figures: { waiting: 40, running: 0, malformedLines: 0 },
+    });
+    workers[1]!.load = 2;
+    const timing = new TimingEstimates();
+    const at = (now: number): WorkerSignals => ({
+      load: (w) => board.view(w.url, w.load, now),
+      timing: (w) => timing.of(w),
+    });
+    const fresh = new CacheAwarePolicy({}, { signals: at(500) });
+    expect(fresh.select(input(workers, { text: 'q' })).worker).toBe(workers[1]);
+    const stale = new CacheAwarePolicy({}, { signals: at(5000) });
+    const d = stale.select(input(workers, { text: 'q' }));
+    expect(d.worker).toBe(workers[0]);
+    expect(d.cost?.chosen.loadSource).toBe('in_flight');
+  });
+
+  it('an exact prefix source wins over the radix tree for the workers it knows', () => {
+    const workers = makeWorkers(2);
+    const exact: PrefixSource = {
+      name: 'kv_events',
+      cachedTokens: () => [undefined, 400],
+      promptTokens: () => 410,
+    };
+    const policy = new CacheAwarePolicy({}, { prefixSources: [exact] });
+    for (const w of workers) policy.addWorker(w);
+    // The radix tree thinks worker 0 holds everything; the exact source says worker 1 holds 400 tokens.
+    policy.routed({ worker: workers[0]!, branch: 'seed' }, input(workers, { text: 'x'.repeat(100) }), 1);
+    const d = policy.select(input(workers, { text: 'x'.repeat(100) }));
+    expect(d.worker).toBe(workers[1]);
+    expect(d.cost?.promptTokens).toBe(410);
+    expect(d.cost?.chosen.uncachedTokens).toBe(10);
+    expect(d.cost?.runnerUp?.uncachedTokens).toBe(385); // 410 - 25 radix tokens (100 chars / 4)
+  });
+
+  it('describes its inputs for the decision header: predicted wait, uncached tokens, runner-up', () => {
+    const workers = makeWorkers(2);
+    const policy = policyFor(workers, [scraped(2), idle]);
+    const d = policy.select(input(workers, { text: 'y'.repeat(400) }));
+    const text = describeCost(d.cost!);
+    expect(text).toContain('predicted_ms=15.0'); // idle worker 1: 10 ms floor + 100 tokens x 0.05
+    expect(text).toContain('wait_ms=0.0');
+    expect(text).toContain('uncached=100/100');
+    expect(text).toContain(`runner_up=${workers[0]!.url}`);
+    expect(text).toContain('runner_up_ms=55.0'); // + 2 ahead x 20 ms
+  });
+});
