@@ -241,7 +241,7 @@ describe('outstanding load on one worker steers the next selection', () => {
     register(h.registry, 'regular', 8000);
     register(h.registry, 'regular', 8001);
     const pool = h.pool('regular', 'cache_aware', {
-      cacheAware: { balanceAbsThreshold: 4, balanceRelThreshold: 1.5 },
+      cacheAware: { mode: 'per_request', balanceAbsThreshold: 4, balanceRelThreshold: 1.5 },
     });
     const prompt = 'You are a helpful assistant. Summarise the following document for me please.';
     const held: LoadGuard[] = [];
