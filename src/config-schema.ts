@@ -11,6 +11,10 @@
 import { POLICY_NAMES } from './routing/policy.js';
 import { CACHE_AWARE_MODES, DEFAULT_CACHE_AWARE_OPTIONS as CACHE_AWARE } from './routing/cache-aware.js';
 import { DEFAULT_BREAKER_OPTIONS as BREAKER } from './health/circuit-breaker.js';
+import { DEFAULT_SCRAPE_OPTIONS as SCRAPE } from './load/metrics-scraper.js';
+import { DEFAULT_METRIC_NAMES as METRIC_NAMES } from './load/metrics-parse.js';
+import { DEFAULT_STALE_AFTER_MS } from './load/load-board.js';
+import { DEFAULT_TIMING_PRIORS as PRIORS } from './load/timing-estimates.js';
 
 export type OptionType = 'int' | 'number' | 'string' | 'bool' | 'list' | 'enum';
 
@@ -315,7 +319,7 @@ export const OPTIONS = [
     type: 'enum',
     default: CACHE_AWARE.mode,
     values: CACHE_AWARE_MODES,
-    help: "per_request: overload escape per request; global: the reference router's fleet-wide imbalance gate.",
+    help: "cost: lowest predicted time to first token (queue ahead x learned wait + uncached tokens x learned prefill cost); per_request: the reference router's rule with the owner's overload escape per request; global: the reference router's fleet-wide imbalance gate.",
   },
   {
     group: 'Policies',
@@ -413,6 +417,119 @@ export const OPTIONS = [
     type: 'list',
     default: [],
     help: "MODEL=PATH (repeatable): a directory with the model's tokenizer.json and tokenizer_config.json, to tokenize requests (chat template included) as vLLM does. Requests for models without one fall back to the approximate tree.",
+  },
+  // Load signals and the cost model
+  {
+    group: 'Load and cost model',
+    key: 'scrapeIntervalMs',
+    flag: 'scrape-interval-ms',
+    type: 'int',
+    default: SCRAPE.intervalMs,
+    help: "How often every worker's Prometheus /metrics is scraped for its queue and KV usage (0 = off: in-flight counts only).",
+  },
+  {
+    group: 'Load and cost model',
+    key: 'scrapeTimeoutMs',
+    flag: 'scrape-timeout-ms',
+    type: 'int',
+    default: SCRAPE.timeoutMs,
+    help: 'Whole-request timeout of one scrape; a timed-out or failed scrape counts as a failed health check.',
+  },
+  {
+    group: 'Load and cost model',
+    key: 'scrapeConcurrency',
+    flag: 'scrape-concurrency',
+    type: 'int',
+    default: SCRAPE.concurrency,
+    help: 'Scrapes in flight at once (one per worker at most; a slow worker never delays the others).',
+  },
+  {
+    group: 'Load and cost model',
+    key: 'loadStaleMs',
+    flag: 'load-stale-ms',
+    type: 'int',
+    default: DEFAULT_STALE_AFTER_MS,
+    help: "A scraped sample older than this is ignored; the worker's load is then this router's in-flight count.",
+  },
+  {
+    group: 'Load and cost model',
+    key: 'metricWaiting',
+    flag: 'metric-waiting',
+    type: 'list',
+    default: [...METRIC_NAMES.waiting],
+    help: 'Metric names of the waiting queue, first found wins (vLLM, then SGLang).',
+  },
+  {
+    group: 'Load and cost model',
+    key: 'metricRunning',
+    flag: 'metric-running',
+    type: 'list',
+    default: [...METRIC_NAMES.running],
+    help: 'Metric names of the running requests, first found wins.',
+  },
+  {
+    group: 'Load and cost model',
+    key: 'metricKvUsage',
+    flag: 'metric-kv-usage',
+    type: 'list',
+    default: [...METRIC_NAMES.kvUsage],
+    help: 'Metric names of the KV-cache usage (0..1), first found wins.',
+  },
+  {
+    group: 'Load and cost model',
+    key: 'overloadWaiting',
+    flag: 'overload-waiting',
+    type: 'number',
+    default: CACHE_AWARE.overloadWaiting,
+    help: 'cache_aware cost: skip a worker with more scraped waiting requests than this while another has fewer.',
+  },
+  {
+    group: 'Load and cost model',
+    key: 'overloadKvUsage',
+    flag: 'overload-kv-usage',
+    type: 'number',
+    default: CACHE_AWARE.overloadKvUsage,
+    help: 'cache_aware cost: skip a worker with scraped KV-cache usage above this while another is below.',
+  },
+  {
+    group: 'Load and cost model',
+    key: 'charsPerToken',
+    flag: 'chars-per-token',
+    type: 'number',
+    default: CACHE_AWARE.charsPerToken,
+    help: 'cache_aware cost: characters per token for the prefix tree and prompts of unknown token count.',
+  },
+  {
+    group: 'Load and cost model',
+    key: 'priorTtftFloorMs',
+    flag: 'prior-ttft-floor-ms',
+    type: 'number',
+    default: PRIORS.ttftFloorMs,
+    help: 'Starting estimate of the fixed part of time to first token (learned per worker from responses).',
+  },
+  {
+    group: 'Load and cost model',
+    key: 'priorPrefillMsPerToken',
+    flag: 'prior-prefill-ms-per-token',
+    type: 'number',
+    default: PRIORS.prefillMsPerToken,
+    help: 'Starting estimate of prefill time per uncached prompt token (learned per worker).',
+  },
+  {
+    group: 'Load and cost model',
+    key: 'priorWaitMsPerRequest',
+    flag: 'prior-wait-ms-per-request',
+    type: 'number',
+    default: PRIORS.waitMsPerRequest,
+    help: 'Starting estimate of the wait per request queued or running ahead (learned per worker).',
+  },
+  {
+    group: 'Load and cost model',
+    key: 'priorInterChunkMs',
+    flag: 'prior-inter-chunk-ms',
+    type: 'number',
+    default: PRIORS.interChunkMs,
+    help: 'Starting estimate of the time between streamed chunks (learned per worker).',
   },
   // P/D
   {

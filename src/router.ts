@@ -153,6 +153,11 @@ function lifecycleSteps(
       close: () => c.checker.close(),
     },
     {
+      name: 'metrics scraper',
+      start: () => c.scraper.start(),
+      close: () => c.scraper.close(),
+    },
+    {
       name: 'registry janitor',
       start: () => {
         janitor = registryJanitor(c);

@@ -39,6 +39,8 @@ export interface AdminBackendDeps {
   readonly pools: RolePools;
   readonly health: WorkerHealth;
   readonly metrics: RouterMetrics;
+  /** Extra per-worker fields for /workers (load sample, timing estimates). */
+  readonly workerExtra?: (worker: Worker, now: number) => Record<string, unknown>;
   readonly allow: CidrMatcher;
   /** host, port -> the `ip:port` Envoy dials. */
   readonly resolve: (host: string, port: number) => Promise<string>;
@@ -56,7 +58,15 @@ export function createAdminBackend(deps: AdminBackendDeps): AdminBackend {
     metrics: () => metrics.text(),
     metricsContentType: metrics.registry.contentType,
     readiness: () => readiness(deps),
-    workers: () => workerViews(deps.pools.workers(), registry, deps.clock(), deps.health, deps.bootstrap),
+    workers: () =>
+      workerViews(
+        deps.pools.workers(),
+        registry,
+        deps.clock(),
+        deps.health,
+        deps.bootstrap,
+        deps.workerExtra,
+      ),
     register: (req) => register(deps, req),
     deregister: (role, url) => {
       const removed = registry.deregister(role, normalisedKey(url));
@@ -147,6 +157,7 @@ export function workerViews(
   now: number,
   health: WorkerHealth,
   bootstrap?: BootstrapDirectory,
+  extra?: (worker: Worker, now: number) => Record<string, unknown>,
 ): WorkerView[] {
   return workers.map((w) => {
     const boot = w.role === 'prefill' ? bootstrap?.view(w) : undefined;
@@ -167,6 +178,7 @@ export function workerViews(
       ...(Object.keys(w.metadata).length ? { metadata: w.metadata } : {}),
       ...(w.bootstrapPort !== undefined ? { bootstrapPort: w.bootstrapPort } : {}),
       ...(boot ? { bootstrap: boot } : {}),
+      ...extra?.(w, now),
     };
   });
 }

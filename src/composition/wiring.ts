@@ -9,6 +9,8 @@
  *         -> ext_proc gRPC server (sessions) <- Envoy
  *   health (passive outcomes + active checks), metrics and logs observe all of it; the admin server
  *   exposes it through the admin backend.
+ *   load signals: the metrics scraper fills the load board; the timing wrapper learns per-worker
+ *   response timing; cache_aware's cost mode reads both (role pools get them as `signals`).
  *
  * Adding a component: a `build...` function here taking what it needs from `Components`, a field
  * in `Components`, and a step in router.ts's lifecycle list (if it starts or holds anything).
@@ -42,6 +44,14 @@ import { RolePools } from '../workers/role-pools.js';
 import { WorkerPool } from '../workers/worker-pool.js';
 import { DrainFlag } from './lifecycle.js';
 import { WarmUp } from './warm-up.js';
+import { LoadBoard } from '../load/load-board.js';
+import { MetricsScraper } from '../load/metrics-scraper.js';
+import { DEFAULT_METRIC_NAMES } from '../load/metrics-parse.js';
+import { TimingEstimates } from '../load/timing-estimates.js';
+import { withTiming } from '../load/timing-dispatcher.js';
+import { describeCost, type WorkerSignals } from '../routing/cost-model.js';
+import type { PrefixSource } from '../routing/prefix-source.js';
+import { loadView, registerLoadMetrics } from '../observability/load-metrics.js';
 
 export interface WiringDeps {
   readonly logger: Logger;
@@ -66,12 +76,17 @@ export interface Components {
   readonly pools: RolePools;
   /** Exact prefix routing from KV events (kv_aware pools). */
   readonly exact: ExactPrefix;
+  /** Latest scraped load sample per worker URL. */
+  readonly board: LoadBoard;
+  /** Learned per-worker response timing. */
+  readonly timing: TimingEstimates;
   /** Present in pd mode. */
   readonly prefillClient: PrefillClient | undefined;
   /** Mooncake (pd mode): engine ids per prefill instance from its bootstrap server. */
   readonly bootstrap: BootstrapDirectory | undefined;
   readonly grpc: ExtProcServer;
   readonly checker: HealthChecker;
+  readonly scraper: MetricsScraper;
   /** Present when --discovery-zmq is set. */
   readonly discovery: ZmqDiscovery | undefined;
   readonly admin: AdminServer;
@@ -94,7 +109,25 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
     processMetrics: true,
   });
   const exact = createExactPrefix(config, metrics.registry, () => pools.members(), logger);
-  const pools = buildPools(config, registry, metrics, health, exact, bootstrap);
+  const board = new LoadBoard(config.loadStaleMs);
+  const timing = new TimingEstimates({
+    ttftFloorMs: config.priorTtftFloorMs,
+    prefillMsPerToken: config.priorPrefillMsPerToken,
+    waitMsPerRequest: config.priorWaitMsPerRequest,
+    interChunkMs: config.priorInterChunkMs,
+  });
+  const signals: WorkerSignals = {
+    load: (w) => board.view(w.url, w.load, clock()),
+    timing: (w) => timing.of(w),
+  };
+  // The exact prefix source (KV events, when configured) ahead of each cache_aware policy's radix tree.
+  const prefixSources: PrefixSource[] = exact.source !== undefined ? [exact.source] : [];
+  const pools = buildPools(config, registry, metrics, health, exact, bootstrap, {
+    signals,
+    prefixSources,
+    timing,
+  });
+  registerLoadMetrics({ registry: metrics.registry, workers: () => pools.members(), board, timing, clock });
   // Pools follow the registry, so a scrape reads current members without reconciling; so do the
   // KV-event subscriptions (a re-registered worker starts with an empty exact index).
   registry.onChange(() => {
@@ -131,15 +164,18 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
     pools,
     exact,
     bootstrap,
+    board,
+    timing,
   };
   const prefillClient = config.mode === 'pd' ? new PrefillClient() : undefined;
   const dispatcher = buildDispatcher({ ...base, prefillClient });
-  const grpc = buildGrpcServer(base, withHealth(dispatcher, health, clock));
+  const grpc = buildGrpcServer(base, withHealth(withTiming(dispatcher, timing, clock), health, clock));
   return {
     ...base,
     prefillClient,
     grpc,
     checker: buildHealthChecker(base),
+    scraper: buildScraper(base),
     discovery: buildDiscovery(base),
     admin: buildAdmin(base),
   };
@@ -160,6 +196,8 @@ type Base = Pick<
   | 'pools'
   | 'exact'
   | 'bootstrap'
+  | 'board'
+  | 'timing'
 >;
 
 /** Mooncake in pd mode: the bootstrap directory (pd/mooncake-bootstrap.ts); no I/O until a worker joins. */
@@ -219,6 +257,7 @@ function buildPools(
   health: WorkerHealth,
   exact: ExactPrefix,
   bootstrap: BootstrapDirectory | undefined,
+  load: { signals: WorkerSignals; prefixSources: readonly PrefixSource[]; timing: TimingEstimates },
 ): RolePools {
   return new RolePools((role) => {
     const policy = createPolicy(policyFor(config, role), {
@@ -229,9 +268,13 @@ function buildPools(
         evictionIntervalMs: config.evictionIntervalMs,
         maxTreeSize: config.maxTreeSize,
         mode: config.cacheAwareMode,
+        overloadWaiting: config.overloadWaiting,
+        overloadKvUsage: config.overloadKvUsage,
+        charsPerToken: config.charsPerToken,
       },
       ...(exact.source !== undefined ? { exactPrefix: exact.source } : {}),
       onExactFallback: exact.fallback,
+      cacheAwareDeps: { role, signals: load.signals, prefixSources: load.prefixSources },
     });
     return new WorkerPool(role, policy, registry, {
       onAdded: (w) => {
@@ -242,15 +285,22 @@ function buildPools(
         metrics.poolChanges.inc({ role: w.role, change: reason });
         health.forget(w);
         bootstrap?.untrack(w);
+        load.timing.forget(w);
       },
     });
   });
 }
 
-function routingObserver({ health, metrics, clock }: Base): RoutingObserver {
+function routingObserver({ health, metrics, clock, logger }: Base): RoutingObserver {
   return {
     decided: (pool, d) => {
       health.routed(d.worker, clock()); // half-open: takes the probe slot in the selection step
+      if (d.cost !== undefined && logger.isLevelEnabled('debug')) {
+        logger.debug(
+          { role: pool.role, worker: d.worker.url, branch: d.branch, cost: describeCost(d.cost) },
+          'cost decision',
+        );
+      }
       metrics.decisions.inc({ policy: pool.policy.name, role: pool.role, branch: d.branch });
       if (d.matchRate !== undefined) {
         metrics.matchRate.observe({ role: pool.role }, d.matchRate);
@@ -325,6 +375,25 @@ function buildHealthChecker({ config, logger, pools, health, clock }: Base): Hea
   });
 }
 
+function buildScraper({ config, logger, pools, health, board, clock }: Base): MetricsScraper {
+  return new MetricsScraper({
+    workers: () => pools.workers(),
+    board,
+    health,
+    intervalMs: config.scrapeIntervalMs,
+    timeoutMs: Math.max(1, config.scrapeTimeoutMs),
+    concurrency: Math.max(1, config.scrapeConcurrency),
+    names: {
+      ...DEFAULT_METRIC_NAMES,
+      waiting: config.metricWaiting,
+      running: config.metricRunning,
+      kvUsage: config.metricKvUsage,
+    },
+    clock,
+    onScrapeFailed: (url, reason) => logger.debug({ worker: url, reason }, 'metrics scrape failed'),
+  });
+}
+
 function buildDiscovery(c: Base): ZmqDiscovery | undefined {
   const { config, registry, allow, logger, metrics } = c;
   if (!config.discoveryZmq) return undefined;
@@ -356,6 +425,7 @@ function buildAdmin(c: Base): AdminServer {
     drain: c.drain,
     warmUp: c.warmUp,
     bootstrap: c.bootstrap,
+    workerExtra: (w, now) => loadView(w, c.board, c.timing, now),
   });
   return new AdminServer(backend, {
     host: c.config.host,

@@ -6,7 +6,7 @@
  * Schedule: a tick every `intervalMs` (config `scrape-interval-ms`, default 100; the Gateway API
  * inference extension uses 50; 0 = off) queues every URL that is not already being scraped; at most
  * `concurrency` (default 16) scrapes run at once. Each URL has at most one scrape in flight, so a slow
- * or hung worker occupies one slot until its timeout (`scrape-timeout-ms`, default 500) and is merely
+ * or hung worker occupies one slot until its timeout (`scrape-timeout-ms`, default 1000) and is merely
  * skipped by later ticks: the other workers keep their 100 ms cadence. Workers sharing a URL (a prefill
  * and a decode role of one process) share one scrape.
  *
@@ -60,6 +60,9 @@ export interface MetricsScraperOptions {
   readonly onScraped?: (url: string, figures: LoadFigures) => void;
 }
 
+/** Defaults of config-schema.ts (`scrape-interval-ms`, `scrape-timeout-ms`, `scrape-concurrency`). */
+export const DEFAULT_SCRAPE_OPTIONS = Object.freeze({ intervalMs: 100, timeoutMs: 1000, concurrency: 16 });
+
 const KEEP_ALIVE_MS = 4_000;
 const MAX_BODY_BYTES = 4 * 1024 * 1024;
 
@@ -91,7 +94,7 @@ export class MetricsScraper {
       throw new RangeError('intervalMs must be >= 0');
     if (!Number.isFinite(opts.timeoutMs) || opts.timeoutMs <= 0)
       throw new RangeError('timeoutMs must be > 0');
-    this.concurrency = opts.concurrency ?? 16;
+    this.concurrency = opts.concurrency ?? DEFAULT_SCRAPE_OPTIONS.concurrency;
     if (!Number.isInteger(this.concurrency) || this.concurrency < 1) {
       throw new RangeError('concurrency must be an integer >= 1');
     }

@@ -25,7 +25,14 @@
  *   request ahead costs at least one step before a new one gets its first token (and without that
  *   floor a fleet whose TTFT is dominated by prefill would learn that queues are free and pile up).
  * - `ttftMs`: plain EWMA (alpha 0.1) of observed TTFT, for display.
+ *
+ * Fleet estimates: every observation also updates one estimate per ROLE (all that role's workers
+ * together). A worker with no observations of its own reads its role's fleet estimate, and a worker's
+ * own estimate starts from the fleet's at its first observation. Without this, a worker the router has
+ * avoided (and so never observed) would keep the optimistic priors while the workers it did use carry
+ * learned costs such as Envoy's and the network's share of TTFT, and would look cheaper than it is.
  */
+import type { Role } from '../workers/role.js';
 import type { Worker } from '../workers/worker.js';
 
 export interface TimingPriors {
@@ -88,15 +95,20 @@ class State {
   ttftSamples = 0;
   chunkSamples = 0;
   published: WorkerEstimates;
+  /** The same coefficients with no sample counts: what a worker without observations reads. */
+  inherited: WorkerEstimates;
 
   constructor(
     priors: Readonly<TimingPriors>,
     private readonly prior: readonly number[],
+    from?: State,
   ) {
-    this.theta = [priors.ttftFloorMs, priors.prefillMsPerToken, priors.waitMsPerRequest];
+    this.theta = from
+      ? [from.theta[0], from.theta[1], from.theta[2]]
+      : [priors.ttftFloorMs, priors.prefillMsPerToken, priors.waitMsPerRequest];
     this.cov = [prior[0]!, 0, 0, 0, prior[1]!, 0, 0, 0, prior[2]!];
-    this.interChunk = priors.interChunkMs;
-    this.published = this.publish();
+    this.interChunk = from ? from.interChunk : priors.interChunkMs;
+    this.published = this.inherited = this.publish();
   }
 
   fit(x: readonly [number, number, number], y: number): void {
@@ -141,6 +153,14 @@ class State {
       ttftSamples: this.ttftSamples,
       chunkSamples: this.chunkSamples,
     });
+    this.inherited = Object.freeze({
+      ttftFloorMs: this.published.ttftFloorMs,
+      prefillMsPerToken: this.published.prefillMsPerToken,
+      waitMsPerRequest: this.published.waitMsPerRequest,
+      interChunkMs: this.published.interChunkMs,
+      ttftSamples: 0,
+      chunkSamples: 0,
+    });
     return this.published;
   }
 }
@@ -148,8 +168,8 @@ class State {
 export class TimingEstimates {
   readonly priors: Readonly<TimingPriors>;
   private readonly states = new WeakMap<Worker, State>();
+  private readonly fleets = new Map<Role, State>();
   private readonly priorVariance: number[];
-  private readonly fresh: WorkerEstimates;
 
   constructor(priors: Partial<TimingPriors> = {}) {
     this.priors = resolveTimingPriors(priors);
@@ -160,12 +180,16 @@ export class TimingEstimates {
       variance(this.priors.prefillMsPerToken, 0.001),
       variance(this.priors.waitMsPerRequest, 1),
     ];
-    this.fresh = new State(this.priors, this.priorVariance).published;
   }
 
-  /** Current estimates (the priors for a worker with no samples). O(1), allocation-free. */
+  /** Current estimates (its role's fleet estimate for a worker with no samples). O(1), allocation-free. */
   of(worker: Worker): WorkerEstimates {
-    return this.states.get(worker)?.published ?? this.fresh;
+    return this.states.get(worker)?.published ?? this.fleet(worker.role).inherited;
+  }
+
+  /** The estimate over all of a role's workers (the priors before any observation). */
+  fleetOf(role: Role): WorkerEstimates {
+    return this.fleet(role).published;
   }
 
   /** Predicted TTFT of a request with these features on `worker`, ms. */
@@ -177,19 +201,22 @@ export class TimingEstimates {
   recordTtft(worker: Worker, ttftMs: number, f: TtftFeatures): void {
     if (!Number.isFinite(ttftMs) || ttftMs < 0) return;
     if (!Number.isFinite(f.uncachedTokens) || !Number.isFinite(f.ahead)) return;
-    const s = this.state(worker);
-    s.fit([1, Math.max(0, f.uncachedTokens), Math.max(0, f.ahead)], ttftMs);
-    s.ttft = s.ttft === undefined ? ttftMs : s.ttft + EWMA_ALPHA * (ttftMs - s.ttft);
-    s.ttftSamples += 1;
-    s.publish();
+    const x: [number, number, number] = [1, Math.max(0, f.uncachedTokens), Math.max(0, f.ahead)];
+    for (const s of [this.state(worker), this.fleet(worker.role)]) {
+      s.fit(x, ttftMs);
+      s.ttft = s.ttft === undefined ? ttftMs : s.ttft + EWMA_ALPHA * (ttftMs - s.ttft);
+      s.ttftSamples += 1;
+      s.publish();
+    }
   }
 
   recordInterChunk(worker: Worker, gapMs: number): void {
     if (!Number.isFinite(gapMs) || gapMs < 0) return;
-    const s = this.state(worker);
-    s.interChunk += EWMA_ALPHA * (gapMs - s.interChunk);
-    s.chunkSamples += 1;
-    s.publish();
+    for (const s of [this.state(worker), this.fleet(worker.role)]) {
+      s.interChunk += EWMA_ALPHA * (gapMs - s.interChunk);
+      s.chunkSamples += 1;
+      s.publish();
+    }
   }
 
   forget(worker: Worker): void {
@@ -199,8 +226,18 @@ export class TimingEstimates {
   private state(worker: Worker): State {
     let s = this.states.get(worker);
     if (s === undefined) {
-      s = new State(this.priors, this.priorVariance);
+      s = new State(this.priors, this.priorVariance, this.fleet(worker.role));
+      s.ttftSamples = 0;
       this.states.set(worker, s);
+    }
+    return s;
+  }
+
+  private fleet(role: Role): State {
+    let s = this.fleets.get(role);
+    if (s === undefined) {
+      s = new State(this.priors, this.priorVariance);
+      this.fleets.set(role, s);
     }
     return s;
   }

@@ -100,6 +100,17 @@ describe('POST/GET/DELETE /workers', () => {
         healthy: true,
         health: { active: 'healthy', breaker: 'closed' },
         expiresInMs: 4000,
+        // Never scraped (scrapes are off in tests): routing counts in-flight requests; priors only.
+        loadSample: null,
+        routingLoad: { source: 'in_flight', ahead: 0 },
+        estimates: {
+          ttftFloorMs: 10,
+          prefillMsPerToken: 0.05,
+          waitMsPerRequest: 20,
+          interChunkMs: 20,
+          ttftSamples: 0,
+          chunkSamples: 0,
+        },
       },
     ]);
 

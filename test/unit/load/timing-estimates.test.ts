@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { DEFAULT_TIMING_PRIORS, TimingEstimates } from '../../../src/load/timing-estimates.js';
 import { makeWorkers } from '../routing/fixtures.js';
+import { Worker } from '../../../src/workers/worker.js';
 
 /** A worker whose true TTFT is floor + p * U + q * A, observed over varied requests. */
 function observe(est: TimingEstimates, truth: { floor: number; p: number; q: number }, n: number) {
@@ -64,13 +65,22 @@ describe('TimingEstimates', () => {
     expect(est.predictTtftMs(w!, { uncachedTokens: 100, ahead: 1 })).toBeLessThanOrEqual(2 * before + 200);
   });
 
-  it('per Worker object: another worker (or a new generation) starts from the priors', () => {
-    const est = new TimingEstimates();
+  it('a worker without observations reads its role fleet estimate; other roles keep the priors', () => {
+    const est = new TimingEstimates({ interChunkMs: 20 });
     const [a, b] = makeWorkers(2);
-    est.recordInterChunk(a!, 1);
-    expect(est.of(b!).interChunkMs).toBe(DEFAULT_TIMING_PRIORS.interChunkMs);
-    est.forget(a!);
-    expect(est.of(a!).chunkSamples).toBe(0);
+    for (let i = 0; i < 50; i++) est.recordInterChunk(a!, 5);
+    est.recordTtft(a!, 300, { uncachedTokens: 10, ahead: 0 });
+    // b was never observed (e.g. avoided): it inherits what the fleet learned, not the optimistic priors.
+    expect(est.of(b!).interChunkMs).toBeCloseTo(est.of(a!).interChunkMs);
+    expect(est.of(b!).ttftFloorMs).toBeCloseTo(est.of(a!).ttftFloorMs);
+    expect(est.of(b!).ttftSamples).toBe(0);
+    const prefill = new Worker({ role: 'prefill', url: 'http://p:1', endpoint: 'p:1', generation: 1 });
+    expect(est.of(prefill)).toEqual({ ...DEFAULT_TIMING_PRIORS, ttftSamples: 0, chunkSamples: 0 });
+    // Its own observations then move it on its own; forget() drops them again.
+    est.recordInterChunk(b!, 100);
+    expect(est.of(b!).interChunkMs).toBeGreaterThan(est.of(a!).interChunkMs + 5);
+    est.forget(b!);
+    expect(est.of(b!).chunkSamples).toBe(0);
   });
 
   it('rejects invalid priors', () => {

@@ -1,0 +1,123 @@
+/**
+ * Per-worker gauges of the load signals and timing estimates, read at scrape time (`collect`) like
+ * the other per-worker gauges (metrics.ts): the request path never touches them and a removed
+ * worker's series disappears.
+ *
+ *   vllm_router_worker_scraped_waiting / _running / _kv_usage   latest scraped sample (absent when none)
+ *   vllm_router_worker_sample_age_seconds                       its age
+ *   vllm_router_worker_predicted_ahead                          requests ahead as routing sees them
+ *                                                               (blended scrape + local, or in-flight)
+ *   vllm_router_worker_ttft_seconds                             EWMA of observed time to first token
+ *   vllm_router_worker_estimate{estimate=...}                   cost-model coefficients: ttft_floor_seconds,
+ *                                                               prefill_seconds_per_token,
+ *                                                               wait_seconds_per_request, inter_chunk_seconds
+ */
+import { Gauge, type Registry } from 'prom-client';
+import type { LoadBoard } from '../load/load-board.js';
+import type { TimingEstimates } from '../load/timing-estimates.js';
+import type { Worker } from '../workers/worker.js';
+
+export interface LoadMetricsOptions {
+  readonly registry: Registry;
+  readonly workers: () => Iterable<Worker>;
+  readonly board: LoadBoard;
+  readonly timing: TimingEstimates;
+  readonly clock: () => number;
+}
+
+export function registerLoadMetrics(o: LoadMetricsOptions): void {
+  const registers = [o.registry];
+  const labelNames = ['role', 'worker', 'generation'] as const;
+  const sampled = (name: string, help: string, pick: (w: Worker) => number | undefined): void => {
+    new Gauge({
+      name,
+      help,
+      labelNames,
+      registers,
+      collect() {
+        this.reset();
+        for (const w of o.workers()) {
+          const v = pick(w);
+          if (v !== undefined) this.set(labels(w), v);
+        }
+      },
+    });
+  };
+  const figures = (w: Worker) => o.board.latest(w.url)?.figures;
+  sampled(
+    'vllm_router_worker_scraped_waiting',
+    'Waiting requests in the latest /metrics sample.',
+    (w) => figures(w)?.waiting,
+  );
+  sampled(
+    'vllm_router_worker_scraped_running',
+    'Running requests in the latest /metrics sample.',
+    (w) => figures(w)?.running,
+  );
+  sampled(
+    'vllm_router_worker_scraped_kv_usage',
+    'KV-cache usage (0..1) in the latest /metrics sample.',
+    (w) => figures(w)?.kvUsage,
+  );
+  sampled('vllm_router_worker_sample_age_seconds', 'Age of the latest /metrics sample.', (w) => {
+    const s = o.board.latest(w.url);
+    return s === undefined ? undefined : Math.max(0, o.clock() - s.takenAtMs) / 1000;
+  });
+  sampled(
+    'vllm_router_worker_predicted_ahead',
+    'Requests queued or running ahead of a new one as routing sees them (fresh scrape + local, else in-flight).',
+    (w) => o.board.view(w.url, w.load, o.clock()).ahead,
+  );
+  sampled(
+    'vllm_router_worker_ttft_seconds',
+    'EWMA of observed time to first token (streamed responses).',
+    (w) => {
+      const t = o.timing.of(w).ttftMs;
+      return t === undefined ? undefined : t / 1000;
+    },
+  );
+  new Gauge({
+    name: 'vllm_router_worker_estimate',
+    help: 'Learned cost-model coefficients per worker (seconds; prefill per uncached token, wait per request ahead).',
+    labelNames: [...labelNames, 'estimate'] as const,
+    registers,
+    collect() {
+      this.reset();
+      for (const w of o.workers()) {
+        const e = o.timing.of(w);
+        const l = labels(w);
+        this.set({ ...l, estimate: 'ttft_floor_seconds' }, e.ttftFloorMs / 1000);
+        this.set({ ...l, estimate: 'prefill_seconds_per_token' }, e.prefillMsPerToken / 1000);
+        this.set({ ...l, estimate: 'wait_seconds_per_request' }, e.waitMsPerRequest / 1000);
+        this.set({ ...l, estimate: 'inter_chunk_seconds' }, e.interChunkMs / 1000);
+      }
+    },
+  });
+}
+
+/** What /workers shows about a worker's load signals and estimates. */
+export function loadView(
+  w: Worker,
+  board: LoadBoard,
+  timing: TimingEstimates,
+  now: number,
+): {
+  loadSample: Record<string, unknown> | null;
+  routingLoad: Record<string, unknown>;
+  estimates: Record<string, unknown>;
+} {
+  const s = board.latest(w.url);
+  const e = timing.of(w);
+  return {
+    loadSample:
+      s === undefined
+        ? null
+        : { ...s.figures, ageMs: Math.max(0, Math.round(now - s.takenAtMs)), localAtSample: s.localAtSample },
+    routingLoad: { ...board.view(w.url, w.load, now) },
+    estimates: { ...e },
+  };
+}
+
+function labels(w: Worker): { role: string; worker: string; generation: string } {
+  return { role: w.role, worker: w.url, generation: String(w.generation) };
+}

@@ -1,0 +1,132 @@
+/**
+ * End to end through a real Envoy: the default policy (cache_aware, cost mode) routes by the load the
+ * workers themselves report on /metrics, blended with the router's own in-flight requests.
+ *
+ * - A worker kept busy by DIRECT traffic (clients that bypass the router) is avoided: only its scraped
+ *   /metrics shows that load.
+ * - 60 identical concurrent chat requests with one short prompt spread over both workers (a tiny shared
+ *   prompt saves ~1 ms of prefill; a queue costs more).
+ * Both end with every load back to 0, the direct clients aborted and the simulators idle.
+ */
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { startStack, type Stack } from '../support/stack.js';
+import { adminJson, expectAllLoadsZero, metricsText } from '../support/router-fixture.js';
+import { waitFor } from '../support/wait-for.js';
+import type { Simulator } from '../../src/sim/simulator.js';
+
+let stack: Stack;
+
+beforeAll(async () => {
+  stack = await startStack({
+    workers: 2,
+    // Real pacing so requests overlap: 30 ms per token.
+    sim: { timeScale: 1, timing: { baseItlMs: 30, overheadMs: 1 } },
+    router: { policy: 'cache_aware', scrapeIntervalMs: 50, decisionHeader: true },
+  });
+});
+afterAll(async () => {
+  await stack?.close();
+});
+afterEach(async () => {
+  await expectAllLoadsZero(stack.router);
+  await Promise.all(stack.sims.map((s) => s.waitForIdle()));
+});
+
+interface WorkerInfo {
+  url: string;
+  loadSample: { running?: number; waiting?: number; ageMs: number } | null;
+  routingLoad: { source: string; ahead: number };
+  estimates: { ttftSamples: number; interChunkMs: number };
+}
+
+const workersView = async () => (await adminJson<WorkerInfo[]>(stack.router, '/workers')).body;
+
+/** Starts `n` long streaming requests straight at the simulator (not through Envoy or the router). */
+async function directLoad(sim: Simulator, n: number): Promise<AbortController> {
+  const ac = new AbortController();
+  const started = sim.running();
+  for (let i = 0; i < n; i++) {
+    void fetch(`${sim.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        model: 'sim-model',
+        prompt: `batch job ${i}`,
+        max_tokens: 100_000,
+        stream: true,
+      }),
+      signal: ac.signal,
+    })
+      // Keep reading (a cancelled body would end the request); the abort ends it.
+      .then((res) => res.body?.pipeTo(new WritableStream(), { signal: ac.signal }))
+      .catch(() => undefined);
+  }
+  await waitFor(() => sim.running() >= started + n, { timeoutMs: 10_000, message: 'direct load running' });
+  return ac;
+}
+
+async function chat(content: string, maxTokens: number): Promise<{ worker: string; decision: string }> {
+  const res = await fetch(`${stack.url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({
+      model: 'sim-model',
+      messages: [{ role: 'user', content }],
+      max_tokens: maxTokens,
+      stream: true,
+    }),
+  });
+  expect(res.status).toBe(200);
+  await res.text();
+  const decision = res.headers.get('x-vllm-router-decision') ?? '';
+  const worker = /worker=(\S+?);/.exec(decision)?.[1] ?? '';
+  return { worker, decision };
+}
+
+describe('load-aware routing (cache_aware cost mode, scraped /metrics)', () => {
+  it('avoids a worker made busy by direct traffic the router never saw', async () => {
+    const [busy, idle] = stack.sims as [Simulator, Simulator];
+    const direct = await directLoad(busy, 8);
+    try {
+      // Wait for a scrape that shows the direct load (an event the router exposes on /workers).
+      await waitFor(
+        async () => {
+          const w = (await workersView()).find((x) => x.url === busy.url);
+          return (w?.loadSample?.running ?? 0) >= 8 && w?.routingLoad.source === 'scraped';
+        },
+        { timeoutMs: 10_000, message: 'a scrape showing the direct load' },
+      );
+      const routed: string[] = [];
+      for (let i = 0; i < 10; i++) {
+        const { worker, decision } = await chat(`question ${i}: what is ${i} + ${i}?`, 3);
+        expect(decision).toContain('policy=cache_aware');
+        expect(decision).toContain('load=scraped');
+        routed.push(worker);
+      }
+      expect(routed).toEqual(Array(10).fill(idle.url));
+      // The router's own view: it sent nothing to the busy worker, which is loaded anyway.
+      const view = await workersView();
+      const busyView = view.find((x) => x.url === busy.url)!;
+      expect(busyView.routingLoad.ahead).toBeGreaterThanOrEqual(8);
+      expect(view.find((x) => x.url === idle.url)!.estimates.ttftSamples).toBeGreaterThanOrEqual(10);
+      const metrics = await metricsText(stack.router);
+      expect(metrics).toMatch(
+        new RegExp(`vllm_router_worker_scraped_running\\{[^}]*worker="${busy.url}"[^}]*\\} ([89]|\\d\\d)`),
+      );
+      expect(metrics).toContain('vllm_router_worker_estimate{');
+    } finally {
+      direct.abort();
+    }
+    await waitFor(() => busy.inFlight() === 0, { timeoutMs: 10_000, message: 'direct load aborted' });
+  });
+
+  it('spreads 60 identical concurrent chat requests with one short prompt over both workers', async () => {
+    const results = await Promise.all(Array.from({ length: 60 }, () => chat('Hi! Who are you?', 4)));
+    const counts = new Map<string, number>();
+    for (const r of results) counts.set(r.worker, (counts.get(r.worker) ?? 0) + 1);
+    const perWorker = stack.sims.map((s) => counts.get(s.url) ?? 0);
+    expect(perWorker.reduce((a, b) => a + b, 0)).toBe(60);
+    // Neither worker idles while the other queues: both take at least a third of the burst.
+    for (const n of perWorker) expect(n).toBeGreaterThanOrEqual(20);
+  });
+});
