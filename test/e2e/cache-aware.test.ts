@@ -1,7 +1,8 @@
 /**
- * Cache-aware routing through a real Envoy: requests that share a long prompt prefix stick to the
- * worker that holds it, until that worker's live load crosses both overload thresholds; then they
- * spill to the least-loaded worker.
+ * Cache-aware routing through a real Envoy, reference mode (`--cache-aware-mode per_request`):
+ * requests that share a long prompt prefix stick to the worker that holds it, until that worker's live
+ * load crosses both overload thresholds; then they spill to the least-loaded worker. (The default cost
+ * mode is covered by load-aware-routing.test.ts.)
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startStack, type Stack } from '../support/stack.js';
@@ -12,7 +13,13 @@ let stack: Stack;
 beforeAll(async () => {
   stack = await startStack({
     workers: 4,
-    router: { policy: 'cache_aware', balanceAbsThreshold: 2, balanceRelThreshold: 1.5, decisionHeader: true },
+    router: {
+      policy: 'cache_aware',
+      cacheAwareMode: 'per_request',
+      balanceAbsThreshold: 2,
+      balanceRelThreshold: 1.5,
+      decisionHeader: true,
+    },
   });
 });
 afterAll(async () => stack.close());
