@@ -170,12 +170,16 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
   const prefillClient = config.mode === 'pd' ? new PrefillClient() : undefined;
   const dispatcher = buildDispatcher({ ...base, prefillClient });
   const grpc = buildGrpcServer(base, withHealth(withTiming(dispatcher, timing, clock), health, clock));
+  const scraper = buildScraper(base);
+  if (config.scrapeIntervalMs > 0) {
+    warmUp.add({ name: 'worker metrics scraped', ready: () => scraper.seenAll() });
+  }
   return {
     ...base,
     prefillClient,
     grpc,
     checker: buildHealthChecker(base),
-    scraper: buildScraper(base),
+    scraper,
     discovery: buildDiscovery(base),
     admin: buildAdmin(base),
   };

@@ -88,6 +88,8 @@ export class MetricsScraper {
   private closed = false;
   private closing: Promise<void> | undefined;
   private scrapes = 0;
+  /** URLs whose first scrape completed (any outcome): warm-up's "every worker seen". */
+  private readonly attempted = new Set<string>();
 
   constructor(private readonly opts: MetricsScraperOptions) {
     if (!Number.isFinite(opts.intervalMs) || opts.intervalMs < 0)
@@ -124,6 +126,16 @@ export class MetricsScraper {
   /** Scrapes completed (any outcome) since start. */
   get completedScrapes(): number {
     return this.scrapes;
+  }
+
+  /**
+   * Every current worker has had a scrape complete, successfully or not (warm-up: the router's load
+   * picture comes from the workers). True when scraping is off.
+   */
+  seenAll(): boolean {
+    if (this.opts.intervalMs === 0) return true;
+    for (const w of this.opts.workers()) if (!this.attempted.has(w.url)) return false;
+    return true;
   }
 
   /** Queues one round now (also what each tick does). */
@@ -169,6 +181,7 @@ export class MetricsScraper {
         this.inflight.delete(ac);
         this.busy.delete(job.url);
         this.scrapes += 1;
+        this.attempted.add(job.url);
         this.pump();
       });
       this.inflight.set(ac, done);

@@ -5,6 +5,7 @@
  * health that Envoy checks says NOT_SERVING; a publisher that never comes keeps it out only until
  * --warmup-timeout-ms.
  */
+import http from 'node:http';
 import net from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { Router } from '../../../src/router.js';
@@ -67,6 +68,36 @@ describe('warm-up', () => {
     const { health, readyz } = await startRouterWithKvSource({ warmupTimeoutMs: 300 });
     await waitFor(async () => (await readyz()).status === 200, { timeoutMs: 20_000, message: 'ready' });
     expect(await health.check(EXTPROC_SERVICE)).toBe('SERVING');
+  });
+
+  it("is not ready until every worker's /metrics has been scraped once", async () => {
+    // A worker whose /metrics answers only when the test says so.
+    const held: http.ServerResponse[] = [];
+    let release = false;
+    const answer = (res: http.ServerResponse) =>
+      res.end('# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{model_name="m"} 0\n');
+    const worker = http.createServer((req, res) => (release ? answer(res) : held.push(res)));
+    await new Promise<void>((r) => worker.listen(0, '127.0.0.1', () => r()));
+    cleanups.push(() => new Promise<void>((r) => worker.close(() => r())));
+    cleanups.push(() => held.splice(0).forEach((res) => res.destroy()));
+    const port = (worker.address() as net.AddressInfo).port;
+    const router = await startTestRouter({
+      workers: [`http://127.0.0.1:${port}`],
+      scrapeIntervalMs: 50,
+      scrapeTimeoutMs: 600_000,
+      warmupTimeoutMs: 600_000,
+    });
+    cleanups.push(() => router.close());
+    await waitFor(() => held.length > 0, { message: 'first scrape arrived' });
+    const before = await adminJson<{ warmingUp?: string[] }>(router, '/readyz');
+    expect(before.status).toBe(503);
+    expect(before.body.warmingUp).toEqual(['worker metrics scraped']);
+    release = true;
+    held.splice(0).forEach(answer);
+    await waitFor(async () => (await adminJson(router, '/readyz')).status === 200, {
+      timeoutMs: 20_000,
+      message: 'ready',
+    });
   });
 
   it('a router with nothing to warm is ready at once', async () => {
