@@ -101,8 +101,6 @@ function lifecycleSteps(
 ): LifecycleStep[] {
   const { config } = c;
   let janitor: RegistryJanitor | undefined;
-  let kube: KubeDiscovery | undefined;
-  const timers: NodeJS.Timeout[] = [];
   const steps: Array<LifecycleStep | false> = [
     {
       // Before the workers register: loads --tokenizer files, then follows registry changes.
@@ -110,22 +108,7 @@ function lifecycleSteps(
       start: () => c.exact.start(),
       close: () => c.exact.close(),
     },
-    {
-      name: 'static workers',
-      // Permanent registrations; host names resolved once, here.
-      start: async () => {
-        for (const [role, raw, bootstrapPort] of staticWorkers(config)) {
-          const { url, host, port } = parseWorkerUrl(raw);
-          c.registry.register({
-            role,
-            url,
-            endpoint: await resolveEndpoint(host, port, c.resolveHost),
-            permanent: true,
-            ...(bootstrapPort !== undefined ? { bootstrapPort } : {}),
-          });
-        }
-      },
-    },
+    staticWorkersStep(c),
     c.prefillClient !== undefined && {
       name: 'prefill client',
       close: () => c.prefillClient?.close(),
@@ -164,17 +147,7 @@ function lifecycleSteps(
       },
       close: () => janitor?.close(),
     },
-    {
-      name: 'policy maintenance',
-      start: () => {
-        for (const { policy, intervalMs } of c.pools.maintained()) {
-          const timer = setInterval(() => policy.maintain?.(c.clock()), intervalMs);
-          timer.unref();
-          timers.push(timer);
-        }
-      },
-      close: () => timers.splice(0).forEach(clearInterval),
-    },
+    policyMaintenanceStep(c),
     c.discovery !== undefined && {
       name: 'zmq discovery',
       start: async () => {
@@ -183,24 +156,7 @@ function lifecycleSteps(
       stopIntake: () => c.discovery?.close(),
       close: () => c.discovery?.close(),
     },
-    config.serviceDiscovery && {
-      name: 'kubernetes discovery',
-      // Reads the kubeconfig (or the in-cluster token) here; does not wait for the first list (readiness
-      // shows it). No stopIntake: its close() removes its workers, which a drain must keep serving.
-      start: () => {
-        kube = createKubeDiscovery(config, {
-          registry: c.registry,
-          logger: c.logger,
-          count: (role, event) => c.metrics.discoveryEvents.inc({ role, event }),
-          hooks: deps.kubeDiscoveryHooks,
-        });
-        kube?.start();
-        const source = kube;
-        if (source !== undefined)
-          c.warmUp.add({ name: 'kubernetes pods listed', ready: () => source.synced() });
-      },
-      close: () => kube?.close(),
-    },
+    config.serviceDiscovery && kubeDiscoveryStep(c, deps),
     {
       name: 'admin server',
       start: async () => {
@@ -216,6 +172,65 @@ function lifecycleSteps(
     },
   ];
   return steps.filter((s): s is LifecycleStep => s !== false);
+}
+
+/** Permanent registrations of --worker/--prefill/--decode; host names resolved once, here. */
+function staticWorkersStep(c: Components): LifecycleStep {
+  return {
+    name: 'static workers',
+    start: async () => {
+      for (const [role, raw, bootstrapPort] of staticWorkers(c.config)) {
+        const { url, host, port } = parseWorkerUrl(raw);
+        c.registry.register({
+          role,
+          url,
+          endpoint: await resolveEndpoint(host, port, c.resolveHost),
+          permanent: true,
+          ...(bootstrapPort !== undefined ? { bootstrapPort } : {}),
+        });
+      }
+    },
+  };
+}
+
+/** One unref'd timer per policy that asks for maintenance (cache-tree eviction). */
+function policyMaintenanceStep(c: Components): LifecycleStep {
+  const timers: NodeJS.Timeout[] = [];
+  return {
+    name: 'policy maintenance',
+    start: () => {
+      for (const { policy, intervalMs } of c.pools.maintained()) {
+        const timer = setInterval(() => policy.maintain?.(c.clock()), intervalMs);
+        timer.unref();
+        timers.push(timer);
+      }
+    },
+    close: () => timers.splice(0).forEach(clearInterval),
+  };
+}
+
+/**
+ * Reads the kubeconfig (or the in-cluster token) at start; does not wait for the first list (warm-up
+ * does). No stopIntake: its close() removes its workers, which a drain must keep serving.
+ */
+function kubeDiscoveryStep(c: Components, deps: RouterDeps): LifecycleStep {
+  let kube: KubeDiscovery | undefined;
+  return {
+    name: 'kubernetes discovery',
+    start: () => {
+      kube = createKubeDiscovery(c.config, {
+        registry: c.registry,
+        logger: c.logger,
+        count: (role, event) => c.metrics.discoveryEvents.inc({ role, event }),
+        hooks: deps.kubeDiscoveryHooks,
+      });
+      kube?.start();
+      const source = kube;
+      if (source !== undefined)
+        c.warmUp.add({ name: 'kubernetes pods listed', ready: () => source.synced() });
+    },
+    close: () => kube?.close(),
+  };
 }
 
 function registryJanitor({ registry, metrics, logger }: Components): RegistryJanitor {

@@ -110,12 +110,7 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
   });
   const exact = createExactPrefix(config, metrics.registry, () => pools.members(), logger);
   const board = new LoadBoard(config.loadStaleMs);
-  const timing = new TimingEstimates({
-    ttftFloorMs: config.priorTtftFloorMs,
-    prefillMsPerToken: config.priorPrefillMsPerToken,
-    waitMsPerRequest: config.priorWaitMsPerRequest,
-    interChunkMs: config.priorInterChunkMs,
-  });
+  const timing = buildTiming(config);
   const signals: WorkerSignals = {
     load: (w) => board.view(w.url, w.load, clock()),
     timing: (w) => timing.of(w),
@@ -136,19 +131,7 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
   });
 
   const drain = new DrainFlag();
-  const warmUp = new WarmUp({
-    timeoutMs: config.warmupTimeoutMs,
-    clock,
-    onDone: ({ timedOut }) => {
-      if (timedOut.length > 0) logger.warn({ pending: timedOut }, 'warm-up timed out: ready anyway');
-      else logger.info('warm-up done: ready');
-      grpc.setReady(!drain.draining);
-    },
-  });
-  const subscriptions = exact.subscriptions;
-  if (subscriptions !== undefined) {
-    warmUp.add({ name: 'kv events synced', ready: () => subscriptions.synced() });
-  }
+  const warmUp = buildWarmUp(config, logger, clock, () => grpc.setReady(!drain.draining));
 
   const base = {
     config,
@@ -171,9 +154,7 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
   const dispatcher = buildDispatcher({ ...base, prefillClient });
   const grpc = buildGrpcServer(base, withHealth(withTiming(dispatcher, timing, clock), health, clock));
   const scraper = buildScraper(base);
-  if (config.scrapeIntervalMs > 0) {
-    warmUp.add({ name: 'worker metrics scraped', ready: () => scraper.seenAll() });
-  }
+  addWarmUpConditions(warmUp, config, exact, scraper);
   return {
     ...base,
     prefillClient,
@@ -365,6 +346,49 @@ function buildGrpcServer({ config, logger, metrics }: Base, dispatcher: Dispatch
       metrics.requestDuration.observe({ route: s.route, outcome: s.outcome }, s.durationMs / 1000);
     },
   });
+}
+
+function buildTiming(config: Readonly<Config>): TimingEstimates {
+  return new TimingEstimates({
+    ttftFloorMs: config.priorTtftFloorMs,
+    prefillMsPerToken: config.priorPrefillMsPerToken,
+    waitMsPerRequest: config.priorWaitMsPerRequest,
+    interChunkMs: config.priorInterChunkMs,
+  });
+}
+
+/** Readiness waits for the warm-up; `ready` runs once it is over (gRPC health SERVING unless draining). */
+function buildWarmUp(
+  config: Readonly<Config>,
+  logger: Logger,
+  clock: () => number,
+  ready: () => void,
+): WarmUp {
+  return new WarmUp({
+    timeoutMs: config.warmupTimeoutMs,
+    clock,
+    onDone: ({ timedOut }) => {
+      if (timedOut.length > 0) logger.warn({ pending: timedOut }, 'warm-up timed out: ready anyway');
+      else logger.info('warm-up done: ready');
+      ready();
+    },
+  });
+}
+
+/** What the picture of the fleet is rebuilt from (Kubernetes adds its own in its lifecycle step). */
+function addWarmUpConditions(
+  warmUp: WarmUp,
+  config: Readonly<Config>,
+  exact: ExactPrefix,
+  scraper: MetricsScraper,
+): void {
+  const subscriptions = exact.subscriptions;
+  if (subscriptions !== undefined) {
+    warmUp.add({ name: 'kv events synced', ready: () => subscriptions.synced() });
+  }
+  if (config.scrapeIntervalMs > 0) {
+    warmUp.add({ name: 'worker metrics scraped', ready: () => scraper.seenAll() });
+  }
 }
 
 function buildHealthChecker({ config, logger, pools, health, clock }: Base): HealthChecker {
