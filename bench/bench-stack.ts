@@ -115,6 +115,34 @@ export interface ChildService {
 }
 
 /**
+ * Keeps the last 4 KB of a child's stderr and gives it one idempotent close: SIGTERM, SIGKILL after
+ * 5 s, resolved when the process has exited.
+ */
+export function superviseChild(child: ChildProcess): { stderrTail(): string; close(): Promise<void> } {
+  let stderr = '';
+  child.stderr?.on('data', (d: Buffer) => {
+    stderr = (stderr + d.toString()).slice(-4096);
+  });
+  child.on('error', (err) => {
+    stderr += `\n${err.message}`;
+  });
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  let closing: Promise<void> | undefined;
+  const close = (): Promise<void> => {
+    closing ??= (async () => {
+      if (child.exitCode === null && child.signalCode === null) {
+        child.kill('SIGTERM');
+        const t = setTimeout(() => child.kill('SIGKILL'), 5000).unref();
+        await exited;
+        clearTimeout(t);
+      }
+    })();
+    return closing;
+  };
+  return { stderrTail: () => stderr, close };
+}
+
+/**
  * Spawns `node [--import tsx] <script> ...args` (tsx for a .ts script) from the project root and waits until `readyUrl`
  * answers 200 (30 s budget). Separate processes let a benchmark read one component's CPU time from
  * /proc and keep the client's event loop out of the measured component's.
@@ -130,36 +158,20 @@ export async function startTsxProcess(
     cwd: ROOT,
     stdio: ['ignore', 'ignore', 'pipe'],
   });
-  let stderr = '';
-  child.stderr?.on('data', (d: Buffer) => {
-    stderr = (stderr + d.toString()).slice(-4096);
-  });
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  let closing: Promise<void> | undefined;
-  const close = (): Promise<void> => {
-    closing ??= (async () => {
-      if (child.exitCode === null && child.signalCode === null) {
-        child.kill('SIGTERM');
-        const t = setTimeout(() => child.kill('SIGKILL'), 5000).unref();
-        await exited;
-        clearTimeout(t);
-      }
-    })();
-    return closing;
-  };
+  const { stderrTail, close } = superviseChild(child);
   const deadline = Date.now() + 30_000;
   while (true) {
-    if (child.exitCode !== null) throw new Error(`${script} exited with ${child.exitCode}: ${stderr}`);
+    if (child.exitCode !== null) throw new Error(`${script} exited with ${child.exitCode}: ${stderrTail()}`);
     if (Date.now() > deadline) {
       await close();
-      throw new Error(`${script} not ready within 30 s: ${stderr}`);
+      throw new Error(`${script} not ready within 30 s: ${stderrTail()}`);
     }
     const res = await fetch(readyUrl).catch(() => undefined);
     if (res?.status === 200) break;
     await new Promise((r) => setTimeout(r, 100));
   }
   const pid = child.pid!;
-  return { pid, process: child, cpuMs: () => procCpuMs(pid), stderrTail: () => stderr, close };
+  return { pid, process: child, cpuMs: () => procCpuMs(pid), stderrTail, close };
 }
 
 export interface RouterProcess extends ChildService {

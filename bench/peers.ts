@@ -19,7 +19,7 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import path from 'node:path';
-import { freePort } from './bench-stack.js';
+import { freePort, superviseChild } from './bench-stack.js';
 import { ROOT } from './report-doc.js';
 
 export type PeerName = 'vllm-router' | 'smg';
@@ -137,37 +137,18 @@ export async function startPeer(
     cwd: ROOT,
     stdio: ['ignore', 'ignore', 'pipe'],
   });
-  let stderr = '';
-  child.stderr?.on('data', (d: Buffer) => {
-    stderr = (stderr + d.toString()).slice(-4096);
-  });
-  child.on('error', (err) => {
-    stderr += `\n${err.message}`;
-  });
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  let closing: Promise<void> | undefined;
-  const close = (): Promise<void> => {
-    closing ??= (async () => {
-      if (child.exitCode === null && child.signalCode === null) {
-        child.kill('SIGTERM');
-        const t = setTimeout(() => child.kill('SIGKILL'), 5000).unref();
-        await exited;
-        clearTimeout(t);
-      }
-    })();
-    return closing;
-  };
+  const { stderrTail, close } = superviseChild(child);
   const url = `http://127.0.0.1:${port}`;
   const deadline = Date.now() + 60_000;
   for (;;) {
     if (child.exitCode !== null || child.signalCode !== null)
-      throw new Error(`${peer} exited with ${child.exitCode}: ${stderr}`);
+      throw new Error(`${peer} exited with ${child.exitCode}: ${stderrTail()}`);
     if (Date.now() > deadline) {
       await close();
-      throw new Error(`${peer} not ready within 60 s: ${stderr}`);
+      throw new Error(`${peer} not ready within 60 s: ${stderrTail()}`);
     }
     if (await servesModels(url)) break;
     await new Promise((r) => setTimeout(r, 200));
   }
-  return { url, pid: child.pid!, stderrTail: () => stderr, close };
+  return { url, pid: child.pid!, stderrTail, close };
 }

@@ -129,19 +129,7 @@ export class PrefixCache {
     const promptTokens = this.tokensOf(text);
     let hitBlocks = 0;
     while (hitBlocks < hashes.length && this.blocks.has(hashes[hitBlocks]!)) hitBlocks++;
-    // Touch from last to first so the prefix ends up most recently used.
-    for (let b = hashes.length - 1; b >= 0; b--) {
-      const h = hashes[b]!;
-      this.blocks.delete(h);
-      this.blocks.set(h, true);
-    }
-    const cap = this.options.capacityBlocks;
-    if (this.blocks.size > cap) {
-      const it = this.blocks.keys();
-      for (let excess = this.blocks.size - cap; excess > 0; excess--) {
-        this.blocks.delete(it.next().value as number);
-      }
-    }
+    this.touchAndEvict(hashes);
     const cachedTokens = Math.min(promptTokens, hitBlocks * this.options.blockTokens);
     this.queried += promptTokens;
     this.hit += cachedTokens;
@@ -168,25 +156,32 @@ export class PrefixCache {
         });
       }
     }
+    this.touchAndEvict(hashes, changes?.removed);
+    const cachedTokens = Math.min(promptTokens, hitBlocks * bt);
+    this.queried += promptTokens;
+    this.hit += cachedTokens;
+    if (held) for (const h of hashes) held.push(h);
+    return { promptTokens, cachedTokens, hitBlocks, totalBlocks: hashes.length };
+  }
+
+  /**
+   * Touches a request's blocks from last to first (so its prefix ends up most recently used), then
+   * evicts least-recently-used blocks beyond capacity, recording them in `removed`.
+   */
+  private touchAndEvict(hashes: readonly number[], removed?: number[]): void {
     for (let b = hashes.length - 1; b >= 0; b--) {
       const h = hashes[b]!;
       this.blocks.delete(h);
       this.blocks.set(h, true);
     }
     const cap = this.options.capacityBlocks;
-    if (this.blocks.size > cap) {
-      const it = this.blocks.keys();
-      for (let excess = this.blocks.size - cap; excess > 0; excess--) {
-        const h = it.next().value as number;
-        this.blocks.delete(h);
-        changes?.removed.push(h);
-      }
+    if (this.blocks.size <= cap) return;
+    const it = this.blocks.keys();
+    for (let excess = this.blocks.size - cap; excess > 0; excess--) {
+      const h = it.next().value as number;
+      this.blocks.delete(h);
+      removed?.push(h);
     }
-    const cachedTokens = Math.min(promptTokens, hitBlocks * bt);
-    this.queried += promptTokens;
-    this.hit += cachedTokens;
-    if (held) for (const h of hashes) held.push(h);
-    return { promptTokens, cachedTokens, hitBlocks, totalBlocks: hashes.length };
   }
 
   /** Prompt tokens looked up so far (vLLM `prefix_cache_queries`). */
