@@ -16,11 +16,16 @@ export interface KvEventSettings {
   readonly kvIndexMaxBlocks: number;
   readonly kvTierCredit: readonly string[];
   readonly tokenizer: readonly string[];
+  /** Kubernetes discovery: pods may carry their own KV-events port (annotation or flag). */
+  readonly serviceDiscovery: boolean;
 }
 
 export interface KvEventSetup {
   readonly rules: KvEventSourceRules;
-  /** True when some worker may publish (explicit sources or a default port). */
+  /**
+   * True when some worker may publish: explicit sources, a default port, or Kubernetes discovery (whose
+   * pods carry their own port: `vllm.ai/kv-events-port` or `--service-discovery-kv-events-port`).
+   */
   readonly enabled: boolean;
   readonly tierCredit: Readonly<Record<string, number>>;
   readonly tokenizers: ReadonlyMap<string, string>;
@@ -51,7 +56,7 @@ export function parseKvEventSettings(c: KvEventSettings): KvEventSetup {
   }
   return {
     rules,
-    enabled: hasKvEventSources(rules),
+    enabled: hasKvEventSources(rules) || c.serviceDiscovery,
     tierCredit,
     tokenizers: parseTokenizerSpecs(c.tokenizer),
   };

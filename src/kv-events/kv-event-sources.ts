@@ -2,8 +2,10 @@
  * Where each worker's KV-event publishers are: explicit sources in the reference router's spelling,
  * `--kv-event-source WORKER_URL=ENDPOINT[,ENDPOINT...]` (one endpoint per data-parallel rank), replay
  * endpoints `--kv-event-replay WORKER_URL=ENDPOINT[,ENDPOINT...]` (same rank order), and a default rule
- * for every other worker: `tcp://<worker host>:<--kv-event-port + rank>` for `--kv-event-dp-size`
- * ranks, with replay at `--kv-event-replay-port + rank` when set (vLLM offsets both by the rank).
+ * for every other worker: `tcp://<worker host>:<port + rank>` for `--kv-event-dp-size` ranks, where
+ * port is the worker's own KV-events port when it has one (Kubernetes annotation `vllm.ai/kv-events-port`
+ * or a registration's `kv_events_port` metadata), else `--kv-event-port`; replay at
+ * `--kv-event-replay-port + rank` when set (vLLM offsets both by the rank).
  *
  * Pure: parsing throws a RangeError with the offending text; resolution is a lookup.
  */
@@ -100,8 +102,15 @@ export function parseKvEventSources(opts: {
   };
 }
 
-/** The publishers of the worker at `url`, or [] when it has no explicit source and no default rule applies. */
-export function publishersOf(rules: KvEventSourceRules, url: string): readonly PublisherEndpoints[] {
+/**
+ * The publishers of the worker at `url`, or [] when it has no explicit source, no port of its own
+ * (`ownPort`) and no default rule applies.
+ */
+export function publishersOf(
+  rules: KvEventSourceRules,
+  url: string,
+  ownPort?: number,
+): readonly PublisherEndpoints[] {
   let key: string;
   try {
     key = workerKey(url);
@@ -110,11 +119,12 @@ export function publishersOf(rules: KvEventSourceRules, url: string): readonly P
   }
   const explicit = rules.explicit.get(key);
   if (explicit !== undefined) return explicit;
-  if (rules.defaultPort === 0) return [];
+  const basePort = ownPort ?? rules.defaultPort;
+  if (basePort === 0) return [];
   const host = new URL(key).hostname;
   const out: PublisherEndpoints[] = [];
   for (let rank = 0; rank < rules.dpSize; rank++) {
-    const p = rules.defaultPort + rank;
+    const p = basePort + rank;
     if (p > 65535) break;
     const replay = rules.defaultReplayPort === 0 ? undefined : rules.defaultReplayPort + rank;
     out.push({

@@ -73,7 +73,7 @@ export class KvEventSubscriptions {
       const current = this.subs.get(key);
       if (current !== undefined && current.generation === w.generation) continue;
       if (current !== undefined) this.unsubscribe(key, current);
-      const publishers = publishersOf(this.opts.rules, w.url);
+      const publishers = publishersOf(this.opts.rules, w.url, w.kvEventsPort);
       if (publishers.length === 0) continue;
       const sub: WorkerSubscription = { generation: w.generation, subscribers: [], indexKeys: [] };
       publishers.forEach((p, rank) => {

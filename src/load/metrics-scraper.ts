@@ -10,7 +10,7 @@
  * skipped by later ticks: the other workers keep their 100 ms cadence. Workers sharing a URL (a prefill
  * and a decode role of one process) share one scrape.
  *
- * A scrape sends `GET <url>/metrics`, takes the clock and this router's in-flight count on the URL at
+ * A scrape sends `GET <url>/metrics` (on the worker's own metrics port when it has one: scrapeBase), takes the clock and this router's in-flight count on the URL at
  * SEND time (see load-board.ts for why), reads at most 4 MiB of body and parses it (metrics-parse.ts).
  * Outcomes:
  * - 2xx: the sample is recorded (even one without load figures: the board then falls back to in-flight
@@ -192,7 +192,7 @@ export class MetricsScraper {
     const takenAtMs = this.clock();
     let localAtSample = 0;
     for (const w of workers) localAtSample += w.load;
-    const result = await this.fetch(url, ac);
+    const result = await this.fetch(scrapeBase(url, workers), ac);
     if (this.closed) return;
     const now = this.clock();
     switch (result.kind) {
@@ -246,6 +246,19 @@ export class MetricsScraper {
       clearTimeout(timer);
     }
   }
+}
+
+/**
+ * Where a worker's metrics page is: its URL, with the port replaced by the worker's own metrics port
+ * when it has one (Kubernetes `vllm.ai/metrics-port`, `--service-discovery-metrics-port`, or a
+ * registration's `metrics_port` metadata). Board entries stay keyed by the worker URL.
+ */
+export function scrapeBase(url: string, workers: readonly Worker[]): string {
+  const port = workers.find((w) => w.metricsPort !== undefined)?.metricsPort;
+  if (port === undefined) return url;
+  const u = new URL(url);
+  u.port = String(port);
+  return u.toString();
 }
 
 function joinUrl(base: string, path: string): string {

@@ -38,6 +38,18 @@ export class Worker {
    * connector default (8998).
    */
   readonly bootstrapPort: number | undefined;
+  /**
+   * Port of the worker's Prometheus `/metrics` page when it is not the HTTP port: a numeric
+   * `metadata.metrics_port` (Kubernetes `vllm.ai/metrics-port` annotation or
+   * `--service-discovery-metrics-port`, or a registration's metadata); undefined = the URL's own port.
+   */
+  readonly metricsPort: number | undefined;
+  /**
+   * Port of the worker's ZMQ KV-events publisher (rank 0): a numeric `metadata.kv_events_port`
+   * (Kubernetes `vllm.ai/kv-events-port` annotation or `--service-discovery-kv-events-port`, or a
+   * registration's metadata); undefined = the `--kv-event-port` default rule.
+   */
+  readonly kvEventsPort: number | undefined;
   /** Stable identity for policy membership (tenant id), metrics and logs. */
   readonly id: string;
 
@@ -57,6 +69,8 @@ export class Worker {
     this.metadata = spec.metadata ?? {};
     this.bootstrapPort =
       spec.bootstrapPort ?? portOf(this.metadata.bootstrap_port) ?? portOf(this.metadata.bootstrapPort);
+    this.metricsPort = portOf(this.metadata.metrics_port);
+    this.kvEventsPort = portOf(this.metadata.kv_events_port);
     this.id = `${spec.role}|${spec.url}|${spec.generation}`;
   }
 

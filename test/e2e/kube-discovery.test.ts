@@ -20,6 +20,8 @@ import { EventLog } from '../support/event-log.js';
 import { waitFor } from '../support/wait-for.js';
 import { TcpCutter } from '../support/tcp-cutter.js';
 import { healthClient } from '../integration/lifecycle/router-child.js';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 
 const LABELS = { app: 'vllm' };
 const STREAM_TOKENS = 40;
@@ -56,6 +58,7 @@ beforeAll(async () => {
       serviceDiscoveryNamespace: namespace,
       serviceDiscoveryKubeconfig: cluster.writeKubeconfig({ token }),
       policy: 'round_robin',
+      scrapeIntervalMs: 50,
     },
     { kubeDiscoveryHooks: { onChange: log.push } },
   );
@@ -172,6 +175,66 @@ describe('Kubernetes discovery through Envoy', () => {
     const res = await complete(`http://127.0.0.1:${envoy!.listenerPort}`, 'after');
     expect(res.status).toBe(200);
     await expectAllLoadsZero(r);
+  });
+
+  it("a pod's metrics-port and kv-events-port annotations say where the router scrapes load and subscribes to KV events", async () => {
+    const r = router!;
+    // pod-c publishes KV events on its own port and serves /metrics on a port apart from its HTTP port
+    // (its HTTP port answers /metrics with the simulator's own page: a router scraping there would see 0).
+    const simC = await startSimulator({
+      host: '127.0.0.4',
+      port: simA.port,
+      timeScale: 0,
+      id: 'pod-c',
+      kvEvents: { endpoint: 'tcp://127.0.0.4:0' },
+    });
+    sims.push(simC);
+    const metricsServer = createServer((_req, res) =>
+      res.end(
+        'vllm:num_requests_waiting{model_name="sim-model"} 7.0\n' +
+          'vllm:num_requests_running{model_name="sim-model"} 3.0\n',
+      ),
+    );
+    await new Promise<void>((resolve) => metricsServer.listen(0, '127.0.0.4', resolve));
+    try {
+      const kvPort = /:(\d+)$/.exec(simC.kvEvents!.endpoint)![1]!;
+      const metricsPort = String((metricsServer.address() as AddressInfo).port);
+      const join = log.next((e) => e.type === 'added' && e.pod.endsWith('/pod-c'), { from: log.mark() });
+      await pods.create(
+        'pod-c',
+        LABELS,
+        { phase: 'Running', ip: '127.0.0.4', ready: true },
+        { 'vllm.ai/kv-events-port': kvPort, 'vllm.ai/metrics-port': metricsPort },
+      );
+      await join;
+      const worker = `worker="${simC.url}"`;
+      await waitFor(
+        async () =>
+          new RegExp(`vllm_router_worker_scraped_waiting\\{[^}]*${worker}[^}]*\\} 7`).test(
+            await metricsText(r),
+          ),
+        { message: "pod-c's load scraped from its metrics port" },
+      );
+      // Requests to pod-c store KV blocks; the router's exact index learns them from pod-c's publisher.
+      const url = `http://127.0.0.1:${envoy!.listenerPort}`;
+      await waitFor(
+        async () => {
+          const prompt = 'a prompt long enough to fill a few KV blocks on pod-c. '.repeat(20);
+          expect((await complete(url, prompt)).status).toBe(200);
+          return new RegExp(`vllm_router_kv_index_blocks\\{${worker}\\} [1-9]`).test(await metricsText(r));
+        },
+        { message: "pod-c's KV events applied to the router's index" },
+      );
+      const left = log.next((e) => e.type === 'removed' && e.pod.endsWith('/pod-c'), { from: log.mark() });
+      await pods.forceDelete('pod-c');
+      await left;
+      await waitFor(async () => !(await metricsText(r)).includes(`vllm_router_kv_index_blocks{${worker}}`), {
+        message: "pod-c's index entries dropped when it left",
+      });
+      await expectAllLoadsZero(r);
+    } finally {
+      await new Promise<void>((resolve) => metricsServer.close(() => resolve()));
+    }
   });
 
   it('a restarted replica reports ready only once it has listed the pods, then sees what its peer sees', async () => {

@@ -272,4 +272,41 @@ describe('KvEventSubscriptions', () => {
     expect(subs.publishes(gen3.url)).toBe(false);
     expect(subs.sizes()).toEqual(new Map());
   });
+
+  it("subscribes to a worker's own KV-events port (Kubernetes annotation / metadata) with no default rule", async () => {
+    const pub = new KvEventPublisher();
+    const { endpoint } = await pub.start();
+    closers.push(() => pub.close());
+    const port = Number(/:(\d+)$/.exec(endpoint)![1]);
+    const rules = parseKvEventSources({
+      sources: [],
+      replays: [],
+      defaultPort: 0,
+      defaultReplayPort: 0,
+      dpSize: 1,
+    });
+    const rec = new Recorder();
+    const subs = new KvEventSubscriptions({ rules, hooks: rec.hooks });
+    closers.push(() => subs.close());
+    const annotated = new Worker({
+      role: 'regular',
+      url: 'http://127.0.0.1:8000',
+      endpoint: '127.0.0.1:8000',
+      generation: 1,
+      metadata: { kv_events_port: port },
+    });
+    const plain = new Worker({
+      role: 'regular',
+      url: 'http://127.0.0.1:8001',
+      endpoint: '127.0.0.1:8001',
+      generation: 1,
+    });
+    subs.sync([annotated, plain]);
+    expect(subs.publishes(annotated.url)).toBe(true);
+    expect(subs.publishes(plain.url)).toBe(false);
+    await handshake(pub, rec);
+    await pub.publish([storeBlock(0), storeBlock(1), storeBlock(2)]);
+    await waitFor(() => rec.applied >= 3);
+    expect(subs.cachedTokens(KEYS, BS, [annotated, plain])).toEqual([12, undefined]);
+  });
 });

@@ -114,6 +114,25 @@ describe('MetricsScraper (real HTTP servers on port 0)', () => {
     ]);
   });
 
+  it("scrapes a worker's own metrics port (annotation / metadata) and keys the sample by its URL", async () => {
+    const http = await serve((_req, res) => res.writeHead(500).end('not here'));
+    const metrics = await serve((_req, res) => res.end(page(5, 2)));
+    const metricsPort = Number(new URL(metrics.url).port);
+    const w = new Worker({
+      role: 'regular',
+      url: http.url,
+      endpoint: http.url.slice('http://'.length),
+      generation: 1,
+      metadata: { metrics_port: String(metricsPort) },
+    });
+    expect(w.metricsPort).toBe(metricsPort);
+    const { board, scraped, failed } = start({ workers: () => [w] });
+    await scraped.waitFor(http.url, 1);
+    expect(board.latest(http.url)).toMatchObject({ figures: { waiting: 5, running: 2 } });
+    expect(http.requests).toBe(0);
+    expect(failed.count(http.url)).toBe(0);
+  });
+
   it('a hung worker never delays the others, and is never scraped twice at once', async () => {
     let release: (() => void) | undefined;
     const slow = await serve((_req, res) => {

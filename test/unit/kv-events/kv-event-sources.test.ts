@@ -30,6 +30,24 @@ describe('kv event sources', () => {
     expect(hasKvEventSources(parseKvEventSources(base))).toBe(false);
   });
 
+  it("a worker's own KV-events port (pod annotation / metadata) beats the default rule, not an explicit source", () => {
+    const rules = parseKvEventSources({
+      ...base,
+      sources: ['http://10.0.0.5:8000=tcp://10.0.0.5:5557'],
+      defaultPort: 5557,
+      dpSize: 2,
+    });
+    expect(publishersOf(rules, 'http://10.0.0.6:8000', 6000)).toEqual([
+      { endpoint: 'tcp://10.0.0.6:6000' },
+      { endpoint: 'tcp://10.0.0.6:6001' },
+    ]);
+    expect(publishersOf(rules, 'http://10.0.0.5:8000', 6000)).toEqual([{ endpoint: 'tcp://10.0.0.5:5557' }]);
+    // No default rule: only workers that name their own port publish.
+    const none = parseKvEventSources(base);
+    expect(publishersOf(none, 'http://10.0.0.7:8000', 5560)).toEqual([{ endpoint: 'tcp://10.0.0.7:5560' }]);
+    expect(publishersOf(none, 'http://10.0.0.7:8000')).toEqual([]);
+  });
+
   it('default rule: the worker host at the configured port (+ rank)', () => {
     const rules = parseKvEventSources({ ...base, defaultPort: 5557, defaultReplayPort: 5600, dpSize: 2 });
     expect(publishersOf(rules, 'http://Worker-1.svc:8000')).toEqual([
