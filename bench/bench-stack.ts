@@ -21,6 +21,40 @@ export function benchRouterConfig(overrides: Partial<Config>): Config {
   return loopbackConfig({ logLevel: 'silent', healthCheckIntervalMs: 0, ...overrides });
 }
 
+/**
+ * The router's side of KV events in a benchmark: subscribe to every simulator's publisher (and its
+ * replay endpoint), tokenize `model` with the tokenizer directory `tokenizerDir` (the same files the
+ * simulators tokenize with). The simulators must have been started with `kvEvents`.
+ */
+export interface StackKvEvents {
+  readonly model: string;
+  readonly tokenizerDir: string;
+}
+
+function kvEventConfig(cluster: SimulatorCluster, kv: StackKvEvents): Partial<Config> {
+  const pubs = cluster.sims.map((s) => {
+    if (s.kvEvents === undefined) throw new Error(`simulator ${s.url} was started without kvEvents`);
+    return { url: s.url, endpoint: s.kvEvents.endpoint, replay: s.kvEvents.replayEndpoint };
+  });
+  return {
+    kvEventSource: pubs.map((p) => `${p.url}=${p.endpoint}`),
+    kvEventReplay: pubs.filter((p) => p.replay !== undefined).map((p) => `${p.url}=${p.replay!}`),
+    tokenizer: [`${kv.model}=${kv.tokenizerDir}`],
+  };
+}
+
+/** Polls a router's /readyz until 200 (warm-up over: e.g. every KV-event subscription synced). */
+async function waitReady(router: Router, budgetMs = 30_000): Promise<void> {
+  const deadline = Date.now() + budgetMs;
+  while (true) {
+    const res = await fetch(`http://127.0.0.1:${router.adminPort}/readyz`).catch(() => undefined);
+    const body = await res?.text();
+    if (res?.status === 200) return;
+    if (Date.now() > deadline) throw new Error(`router not ready within ${budgetMs} ms: ${body ?? ''}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
 export interface RoutedStack {
   readonly cluster: SimulatorCluster;
   /** The first replica (the only one unless `replicas` > 1). */
@@ -35,7 +69,9 @@ export interface RoutedStack {
 
 /**
  * n simulators + in-process router replicas (default 1; each started the same way, sharing nothing) +
- * Envoy with ext_proc balancing streams over them.
+ * Envoy with ext_proc balancing streams over them. With `kvEvents`, every replica subscribes to every
+ * simulator's KV events and tokenizes requests (the exact index), and the stack is returned once every
+ * replica reports ready.
  */
 export async function startRoutedStack(opts: {
   workers: number;
@@ -43,18 +79,25 @@ export async function startRoutedStack(opts: {
   router: Partial<Config>;
   envoy?: EnvoyRenderOptions;
   replicas?: number;
+  /** Every replica subscribes to every simulator's KV events (simulators started with `kvEvents`). */
+  kvEvents?: StackKvEvents;
 }): Promise<RoutedStack> {
   const cluster = await startCluster(opts.workers, opts.sim);
   const routers: Router[] = [];
   try {
+    const kv = opts.kvEvents === undefined ? {} : kvEventConfig(cluster, opts.kvEvents);
     for (let i = 0; i < (opts.replicas ?? 1); i++) {
       routers.push(
         await startRouter(
-          Object.freeze(benchRouterConfig({ workers: cluster.sims.map((s) => s.url), ...opts.router })),
+          Object.freeze(
+            benchRouterConfig({ workers: cluster.sims.map((s) => s.url), ...kv, ...opts.router }),
+          ),
           { logger: pino({ level: 'silent' }) },
         ),
       );
     }
+    // Traffic starts on a rebuilt picture (subscriptions synced) in every replica.
+    await Promise.all(routers.map((r) => waitReady(r)));
     const envoy = await startEnvoy({
       routers: routers.map((r) => ({ host: '127.0.0.1', port: r.grpcPort })),
       ...opts.envoy,

@@ -26,16 +26,24 @@
  * ends. Its hit rate and processed counts cover the router's traffic only (client-side usage frames;
  * records without the background header).
  *
+ * KV runs (`kvEvents: true`: `npm run bench -- kv-events` and `replicas`): every simulator tokenizes
+ * with the fixture tokenizer (test/fixtures/tokenizer), keeps its prefix cache in token blocks and
+ * publishes KV events with a replay endpoint, in every cell, so the variants differ only in what the
+ * router knows: variants with `kvEvents` subscribe to every simulator (exact index), the others keep
+ * the approximate tree. Cache capacity and prefill cost per token are scaled by KV_TOKEN_RATIO.
+ *
  * Peers (`peers: true`, `npm run bench -- routing` outside CI): the reference router and the SGLang
  * gateway (bench/peers.ts) in front of a fresh set of the same simulators, with their cache_aware and
  * round_robin, measured exactly like this router's cells (no Envoy in front of them: they are proxies).
  */
+import path from 'node:path';
 import type { Config } from '../src/config.js';
 import type { PolicyName } from '../src/routing/policy.js';
 import type { SimulatorOptions } from '../src/sim/simulator.js';
 import type { TimingModel } from '../src/sim/timing-model.js';
 import { startCluster } from '../src/sim/cluster.js';
 import type { Simulator } from '../src/sim/simulator.js';
+import type { Router } from '../src/router.js';
 import { startRoutedStack } from './bench-stack.js';
 import { runClosedLoop, type RunResult } from './drivers.js';
 import { PEER_VARIANTS, PEER_VERSIONS, preparePeers, startPeer } from './peers.js';
@@ -47,7 +55,8 @@ import {
   type WorkloadName,
   type WorkloadOptions,
 } from './workloads.js';
-import { runInfo, type RunInfo } from './report-doc.js';
+import { ROOT, runInfo, type RunInfo } from './report-doc.js';
+import { HfTokenizer } from '../src/tokenize/hf-tokenizer.js';
 
 export interface PolicyVariant {
   readonly label: string;
@@ -55,6 +64,12 @@ export interface PolicyVariant {
   readonly router?: Partial<Config>;
   /** Router replicas behind Envoy (default 1), each with its own state; see REPLICA_VARIANTS. */
   readonly replicas?: number;
+  /**
+   * The router subscribes to every simulator's KV events and tokenizes with the fixture tokenizer
+   * (exact prefix data); needs a run with `kvEvents` (simulators publishing). Without it, the router
+   * only has its approximate prefix tree.
+   */
+  readonly kvEvents?: boolean;
 }
 
 export const POLICY_VARIANTS: readonly PolicyVariant[] = [
@@ -83,7 +98,35 @@ export const REPLICA_VARIANTS: readonly PolicyVariant[] = [
   { label: 'cache_aware', policy: 'cache_aware' },
   { label: 'cache_aware x2', policy: 'cache_aware', replicas: 2 },
   { label: 'cache_aware x4', policy: 'cache_aware', replicas: 4 },
+  { label: 'cache_aware exact', policy: 'cache_aware', kvEvents: true },
+  { label: 'cache_aware exact x2', policy: 'cache_aware', replicas: 2, kvEvents: true },
+  { label: 'cache_aware exact x4', policy: 'cache_aware', replicas: 4, kvEvents: true },
 ];
+
+/**
+ * `npm run bench -- kv-events`: exact prefix data from the workers' KV events vs the approximate tree
+ * vs round robin, in one run on simulators that all publish KV events (`kvEvents` run option): the
+ * default cache_aware (cost mode) without events (approximate) and with them (exact, used automatically
+ * when a worker publishes), and the reference router's `kv_aware` rule on events.
+ */
+export const KV_VARIANTS: readonly PolicyVariant[] = [
+  { label: 'round_robin', policy: 'round_robin' },
+  { label: 'cache_aware', policy: 'cache_aware' },
+  { label: 'cache_aware exact', policy: 'cache_aware', kvEvents: true },
+  { label: 'kv_aware', policy: 'kv_aware', kvEvents: true },
+];
+
+/** The tokenizer fixture (scripts/gen-tokenizer-fixture.py) simulators and routers share in KV runs. */
+export const KV_TOKENIZER_DIR = path.join(ROOT, 'test', 'fixtures', 'tokenizer');
+
+/**
+ * Prompt tokens per "4-character token" of the workloads: the fixture tokenizer (vocabulary 512)
+ * averages ~1.8 characters per token on the workloads' text (measured: 1.82 on shared-prefix), so a
+ * KV run scales the simulators' cache capacity up and their prefill cost per token down by this
+ * factor, keeping the share of the working set a cache holds and the simulated prefill time of a miss
+ * what the char-approximating runs have.
+ */
+export const KV_TOKEN_RATIO = 2.2;
 
 export interface RoutingBenchOptions {
   quick?: boolean;
@@ -100,6 +143,13 @@ export interface RoutingBenchOptions {
   log?: (line: string) => void;
   /** Also run the peers (vllm-router, smg) where installable; never in CI. Default false. */
   peers?: boolean;
+  /**
+   * Simulators tokenize with the fixture tokenizer and publish KV events (replay endpoint included),
+   * with cache and prefill cost scaled by KV_TOKEN_RATIO; variants with `kvEvents` subscribe.
+   */
+  kvEvents?: boolean;
+  /** Targets for the result (default routingTargets: the default policy vs round robin). */
+  targets?: (cells: readonly RoutingCell[]) => RoutingTarget[];
 }
 
 export interface RoutingCell {
@@ -111,6 +161,7 @@ export interface RoutingCell {
   firstError?: string;
   hitRate: number;
   ttftP50Ms: number;
+  ttftP90Ms: number;
   ttftP99Ms: number;
   itlP50Ms: number;
   outputTokens: number;
@@ -119,6 +170,10 @@ export interface RoutingCell {
   processedPerWorker: number[];
   maxOverMeanProcessed: number;
   inFlightCv: number;
+  /** The router replicas' decisions by branch, summed (vllm_router_policy_decisions_total). */
+  branches?: Record<string, number>;
+  /** KV-event counters summed over replicas (variants with `kvEvents`). */
+  kvEvents?: { applied: number; dropped: number; gaps: number; resets: number; fallbackLookups: number };
 }
 
 export interface RoutingTarget {
@@ -137,6 +192,8 @@ export interface RoutingResult {
     timeScale: number;
     timing: Partial<TimingModel>;
     cacheBlocks: Record<string, number>;
+    /** KV runs: the tokenizer simulators and subscribing routers share, and the scaling factor. */
+    kvEvents?: { tokenizer: string; tokenRatio: number };
     workloads: Record<string, Record<string, number | boolean | string>>;
     /** Peer versions that ran (empty when skipped). */
     peers?: Record<string, string>;
@@ -164,6 +221,7 @@ function workloadOptions(quick: boolean, seed: number): Record<WorkloadName, Wor
       'chat-one-system-prompt': { seed },
       'hot-burst': { seed },
       'external-load': { seed },
+      'eviction-pressure': { seed },
     };
   }
   return {
@@ -208,6 +266,15 @@ function workloadOptions(quick: boolean, seed: number): Record<WorkloadName, Wor
       externalPromptTokens: 256,
       externalOutputTokens: 32,
     },
+    'eviction-pressure': {
+      seed,
+      tenants: 12,
+      visitsPerTenant: 4,
+      activeTenants: 6,
+      contextTokens: 256,
+      questionTokens: 16,
+      outputTokens: 8,
+    },
   };
 }
 
@@ -221,6 +288,8 @@ function cacheBlocks(quick: boolean): Record<WorkloadName, number> {
     'chat-one-system-prompt': q,
     'hot-burst': q,
     'external-load': q,
+    // Room for about two tenant contexts per worker (1536 tokens = 96 blocks; quick: 256 = 16 blocks).
+    'eviction-pressure': quick ? 40 : 200,
   };
 }
 
@@ -236,7 +305,17 @@ export async function runRoutingBench(opts: RoutingBenchOptions = {}): Promise<R
     (v) => !opts.policies || opts.policies.includes(v.label),
   );
   const wopts = workloadOptions(quick, seed);
-  const blocks = cacheBlocks(quick);
+  const kvRun = opts.kvEvents ?? false;
+  const blocks = scaleBlocks(cacheBlocks(quick), kvRun ? KV_TOKEN_RATIO : 1);
+  const timing = kvRun
+    ? { ...TIMING, prefillMsPerToken: TIMING.prefillMsPerToken! / KV_TOKEN_RATIO }
+    : TIMING;
+  const kvSim: Partial<SimulatorOptions> = kvRun
+    ? { tokenizer: HfTokenizer.load(KV_TOKENIZER_DIR), kvEvents: { replayEndpoint: 'tcp://127.0.0.1:0' } }
+    : {};
+  if (!kvRun && variants.some((v) => v.kvEvents)) {
+    throw new Error('variants with kvEvents need a run with kvEvents (simulators publishing)');
+  }
   const cells: RoutingCell[] = [];
   const setupWorkloads: Record<string, Record<string, number | boolean | string>> = {};
   const peers = opts.peers ? preparePeers(log) : [];
@@ -250,8 +329,9 @@ export async function runRoutingBench(opts: RoutingBenchOptions = {}): Promise<R
     };
     const sim: SimulatorOptions = {
       timeScale,
-      timing: TIMING,
+      timing,
       cache: { capacityBlocks: blocks[name] },
+      ...kvSim,
       ...(workload.external ? { maxRecords: 20_000 } : {}),
     };
     const run = { workload, concurrency: workload.concurrency ?? concurrency, quick };
@@ -261,10 +341,16 @@ export async function runRoutingBench(opts: RoutingBenchOptions = {}): Promise<R
         sim,
         router: { policy: variant.policy, ...variant.router },
         replicas: variant.replicas,
+        ...(variant.kvEvents
+          ? {
+              kvEvents: { model: workload.requests[0]?.body.model as string, tokenizerDir: KV_TOKENIZER_DIR },
+            }
+          : {}),
       });
       let cell: RoutingCell;
       try {
         cell = await measureCell(stack.cluster.sims, stack.url, run, variant.label);
+        Object.assign(cell, await routerCounters(stack.routers, variant.kvEvents ?? false));
       } finally {
         await stack.close();
       }
@@ -299,14 +385,21 @@ export async function runRoutingBench(opts: RoutingBenchOptions = {}): Promise<R
       workers,
       concurrency,
       timeScale,
-      timing: TIMING,
+      timing,
       cacheBlocks: blocks,
+      ...(kvRun ? { kvEvents: { tokenizer: 'test/fixtures/tokenizer', tokenRatio: KV_TOKEN_RATIO } } : {}),
       workloads: setupWorkloads,
       peers: Object.fromEntries(peers.map((p) => [p, PEER_VERSIONS[p]])),
     },
     cells,
-    targets: routingTargets(cells),
+    targets: (opts.targets ?? routingTargets)(cells),
   };
+}
+
+function scaleBlocks(b: Record<WorkloadName, number>, k: number): Record<WorkloadName, number> {
+  const out = { ...b };
+  for (const name of Object.keys(out) as WorkloadName[]) out[name] = Math.round(out[name] * k);
+  return out;
 }
 
 interface CellRun {
@@ -396,6 +489,7 @@ async function measureCell(
     errors,
     hitRate: queried > 0 ? hits / queried : NaN,
     ttftP50Ms: percentile(ttfts, 50),
+    ttftP90Ms: percentile(ttfts, 90),
     ttftP99Ms: percentile(ttfts, 99),
     itlP50Ms: percentile(itls, 50),
     outputTokens,
@@ -410,12 +504,51 @@ async function measureCell(
   return roundCell(cell);
 }
 
+/** Sum of a metric's samples in Prometheus text, optionally grouped by one label. */
+function sumMetric(texts: readonly string[], name: string, by?: string): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const text of texts) {
+    for (const line of text.split('\n')) {
+      if (!line.startsWith(`${name}{`) && !line.startsWith(`${name} `)) continue;
+      const key = by === undefined ? '' : (new RegExp(`${by}="([^"]*)"`).exec(line)?.[1] ?? '');
+      out[key] = (out[key] ?? 0) + Number(line.slice(line.lastIndexOf(' ') + 1));
+    }
+  }
+  return out;
+}
+
+/** Decisions by branch and (kvEvents) KV-event counters, from every replica's /metrics. */
+async function routerCounters(
+  routers: readonly Router[],
+  kvEvents: boolean,
+): Promise<Pick<RoutingCell, 'branches' | 'kvEvents'>> {
+  const texts = await Promise.all(
+    routers.map(async (r) => (await fetch(`http://127.0.0.1:${r.adminPort}/metrics`)).text()),
+  );
+  const branches = sumMetric(texts, 'vllm_router_policy_decisions_total', 'branch');
+  if (!kvEvents) return { branches };
+  const total = (name: string): number => sumMetric(texts, name)[''] ?? 0;
+  return {
+    branches,
+    kvEvents: {
+      applied: total('vllm_router_kv_events_applied_total'),
+      dropped: total('vllm_router_kv_events_dropped_total'),
+      gaps: total('vllm_router_kv_event_gaps_total'),
+      resets: total('vllm_router_kv_index_resets_total'),
+      fallbackLookups: total('vllm_router_kv_fallback_lookups_total'),
+    },
+  };
+}
+
 function cellLine(c: RoutingCell): string {
   return (
     `routing ${c.workload} ${c.policy}: hit ${(c.hitRate * 100).toFixed(1)}% ttft p50 ${c.ttftP50Ms.toFixed(0)} ms ` +
+    `p90 ${c.ttftP90Ms.toFixed(0)} ms ` +
     `tok/s ${c.outputTokPerSec.toFixed(0)} max/mean ${c.maxOverMeanProcessed.toFixed(2)} ` +
     `cv ${c.inFlightCv.toFixed(2)} errors ${c.errors}${c.firstError ? ` (${c.firstError.slice(0, 80)})` : ''} ` +
-    `wall ${(c.wallMs / 1000).toFixed(1)} s`
+    `wall ${(c.wallMs / 1000).toFixed(1)} s` +
+    (c.branches ? ` branches ${JSON.stringify(c.branches)}` : '') +
+    (c.kvEvents ? ` kv ${JSON.stringify(c.kvEvents)}` : '')
   );
 }
 
@@ -424,6 +557,7 @@ function roundCell(c: RoutingCell): RoutingCell {
     ...c,
     hitRate: round(c.hitRate),
     ttftP50Ms: round(c.ttftP50Ms),
+    ttftP90Ms: round(c.ttftP90Ms),
     ttftP99Ms: round(c.ttftP99Ms),
     itlP50Ms: round(c.itlP50Ms),
     outputTokPerSec: round(c.outputTokPerSec),

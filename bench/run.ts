@@ -1,8 +1,9 @@
 /**
- * `npm run bench -- <routing|overhead|scale|replicas|all> [--quick] [--policies=a,b] [--workloads=a,b]`
+ * `npm run bench -- <routing|overhead|scale|replicas|kv-events|all> [--quick] [--policies=a,b] [--workloads=a,b]`
  *
  * `--policies` / `--workloads` narrow the routing benchmark to some POLICY_VARIANTS labels / workloads
- * (a bounded run on a busy machine); the peers (vllm-router, smg) run in a full routing run unless
+ * (a bounded run on a busy machine; both also narrow `replicas` and `kv-events`, whose variants are
+ * REPLICA_VARIANTS and KV_VARIANTS); the peers (vllm-router, smg) run in a full routing run unless
  * BENCH_PEERS=0.
  *
  * Runs the named benchmark(s), writes `bench/results/<name>.json`, regenerates that benchmark's section
@@ -20,17 +21,32 @@ import {
   type RenderedSection,
 } from './report-sections.js';
 import { renderReplicas } from './report-replicas.js';
-import { POLICY_VARIANTS, REPLICA_VARIANTS, runRoutingBench, type RoutingResult } from './routing-bench.js';
+import { kvEventTargets, renderKvEvents } from './report-kv-events.js';
+import {
+  KV_VARIANTS,
+  POLICY_VARIANTS,
+  REPLICA_VARIANTS,
+  runRoutingBench,
+  type PolicyVariant,
+  type RoutingResult,
+} from './routing-bench.js';
 import { runScaleBench, type ScaleResult } from './scale-bench.js';
 import { isWorkloadName, type WorkloadName } from './workloads.js';
 
-const NAMES = ['routing', 'overhead', 'scale', 'replicas'] as const;
+const NAMES = ['routing', 'overhead', 'scale', 'replicas', 'kv-events'] as const;
 type BenchName = (typeof NAMES)[number];
+
+/** The routing-style benchmarks and their variants (what `--policies` / `--workloads` narrow). */
+const VARIANTS_OF: Readonly<Record<string, readonly PolicyVariant[]>> = {
+  routing: POLICY_VARIANTS,
+  replicas: REPLICA_VARIANTS,
+  'kv-events': KV_VARIANTS,
+};
 
 function usage(): never {
   process.stderr.write(
-    'usage: npm run bench -- <routing|overhead|scale|replicas|all> [--quick] ' +
-      '[--policies=a,b] [--workloads=a,b] (the last two: routing only) [--cpu] (overhead only)\n',
+    'usage: npm run bench -- <routing|overhead|scale|replicas|kv-events|all> [--quick] ' +
+      '[--policies=a,b] [--workloads=a,b] (routing, replicas, kv-events) [--cpu] (overhead only)\n',
   );
   process.exit(2);
 }
@@ -94,10 +110,27 @@ async function runOne(
         command,
         log,
         variants: REPLICA_VARIANTS,
-        workloads: ['shared-prefix', 'multi-turn'],
+        kvEvents: true,
+        workloads: narrow.workloads ?? ['shared-prefix', 'multi-turn', 'eviction-pressure'],
+        ...(narrow.policies ? { policies: narrow.policies } : {}),
       });
       writeResult('replicas', r);
       await publish('replicas', renderReplicas(r));
+      break;
+    }
+    case 'kv-events': {
+      const r = await runRoutingBench({
+        quick,
+        command,
+        log,
+        variants: KV_VARIANTS,
+        kvEvents: true,
+        targets: kvEventTargets,
+        ...(narrow.workloads ? { workloads: narrow.workloads } : {}),
+        ...(narrow.policies ? { policies: narrow.policies } : {}),
+      });
+      writeResult('kv-events', r);
+      await publish('kv-events', renderKvEvents(r));
       break;
     }
     case 'scale': {
@@ -120,7 +153,6 @@ async function main(): Promise<void> {
       ?.slice(flag.length + 3)
       .split(',');
   const narrow: Narrowing = { policies: listFlag('policies') };
-  if (narrow.policies?.some((p) => !POLICY_VARIANTS.some((v) => v.label === p))) usage();
   const workloads = listFlag('workloads');
   if (workloads && !workloads.every(isWorkloadName)) usage();
   if (workloads) narrow.workloads = workloads as WorkloadName[];
@@ -130,7 +162,9 @@ async function main(): Promise<void> {
   const positional = args.filter((a) => !a.startsWith('--'));
   if (positional.length !== 1 || args.some((a) => a.startsWith('--') && !known(a))) usage();
   const name = positional[0]!;
-  if ((narrow.policies || narrow.workloads) && name !== 'routing') usage();
+  const variants = VARIANTS_OF[name];
+  if (narrow.policies && !narrow.policies.every((p) => variants?.some((v) => v.label === p))) usage();
+  if (narrow.workloads && variants === undefined) usage();
   if (narrow.cpuOnly && name !== 'overhead') usage();
   const command = `npm run bench -- ${args.join(' ')}`;
   if (name === 'all') {

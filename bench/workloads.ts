@@ -30,6 +30,15 @@
  *   that a benchmark sends straight to half of the workers while the router's traffic runs, so the
  *   router meets load it did not cause. `external.requests` is a pool the driver cycles through.
  *
+ * - `eviction-pressure` (the shape of llm-d's exact-vs-approximate prefix benchmark): T tenants (default
+ *   48), each with its own long context (a 1536-token system message) that it re-visits V times (default
+ *   8) with a new 32-token question, on /v1/chat/completions. Sessions overlap: the
+ *   tenants enter in a seeded order and at any time A of them (default 24) are active; each request is a
+ *   visit by a random active tenant, and a tenant that has made its V visits leaves for the next one.
+ *   Meant for caches far smaller than the working set (the benchmark gives each worker room for about
+ *   two contexts, 8 workers for 16 of the 24 active ones and a third of all 48): workers evict
+ *   contexts that a router's approximate tree still believes they hold.
+ *
  * Every request streams (`stream: true`, usage included) unless `stream: false` is asked for.
  */
 import { seededRandom } from '../src/util/seeded-random.js';
@@ -43,6 +52,7 @@ export const WORKLOAD_NAMES = [
   'chat-one-system-prompt',
   'hot-burst',
   'external-load',
+  'eviction-pressure',
 ] as const;
 export type WorkloadName = (typeof WORKLOAD_NAMES)[number];
 
@@ -118,6 +128,11 @@ export interface WorkloadOptions {
   externalPool?: number;
   externalPromptTokens?: number;
   externalOutputTokens?: number;
+  /** eviction-pressure */
+  tenants?: number;
+  visitsPerTenant?: number;
+  activeTenants?: number;
+  contextTokens?: number;
 }
 
 /** mulberry32 (src/util/seeded-random.ts): deterministic uniform numbers in [0, 1). */
@@ -277,6 +292,26 @@ export function generateWorkload(name: WorkloadName, opts: WorkloadOptions = {})
       };
       break;
     }
+    case 'eviction-pressure': {
+      const tenants = positiveInt('tenants', opts.tenants ?? 48);
+      const visits = positiveInt('visitsPerTenant', opts.visitsPerTenant ?? 8);
+      const active = positiveInt('activeTenants', opts.activeTenants ?? 24);
+      const ctx = positiveInt('contextTokens', opts.contextTokens ?? 1536) * CHARS_PER_TOKEN;
+      const q = positiveInt('questionTokens', opts.questionTokens ?? 32) * CHARS_PER_TOKEN;
+      const contexts = Array.from({ length: tenants }, (_, t) =>
+        `tenant ${t} context: ${randomText(c.rng, ctx)}`.slice(0, ctx),
+      );
+      sharedChars = contexts.reduce((n, t) => n + t.length, 0);
+      items = evictionPressure(c, contexts, visits, active, q);
+      params = {
+        tenants,
+        visitsPerTenant: visits,
+        activeTenants: active,
+        contextTokens: ctx / 4,
+        questionTokens: q / 4,
+      };
+      break;
+    }
     case 'no-sharing': {
       const count = positiveInt('count', opts.count ?? 256);
       const chars = positiveInt('promptTokens', opts.promptTokens ?? 2176) * CHARS_PER_TOKEN;
@@ -354,6 +389,50 @@ function multiTurn(
       h.push({ role: 'assistant', content: randomText(c.rng, a) });
     }
     items.push(...shuffle(c.rng, round));
+  }
+  return items;
+}
+
+/**
+ * eviction-pressure's order: tenants enter in a seeded order; each request is a visit by a random one of
+ * the (at most) `active` tenants in session, and a tenant leaves after `visits` visits (see the header).
+ */
+function evictionPressure(
+  c: Common,
+  contexts: readonly string[],
+  visits: number,
+  active: number,
+  q: number,
+): Array<Omit<BenchRequest, 'index'>> {
+  const waiting = shuffle(
+    c.rng,
+    contexts.map((_, t) => t),
+  );
+  const inSession: Array<{ tenant: number; left: number }> = [];
+  const items: Array<Omit<BenchRequest, 'index'>> = [];
+  while (waiting.length > 0 || inSession.length > 0) {
+    while (inSession.length < active && waiting.length > 0) {
+      inSession.push({ tenant: waiting.shift()!, left: visits });
+    }
+    const i = Math.floor(c.rng() * inSession.length);
+    const s = inSession[i]!;
+    const visit = visits - s.left;
+    const messages = [
+      { role: 'system', content: contexts[s.tenant]! },
+      { role: 'user', content: `tenant ${s.tenant} visit ${visit}: ${randomText(c.rng, q)}` },
+    ];
+    const body: Record<string, unknown> = { model: c.model, messages, max_tokens: c.outputTokens };
+    if (c.stream) Object.assign(body, { stream: true, stream_options: { include_usage: true } });
+    items.push({
+      path: '/v1/chat/completions',
+      body,
+      stream: c.stream,
+      outputTokens: c.outputTokens,
+      promptChars: messages.reduce((n, m) => n + m.content.length, 0),
+      group: s.tenant,
+      round: visit,
+    });
+    if (--s.left === 0) inSession.splice(i, 1);
   }
   return items;
 }

@@ -7,8 +7,15 @@
  *     [--max-tokens 16] [--zmq-address host:port] [--register-interval-ms 3000]
  *     [--transfer-mode READ|WRITE] [--cache-blocks 4096] [--max-running 64] [--overhead-ms 5]
  *     [--prefill-ms-per-token 0.05] [--itl-ms 10] [--itl-growth 0.02] [--kv-transfer-ms-per-token 0.005]
- *     [--prefill-lanes 0]
+ *     [--prefill-lanes 0] [--tokenizer DIR] [--kv-events tcp://*:5557] [--kv-events-replay tcp://*:5558]
+ *
+ * `--kv-events ENDPOINT` publishes KV-cache events as vLLM does (PUB socket bound there, vLLM's default
+ * `tcp://*:5557`; `--kv-events-replay` adds the replay ROUTER); the prefix cache then works on token
+ * ids from `--tokenizer DIR` (a Hugging Face tokenizer.json + tokenizer_config.json directory, e.g.
+ * test/fixtures/tokenizer; the router's `--tokenizer MODEL=DIR` must name the same files), or from
+ * the simulator's 4-characters-per-token tokenizer without one.
  */
+import { HfTokenizer } from '../tokenize/hf-tokenizer.js';
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
 import { KV_CONNECTORS, type KvConnector } from './kv-transfer.js';
@@ -37,6 +44,9 @@ const { values } = parseArgs({
     'itl-growth': { type: 'string' },
     'kv-transfer-ms-per-token': { type: 'string' },
     'prefill-lanes': { type: 'string' },
+    tokenizer: { type: 'string' },
+    'kv-events': { type: 'string' },
+    'kv-events-replay': { type: 'string' },
   },
   strict: true,
 });
@@ -69,7 +79,16 @@ const timing = defined<Partial<TimingModel>>({
 });
 const cacheBlocks = num('cache-blocks', values['cache-blocks']);
 
+if (values['kv-events-replay'] !== undefined && values['kv-events'] === undefined) {
+  throw new Error('--kv-events-replay needs --kv-events');
+}
+
 const options: SimulatorOptions = defined<SimulatorOptions>({
+  tokenizer: values.tokenizer === undefined ? undefined : HfTokenizer.load(values.tokenizer),
+  kvEvents:
+    values['kv-events'] === undefined
+      ? undefined
+      : defined({ endpoint: values['kv-events'], replayEndpoint: values['kv-events-replay'] }),
   host: values.host,
   port: num('port', values.port),
   role: role as SimulatorRole,
@@ -95,7 +114,14 @@ const options: SimulatorOptions = defined<SimulatorOptions>({
 const log = pino({ name: 'vllm-sim' });
 const sim = await startSimulator(options);
 log.info(
-  { url: sim.url, id: sim.id, role: sim.role, model: sim.model, zmqAddress: sim.zmqAddress },
+  {
+    url: sim.url,
+    id: sim.id,
+    role: sim.role,
+    model: sim.model,
+    zmqAddress: sim.zmqAddress,
+    kvEvents: sim.kvEvents,
+  },
   'simulator listening',
 );
 

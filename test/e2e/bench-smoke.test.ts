@@ -5,7 +5,8 @@
  */
 import { describe, expect, it } from 'vitest';
 import { renderRouting } from '../../bench/report-sections.js';
-import { runRoutingBench } from '../../bench/routing-bench.js';
+import { kvEventTargets } from '../../bench/report-kv-events.js';
+import { REPLICA_VARIANTS, runRoutingBench } from '../../bench/routing-bench.js';
 
 describe('routing benchmark (quick smoke run)', () => {
   it('produces a well-formed result and doc section', async () => {
@@ -54,5 +55,28 @@ describe('routing benchmark (quick smoke run)', () => {
     expect(section.markdown).toContain('Peers: not run');
     expect(section.assets.map((a) => a.file)).toContain('bench-routing-hit-rate.svg');
     for (const a of section.assets) expect(a.svg.startsWith('<svg')).toBe(true);
+  });
+
+  it('KV-event run: simulators publish, exact variants (and two replicas) subscribe; every request served', async () => {
+    const result = await runRoutingBench({
+      quick: true,
+      kvEvents: true,
+      variants: REPLICA_VARIANTS,
+      policies: ['cache_aware', 'cache_aware exact x2'],
+      workloads: ['eviction-pressure'],
+      workers: 2,
+      targets: kvEventTargets,
+    });
+    expect(result.setup.kvEvents).toEqual({ tokenizer: 'test/fixtures/tokenizer', tokenRatio: 2.2 });
+    expect(result.cells.map((c) => c.policy)).toEqual(['cache_aware', 'cache_aware exact x2']);
+    for (const c of result.cells) {
+      expect(c.workload).toBe('eviction-pressure');
+      expect(c.errors).toBe(0);
+      expect(c.completed).toBe(c.requests);
+      expect(c.hitRate).toBeGreaterThanOrEqual(0);
+      expect(c.hitRate).toBeLessThanOrEqual(1);
+      expect(Number.isFinite(c.ttftP90Ms)).toBe(true);
+    }
+    expect(result.targets).toEqual([]);
   });
 });

@@ -27,6 +27,10 @@ const small = {
   externalPool: 4,
   externalPromptTokens: 16,
   externalOutputTokens: 8,
+  tenants: 5,
+  visitsPerTenant: 3,
+  activeTenants: 2,
+  contextTokens: 64,
 };
 
 const promptOf = (r: BenchRequest): string => {
@@ -74,6 +78,7 @@ describe('generateWorkload', () => {
     { name: 'chat-one-system-prompt' as const, n: 12 },
     { name: 'hot-burst' as const, n: 5 },
     { name: 'external-load' as const, n: 12 },
+    { name: 'eviction-pressure' as const, n: 15 },
   ])('$name: $n requests', ({ name, n }) => {
     expect(generateWorkload(name, small).requests).toHaveLength(n);
   });
@@ -183,6 +188,34 @@ describe('generateWorkload', () => {
     const routed = new Set(w.requests.map((r) => promptOf(r).slice(0, 16)));
     for (const r of ext.requests) expect(routed.has(promptOf(r).slice(0, 16))).toBe(false);
     expect(generateWorkload('shared-prefix', small).external).toBeUndefined();
+  });
+
+  it('eviction-pressure: each tenant re-visits its own context; at most A tenants in session at once', () => {
+    const w = generateWorkload('eviction-pressure', small);
+    const contexts = new Map<number, string>();
+    const firstAt = new Map<number, number>();
+    const lastAt = new Map<number, number>();
+    for (const r of w.requests) {
+      expect(r.path).toBe('/v1/chat/completions');
+      const [system, user] = r.body.messages as Array<{ role: string; content: string }>;
+      expect(system).toMatchObject({ role: 'system' });
+      expect(system!.content).toHaveLength(64 * 4);
+      expect(user!.content).toContain(`tenant ${r.group!} visit ${r.round!}:`);
+      if (contexts.has(r.group!)) expect(contexts.get(r.group!)).toBe(system!.content);
+      contexts.set(r.group!, system!.content);
+      if (!firstAt.has(r.group!)) firstAt.set(r.group!, r.index);
+      lastAt.set(r.group!, r.index);
+    }
+    expect(new Set(contexts.values()).size).toBe(5);
+    for (let t = 0; t < 5; t++) {
+      expect(w.requests.filter((r) => r.group === t).map((r) => r.round)).toEqual([0, 1, 2]);
+    }
+    // Sessions: at every position at most 2 tenants have started and not yet finished.
+    for (let i = 0; i < w.requests.length; i++) {
+      const open = [...firstAt.keys()].filter((t) => firstAt.get(t)! <= i && lastAt.get(t)! >= i);
+      expect(open.length).toBeLessThanOrEqual(2);
+    }
+    expect(w.sharedChars).toBe(5 * 64 * 4);
   });
 
   it('stream: false builds non-streaming bodies', () => {

@@ -1,0 +1,112 @@
+import { describe, expect, it } from 'vitest';
+import { kvEventTargets, renderKvEvents } from '../../../bench/report-kv-events.js';
+import { renderReplicas } from '../../../bench/report-replicas.js';
+import type { RoutingCell, RoutingResult } from '../../../bench/routing-bench.js';
+
+function cell(
+  workload: string,
+  policy: string,
+  hitRate: number,
+  ttftP90Ms = 100,
+  tokPerSec = 1000,
+): RoutingCell {
+  return {
+    workload: workload as RoutingCell['workload'],
+    policy,
+    requests: 10,
+    completed: 10,
+    errors: 0,
+    hitRate,
+    ttftP50Ms: ttftP90Ms / 2,
+    ttftP90Ms,
+    ttftP99Ms: ttftP90Ms * 2,
+    itlP50Ms: 10,
+    outputTokens: 100,
+    outputTokPerSec: tokPerSec,
+    wallMs: 1000,
+    processedPerWorker: [5, 5],
+    maxOverMeanProcessed: 1,
+    inFlightCv: 0.1,
+  };
+}
+
+function result(cells: RoutingCell[], targets = kvEventTargets(cells)): RoutingResult {
+  return {
+    benchmark: 'routing',
+    info: { command: 'x', cores: 2, cpu: 'c', node: 'v20', date: 'd', quick: true, loadAvgAtStart: 1 },
+    setup: {
+      workers: 2,
+      concurrency: 4,
+      timeScale: 1,
+      timing: {},
+      cacheBlocks: {},
+      workloads: {},
+      kvEvents: { tokenizer: 'test/fixtures/tokenizer', tokenRatio: 2.2 },
+    },
+    cells,
+    targets,
+  };
+}
+
+describe('kvEventTargets', () => {
+  it.each([
+    { exact: 0.5, approx: 0.5, met: true },
+    { exact: 0.51, approx: 0.5, met: true },
+    { exact: 0.49, approx: 0.5, met: false },
+  ])('hit rate exact $exact vs approximate $approx -> met $met', ({ exact, approx, met }) => {
+    const t = kvEventTargets([
+      cell('shared-prefix', 'cache_aware', approx),
+      cell('shared-prefix', 'cache_aware exact', exact),
+    ]);
+    expect(t).toEqual([
+      expect.objectContaining({
+        name: 'cache_aware exact shared-prefix hit rate vs cache_aware (approximate)',
+        met,
+      }),
+    ]);
+  });
+
+  it.each([
+    { p90: 50, tput: 1150, met: [true, true, true] },
+    { p90: 51, tput: 1150, met: [true, false, true] },
+    { p90: 50, tput: 1149, met: [true, true, false] },
+  ])('eviction-pressure: TTFT p90 $p90 vs 100 and tok/s $tput vs 1000 -> $met', ({ p90, tput, met }) => {
+    const t = kvEventTargets([
+      cell('eviction-pressure', 'cache_aware', 0.2, 100, 1000),
+      cell('eviction-pressure', 'kv_aware', 0.3, p90, tput),
+    ]);
+    expect(t.map((x) => x.name)).toEqual([
+      'kv_aware eviction-pressure hit rate vs cache_aware (approximate)',
+      'kv_aware eviction-pressure TTFT p90 vs cache_aware',
+      'kv_aware eviction-pressure throughput vs cache_aware',
+    ]);
+    expect(t.map((x) => x.met)).toEqual(met);
+  });
+
+  it('renders every workload with its targets', () => {
+    const cells = [
+      cell('eviction-pressure', 'cache_aware', 0.2),
+      cell('eviction-pressure', 'cache_aware exact', 0.3, 40, 1300),
+    ];
+    const md = renderKvEvents(result(cells)).markdown;
+    expect(md).toContain('## Exact prefix routing from KV events');
+    expect(md).toContain('### eviction-pressure');
+    expect(md).toContain(
+      '| cache_aware exact eviction-pressure TTFT p90 vs cache_aware | 0.4 | <= 0.5x | **met** |',
+    );
+  });
+});
+
+describe('renderReplicas', () => {
+  it.each([
+    { mode: 'approximate tree', label: 'cache_aware', two: 0.86, verdict: '**met**' },
+    { mode: 'approximate tree', label: 'cache_aware', two: 0.84, verdict: '**MISSED**' },
+    { mode: 'exact KV events', label: 'cache_aware exact', two: 0.98, verdict: '**met**' },
+    { mode: 'exact KV events', label: 'cache_aware exact', two: 0.96, verdict: '**MISSED**' },
+  ])('$mode: 2 replicas at $two of one -> $verdict', ({ mode, label, two, verdict }) => {
+    const cells = [cell('multi-turn', label, 1), cell('multi-turn', `${label} x2`, two)];
+    const md = renderReplicas(result(cells, [])).markdown;
+    expect(md).toContain(`| multi-turn: 2 replicas' hit rate vs 1 (${mode}) | ${two.toFixed(3)}x |`);
+    expect(md).toContain(verdict);
+  });
+});
