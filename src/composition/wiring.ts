@@ -49,6 +49,7 @@ import { MetricsScraper } from '../load/metrics-scraper.js';
 import { DEFAULT_METRIC_NAMES } from '../load/metrics-parse.js';
 import { TimingEstimates } from '../load/timing-estimates.js';
 import { withTiming } from '../load/timing-dispatcher.js';
+import { PrefillBacklog } from '../load/prefill-backlog.js';
 import { describeCost, type WorkerSignals } from '../routing/cost-model.js';
 import type { PrefixSource } from '../routing/prefix-source.js';
 import { loadView, registerLoadMetrics } from '../observability/load-metrics.js';
@@ -111,9 +112,11 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
   const exact = createExactPrefix(config, metrics.registry, () => pools.members(), logger);
   const board = new LoadBoard(config.loadStaleMs);
   const timing = buildTiming(config);
+  const backlog = new PrefillBacklog();
   const signals: WorkerSignals = {
     load: (w) => board.view(w.url, w.load, clock()),
     timing: (w) => timing.of(w),
+    backlog: (w) => backlog.of(w, clock()),
   };
   // The exact prefix source (KV events, when configured) ahead of each cache_aware policy's radix tree.
   const prefixSources: PrefixSource[] = exact.source !== undefined ? [exact.source] : [];
@@ -152,7 +155,10 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
   };
   const prefillClient = config.mode === 'pd' ? new PrefillClient() : undefined;
   const dispatcher = buildDispatcher({ ...base, prefillClient });
-  const grpc = buildGrpcServer(base, withHealth(withTiming(dispatcher, timing, clock), health, clock));
+  const grpc = buildGrpcServer(
+    base,
+    withHealth(withTiming(dispatcher, timing, clock, backlog), health, clock),
+  );
   const scraper = buildScraper(base);
   addWarmUpConditions(warmUp, config, exact, scraper);
   return {
@@ -256,6 +262,9 @@ function buildPools(
         overloadWaiting: config.overloadWaiting,
         overloadKvUsage: config.overloadKvUsage,
         charsPerToken: config.charsPerToken,
+        costBalanceRel: config.costBalanceRel,
+        costBalanceAbs: config.costBalanceAbs,
+        costDecodeWeight: config.costDecodeWeight,
       },
       ...(exact.source !== undefined ? { exactPrefix: exact.source } : {}),
       onExactFallback: exact.fallback,

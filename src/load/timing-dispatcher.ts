@@ -4,9 +4,12 @@
  *
  * - TTFT sample: clock at the dispatch (after the policy chose and the guard was taken; for P/D after
  *   the prefill leg, so a decode worker's TTFT is its own) -> first non-empty body chunk of a 2xx
- *   response. Features: the uncached tokens and requests ahead the cost model used for this decision
- *   (`decision.cost`); for other policies, the whole prompt at ~4 chars per token and the worker's other
- *   in-flight requests.
+ *   response. Features: the tokens to prefill (own uncached + queued ahead) and other requests ahead
+ *   the cost model used for this decision (`decision.cost`); for other policies, the whole prompt at ~4
+ *   chars per token and the worker's other in-flight requests.
+ * - Prefill backlog (cost mode, prefill-computing roles): the request's uncached tokens are queued on
+ *   its worker from the dispatch to its first response byte, or its end; a non-streamed response shows
+ *   no first byte, so its entry expires when the cost model predicted its first token.
  * - Inter-chunk sample, when the response ended normally after >= 3 chunks: (last - first) / (chunks - 1).
  *   (Envoy may coalesce SSE events into one chunk; the figure is the engine's step time as the router
  *   sees it, which is what a wait estimate needs.)
@@ -15,26 +18,64 @@
  */
 import type { Cancellation, Dispatch, Dispatcher, RequestEnd, RouteRequest } from '../extproc/dispatch.js';
 import { tokensFromChars, DEFAULT_CHARS_PER_TOKEN } from '../routing/prefix-source.js';
+import type { PrefillBacklog } from './prefill-backlog.js';
 import type { TimingEstimates, TtftFeatures } from './timing-estimates.js';
 
-export function withTiming(inner: Dispatcher, timing: TimingEstimates, clock: () => number): Dispatcher {
+interface Learners {
+  readonly timing: TimingEstimates;
+  readonly backlog?: PrefillBacklog;
+  readonly clock: () => number;
+}
+
+export function withTiming(
+  inner: Dispatcher,
+  timing: TimingEstimates,
+  clock: () => number,
+  backlog?: PrefillBacklog,
+): Dispatcher {
+  const l: Learners = { timing, clock, ...(backlog ? { backlog } : {}) };
   return {
     dispatch(req: RouteRequest, cancel: Cancellation): Dispatch | Promise<Dispatch> {
       const d = inner.dispatch(req, cancel);
       return d instanceof Promise
-        ? d.then((x) => timed(x, req, timing, clock))
-        : timed(d, req, timing, clock);
+        ? d.then((x) => timed(queued(x, req, l), req, l))
+        : timed(queued(d, req, l), req, l);
     },
   };
 }
 
-function timed(d: Dispatch, req: RouteRequest, timing: TimingEstimates, clock: () => number): Dispatch {
+/** Queues the request's prefill on its worker's backlog until its first byte or its end. */
+function queued(d: Dispatch, req: RouteRequest, l: Learners): Dispatch {
+  const cost = d.decision.cost;
+  if (l.backlog === undefined || cost === undefined || d.worker.role === 'decode') return d;
+  const backlog = l.backlog;
+  const worker = d.worker;
+  const now = l.clock();
+  const streamed = req.inference?.stream === true;
+  // Streamed: ended by the first byte; the deadline only guards against a lost end.
+  const deadline = now + (streamed ? 10 * cost.chosen.predictedMs + 10_000 : cost.chosen.predictedMs);
+  const entry = backlog.add(worker, cost.chosen.uncachedTokens, deadline);
+  return {
+    ...d,
+    transformResponseChunk(chunk: Buffer, endOfStream: boolean): Buffer | undefined {
+      if (chunk.length > 0) backlog.done(worker, entry);
+      return d.transformResponseChunk?.(chunk, endOfStream);
+    },
+    finish(end: RequestEnd): void {
+      backlog.done(worker, entry);
+      d.finish(end);
+    },
+  };
+}
+
+function timed(d: Dispatch, req: RouteRequest, l: Learners): Dispatch {
+  const { timing, clock } = l;
   if (req.inference?.stream !== true) return d;
   const cost = d.decision.cost;
   const features: TtftFeatures = cost
-    ? { uncachedTokens: cost.chosen.uncachedTokens, ahead: cost.chosen.ahead }
+    ? { prefillTokens: cost.chosen.uncachedTokens + cost.chosen.queuedTokens, ahead: cost.chosen.ahead }
     : {
-        uncachedTokens: tokensFromChars(req.inference.text.length, DEFAULT_CHARS_PER_TOKEN),
+        prefillTokens: tokensFromChars(req.inference.text.length, DEFAULT_CHARS_PER_TOKEN),
         ahead: Math.max(0, d.worker.load - 1),
       };
   const started = clock();

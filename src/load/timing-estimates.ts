@@ -20,10 +20,10 @@
  *   see. The covariance is capped at the prior's (no wind-up while a direction is unexcited), and an
  *   observation is clipped to 2 x the current prediction + 200 ms, so one stalled response cannot wreck
  *   the fit (a worker truly that much slower is learned over a few responses instead of one).
- * - Published coefficients are clamped: floor and prefill >= 0; `waitMsPerRequest` >= `interChunkMs`,
- *   because a continuously batched engine runs one step per token for everything it holds, so each
- *   request ahead costs at least one step before a new one gets its first token (and without that
- *   floor a fleet whose TTFT is dominated by prefill would learn that queues are free and pile up).
+ * - Published coefficients are clamped at 0. The prefills queued ahead are a feature of their own (in
+ *   tokens, at the prefill coefficient: load/prefill-backlog.ts), so `waitMsPerRequest` is what the
+ *   OTHER requests ahead (decoding, or from elsewhere) cost a new request's first token; it may well
+ *   be near 0, and the cost model prices the decode batch apart (its `costDecodeWeight` term).
  * - `ttftMs`: plain EWMA (alpha 0.1) of observed TTFT, for display.
  *
  * Fleet estimates: every observation also updates one estimate per ROLE (all that role's workers
@@ -66,7 +66,8 @@ export interface WorkerEstimates {
 }
 
 export interface TtftFeatures {
-  readonly uncachedTokens: number;
+  /** Prompt tokens computed before this request's first token: its own uncached ones and the prefills queued ahead. */
+  readonly prefillTokens: number;
   readonly ahead: number;
 }
 
@@ -147,7 +148,7 @@ class State {
     this.published = Object.freeze({
       ttftFloorMs: Math.max(0, f),
       prefillMsPerToken: Math.max(0, p),
-      waitMsPerRequest: Math.max(this.interChunk, q),
+      waitMsPerRequest: Math.max(0, q),
       interChunkMs: this.interChunk,
       ...(this.ttft === undefined ? {} : { ttftMs: this.ttft }),
       ttftSamples: this.ttftSamples,
@@ -195,13 +196,13 @@ export class TimingEstimates {
   /** Predicted TTFT of a request with these features on `worker`, ms. */
   predictTtftMs(worker: Worker, f: TtftFeatures): number {
     const e = this.of(worker);
-    return e.ttftFloorMs + e.prefillMsPerToken * f.uncachedTokens + e.waitMsPerRequest * f.ahead;
+    return e.ttftFloorMs + e.prefillMsPerToken * f.prefillTokens + e.waitMsPerRequest * f.ahead;
   }
 
   recordTtft(worker: Worker, ttftMs: number, f: TtftFeatures): void {
     if (!Number.isFinite(ttftMs) || ttftMs < 0) return;
-    if (!Number.isFinite(f.uncachedTokens) || !Number.isFinite(f.ahead)) return;
-    const x: [number, number, number] = [1, Math.max(0, f.uncachedTokens), Math.max(0, f.ahead)];
+    if (!Number.isFinite(f.prefillTokens) || !Number.isFinite(f.ahead)) return;
+    const x: [number, number, number] = [1, Math.max(0, f.prefillTokens), Math.max(0, f.ahead)];
     for (const s of [this.state(worker), this.fleet(worker.role)]) {
       s.fit(x, ttftMs);
       s.ttft = s.ttft === undefined ? ttftMs : s.ttft + EWMA_ALPHA * (ttftMs - s.ttft);

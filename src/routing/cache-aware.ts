@@ -45,7 +45,7 @@
 import type { Role } from '../workers/role.js';
 import type { Worker } from '../workers/worker.js';
 import { TimingEstimates } from '../load/timing-estimates.js';
-import { costBranch, scoreCost, type WorkerSignals } from './cost-model.js';
+import { costBranch, DEFAULT_COST_MODEL_OPTIONS, scoreCost, type WorkerSignals } from './cost-model.js';
 import type { Decision, Policy, SelectionInput } from './policy.js';
 import { RadixPrefixSource, type PrefixSource } from './prefix-source.js';
 import { RadixTree, type PrefixMatch } from './radix-tree.js';
@@ -79,6 +79,12 @@ export interface CacheAwareOptions {
   overloadKvUsage: number;
   /** cost mode: characters per token for the radix tree's matches and unknown prompt sizes. */
   charsPerToken: number;
+  /** cost mode: skip workers with more than this multiple of the mean load (and the mean + costBalanceAbs). */
+  costBalanceRel: number;
+  /** cost mode: the imbalance filter's absolute margin over the mean, in requests. */
+  costBalanceAbs: number;
+  /** cost mode: fraction of a decode step each request ahead adds to a worker's score. */
+  costDecodeWeight: number;
 }
 
 export const DEFAULT_CACHE_AWARE_OPTIONS: Readonly<CacheAwareOptions> = Object.freeze({
@@ -92,6 +98,9 @@ export const DEFAULT_CACHE_AWARE_OPTIONS: Readonly<CacheAwareOptions> = Object.f
   overloadWaiting: 8,
   overloadKvUsage: 0.9,
   charsPerToken: 4,
+  costBalanceRel: DEFAULT_COST_MODEL_OPTIONS.costBalanceRel,
+  costBalanceAbs: DEFAULT_COST_MODEL_OPTIONS.costBalanceAbs,
+  costDecodeWeight: DEFAULT_COST_MODEL_OPTIONS.costDecodeWeight,
 });
 
 /** Merges over the defaults and validates; throws RangeError on an invalid value. */
@@ -140,6 +149,13 @@ export function resolveCacheAwareOptions(
     o.overloadKvUsage,
   );
   check(finite(o.charsPerToken) && o.charsPerToken > 0, 'charsPerToken must be > 0', o.charsPerToken);
+  check(finite(o.costBalanceRel) && o.costBalanceRel >= 1, 'costBalanceRel must be >= 1', o.costBalanceRel);
+  check(finite(o.costBalanceAbs) && o.costBalanceAbs >= 0, 'costBalanceAbs must be >= 0', o.costBalanceAbs);
+  check(
+    finite(o.costDecodeWeight) && o.costDecodeWeight >= 0,
+    'costDecodeWeight must be >= 0',
+    o.costDecodeWeight,
+  );
   return Object.freeze(o);
 }
 

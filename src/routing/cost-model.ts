@@ -1,35 +1,64 @@
 /**
  * The cost model behind cache_aware's default mode (`--cache-aware-mode cost`): send a request to the
- * worker where it is predicted to get its first token soonest. Pure: it reads the candidates, the
- * prefix sources and the per-worker signals it is handed; no counters, timers or logging.
+ * worker where it is predicted to get its first token soonest, counting what the choice costs the
+ * requests after it. Pure: it reads the candidates, the prefix sources and the per-worker signals it is
+ * handed; no counters, timers or logging.
  *
  * A cache hit is worth the prefill time it saves; a queue costs the time it makes a request wait. Per
- * candidate w, with its learned estimates (load/timing-estimates.ts) and blended load
- * (load/load-board.ts):
+ * candidate w, with its learned estimates (load/timing-estimates.ts), blended load (load/load-board.ts)
+ * and this router's queued prefills (load/prefill-backlog.ts):
  *
  *   uncached_w  = promptTokens - cachedTokens_w          (prefix-source.ts: exact first, radix fallback)
- *   wait_w      = ahead_w * waitMsPerRequest_w            (queued + running ahead: scraped + local)
+ *   queued_w    = uncached tokens of the requests this router sent to w whose first token has not
+ *                 arrived yet, over queuedRequests_w requests
+ *   others_w    = max(0, ahead_w - queuedRequests_w)      (the rest of the load: requests decoding, and
+ *                                                          traffic from elsewhere; scraped + local)
+ *   wait_w      = queued_w * prefillMsPerToken_w + others_w * waitMsPerRequest_w
  *   prefill_w   = ttftFloorMs_w + uncached_w * prefillMsPerToken_w
- *   predicted_w = wait_w + prefill_w
+ *   predicted_w = wait_w + prefill_w                      (the predicted time to first token)
  *
- * The lowest predicted wins; candidates within 1e-6 ms of it tie and are split by (load, processed,
- * index) as every policy does (tie-break.ts), so identical idle workers still spread. No threshold
- * decides between "cache" and "load": a 20-token prompt saves ~1 ms of prefill and so follows the
- * shortest queue, while a 200 KB document shared by many requests saves seconds and is worth a long one,
- * with the same settings.
+ * Prefills queued ahead count in tokens, not requests: ten cache hits ahead cost less than one long
+ * miss, so a worker that holds a prefix keeps the requests that share it until the prefill work it
+ * already has outweighs the saving.
+ *
+ * The choice is by score, the prediction plus what this request does to the others:
+ *
+ *   score_w = predicted_w
+ *           + contention * uncached_w * prefillMsPerToken_w     (recomputed prompt delays those behind)
+ *           + ahead_w * interChunkMs_w * costDecodeWeight       (one more sequence slows its batch)
+ *
+ * `contention` is the fewest queued prefills on any candidate: while some worker has none, the fleet
+ * has idle prefill capacity and recomputing a prompt elsewhere delays nobody (work-conserving); once
+ * every worker has a queue, each recomputed token delays the requests queued behind it, and a cache hit
+ * is worth correspondingly more. `costDecodeWeight` (default 0.25) prices the decode batch: a
+ * continuously batched engine runs one step per token for everything it holds (queued prefills soon
+ * decode too, so `ahead_w` here is everything ahead, blended), and each sequence added to a busy worker
+ * slows every step of its batch a little; without this term a fleet whose time to first token
+ * is all prefill would learn that decoding requests are free and pile onto the worker with the cache.
+ *
+ * The lowest score wins; candidates within 1e-6 ms tie and are split by (load, processed, index) as
+ * every policy does (tie-break.ts), so identical idle workers still spread. No threshold decides
+ * between "cache" and "load": a 20-token prompt saves ~1 ms of prefill and so follows the shortest
+ * queue, while a 200 KB document shared by many requests saves seconds and is worth a long one.
  *
  * Roles (P/D): a prefill pool scores by predicted prefill completion (the formula above: its response is
  * the first token); a decode pool receives the KV cache from the prefill worker, so its prefix cache is
  * irrelevant and it scores by predicted wait alone (uncached = 0).
  *
- * Overload filter, before scoring: a candidate whose FRESH scraped sample shows more than
- * `overloadWaiting` queued requests or KV-cache usage above `overloadKvUsage` is skipped while at least
- * one candidate is below both; when every candidate is overloaded they are all scored (a request is
- * never refused because the fleet is busy). Defaults 8 waiting and 0.9 usage, near the SGLang gateway's
- * (8 waiting, 0.8 usage); vLLM preempts sequences as its KV cache fills, so 0.9 is where a worker stops
- * being a good place to add work.
+ * Filters, before scoring (a filtered candidate is skipped while at least one candidate passes; when
+ * none passes they are all scored: a request is never refused because the fleet is busy):
+ * - overload: a FRESH scraped sample shows more than `overloadWaiting` queued requests or KV-cache
+ *   usage above `overloadKvUsage`. Defaults 8 waiting and 0.9 usage, near the SGLang gateway's (8
+ *   waiting, 0.8 usage); vLLM preempts sequences as its KV cache fills, so 0.9 is where a worker stops
+ *   being a good place to add work.
+ * - imbalance: everything ahead (blended) above both `costBalanceRel` x the candidates' mean and the mean +
+ *   `costBalanceAbs` (defaults 1.5 and 4, the reference router's relative rule with an absolute floor
+ *   scaled to per-worker concurrency). The score keeps affinity within that band; the band keeps one
+ *   hot prefix (one system prompt shared by every user, a burst on one document) from piling onto one
+ *   worker while the others idle, which no per-request prediction sees coming.
  */
 import type { LoadView } from '../load/load-board.js';
+import type { Backlog } from '../load/prefill-backlog.js';
 import type { WorkerEstimates } from '../load/timing-estimates.js';
 import type { Role } from '../workers/role.js';
 import type { Worker } from '../workers/worker.js';
@@ -41,6 +70,8 @@ import { leastLoaded } from './tie-break.js';
 export interface WorkerSignals {
   load(worker: Worker): LoadView;
   timing(worker: Worker): WorkerEstimates;
+  /** This router's prefills queued on the worker (none when not tracked). */
+  backlog?(worker: Worker): Backlog;
 }
 
 export interface CostModelOptions {
@@ -50,24 +81,40 @@ export interface CostModelOptions {
   overloadKvUsage: number;
   /** Characters per token when no source knows the prompt's token count. Default 4. */
   charsPerToken: number;
+  /** Skip a worker whose load is above this multiple of the mean (and the mean + costBalanceAbs). Default 1.5. */
+  costBalanceRel: number;
+  /** ... and above the mean + this many requests. Default 4. */
+  costBalanceAbs: number;
+  /** Fraction of a step each request ahead adds to the score (decode batch slowdown). Default 0.25. */
+  costDecodeWeight: number;
 }
 
 export const DEFAULT_COST_MODEL_OPTIONS: Readonly<CostModelOptions> = Object.freeze({
   overloadWaiting: 8,
   overloadKvUsage: 0.9,
   charsPerToken: 4,
+  costBalanceRel: 1.5,
+  costBalanceAbs: 4,
+  costDecodeWeight: 0.25,
 });
 
 /** One candidate's prediction. */
 export interface CostScore {
   readonly worker: Worker;
+  /** Predicted time to first token. */
   readonly predictedMs: number;
+  /** What the choice is ranked by: the prediction plus its cost to the others (see the header). */
+  readonly scoreMs: number;
   readonly waitMs: number;
   readonly prefillMs: number;
+  /** Requests ahead other than this router's queued prefills (decoding, or from elsewhere). */
   readonly ahead: number;
+  /** Uncached tokens of this router's prefills queued on the worker. */
+  readonly queuedTokens: number;
   readonly cachedTokens: number;
   readonly uncachedTokens: number;
   readonly loadSource: LoadView['source'];
+  /** Skipped by a filter (overload or imbalance). */
   readonly overloaded: boolean;
 }
 
@@ -77,14 +124,17 @@ export interface CostInputs {
   readonly chosen: CostScore;
   /** The best other candidate that was scored, if any. */
   readonly runnerUp?: CostScore;
-  /** Candidates skipped by the overload filter. */
+  /** Candidates skipped by the filters. */
   readonly skippedOverloaded: number;
+  /** Fewest queued prefills on any candidate (the weight of recomputed tokens). */
+  readonly contention: number;
   /** The largest cached share of the prompt among the candidates, in [0, 1]. */
   readonly bestMatchRate: number;
   readonly maxCachedTokens: number;
 }
 
 const TIE_MS = 1e-6;
+const NO_BACKLOG: Backlog = Object.freeze({ requests: 0, tokens: 0 });
 
 export function scoreCost(
   input: SelectionInput,
@@ -98,65 +148,104 @@ export function scoreCost(
   const prefix = usePrefix ? resolvePrefix(sources, input, workers, options.charsPerToken) : undefined;
   const promptTokens = prefix?.promptTokens ?? 0;
 
-  const scores: CostScore[] = new Array<CostScore>(workers.length);
-  let anyFit = false;
+  const c = new Array<Candidate>(workers.length);
   let maxCached = 0;
+  let contention = Infinity;
+  let sumAhead = 0;
   for (let i = 0; i < workers.length; i++) {
     const worker = workers[i] as Worker;
     const load = signals.load(worker);
     const est = signals.timing(worker);
+    const queued = signals.backlog?.(worker) ?? NO_BACKLOG;
     const cachedTokens = prefix ? (prefix.cached[i] as number) : 0;
     if (cachedTokens > maxCached) maxCached = cachedTokens;
-    const uncachedTokens = prefix ? Math.max(0, promptTokens - cachedTokens) : 0;
-    const waitMs = load.ahead * est.waitMsPerRequest;
-    const prefillMs = est.ttftFloorMs + uncachedTokens * est.prefillMsPerToken;
-    const overloaded =
-      load.source === 'scraped' &&
-      ((load.waiting ?? 0) > options.overloadWaiting || (load.kvUsage ?? 0) > options.overloadKvUsage);
-    if (!overloaded) anyFit = true;
-    scores[i] = {
-      worker,
-      predictedMs: waitMs + prefillMs,
-      waitMs,
-      prefillMs,
-      ahead: load.ahead,
-      cachedTokens,
-      uncachedTokens,
-      loadSource: load.source,
-      overloaded,
-    };
+    if (queued.requests < contention) contention = queued.requests;
+    sumAhead += load.ahead;
+    c[i] = candidate(worker, load, est, queued, prefix ? promptTokens : 0, cachedTokens, options);
+  }
+  if (!Number.isFinite(contention)) contention = 0;
+  const mean = sumAhead / Math.max(1, workers.length);
+  const cap = Math.max(mean * options.costBalanceRel, mean + options.costBalanceAbs);
+  let anyFit = false;
+  for (const x of c) {
+    if (x.totalAhead > cap) x.overloaded = true;
+    if (!x.overloaded) anyFit = true;
+    x.scoreMs = x.predictedMs + contention * x.recomputeMs + x.decodeMs;
   }
 
   let best = Infinity;
   let skipped = 0;
-  for (const s of scores) {
-    if (anyFit && s.overloaded) {
-      skipped += 1;
-      continue;
-    }
-    if (s.predictedMs < best) best = s.predictedMs;
+  for (const x of c) {
+    if (anyFit && x.overloaded) skipped += 1;
+    else if (x.scoreMs < best) best = x.scoreMs;
   }
   const tied: number[] = [];
-  for (let i = 0; i < scores.length; i++) {
-    const s = scores[i] as CostScore;
-    if (anyFit && s.overloaded) continue;
-    if (s.predictedMs <= best + TIE_MS) tied.push(i);
+  for (let i = 0; i < c.length; i++) {
+    const x = c[i] as Candidate;
+    if (!(anyFit && x.overloaded) && x.scoreMs <= best + TIE_MS) tied.push(i);
   }
   const chosenIndex = tied.length === 1 ? (tied[0] as number) : leastLoaded(workers, tied);
-  const chosen = scores[chosenIndex] as CostScore;
-  let runnerUp: CostScore | undefined;
-  for (let i = 0; i < scores.length; i++) {
-    const s = scores[i] as CostScore;
-    if (i === chosenIndex || (anyFit && s.overloaded)) continue;
-    if (runnerUp === undefined || s.predictedMs < runnerUp.predictedMs) runnerUp = s;
+  let runnerUp: Candidate | undefined;
+  for (let i = 0; i < c.length; i++) {
+    const x = c[i] as Candidate;
+    if (i === chosenIndex || (anyFit && x.overloaded)) continue;
+    if (runnerUp === undefined || x.scoreMs < runnerUp.scoreMs) runnerUp = x;
   }
   return {
     promptTokens,
-    chosen,
+    chosen: c[chosenIndex] as Candidate,
     ...(runnerUp ? { runnerUp } : {}),
     skippedOverloaded: skipped,
+    contention,
     bestMatchRate: promptTokens > 0 ? maxCached / promptTokens : 0,
     maxCachedTokens: maxCached,
+  };
+}
+
+/** A CostScore while it is being built (filters and the score are set once every candidate is known). */
+interface Candidate extends CostScore {
+  scoreMs: number;
+  overloaded: boolean;
+  /** Everything ahead (blended), for the imbalance filter. */
+  readonly totalAhead: number;
+  /** The worker's time for this request's uncached tokens (what contention weighs). */
+  readonly recomputeMs: number;
+  /** The decode-batch term of the score. */
+  readonly decodeMs: number;
+}
+
+function candidate(
+  worker: Worker,
+  load: LoadView,
+  est: WorkerEstimates,
+  queued: Backlog,
+  promptTokens: number,
+  cachedTokens: number,
+  options: Readonly<CostModelOptions>,
+): Candidate {
+  const uncachedTokens = Math.max(0, promptTokens - cachedTokens);
+  const ahead = Math.max(0, load.ahead - queued.requests);
+  const waitMs = queued.tokens * est.prefillMsPerToken + ahead * est.waitMsPerRequest;
+  const recomputeMs = uncachedTokens * est.prefillMsPerToken;
+  const prefillMs = est.ttftFloorMs + recomputeMs;
+  const overloaded =
+    load.source === 'scraped' &&
+    ((load.waiting ?? 0) > options.overloadWaiting || (load.kvUsage ?? 0) > options.overloadKvUsage);
+  return {
+    worker,
+    predictedMs: waitMs + prefillMs,
+    scoreMs: 0,
+    waitMs,
+    prefillMs,
+    ahead,
+    queuedTokens: queued.tokens,
+    cachedTokens,
+    uncachedTokens,
+    loadSource: load.source,
+    overloaded,
+    totalAhead: load.ahead,
+    recomputeMs,
+    decodeMs: load.ahead * est.interChunkMs * options.costDecodeWeight,
   };
 }
 
@@ -176,16 +265,20 @@ export function describeCost(c: CostInputs): string {
   const r = c.runnerUp;
   const parts = [
     `predicted_ms=${s.predictedMs.toFixed(1)}`,
+    `score_ms=${s.scoreMs.toFixed(1)}`,
     `wait_ms=${s.waitMs.toFixed(1)}`,
     `ahead=${round2(s.ahead)}`,
+    `queued_tokens=${s.queuedTokens}`,
     `load=${s.loadSource}`,
     `uncached=${s.uncachedTokens}/${c.promptTokens}`,
   ];
   if (c.skippedOverloaded > 0) parts.push(`overloaded=${c.skippedOverloaded}`);
+  if (c.contention > 0) parts.push(`contention=${c.contention}`);
   if (r) {
     parts.push(
       `runner_up=${r.worker.url}`,
       `runner_up_ms=${r.predictedMs.toFixed(1)}`,
+      `runner_up_score_ms=${r.scoreMs.toFixed(1)}`,
       `runner_up_uncached=${r.uncachedTokens}`,
     );
   }

@@ -7,9 +7,9 @@ import { Worker } from '../../../src/workers/worker.js';
 function observe(est: TimingEstimates, truth: { floor: number; p: number; q: number }, n: number) {
   const [w] = makeWorkers(1);
   for (let i = 0; i < n; i++) {
-    const uncachedTokens = [16, 2048, 300, 5000, 64][i % 5]!;
+    const prefillTokens = [16, 2048, 300, 5000, 64][i % 5]!;
     const ahead = [0, 3, 8, 1, 12][(i * 3) % 5]!;
-    est.recordTtft(w!, truth.floor + truth.p * uncachedTokens + truth.q * ahead, { uncachedTokens, ahead });
+    est.recordTtft(w!, truth.floor + truth.p * prefillTokens + truth.q * ahead, { prefillTokens, ahead });
   }
   return w!;
 }
@@ -19,7 +19,7 @@ describe('TimingEstimates', () => {
     const est = new TimingEstimates();
     const [w] = makeWorkers(1);
     expect(est.of(w!)).toEqual({ ...DEFAULT_TIMING_PRIORS, ttftSamples: 0, chunkSamples: 0 });
-    expect(est.predictTtftMs(w!, { uncachedTokens: 1000, ahead: 2 })).toBeCloseTo(10 + 50 + 40);
+    expect(est.predictTtftMs(w!, { prefillTokens: 1000, ahead: 2 })).toBeCloseTo(10 + 50 + 40);
   });
 
   it.each([
@@ -38,16 +38,17 @@ describe('TimingEstimates', () => {
   it('keeps the priors in directions the data never excites (same prompt size, never a queue)', () => {
     const est = new TimingEstimates();
     const [w] = makeWorkers(1);
-    for (let i = 0; i < 500; i++) est.recordTtft(w!, 15, { uncachedTokens: 100, ahead: 0 });
+    for (let i = 0; i < 500; i++) est.recordTtft(w!, 15, { prefillTokens: 100, ahead: 0 });
     const e = est.of(w!);
     expect(e.ttftFloorMs + e.prefillMsPerToken * 100).toBeCloseTo(15, 0); // fits what it saw
     expect(e.waitMsPerRequest).toBeCloseTo(DEFAULT_TIMING_PRIORS.waitMsPerRequest, 0); // untouched
   });
 
-  it('the wait per request ahead never drops below the inter-chunk time', () => {
+  it('learns that requests ahead cost nothing when they do not (queued prefills are a feature apart)', () => {
     const est = new TimingEstimates({ interChunkMs: 12 });
     const w = observe(est, { floor: 5, p: 0.05, q: 0 }, 300);
-    expect(est.of(w).waitMsPerRequest).toBe(est.of(w).interChunkMs);
+    expect(est.of(w).waitMsPerRequest).toBeGreaterThanOrEqual(0);
+    expect(est.of(w).waitMsPerRequest).toBeCloseTo(0, 0);
   });
 
   it('inter-chunk time is an EWMA; bad observations are ignored; one stall cannot wreck the fit', () => {
@@ -57,19 +58,19 @@ describe('TimingEstimates', () => {
     expect(est.of(w!).interChunkMs).toBeCloseTo(19);
     est.recordInterChunk(w!, Number.NaN);
     est.recordInterChunk(w!, -1);
-    est.recordTtft(w!, Number.POSITIVE_INFINITY, { uncachedTokens: 1, ahead: 0 });
+    est.recordTtft(w!, Number.POSITIVE_INFINITY, { prefillTokens: 1, ahead: 0 });
     expect(est.of(w!).chunkSamples).toBe(1);
     expect(est.of(w!).ttftSamples).toBe(0);
-    const before = est.predictTtftMs(w!, { uncachedTokens: 100, ahead: 1 });
-    est.recordTtft(w!, 1e9, { uncachedTokens: 100, ahead: 1 });
-    expect(est.predictTtftMs(w!, { uncachedTokens: 100, ahead: 1 })).toBeLessThanOrEqual(2 * before + 200);
+    const before = est.predictTtftMs(w!, { prefillTokens: 100, ahead: 1 });
+    est.recordTtft(w!, 1e9, { prefillTokens: 100, ahead: 1 });
+    expect(est.predictTtftMs(w!, { prefillTokens: 100, ahead: 1 })).toBeLessThanOrEqual(2 * before + 200);
   });
 
   it('a worker without observations reads its role fleet estimate; other roles keep the priors', () => {
     const est = new TimingEstimates({ interChunkMs: 20 });
     const [a, b] = makeWorkers(2);
     for (let i = 0; i < 50; i++) est.recordInterChunk(a!, 5);
-    est.recordTtft(a!, 300, { uncachedTokens: 10, ahead: 0 });
+    est.recordTtft(a!, 300, { prefillTokens: 10, ahead: 0 });
     // b was never observed (e.g. avoided): it inherits what the fleet learned, not the optimistic priors.
     expect(est.of(b!).interChunkMs).toBeCloseTo(est.of(a!).interChunkMs);
     expect(est.of(b!).ttftFloorMs).toBeCloseTo(est.of(a!).ttftFloorMs);

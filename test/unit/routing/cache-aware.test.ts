@@ -41,6 +41,9 @@ describe('cache_aware options', () => {
       overloadWaiting: 8,
       overloadKvUsage: 0.9,
       charsPerToken: 4,
+      costBalanceRel: 1.5,
+      costBalanceAbs: 4,
+      costDecodeWeight: 0.25,
     });
     expect(resolveCacheAwareOptions({ cacheThreshold: undefined })).toEqual(DEFAULT_CACHE_AWARE_OPTIONS);
   });

@@ -3,6 +3,7 @@ import { CacheAwarePolicy } from '../../../src/routing/cache-aware.js';
 import { describeCost, type WorkerSignals } from '../../../src/routing/cost-model.js';
 import { LoadBoard, type LoadView } from '../../../src/load/load-board.js';
 import { TimingEstimates } from '../../../src/load/timing-estimates.js';
+import { PrefillBacklog } from '../../../src/load/prefill-backlog.js';
 import type { PrefixSource } from '../../../src/routing/prefix-source.js';
 import type { Role } from '../../../src/workers/role.js';
 import type { Worker } from '../../../src/workers/worker.js';
@@ -64,10 +65,26 @@ describe('cost model scoring (cache_aware default mode)', () => {
       branch: 'cache_hit',
     },
     {
-      name: '200 KB shared document: worth a 50-request queue (1 s wait vs 2.5 s prefill)',
+      name: '200 KB shared document on a busy fleet: worth a 50-request queue (1 s wait vs 2.5 s prefill)',
       held: DOC,
       prompt: `${DOC} Question 7?`,
-      loads: [scraped(50), scraped(0)],
+      loads: [scraped(50), scraped(40), scraped(40)],
+      want: 0,
+      branch: 'cache_hit',
+    },
+    {
+      name: 'a hot prefix never piles up: a holder above 1.5x the mean (and the mean + 4) is skipped',
+      held: DOC,
+      prompt: `${DOC} Question 7?`,
+      loads: [scraped(12), scraped(2), scraped(2)],
+      want: 1,
+      branch: 'imbalance',
+    },
+    {
+      name: '... while within the band it keeps the cache (mean + 4 on a lightly loaded fleet)',
+      held: DOC,
+      prompt: `${DOC} Question 7?`,
+      loads: [scraped(6), scraped(2), scraped(2)],
       want: 0,
       branch: 'cache_hit',
     },
@@ -99,7 +116,7 @@ describe('cost model scoring (cache_aware default mode)', () => {
       name: 'overloaded holder (9 waiting) is skipped while the other is below',
       held: DOC,
       prompt: `${DOC} Q`,
-      loads: [scraped(9, { waiting: 9 }), scraped(5)],
+      loads: [scraped(9, { waiting: 9 }), scraped(7)],
       want: 1,
       branch: 'imbalance',
     },
@@ -123,7 +140,7 @@ describe('cost model scoring (cache_aware default mode)', () => {
   ];
 
   it.each(cases)('$name', ({ held, prompt, loads, role, want, branch }) => {
-    const workers = makeWorkers(2);
+    const workers = makeWorkers(Math.max(2, loads.length));
     const policy = policyFor(workers, loads, role);
     policy.routed({ worker: workers[0]!, branch: 'seed' }, input(workers, { text: held }), 1);
     const d = policy.select(input(workers, { text: prompt }));
@@ -195,5 +212,62 @@ describe('cost model scoring (cache_aware default mode)', () => {
     expect(text).toContain('uncached=100/100');
     expect(text).toContain(`runner_up=${workers[0]!.url}`);
     expect(text).toContain('runner_up_ms=55.0'); // + 2 ahead x 20 ms
+  });
+
+  it('queued prefills count in tokens: ten queued cache hits cost less than one queued long miss', () => {
+    const workers = makeWorkers(2);
+    const timing = new TimingEstimates();
+    const backlog = new PrefillBacklog();
+    for (let i = 0; i < 10; i++) backlog.add(workers[0]!, 20, Infinity); // ten hits: 20 tokens each
+    backlog.add(workers[1]!, 4000, Infinity); // one 4000-token miss
+    const signals: WorkerSignals = {
+      load: (w) => ({ source: 'in_flight', ahead: w.load }),
+      timing: (w) => timing.of(w),
+      backlog: (w) => backlog.of(w, 0),
+    };
+    workers[0]!.load = 10;
+    workers[1]!.load = 1;
+    const policy = new CacheAwarePolicy({ costBalanceAbs: 20 }, { signals });
+    for (const w of workers) policy.addWorker(w);
+    const d = policy.select(input(workers, { text: 'z'.repeat(400) }));
+    expect(d.worker).toBe(workers[0]);
+    expect(d.cost?.chosen.queuedTokens).toBe(200);
+    expect(d.cost?.chosen.ahead).toBe(0); // the ten queued requests are counted in tokens, not again per request
+    expect(d.cost?.runnerUp?.queuedTokens).toBe(4000);
+  });
+
+  it('contention: once every worker has a queue, a cache hit is worth more than its own prefill time', () => {
+    const workers = makeWorkers(2);
+    const timing = new TimingEstimates();
+    const backlog = new PrefillBacklog();
+    const signals: WorkerSignals = {
+      load: (w) => ({ source: 'in_flight', ahead: w.load }),
+      timing: (w) => timing.of(w),
+      backlog: (w) => backlog.of(w, 0),
+    };
+    const policy = new CacheAwarePolicy({}, { signals });
+    for (const w of workers) policy.addWorker(w);
+    const held = 'h'.repeat(4000); // 1000 tokens: 50 ms of prefill
+    policy.routed({ worker: workers[0]!, branch: 'seed' }, input(workers, { text: held }), 1);
+    // The holder has 1400 more tokens queued (70 ms) than the other: more than the 50 ms the hit saves.
+    backlog.add(workers[0]!, 1500, Infinity);
+    backlog.add(workers[1]!, 100, Infinity);
+    workers[0]!.load = 1;
+    workers[1]!.load = 1;
+    const idleElsewhere = policy.select(input(workers, { text: `${held}?` }));
+    expect(idleElsewhere.cost?.contention).toBe(1);
+    // One queued prefill everywhere: the recomputed 50 ms also delay the one queued behind -> the holder.
+    expect(idleElsewhere.worker).toBe(workers[0]);
+    // With no queue on the other worker, recomputing there delays nobody: the faster first token wins.
+    const other = new PrefillBacklog();
+    other.add(workers[0]!, 1500, Infinity);
+    const free: WorkerSignals = { ...signals, backlog: (w) => other.of(w, 0) };
+    workers[1]!.load = 0;
+    const p2 = new CacheAwarePolicy({}, { signals: free });
+    for (const w of workers) p2.addWorker(w);
+    p2.routed({ worker: workers[0]!, branch: 'seed' }, input(workers, { text: held }), 1);
+    const d = p2.select(input(workers, { text: `${held}?` }));
+    expect(d.cost?.contention).toBe(0);
+    expect(d.worker).toBe(workers[1]);
   });
 });

@@ -1,0 +1,36 @@
+import { describe, expect, it } from 'vitest';
+import { PrefillBacklog } from '../../../src/load/prefill-backlog.js';
+import { makeWorkers } from '../routing/fixtures.js';
+
+describe('PrefillBacklog', () => {
+  it('sums the queued requests and tokens per worker; done is idempotent', () => {
+    const [a, b] = makeWorkers(2);
+    const backlog = new PrefillBacklog();
+    const e1 = backlog.add(a!, 100, 1000);
+    backlog.add(a!, 20, 1000);
+    backlog.add(b!, 7, 1000);
+    expect(backlog.of(a!, 0)).toEqual({ requests: 2, tokens: 120 });
+    expect(backlog.of(b!, 0)).toEqual({ requests: 1, tokens: 7 });
+    backlog.done(a!, e1);
+    backlog.done(a!, e1);
+    expect(backlog.of(a!, 0)).toEqual({ requests: 1, tokens: 20 });
+  });
+
+  it('an entry past its deadline (a response that shows no first token) is dropped on read', () => {
+    const [a] = makeWorkers(1);
+    const backlog = new PrefillBacklog();
+    backlog.add(a!, 50, 100);
+    backlog.add(a!, 30, 300);
+    expect(backlog.of(a!, 99)).toEqual({ requests: 2, tokens: 80 });
+    expect(backlog.of(a!, 100)).toEqual({ requests: 1, tokens: 30 });
+    expect(backlog.of(a!, 500)).toEqual({ requests: 0, tokens: 0 });
+  });
+
+  it('bad token counts count as zero tokens, still one request', () => {
+    const [a] = makeWorkers(1);
+    const backlog = new PrefillBacklog();
+    backlog.add(a!, Number.NaN, 10);
+    backlog.add(a!, -5, 10);
+    expect(backlog.of(a!, 0)).toEqual({ requests: 2, tokens: 0 });
+  });
+});
