@@ -133,7 +133,21 @@ export async function startPeer(
 ): Promise<PeerProcess> {
   const port = await freePort();
   const metricsPort = await freePort();
-  const child = spawn(binary(peer), peerArgs(peer, policy, port, metricsPort, workerUrls), {
+  return spawnPeer(peer, peerArgs(peer, policy, port, metricsPort, workerUrls), port);
+}
+
+/**
+ * Spawns the peer's binary with `args` (which must make it listen on 127.0.0.1:`port`) and waits until
+ * `ready(url)` (default: it serves models; 60 s budget); a peer that exits or never gets ready is
+ * closed and reported.
+ */
+export async function spawnPeer(
+  peer: PeerName,
+  args: readonly string[],
+  port: number,
+  ready: (url: string) => Promise<boolean> = servesModels,
+): Promise<PeerProcess> {
+  const child = spawn(binary(peer), args, {
     cwd: ROOT,
     stdio: ['ignore', 'ignore', 'pipe'],
   });
@@ -147,7 +161,7 @@ export async function startPeer(
       await close();
       throw new Error(`${peer} not ready within 60 s: ${stderrTail()}`);
     }
-    if (await servesModels(url)) break;
+    if (await ready(url)) break;
     await new Promise((r) => setTimeout(r, 200));
   }
   return { url, pid: child.pid!, stderrTail, close };

@@ -14,7 +14,7 @@ import * as prettier from 'prettier';
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 export const DOC_PATH = path.join(ROOT, 'docs', 'benchmarks.md');
 export const RESULTS_DIR = path.join(ROOT, 'bench', 'results');
-export const SECTIONS = ['summary', 'routing', 'overhead', 'scale', 'replicas', 'kv-events'] as const;
+export const SECTIONS = ['summary', 'routing', 'overhead', 'scale', 'replicas', 'kv-events', 'pd'] as const;
 export type SectionName = (typeof SECTIONS)[number];
 
 const INTRO = `# Benchmarks

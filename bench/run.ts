@@ -1,5 +1,5 @@
 /**
- * `npm run bench -- <routing|overhead|scale|replicas|kv-events|all> [--quick] [--policies=a,b] [--workloads=a,b]`
+ * `npm run bench -- <routing|overhead|scale|replicas|kv-events|pd|all> [--quick] [--policies=a,b] [--workloads=a,b]`
  *
  * `--policies` / `--workloads` narrow the routing benchmark to some POLICY_VARIANTS labels / workloads
  * (a bounded run on a busy machine; both also narrow `replicas` and `kv-events`, whose variants are
@@ -9,7 +9,9 @@
  * Runs the named benchmark(s), writes `bench/results/<name>.json`, regenerates that benchmark's section
  * of docs/benchmarks.md (tables + SVG charts in docs/) and the generated summary. `--quick` shrinks every
  * size (seconds, for smoke runs; the doc marks such a run as quick). `overhead --cpu` runs only the
- * router-vs-Envoy CPU comparison (small, 64-chunk streams, 220 KB prompts at concurrency 16).
+ * router-vs-Envoy CPU comparison (small, 64-chunk streams, 220 KB prompts at concurrency 16). `pd` is the
+ * P/D benchmark per KV connector (bench/pd-bench.ts); `--connectors=nixl,mooncake` narrows it to some
+ * PD_VARIANTS labels.
  */
 import { runOverheadBench, type OverheadResult } from './overhead-bench.js';
 import { readResult, writeAsset, writeResult, writeSection, type SectionName } from './report-doc.js';
@@ -31,9 +33,12 @@ import {
   type RoutingResult,
 } from './routing-bench.js';
 import { runScaleBench, type ScaleResult } from './scale-bench.js';
+import { runPdBench } from './pd-bench.js';
+import { PD_VARIANTS } from './pd-fleet.js';
+import { renderPd } from './report-pd.js';
 import { isWorkloadName, type WorkloadName } from './workloads.js';
 
-const NAMES = ['routing', 'overhead', 'scale', 'replicas', 'kv-events'] as const;
+const NAMES = ['routing', 'overhead', 'scale', 'replicas', 'kv-events', 'pd'] as const;
 type BenchName = (typeof NAMES)[number];
 
 /** The routing-style benchmarks and their variants (what `--policies` / `--workloads` narrow). */
@@ -45,8 +50,9 @@ const VARIANTS_OF: Readonly<Record<string, readonly PolicyVariant[]>> = {
 
 function usage(): never {
   process.stderr.write(
-    'usage: npm run bench -- <routing|overhead|scale|replicas|kv-events|all> [--quick] ' +
-      '[--policies=a,b] [--workloads=a,b] (routing, replicas, kv-events) [--cpu] (overhead only)\n',
+    'usage: npm run bench -- <routing|overhead|scale|replicas|kv-events|pd|all> [--quick] ' +
+      '[--policies=a,b] [--workloads=a,b] (routing, replicas, kv-events) [--cpu] (overhead only) ' +
+      '[--connectors=a,b] (pd only)\n',
   );
   process.exit(2);
 }
@@ -72,6 +78,8 @@ interface Narrowing {
   workloads?: WorkloadName[];
   /** overhead: only the router-vs-Envoy CPU plans (cpuPlans in overhead-bench.ts). */
   cpuOnly?: boolean;
+  /** pd: only these PD_VARIANTS labels. */
+  connectors?: string[];
 }
 
 async function runOne(
@@ -133,6 +141,12 @@ async function runOne(
       await publish('kv-events', renderKvEvents(r));
       break;
     }
+    case 'pd': {
+      const r = await runPdBench({ quick, command, log, peers: !quick, connectors: narrow.connectors });
+      writeResult('pd', r);
+      await publish('pd', renderPd(r));
+      break;
+    }
     case 'scale': {
       const r = await runScaleBench({ quick, command, log });
       writeResult('scale', r);
@@ -157,8 +171,14 @@ async function main(): Promise<void> {
   if (workloads && !workloads.every(isWorkloadName)) usage();
   if (workloads) narrow.workloads = workloads as WorkloadName[];
   if (args.includes('--cpu')) narrow.cpuOnly = true;
+  narrow.connectors = listFlag('connectors');
+  if (narrow.connectors?.some((c) => !PD_VARIANTS.some((v) => v.label === c))) usage();
   const known = (a: string): boolean =>
-    a === '--quick' || a === '--cpu' || a.startsWith('--policies=') || a.startsWith('--workloads=');
+    a === '--quick' ||
+    a === '--cpu' ||
+    a.startsWith('--policies=') ||
+    a.startsWith('--workloads=') ||
+    a.startsWith('--connectors=');
   const positional = args.filter((a) => !a.startsWith('--'));
   if (positional.length !== 1 || args.some((a) => a.startsWith('--') && !known(a))) usage();
   const name = positional[0]!;
@@ -166,6 +186,7 @@ async function main(): Promise<void> {
   if (narrow.policies && !narrow.policies.every((p) => variants?.some((v) => v.label === p))) usage();
   if (narrow.workloads && variants === undefined) usage();
   if (narrow.cpuOnly && name !== 'overhead') usage();
+  if (narrow.connectors && name !== 'pd') usage();
   const command = `npm run bench -- ${args.join(' ')}`;
   if (name === 'all') {
     for (const n of NAMES) await runOne(n, quick, command);

@@ -4,6 +4,8 @@
  * assertions: absolute and relative figures on a shared CI machine are noise.
  */
 import { describe, expect, it } from 'vitest';
+import { runPdBench } from '../../bench/pd-bench.js';
+import { renderPd } from '../../bench/report-pd.js';
 import { renderRouting } from '../../bench/report-sections.js';
 import { kvEventTargets } from '../../bench/report-kv-events.js';
 import { REPLICA_VARIANTS, runRoutingBench } from '../../bench/routing-bench.js';
@@ -79,4 +81,36 @@ describe('routing benchmark (quick smoke run)', () => {
     }
     expect(result.targets).toEqual([]);
   });
+});
+
+describe('P/D benchmark (quick smoke run)', () => {
+  it('runs static, bootstrap and registered fleets through Envoy and renders its section', async () => {
+    // One sequential static fleet, Mooncake (bootstrap, overlapped legs), MoRI-IO WRITE (ZMQ
+    // registration, concurrent legs); test/e2e/pd-connectors.test.ts checks every connector's fields.
+    const connectors = ['nixl', 'mooncake', 'mori-io-write'];
+    const result = await runPdBench({ quick: true, addedTtftRequests: 5, connectors });
+    expect(result.benchmark).toBe('pd');
+    expect(result.setup.peers).toEqual({});
+    expect(result.cells.map((c) => `${c.variant} ${c.concurrency}`)).toEqual(
+      connectors.flatMap((v) => [`${v} 1`, `${v} 4`]),
+    );
+    for (const c of result.cells) {
+      expect(c.frontDoor).toBe('router');
+      // The simulated decode workers fail a wrong KV handover: every request must get through.
+      expect({ variant: c.variant, errors: c.errors, firstError: c.firstError }).toEqual({
+        variant: c.variant,
+        errors: 0,
+        firstError: undefined,
+      });
+      expect(c.completed).toBe(c.requests);
+      expect(c.outputTokens).toBe(c.completed * result.setup.outputTokens);
+      expect(Number.isFinite(c.ttftP50Ms)).toBe(true);
+    }
+    expect(result.addedTtft?.requests).toBe(5);
+    const md = renderPd(result).markdown;
+    expect(md).toContain('## P/D per KV connector');
+    expect(md).toContain('### Concurrency 4');
+    expect(md).toContain('Peers: not run');
+    expect(md).toContain('### Added TTFT of the sequential path');
+  }, 240_000);
 });
