@@ -42,6 +42,7 @@ import { resolveEndpoint, resolveHost } from '../workers/endpoint.js';
 import type { Role } from '../workers/role.js';
 import { RolePools } from '../workers/role-pools.js';
 import { WorkerPool } from '../workers/worker-pool.js';
+import type { Worker } from '../workers/worker.js';
 import { DrainFlag } from './lifecycle.js';
 import { WarmUp } from './warm-up.js';
 import { LoadBoard } from '../load/load-board.js';
@@ -115,7 +116,10 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
   const backlog = new PrefillBacklog();
   const signals: WorkerSignals = {
     load: (w) => board.view(w.url, w.load, clock()),
-    timing: (w) => timing.of(w),
+    // Scoring reads the role's fleet estimate (every worker's responses): per-worker fits from a few
+    // dozen noisy samples differ by chance, and a worker whose fit drifted high would lose its cache
+    // affinity for nothing. Per-worker estimates stay on /workers and /metrics.
+    timing: (w) => timing.fleetOf(w.role),
     backlog: (w) => backlog.of(w, clock()),
   };
   // The exact prefix source (KV events, when configured) ahead of each cache_aware policy's radix tree.
@@ -124,6 +128,13 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
     signals,
     prefixSources,
     timing,
+    // The worker's KV-cache capacity from its latest scraped page (any age: it does not change).
+    capacityTokens: (w) => {
+      const f = board.latest(w.url)?.figures;
+      return f?.numGpuBlocks !== undefined && f.blockSize !== undefined
+        ? f.numGpuBlocks * f.blockSize
+        : undefined;
+    },
   });
   registerLoadMetrics({ registry: metrics.registry, workers: () => pools.members(), board, timing, clock });
   // Pools follow the registry, so a scrape reads current members without reconciling; so do the
@@ -248,7 +259,12 @@ function buildPools(
   health: WorkerHealth,
   exact: ExactPrefix,
   bootstrap: BootstrapDirectory | undefined,
-  load: { signals: WorkerSignals; prefixSources: readonly PrefixSource[]; timing: TimingEstimates },
+  load: {
+    signals: WorkerSignals;
+    prefixSources: readonly PrefixSource[];
+    timing: TimingEstimates;
+    capacityTokens: (w: Worker) => number | undefined;
+  },
 ): RolePools {
   return new RolePools((role) => {
     const policy = createPolicy(policyFor(config, role), {
@@ -268,7 +284,12 @@ function buildPools(
       },
       ...(exact.source !== undefined ? { exactPrefix: exact.source } : {}),
       onExactFallback: exact.fallback,
-      cacheAwareDeps: { role, signals: load.signals, prefixSources: load.prefixSources },
+      cacheAwareDeps: {
+        role,
+        signals: load.signals,
+        prefixSources: load.prefixSources,
+        capacityTokens: load.capacityTokens,
+      },
     });
     return new WorkerPool(role, policy, registry, {
       onAdded: (w) => {

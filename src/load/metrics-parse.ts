@@ -7,6 +7,7 @@
  *   running   vllm:num_requests_running   | sglang:num_running_reqs
  *   kvUsage   vllm:kv_cache_usage_perc    | vllm:gpu_cache_usage_perc (vLLM < 0.10) | sglang:token_usage
  *   blockSize vllm:cache_config_info's `block_size` label
+ *   numGpuBlocks  its `num_gpu_blocks` label (the worker's KV-cache capacity, in blocks)
  *   lora      vllm:lora_requests_info's `max_lora`, `running_lora_adapters`, `waiting_lora_adapters`
  * A page with several samples of a figure (data-parallel engines, several `model_name`s) sums the
  * counts and takes the largest KV usage (the fullest engine is the one that will queue).
@@ -56,6 +57,8 @@ export interface LoadFigures {
   /** In [0, 1]. */
   readonly kvUsage?: number;
   readonly blockSize?: number;
+  /** KV-cache capacity in blocks (with blockSize: the most prompt tokens the worker can keep cached). */
+  readonly numGpuBlocks?: number;
   readonly lora?: LoraInfo;
   /** Lines the parser rejected. */
   readonly malformedLines: number;
@@ -90,9 +93,12 @@ export function parseLoadFigures(
   const max = (vs: number[]): number => Math.min(1, Math.max(...vs));
 
   let blockSize: number | undefined;
+  let numGpuBlocks: number | undefined;
   for (const s of families.get(names.cacheConfig) ?? []) {
     const b = Number(s.labels?.block_size);
     if (Number.isInteger(b) && b > 0) blockSize = b;
+    const n = Number(s.labels?.num_gpu_blocks);
+    if (Number.isInteger(n) && n > 0 && n <= 1e9) numGpuBlocks = n;
   }
   let lora: LoraInfo | undefined;
   for (const s of families.get(names.lora) ?? []) {
@@ -112,6 +118,7 @@ export function parseLoadFigures(
     ...(running === undefined ? {} : { running }),
     ...(kvUsage === undefined ? {} : { kvUsage }),
     ...(blockSize === undefined ? {} : { blockSize }),
+    ...(numGpuBlocks === undefined ? {} : { numGpuBlocks }),
     ...(lora === undefined ? {} : { lora }),
     malformedLines: malformed,
   };

@@ -62,6 +62,12 @@ export interface CacheAwareDeps {
   readonly signals?: WorkerSignals;
   /** Exact prefix sources, consulted before this policy's radix tree. */
   readonly prefixSources?: readonly PrefixSource[];
+  /**
+   * The worker's KV-cache capacity in tokens (scraped `vllm:cache_config_info`), when known: the tree
+   * keeps at most that much of the worker's prompts (x charsPerToken), least recently used dropped
+   * first, as the worker's own prefix cache does. Without it only maxTreeSize bounds the tree.
+   */
+  readonly capacityTokens?: (worker: Worker) => number | undefined;
 }
 
 export interface CacheAwareOptions {
@@ -168,6 +174,7 @@ export class CacheAwarePolicy implements Policy {
   private readonly role: Role;
   private readonly signals: WorkerSignals;
   private readonly sources: readonly PrefixSource[];
+  private readonly capacityTokens: ((worker: Worker) => number | undefined) | undefined;
 
   constructor(options: Partial<CacheAwareOptions> = {}, deps: CacheAwareDeps = {}) {
     this.options = resolveCacheAwareOptions(options);
@@ -179,6 +186,7 @@ export class CacheAwarePolicy implements Policy {
     }
     const radix = new RadixPrefixSource((model) => this.trees.get(model), this.options.charsPerToken);
     this.sources = [...(deps.prefixSources ?? []), radix];
+    this.capacityTokens = deps.capacityTokens;
   }
 
   get maintenanceIntervalMs(): number {
@@ -250,7 +258,16 @@ export class CacheAwarePolicy implements Policy {
 
   routed(decision: Decision, input: SelectionInput, nowMs: number): void {
     if (input.text.length === 0) return;
-    this.treeFor(input.model).insert(input.text, decision.worker.id, nowMs);
+    const tree = this.treeFor(input.model);
+    const tenant = decision.worker.id;
+    tree.insert(input.text, tenant, nowMs);
+    const capacity = this.capacityTokens?.(decision.worker);
+    if (capacity !== undefined) {
+      // The worker's cache evicts its least recently used blocks once full; so does its picture here
+      // (with 1/16 of slack, so eviction runs in batches rather than on every request).
+      const maxChars = capacity * this.options.charsPerToken;
+      if (tree.tenantCharCount(tenant) > maxChars + maxChars / 16) tree.evictTenantToSize(tenant, maxChars);
+    }
   }
 
   addWorker(worker: Worker): void {

@@ -5,7 +5,8 @@
  * handed; no counters, timers or logging.
  *
  * A cache hit is worth the prefill time it saves; a queue costs the time it makes a request wait. Per
- * candidate w, with its learned estimates (load/timing-estimates.ts), blended load (load/load-board.ts)
+ * candidate w, with the learned estimates it is handed (load/timing-estimates.ts: the router hands every
+ * worker its role's fleet estimate, fitted on all their responses), blended load (load/load-board.ts)
  * and this router's queued prefills (load/prefill-backlog.ts):
  *
  *   uncached_w  = promptTokens - cachedTokens_w          (prefix-source.ts: exact first, radix fallback)

@@ -45,6 +45,7 @@ describe('parseLoadFigures', () => {
         running: 5,
         kvUsage: 0.42,
         blockSize: 16,
+        numGpuBlocks: 27000,
         lora: { maxLora: 4, running: ['sql', 'chat'], waiting: [] },
         malformedLines: 0,
       },

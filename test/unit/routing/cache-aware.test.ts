@@ -279,6 +279,26 @@ describe('cache_aware global mode', () => {
 });
 
 describe('cache_aware maintenance', () => {
+  it("keeps each worker's picture within its scraped KV-cache capacity, least recently used first", () => {
+    const workers = makeWorkers(2);
+    // Worker 0 caches 100 tokens (400 chars at 4 chars per token); worker 1's capacity is unknown.
+    const policy = new CacheAwarePolicy(
+      { mode: 'per_request' },
+      { capacityTokens: (w) => (w === workers[0] ? 100 : undefined) },
+    );
+    for (const w of workers) policy.addWorker(w);
+    const doc = (c: string) => c.repeat(300);
+    seed(policy, workers[0]!, doc('a'), 1);
+    seed(policy, workers[0]!, doc('b'), 2); // 600 chars > 400: the older document goes
+    seed(policy, workers[1]!, doc('a'), 3);
+    seed(policy, workers[1]!, doc('b'), 4);
+    expect(policy.treeChars().get(workers[0]!.id)).toBeLessThanOrEqual(400);
+    expect(policy.treeChars().get(workers[1]!.id)).toBe(600);
+    // Only worker 1 still holds 'a'; both hold 'b'.
+    const a = policy.select(input(workers, { text: doc('a') }));
+    expect(a).toMatchObject({ worker: workers[1], branch: 'cache_hit' });
+  });
+
   it('evicts every tenant down to maxTreeSize and drops empty trees', () => {
     const workers = makeWorkers(2);
     const policy = policyWith(workers, { maxTreeSize: 40 });
