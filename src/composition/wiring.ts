@@ -371,6 +371,7 @@ function buildGrpcServer({ config, logger, metrics }: Base, dispatcher: Dispatch
     dispatcher,
     maxBodyBytes: config.maxBodyBytes,
     onStreamsChanged: (n) => metrics.streamsActive.set(n),
+    onConnectionClose: (reason) => metrics.grpcConnectionCloses.inc({ reason }),
     onEnd: (s) => {
       metrics.requests.inc({ route: s.route, outcome: s.outcome });
       metrics.requestDuration.observe({ route: s.route, outcome: s.outcome }, s.durationMs / 1000);

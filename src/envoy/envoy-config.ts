@@ -39,9 +39,17 @@ export interface EnvoyRenderOptions {
    * load balancer over these workers (never to an address the client supplied).
    */
   failOpen?: { fallbackWorkers: Array<{ host: string; port: number }> };
+  /**
+   * A plain ext_proc setup: without the two settings envoy.yaml recommends for the router cluster
+   * (`max_requests_per_connection`, and the `ext_proc_graceful_grpc_close` runtime flag), so Envoy
+   * resets every finished ext_proc stream on long-lived connections (issue 15's "Envoy's defaults").
+   */
+  envoyDefaults?: boolean;
 }
 
 type Yaml = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+
+const HTTP_PROTOCOL_OPTIONS = 'envoy.extensions.upstreams.http.v3.HttpProtocolOptions';
 
 export function renderEnvoyConfig(opts: EnvoyRenderOptions = {}): string {
   const doc = parse(readFileSync(ENVOY_YAML, 'utf8')) as Yaml;
@@ -82,6 +90,13 @@ export function renderEnvoyConfig(opts: EnvoyRenderOptions = {}): string {
       },
     ];
     routerCluster.common_lb_config = { healthy_panic_threshold: { value: 0 } };
+  }
+  if (opts.envoyDefaults) {
+    const protocol = routerCluster.typed_extension_protocol_options[HTTP_PROTOCOL_OPTIONS] as Yaml;
+    delete protocol.common_http_protocol_options;
+    for (const layer of (doc.layered_runtime?.layers ?? []) as Yaml[]) {
+      delete layer.static_layer?.['envoy.reloadable_features.ext_proc_graceful_grpc_close'];
+    }
   }
   if (opts.failOpen) {
     extProc.typed_config.failure_mode_allow = true;

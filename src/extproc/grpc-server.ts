@@ -12,15 +12,13 @@
  * Stream resets: Envoy ends every finished ext_proc stream with RST_STREAM unless its
  * `ext_proc_graceful_grpc_close` runtime flag is on, and nghttp2 (not configurable in Node 20) answers
  * more than 1,000 resets on a connection faster than 33/s with GOAWAY(INTERNAL_ERROR), failing the
- * streams Envoy sent meanwhile. A server-side drain cannot avoid that loss: once this side has sent
- * any GOAWAY, nghttp2 ignores every new stream, even with last stream id 2^31-1 (measured: streams
- * crossing the GOAWAY hung, then were refused). So the two Envoy settings of envoy/envoy.yaml (the
- * graceful-close flag; `max_requests_per_connection`, a rotation decided by the client, lossless)
- * stay required on Node 20.
+ * streams Envoy sent meanwhile. Each connection therefore has a ConnectionRotation
+ * (connection-rotation.ts), which moves the client to a fresh connection, losslessly, long before.
  */
 import { EventEmitter } from 'node:events';
 import http2 from 'node:http2';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
+import { ConnectionRotation } from './connection-rotation.js';
 import { encodeFrame, FrameDecoder } from './grpc-frames.js';
 import type { MessageCodec } from './codec.js';
 
@@ -169,12 +167,18 @@ export interface GrpcMethod<In, Out> {
 export interface GrpcServerOptions {
   /** HTTP/2 settings this server announces. */
   readonly settings?: http2.Settings;
+  /** A connection was asked to move to a fresh one (connection-rotation.ts). */
+  readonly onRotation?: () => void;
+  /** A client used up nghttp2's reset budget anyway (connection-rotation.ts: onResetLimit). */
+  readonly onResetLimit?: () => void;
 }
 
 export class GrpcServer {
   private readonly server: http2.Http2Server;
   private readonly methods = new Map<string, GrpcMethod<unknown, unknown>>();
-  private readonly sessions = new Set<http2.ServerHttp2Session>();
+  private readonly sessions = new Map<http2.ServerHttp2Session, ConnectionRotation>();
+  /** The TCP socket whose session the HTTP/2 server is creating (it does so synchronously). */
+  private accepting: Socket | undefined;
 
   constructor(opts: GrpcServerOptions = {}) {
     this.server = http2.createServer({
@@ -185,8 +189,19 @@ export class GrpcServer {
       // this limit the same way).
       maxSessionMemory: Number.MAX_SAFE_INTEGER,
     });
+    // 'connection' listeners run in order: this one before the HTTP/2 server's own, which creates
+    // the session (the session's `socket` refuses writes; the rotation needs the socket itself).
+    this.server.prependListener('connection', (socket: Socket) => (this.accepting = socket));
     this.server.on('session', (session: http2.ServerHttp2Session) => {
-      this.sessions.add(session);
+      const socket = this.accepting;
+      this.accepting = undefined;
+      this.sessions.set(
+        session,
+        new ConnectionRotation(session, socket, {
+          onNotice: opts.onRotation,
+          onResetLimit: opts.onResetLimit,
+        }),
+      );
       session.on('error', noop);
       session.once('close', () => this.sessions.delete(session));
     });
@@ -216,17 +231,28 @@ export class GrpcServer {
    */
   shutdown(): Promise<void> {
     const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
-    for (const session of this.sessions) session.close();
+    for (const [session, rotation] of this.sessions) {
+      rotation.stop();
+      session.close();
+    }
     return closed;
   }
 
   /** Closes every connection now (open streams are reset). */
   forceShutdown(): void {
     this.server.close();
-    for (const session of this.sessions) session.destroy();
+    for (const [session, rotation] of this.sessions) {
+      rotation.stop();
+      session.destroy();
+    }
   }
 
   private onStream(stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders): void {
+    const rotation = this.sessions.get(stream.session as http2.ServerHttp2Session);
+    if (rotation) {
+      rotation.streamOpened();
+      stream.once('close', () => rotation.streamClosed());
+    }
     const method = this.methods.get(headers[':path'] ?? '');
     const contentType = headers['content-type'] ?? '';
     if (headers[':method'] !== 'POST' || !contentType.startsWith('application/grpc')) {

@@ -18,6 +18,8 @@ export interface ExtProcServerOptions extends Omit<SessionDeps, 'onClose'> {
   readonly port: number;
   readonly logger: Logger;
   readonly onStreamsChanged?: (active: number) => void;
+  /** A gRPC connection was closed by the server (connection-rotation.ts). */
+  readonly onConnectionClose?: (reason: 'rotation' | 'reset_limit') => void;
 }
 
 export class ExtProcServer {
@@ -32,7 +34,11 @@ export class ExtProcServer {
     // No gRPC limit on message size: Envoy's own buffer limit bounds a message, and the session
     // answers a JSON 413 above maxBodyBytes (a limit below Envoy's would fail the ext_proc stream
     // instead: the client gets Envoy's empty 500).
-    this.server = new GrpcServer({ settings: { maxConcurrentStreams: 100000 } });
+    this.server = new GrpcServer({
+      settings: { maxConcurrentStreams: 100000 },
+      onRotation: () => opts.onConnectionClose?.('rotation'),
+      onResetLimit: () => opts.onConnectionClose?.('reset_limit'),
+    });
     const statuses: Record<string, ServingStatus> = {};
     for (const name of HEALTH_SERVICE_NAMES) statuses[name] = 'SERVING';
     this.health = new HealthService(statuses);

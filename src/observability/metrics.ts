@@ -27,6 +27,7 @@ export class RouterMetrics {
   readonly requests: Counter<'route' | 'outcome'>;
   readonly requestDuration: Histogram<'route' | 'outcome'>;
   readonly streamsActive: Gauge;
+  readonly grpcConnectionCloses: Counter<'reason'>;
   readonly decisions: Counter<'policy' | 'role' | 'branch'>;
   readonly cacheHits: Counter<'role'>;
   readonly cacheMisses: Counter<'role'>;
@@ -130,6 +131,15 @@ export class RouterMetrics {
     this.streamsActive = new Gauge({
       name: 'vllm_router_extproc_streams_active',
       help: 'Open ext_proc gRPC streams.',
+      registers,
+    });
+    this.grpcConnectionCloses = new Counter({
+      name: 'vllm_router_grpc_connection_closes_total',
+      help:
+        'gRPC (HTTP/2) connections closed for client stream resets: reason="rotation" moved the client ' +
+        'to a fresh connection losslessly, ahead of the HTTP/2 rapid-reset limit; reason="reset_limit": ' +
+        "a client reached that limit anyway (Node's HTTP/2 may have failed streams in flight).",
+      labelNames: ['reason'] as const,
       registers,
     });
     this.decisions = new Counter({
