@@ -28,6 +28,11 @@ export interface OptionSpec {
   readonly help: string;
   readonly values?: readonly string[];
   readonly group: string;
+  /**
+   * Lists only: false when an item may itself contain commas (`WORKER_URL=EP1,EP2`), so each repeated
+   * flag or YAML list item is one item. Default true: `--workers a,b` is two items.
+   */
+  readonly splitCommas?: boolean;
 }
 
 export const OPTIONS = [
@@ -343,6 +348,7 @@ export const OPTIONS = [
     key: 'kvEventSource',
     flag: 'kv-event-source',
     type: 'list',
+    splitCommas: false,
     default: [],
     help: "A worker's KV-event publishers: WORKER_URL=ENDPOINT[,ENDPOINT...] (one per data-parallel rank, e.g. http://10.0.0.5:8000=tcp://10.0.0.5:5557; repeatable). Workers that publish are routed on their exact cache by kv_aware.",
   },
@@ -351,6 +357,7 @@ export const OPTIONS = [
     key: 'kvEventReplay',
     flag: 'kv-event-replay',
     type: 'list',
+    splitCommas: false,
     default: [],
     help: "Replay endpoints (vLLM's replay_endpoint) for a --kv-event-source worker, same rank order: WORKER_URL=ENDPOINT[,ENDPOINT...] (repeatable). Without one, a sequence gap or reconnect drops that worker's entries.",
   },

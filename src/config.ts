@@ -102,7 +102,7 @@ function coerce(o: OptionSpec, raw: unknown, where: string): unknown {
     case 'list': {
       const items = (Array.isArray(raw) ? raw : [raw]).map(prefillObject);
       return items
-        .flatMap((x) => String(x).split(','))
+        .flatMap((x) => (o.splitCommas === false ? [String(x)] : String(x).split(',')))
         .map((s) => s.trim())
         .filter((s) => s.length > 0);
     }

@@ -93,6 +93,17 @@ describe('KV-event options in the router config', () => {
     expect(parsed.config.kvEventSource).toHaveLength(2);
     expect(parsed.config.kvTierCredit).toEqual(['CPU=0.25']);
     expect(() => parseConfig(['--kv-event-source', 'http://a:1=udp://x'])).toThrow(ConfigError);
+    // One publisher per data-parallel rank, in the reference router's spelling (commas inside one item).
+    const dp = parseConfig([
+      '--kv-event-source',
+      'http://10.0.0.5:8000=tcp://10.0.0.5:5557,tcp://10.0.0.5:5558',
+      '--kv-event-replay',
+      'http://10.0.0.5:8000=tcp://10.0.0.5:6557,tcp://10.0.0.5:6558',
+    ]);
+    expect(dp.help ? [] : dp.config.kvEventSource).toEqual([
+      'http://10.0.0.5:8000=tcp://10.0.0.5:5557,tcp://10.0.0.5:5558',
+    ]);
+    expect(dp.help ? [] : dp.config.kvEventReplay).toHaveLength(1);
     expect(() => parseConfig(['--kv-tier-credit', 'CPU=2'])).toThrow(/MEDIUM=0..1/);
     expect(() => parseConfig(['--tokenizer', 'nopath'])).toThrow(/MODEL=PATH/);
   });
