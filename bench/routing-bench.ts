@@ -221,7 +221,8 @@ function workloadOptions(quick: boolean, seed: number): Record<WorkloadName, Wor
       'chat-one-system-prompt': { seed },
       'hot-burst': { seed },
       'external-load': { seed },
-      'eviction-pressure': { seed },
+      // Prefill-heavy, as llm-d's benchmark: long contexts, short answers.
+      'eviction-pressure': { seed, outputTokens: 16 },
     };
   }
   return {
@@ -288,8 +289,8 @@ function cacheBlocks(quick: boolean): Record<WorkloadName, number> {
     'chat-one-system-prompt': q,
     'hot-burst': q,
     'external-load': q,
-    // Room for about two tenant contexts per worker (1536 tokens = 96 blocks; quick: 256 = 16 blocks).
-    'eviction-pressure': quick ? 40 : 200,
+    // Room for about two tenant contexts per worker (3072 tokens = 192 blocks; quick: 256 = 16 blocks).
+    'eviction-pressure': quick ? 40 : 400,
   };
 }
 

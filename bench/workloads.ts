@@ -31,7 +31,7 @@
  *   router meets load it did not cause. `external.requests` is a pool the driver cycles through.
  *
  * - `eviction-pressure` (the shape of llm-d's exact-vs-approximate prefix benchmark): T tenants (default
- *   48), each with its own long context (a 1536-token system message) that it re-visits V times (default
+ *   48), each with its own long context (a 3072-token system message) that it re-visits V times (default
  *   8) with a new 32-token question, on /v1/chat/completions. Sessions overlap: the
  *   tenants enter in a seeded order and at any time A of them (default 24) are active; each request is a
  *   visit by a random active tenant, and a tenant that has made its V visits leaves for the next one.
@@ -296,7 +296,7 @@ export function generateWorkload(name: WorkloadName, opts: WorkloadOptions = {})
       const tenants = positiveInt('tenants', opts.tenants ?? 48);
       const visits = positiveInt('visitsPerTenant', opts.visitsPerTenant ?? 8);
       const active = positiveInt('activeTenants', opts.activeTenants ?? 24);
-      const ctx = positiveInt('contextTokens', opts.contextTokens ?? 1536) * CHARS_PER_TOKEN;
+      const ctx = positiveInt('contextTokens', opts.contextTokens ?? 3072) * CHARS_PER_TOKEN;
       const q = positiveInt('questionTokens', opts.questionTokens ?? 32) * CHARS_PER_TOKEN;
       const contexts = Array.from({ length: tenants }, (_, t) =>
         `tenant ${t} context: ${randomText(c.rng, ctx)}`.slice(0, ctx),
