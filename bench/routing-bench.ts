@@ -30,7 +30,8 @@
  * with the fixture tokenizer (test/fixtures/tokenizer), keeps its prefix cache in token blocks and
  * publishes KV events with a replay endpoint, in every cell, so the variants differ only in what the
  * router knows: variants with `kvEvents` subscribe to every simulator (exact index), the others keep
- * the approximate tree. Cache capacity and prefill cost per token are scaled by KV_TOKEN_RATIO.
+ * the approximate tree. Cache capacity and prefill cost per token are scaled by KV_TOKEN_RATIO. The
+ * simulators' tokenizer is warmed with the workload before its cells (warmSimTokenizer).
  *
  * Peers (`peers: true`, `npm run bench -- routing` outside CI): the reference router and the SGLang
  * gateway (bench/peers.ts) in front of a fresh set of the same simulators, with their cache_aware and
@@ -57,6 +58,7 @@ import {
 } from './workloads.js';
 import { ROOT, runInfo, type RunInfo } from './report-doc.js';
 import { HfTokenizer } from '../src/tokenize/hf-tokenizer.js';
+import { tokenizeBody } from '../src/tokenize/request-tokens.js';
 
 export interface PolicyVariant {
   readonly label: string;
@@ -311,9 +313,6 @@ export async function runRoutingBench(opts: RoutingBenchOptions = {}): Promise<R
   const timing = kvRun
     ? { ...TIMING, prefillMsPerToken: TIMING.prefillMsPerToken! / KV_TOKEN_RATIO }
     : TIMING;
-  const kvSim: Partial<SimulatorOptions> = kvRun
-    ? { tokenizer: HfTokenizer.load(KV_TOKENIZER_DIR), kvEvents: { replayEndpoint: 'tcp://127.0.0.1:0' } }
-    : {};
   if (!kvRun && variants.some((v) => v.kvEvents)) {
     throw new Error('variants with kvEvents need a run with kvEvents (simulators publishing)');
   }
@@ -332,7 +331,9 @@ export async function runRoutingBench(opts: RoutingBenchOptions = {}): Promise<R
       timeScale,
       timing,
       cache: { capacityBlocks: blocks[name] },
-      ...kvSim,
+      ...(kvRun
+        ? { tokenizer: warmSimTokenizer(workload), kvEvents: { replayEndpoint: 'tcp://127.0.0.1:0' } }
+        : {}),
       ...(workload.external ? { maxRecords: 20_000 } : {}),
     };
     const run = { workload, concurrency: workload.concurrency ?? concurrency, quick };
@@ -395,6 +396,22 @@ export async function runRoutingBench(opts: RoutingBenchOptions = {}): Promise<R
     cells,
     targets: (opts.targets ?? routingTargets)(cells),
   };
+}
+
+/**
+ * The simulators' tokenizer for one workload's cells, with every request of the workload (background
+ * pool included) already tokenized into its piece cache (sized to hold them all). The simulated
+ * workers' tokenization stands in for vLLM's, which runs on the workers' own CPUs: warmed up front, it
+ * takes nothing from the shared host while a cell is measured, and every cell (the first one
+ * included) finds the same warm cache. A router's tokenizer (exact variants) starts cold, as in
+ * production: its cost is part of what the cell measures.
+ */
+function warmSimTokenizer(workload: Workload): HfTokenizer {
+  const all = [...workload.requests, ...(workload.external?.requests ?? [])];
+  const chars = all.reduce((n, r) => n + r.promptChars, 0);
+  const t = HfTokenizer.load(KV_TOKENIZER_DIR, { maxCachedChars: Math.max(16 << 20, 2 * chars) });
+  for (const r of all) tokenizeBody(t, r.body);
+  return t;
 }
 
 function scaleBlocks(b: Record<WorkloadName, number>, k: number): Record<WorkloadName, number> {
