@@ -29,8 +29,8 @@ export function renderReplicas(r: RoutingResult): RenderedSection {
       'that round-robins ext_proc streams over them. Every simulator tokenizes with the fixture tokenizer and ' +
       'publishes KV events in every cell (as in "Exact prefix routing from KV events"). `cache_aware xN`: ' +
       "the replicas only have their own prefix trees, and a replica's tree sees only the requests it " +
-      "routed itself; `cache_aware exact xN`: every replica subscribes to every worker's KV events, so all " +
-      "of them see the workers' caches. Ratios are against one replica of the same mode; spread is the " +
+      "routed itself; `cache_aware exact xN` and `kv_aware xN`: every replica subscribes to every worker's " +
+      "KV events, so all of them see the workers' caches. Ratios are against one replica of the same mode; spread is the " +
       "busiest worker's processed requests over the mean.",
     '',
   );
@@ -78,13 +78,14 @@ export function renderReplicas(r: RoutingResult): RenderedSection {
     for (const [mode, label, want] of [
       ['approximate tree', 'cache_aware', APPROXIMATE_TARGET],
       ['exact KV events', 'cache_aware exact', EXACT_TARGET],
+      ['exact KV events', 'kv_aware', EXACT_TARGET],
     ] as const) {
       const base = findCell(r.cells, w, label);
       const two = findCell(r.cells, w, `${label} x2`);
       if (!base || !two) continue;
       const v = two.hitRate / base.hitRate;
       targets.push([
-        `${w}: 2 replicas' hit rate vs 1 (${mode})`,
+        `${w}: ${label} 2 replicas' hit rate vs 1 (${mode})`,
         `${v.toFixed(3)}x`,
         `>= ${want}x`,
         v >= want,

@@ -106,7 +106,7 @@ describe('renderReplicas', () => {
   ])('$mode: 2 replicas at $two of one -> $verdict', ({ mode, label, two, verdict }) => {
     const cells = [cell('multi-turn', label, 1), cell('multi-turn', `${label} x2`, two)];
     const md = renderReplicas(result(cells, [])).markdown;
-    expect(md).toContain(`| multi-turn: 2 replicas' hit rate vs 1 (${mode}) | ${two.toFixed(3)}x |`);
+    expect(md).toContain(`| multi-turn: ${label} 2 replicas' hit rate vs 1 (${mode}) | ${two.toFixed(3)}x |`);
     expect(md).toContain(verdict);
   });
 });
