@@ -9,7 +9,9 @@
  *
  * A check passes on a 2xx status with the body read to the end; anything else fails: another status,
  * a connect error, a reset, or no complete answer within `timeoutMs` (`health-check-timeout-ms`,
- * 5000; the whole request, body included). Results go to `health.recordCheck` (worker-health.ts owns
+ * 5000; the whole request, body included), unless the timeout timer itself fired over 250 ms late
+ * (the router's own event loop was blocked: util/loop-stall.ts), which is inconclusive and recorded
+ * nowhere (`onCheckFailed` hears `router_stalled`). Results go to `health.recordCheck` (worker-health.ts owns
  * the thresholds), tagged with the Worker object the round started with, so a result that lands
  * after the worker was replaced by a new generation only touches the old object.
  *
@@ -23,6 +25,7 @@
 import { Agent, request } from 'undici';
 import type { Worker } from '../workers/worker.js';
 import { RouterBaseError } from '../errors.js';
+import { LOOP_STALL_MS, timeoutWithLateness } from '../util/loop-stall.js';
 
 export interface HealthCheckTarget {
   recordCheck(worker: Worker, ok: boolean, now: number): void;
@@ -55,7 +58,11 @@ const KEEP_ALIVE_MS = 4_000;
 
 /** The abort reason of a check that ran past --health-check-timeout-ms. */
 export class HealthCheckTimeoutError extends RouterBaseError<'health_check_timeout'> {
-  constructor(timeoutMs: number) {
+  constructor(
+    timeoutMs: number,
+    /** How much later than armed the timer fired (a blocked event loop: util/loop-stall.ts). */
+    readonly lateMs = 0,
+  ) {
     super('health_check_timeout', `health check timed out after ${timeoutMs} ms`);
   }
 }
@@ -145,6 +152,10 @@ export class HealthChecker {
         if (this.closed) return;
         const now = this.clock();
         for (const w of group) {
+          if (result.ok === undefined) {
+            this.opts.onCheckFailed?.(w, 'router_stalled');
+            continue;
+          }
           if (!result.ok) this.opts.onCheckFailed?.(w, result.reason);
           this.opts.health.recordCheck(w, result.ok, now);
         }
@@ -155,14 +166,15 @@ export class HealthChecker {
     await Promise.all(runners);
   }
 
-  private async check(baseUrl: string): Promise<{ ok: true } | { ok: false; reason: string }> {
+  /** `ok: undefined`: inconclusive (the router's own loop stalled past the timeout; nothing recorded). */
+  private async check(
+    baseUrl: string,
+  ): Promise<{ ok: true } | { ok: false; reason: string } | { ok: undefined }> {
     const ac = new AbortController();
     this.inflight.add(ac);
-    const timer = setTimeout(
-      () => ac.abort(new HealthCheckTimeoutError(this.opts.timeoutMs)),
-      this.opts.timeoutMs,
+    const timer = timeoutWithLateness(this.opts.timeoutMs, (late) =>
+      ac.abort(new HealthCheckTimeoutError(this.opts.timeoutMs, late)),
     );
-    timer.unref();
     try {
       const res = await request(healthUrl(baseUrl, this.path), {
         method: 'GET',
@@ -174,7 +186,10 @@ export class HealthChecker {
       if (res.statusCode >= 200 && res.statusCode < 300) return { ok: true };
       return { ok: false, reason: `status ${res.statusCode}` };
     } catch (err) {
-      if (ac.signal.reason instanceof HealthCheckTimeoutError) return { ok: false, reason: 'timeout' };
+      const reason: unknown = ac.signal.reason;
+      if (reason instanceof HealthCheckTimeoutError) {
+        return reason.lateMs > LOOP_STALL_MS ? { ok: undefined } : { ok: false, reason: 'timeout' };
+      }
       const code = (err as { code?: unknown }).code;
       return { ok: false, reason: typeof code === 'string' ? code : (err as Error).message };
     } finally {

@@ -19,6 +19,8 @@
  *   in-flight counts for it).
  * - any other status, a connect error, a reset, a timeout, an oversized body: a failed check of the
  *   `metrics` source (worker-health.ts counts it apart from /health checks, with the same thresholds).
+ * - a timeout whose timer itself fired over 250 ms late: the router's event loop was blocked, so the
+ *   scrape says nothing about the worker (util/loop-stall.ts); reported as `router_stalled`, no check.
  *
  * Connections: one undici keep-alive Agent (idle sockets closed after 4 s, below the 5 s idle timeout
  * of Node and uvicorn servers). close() is idempotent: stops the ticks, aborts scrapes in flight (their
@@ -26,6 +28,7 @@
  */
 import { Agent, request } from 'undici';
 import type { Worker } from '../workers/worker.js';
+import { LOOP_STALL_MS, timeoutWithLateness } from '../util/loop-stall.js';
 import type { LoadBoard } from './load-board.js';
 import {
   DEFAULT_METRIC_NAMES,
@@ -67,12 +70,16 @@ const KEEP_ALIVE_MS = 4_000;
 const MAX_BODY_BYTES = 4 * 1024 * 1024;
 
 class ScrapeTimeout extends Error {
-  constructor() {
+  constructor(readonly lateMs: number) {
     super('metrics scrape timed out');
   }
 }
 
-type Result = { kind: 'ok'; figures: LoadFigures } | { kind: 'absent' } | { kind: 'failed'; reason: string };
+type Result =
+  | { kind: 'ok'; figures: LoadFigures }
+  | { kind: 'absent' }
+  | { kind: 'failed'; reason: string }
+  | { kind: 'stalled' };
 
 export class MetricsScraper {
   private readonly agent: Agent;
@@ -203,6 +210,9 @@ export class MetricsScraper {
         return;
       case 'absent':
         return;
+      case 'stalled':
+        this.opts.onScrapeFailed?.(url, 'router_stalled');
+        return;
       case 'failed':
         this.opts.onScrapeFailed?.(url, result.reason);
         for (const w of workers) this.opts.health?.recordCheck(w, false, now, 'metrics');
@@ -211,8 +221,7 @@ export class MetricsScraper {
   }
 
   private async fetch(baseUrl: string, ac: AbortController): Promise<Result> {
-    const timer = setTimeout(() => ac.abort(new ScrapeTimeout()), this.opts.timeoutMs);
-    timer.unref();
+    const timer = timeoutWithLateness(this.opts.timeoutMs, (late) => ac.abort(new ScrapeTimeout(late)));
     try {
       const res = await request(joinUrl(baseUrl, this.path), {
         method: 'GET',
@@ -239,7 +248,10 @@ export class MetricsScraper {
       }
       return { kind: 'ok', figures: parseLoadFigures(Buffer.concat(chunks).toString('utf8'), this.names) };
     } catch (err) {
-      if (ac.signal.reason instanceof ScrapeTimeout) return { kind: 'failed', reason: 'timeout' };
+      const reason: unknown = ac.signal.reason;
+      if (reason instanceof ScrapeTimeout) {
+        return reason.lateMs > LOOP_STALL_MS ? { kind: 'stalled' } : { kind: 'failed', reason: 'timeout' };
+      }
       const code = (err as { code?: unknown }).code;
       return { kind: 'failed', reason: typeof code === 'string' ? code : (err as Error).message };
     } finally {

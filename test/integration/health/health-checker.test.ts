@@ -113,6 +113,30 @@ describe('HealthChecker against a simulator', () => {
     await waitFor(() => w.healthy, { message: 'healthy once the simulator answers again' });
   });
 
+  it("a timeout caused by the router's own blocked event loop is inconclusive: nothing recorded", async () => {
+    let received = 0;
+    const server: Server = createServer(() => void received++); // never answers
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    cleanups.push(
+      () =>
+        new Promise<void>((resolve) => {
+          server.closeAllConnections();
+          server.close(() => resolve());
+        }),
+    );
+    const w = workerAt(`http://127.0.0.1:${(server.address() as AddressInfo).port}`);
+    const h = harness(() => [w], { timeoutMs: 100 });
+    h.checker.start();
+    await waitFor(() => received >= 1, { message: 'first check sent' });
+    // A long synchronous task (tokenizing a 200 KB prompt, say) holds the loop past the timeout.
+    const until = performance.now() + 600;
+    while (performance.now() < until);
+    await waitFor(() => h.failures.length >= 1, { message: 'the check ended' });
+    expect(h.failures[0]).toBe('router_stalled');
+    expect(h.results.get(w.id)).toBeUndefined();
+    expect(w.healthy).toBe(true);
+  });
+
   it('a new generation starts fresh; the replaced Worker keeps its state', async () => {
     const s = await sim();
     s.injectFault({ status: 500 }, { path: '/health', count: 1000 });

@@ -163,6 +163,19 @@ describe('MetricsScraper (real HTTP servers on port 0)', () => {
     ]);
   });
 
+  it("a timeout caused by the router's own blocked event loop is inconclusive, not a failed check", async () => {
+    const hung = await serve(() => undefined);
+    const w = workerAt(hung.url);
+    const { failed, checks, reasons } = start({ workers: () => [w], timeoutMs: 100, intervalMs: 1000 });
+    while (hung.requests === 0) await new Promise((resolve) => setImmediate(resolve));
+    // A long synchronous task (think: tokenizing a 200 KB prompt) holds the loop past the timeout.
+    const until = performance.now() + 600;
+    while (performance.now() < until);
+    await failed.waitFor(hung.url, 1);
+    expect(reasons[0]).toBe('router_stalled');
+    expect(checks).toEqual([]);
+  });
+
   it('5xx and a reset are failed checks; 404 means no metrics, which is not a failure', async () => {
     const broken = await serve((_req, res) => res.writeHead(503).end('down'));
     const reset = await serve((req) => req.socket.destroy());
