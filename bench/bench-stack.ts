@@ -1,18 +1,21 @@
 /**
  * Starts the pieces a benchmark measures, all on 127.0.0.1: simulated vLLM workers (in-process), the
- * router (in-process via startRouter, or a child process for CPU accounting) and the real Envoy (child
+ * router (in-process via startRouter, or a child process: its own event loop and core, as it runs in
+ * production and as the peers run, and for CPU accounting) and the real Envoy (child
  * process, src/envoy/envoy-process.ts). Everything has an idempotent close(); a failed start closes
  * what was already started.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
 import { createServer } from 'node:net';
 import path from 'node:path';
 import { pino } from 'pino';
 import { loopbackConfig, type Config } from '../src/config.js';
 import { startEnvoy, type EnvoyHandle } from '../src/envoy/envoy-process.js';
 import type { EnvoyRenderOptions } from '../src/envoy/envoy-config.js';
-import { startRouter, type Router } from '../src/router.js';
+import { stringify as stringifyYaml } from 'yaml';
+import { startRouter } from '../src/router.js';
 import { startCluster, type SimulatorCluster } from '../src/sim/cluster.js';
 import type { SimulatorOptions } from '../src/sim/simulator.js';
 import { ROOT } from './report-doc.js';
@@ -44,7 +47,7 @@ function kvEventConfig(cluster: SimulatorCluster, kv: StackKvEvents): Partial<Co
 }
 
 /** Polls a router's /readyz until 200 (warm-up over: e.g. every KV-event subscription synced). */
-async function waitReady(router: Router, budgetMs = 30_000): Promise<void> {
+async function waitReady(router: StackRouter, budgetMs = 30_000): Promise<void> {
   const deadline = Date.now() + budgetMs;
   while (true) {
     const res = await fetch(`http://127.0.0.1:${router.adminPort}/readyz`).catch(() => undefined);
@@ -55,12 +58,19 @@ async function waitReady(router: Router, budgetMs = 30_000): Promise<void> {
   }
 }
 
+/** What a benchmark reads of a router replica, in-process or a child process. */
+export interface StackRouter {
+  readonly grpcPort: number;
+  readonly adminPort: number;
+  close(): Promise<void>;
+}
+
 export interface RoutedStack {
   readonly cluster: SimulatorCluster;
   /** The first replica (the only one unless `replicas` > 1). */
-  readonly router: Router;
+  readonly router: StackRouter;
   /** Every router replica; Envoy balances ext_proc streams over them. */
-  readonly routers: readonly Router[];
+  readonly routers: readonly StackRouter[];
   readonly envoy: EnvoyHandle;
   /** http://127.0.0.1:<envoy listener> */
   readonly url: string;
@@ -68,7 +78,8 @@ export interface RoutedStack {
 }
 
 /**
- * n simulators + in-process router replicas (default 1; each started the same way, sharing nothing) +
+ * n simulators + router replicas (default 1; each started the same way, sharing nothing; in-process,
+ * or child processes of `routerScript` given the settings as a YAML --config file) +
  * Envoy with ext_proc balancing streams over them. With `kvEvents`, every replica subscribes to every
  * simulator's KV events and tokenizes requests (the exact index), and the stack is returned once every
  * replica reports ready.
@@ -81,19 +92,21 @@ export async function startRoutedStack(opts: {
   replicas?: number;
   /** Every replica subscribes to every simulator's KV events (simulators started with `kvEvents`). */
   kvEvents?: StackKvEvents;
+  /** Run each replica as a child process of this CLI script (buildRouter's, or src/cli.ts via tsx). */
+  routerScript?: string;
 }): Promise<RoutedStack> {
   const cluster = await startCluster(opts.workers, opts.sim);
-  const routers: Router[] = [];
+  const routers: StackRouter[] = [];
   try {
     const kv = opts.kvEvents === undefined ? {} : kvEventConfig(cluster, opts.kvEvents);
+    const settings: Partial<Config> = { workers: cluster.sims.map((s) => s.url), ...kv, ...opts.router };
     for (let i = 0; i < (opts.replicas ?? 1); i++) {
       routers.push(
-        await startRouter(
-          Object.freeze(
-            benchRouterConfig({ workers: cluster.sims.map((s) => s.url), ...kv, ...opts.router }),
-          ),
-          { logger: pino({ level: 'silent' }) },
-        ),
+        opts.routerScript === undefined
+          ? await startRouter(Object.freeze(benchRouterConfig(settings)), {
+              logger: pino({ level: 'silent' }),
+            })
+          : await startRouterWithSettings(opts.routerScript, settings),
       );
     }
     // Traffic starts on a rebuilt picture (subscriptions synced) in every replica.
@@ -121,6 +134,27 @@ export async function startRoutedStack(opts: {
   } catch (err) {
     await Promise.all(routers.map((r) => r.close()));
     await cluster.close();
+    throw err;
+  }
+}
+
+/** A router child process configured by a YAML file holding `settings` (deleted when it closes). */
+async function startRouterWithSettings(script: string, settings: Partial<Config>): Promise<StackRouter> {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'bench-router-'));
+  const file = path.join(dir, 'router.yaml');
+  writeFileSync(file, stringifyYaml(settings));
+  try {
+    const child = await startRouterProcess(['--config', file], [], script);
+    return {
+      grpcPort: child.grpcPort,
+      adminPort: child.adminPort,
+      close: async () => {
+        await child.close();
+        rmSync(dir, { recursive: true, force: true });
+      },
+    };
+  } catch (err) {
+    rmSync(dir, { recursive: true, force: true });
     throw err;
   }
 }

@@ -24,7 +24,8 @@ export function renderRouting(r: RoutingResult): RenderedSection {
   const lines: string[] = ['## Routing quality', '', runHeader(r.info), ''];
   const t = r.setup.timing;
   lines.push(
-    `Setup: ${r.setup.workers} simulated vLLM workers (in-process) behind the router (in-process) and real ` +
+    `Setup: ${r.setup.workers} simulated vLLM workers (in the benchmark's process) behind the router ` +
+      `(${r.setup.routerProcess === true ? 'its own process, compiled, like the peers' : 'in-process'}) and real ` +
       `Envoy; closed-loop client at concurrency ${r.setup.concurrency} sending every request of the workload ` +
       `(streaming, SSE parsed at the client). Simulator: TTFT = ${t.overheadMs} ms + ${t.prefillMsPerToken} ms x ` +
       `uncached prompt tokens on ${t.prefillLanes} prefill lane per worker (prefill capacity is finite), decode ` +

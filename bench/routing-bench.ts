@@ -44,8 +44,7 @@ import type { SimulatorOptions } from '../src/sim/simulator.js';
 import type { TimingModel } from '../src/sim/timing-model.js';
 import { startCluster } from '../src/sim/cluster.js';
 import type { Simulator } from '../src/sim/simulator.js';
-import type { Router } from '../src/router.js';
-import { startRoutedStack } from './bench-stack.js';
+import { buildRouter, startRoutedStack, type StackRouter } from './bench-stack.js';
 import { runClosedLoop, type RunResult } from './drivers.js';
 import { PEER_VARIANTS, PEER_VERSIONS, preparePeers, startPeer } from './peers.js';
 import { mean, percentile, round, stddev } from './stats.js';
@@ -148,6 +147,8 @@ export interface RoutingBenchOptions {
   log?: (line: string) => void;
   /** Also run the peers (vllm-router, smg) where installable; never in CI. Default false. */
   peers?: boolean;
+  /** Each router replica in its own (compiled) process, as the peers run. Default: true unless quick. */
+  routerProcess?: boolean;
   /**
    * Simulators tokenize with the fixture tokenizer and publish KV events (replay endpoint included),
    * with cache and prefill cost scaled by KV_TOKEN_RATIO; variants with `kvEvents` subscribe.
@@ -200,6 +201,8 @@ export interface RoutingResult {
     /** KV runs: the tokenizer simulators and subscribing routers share, and the scaling factor. */
     kvEvents?: { tokenizer: string; tokenRatio: number };
     workloads: Record<string, Record<string, number | boolean | string>>;
+    /** Each router replica ran in its own process (absent in results from before this field). */
+    routerProcess?: boolean;
     /** Peer versions that ran (empty when skipped). */
     peers?: Record<string, string>;
   };
@@ -322,6 +325,10 @@ export async function runRoutingBench(opts: RoutingBenchOptions = {}): Promise<R
   const cells: RoutingCell[] = [];
   const setupWorkloads: Record<string, Record<string, number | boolean | string>> = {};
   const peers = opts.peers ? preparePeers(log) : [];
+  // The router in its own process (compiled, as production runs it), like the peers: sharing the
+  // benchmark's event loop with the client and eight simulators would charge it their CPU and them its.
+  const routerProcess = opts.routerProcess ?? !quick;
+  const routerScript = routerProcess ? buildRouter().script : undefined;
 
   for (const name of workloads) {
     const workload = generateWorkload(name, wopts[name]);
@@ -346,6 +353,7 @@ export async function runRoutingBench(opts: RoutingBenchOptions = {}): Promise<R
         sim,
         router: { policy: variant.policy, ...variant.router },
         replicas: variant.replicas,
+        ...(routerScript !== undefined ? { routerScript } : {}),
         ...(variant.kvEvents
           ? {
               kvEvents: { model: workload.requests[0]?.body.model as string, tokenizerDir: KV_TOKENIZER_DIR },
@@ -394,6 +402,7 @@ export async function runRoutingBench(opts: RoutingBenchOptions = {}): Promise<R
       cacheBlocks: blocks,
       ...(kvRun ? { kvEvents: { tokenizer: 'test/fixtures/tokenizer', tokenRatio: KV_TOKEN_RATIO } } : {}),
       workloads: setupWorkloads,
+      routerProcess,
       peers: Object.fromEntries(peers.map((p) => [p, PEER_VERSIONS[p]])),
     },
     cells,
@@ -540,7 +549,7 @@ function sumMetric(texts: readonly string[], name: string, by?: string): Record<
 
 /** Decisions by branch and (kvEvents) KV-event counters, from every replica's /metrics. */
 async function routerCounters(
-  routers: readonly Router[],
+  routers: readonly StackRouter[],
   kvEvents: boolean,
 ): Promise<Pick<RoutingCell, 'branches' | 'kvEvents'>> {
   const texts = await Promise.all(
