@@ -15,6 +15,7 @@
  * byte back: the routing headers therefore travel on the headers reply, sent once the body is complete.
  */
 import {
+  constantReply,
   requestBodyReply,
   requestHeadersReply,
   responseBodyReply,
@@ -56,6 +57,8 @@ export function routedReplies(
   return [{ ...reply, dynamic_metadata: routing.metadata }];
 }
 
+const PASS_CHUNK = constantReply(responseBodyReply());
+
 /** The reply to one response body chunk (`rewritten`: the dispatcher's replacement, if any). */
 export function responseChunkReply(
   mode: BodyMode,
@@ -65,5 +68,5 @@ export function responseChunkReply(
 ): ProcessingResponse {
   if (mode === 'full_duplex')
     return responseBodyReply({ body: streamedBody(rewritten ?? chunk, endOfStream) });
-  return responseBodyReply(rewritten ? { body: replaceBody(rewritten) } : undefined);
+  return rewritten ? responseBodyReply({ body: replaceBody(rewritten) }) : PASS_CHUNK;
 }

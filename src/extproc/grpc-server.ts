@@ -34,6 +34,9 @@ export const GrpcStatus = {
 
 const { NGHTTP2_NO_ERROR } = http2.constants;
 
+/** Encoded frames of frozen (constant) messages, by message object. */
+const constantFrames = new WeakMap<object, Buffer>();
+
 /** What a handler uses of a call (GrpcCall; a test double or another transport may stand in). */
 export interface ServerCall<Out> {
   on(event: 'data' | 'end' | 'cancelled' | 'error' | 'close', listener: (...args: any[]) => void): unknown; // eslint-disable-line @typescript-eslint/no-explicit-any
@@ -96,7 +99,16 @@ export class GrpcCall<In, Out> extends EventEmitter implements ServerCall<Out> {
   write(msg: Out): boolean {
     if (this.destroyed) return false;
     this.sendHeaders();
-    return this.stream.write(encodeFrame(this.codec.response.encode(msg)));
+    return this.stream.write(this.frame(msg));
+  }
+
+  /** The message as a gRPC frame; a frozen message (a constant reply) is encoded only once. */
+  private frame(msg: Out): Buffer {
+    if (!Object.isFrozen(msg)) return encodeFrame(this.codec.response.encode(msg));
+    const key = msg as object;
+    let frame = constantFrames.get(key);
+    if (!frame) constantFrames.set(key, (frame = encodeFrame(this.codec.response.encode(msg))));
+    return frame;
   }
 
   /** Ends the call with OK. */

@@ -67,6 +67,22 @@ export function responseTrailersReply(): ProcessingResponse {
   return { response_trailers: {} };
 }
 
+/**
+ * A reply that never changes, frozen: the gRPC server encodes a frozen message once and writes the
+ * same bytes every time (grpc-server.ts), which matters for the one-per-chunk response_body reply.
+ */
+export function constantReply(msg: ProcessingResponse): ProcessingResponse {
+  return deepFreeze(msg);
+}
+
+function deepFreeze<T>(o: T): T {
+  if (o && typeof o === 'object' && !Buffer.isBuffer(o)) {
+    for (const v of Object.values(o)) deepFreeze(v);
+    Object.freeze(o);
+  }
+  return o;
+}
+
 /** Replace the whole body (BUFFERED / STREAMED chunk). */
 export function replaceBody(body: Buffer): BodyMutation {
   return { body };

@@ -6,8 +6,9 @@
  * goes request_headers|request_body -> response_body. Anything else is a protocol error (JSON 500).
  *
  * Ordering: messages AND the gRPC stream's end events (`end` = half-close, `cancelled`, `error`,
- * `close`) are handled strictly in arrival order on one promise chain, so an async dispatch (a P/D
- * prefill leg) cannot interleave with the next message, and a last response chunk that arrived in
+ * `close`) are handled strictly in arrival order: at once while nothing is pending (the common case:
+ * no promise per message), and on one promise chain behind an async dispatch (a P/D prefill leg), so
+ * that dispatch cannot interleave with the next message, and a last response chunk that arrived in
  * the same tick as the half-close is handled before the end (the request counts `ok`, not
  * `cancelled`). One exception: an end event that arrives while an async dispatch is in flight ends
  * the session at once (nothing Envoy sends can be waiting behind a request it has no answer to, and
@@ -25,6 +26,7 @@
 import type { Logger } from 'pino';
 import type { Dispatch, Dispatcher, RouteRequest } from './dispatch.js';
 import {
+  constantReply,
   dynamicMetadata,
   errorReply,
   requestHeadersReply,
@@ -73,9 +75,17 @@ export interface SessionDeps {
 
 type Stream = ServerCall<ProcessingResponse>;
 
+/** Replies that never change (encoded once by the gRPC server). */
+const STRIP_UNTRUSTED = constantReply(requestHeadersReply({ remove: UNTRUSTED_REQUEST_HEADERS }));
+const PASS_RESPONSE_HEADERS = constantReply(responseHeadersReply());
+const PASS_REQUEST_TRAILERS = constantReply(requestTrailersReply());
+const PASS_RESPONSE_TRAILERS = constantReply(responseTrailersReply());
+
 export class Session {
   private phase: SessionPhase = 'request_headers';
   private chain: Promise<void> = Promise.resolve();
+  /** Steps on the chain (an async one and those queued behind it); 0: the next step runs at once. */
+  private pending = 0;
   private abortController: AbortController | undefined;
   private readonly startedAt = performance.now();
   private requestMode: BodyMode = 'per_message';
@@ -108,8 +118,31 @@ export class Session {
   }
 
   private enqueue(step: () => void | Promise<void>): void {
-    this.chain = this.chain.then(step).catch((err) => this.fail(err));
+    if (this.pending === 0) {
+      let result: void | Promise<void>;
+      try {
+        result = step();
+      } catch (err) {
+        this.fail(err);
+        return;
+      }
+      if (result === undefined) return;
+      this.pending = 1;
+      this.chain = result.then(this.stepDone, this.stepFailed);
+      return;
+    }
+    this.pending += 1;
+    this.chain = this.chain.then(step).then(this.stepDone, this.stepFailed);
   }
+
+  private readonly stepDone = (): void => {
+    this.pending -= 1;
+  };
+
+  private readonly stepFailed = (err: unknown): void => {
+    this.pending -= 1;
+    this.fail(err);
+  };
 
   /** A stream end event: behind the messages that arrived before it, unless a dispatch is in flight. */
   private onStreamEnd(halfClose: boolean): void {
@@ -134,7 +167,7 @@ export class Session {
     return false;
   }
 
-  private async handle(msg: ProcessingRequest): Promise<void> {
+  private handle(msg: ProcessingRequest): void | Promise<void> {
     if (this.ended) return;
     if (msg.protocol_config) {
       const fds = BodySendMode.FULL_DUPLEX_STREAMED;
@@ -150,7 +183,7 @@ export class Session {
     if (msg.response_trailers) return this.onResponseTrailers();
   }
 
-  private async onRequestHeaders(h: HttpHeaders): Promise<void> {
+  private onRequestHeaders(h: HttpHeaders): void | Promise<void> {
     const next = h.end_of_stream ? 'dispatching' : 'request_body';
     if (!this.advance('request_headers', next, 'request_headers')) return;
     this.headers = headerRecord(h.headers);
@@ -161,11 +194,11 @@ export class Session {
     if (h.end_of_stream) return this.route_(undefined, 'headers');
     // FDS: the headers reply waits until the body is complete (it carries the routing headers).
     if (this.requestMode !== 'full_duplex') {
-      this.send(requestHeadersReply({ remove: UNTRUSTED_REQUEST_HEADERS }));
+      this.send(STRIP_UNTRUSTED);
     }
   }
 
-  private async onRequestBody(b: HttpBody): Promise<void> {
+  private onRequestBody(b: HttpBody): void | Promise<void> {
     // Envoy 1.35-1.37 could repeat the final FDS chunk for large bodies: ignore it silently.
     const repeatedLast =
       this.requestMode === 'full_duplex' &&
@@ -186,13 +219,19 @@ export class Session {
     return this.routeBody();
   }
 
-  private async onRequestTrailers(): Promise<void> {
+  private onRequestTrailers(): void | Promise<void> {
     // Only sent when configured; nothing to change. In FDS, trailers also end the request body.
-    if (this.requestMode === 'full_duplex' && this.phase === 'request_body') await this.routeBody();
-    if (!this.ended) this.send(requestTrailersReply());
+    const reply = (): void => {
+      if (!this.ended) this.send(PASS_REQUEST_TRAILERS);
+    };
+    if (this.requestMode === 'full_duplex' && this.phase === 'request_body') {
+      const routing = this.routeBody();
+      if (routing) return routing.then(reply);
+    }
+    reply();
   }
 
-  private routeBody(): Promise<void> {
+  private routeBody(): void | Promise<void> {
     this.advance('request_body', 'dispatching', 'request_body');
     const body =
       this.bodyChunks.length === 1 ? (this.bodyChunks[0] as Buffer) : Buffer.concat(this.bodyChunks);
@@ -201,8 +240,8 @@ export class Session {
   }
 
   /** Parse, dispatch, and answer the message that completed the request (phase: dispatching). */
-  private async route_(body: Buffer | undefined, routedOn: 'headers' | 'body'): Promise<void> {
-    let dispatch: Dispatch;
+  private route_(body: Buffer | undefined, routedOn: 'headers' | 'body'): void | Promise<void> {
+    let result: Dispatch | Promise<Dispatch>;
     try {
       const req: RouteRequest = {
         method: this.method,
@@ -214,10 +253,19 @@ export class Session {
       if (this.kind && routedOn === 'headers') {
         throw new RouterError('invalid_body', 400, `${this.path} needs a JSON request body`);
       }
-      dispatch = await this.deps.dispatcher.dispatch(req, this);
+      result = this.deps.dispatcher.dispatch(req, this);
     } catch (err) {
       return this.reject(asRouterError(err, this.deps.logger));
     }
+    if (!isPromise(result)) return this.routed(result, routedOn, body);
+    return result.then(
+      (dispatch) => this.routed(dispatch, routedOn, body),
+      (err) => this.reject(asRouterError(err, this.deps.logger)),
+    );
+  }
+
+  /** Answers the message that completed the request with the dispatch's routing. */
+  private routed(dispatch: Dispatch, routedOn: 'headers' | 'body', body: Buffer | undefined): void {
     if (this.ended) {
       // The stream went away while we were dispatching (e.g. during a prefill leg).
       dispatch.finish({ kind: 'cancelled', afterHeaders: false });
@@ -241,7 +289,7 @@ export class Session {
     return parseInferenceRequest(this.kind as InferenceKind, this.headers['content-type'], body);
   }
 
-  private async onResponseHeaders(h: HttpHeaders): Promise<void> {
+  private onResponseHeaders(h: HttpHeaders): void {
     // Envoy's own local reply before the request was routed (e.g. its 413 above its buffer limit):
     // pass it through unchanged. Nothing was dispatched, so there is no guard to release.
     const from: readonly SessionPhase[] = ['request_headers', 'request_body', 'response_headers'];
@@ -251,11 +299,11 @@ export class Session {
     const d = this.dispatch;
     d?.onResponseStart?.(this.status);
     const extra: HeaderSet | undefined = d?.responseHeaders?.(this.status);
-    this.send(responseHeadersReply(extra ? { set: extra } : undefined));
+    this.send(extra ? responseHeadersReply({ set: extra }) : PASS_RESPONSE_HEADERS);
     if (h.end_of_stream) this.end({ kind: 'response', status: this.status });
   }
 
-  private async onResponseBody(b: HttpBody): Promise<void> {
+  private onResponseBody(b: HttpBody): void {
     if (this.phase === 'done') return; // duplicate final chunk
     if (!this.advance('response_body', 'response_body', 'response_body')) return;
     const chunk = b.body ?? Buffer.alloc(0);
@@ -265,8 +313,8 @@ export class Session {
     if (eos) this.end({ kind: 'response', status: this.status ?? 0 });
   }
 
-  private async onResponseTrailers(): Promise<void> {
-    this.send(responseTrailersReply());
+  private onResponseTrailers(): void {
+    this.send(PASS_RESPONSE_TRAILERS);
     if (this.phase === 'response_body' || this.phase === 'response_headers') {
       this.end({ kind: 'response', status: this.status ?? 0 });
     }
@@ -347,6 +395,10 @@ export class Session {
     }
     this.deps.onClose?.();
   }
+}
+
+function isPromise<T>(v: T | Promise<T>): v is Promise<T> {
+  return typeof (v as Promise<T> | undefined)?.then === 'function';
 }
 
 function asRouterError(err: unknown, logger: Logger): RouterError {
