@@ -49,7 +49,7 @@ import { LoadBoard } from '../load/load-board.js';
 import { MetricsScraper } from '../load/metrics-scraper.js';
 import { DEFAULT_METRIC_NAMES } from '../load/metrics-parse.js';
 import { TimingEstimates } from '../load/timing-estimates.js';
-import { withTiming } from '../load/timing-dispatcher.js';
+import { prefillLegLearner, withTiming } from '../load/timing-dispatcher.js';
 import { PrefillBacklog } from '../load/prefill-backlog.js';
 import { describeCost, type WorkerSignals } from '../routing/cost-model.js';
 import type { PrefixSource } from '../routing/prefix-source.js';
@@ -82,6 +82,8 @@ export interface Components {
   readonly board: LoadBoard;
   /** Learned per-worker response timing. */
   readonly timing: TimingEstimates;
+  /** This router's prefills queued on each worker (cost mode). */
+  readonly backlog: PrefillBacklog;
   /** Present in pd mode. */
   readonly prefillClient: PrefillClient | undefined;
   /** Mooncake (pd mode): engine ids per prefill instance from its bootstrap server. */
@@ -163,6 +165,7 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
     bootstrap,
     board,
     timing,
+    backlog,
   };
   const prefillClient = config.mode === 'pd' ? new PrefillClient() : undefined;
   const dispatcher = buildDispatcher({ ...base, prefillClient });
@@ -200,6 +203,7 @@ type Base = Pick<
   | 'bootstrap'
   | 'board'
   | 'timing'
+  | 'backlog'
 >;
 
 /** Mooncake in pd mode: the bootstrap directory (pd/mooncake-bootstrap.ts); no I/O until a worker joins. */
@@ -349,6 +353,7 @@ function buildDispatcher(c: Base & { prefillClient: PrefillClient | undefined })
     decisionHeader: config.decisionHeader,
     bootstrap: c.bootstrap,
     pd: {
+      prefillStarted: prefillLegLearner(c.timing, c.backlog, clock),
       prefillEnded: (w, outcome, ms, status) => {
         health.recordOutcome(w, prefillHealthOutcome(outcome, status), clock());
         metrics.pdPrefillRequests.inc({ worker: w.url });

@@ -18,6 +18,8 @@
  */
 import type { Cancellation, Dispatch, Dispatcher, RequestEnd, RouteRequest } from '../extproc/dispatch.js';
 import { tokensFromChars, DEFAULT_CHARS_PER_TOKEN } from '../routing/prefix-source.js';
+import type { Decision } from '../routing/policy.js';
+import type { Worker } from '../workers/worker.js';
 import type { PrefillBacklog } from './prefill-backlog.js';
 import type { TimingEstimates, TtftFeatures } from './timing-estimates.js';
 
@@ -110,5 +112,34 @@ function timed(d: Dispatch, req: RouteRequest, l: Learners): Dispatch {
       if (end.kind === 'response' && chunks >= 3)
         timing.recordInterChunk(d.worker, (last - first) / (chunks - 1));
     },
+  };
+}
+
+/**
+ * The same learning for the P/D prefill legs the router runs itself (pd-dispatcher.ts `prefillStarted`):
+ * a leg's duration is its prefill worker's time to first token, with the features its cost decision
+ * used, and its uncached tokens are queued on that worker's backlog until the leg ends.
+ */
+export function prefillLegLearner(
+  timing: TimingEstimates,
+  backlog: PrefillBacklog,
+  clock: () => number,
+): (worker: Worker, decision: Decision) => ((ok: boolean, durationMs: number) => void) | undefined {
+  return (worker, decision) => {
+    const cost = decision.cost;
+    if (cost === undefined) return undefined;
+    const entry = backlog.add(
+      worker,
+      cost.chosen.uncachedTokens,
+      clock() + 10 * cost.chosen.predictedMs + 10_000,
+    );
+    const features: TtftFeatures = {
+      prefillTokens: cost.chosen.uncachedTokens + cost.chosen.queuedTokens,
+      ahead: cost.chosen.ahead,
+    };
+    return (ok, durationMs) => {
+      backlog.done(worker, entry);
+      if (ok) timing.recordTtft(worker, durationMs, features);
+    };
   };
 }

@@ -85,6 +85,15 @@ export interface PdObserver {
     durationMs: number | undefined,
     status?: number,
   ): void;
+  /**
+   * A prefill leg the router runs itself starts on `worker`, chosen by `decision`; the returned
+   * function (if any) is called once when it ends, with whether it succeeded and how long it took
+   * (the prefill worker's time to its first token: what the cost model learns and queues).
+   */
+  prefillStarted?(
+    worker: Worker,
+    decision: Decision,
+  ): ((ok: boolean, durationMs: number) => void) | undefined;
   decodeRouted?(worker: Worker): void;
   /** A decode worker was chosen (and committed) but the request failed before reaching it. */
   decodeAbandoned?(worker: Worker): void;
@@ -245,7 +254,7 @@ export class PdDispatcher implements Dispatcher {
     // The leg has its own abort: it is cancelled when the request ends without a response.
     const legAbort = new AbortController();
     let cached: number | undefined;
-    const leg = this.runPrefill(req, ctx, requestId, prefill.guard, legAbort.signal, {
+    const leg = this.runPrefill(req, ctx, requestId, prefill, legAbort.signal, {
       headers: attempt.headers,
     })
       .finally(attempt.release)
@@ -320,7 +329,7 @@ export class PdDispatcher implements Dispatcher {
       const leg = this.leg(worker, decodeWorker, 'sequential');
       try {
         if (!leg) throw new PrefillError('transport', `prefill worker ${worker.url}: no bootstrap engine id`);
-        const result = await this.runPrefill(req, leg.ctx, leg.requestId, prefill.guard, signal, {
+        const result = await this.runPrefill(req, leg.ctx, leg.requestId, prefill, signal, {
           headers: leg.headers,
         });
         return { result, ctx: leg.ctx, requestId: leg.requestId, decision: prefill.decision };
@@ -363,7 +372,7 @@ export class PdDispatcher implements Dispatcher {
         if (leg) {
           let markSent!: () => void;
           const sent = new Promise<void>((resolve) => (markSent = resolve));
-          const run = this.runPrefill(req, leg.ctx, leg.requestId, prefill.guard, legAbort.signal, {
+          const run = this.runPrefill(req, leg.ctx, leg.requestId, prefill, legAbort.signal, {
             headers: leg.headers,
             onSent: () => markSent(),
           }).finally(leg.release);
@@ -442,11 +451,13 @@ export class PdDispatcher implements Dispatcher {
     req: RouteRequest,
     ctx: LegContext,
     requestId: string,
-    guard: LoadGuard,
+    reservation: Reservation,
     signal: AbortSignal,
     leg: PrefillLegOptions = {},
   ): Promise<PrefillResult> {
+    const guard = reservation.guard;
     const started = performance.now();
+    const ended = this.opts.pd?.prefillStarted?.(ctx.prefill, reservation.decision);
     const body = Buffer.from(JSON.stringify(prefillBody(req.inference?.json ?? {}, prefillKvParams(ctx))));
     try {
       const r = await this.opts.client.send(
@@ -460,12 +471,16 @@ export class PdDispatcher implements Dispatcher {
         leg,
       );
       guard.release();
-      this.opts.pd?.prefillEnded?.(ctx.prefill, 'ok', performance.now() - started);
+      const ms = performance.now() - started;
+      ended?.(true, ms);
+      this.opts.pd?.prefillEnded?.(ctx.prefill, 'ok', ms);
       return r;
     } catch (err) {
       const e = err instanceof PrefillError ? err : new PrefillError('transport', (err as Error).message);
       guard.release();
-      this.opts.pd?.prefillEnded?.(ctx.prefill, e.kind, performance.now() - started, e.status);
+      const ms = performance.now() - started;
+      ended?.(false, ms);
+      this.opts.pd?.prefillEnded?.(ctx.prefill, e.kind, ms, e.status);
       if (e.kind !== 'aborted') this.opts.pd?.error?.(`prefill_${e.kind}`);
       throw e;
     }

@@ -43,7 +43,8 @@
  * queue, while a 200 KB document shared by many requests saves seconds and is worth a long one.
  *
  * Roles (P/D): a prefill pool scores by predicted prefill completion (the formula above: its response is
- * the first token); a decode pool receives the KV cache from the prefill worker, so its prefix cache is
+ * the first token; the legs the router runs itself feed its backlog and estimates, pd-dispatcher.ts
+ * `prefillStarted`); a decode pool receives the KV cache from the prefill worker, so its prefix cache is
  * irrelevant and it scores by predicted wait alone (uncached = 0).
  *
  * Filters, before scoring (a filtered candidate is skipped while at least one candidate passes; when

@@ -34,3 +34,26 @@ describe('PrefillBacklog', () => {
     expect(backlog.of(a!, 0)).toEqual({ requests: 2, tokens: 0 });
   });
 });
+
+describe('prefillLegLearner (P/D prefill legs the router runs)', () => {
+  it('queues the leg on its worker and learns its duration as that worker time to first token', async () => {
+    const { prefillLegLearner } = await import('../../../src/load/timing-dispatcher.js');
+    const { TimingEstimates } = await import('../../../src/load/timing-estimates.js');
+    const { CacheAwarePolicy } = await import('../../../src/routing/cache-aware.js');
+    const { input } = await import('../routing/fixtures.js');
+    const [w] = makeWorkers(1);
+    const timing = new TimingEstimates();
+    const backlog = new PrefillBacklog();
+    const decision = new CacheAwarePolicy().select(input([w!], { text: 'p'.repeat(400) }));
+    const learn = prefillLegLearner(timing, backlog, () => 0);
+    const end = learn(w!, decision)!;
+    expect(backlog.of(w!, 0)).toEqual({ requests: 1, tokens: 100 });
+    end(true, 80);
+    expect(backlog.of(w!, 0)).toEqual({ requests: 0, tokens: 0 });
+    expect(timing.of(w!).ttftSamples).toBe(1);
+    // A failed leg ends its queue entry but teaches nothing; a decision without cost inputs is not tracked.
+    learn(w!, decision)!(false, 5000);
+    expect(timing.of(w!).ttftSamples).toBe(1);
+    expect(learn(w!, { worker: w!, branch: 'round_robin' })).toBeUndefined();
+  });
+});

@@ -77,6 +77,10 @@ function setup(opts: { mode?: PdDispatchMode; prefill?: number; decode?: number;
   const events: string[] = [];
   const durations: Array<number | undefined> = [];
   const pd: PdObserver = {
+    prefillStarted: (w, decision) => {
+      events.push(`prefillStarted:${w.url}:${decision.worker === w}`);
+      return (ok) => events.push(`prefillLeg:${w.url}:${ok}`);
+    },
     prefillEnded: (w, outcome, ms, status) => {
       events.push(`prefillEnded:${w.url}:${outcome}${status ? `:${status}` : ''}`);
       durations.push(ms);
@@ -132,7 +136,12 @@ describe('PdDispatcher: sequential', () => {
     d.finish({ kind: 'response', status: 200 });
     d.finish({ kind: 'response', status: 200 });
     expect(s.loads()).toEqual({ prefill: [0, 0], decode: [0] });
-    expect(s.events).toEqual([`prefillEnded:${call.worker.url}:ok`, `decodeRouted:${d.worker.url}`]);
+    expect(s.events).toEqual([
+      `prefillStarted:${call.worker.url}:true`,
+      `prefillLeg:${call.worker.url}:true`,
+      `prefillEnded:${call.worker.url}:ok`,
+      `decodeRouted:${d.worker.url}`,
+    ]);
     expect(typeof s.durations[0]).toBe('number'); // the router ran this leg: it measured it
   });
 
@@ -150,6 +159,9 @@ describe('PdDispatcher: sequential', () => {
     expect(s.loads()).toEqual({ prefill: [0, 0], decode: [0] });
     expect(s.events).toContain('error:prefill_retry');
     expect(s.events).toContain(`prefillEnded:${first.worker.url}:status:503`);
+    // Each attempt is its own leg (the cost model learns the successful one only).
+    expect(s.events).toContain(`prefillLeg:${first.worker.url}:false`);
+    expect(s.events).toContain(`prefillLeg:${second.worker.url}:true`);
   });
 
   it('every attempt failing is a 502 naming the last prefill worker; the decode worker is abandoned', async () => {
@@ -175,7 +187,7 @@ describe('PdDispatcher: sequential', () => {
     await expect(pending).rejects.toMatchObject({ code: 'client_cancelled', status: 499 });
     expect(s.client.calls).toHaveLength(1);
     expect(s.loads()).toEqual({ prefill: [0, 0], decode: [0] });
-    expect(s.events[0]).toMatch(/:aborted$/);
+    expect(s.events.find((e) => e.startsWith('prefillEnded'))).toMatch(/:aborted$/);
   });
 
   it('an empty role is a 503 naming the counts, with nothing reserved', () => {
