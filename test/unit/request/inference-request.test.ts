@@ -1,5 +1,9 @@
 import { describe, expect, it } from 'vitest';
-import { inferenceKind, parseInferenceRequest } from '../../../src/request/inference-request.js';
+import {
+  exceedsDepth,
+  inferenceKind,
+  parseInferenceRequest,
+} from '../../../src/request/inference-request.js';
 import { chatPromptText, completionPromptText } from '../../../src/request/prompt-text.js';
 import { RouterError } from '../../../src/request/router-error.js';
 
@@ -157,5 +161,51 @@ describe('routing text', () => {
       Buffer.from('{"stream":true,"messages":[{"content":"q","role":"user"}],"model":"m","top_p":0.5}'),
     );
     expect(a.text).toBe(b.text);
+  });
+});
+
+describe('exceedsDepth (brackets outside strings)', () => {
+  /** The plain per-character scan it replaces, as the reference. */
+  function reference(text: string, max: number): boolean {
+    let depth = 0;
+    let inString = false;
+    for (let i = 0; i < text.length; i++) {
+      const c = text.charCodeAt(i);
+      if (inString) {
+        if (c === 92) i++;
+        else if (c === 34) inString = false;
+      } else if (c === 34) inString = true;
+      else if (c === 123 || c === 91) {
+        if (++depth > max) return true;
+      } else if (c === 125 || c === 93) depth--;
+    }
+    return false;
+  }
+
+  it.each([
+    ['depth exactly at the limit', '[[[1]]]', 3, false],
+    ['one level over', '[[[[1]]]]', 3, true],
+    ['brackets inside a string do not count', '{"a":"[[[[[[[[["}', 2, false],
+    ['an escaped quote does not end the string', '{"a":"x\\"[[[[[[[["}', 2, false],
+    ['an escaped backslash before the quote ends it', '{"a":"x\\\\"}', 2, false],
+    ['brackets after an escaped backslash and quote count', '["x\\\\",[[[[1]]]]]', 3, true],
+    ['three backslashes: the quote is escaped', '["x\\\\\\"[[[[[["]', 2, false],
+    ['an unterminated string', '[["abc[[[[[[', 3, false],
+    ['a closing bracket lowers the depth', '[[1],[2],[3],[[4]]]', 3, false],
+    ['empty', '', 0, false],
+  ])('%s', (_name, text, max, expected) => {
+    expect(exceedsDepth(text, max)).toBe(expected);
+    expect(reference(text, max)).toBe(expected);
+  });
+
+  it('agrees with the per-character scan on random bracket, quote and backslash soups', () => {
+    const alphabet = ['[', ']', '{', '}', '"', '\\', 'a', ','];
+    let seed = 12345;
+    const rand = (n: number) => (seed = (seed * 1103515245 + 12345) % 2 ** 31) % n;
+    for (let t = 0; t < 2000; t++) {
+      const text = Array.from({ length: rand(40) }, () => alphabet[rand(alphabet.length)]).join('');
+      const max = rand(5);
+      expect(exceedsDepth(text, max), text).toBe(reference(text, max));
+    }
   });
 });
