@@ -6,9 +6,9 @@
  * - on `eviction-pressure`, exact (`cache_aware exact`) TTFT p90 <= 0.5x and output tokens/s >= 1.15x
  *   of approximate.
  */
-import type { RenderedSection } from './report-sections.js';
+import { workloadsAndTargets, type RenderedSection } from './report-sections.js';
 import { findCell, type RoutingCell, type RoutingResult, type RoutingTarget } from './routing-bench.js';
-import { ratio, runHeader, table, verdict } from './report-doc.js';
+import { ratio, runHeader, table } from './report-doc.js';
 import { round } from './stats.js';
 
 const APPROX = 'cache_aware';
@@ -76,22 +76,7 @@ export function renderKvEvents(r: RoutingResult): RenderedSection {
         .join(', ') +
       '.',
     '',
-    'Workloads (seeded, `bench/workloads.ts`):',
-    '',
-    ...Object.entries(r.setup.workloads).map(
-      ([w, p]) =>
-        `- \`${w}\`: ${Object.entries(p)
-          .map(([k, v]) => `${k} ${String(v)}`)
-          .join(', ')}`,
-    ),
-    '',
-    '### Targets',
-    '',
-    table(
-      ['target', 'measured', 'wanted', 'verdict'],
-      r.targets.map((x) => [x.name, x.value, x.target, verdict(x.met)]),
-    ),
-    '',
+    ...workloadsAndTargets(r),
   );
   for (const w of workloads) {
     const approx = findCell(r.cells, w, APPROX);

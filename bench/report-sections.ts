@@ -39,22 +39,7 @@ export function renderRouting(r: RoutingResult): RenderedSection {
       `\`--balance-abs-threshold 8\` (the default 64 cannot fire when a worker averages 8 requests). ` +
       peersLine(r),
     '',
-    'Workloads (seeded, `bench/workloads.ts`):',
-    '',
-    ...Object.entries(r.setup.workloads).map(
-      ([w, p]) =>
-        `- \`${w}\`: ${Object.entries(p)
-          .map(([k, v]) => `${k} ${String(v)}`)
-          .join(', ')}`,
-    ),
-    '',
-    '### Targets',
-    '',
-    table(
-      ['target', 'measured', 'wanted', 'verdict'],
-      r.targets.map((x) => [x.name, x.value, x.target, verdict(x.met)]),
-    ),
-    '',
+    ...workloadsAndTargets(r),
     ...sideBySide(r),
     'Peers for scale: SGLang cache-aware vs round robin on 64x16 shared-prefix, 8 workers: hit rate 20% -> 75% ' +
       '(3.8x), throughput 1.9x.',
@@ -145,6 +130,28 @@ export function renderRouting(r: RoutingResult): RenderedSection {
     '![TTFT p50](bench-routing-ttft-p50.svg)',
   );
   return { markdown: lines.join('\n'), assets };
+}
+
+/** The seeded workloads' parameters, then the targets table (routing and kv-events sections). */
+export function workloadsAndTargets(r: RoutingResult): string[] {
+  return [
+    'Workloads (seeded, `bench/workloads.ts`):',
+    '',
+    ...Object.entries(r.setup.workloads).map(
+      ([w, p]) =>
+        `- \`${w}\`: ${Object.entries(p)
+          .map(([k, v]) => `${k} ${String(v)}`)
+          .join(', ')}`,
+    ),
+    '',
+    '### Targets',
+    '',
+    table(
+      ['target', 'measured', 'wanted', 'verdict'],
+      r.targets.map((x) => [x.name, x.value, x.target, verdict(x.met)]),
+    ),
+    '',
+  ];
 }
 
 function peersLine(r: RoutingResult): string {
