@@ -17,7 +17,8 @@
  * Seed: per LoRA adapter (events carry `lora_name`; base model = ''), since vLLM puts the LoRA name in
  * the block hash's extra keys: the same tokens under another adapter are different KV. Per-block extra
  * keys other than the LoRA name (multimodal ids, cache salt) are folded in as text; a plain text
- * request has none, so such blocks never match it, which is what vLLM does too.
+ * request has none, so such blocks never match it, which is what vLLM does too; a request's
+ * `cache_salt` is folded into its block 0 the same way (promptKeys).
  *
  * Pure functions.
  */
@@ -96,7 +97,18 @@ export function chainKeys(
   return out;
 }
 
-/** Keys of every full block of a prompt's tokens (block 0 chained from the seed). */
-export function promptKeys(tokens: ArrayLike<number>, blockSize: number, seed: number): number[] {
-  return chainKeys(tokens, blockSize, seed);
+/**
+ * Keys of every full block of a prompt's tokens (block 0 chained from the seed). `cacheSalt` (the
+ * request's `cache_salt`) is folded into block 0 exactly as the event side folds vLLM's extra keys
+ * for that block (`["<salt>"]`, kv-event-decoder.ts), so a salted request matches only blocks stored
+ * under the same salt, as in vLLM.
+ */
+export function promptKeys(
+  tokens: ArrayLike<number>,
+  blockSize: number,
+  seed: number,
+  cacheSalt?: string,
+): number[] {
+  if (cacheSalt === undefined || cacheSalt.length === 0) return chainKeys(tokens, blockSize, seed);
+  return chainKeys(tokens, blockSize, seed, undefined, [JSON.stringify([cacheSalt])]);
 }

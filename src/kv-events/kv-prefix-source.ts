@@ -7,8 +7,9 @@
  *    (no tokenizer for the model, multimodal parts, a template error, a batch) -> undefined: the next
  *    source (the approximate radix tree) answers, and `fallback(input)` tells why;
  * 2. block keys of the prompt's full blocks (block-keys.ts), seeded with the model name when events
- *    named it as a LoRA adapter, else the base seed; at the configured block size, else at each block
- *    size the workers' events use;
+ *    named it as a LoRA adapter, else the base seed, with the request's `cache_salt` in block 0 (vLLM
+ *    salts the first block's hash); at the configured block size, else at each block size the
+ *    workers' events use;
  * 3. per candidate: the longest run of consecutive blocks it holds from the first, with tier credit
  *    (kv-block-index.ts), as tokens. A candidate with no subscription -> undefined (fallback for that
  *    worker only); a subscribed worker that has stored nothing yet -> 0.
@@ -59,7 +60,8 @@ export class KvPrefixSource implements PrefixSource {
       let keys = memo.keys.get(bs);
       if (keys === undefined) {
         const seed = keySeed(subs.index.isAdapter(input.model) ? input.model : undefined);
-        keys = promptKeys(memo.ids, bs, seed);
+        const salt = input.body?.cache_salt;
+        keys = promptKeys(memo.ids, bs, seed, typeof salt === 'string' ? salt : undefined);
         memo.keys.set(bs, keys);
       }
       const answer = subs.cachedTokens(keys, bs, workers);

@@ -31,8 +31,8 @@ function fleet(n: number, publishing: number[], loads: number[] = []) {
   const fallbacks: string[] = [];
   const policy = new KvAwarePolicy({ exact: source, onFallback: (r) => fallbacks.push(r) });
   for (const w of workers) policy.addWorker(w);
-  /** Worker i's engine stores the first `blocks` full blocks of `ids`. */
-  const store = (i: number, ids: readonly number[], blocks: number): void => {
+  /** Worker i's engine stores the first `blocks` full blocks of `ids` (block 0 salted with `salt`). */
+  const store = (i: number, ids: readonly number[], blocks: number, salt?: string): void => {
     const event: BlockStoredEvent = {
       type: 'stored',
       hashes: Array.from({ length: blocks }, (_, b) => 1000 * (i + 1) + b),
@@ -41,7 +41,11 @@ function fleet(n: number, publishing: number[], loads: number[] = []) {
       blockSize: BS,
       medium: 'GPU',
       loraName: undefined,
-      extraKeys: undefined,
+      // As the decoder renders vLLM's per-block extra keys: the salt on block 0 only.
+      extraKeys:
+        salt === undefined
+          ? undefined
+          : Array.from({ length: blocks }, (_, b) => (b === 0 ? `["${salt}"]` : '')),
     };
     subs.index.apply(`${workerKey(workers[i]!.url)}#0`, [event]);
   };
@@ -77,6 +81,18 @@ describe('kv_aware', () => {
     subs.index.apply(`${workerKey(workers[0]!.url)}#0`, [{ type: 'cleared' }]);
     store(1, ids.ids, 8);
     expect(policy.select(input(workers, { text: prompt, body: { prompt } })).worker).toBe(workers[1]);
+  });
+
+  it("cache_salt: a salted request matches only blocks stored under its salt, as vLLM's hashes do", () => {
+    const { workers, policy, store } = fleet(3, [0, 1, 2]);
+    store(0, ids.ids, 8); // unsalted
+    store(1, ids.ids, 8, 'tenant-a');
+    store(2, ids.ids, 8, 'tenant-b');
+    const salted = (salt: string) =>
+      policy.select(input(workers, { text: prompt, body: { prompt, cache_salt: salt } })).worker;
+    expect(salted('tenant-a')).toBe(workers[1]);
+    expect(salted('tenant-b')).toBe(workers[2]);
+    expect(policy.select(input(workers, { text: prompt, body: { prompt } })).worker).toBe(workers[0]);
   });
 
   it('nothing cached anywhere: least loaded (exact_miss)', () => {
