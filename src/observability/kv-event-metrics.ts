@@ -14,48 +14,41 @@ export interface KvEventMetrics {
 
 export function createKvEventMetrics(registry: Registry, sizes: () => Map<string, number>): KvEventMetrics {
   const registers = [registry];
-  const received = new Counter({
-    name: 'vllm_router_kv_events_received_total',
-    help: 'KV-cache events received from workers (live and replayed).',
-    labelNames: ['worker'] as const,
-    registers,
-  });
-  const applied = new Counter({
-    name: 'vllm_router_kv_events_applied_total',
-    help: 'KV-cache events applied to the exact prefix index.',
-    labelNames: ['worker'] as const,
-    registers,
-  });
-  const dropped = new Counter({
-    name: 'vllm_router_kv_events_dropped_total',
-    help: 'KV-cache frames or events dropped, by reason (garbage, unknown_type, not_prefix, unknown_parent, ...).',
-    labelNames: ['worker', 'reason'] as const,
-    registers,
-  });
-  const gaps = new Counter({
-    name: 'vllm_router_kv_event_gaps_total',
-    help: 'Sequence gaps detected on a KV-event stream.',
-    labelNames: ['worker'] as const,
-    registers,
-  });
-  const replays = new Counter({
-    name: 'vllm_router_kv_event_replays_total',
-    help: 'Replays requested from a publisher replay endpoint, by outcome (ok, partial, failed).',
-    labelNames: ['worker', 'outcome'] as const,
-    registers,
-  });
-  const reconnects = new Counter({
-    name: 'vllm_router_kv_event_reconnects_total',
-    help: 'Reconnections of a KV-event subscription.',
-    labelNames: ['worker'] as const,
-    registers,
-  });
-  const resets = new Counter({
-    name: 'vllm_router_kv_index_resets_total',
-    help: "A worker's exact index entries dropped, by cause (gap, reconnect, restart, replay_failed, ...).",
-    labelNames: ['worker', 'reason'] as const,
-    registers,
-  });
+  const counter = <L extends string>(name: string, help: string, labelNames: readonly L[]): Counter<L> =>
+    new Counter({ name, help, labelNames, registers });
+  const received = counter(
+    'vllm_router_kv_events_received_total',
+    'KV-cache events received from workers (live and replayed).',
+    ['worker'],
+  );
+  const applied = counter(
+    'vllm_router_kv_events_applied_total',
+    'KV-cache events applied to the exact prefix index.',
+    ['worker'],
+  );
+  const dropped = counter(
+    'vllm_router_kv_events_dropped_total',
+    'KV-cache frames or events dropped, by reason (garbage, unknown_type, not_prefix, unknown_parent, ...).',
+    ['worker', 'reason'],
+  );
+  const gaps = counter('vllm_router_kv_event_gaps_total', 'Sequence gaps detected on a KV-event stream.', [
+    'worker',
+  ]);
+  const replays = counter(
+    'vllm_router_kv_event_replays_total',
+    'Replays requested from a publisher replay endpoint, by outcome (ok, partial, failed).',
+    ['worker', 'outcome'],
+  );
+  const reconnects = counter(
+    'vllm_router_kv_event_reconnects_total',
+    'Reconnections of a KV-event subscription.',
+    ['worker'],
+  );
+  const resets = counter(
+    'vllm_router_kv_index_resets_total',
+    "A worker's exact index entries dropped, by cause (gap, reconnect, restart, replay_failed, ...).",
+    ['worker', 'reason'],
+  );
   new Gauge({
     name: 'vllm_router_kv_index_blocks',
     help: 'KV blocks in the exact prefix index per worker (summed over its ranks).',
@@ -66,12 +59,11 @@ export function createKvEventMetrics(registry: Registry, sizes: () => Map<string
       for (const [worker, n] of sizes()) this.set({ worker }, n);
     },
   });
-  const fallbacks = new Counter({
-    name: 'vllm_router_kv_fallback_lookups_total',
-    help: 'Requests routed on the approximate prefix tree instead of exact KV data, by reason.',
-    labelNames: ['reason'] as const,
-    registers,
-  });
+  const fallbacks = counter(
+    'vllm_router_kv_fallback_lookups_total',
+    'Requests routed on the approximate prefix tree instead of exact KV data, by reason.',
+    ['reason'],
+  );
   return {
     hooks: {
       received: (worker, n) => received.inc({ worker }, n),
