@@ -57,14 +57,19 @@ function queued(d: Dispatch, req: RouteRequest, l: Learners): Dispatch {
   // Streamed: ended by the first byte; the deadline only guards against a lost end.
   const deadline = now + (streamed ? 10 * cost.chosen.predictedMs + 10_000 : cost.chosen.predictedMs);
   const entry = backlog.add(worker, cost.chosen.uncachedTokens, deadline);
+  let queued = true;
+  const done = (): void => {
+    queued = false;
+    backlog.done(worker, entry);
+  };
   return {
     ...d,
     transformResponseChunk(chunk: Buffer, endOfStream: boolean): Buffer | undefined {
-      if (chunk.length > 0) backlog.done(worker, entry);
+      if (queued && chunk.length > 0) done(); // per chunk: one boolean test after the first
       return d.transformResponseChunk?.(chunk, endOfStream);
     },
     finish(end: RequestEnd): void {
-      backlog.done(worker, entry);
+      if (queued) done();
       d.finish(end);
     },
   };

@@ -456,9 +456,10 @@ export class PdDispatcher implements Dispatcher {
     leg: PrefillLegOptions = {},
   ): Promise<PrefillResult> {
     const guard = reservation.guard;
-    const started = performance.now();
-    const ended = this.opts.pd?.prefillStarted?.(ctx.prefill, reservation.decision);
     const body = Buffer.from(JSON.stringify(prefillBody(req.inference?.json ?? {}, prefillKvParams(ctx))));
+    const started = performance.now();
+    // Nothing between here and the try can throw: every started leg is ended exactly once.
+    const ended = this.opts.pd?.prefillStarted?.(ctx.prefill, reservation.decision);
     try {
       const r = await this.opts.client.send(
         ctx.prefill,

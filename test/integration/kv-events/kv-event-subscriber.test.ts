@@ -86,6 +86,16 @@ async function handshake(pub: KvEventPublisher, rec: Recorder): Promise<void> {
   );
 }
 
+/** A regular worker at http://127.0.0.1:<port>. */
+const localWorker = (port: number, generation: number, metadata?: Record<string, unknown>): Worker =>
+  new Worker({
+    role: 'regular',
+    url: `http://127.0.0.1:${port}`,
+    endpoint: `127.0.0.1:${port}`,
+    generation,
+    ...(metadata ? { metadata } : {}),
+  });
+
 const cached = (index: KvBlockIndex): number | undefined => index.cachedTokens(KEYS, BS, ['w#0'])[0];
 
 describe('KvEventSubscriber over real ZMQ', () => {
@@ -236,18 +246,8 @@ describe('KvEventSubscriptions', () => {
     const rec = new Recorder();
     const subs = new KvEventSubscriptions({ rules, hooks: rec.hooks, syncIntervalMs: 0 });
     closers.push(() => subs.close());
-    const gen1 = new Worker({
-      role: 'regular',
-      url: 'http://127.0.0.1:8000',
-      endpoint: '127.0.0.1:8000',
-      generation: 1,
-    });
-    const other = new Worker({
-      role: 'regular',
-      url: 'http://127.0.0.1:8001',
-      endpoint: '127.0.0.1:8001',
-      generation: 2,
-    });
+    const gen1 = localWorker(8000, 1);
+    const other = localWorker(8001, 2);
     subs.sync([gen1, other]);
     expect(subs.publishes(gen1.url)).toBe(true);
     expect(subs.publishes(other.url)).toBe(false);
@@ -258,12 +258,7 @@ describe('KvEventSubscriptions', () => {
     expect(subs.cachedTokens(KEYS, BS, [gen1])).toEqual([8]);
     expect(subs.sizes()).toEqual(new Map([['http://127.0.0.1:8000', 2]]));
 
-    const gen3 = new Worker({
-      role: 'regular',
-      url: 'http://127.0.0.1:8000',
-      endpoint: '127.0.0.1:8000',
-      generation: 3,
-    });
+    const gen3 = localWorker(8000, 3);
     subs.sync([gen3]);
     expect(subs.cachedTokens(KEYS, BS, [gen3])).toEqual([0]);
     // The old generation is not answered for (its Worker object is stale).
@@ -288,19 +283,8 @@ describe('KvEventSubscriptions', () => {
     const rec = new Recorder();
     const subs = new KvEventSubscriptions({ rules, hooks: rec.hooks });
     closers.push(() => subs.close());
-    const annotated = new Worker({
-      role: 'regular',
-      url: 'http://127.0.0.1:8000',
-      endpoint: '127.0.0.1:8000',
-      generation: 1,
-      metadata: { kv_events_port: port },
-    });
-    const plain = new Worker({
-      role: 'regular',
-      url: 'http://127.0.0.1:8001',
-      endpoint: '127.0.0.1:8001',
-      generation: 1,
-    });
+    const annotated = localWorker(8000, 1, { kv_events_port: port });
+    const plain = localWorker(8001, 1);
     subs.sync([annotated, plain]);
     expect(subs.publishes(annotated.url)).toBe(true);
     expect(subs.publishes(plain.url)).toBe(false);

@@ -46,6 +46,16 @@ function policyFor(workers: readonly Worker[], loads: readonly LoadView[], role:
   return policy;
 }
 
+/** In-flight loads, the timing priors and `backlog` read at time 0. */
+function withBacklog(backlog: PrefillBacklog): WorkerSignals {
+  const timing = new TimingEstimates();
+  return {
+    load: (w) => ({ source: 'in_flight', ahead: w.load }),
+    timing: (w) => timing.of(w),
+    backlog: (w) => backlog.of(w, 0),
+  };
+}
+
 describe('cost model scoring (cache_aware default mode)', () => {
   const cases: Case[] = [
     {
@@ -216,15 +226,10 @@ describe('cost model scoring (cache_aware default mode)', () => {
 
   it('queued prefills count in tokens: ten queued cache hits cost less than one queued long miss', () => {
     const workers = makeWorkers(2);
-    const timing = new TimingEstimates();
     const backlog = new PrefillBacklog();
     for (let i = 0; i < 10; i++) backlog.add(workers[0]!, 20, Infinity); // ten hits: 20 tokens each
     backlog.add(workers[1]!, 4000, Infinity); // one 4000-token miss
-    const signals: WorkerSignals = {
-      load: (w) => ({ source: 'in_flight', ahead: w.load }),
-      timing: (w) => timing.of(w),
-      backlog: (w) => backlog.of(w, 0),
-    };
+    const signals = withBacklog(backlog);
     workers[0]!.load = 10;
     workers[1]!.load = 1;
     const policy = new CacheAwarePolicy({ costBalanceAbs: 20 }, { signals });
@@ -238,13 +243,8 @@ describe('cost model scoring (cache_aware default mode)', () => {
 
   it('contention: once every worker has a queue, a cache hit is worth more than its own prefill time', () => {
     const workers = makeWorkers(2);
-    const timing = new TimingEstimates();
     const backlog = new PrefillBacklog();
-    const signals: WorkerSignals = {
-      load: (w) => ({ source: 'in_flight', ahead: w.load }),
-      timing: (w) => timing.of(w),
-      backlog: (w) => backlog.of(w, 0),
-    };
+    const signals = withBacklog(backlog);
     const policy = new CacheAwarePolicy({}, { signals });
     for (const w of workers) policy.addWorker(w);
     const held = 'h'.repeat(4000); // 1000 tokens: 50 ms of prefill
@@ -261,7 +261,7 @@ describe('cost model scoring (cache_aware default mode)', () => {
     // With no queue on the other worker, recomputing there delays nobody: the faster first token wins.
     const other = new PrefillBacklog();
     other.add(workers[0]!, 1500, Infinity);
-    const free: WorkerSignals = { ...signals, backlog: (w) => other.of(w, 0) };
+    const free = withBacklog(other);
     workers[1]!.load = 0;
     const p2 = new CacheAwarePolicy({}, { signals: free });
     for (const w of workers) p2.addWorker(w);
