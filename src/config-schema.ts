@@ -532,6 +532,22 @@ export const OPTIONS = [
   },
   {
     group: 'Load and cost model',
+    key: 'prefixHomeMargin',
+    flag: 'prefix-home-margin',
+    type: 'number',
+    default: CACHE_AWARE.prefixHomeMargin,
+    help: "cache_aware cost: a prompt no worker holds goes to its rendezvous home (the same worker on every router replica) when the home's score is within this multiple of the prompt's prefill time of the best; 0 = off.",
+  },
+  {
+    group: 'Load and cost model',
+    key: 'prefixHomeKeyChars',
+    flag: 'prefix-home-key-chars',
+    type: 'int',
+    default: CACHE_AWARE.prefixHomeKeyChars,
+    help: "cache_aware cost: characters of the prompt's start that key its rendezvous home (the rule applies while no worker holds that much of the prompt).",
+  },
+  {
+    group: 'Load and cost model',
     key: 'priorTtftFloorMs',
     flag: 'prior-ttft-floor-ms',
     type: 'number',

@@ -285,6 +285,8 @@ function buildPools(
         costBalanceRel: config.costBalanceRel,
         costBalanceAbs: config.costBalanceAbs,
         costDecodeWeight: config.costDecodeWeight,
+        prefixHomeMargin: config.prefixHomeMargin,
+        prefixHomeKeyChars: config.prefixHomeKeyChars,
       },
       ...(exact.source !== undefined ? { exactPrefix: exact.source } : {}),
       onExactFallback: exact.fallback,

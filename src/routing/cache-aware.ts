@@ -15,6 +15,8 @@
  * overload filter on scraped queue length and KV usage; branch `cache_hit` / `imbalance` / `low_match`
  * by whether the chosen worker holds the longest cached prefix. Prefix knowledge comes from the given
  * PrefixSources (exact ones) and, last, this policy's radix tree (RadixPrefixSource).
+ * A prompt nobody holds yet goes to its rendezvous home within a margin (prefix-home.ts), so router
+ * replicas that share no state seed a new prefix on the same worker.
  * Mode `per_request` (the overload escape is decided for the chosen owner only):
  * - matchRate > cacheThreshold: among the candidates holding the longest match take the least
  *   loaded (tie-break.ts). If its load > mean * balanceRelThreshold AND load > mean +
@@ -91,6 +93,10 @@ export interface CacheAwareOptions {
   costBalanceAbs: number;
   /** cost mode: fraction of a decode step each request ahead adds to a worker's score. */
   costDecodeWeight: number;
+  /** cost mode: a new prefix's rendezvous home may cost this multiple of its prefill in score (0 = off). */
+  prefixHomeMargin: number;
+  /** cost mode: characters of the prompt's start that key its rendezvous home. */
+  prefixHomeKeyChars: number;
 }
 
 export const DEFAULT_CACHE_AWARE_OPTIONS: Readonly<CacheAwareOptions> = Object.freeze({
@@ -107,6 +113,8 @@ export const DEFAULT_CACHE_AWARE_OPTIONS: Readonly<CacheAwareOptions> = Object.f
   costBalanceRel: DEFAULT_COST_MODEL_OPTIONS.costBalanceRel,
   costBalanceAbs: DEFAULT_COST_MODEL_OPTIONS.costBalanceAbs,
   costDecodeWeight: DEFAULT_COST_MODEL_OPTIONS.costDecodeWeight,
+  prefixHomeMargin: DEFAULT_COST_MODEL_OPTIONS.prefixHomeMargin,
+  prefixHomeKeyChars: DEFAULT_COST_MODEL_OPTIONS.prefixHomeKeyChars,
 });
 
 /** Merges over the defaults and validates; throws RangeError on an invalid value. */
@@ -161,6 +169,16 @@ export function resolveCacheAwareOptions(
     finite(o.costDecodeWeight) && o.costDecodeWeight >= 0,
     'costDecodeWeight must be >= 0',
     o.costDecodeWeight,
+  );
+  check(
+    finite(o.prefixHomeMargin) && o.prefixHomeMargin >= 0,
+    'prefixHomeMargin must be >= 0',
+    o.prefixHomeMargin,
+  );
+  check(
+    Number.isInteger(o.prefixHomeKeyChars) && o.prefixHomeKeyChars >= 1,
+    'prefixHomeKeyChars must be an integer >= 1',
+    o.prefixHomeKeyChars,
   );
   return Object.freeze(o);
 }

@@ -42,6 +42,11 @@
  * between "cache" and "load": a 20-token prompt saves ~1 ms of prefill and so follows the shortest
  * queue, while a 200 KB document shared by many requests saves seconds and is worth a long one.
  *
+ * A prompt no candidate holds yet (best cached tokens below the prefix-home key, ~64 tokens) is the
+ * exception: among the unfiltered candidates whose score is within `prefixHomeMargin` x its prefill
+ * time of the best, it goes to its rendezvous home (prefix-home.ts), the worker every router replica
+ * picks for that prompt's opening, so replicas that share nothing still seed a new prefix on one worker.
+ *
  * Roles (P/D): a prefill pool scores by predicted prefill completion (the formula above: its response is
  * the first token; the legs the router runs itself feed its backlog and estimates, pd-dispatcher.ts
  * `prefillStarted`); a decode pool receives the KV cache from the prefill worker, so its prefix cache is
@@ -66,6 +71,7 @@ import type { Role } from '../workers/role.js';
 import type { Worker } from '../workers/worker.js';
 import type { SelectionInput } from './policy.js';
 import { resolvePrefix, type PrefixSource } from './prefix-source.js';
+import { DEFAULT_PREFIX_HOME_OPTIONS, homeApplies, homeKeyHash, prefixHome } from './prefix-home.js';
 import { leastLoaded } from './tie-break.js';
 
 /** What the cost model reads per worker (the composition root binds the scraper's board and clock). */
@@ -89,6 +95,10 @@ export interface CostModelOptions {
   costBalanceAbs: number;
   /** Fraction of a step each request ahead adds to the score (decode batch slowdown). Default 0.25. */
   costDecodeWeight: number;
+  /** Prefix home (prefix-home.ts): extra score a new prefix's home may cost, x its prefill. Default 1; 0 = off. */
+  prefixHomeMargin: number;
+  /** Prefix home: characters of the prompt's start that key its home. Default 256. */
+  prefixHomeKeyChars: number;
 }
 
 export const DEFAULT_COST_MODEL_OPTIONS: Readonly<CostModelOptions> = Object.freeze({
@@ -98,6 +108,8 @@ export const DEFAULT_COST_MODEL_OPTIONS: Readonly<CostModelOptions> = Object.fre
   costBalanceRel: 1.5,
   costBalanceAbs: 4,
   costDecodeWeight: 0.25,
+  prefixHomeMargin: DEFAULT_PREFIX_HOME_OPTIONS.margin,
+  prefixHomeKeyChars: DEFAULT_PREFIX_HOME_OPTIONS.keyChars,
 });
 
 /** One candidate's prediction. */
@@ -133,6 +145,8 @@ export interface CostInputs {
   /** The largest cached share of the prompt among the candidates, in [0, 1]. */
   readonly bestMatchRate: number;
   readonly maxCachedTokens: number;
+  /** The prefix-home rule (prefix-home.ts) chose the worker: no candidate held the prompt's opening. */
+  readonly home?: boolean;
 }
 
 const TIE_MS = 1e-6;
@@ -186,7 +200,20 @@ export function scoreCost(
     const x = c[i] as Candidate;
     if (!(anyFit && x.overloaded) && x.scoreMs <= best + TIE_MS) tied.push(i);
   }
-  const chosenIndex = tied.length === 1 ? (tied[0] as number) : leastLoaded(workers, tied);
+  let chosenIndex = tied.length === 1 ? (tied[0] as number) : leastLoaded(workers, tied);
+  // A prompt nobody holds yet: seed it where every replica would (prefix-home.ts), within a margin.
+  const homeOptions = { margin: options.prefixHomeMargin, keyChars: options.prefixHomeKeyChars };
+  let home = false;
+  if (usePrefix && homeApplies(input.text.length, maxCached, options.charsPerToken, homeOptions)) {
+    for (const x of c) x.eligible = !(anyFit && x.overloaded);
+    const bestScore = (c[chosenIndex] as Candidate).scoreMs;
+    const marginMs = homeOptions.margin * (c[chosenIndex] as Candidate).recomputeMs;
+    const at = prefixHome(homeKeyHash(input.text, homeOptions.keyChars), c, bestScore, marginMs);
+    if (at !== undefined) {
+      chosenIndex = at;
+      home = true;
+    }
+  }
   let runnerUp: Candidate | undefined;
   for (let i = 0; i < c.length; i++) {
     const x = c[i] as Candidate;
@@ -201,6 +228,7 @@ export function scoreCost(
     contention,
     bestMatchRate: promptTokens > 0 ? maxCached / promptTokens : 0,
     maxCachedTokens: maxCached,
+    ...(home ? { home } : {}),
   };
 }
 
@@ -214,6 +242,10 @@ interface Candidate extends CostScore {
   readonly recomputeMs: number;
   /** The decode-batch term of the score. */
   readonly decodeMs: number;
+  /** Stable across replicas (the worker's URL): the prefix-home rule's label. */
+  readonly label: string;
+  /** Not skipped by a filter (set for the prefix-home rule). */
+  eligible: boolean;
 }
 
 function candidate(
@@ -248,6 +280,8 @@ function candidate(
     totalAhead: load.ahead,
     recomputeMs,
     decodeMs: load.ahead * est.interChunkMs * options.costDecodeWeight,
+    label: worker.url,
+    eligible: true,
   };
 }
 
@@ -276,6 +310,7 @@ export function describeCost(c: CostInputs): string {
   ];
   if (c.skippedOverloaded > 0) parts.push(`overloaded=${c.skippedOverloaded}`);
   if (c.contention > 0) parts.push(`contention=${c.contention}`);
+  if (c.home === true) parts.push('home=1');
   if (r) {
     parts.push(
       `runner_up=${r.worker.url}`,

@@ -44,6 +44,8 @@ describe('cache_aware options', () => {
       costBalanceRel: 1.5,
       costBalanceAbs: 4,
       costDecodeWeight: 0.25,
+      prefixHomeMargin: 1,
+      prefixHomeKeyChars: 256,
     });
     expect(resolveCacheAwareOptions({ cacheThreshold: undefined })).toEqual(DEFAULT_CACHE_AWARE_OPTIONS);
   });
@@ -59,6 +61,9 @@ describe('cache_aware options', () => {
     { overloadWaiting: -1 },
     { overloadKvUsage: Number.NaN },
     { charsPerToken: 0 },
+    { prefixHomeMargin: -0.5 },
+    { prefixHomeKeyChars: 0 },
+    { prefixHomeKeyChars: 12.5 },
   ])('rejects %j', (bad) => {
     expect(() => new CacheAwarePolicy(bad)).toThrow(RangeError);
   });

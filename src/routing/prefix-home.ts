@@ -1,0 +1,122 @@
+/**
+ * Prefix home: where a prompt that no worker holds yet should be seeded, the same on every router
+ * replica.
+ *
+ * Why: several replicas share no state. When a new prefix arrives (a new system prompt, a new
+ * tenant's context), each replica used to pick "the best" worker from its own view: its own prefix
+ * tree (which saw only its share of the traffic), its own in-flight counts and KV events that lag by a
+ * few milliseconds. Two replicas routing the same new prefix then seeded it on two workers, and kept
+ * doing so for every request of that prefix: each copy costs a recomputed prefill and cache room that
+ * another context needed. Measured before this rule: two replicas kept 0.54x (shared-prefix) and 0.44x
+ * (eviction-pressure) of one replica's hit rate on the approximate tree, 0.77x / 0.73x on KV events.
+ *
+ * Rule (rendezvous, i.e. highest-random-weight hashing, over a replica-independent key):
+ * - key = the prompt's first `keyChars` characters (default 256, ~64 tokens): requests that start
+ *   with the same text share a home; different prefixes get independent homes, so they spread over
+ *   the fleet as a consistent hash would.
+ * - it applies only to a prompt at least `keyChars` long (a shorter one saves almost no prefill and
+ *   keeps following the shortest queue) and only while no candidate holds even the key's worth of
+ *   it (best cached tokens < keyChars / charsPerToken). A prefix someone already holds is routed by the cost model as
+ *   before (the holder wins on its saved prefill); so is a prompt whose common opening (a shared
+ *   system prompt longer than the key) is already cached, which would otherwise hash every request of
+ *   a fleet-wide preamble to one worker.
+ * - eligible = the candidates the cost model did not filter out (overload, imbalance band) whose score
+ *   is within `margin` x the best candidate's prefill time for this prompt of the best score. The home
+ *   is the eligible candidate with the highest weight fmix32(hash(key) ^ hash(worker URL)). URLs, not
+ *   worker ids, so every replica computes the same weights; a worker leaving moves only its own keys.
+ * - margin (default 1): going to the home instead of the best costs at most one prompt's prefill
+ *   time of extra wait; not going costs about one prefill too (every other replica seeds the prefix
+ *   on the home anyway, so the fleet computes it twice and holds two copies). Short prompts get a
+ *   proportionally small margin and keep following the shortest queue; margin 0 turns the rule off.
+ *   Because the eligible set is "within margin of the best" on each replica's own view, replicas
+ *   whose loads differ by less than the margin agree; the highest-weight order also makes their
+ *   second choice the same when the home is filtered.
+ *
+ * Pure: no timers, metrics or logging.
+ */
+import { hash32 } from './hash-ring.js';
+
+export interface PrefixHomeOptions {
+  /** Multiple of the best candidate's prefill time a home may cost in extra score; 0 = off. */
+  readonly margin: number;
+  /** Characters of the prompt's start that make its key. */
+  readonly keyChars: number;
+}
+
+export const DEFAULT_PREFIX_HOME_OPTIONS: Readonly<PrefixHomeOptions> = Object.freeze({
+  margin: 1,
+  keyChars: 256,
+});
+
+/** One candidate as the rule sees it (index-aligned with the pool's candidates). */
+export interface HomeCandidate {
+  /** Stable across replicas: the worker's URL. */
+  readonly label: string;
+  /** Passed the cost model's filters (or every candidate failed them). */
+  readonly eligible: boolean;
+  readonly scoreMs: number;
+}
+
+/** murmur3's 32-bit finalizer: avalanches a combined hash. */
+function fmix32(h: number): number {
+  h ^= h >>> 16;
+  h = Math.imul(h, 0x85ebca6b);
+  h ^= h >>> 13;
+  h = Math.imul(h, 0xc2b2ae35);
+  h ^= h >>> 16;
+  return h >>> 0;
+}
+
+/** The rendezvous key's hash: the prompt's first `keyChars` characters. */
+export function homeKeyHash(text: string, keyChars: number): number {
+  return hash32(text.length > keyChars ? text.slice(0, keyChars) : text);
+}
+
+/** A candidate's rendezvous weight for a key hash (the highest weight is the key's home). */
+export function rendezvousWeight(keyHash: number, label: string): number {
+  return fmix32((keyHash ^ hash32(label)) >>> 0);
+}
+
+/**
+ * Whether the rule applies: the prompt is at least as long as its key (a shorter one is not worth a
+ * home: it saves almost no prefill, and the shortest queue serves it best) and nobody holds as much
+ * of it as its key.
+ */
+export function homeApplies(
+  promptChars: number,
+  maxCachedTokens: number,
+  charsPerToken: number,
+  options: Readonly<PrefixHomeOptions>,
+): boolean {
+  return (
+    options.margin > 0 &&
+    promptChars >= options.keyChars &&
+    maxCachedTokens * charsPerToken < options.keyChars
+  );
+}
+
+/**
+ * Index of the home among `candidates`: the highest rendezvous weight among the eligible ones whose
+ * score is at most `bestScoreMs + marginMs` (ties on weight: the lower index). Undefined when none
+ * qualifies (the caller keeps its own choice).
+ */
+export function prefixHome(
+  keyHash: number,
+  candidates: readonly HomeCandidate[],
+  bestScoreMs: number,
+  marginMs: number,
+): number | undefined {
+  let home: number | undefined;
+  let homeWeight = -1;
+  const limit = bestScoreMs + Math.max(0, marginMs);
+  for (let i = 0; i < candidates.length; i++) {
+    const c = candidates[i] as HomeCandidate;
+    if (!c.eligible || !(c.scoreMs <= limit)) continue;
+    const w = rendezvousWeight(keyHash, c.label);
+    if (w > homeWeight) {
+      home = i;
+      homeWeight = w;
+    }
+  }
+  return home;
+}

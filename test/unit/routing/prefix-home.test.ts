@@ -1,0 +1,242 @@
+import { describe, expect, it } from 'vitest';
+import { CacheAwarePolicy, type CacheAwareOptions } from '../../../src/routing/cache-aware.js';
+import type { WorkerSignals } from '../../../src/routing/cost-model.js';
+import {
+  homeApplies,
+  homeKeyHash,
+  prefixHome,
+  rendezvousWeight,
+  DEFAULT_PREFIX_HOME_OPTIONS,
+  type HomeCandidate,
+} from '../../../src/routing/prefix-home.js';
+import type { LoadView } from '../../../src/load/load-board.js';
+import { TimingEstimates } from '../../../src/load/timing-estimates.js';
+import type { Worker } from '../../../src/workers/worker.js';
+import { input, makeWorkers, seededRng } from './fixtures.js';
+
+const LABELS = Array.from({ length: 8 }, (_, i) => `http://10.0.0.1:${8000 + i}`);
+
+/** The label with the highest weight for `key` among `labels` (what every replica computes). */
+function heaviest(key: number, labels: readonly string[]): string {
+  return [...labels].sort((a, b) => rendezvousWeight(key, b) - rendezvousWeight(key, a))[0]!;
+}
+
+describe('prefixHome (rendezvous over the candidates within the margin)', () => {
+  const key = homeKeyHash('group 7 system: the river and the bridge', 256);
+  const home = LABELS.indexOf(heaviest(key, LABELS));
+  const second = LABELS.indexOf(
+    heaviest(
+      key,
+      LABELS.filter((_, i) => i !== home),
+    ),
+  );
+  const all = (over: (i: number) => Partial<HomeCandidate> = () => ({})): HomeCandidate[] =>
+    LABELS.map((label, i) => ({ label, eligible: true, scoreMs: 100, ...over(i) }));
+
+  it.each([
+    { name: 'every candidate tied: the heaviest label', cands: all(), best: 100, margin: 10, want: home },
+    {
+      name: 'the home costs less than the margin more: still the home',
+      cands: all((i) => (i === home ? { scoreMs: 109 } : {})),
+      best: 100,
+      margin: 10,
+      want: home,
+    },
+    {
+      name: 'the home costs more than the margin: the next heaviest',
+      cands: all((i) => (i === home ? { scoreMs: 111 } : {})),
+      best: 100,
+      margin: 10,
+      want: second,
+    },
+    {
+      name: 'the home is filtered (overload, imbalance band): the next heaviest',
+      cands: all((i) => (i === home ? { eligible: false, scoreMs: 50 } : {})),
+      best: 100,
+      margin: 10,
+      want: second,
+    },
+    {
+      name: 'margin 0: only the candidates tied with the best',
+      cands: all((i) => (i === second ? {} : { scoreMs: 101 })),
+      best: 100,
+      margin: 0,
+      want: second,
+    },
+    {
+      name: 'nothing eligible: no home (the caller keeps its choice)',
+      cands: all(() => ({ eligible: false })),
+      best: 100,
+      margin: 10,
+      want: undefined,
+    },
+  ])('$name', ({ cands, best, margin, want }) => {
+    expect(prefixHome(key, cands, best, margin)).toBe(want);
+  });
+
+  it('weights depend on the label, not on the candidates order', () => {
+    const reversed = [...LABELS].reverse();
+    expect(heaviest(key, reversed)).toBe(LABELS[home]);
+    const cands = reversed.map((label) => ({ label, eligible: true, scoreMs: 0 }));
+    expect(reversed[prefixHome(key, cands, 0, 0)!]).toBe(LABELS[home]);
+  });
+});
+
+describe('homeApplies', () => {
+  const o = DEFAULT_PREFIX_HOME_OPTIONS; // margin 1, key 256 chars
+  it.each([
+    { name: 'long prompt nobody holds', chars: 8000, cached: 0, opts: o, want: true },
+    {
+      name: 'a few tokens held (a common opening shorter than the key)',
+      chars: 8000,
+      cached: 10,
+      opts: o,
+      want: true,
+    },
+    { name: 'the key held somewhere: the cost model decides', chars: 8000, cached: 64, opts: o, want: false },
+    { name: 'prompt shorter than the key', chars: 255, cached: 0, opts: o, want: false },
+    { name: 'margin 0 turns it off', chars: 8000, cached: 0, opts: { ...o, margin: 0 }, want: false },
+  ])('$name -> $want', ({ chars, cached, opts, want }) => {
+    expect(homeApplies(chars, cached, 4, opts)).toBe(want);
+  });
+});
+
+/** A sentence of seeded random words, `chars` long: a prompt nobody holds. */
+function prompt(seed: number, chars: number): string {
+  const rng = seededRng(seed);
+  const words = ['river', 'bridge', 'cache', 'token', 'worker', 'lantern', 'meadow', 'harbor', 'prefix'];
+  let s = `group ${seed} system:`;
+  while (s.length < chars) s += ` ${words[Math.floor(rng() * words.length)]!}`;
+  return s.slice(0, chars);
+}
+
+const idle: LoadView = { source: 'in_flight', ahead: 0 };
+
+/** A replica: its own policy (own tree, own view of the loads: `loads[i]` requests ahead of worker i). */
+function replica(
+  workers: readonly Worker[],
+  loads: readonly number[],
+  options: Partial<CacheAwareOptions> = {},
+) {
+  const timing = new TimingEstimates(); // priors: floor 10 ms, 0.05 ms/token, 20 ms per request ahead
+  const signals: WorkerSignals = {
+    load: (w) => {
+      const ahead = loads[workers.indexOf(w)] ?? 0;
+      return ahead === 0 ? idle : { source: 'in_flight', ahead };
+    },
+    timing: (w) => timing.of(w),
+  };
+  const policy = new CacheAwarePolicy(options, { signals });
+  for (const w of workers) policy.addWorker(w);
+  return policy;
+}
+
+// 2176 tokens (the benchmark's shared-prefix prompt): ~109 ms of prefill, the margin by default.
+const LONG = 8704;
+// Two replicas' views of the same fleet: each counts mostly its own in-flight requests.
+const LOADS_A = [0, 1, 0, 2, 1, 0, 1, 0];
+const LOADS_B = [1, 0, 2, 0, 0, 1, 0, 1];
+
+describe('prefix home in cache_aware (two replicas, no shared state)', () => {
+  it('two replicas with different local loads seed the same new prefix on the same worker', () => {
+    const workers = makeWorkers(8);
+    const a = replica(workers, LOADS_A);
+    const b = replica(workers, LOADS_B);
+    for (let g = 0; g < 32; g++) {
+      const text = `${prompt(g, LONG)}\nquestion ${g}`;
+      const da = a.select(input(workers, { text }));
+      const db = b.select(input(workers, { text: `${prompt(g, LONG)}\nanother question` }));
+      expect(db.worker, `prefix ${g}`).toBe(da.worker);
+      expect(da.cost?.home).toBe(true);
+      expect(da.branch).toBe('low_match');
+    }
+  });
+
+  it('without the rule (margin 0) the same two replicas disagree: each takes its own least loaded', () => {
+    const workers = makeWorkers(8);
+    const a = replica(workers, LOADS_A, { prefixHomeMargin: 0 });
+    const b = replica(workers, LOADS_B, { prefixHomeMargin: 0 });
+    let disagree = 0;
+    for (let g = 0; g < 32; g++) {
+      const text = prompt(g, LONG);
+      if (a.select(input(workers, { text })).worker !== b.select(input(workers, { text })).worker) disagree++;
+    }
+    expect(disagree).toBeGreaterThan(16);
+  });
+
+  it('different prefixes spread over the fleet', () => {
+    const workers = makeWorkers(8);
+    const policy = replica(workers, []);
+    const perWorker = new Map<Worker, number>();
+    for (let g = 0; g < 64; g++) {
+      const w = policy.select(input(workers, { text: prompt(g, LONG) })).worker;
+      perWorker.set(w, (perWorker.get(w) ?? 0) + 1);
+    }
+    expect(perWorker.size).toBe(8); // every worker is some prefix's home
+    expect(Math.max(...perWorker.values())).toBeLessThanOrEqual(16); // 8 expected; no worker takes a quarter
+  });
+
+  it('an owned prefix still wins: the holder keeps it even when it is not the home', () => {
+    const workers = makeWorkers(8);
+    const a = replica(workers, LOADS_A);
+    const text = prompt(3, LONG);
+    const home = a.select(input(workers, { text })).worker;
+    const holder = workers.find((w) => w !== home)!;
+    a.routed({ worker: holder, branch: 'seed' }, input(workers, { text }), 1);
+    const d = a.select(input(workers, { text: `${text}\nfollow-up` }));
+    expect(d.worker).toBe(holder);
+    expect(d.branch).toBe('cache_hit');
+    expect(d.cost?.home).toBeUndefined();
+  });
+
+  it.each([
+    { name: 'above the imbalance band (1.5x the mean and the mean + 4)', ahead: 12, waiting: 0 },
+    { name: 'overloaded by its scraped queue (9 waiting)', ahead: 1, waiting: 9 },
+  ])(
+    'an overloaded home is skipped: $name; both replicas take the same next worker',
+    ({ ahead, waiting }) => {
+      const workers = makeWorkers(8);
+      const text = prompt(11, LONG);
+      const home = replica(workers, []).select(input(workers, { text })).worker;
+      const at = workers.indexOf(home);
+      const view = (base: readonly number[]): WorkerSignals => {
+        const timing = new TimingEstimates();
+        return {
+          load: (w) => {
+            const i = workers.indexOf(w);
+            if (i === at) return { source: 'scraped', ahead, waiting, kvUsage: 0.2, ageMs: 10 };
+            return { source: 'in_flight', ahead: base[i] ?? 0 };
+          },
+          timing: (w) => timing.of(w),
+        };
+      };
+      const a = new CacheAwarePolicy({}, { signals: view(LOADS_A) });
+      const b = new CacheAwarePolicy({}, { signals: view(LOADS_B) });
+      const da = a.select(input(workers, { text }));
+      const db = b.select(input(workers, { text }));
+      expect(da.worker).not.toBe(home);
+      expect(db.worker).toBe(da.worker);
+      expect(da.cost?.home).toBe(true);
+    },
+  );
+
+  it('a far busier home is not worth it: beyond the margin the best worker wins', () => {
+    const workers = makeWorkers(8);
+    const text = prompt(5, LONG);
+    const home = replica(workers, []).select(input(workers, { text })).worker;
+    // 4 requests ahead on the home (80 ms of wait + the decode term) against a 109 ms prefill: still home;
+    // with a margin of 0.25 (27 ms) the idle workers win.
+    const loads = workers.map((w) => (w === home ? 4 : 0));
+    expect(replica(workers, loads).select(input(workers, { text })).worker).toBe(home);
+    const tight = replica(workers, loads, { prefixHomeMargin: 0.25 }).select(input(workers, { text }));
+    expect(tight.worker).not.toBe(home);
+  });
+
+  it('a prompt shorter than the key keeps the (load, processed, index) tie-break', () => {
+    const workers = makeWorkers(3);
+    workers[0]!.processed = 3;
+    const d = replica(workers, []).select(input(workers, { text: 'short question, no home' }));
+    expect(d.worker).toBe(workers[1]);
+    expect(d.cost?.home).toBeUndefined();
+  });
+});
