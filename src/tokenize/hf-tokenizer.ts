@@ -20,6 +20,16 @@
  * by many requests are tokenized once. Special tokens added by the post-processor (BOS) are found once
  * by encoding '' and prepended. Added tokens declared with lstrip/rstrip change the neighbouring
  * whitespace; for such tokenizers the cache falls back to whole-text keys.
+ *
+ * Lines: a plain completion prompt has no added tokens (a shared document + '\n' + a question is one
+ * piece), so pieces are split again after every newline that is followed by a non-whitespace
+ * character. Byte-level BPE tokenizers (GPT-2, Llama 3, Qwen) pre-tokenize with a regex that always
+ * ends a pre-token there, and BPE merges never cross pre-tokens, so the lines tokenize independently
+ * and the shared lines come from the cache: only the new lines of a request are tokenized. Not every
+ * tokenizer has that property (a SentencePiece normalizer that prepends '▁' to the text, a model with
+ * no pre-tokenizer), so it is checked once at load time on probe texts (LINE_PROBES: punctuation,
+ * digits, indentation, blank lines, non-ASCII before and after the newline) against the library's
+ * whole-text encoding; a tokenizer that fails any probe keeps whole pieces.
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -58,6 +68,8 @@ export class HfTokenizer {
   private cachedChars = 0;
   private readonly maxCachedChars: number;
   private readonly vocab: Map<number, string>;
+  /** Whether pieces may also be split after newlines (checked on LINE_PROBES at load time). */
+  readonly splitsLines: boolean;
 
   constructor(
     tokenizerJson: Record<string, unknown>,
@@ -88,6 +100,11 @@ export class HfTokenizer {
     }
     this.specialPrefix = this.tokenizer.encode('', { add_special_tokens: true }).ids.map(Number);
     this.vocab = vocabOf(tokenizerJson);
+    this.splitsLines = LINE_PROBES.every((probe) => {
+      const lines = probe.split(LINE_BREAK);
+      const joined = lines.flatMap((line) => this.encodeUncached(line, false));
+      return sameIds(joined, this.encodeUncached(probe, false));
+    });
   }
 
   /** Loads `<dir>/tokenizer.json` and `<dir>/tokenizer_config.json` (the latter optional). */
@@ -161,15 +178,26 @@ export class HfTokenizer {
   }
 
   private encodePieces(text: string): number[] {
-    if (this.splitter === undefined) return [...this.piece(text)];
     const out: number[] = [];
+    if (this.splitter === undefined) {
+      this.encodeLines(text, out);
+      return out;
+    }
     for (const part of text.split(this.splitter)) {
       if (part.length === 0) continue;
       const id = this.addedIds.get(part);
       if (id !== undefined) out.push(id);
-      else for (const t of this.piece(part)) out.push(t);
+      else this.encodeLines(part, out);
     }
     return out;
+  }
+
+  private encodeLines(text: string, out: number[]): void {
+    if (!this.splitsLines || !text.includes('\n')) {
+      for (const t of this.piece(text)) out.push(t);
+      return;
+    }
+    for (const line of text.split(LINE_BREAK)) for (const t of this.piece(line)) out.push(t);
   }
 
   private piece(text: string): readonly number[] {
@@ -192,6 +220,25 @@ export class HfTokenizer {
     }
     return ids;
   }
+}
+
+/** After a newline that follows and precedes non-whitespace: where lines may be tokenized apart. */
+const LINE_BREAK = /(?<=\S\n)(?=\S)/;
+
+/** Texts whose lines must tokenize independently for a tokenizer to split at LINE_BREAK. */
+const LINE_PROBES: readonly string[] = [
+  'You are a helpful assistant.\nAnswer the question below.',
+  'Context:\n- item one\n- item two\nQuestion: why?',
+  'first paragraph ends here.\n\nsecond paragraph, after a blank line',
+  'trailing spaces  \nnext\t\nindent\n  deeper\n\tTabbed',
+  'numbers 12345\n67890 and 3.14\n42',
+  "quotes 'single'\n\"double\"\n's it\n(paren)\n[bracket]\n{brace}",
+  'héllo wörld\nñandú über\n日本語のテキスト\n😀 emoji\nend',
+  'a\nb\nc\r\nd\n\n\ne',
+];
+
+function sameIds(a: readonly number[], b: readonly number[]): boolean {
+  return a.length === b.length && a.every((x, i) => x === b[i]);
 }
 
 function chatTemplateOf(config: Record<string, unknown>): string | undefined {

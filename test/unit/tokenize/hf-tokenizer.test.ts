@@ -30,6 +30,27 @@ describe('HfTokenizer on the fixture (checked against the Rust tokenizers librar
     expect(first).toEqual(tok.encodeUncached(text, false));
   });
 
+  it('a shared multi-line prompt is tokenized line by line, with the same ids as the whole text', () => {
+    expect(tok.splitsLines).toBe(true);
+    const doc = Array.from({ length: 40 }, (_, i) => `Line ${i}: the router sends requests, ${i * 7}.`);
+    const shared = `Context:\n${doc.join('\n')}\n\n  indented\n\ttabbed \nend`;
+    for (const question of ['Why?', ' leading space', '\nafter a blank line', 'ünïcödé 😀', '123\n456']) {
+      const text = `${shared}\n${question}`;
+      expect(tok.encode(text)).toEqual(tok.encodeUncached(text));
+      expect(tok.encode(text, false)).toEqual(tok.encodeUncached(text, false));
+    }
+  });
+
+  it('a tokenizer whose lines do not tokenize apart keeps whole pieces (and stays exact)', () => {
+    const json = JSON.parse(readFileSync(`${DIR}/tokenizer.json`, 'utf8')) as Record<string, unknown>;
+    // Prepend a space to every encoded text: line 2 of a split text would get one the whole text lacks.
+    const prepending = new HfTokenizer({ ...json, normalizer: { type: 'Prepend', prepend: ' ' } }, {});
+    expect(prepending.splitsLines).toBe(false);
+    const text = 'first line\nsecond line\nthird';
+    expect(prepending.encode(text)).toEqual(prepending.encodeUncached(text));
+    expect(prepending.encode(text)).toEqual(prepending.encode(text)); // cached pass
+  });
+
   it('tokenString names vocabulary entries and rejects unknown ids', () => {
     expect(tok.tokenString(0)).toBe('<|begin_of_text|>');
     expect(() => tok.tokenString(10_000)).toThrow(RangeError);
