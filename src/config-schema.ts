@@ -403,6 +403,14 @@ export const OPTIONS = [
   },
   {
     group: 'KV events',
+    key: 'kvPendingTtlMs',
+    flag: 'kv-pending-ttl-ms',
+    type: 'int',
+    default: 3000,
+    help: "How long the blocks of a prompt routed to a worker count as held there before the worker's KV events confirm them (its queue wait and prefill); 0 = only what events show.",
+  },
+  {
+    group: 'KV events',
     key: 'kvIndexMaxBlocks',
     flag: 'kv-index-max-blocks',
     type: 'int',

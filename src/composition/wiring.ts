@@ -112,7 +112,7 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
       : undefined,
     processMetrics: true,
   });
-  const exact = createExactPrefix(config, metrics.registry, () => pools.members(), logger);
+  const exact = createExactPrefix(config, metrics.registry, () => pools.members(), logger, clock);
   const board = new LoadBoard(config.loadStaleMs);
   const timing = buildTiming(config);
   const backlog = new PrefillBacklog();

@@ -27,10 +27,11 @@ export interface ExactPrefix {
 }
 
 export function createExactPrefix(
-  config: KvEventSettings & { readonly kvEventTopic: string },
+  config: KvEventSettings & { readonly kvEventTopic: string; readonly kvPendingTtlMs: number },
   registry: Registry,
   workers: () => Iterable<Worker>,
   logger: Logger,
+  clock: () => number = Date.now,
 ): ExactPrefix {
   const setup = parseKvEventSettings(config);
   const tokenizer = new RequestTokenizer();
@@ -46,7 +47,13 @@ export function createExactPrefix(
       hooks: metrics.hooks,
       workers,
     });
-    source = new KvPrefixSource({ subscriptions, tokenizer, blockSize: config.kvEventBlockSize });
+    source = new KvPrefixSource({
+      subscriptions,
+      tokenizer,
+      blockSize: config.kvEventBlockSize,
+      pendingTtlMs: config.kvPendingTtlMs,
+      now: clock,
+    });
   }
   return {
     source,

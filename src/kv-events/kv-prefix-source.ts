@@ -12,9 +12,14 @@
  *    workers' events use;
  * 3. per candidate: the longest run of consecutive blocks it holds from the first, with tier credit
  *    (kv-block-index.ts), as tokens. A candidate with no subscription -> undefined (fallback for that
- *    worker only); a subscribed worker that has stored nothing yet -> 0.
+ *    worker only); a subscribed worker that has stored nothing yet -> 0;
+ * 4. or, when longer, the run of blocks this router routed to it within `pendingTtlMs` that its events
+ *    have not confirmed yet (pending-blocks.ts: a worker publishes a prompt's blocks only after its
+ *    queue wait and prefill, and without this a burst sharing a new prefix would each see "nobody
+ *    holds it"). `routed()` records them; blocks the events show are confirmed (no longer pending).
  *
- * Read-only and synchronous (runs inside the selection step); the memo is a WeakMap on the input.
+ * Synchronous (runs inside the selection step); the memo is a WeakMap on the input. The only state
+ * it changes while selecting is the pending set's own confirmation and expiry.
  */
 import type { SelectionInput } from '../routing/policy.js';
 import type { PrefixSource } from '../routing/prefix-source.js';
@@ -22,6 +27,7 @@ import type { RequestTokenizer, TokenizeFallback } from '../tokenize/request-tok
 import type { Worker } from '../workers/worker.js';
 import { keySeed, promptKeys } from './block-keys.js';
 import type { KvEventSubscriptions } from './kv-event-subscriptions.js';
+import { PendingBlocks } from './pending-blocks.js';
 
 export type ExactFallback = TokenizeFallback | 'no_publisher';
 
@@ -36,13 +42,23 @@ export interface KvPrefixSourceOptions {
   tokenizer: RequestTokenizer;
   /** Block size to hash at; 0 = the sizes the workers' events use. */
   blockSize?: number;
+  /** How long a routed prompt's blocks count as held before the worker's events confirm them; 0 = off. */
+  pendingTtlMs?: number;
+  /** Clock for pending blocks (milliseconds). Default Date.now. */
+  now?: () => number;
 }
 
 export class KvPrefixSource implements PrefixSource {
   readonly name = 'kv_events';
   private readonly memo = new WeakMap<SelectionInput, Memo>();
+  readonly pending = new PendingBlocks();
+  private readonly pendingTtlMs: number;
+  private readonly now: () => number;
 
-  constructor(private readonly opts: KvPrefixSourceOptions) {}
+  constructor(private readonly opts: KvPrefixSourceOptions) {
+    this.pendingTtlMs = opts.pendingTtlMs ?? 0;
+    this.now = opts.now ?? Date.now;
+  }
 
   cachedTokens(input: SelectionInput, workers: readonly Worker[]): (number | undefined)[] | undefined {
     const subs = this.opts.subscriptions;
@@ -65,10 +81,38 @@ export class KvPrefixSource implements PrefixSource {
         memo.keys.set(bs, keys);
       }
       const answer = subs.cachedTokens(keys, bs, workers);
+      if (this.pendingTtlMs > 0) this.addPending(answer, keys, bs, workers);
       if (out === undefined) out = answer;
       else for (let i = 0; i < answer.length; i++) if (out[i] === undefined) out[i] = answer[i];
     }
     return out;
+  }
+
+  /** The policy routed `input` to `worker`: its prompt's blocks are pending there. */
+  routed(input: SelectionInput, worker: Worker, nowMs: number): void {
+    if (this.pendingTtlMs <= 0 || !this.opts.subscriptions.publishes(worker.url)) return;
+    const memo = this.memo.get(input);
+    if (memo === undefined) return;
+    for (const keys of memo.keys.values()) this.pending.add(worker.id, keys, nowMs, this.pendingTtlMs);
+  }
+
+  /** Per subscribed candidate: confirm what its events show, then extend it by the pending run after it. */
+  private addPending(
+    answer: (number | undefined)[],
+    keys: readonly number[],
+    blockSize: number,
+    workers: readonly Worker[],
+  ): void {
+    const now = this.now();
+    for (let i = 0; i < workers.length; i++) {
+      const held = answer[i];
+      if (held === undefined) continue;
+      const id = (workers[i] as Worker).id;
+      const shown = Math.floor(held / blockSize);
+      if (shown > 0) this.pending.confirm(id, keys, shown);
+      const more = this.pending.run(id, keys, now, shown);
+      if (more > 0) answer[i] = Math.max(held, (shown + more) * blockSize);
+    }
   }
 
   promptTokens(input: SelectionInput): number | undefined {

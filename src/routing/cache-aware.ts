@@ -275,6 +275,7 @@ export class CacheAwarePolicy implements Policy {
   }
 
   routed(decision: Decision, input: SelectionInput, nowMs: number): void {
+    for (const source of this.sources) source.routed?.(input, decision.worker, nowMs);
     if (input.text.length === 0) return;
     const tree = this.treeFor(input.model);
     const tenant = decision.worker.id;

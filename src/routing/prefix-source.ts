@@ -16,7 +16,8 @@
  * text (a request the router could not parse).
  *
  * Sources are read inside the synchronous selection step: they must not await and must not mutate
- * shared state (the policy's routed() does the bookkeeping).
+ * shared state; the policy's routed() does the bookkeeping and passes each choice on to the sources'
+ * own routed().
  */
 import type { Worker } from '../workers/worker.js';
 import type { SelectionInput } from './policy.js';
@@ -35,6 +36,8 @@ export interface PrefixSource {
   ): readonly (number | undefined)[] | undefined;
   /** The prompt's token count when this source knows it (e.g. it tokenized the prompt). */
   promptTokens?(input: SelectionInput): number | undefined;
+  /** The policy routed `input` to `worker` (bookkeeping, e.g. blocks now pending there). */
+  routed?(input: SelectionInput, worker: Worker, nowMs: number): void;
 }
 
 /** Default characters per token for the approximate source and the prompt-size fallback. */

@@ -22,11 +22,10 @@
  * whitespace; for such tokenizers the cache falls back to whole-text keys.
  *
  * Lines: a plain completion prompt has no added tokens (a shared document + '\n' + a question is one
- * piece), so pieces are split again after every newline that is followed by a non-whitespace
- * character. Byte-level BPE tokenizers (GPT-2, Llama 3, Qwen) pre-tokenize with a regex that always
- * ends a pre-token there, and BPE merges never cross pre-tokens, so the lines tokenize independently
- * and the shared lines come from the cache: only the new lines of a request are tokenized. Not every
- * tokenizer has that property (a SentencePiece normalizer that prepends '▁' to the text, a model with
+ * piece), so pieces are split again at line ends (LINE_BREAK). Byte-level BPE tokenizers (GPT-2,
+ * Llama 3, Qwen) pre-tokenize with a regex that always ends a pre-token there, and BPE merges never
+ * cross pre-tokens, so the lines tokenize independently and the shared lines come from the cache:
+ * only the new lines of a request are tokenized. Not every tokenizer has that property (a SentencePiece normalizer that prepends '▁' to the text, a model with
  * no pre-tokenizer), so it is checked once at load time on probe texts (LINE_PROBES: punctuation,
  * digits, indentation, blank lines, non-ASCII before and after the newline) against the library's
  * whole-text encoding; a tokenizer that fails any probe keeps whole pieces.
@@ -101,7 +100,7 @@ export class HfTokenizer {
     this.specialPrefix = this.tokenizer.encode('', { add_special_tokens: true }).ids.map(Number);
     this.vocab = vocabOf(tokenizerJson);
     this.splitsLines = LINE_PROBES.every((probe) => {
-      const lines = probe.split(LINE_BREAK);
+      const lines = splitLines(probe);
       const joined = lines.flatMap((line) => this.encodeUncached(line, false));
       return sameIds(joined, this.encodeUncached(probe, false));
     });
@@ -197,7 +196,12 @@ export class HfTokenizer {
       for (const t of this.piece(text)) out.push(t);
       return;
     }
-    for (const line of text.split(LINE_BREAK)) for (const t of this.piece(line)) out.push(t);
+    let start = 0;
+    for (const cut of lineCuts(text)) {
+      for (const t of this.piece(text.slice(start, cut))) out.push(t);
+      start = cut;
+    }
+    for (const t of this.piece(text.slice(start))) out.push(t);
   }
 
   private piece(text: string): readonly number[] {
@@ -222,8 +226,33 @@ export class HfTokenizer {
   }
 }
 
-/** After a newline that follows and precedes non-whitespace: where lines may be tokenized apart. */
-const LINE_BREAK = /(?<=\S\n)(?=\S)/;
+/**
+ * Where lines may be tokenized apart: after a newline between non-whitespace characters
+ * ("word\n|next"), or, when spaces end a line, before them after a letter or digit ("word| \nnext",
+ * "word|\r\nnext"), since a regex pre-tokenizer joins such spaces to the newline
+ * (GPT-2's `\s+(?!\S)`, Llama 3's `\s*[\r\n]+`). A newline after punctuation is cut only after it:
+ * Llama 3 joins "." and "\n". (lineCuts scans the newlines for the same positions.)
+ */
+export const LINE_BREAK = /(?<=\S\n)(?=\S)|(?<=[\p{L}\p{N}])(?=[^\S\n]+\n\S)/u;
+const WHITESPACE = /\s/;
+const WORD_CHAR = /[\p{L}\p{N}]/u;
+
+/** Ascending cut positions of LINE_BREAK in `text`, found from its newlines only. */
+function* lineCuts(text: string): Generator<number> {
+  for (let nl = text.indexOf('\n'); nl !== -1; nl = text.indexOf('\n', nl + 1)) {
+    const next = text[nl + 1];
+    if (next === undefined || WHITESPACE.test(next) || nl === 0) continue;
+    const prev = text[nl - 1] as string;
+    if (!WHITESPACE.test(prev)) {
+      yield nl + 1;
+      continue;
+    }
+    if (prev === '\n') continue;
+    let start = nl - 1; // the horizontal whitespace run before the newline
+    while (start > 0 && text[start - 1] !== '\n' && WHITESPACE.test(text[start - 1] as string)) start--;
+    if (start > 0 && text[start - 1] !== '\n' && WORD_CHAR.test(text[start - 1] as string)) yield start;
+  }
+}
 
 /** Texts whose lines must tokenize independently for a tokenizer to split at LINE_BREAK. */
 const LINE_PROBES: readonly string[] = [
@@ -235,7 +264,21 @@ const LINE_PROBES: readonly string[] = [
   "quotes 'single'\n\"double\"\n's it\n(paren)\n[bracket]\n{brace}",
   'héllo wörld\nñandú über\n日本語のテキスト\n😀 emoji\nend',
   'a\nb\nc\r\nd\n\n\ne',
+  'space before newline \nnext. \nafter punctuation \t\nx2 \n3\r\nwindows\r\n\r\nend',
+  "it's\n'quoted'\n--dash\n...\n!?\n#hash \n@at",
 ];
+
+/** `text` cut at lineCuts. */
+export function splitLines(text: string): string[] {
+  const out: string[] = [];
+  let start = 0;
+  for (const cut of lineCuts(text)) {
+    out.push(text.slice(start, cut));
+    start = cut;
+  }
+  out.push(text.slice(start));
+  return out;
+}
 
 function sameIds(a: readonly number[], b: readonly number[]): boolean {
   return a.length === b.length && a.every((x, i) => x === b[i]);

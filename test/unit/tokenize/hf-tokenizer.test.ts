@@ -1,7 +1,8 @@
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { HfTokenizer } from '../../../src/tokenize/hf-tokenizer.js';
+import { HfTokenizer, LINE_BREAK, splitLines } from '../../../src/tokenize/hf-tokenizer.js';
+import { seededRandom } from '../../../src/util/seeded-random.js';
 import { RequestTokenizer, parseTokenizerSpecs } from '../../../src/tokenize/request-tokens.js';
 
 const DIR = fileURLToPath(new URL('../../fixtures/tokenizer', import.meta.url));
@@ -11,6 +12,9 @@ const expected = JSON.parse(readFileSync(`${DIR}/expected.json`, 'utf8')) as {
   chats: Array<{ messages: unknown[]; add_generation_prompt: boolean; text: string; ids: number[] }>;
 };
 const tok = HfTokenizer.load(DIR);
+/** Llama 3's pre-tokenizer regex (its tokenizer.json), in the Rust regex syntax tokenizers.js accepts. */
+const LLAMA3_SPLIT =
+  "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 describe('HfTokenizer on the fixture (checked against the Rust tokenizers library)', () => {
   it.each(expected.samples.map((s) => [s.text, s] as const))('encodes %j like Rust', (_text, s) => {
@@ -38,6 +42,43 @@ describe('HfTokenizer on the fixture (checked against the Rust tokenizers librar
       const text = `${shared}\n${question}`;
       expect(tok.encode(text)).toEqual(tok.encodeUncached(text));
       expect(tok.encode(text, false)).toEqual(tok.encodeUncached(text, false));
+    }
+  });
+
+  it('a Llama-3-style pre-tokenizer (Split regex, then ByteLevel) also splits lines exactly', () => {
+    const json = JSON.parse(readFileSync(`${DIR}/tokenizer.json`, 'utf8')) as Record<string, unknown>;
+    const llama3 = new HfTokenizer(
+      {
+        ...json,
+        pre_tokenizer: {
+          type: 'Sequence',
+          pretokenizers: [
+            {
+              type: 'Split',
+              pattern: { Regex: LLAMA3_SPLIT },
+              behavior: 'Isolated',
+              invert: false,
+            },
+            { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: false },
+          ],
+        },
+      },
+      {},
+    );
+    expect(llama3.splitsLines).toBe(true);
+    const text = 'Rules.\nword \nnext\r\n12\n\nlast line. \n  indented\nWhy?';
+    expect(llama3.encode(text)).toEqual(llama3.encodeUncached(text));
+    expect(llama3.encode(text)).toEqual(llama3.encodeUncached(text)); // cached pass
+  });
+
+  it('the newline scan cuts where LINE_BREAK matches, on random texts', () => {
+    const rng = seededRandom(7);
+    const alphabet = ['a', 'Z', '7', '.', ',', ' ', ' ', '\t', '\r', '\n', '\n', 'é', '日', "'"];
+    for (let n = 0; n < 2000; n++) {
+      let text = '';
+      const len = Math.floor(rng() * 24);
+      for (let i = 0; i < len; i++) text += alphabet[Math.floor(rng() * alphabet.length)];
+      expect(splitLines(text)).toEqual(text.split(LINE_BREAK));
     }
   });
 

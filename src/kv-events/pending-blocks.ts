@@ -1,0 +1,102 @@
+/**
+ * Blocks this router has just sent to a worker and that the worker's KV events have not confirmed yet.
+ *
+ * Why: a worker publishes `BlockStored` only once its engine has computed the prompt (after its queue
+ * wait and prefill), so for that long the exact index says the worker holds nothing of a prompt the
+ * router sent it a moment ago. A burst of requests sharing a new prefix would then each see "nobody
+ * holds it" and seed it on several workers (the approximate tree never has this gap: it records the
+ * prompt when it routes it). The exact prefix source therefore also counts, per worker, the leading
+ * blocks of prompts it routed there within the last `ttlMs` (kv-prefix-source.ts).
+ *
+ * Confirmation: once the worker's events show a block, the pending entry is dropped (`confirm`), so a
+ * later eviction of that block is seen at once; an entry the events never confirm (the request failed,
+ * or the worker evicted the prompt before anyone asked) expires after `ttlMs`.
+ *
+ * Pure: the caller passes the time; expired entries are removed lazily when read and when the total
+ * passes `maxKeys` (oldest first), so memory is bounded without timers.
+ */
+export class PendingBlocks {
+  /** worker id -> block key -> expiry (ms); insertion order = oldest first within a worker. */
+  private readonly byWorker = new Map<string, Map<number, number>>();
+  private total = 0;
+
+  constructor(private readonly maxKeys = 1 << 20) {
+    if (!(maxKeys > 0)) throw new RangeError(`maxKeys must be > 0, got ${maxKeys}`);
+  }
+
+  get size(): number {
+    return this.total;
+  }
+
+  /** Records `keys` (a prompt's chained block keys) as pending on `worker` for `ttlMs` from `nowMs`. */
+  add(worker: string, keys: readonly number[], nowMs: number, ttlMs: number): void {
+    if (keys.length === 0) return;
+    let map = this.byWorker.get(worker);
+    if (map === undefined) {
+      map = new Map();
+      this.byWorker.set(worker, map);
+    }
+    for (const key of keys) {
+      if (map.delete(key)) this.total -= 1;
+      map.set(key, nowMs + ttlMs);
+      this.total += 1;
+    }
+    if (this.total > this.maxKeys) this.shrink(nowMs);
+  }
+
+  /** Consecutive keys of `keys` from index `from` pending (unexpired) on `worker` at `nowMs`. */
+  run(worker: string, keys: readonly number[], nowMs: number, from = 0): number {
+    const map = this.byWorker.get(worker);
+    if (map === undefined) return 0;
+    let n = 0;
+    for (let i = from; i < keys.length; i++) {
+      const key = keys[i] as number;
+      const expiry = map.get(key);
+      if (expiry === undefined) break;
+      if (expiry <= nowMs) {
+        map.delete(key);
+        this.total -= 1;
+        break;
+      }
+      n += 1;
+    }
+    return n;
+  }
+
+  /** The worker's events now show the first `blocks` of `keys`: they are no longer pending. */
+  confirm(worker: string, keys: readonly number[], blocks: number): void {
+    const map = this.byWorker.get(worker);
+    if (map === undefined) return;
+    const end = Math.min(blocks, keys.length);
+    for (let i = 0; i < end; i++) if (map.delete(keys[i] as number)) this.total -= 1;
+    if (map.size === 0) this.byWorker.delete(worker);
+  }
+
+  dropWorker(worker: string): void {
+    const map = this.byWorker.get(worker);
+    if (map === undefined) return;
+    this.total -= map.size;
+    this.byWorker.delete(worker);
+  }
+
+  /** Removes expired entries, then the oldest, until at most 3/4 of maxKeys remain. */
+  private shrink(nowMs: number): void {
+    const target = Math.floor((this.maxKeys * 3) / 4);
+    for (const [worker, map] of this.byWorker) {
+      for (const [key, expiry] of map) {
+        if (expiry > nowMs) continue;
+        map.delete(key);
+        this.total -= 1;
+      }
+      if (map.size === 0) this.byWorker.delete(worker);
+    }
+    for (const [worker, map] of this.byWorker) {
+      for (const key of map.keys()) {
+        if (this.total <= target) return;
+        map.delete(key);
+        this.total -= 1;
+      }
+      if (map.size === 0) this.byWorker.delete(worker);
+    }
+  }
+}

@@ -1,0 +1,120 @@
+import { fileURLToPath } from 'node:url';
+import { afterAll, describe, expect, it } from 'vitest';
+import { CacheAwarePolicy } from '../../../src/routing/cache-aware.js';
+import { KvEventSubscriptions } from '../../../src/kv-events/kv-event-subscriptions.js';
+import { KvPrefixSource } from '../../../src/kv-events/kv-prefix-source.js';
+import { parseKvEventSources, workerKey } from '../../../src/kv-events/kv-event-sources.js';
+import { RequestTokenizer } from '../../../src/tokenize/request-tokens.js';
+import { input, makeWorkers, route } from '../routing/fixtures.js';
+
+const DIR = fileURLToPath(new URL('../../fixtures/tokenizer', import.meta.url));
+const tokenizer = RequestTokenizer.load(new Map([['m', DIR]]));
+const BS = 4;
+const TTL = 1000;
+// Long enough that a hit saves more prefill than one request ahead costs (the timing priors).
+const prompt = 'You are a helpful assistant. Answer the question using the context below. '.repeat(200);
+const ids = (tokenizer.tokenize('m', { prompt }) as { ok: true; ids: number[] }).ids;
+const blocks = Math.floor(ids.length / BS);
+
+const closers: Array<() => Promise<void>> = [];
+afterAll(async () => {
+  for (const c of closers) await c();
+});
+
+/**
+ * Two publishing workers, the cost-model cache_aware policy with the exact source first. Publishers
+ * are never started (ZMQ just retries); the test applies events to the index as a subscriber would.
+ */
+function fleet(pendingTtlMs: number) {
+  const workers = makeWorkers(2);
+  const rules = parseKvEventSources({
+    sources: workers.map((w) => `${w.url}=tcp://127.0.0.1:9`),
+    replays: [],
+    defaultPort: 0,
+    defaultReplayPort: 0,
+    dpSize: 1,
+  });
+  const subs = new KvEventSubscriptions({ rules, syncIntervalMs: 0 });
+  subs.sync(workers);
+  closers.push(() => subs.close());
+  const clock = { now: 0 };
+  const source = new KvPrefixSource({
+    subscriptions: subs,
+    tokenizer,
+    blockSize: BS,
+    pendingTtlMs,
+    now: () => clock.now,
+  });
+  const policy = new CacheAwarePolicy({}, { prefixSources: [source] });
+  for (const w of workers) policy.addWorker(w);
+  const store = (i: number, n: number): void => {
+    subs.index.apply(`${workerKey(workers[i]!.url)}#0`, [
+      {
+        type: 'stored',
+        hashes: Array.from({ length: n }, (_, b) => 1000 * (i + 1) + b),
+        parent: undefined,
+        tokens: ids.slice(0, n * BS),
+        blockSize: BS,
+        medium: 'GPU',
+        loraName: undefined,
+        extraKeys: undefined,
+      },
+    ]);
+  };
+  const evict = (i: number): void => {
+    subs.index.apply(`${workerKey(workers[i]!.url)}#0`, [{ type: 'cleared' }]);
+  };
+  const cached = (): (number | undefined)[] | undefined =>
+    source.cachedTokens(input(workers, { text: prompt, body: { prompt } }), workers);
+  const send = () => route(policy, input(workers, { text: prompt, body: { prompt } }), clock.now);
+  return { workers, source, clock, store, evict, cached, send };
+}
+
+describe('KvPrefixSource: blocks routed but not yet shown by events', () => {
+  it('a burst sharing a new prompt follows the first request before the worker publishes it', () => {
+    const { workers, send, cached } = fleet(TTL);
+    const first = send(); // nobody holds it: least loaded, worker 0
+    expect(first.decision.worker).toBe(workers[0]);
+    expect(cached()).toEqual([blocks * BS, 0]);
+    const second = send(); // worker 0 is busier, but holds the prompt (pending)
+    expect(second.decision.worker).toBe(workers[0]);
+    first.guard.release();
+    second.guard.release();
+  });
+
+  it('without the pending window the burst spreads: nobody is shown to hold it', () => {
+    const { workers, send, cached } = fleet(0);
+    const first = send();
+    expect(cached()).toEqual([0, 0]);
+    const second = send();
+    expect(second.decision.worker).toBe(workers[1]);
+    first.guard.release();
+    second.guard.release();
+  });
+
+  it('blocks the events show are confirmed, so a later eviction is seen at once', () => {
+    const { send, store, evict, cached, source } = fleet(TTL);
+    send().guard.release();
+    store(0, blocks);
+    expect(cached()).toEqual([blocks * BS, 0]);
+    expect(source.pending.size).toBe(0); // every pending block confirmed
+    evict(0);
+    expect(cached()).toEqual([0, 0]);
+  });
+
+  it('what the events never show expires after the TTL', () => {
+    const { send, cached, clock } = fleet(TTL);
+    send().guard.release();
+    clock.now = TTL - 1;
+    expect(cached()).toEqual([blocks * BS, 0]);
+    clock.now = TTL;
+    expect(cached()).toEqual([0, 0]);
+  });
+
+  it('events that show part of the prompt are extended by the pending rest', () => {
+    const { send, store, cached } = fleet(TTL);
+    send().guard.release();
+    store(0, 2);
+    expect(cached()).toEqual([blocks * BS, 0]);
+  });
+});
