@@ -5,6 +5,7 @@ import { KvEventSubscriptions } from '../../../src/kv-events/kv-event-subscripti
 import { KvPrefixSource } from '../../../src/kv-events/kv-prefix-source.js';
 import { parseKvEventSources, workerKey } from '../../../src/kv-events/kv-event-sources.js';
 import { RequestTokenizer } from '../../../src/tokenize/request-tokens.js';
+import type { Worker } from '../../../src/workers/worker.js';
 import { input, makeWorkers, route } from '../routing/fixtures.js';
 
 const DIR = fileURLToPath(new URL('../../fixtures/tokenizer', import.meta.url));
@@ -70,51 +71,60 @@ function fleet(pendingTtlMs: number) {
   return { workers, source, clock, store, evict, cached, send };
 }
 
+/** What cachedTokens answers when worker `home` holds the whole prompt (of two workers). */
+const held = (home: number): number[] => [0, 1].map((i) => (i === home ? blocks * BS : 0));
+
+/** Routes one request, completes it, and returns the index of the worker it went to. */
+function routedTo(workers: readonly Worker[], send: () => ReturnType<typeof route>): number {
+  const r = send();
+  r.guard.release();
+  return workers.indexOf(r.decision.worker);
+}
+
 describe('KvPrefixSource: blocks routed but not yet shown by events', () => {
   it('a burst sharing a new prompt follows the first request before the worker publishes it', () => {
     const { workers, send, cached } = fleet(TTL);
-    const first = send(); // nobody holds it: least loaded, worker 0
-    expect(first.decision.worker).toBe(workers[0]);
-    expect(cached()).toEqual([blocks * BS, 0]);
-    const second = send(); // worker 0 is busier, but holds the prompt (pending)
-    expect(second.decision.worker).toBe(workers[0]);
+    const first = send(); // nobody holds it: the prompt's home worker (prefix-home.ts)
+    const home = workers.indexOf(first.decision.worker);
+    expect(cached()).toEqual(held(home));
+    const second = send(); // the first worker is busier, but holds the prompt (pending)
+    expect(second.decision.worker).toBe(first.decision.worker);
     first.guard.release();
     second.guard.release();
   });
 
-  it('without the pending window the burst spreads: nobody is shown to hold it', () => {
-    const { workers, send, cached } = fleet(0);
+  it('without the pending window nobody is shown to hold it', () => {
+    const { send, cached } = fleet(0);
     const first = send();
     expect(cached()).toEqual([0, 0]);
     const second = send();
-    expect(second.decision.worker).toBe(workers[1]);
     first.guard.release();
     second.guard.release();
   });
 
   it('blocks the events show are confirmed, so a later eviction is seen at once', () => {
-    const { send, store, evict, cached, source } = fleet(TTL);
-    send().guard.release();
-    store(0, blocks);
-    expect(cached()).toEqual([blocks * BS, 0]);
+    const { workers, send, store, evict, cached, source } = fleet(TTL);
+    const home = routedTo(workers, send);
+    store(home, blocks);
+    expect(cached()).toEqual(held(home));
     expect(source.pending.size).toBe(0); // every pending block confirmed
-    evict(0);
+    evict(home);
     expect(cached()).toEqual([0, 0]);
   });
 
   it('what the events never show expires after the TTL', () => {
-    const { send, cached, clock } = fleet(TTL);
-    send().guard.release();
+    const { workers, send, cached, clock } = fleet(TTL);
+    const home = routedTo(workers, send);
     clock.now = TTL - 1;
-    expect(cached()).toEqual([blocks * BS, 0]);
+    expect(cached()).toEqual(held(home));
     clock.now = TTL;
     expect(cached()).toEqual([0, 0]);
   });
 
   it('events that show part of the prompt are extended by the pending rest', () => {
-    const { send, store, cached } = fleet(TTL);
-    send().guard.release();
-    store(0, 2);
-    expect(cached()).toEqual([blocks * BS, 0]);
+    const { workers, send, store, cached } = fleet(TTL);
+    const home = routedTo(workers, send);
+    store(home, 2);
+    expect(cached()).toEqual(held(home));
   });
 });
