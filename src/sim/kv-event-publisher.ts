@@ -29,6 +29,8 @@ export type SimKvEvent =
       blockSize: number;
       medium?: string;
       loraName?: string;
+      /** Per block: its extra keys (e.g. `[cache_salt]` on block 0) or null; omitted = none at all. */
+      extraKeys?: ReadonlyArray<readonly string[] | null>;
     }
   | { type: 'removed'; hashes: readonly bigint[]; medium?: string }
   | { type: 'cleared' };
@@ -160,6 +162,7 @@ export class KvEventPublisher {
           lora_id: null,
           medium: e.medium ?? 'GPU',
           lora_name: e.loraName ?? null,
+          ...(e.extraKeys !== undefined ? { extra_keys: e.extraKeys } : {}),
         };
         return array ? ['BlockStored', ...Object.values(fields)] : { type: 'BlockStored', ...fields };
       }

@@ -71,11 +71,21 @@ export function chainedBlockHashes(text: string, blockChars: number): number[] {
  * lanes over each token id as a 32-bit word. These stand in for vLLM's engine block hashes, which the
  * router never recomputes (it keys its index on its own hashes of the events' token ids).
  */
-export function chainedTokenBlockHashes(ids: readonly number[], blockTokens: number): number[] {
+export function chainedTokenBlockHashes(
+  ids: readonly number[],
+  blockTokens: number,
+  salt?: string,
+): number[] {
   const blocks = Math.floor(ids.length / blockTokens);
   const out = new Array<number>(blocks);
   let h1 = 0x811c9dc5 | 0;
   let h2 = 0x2b2ae35d | 0;
+  // vLLM puts a request's cache_salt in block 0's extra keys; chaining carries it to every block.
+  for (let c = 0; c < (salt?.length ?? 0); c++) {
+    const ch = (salt as string).charCodeAt(c);
+    h1 = Math.imul(h1 ^ ch, 0x01000193);
+    h2 = Math.imul(h2 ^ (ch + 0x9e37), 0x5bd1e995);
+  }
   let i = 0;
   for (let b = 0; b < blocks; b++) {
     const end = i + blockTokens;
@@ -92,8 +102,11 @@ export function chainedTokenBlockHashes(ids: readonly number[], blockTokens: num
 
 /** What one token-mode lookup changed in the cache: the KV events vLLM would publish for it. */
 export interface CacheChanges {
-  /** Newly stored blocks, in prompt order: hash, its parent's hash (undefined for block 0), tokens. */
-  stored: Array<{ hash: number; parent: number | undefined; tokens: number[] }>;
+  /**
+   * Newly stored blocks, in prompt order: hash, its parent's hash (undefined for block 0), tokens, and
+   * block 0 of a salted request its extra keys (`[cache_salt]`, as vLLM's BlockStored carries them).
+   */
+  stored: Array<{ hash: number; parent: number | undefined; tokens: number[]; extraKeys?: string[] }>;
   /** Hashes evicted to make room (LRU). */
   removed: number[];
 }
@@ -141,9 +154,14 @@ export class PrefixCache {
    * Token mode: prefix-matches the prompt's token ids by block, inserts / touches its full blocks,
    * evicts beyond capacity; records the stored and evicted blocks in `changes` (for KV events).
    */
-  lookupAndInsertTokens(ids: readonly number[], held?: number[], changes?: CacheChanges): CacheLookup {
+  lookupAndInsertTokens(
+    ids: readonly number[],
+    held?: number[],
+    changes?: CacheChanges,
+    salt?: string,
+  ): CacheLookup {
     const bt = this.options.blockTokens;
-    const hashes = chainedTokenBlockHashes(ids, bt);
+    const hashes = chainedTokenBlockHashes(ids, bt, salt);
     const promptTokens = Math.max(1, ids.length);
     let hitBlocks = 0;
     while (hitBlocks < hashes.length && this.blocks.has(hashes[hitBlocks]!)) hitBlocks++;
@@ -153,6 +171,7 @@ export class PrefixCache {
           hash: hashes[b]!,
           parent: b === 0 ? undefined : hashes[b - 1],
           tokens: ids.slice(b * bt, (b + 1) * bt),
+          ...(b === 0 && salt !== undefined ? { extraKeys: [salt] } : {}),
         });
       }
     }

@@ -388,7 +388,13 @@ class SimulatorServer implements Simulator {
     const r = tokenizeBody(this.tokenizer as unknown as BodyTokenizer, body as Record<string, unknown>);
     if (!r.ok) return undefined;
     const changes: CacheChanges = { stored: [], removed: [] };
-    const lookup = this.cache.lookupAndInsertTokens(r.ids, held, changes);
+    const salt = (body as { cache_salt?: unknown }).cache_salt;
+    const lookup = this.cache.lookupAndInsertTokens(
+      r.ids,
+      held,
+      changes,
+      typeof salt === 'string' && salt.length > 0 ? salt : undefined,
+    );
     const events: SimKvEvent[] = [];
     const blockSize = this.cache.options.blockTokens;
     if (changes.stored.length > 0) {
@@ -396,12 +402,14 @@ class SimulatorServer implements Simulator {
       let run: typeof changes.stored = [];
       const flush = (): void => {
         if (run.length === 0) return;
+        const salted = run.some((b) => b.extraKeys !== undefined);
         events.push({
           type: 'stored',
           hashes: run.map((b) => BigInt(b.hash)),
           parent: run[0]!.parent === undefined ? undefined : BigInt(run[0]!.parent),
           tokens: run.flatMap((b) => b.tokens),
           blockSize,
+          ...(salted ? { extraKeys: run.map((b) => b.extraKeys ?? null) } : {}),
         });
         run = [];
       };

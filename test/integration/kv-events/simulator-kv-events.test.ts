@@ -75,4 +75,43 @@ describe('simulator KV events', () => {
       await waitFor(() => index.size('w') === 0);
     },
   );
+
+  it('cache_salt: salted blocks are cached and published apart, and match only the same salt', async () => {
+    const sim = await startSimulator({
+      timeScale: 0,
+      tokenizer,
+      kvEvents: { replayEndpoint: 'tcp://127.0.0.1:0', encoding: 'array' },
+    });
+    closers.push(() => sim.close());
+    const index = new KvBlockIndex();
+    let replays = 0;
+    const sub = new KvEventSubscriber({
+      worker: sim.url,
+      indexKey: 'w',
+      endpoint: sim.kvEvents!.endpoint,
+      replayEndpoint: sim.kvEvents!.replayEndpoint!,
+      index,
+      hooks: { replay: () => void replays++ },
+    });
+    sub.start();
+    closers.push(() => sub.close());
+    await waitFor(() => replays === 1); // connected: what the simulator publishes now arrives
+    await sub.idle();
+
+    const prompt = 'Tenants revisit their long contexts many times. '.repeat(8);
+    const ids = tokenizeBody(tokenizer, { prompt });
+    if (!ids.ok) throw new Error('fixture cannot tokenize');
+    const keys = (salt?: string) => promptKeys(ids.ids, 16, keySeed(undefined), salt);
+    const full = keys().length * 16;
+    await post(sim, { prompt, cache_salt: 'tenant-a' });
+    await waitFor(() => index.cachedTokens(keys('tenant-a'), 16, ['w'])[0] === full);
+    expect(index.cachedTokens(keys(), 16, ['w'])).toEqual([0]);
+    expect(index.cachedTokens(keys('tenant-b'), 16, ['w'])).toEqual([0]);
+
+    const hits = sim.cache.hitTokens;
+    await post(sim, { prompt, cache_salt: 'tenant-b' }); // another tenant: a miss on the worker too
+    expect(sim.cache.hitTokens).toBe(hits);
+    await post(sim, { prompt, cache_salt: 'tenant-a' });
+    expect(sim.cache.hitTokens).toBe(hits + full);
+  });
 });
