@@ -27,7 +27,6 @@ import type { Logger } from 'pino';
 import type { Dispatch, Dispatcher, RouteRequest } from './dispatch.js';
 import {
   constantReply,
-  dynamicMetadata,
   errorReply,
   requestHeadersReply,
   requestTrailersReply,
@@ -36,6 +35,7 @@ import {
   type HeaderSet,
 } from './mutations.js';
 import { responseChunkReply, routedReplies, type BodyMode } from './body-mode-replies.js';
+import { routedReplyCache, routingFor } from './routed-reply-cache.js';
 import {
   BodySendMode,
   type HeaderMap,
@@ -45,7 +45,7 @@ import {
   type ProcessingResponse,
 } from './proto.js';
 import type { ServerCall } from './grpc-server.js';
-import { DESTINATION_HEADER, LB_METADATA_NAMESPACE, UNTRUSTED_REQUEST_HEADERS } from './headers.js';
+import { UNTRUSTED_REQUEST_HEADERS } from './headers.js';
 import { inferenceKind, parseInferenceRequest, type InferenceKind } from '../request/inference-request.js';
 import { RouterError } from '../request/router-error.js';
 import { requestOutcome, type Outcome, type RequestEnd, type RoutingStage } from '../request/request-end.js';
@@ -273,16 +273,17 @@ export class Session {
     }
     this.dispatch = dispatch;
     dispatch.failure?.catch((err) => this.onLegFailure(err));
-    const set: Record<string, string> = { ...dispatch.setHeaders };
-    if (dispatch.body) set['content-length'] = String(dispatch.body.length);
-    const metadata = dynamicMetadata(LB_METADATA_NAMESPACE, {
-      [DESTINATION_HEADER]: dispatch.setHeaders[DESTINATION_HEADER] ?? dispatch.worker.endpoint,
-    });
-    const routing = { set, remove: UNTRUSTED_REQUEST_HEADERS.filter((h) => !(h in set)), metadata };
     this.advance('dispatching', 'response_headers', 'dispatch');
-    for (const reply of routedReplies(this.requestMode, routedOn, routing, body, dispatch.body)) {
-      this.send(reply);
-    }
+    const replies =
+      routedReplyCache.get(this.requestMode, routedOn, dispatch.setHeaders, dispatch.body) ??
+      routedReplies(
+        this.requestMode,
+        routedOn,
+        routingFor(dispatch.setHeaders, dispatch.worker.endpoint, dispatch.body),
+        body,
+        dispatch.body,
+      );
+    for (const reply of replies) this.send(reply);
   }
 
   private parse(body: Buffer) {
