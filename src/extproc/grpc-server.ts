@@ -34,6 +34,17 @@ export const GrpcStatus = {
 
 const { NGHTTP2_NO_ERROR } = http2.constants;
 
+/**
+ * HTTP/2 flow control as announced to the client. HTTP/2's defaults (64 KiB windows, 16 KiB frames)
+ * made Envoy send a 220 KB prompt in 14 DATA frames and wait for WINDOW_UPDATEs on the way, on a
+ * connection shared by every stream; this server reads every message as it arrives (no
+ * backpressure), so larger windows buffer nothing more here. Measured through Envoy (220 KB prompts,
+ * concurrency 16, 6 paired rounds): router CPU per request -14% and Envoy's -12% (issue 15).
+ */
+const STREAM_WINDOW = 8 << 20;
+const CONNECTION_WINDOW = 64 << 20;
+const MAX_FRAME = 1 << 20;
+
 /** Encoded frames of frozen (constant) messages, by message object. */
 const constantFrames = new WeakMap<object, Buffer>();
 
@@ -194,7 +205,7 @@ export class GrpcServer {
 
   constructor(opts: GrpcServerOptions = {}) {
     this.server = http2.createServer({
-      settings: opts.settings,
+      settings: { initialWindowSize: STREAM_WINDOW, maxFrameSize: MAX_FRAME, ...opts.settings },
       // Node refuses new streams once a session buffers more than maxSessionMemory (default 10 MB),
       // and ends the session after 100 refusals: large prompts in flight on one connection would get
       // there. Envoy's own buffer limits bound what it sends, as they did with grpc-js (which lifts
@@ -215,6 +226,7 @@ export class GrpcServer {
         }),
       );
       session.on('error', noop);
+      session.setLocalWindowSize(CONNECTION_WINDOW);
       session.once('close', () => this.sessions.delete(session));
     });
     this.server.on('stream', (stream, headers) => this.onStream(stream, headers));

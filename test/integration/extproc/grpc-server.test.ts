@@ -119,6 +119,30 @@ describe('gRPC server over node:http2', () => {
     }
   });
 
+  it('announces large flow-control windows and frames, and a large message arrives whole', async () => {
+    const port = await startEcho();
+    const session = http2.connect(`http://127.0.0.1:${port}`);
+    try {
+      await new Promise<void>((resolve) => session.once('remoteSettings', () => resolve()));
+      expect(session.remoteSettings.initialWindowSize).toBe(8 << 20);
+      expect(session.remoteSettings.maxFrameSize).toBe(1 << 20);
+      // The connection window follows in a WINDOW_UPDATE right after the settings.
+      await expect.poll(() => session.state.remoteWindowSize).toBe(64 << 20);
+      const big = 'y'.repeat(3_000_000);
+      const reply = await new Promise<string>((resolve, reject) => {
+        const req = session.request({ ':method': 'POST', ':path': ECHO, 'content-type': 'application/grpc' });
+        const parts: Buffer[] = [];
+        req.on('data', (d: Buffer) => parts.push(d));
+        req.on('end', () => resolve(deserialize(Buffer.concat(parts).subarray(5)).service));
+        req.on('error', reject);
+        req.end(encodeFrame(serialize({ service: big })));
+      });
+      expect(reply).toBe(`echo:${big}`);
+    } finally {
+      session.destroy();
+    }
+  });
+
   it('serves grpc.health.v1 Check and Watch', async () => {
     server = new GrpcServer();
     const health = new HealthService({ '': 'SERVING', readiness: 'SERVING' });
