@@ -42,10 +42,11 @@
  * between "cache" and "load": a 20-token prompt saves ~1 ms of prefill and so follows the shortest
  * queue, while a 200 KB document shared by many requests saves seconds and is worth a long one.
  *
- * A prompt no candidate holds yet (best cached tokens below the prefix-home key, ~64 tokens) is the
- * exception: among the unfiltered candidates whose score is within `prefixHomeMargin` x its prefill
- * time of the best, it goes to its rendezvous home (prefix-home.ts), the worker every router replica
- * picks for that prompt's opening, so replicas that share nothing still seed a new prefix on one worker.
+ * One exception (prefix-home.ts): when the lowest score is a worker that does not hold the prompt's
+ * opening (~64 tokens: nobody holds it yet, or its holders were filtered or are too busy), the request
+ * goes to the prompt's rendezvous home among the unfiltered candidates whose score is within
+ * `prefixHomeMargin` x its prefill time of the lowest: the worker every router replica picks for that
+ * opening, so replicas that share nothing seed a new prefix, and spill a busy one, on the same worker.
  *
  * Roles (P/D): a prefill pool scores by predicted prefill completion (the formula above: its response is
  * the first token; the legs the router runs itself feed its backlog and estimates, pd-dispatcher.ts
@@ -95,7 +96,7 @@ export interface CostModelOptions {
   costBalanceAbs: number;
   /** Fraction of a step each request ahead adds to the score (decode batch slowdown). Default 0.25. */
   costDecodeWeight: number;
-  /** Prefix home (prefix-home.ts): extra score a new prefix's home may cost, x its prefill. Default 1; 0 = off. */
+  /** Prefix home (prefix-home.ts): extra score a prompt's home may cost, x its prefill. Default 3; 0 = off. */
   prefixHomeMargin: number;
   /** Prefix home: characters of the prompt's start that key its home. Default 256. */
   prefixHomeKeyChars: number;
@@ -145,7 +146,7 @@ export interface CostInputs {
   /** The largest cached share of the prompt among the candidates, in [0, 1]. */
   readonly bestMatchRate: number;
   readonly maxCachedTokens: number;
-  /** The prefix-home rule (prefix-home.ts) chose the worker: no candidate held the prompt's opening. */
+  /** The prefix-home rule (prefix-home.ts) chose the worker: the best-scored one lacked the prompt's opening. */
   readonly home?: boolean;
 }
 
@@ -201,10 +202,18 @@ export function scoreCost(
     if (!(anyFit && x.overloaded) && x.scoreMs <= best + TIE_MS) tied.push(i);
   }
   let chosenIndex = tied.length === 1 ? (tied[0] as number) : leastLoaded(workers, tied);
-  // A prompt nobody holds yet: seed it where every replica would (prefix-home.ts), within a margin.
+  // The pick does not hold the prompt's opening: seed or spill it where every replica would (prefix-home.ts).
   const homeOptions = { margin: options.prefixHomeMargin, keyChars: options.prefixHomeKeyChars };
   let home = false;
-  if (usePrefix && homeApplies(input.text.length, maxCached, options.charsPerToken, homeOptions)) {
+  if (
+    usePrefix &&
+    homeApplies(
+      input.text.length,
+      (c[chosenIndex] as Candidate).cachedTokens,
+      options.charsPerToken,
+      homeOptions,
+    )
+  ) {
     for (const x of c) x.eligible = !(anyFit && x.overloaded);
     const bestScore = (c[chosenIndex] as Candidate).scoreMs;
     const marginMs = homeOptions.margin * (c[chosenIndex] as Candidate).recomputeMs;

@@ -14,23 +14,26 @@
  * - key = the prompt's first `keyChars` characters (default 256, ~64 tokens): requests that start
  *   with the same text share a home; different prefixes get independent homes, so they spread over
  *   the fleet as a consistent hash would.
- * - it applies only to a prompt at least `keyChars` long (a shorter one saves almost no prefill and
- *   keeps following the shortest queue) and only while no candidate holds even the key's worth of
- *   it (best cached tokens < keyChars / charsPerToken). A prefix someone already holds is routed by the cost model as
- *   before (the holder wins on its saved prefill); so is a prompt whose common opening (a shared
- *   system prompt longer than the key) is already cached, which would otherwise hash every request of
- *   a fleet-wide preamble to one worker.
- * - eligible = the candidates the cost model did not filter out (overload, imbalance band) whose score
- *   is within `margin` x the best candidate's prefill time for this prompt of the best score. The home
- *   is the eligible candidate with the highest weight fmix32(hash(key) ^ hash(worker URL)). URLs, not
- *   worker ids, so every replica computes the same weights; a worker leaving moves only its own keys.
- * - margin (default 1): going to the home instead of the best costs at most one prompt's prefill
- *   time of extra wait; not going costs about one prefill too (every other replica seeds the prefix
- *   on the home anyway, so the fleet computes it twice and holds two copies). Short prompts get a
- *   proportionally small margin and keep following the shortest queue; margin 0 turns the rule off.
- *   Because the eligible set is "within margin of the best" on each replica's own view, replicas
- *   whose loads differ by less than the margin agree; the highest-weight order also makes their
- *   second choice the same when the home is filtered.
+ * - it applies when the worker the cost model picked does not hold even the key's worth of the
+ *   prompt (its cached tokens < keyChars / charsPerToken): nobody holds the prefix yet, or its holders
+ *   were filtered out (overload, imbalance band) or are too busy to be worth their cache. A holder the
+ *   cost model picks keeps the request; so does a prompt whose common opening (a shared system prompt
+ *   longer than the key) is cached on the picked worker, which would otherwise hash every request of a
+ *   fleet-wide preamble to one worker. Prompts shorter than the key never apply (they save almost no
+ *   prefill and keep following the shortest queue).
+ * - eligible = the candidates the cost model did not filter out whose score is within `margin` x the
+ *   picked worker's prefill time for this prompt of its score. The home is the eligible candidate with
+ *   the highest weight fmix32(hash(key) ^ hash(worker URL)). URLs, not worker ids, so every replica
+ *   computes the same weights; a worker leaving moves only its own keys.
+ * - Spills agree too: when a busy prefix's holder is filtered on every replica, each one sends the
+ *   overflow to the prefix's next worker in the same weight order, so the fleet grows one second copy
+ *   rather than one per replica (measured: without this, two replicas each spilled a hot group to its
+ *   own least-loaded worker, and every spill was a fresh miss that the other replica never reused).
+ * - margin (default 3): how much predicted time the agreement may cost. Not agreeing costs at least
+ *   one prefill of the prompt (every other replica seeds or spills the prefix on the home, so the
+ *   fleet computes it twice and holds two copies) and, on a small cache, the contexts that the second
+ *   copy evicts. Short prompts get a proportionally small margin and keep following the shortest
+ *   queue; margin 0 turns the rule off. Replicas whose views differ by less than the margin agree.
  *
  * Pure: no timers, metrics or logging.
  */
@@ -44,7 +47,7 @@ export interface PrefixHomeOptions {
 }
 
 export const DEFAULT_PREFIX_HOME_OPTIONS: Readonly<PrefixHomeOptions> = Object.freeze({
-  margin: 1,
+  margin: 3,
   keyChars: 256,
 });
 
@@ -79,19 +82,19 @@ export function rendezvousWeight(keyHash: number, label: string): number {
 
 /**
  * Whether the rule applies: the prompt is at least as long as its key (a shorter one is not worth a
- * home: it saves almost no prefill, and the shortest queue serves it best) and nobody holds as much
- * of it as its key.
+ * home: it saves almost no prefill, and the shortest queue serves it best) and the picked worker does
+ * not hold as much of it as its key.
  */
 export function homeApplies(
   promptChars: number,
-  maxCachedTokens: number,
+  pickedCachedTokens: number,
   charsPerToken: number,
   options: Readonly<PrefixHomeOptions>,
 ): boolean {
   return (
     options.margin > 0 &&
     promptChars >= options.keyChars &&
-    maxCachedTokens * charsPerToken < options.keyChars
+    pickedCachedTokens * charsPerToken < options.keyChars
   );
 }
 

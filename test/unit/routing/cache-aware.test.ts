@@ -44,7 +44,7 @@ describe('cache_aware options', () => {
       costBalanceRel: 1.5,
       costBalanceAbs: 4,
       costDecodeWeight: 0.25,
-      prefixHomeMargin: 1,
+      prefixHomeMargin: 3,
       prefixHomeKeyChars: 256,
     });
     expect(resolveCacheAwareOptions({ cacheThreshold: undefined })).toEqual(DEFAULT_CACHE_AWARE_OPTIONS);

@@ -83,17 +83,17 @@ describe('prefixHome (rendezvous over the candidates within the margin)', () => 
 });
 
 describe('homeApplies', () => {
-  const o = DEFAULT_PREFIX_HOME_OPTIONS; // margin 1, key 256 chars
+  const o = DEFAULT_PREFIX_HOME_OPTIONS; // margin 3, key 256 chars
   it.each([
-    { name: 'long prompt nobody holds', chars: 8000, cached: 0, opts: o, want: true },
+    { name: 'the picked worker holds none of the prompt', chars: 8000, cached: 0, opts: o, want: true },
     {
-      name: 'a few tokens held (a common opening shorter than the key)',
+      name: 'it holds a common opening shorter than the key',
       chars: 8000,
       cached: 10,
       opts: o,
       want: true,
     },
-    { name: 'the key held somewhere: the cost model decides', chars: 8000, cached: 64, opts: o, want: false },
+    { name: 'it holds the key: the cost model decides', chars: 8000, cached: 64, opts: o, want: false },
     { name: 'prompt shorter than the key', chars: 255, cached: 0, opts: o, want: false },
     { name: 'margin 0 turns it off', chars: 8000, cached: 0, opts: { ...o, margin: 0 }, want: false },
   ])('$name -> $want', ({ chars, cached, opts, want }) => {
@@ -131,7 +131,7 @@ function replica(
   return policy;
 }
 
-// 2176 tokens (the benchmark's shared-prefix prompt): ~109 ms of prefill, the margin by default.
+// 2176 tokens (the benchmark's shared-prefix prompt): ~109 ms of prefill; the margin is 3x that by default.
 const LONG = 8704;
 // Two replicas' views of the same fleet: each counts mostly its own in-flight requests.
 const LOADS_A = [0, 1, 0, 2, 1, 0, 1, 0];
@@ -220,12 +220,43 @@ describe('prefix home in cache_aware (two replicas, no shared state)', () => {
     },
   );
 
+  it('a busy holder spills to the same worker on both replicas', () => {
+    const workers = makeWorkers(8);
+    const text = prompt(21, LONG);
+    const holder = workers[4]!;
+    // Both replicas routed the prefix to the holder before; it is now far above the imbalance band.
+    const view = (base: readonly number[]): WorkerSignals => {
+      const timing = new TimingEstimates();
+      return {
+        load: (w) => ({ source: 'in_flight', ahead: w === holder ? 14 : (base[workers.indexOf(w)] ?? 0) }),
+        timing: (w) => timing.of(w),
+      };
+    };
+    const a = new CacheAwarePolicy({}, { signals: view(LOADS_A) });
+    const b = new CacheAwarePolicy({}, { signals: view(LOADS_B) });
+    for (const p of [a, b]) {
+      for (const w of workers) p.addWorker(w);
+      p.routed({ worker: holder, branch: 'seed' }, input(workers, { text }), 1);
+    }
+    const da = a.select(input(workers, { text: `${text}\nnext` }));
+    const db = b.select(input(workers, { text: `${text}\nnext` }));
+    expect(da.worker).not.toBe(holder);
+    expect(da.branch).toBe('imbalance');
+    expect(db.worker).toBe(da.worker);
+    expect(da.cost?.home).toBe(true);
+    // Without the rule each replica spills to its own least loaded.
+    const a0 = new CacheAwarePolicy({ prefixHomeMargin: 0 }, { signals: view(LOADS_A) });
+    const b0 = new CacheAwarePolicy({ prefixHomeMargin: 0 }, { signals: view(LOADS_B) });
+    for (const p of [a0, b0]) p.routed({ worker: holder, branch: 'seed' }, input(workers, { text }), 1);
+    expect(a0.select(input(workers, { text })).worker).not.toBe(b0.select(input(workers, { text })).worker);
+  });
+
   it('a far busier home is not worth it: beyond the margin the best worker wins', () => {
     const workers = makeWorkers(8);
     const text = prompt(5, LONG);
     const home = replica(workers, []).select(input(workers, { text })).worker;
-    // 4 requests ahead on the home (80 ms of wait + the decode term) against a 109 ms prefill: still home;
-    // with a margin of 0.25 (27 ms) the idle workers win.
+    // 4 requests ahead on the home (80 ms of wait + the decode term) against 3 x a 109 ms prefill: still
+    // home; with a margin of 0.25 (27 ms) the idle workers win.
     const loads = workers.map((w) => (w === home ? 4 : 0));
     expect(replica(workers, loads).select(input(workers, { text })).worker).toBe(home);
     const tight = replica(workers, loads, { prefixHomeMargin: 0.25 }).select(input(workers, { text }));
