@@ -229,9 +229,14 @@ export async function startTsxProcess(
   args: string[],
   readyUrl: string,
   nodeArgs: string[] = [],
+  cpus?: string,
 ): Promise<ChildService> {
   const loader = script.endsWith('.ts') ? ['--import', 'tsx'] : [];
-  const child = spawn(process.execPath, [...nodeArgs, ...loader, path.join(ROOT, script), ...args], {
+  const node = [...nodeArgs, ...loader, path.join(ROOT, script), ...args];
+  // `taskset -c <cpus> node ...` execs node in place: the same pid, every thread held to those cores.
+  const [cmd, argv] =
+    cpus === undefined ? [process.execPath, node] : ['taskset', ['-c', cpus, process.execPath, ...node]];
+  const child = spawn(cmd, argv, {
     cwd: ROOT,
     stdio: ['ignore', 'ignore', 'pipe'],
   });
@@ -259,11 +264,13 @@ export interface RouterProcess extends ChildService {
 /**
  * The router CLI as a child process on free ports; ready when /readyz answers 200. `script` is
  * `src/cli.ts` (via tsx) or the compiled `dist/src/cli.js` (what production runs; see buildRouter).
+ * `cpus` pins the process to those cores (`taskset -c`, e.g. '0' or '0,1').
  */
 export async function startRouterProcess(
   args: string[],
   nodeArgs: string[] = [],
   script = 'src/cli.ts',
+  cpus?: string,
 ): Promise<RouterProcess> {
   const grpcPort = await freePort();
   const adminPort = await freePort();
@@ -287,6 +294,7 @@ export async function startRouterProcess(
     ],
     `http://127.0.0.1:${adminPort}/readyz`,
     nodeArgs,
+    cpus,
   );
   return { ...svc, grpcPort, adminPort };
 }

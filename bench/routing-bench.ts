@@ -102,6 +102,16 @@ export const REPLICA_VARIANTS: readonly PolicyVariant[] = [
   { label: 'cache_aware exact', policy: 'cache_aware', kvEvents: true },
   { label: 'cache_aware exact x2', policy: 'cache_aware', replicas: 2, kvEvents: true },
   { label: 'cache_aware exact x4', policy: 'cache_aware', replicas: 4, kvEvents: true },
+  // The same two-replica cells without the prefix home (src/routing/prefix-home.ts): what agreement on
+  // new prefixes buys, measured in the same run.
+  { label: 'cache_aware x2 no-home', policy: 'cache_aware', replicas: 2, router: { prefixHomeMargin: 0 } },
+  {
+    label: 'cache_aware exact x2 no-home',
+    policy: 'cache_aware',
+    replicas: 2,
+    kvEvents: true,
+    router: { prefixHomeMargin: 0 },
+  },
   // The reference router's rule on the same events (fixed thresholds, no learned estimates).
   { label: 'kv_aware', policy: 'kv_aware', kvEvents: true },
   { label: 'kv_aware x2', policy: 'kv_aware', replicas: 2, kvEvents: true },

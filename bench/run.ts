@@ -11,7 +11,8 @@
  * size (seconds, for smoke runs; the doc marks such a run as quick). `overhead --cpu` runs only the
  * router-vs-Envoy CPU comparison (small, 64-chunk streams, 220 KB prompts at concurrency 16). `pd` is the
  * P/D benchmark per KV connector (bench/pd-bench.ts); `--connectors=nixl,mooncake` narrows it to some
- * PD_VARIANTS labels.
+ * PD_VARIANTS labels. `replicas` also runs router throughput per host with replicas pinned to cores
+ * (bench/replica-saturation.ts); `replicas --saturation` runs only that part.
  */
 import { runOverheadBench, type OverheadResult } from './overhead-bench.js';
 import { readResult, writeAsset, writeResult, writeSection, type SectionName } from './report-doc.js';
@@ -23,6 +24,7 @@ import {
   type RenderedSection,
 } from './report-sections.js';
 import { renderReplicas } from './report-replicas.js';
+import { runReplicaSaturation, type SaturationResult } from './replica-saturation.js';
 import { kvEventTargets, renderKvEvents } from './report-kv-events.js';
 import {
   KV_VARIANTS,
@@ -52,6 +54,7 @@ function usage(): never {
   process.stderr.write(
     'usage: npm run bench -- <routing|overhead|scale|replicas|kv-events|pd|all> [--quick] ' +
       '[--policies=a,b] [--workloads=a,b] (routing, replicas, kv-events) [--cpu] (overhead only) ' +
+      '[--saturation] (replicas only: the pinned-replica throughput run alone) ' +
       '[--connectors=a,b] (pd only)\n',
   );
   process.exit(2);
@@ -80,7 +83,12 @@ interface Narrowing {
   cpuOnly?: boolean;
   /** pd: only these PD_VARIANTS labels. */
   connectors?: string[];
+  /** replicas: only the pinned-replica saturation run (bench/replica-saturation.ts). */
+  saturationOnly?: boolean;
 }
+
+/** Where the replicas benchmark keeps its saturation part (bench/results/<name>.json). */
+const SATURATION_RESULT = 'replicas-saturation';
 
 async function runOne(
   name: BenchName,
@@ -113,17 +121,27 @@ async function runOne(
       break;
     }
     case 'replicas': {
-      const r = await runRoutingBench({
-        quick,
-        command,
-        log,
-        variants: REPLICA_VARIANTS,
-        kvEvents: true,
-        workloads: narrow.workloads ?? ['shared-prefix', 'multi-turn', 'eviction-pressure'],
-        ...(narrow.policies ? { policies: narrow.policies } : {}),
-      });
-      writeResult('replicas', r);
-      await publish('replicas', renderReplicas(r));
+      // The routing cells, then the pinned-replica saturation run; `--saturation` runs only the latter,
+      // a narrowed run (--policies/--workloads) only the former (the other part's last result is kept).
+      let r = readResult<RoutingResult>('replicas');
+      if (!narrow.saturationOnly) {
+        r = await runRoutingBench({
+          quick,
+          command,
+          log,
+          variants: REPLICA_VARIANTS,
+          kvEvents: true,
+          workloads: narrow.workloads ?? ['shared-prefix', 'multi-turn', 'eviction-pressure'],
+          ...(narrow.policies ? { policies: narrow.policies } : {}),
+        });
+        writeResult('replicas', r);
+      }
+      let saturation = readResult<SaturationResult>(SATURATION_RESULT);
+      if (narrow.saturationOnly || (!narrow.policies && !narrow.workloads)) {
+        saturation = await runReplicaSaturation({ quick, command, log });
+        writeResult(SATURATION_RESULT, saturation);
+      }
+      await publish('replicas', renderReplicas(r, saturation));
       break;
     }
     case 'kv-events': {
@@ -171,11 +189,13 @@ async function main(): Promise<void> {
   if (workloads && !workloads.every(isWorkloadName)) usage();
   if (workloads) narrow.workloads = workloads as WorkloadName[];
   if (args.includes('--cpu')) narrow.cpuOnly = true;
+  if (args.includes('--saturation')) narrow.saturationOnly = true;
   narrow.connectors = listFlag('connectors');
   if (narrow.connectors?.some((c) => !PD_VARIANTS.some((v) => v.label === c))) usage();
   const known = (a: string): boolean =>
     a === '--quick' ||
     a === '--cpu' ||
+    a === '--saturation' ||
     a.startsWith('--policies=') ||
     a.startsWith('--workloads=') ||
     a.startsWith('--connectors=');
@@ -187,6 +207,7 @@ async function main(): Promise<void> {
   if (narrow.workloads && variants === undefined) usage();
   if (narrow.cpuOnly && name !== 'overhead') usage();
   if (narrow.connectors && name !== 'pd') usage();
+  if (narrow.saturationOnly && (name !== 'replicas' || narrow.policies || narrow.workloads)) usage();
   const command = `npm run bench -- ${args.join(' ')}`;
   if (name === 'all') {
     for (const n of NAMES) await runOne(n, quick, command);

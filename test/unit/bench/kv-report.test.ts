@@ -110,3 +110,61 @@ describe('renderReplicas', () => {
     expect(md).toContain(verdict);
   });
 });
+
+describe('renderReplicas: prefix home off, pinned-replica saturation', () => {
+  it('compares a no-home cell with one replica of its mode', () => {
+    const cells = [
+      cell('shared-prefix', 'cache_aware', 0.8),
+      cell('shared-prefix', 'cache_aware x2 no-home', 0.4),
+    ];
+    const md = renderReplicas(result(cells, [])).markdown;
+    expect(md).toContain('| cache_aware x2 no-home | 40.0% | 0.50x |');
+  });
+
+  it('renders the saturation run with its own header and the 2-vs-1 ratios', () => {
+    const arm = (label: string, replicas: number, reqPerSec: number, cpuUs: number) => ({
+      label,
+      replicas,
+      cores: replicas === 1 ? ['0'] : ['0', '1'],
+      requests: 100,
+      completed: 100,
+      errors: 0,
+      wallMs: 1000,
+      reqPerSec,
+      latencyP50Ms: 5,
+      latencyP99Ms: 9,
+      routerCpuMs: cpuUs / 10,
+      routerCpuPerRequestUs: cpuUs,
+      replicaCpuMs: replicas === 1 ? [cpuUs / 10] : [cpuUs / 20, cpuUs / 20],
+      envoyCpuPerRequestUs: 100,
+      workersCpuPerRequestUs: 50,
+      clientCpuPerRequestUs: 80,
+      hostBusy: 0.97,
+    });
+    const sat = {
+      benchmark: 'replica-saturation' as const,
+      info: { ...result([], []).info, command: 'npm run bench -- replicas --saturation' },
+      setup: {
+        concurrency: 64,
+        requestsPerRound: 100,
+        warmupPerRound: 10,
+        rounds: 1,
+        workers: 2,
+        simulator: 'sim',
+        request: 'small',
+        envoy: 'envoy',
+        router: 'router',
+      },
+      arms: [arm('1 replica (core 0)', 1, 1000, 400), arm('2 replicas (cores 0 and 1)', 2, 1300, 440)],
+      throughputRatio: 1.3,
+      routerCpuPerRequestRatio: 1.1,
+    };
+    const md = renderReplicas(undefined, sat).markdown;
+    expect(md).toContain('### Router throughput per host, replicas pinned to cores');
+    expect(md).toContain('npm run bench -- replicas --saturation');
+    expect(md).toContain('**1.30x requests/s**');
+    expect(md).toContain('router CPU per request 1.10x');
+    expect(md).toContain('| 2 replicas (cores 0 and 1) | 1300 | 1.30x | 440 | 1.10x | 22 + 22 |');
+    expect(md).not.toContain('### Targets'); // no routing cells in this result
+  });
+});
