@@ -112,8 +112,15 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
       : undefined,
     processMetrics: true,
   });
-  const exact = createExactPrefix(config, metrics.registry, () => pools.members(), logger, clock);
   const board = new LoadBoard(config.loadStaleMs);
+  const exact = createExactPrefix(
+    config,
+    metrics.registry,
+    () => pools.members(),
+    logger,
+    clock,
+    (w) => board.latest(w.url)?.figures?.blockSize,
+  );
   const timing = buildTiming(config);
   const backlog = new PrefillBacklog();
   const signals: WorkerSignals = {

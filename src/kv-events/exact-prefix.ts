@@ -32,6 +32,8 @@ export function createExactPrefix(
   workers: () => Iterable<Worker>,
   logger: Logger,
   clock: () => number = Date.now,
+  /** A worker's block size from its scraped `vllm:cache_config_info`, when known. */
+  scrapedBlockSize?: (worker: Worker) => number | undefined,
 ): ExactPrefix {
   const setup = parseKvEventSettings(config);
   const tokenizer = new RequestTokenizer();
@@ -53,6 +55,7 @@ export function createExactPrefix(
       blockSize: config.kvEventBlockSize,
       pendingTtlMs: config.kvPendingTtlMs,
       now: clock,
+      ...(scrapedBlockSize !== undefined ? { scrapedBlockSize } : {}),
     });
   }
   return {

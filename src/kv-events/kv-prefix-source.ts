@@ -9,7 +9,8 @@
  * 2. block keys of the prompt's full blocks (block-keys.ts), seeded with the model name when events
  *    named it as a LoRA adapter, else the base seed, with the request's `cache_salt` in block 0 (vLLM
  *    salts the first block's hash); at the configured block size, else at each block size the
- *    workers' events use;
+ *    workers' events use or their scraped `vllm:cache_config_info` names (so the first requests,
+ *    routed before any worker has published, already have keys to leave pending);
  * 3. per candidate: the longest run of consecutive blocks it holds from the first, with tier credit
  *    (kv-block-index.ts), as tokens. A candidate with no subscription -> undefined (fallback for that
  *    worker only); a subscribed worker that has stored nothing yet -> 0;
@@ -46,6 +47,8 @@ export interface KvPrefixSourceOptions {
   pendingTtlMs?: number;
   /** Clock for pending blocks (milliseconds). Default Date.now. */
   now?: () => number;
+  /** A worker's block size from its scraped metrics, when known (used with blockSize 0). */
+  scrapedBlockSize?: (worker: Worker) => number | undefined;
 }
 
 export class KvPrefixSource implements PrefixSource {
@@ -69,7 +72,7 @@ export class KvPrefixSource implements PrefixSource {
     const memo = this.memoOf(input, true);
     if (memo.ids === undefined) return undefined;
     const configured = this.opts.blockSize ?? 0;
-    const sizes = configured > 0 ? [configured] : subs.index.blockSizes();
+    const sizes = configured > 0 ? [configured] : this.learnedBlockSizes(workers);
     if (sizes.length === 0) return subs.cachedTokens([], 1, workers); // nothing stored anywhere yet
     let out: (number | undefined)[] | undefined;
     for (const bs of sizes) {
@@ -86,6 +89,20 @@ export class KvPrefixSource implements PrefixSource {
       else for (let i = 0; i < answer.length; i++) if (out[i] === undefined) out[i] = answer[i];
     }
     return out;
+  }
+
+  /** Block sizes the workers' events use, plus those their scraped metrics name. */
+  private learnedBlockSizes(workers: readonly Worker[]): number[] {
+    const sizes = this.opts.subscriptions.index.blockSizes();
+    const scraped = this.opts.scrapedBlockSize;
+    if (scraped === undefined) return sizes;
+    let out: number[] | undefined;
+    for (const w of workers) {
+      const bs = scraped(w);
+      if (bs === undefined || !(bs > 0) || sizes.includes(bs) || out?.includes(bs)) continue;
+      (out ??= [...sizes]).push(bs);
+    }
+    return out ?? sizes;
   }
 
   /** The policy routed `input` to `worker`: its prompt's blocks are pending there. */

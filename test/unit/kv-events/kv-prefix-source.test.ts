@@ -26,7 +26,7 @@ afterAll(async () => {
  * Two publishing workers, the cost-model cache_aware policy with the exact source first. Publishers
  * are never started (ZMQ just retries); the test applies events to the index as a subscriber would.
  */
-function fleet(pendingTtlMs: number) {
+function fleet(pendingTtlMs: number, sizes: { blockSize?: number; scraped?: number } = { blockSize: BS }) {
   const workers = makeWorkers(2);
   const rules = parseKvEventSources({
     sources: workers.map((w) => `${w.url}=tcp://127.0.0.1:9`),
@@ -42,9 +42,10 @@ function fleet(pendingTtlMs: number) {
   const source = new KvPrefixSource({
     subscriptions: subs,
     tokenizer,
-    blockSize: BS,
+    blockSize: sizes.blockSize ?? 0,
     pendingTtlMs,
     now: () => clock.now,
+    ...(sizes.scraped !== undefined ? { scrapedBlockSize: () => sizes.scraped } : {}),
   });
   const policy = new CacheAwarePolicy({}, { prefixSources: [source] });
   for (const w of workers) policy.addWorker(w);
@@ -119,6 +120,16 @@ describe('KvPrefixSource: blocks routed but not yet shown by events', () => {
     expect(cached()).toEqual(held(home));
     clock.now = TTL;
     expect(cached()).toEqual([0, 0]);
+  });
+
+  it('before any worker has published, the block size scraped from its metrics keys the pending blocks', () => {
+    const learned = fleet(TTL, { scraped: BS });
+    const home = routedTo(learned.workers, learned.send);
+    expect(learned.cached()).toEqual(held(home));
+    // Neither configured nor scraped nor seen in an event: no keys, nothing pending.
+    const unknown = fleet(TTL, {});
+    routedTo(unknown.workers, unknown.send);
+    expect(unknown.cached()).toEqual([0, 0]);
   });
 
   it('events that show part of the prompt are extended by the pending rest', () => {
