@@ -11,8 +11,10 @@
  * Scenarios: `small` (64-token prompt, 1 output token, non-streaming), `stream64` (64-chunk SSE
  * streams, the CPU-per-chunk comparison), `stream256` (256-token SSE
  * streams, 10 ms per token), `long-prompt` (220 KB prompts, 8 streamed tokens). Closed loop at each
- * concurrency; before every measured run the same client sends a warm-up batch to the same arm and
- * discards it (connections, JIT): max(200, concurrency) small requests or `concurrency` streams.
+ * concurrency; once per arm before the first run, a process warm-up (PROCESS_WARMUP: V8's compilation
+ * of the router's hot paths), and before every measured run the same client sends a warm-up batch to
+ * the same arm and discards it (connections): max(200, concurrency) small requests or `concurrency`
+ * streams.
  *
  * Reported: added latency = per-request differences paired by request index (c - b, b - a), median and
  * p99 of those differences (never differences of percentiles); throughput ratio c/b (requests/s, or
@@ -163,23 +165,31 @@ function plans(quick: boolean, cpuOnly: boolean): OverheadPlan[] {
   ];
 }
 
-function requestsFor(scenario: OverheadScenario, count: number, quick: boolean): BenchRequest[] {
+function requestsFor(
+  scenario: OverheadScenario,
+  count: number,
+  quick: boolean,
+  seed?: number,
+): BenchRequest[] {
   switch (scenario) {
     case 'small':
       return [
-        ...generateWorkload('no-sharing', { count, promptTokens: 64, outputTokens: 1, stream: false })
+        ...generateWorkload('no-sharing', { seed, count, promptTokens: 64, outputTokens: 1, stream: false })
           .requests,
       ];
     case 'stream64':
-      return [...generateWorkload('no-sharing', { count, promptTokens: 64, outputTokens: 64 }).requests];
+      return [
+        ...generateWorkload('no-sharing', { seed, count, promptTokens: 64, outputTokens: 64 }).requests,
+      ];
     case 'stream256':
       return [
-        ...generateWorkload('no-sharing', { count, promptTokens: 64, outputTokens: quick ? 32 : 256 })
+        ...generateWorkload('no-sharing', { seed, count, promptTokens: 64, outputTokens: quick ? 32 : 256 })
           .requests,
       ];
     case 'long-prompt':
       return [
         ...generateWorkload('long-prompt', {
+          seed,
           documents: 4,
           questionsPerDocument: Math.ceil(count / 4),
           outputTokens: 8,
@@ -187,6 +197,18 @@ function requestsFor(scenario: OverheadScenario, count: number, quick: boolean):
       ].map((r, index) => ({ ...r, index }));
   }
 }
+
+/**
+ * Once per arm, before the first plan: the router runs compiled JavaScript, and V8 compiles its hot
+ * paths (on background threads, counted in the process's CPU) over its first few thousand requests.
+ * Measured through Envoy at concurrency 16, fresh prompts every 1,500 requests: router CPU per small
+ * request ~1.2 ms over the first 1,500, ~0.8 ms over the next, ~0.55-0.65 ms from the third on (the
+ * main thread's share stays ~0.5-0.6 ms; the rest is compilation). Per-run warm-ups of 200 requests left
+ * most of that inside the first measured run. The warm-up uses its own prompts (another seed), so the
+ * measured small requests still share no prefix with it; its router CPU per small request is reported ("cold").
+ */
+const PROCESS_WARMUP = { small: 4500, stream64: 32, longPrompt: 64, seed: 7, concurrency: 16 };
+const PROCESS_WARMUP_QUICK = { small: 600, stream64: 8, longPrompt: 16, seed: 7, concurrency: 16 };
 
 const SIM_ARGS = [
   '--time-scale',
@@ -222,6 +244,8 @@ export async function runOverheadBench(opts: OverheadBenchOptions = {}): Promise
   let envoyRouted: EnvoyHandle | undefined;
   let router: RouterProcess | undefined;
   const runs: OverheadRun[] = [];
+  const w = quick ? PROCESS_WARMUP_QUICK : PROCESS_WARMUP;
+  let coldCpuUs = 0;
   try {
     const simPort = Number(new URL(sim.url).port);
     envoyPlain = await startEnvoy({
@@ -236,6 +260,20 @@ export async function runOverheadBench(opts: OverheadBenchOptions = {}): Promise
       router: `http://127.0.0.1:${envoyRouted.listenerPort}`,
     };
     const envoyPid = envoyRouted.process.pid!;
+    for (const arm of ['direct', 'envoy', 'router'] as const) {
+      const cpu0 = router.cpuMs();
+      const small = requestsFor('small', w.small, quick, w.seed);
+      await runClosedLoop({ baseUrl: urls[arm], requests: small, concurrency: w.concurrency });
+      if (arm === 'router') coldCpuUs = round(((router.cpuMs() - cpu0) / small.length) * 1000);
+      for (const [scenario, n] of [
+        ['stream64', w.stream64],
+        ['long-prompt', w.longPrompt],
+      ] as const) {
+        const reqs = requestsFor(scenario, n, quick, w.seed);
+        await runClosedLoop({ baseUrl: urls[arm], requests: reqs, concurrency: w.concurrency });
+      }
+    }
+    log(`overhead: process warm-up done; router CPU per small request while cold ${coldCpuUs} us`);
     let smallCpu: { router: number; envoy: number } | undefined;
     for (const plan of opts.plans ?? plans(quick, opts.cpuOnly ?? false)) {
       const requests = requestsFor(plan.scenario, plan.count, quick);
@@ -293,6 +331,11 @@ export async function runOverheadBench(opts: OverheadBenchOptions = {}): Promise
         'child process: 10 ms fixed TTFT, 10 ms per token, no prefill cost, no ITL growth, no slot limit',
       router: `child process \`node ${build.script}\` (compiled by tsc, no tsx), default config (policy cache_aware), one worker`,
       envoy: 'envoy/envoy.yaml (request body BUFFERED, response body STREAMED) with --concurrency 2',
+      warmupPerArm:
+        `once per arm before the first run (V8 compiles the router's hot paths over its first few ` +
+        `thousand requests): ${w.small} small requests, ${w.stream64} 64-chunk streams, ${w.longPrompt} ` +
+        `220 KB prompts at concurrency ${w.concurrency}, other prompts than the measured runs; router CPU ` +
+        `per small request during it (cold): ${coldCpuUs} us`,
       warmupRequestsPerRun: 'small: max(200, concurrency); streams: concurrency',
     },
     runs,
