@@ -43,7 +43,7 @@
  * queue, while a 200 KB document shared by many requests saves seconds and is worth a long one.
  *
  * One exception (prefix-home.ts): when the lowest score is a worker that does not hold the prompt's
- * opening (~64 tokens: nobody holds it yet, or its holders were filtered or are too busy), the request
+ * opening (~64 tokens: nobody holds it yet, or its one holder was filtered or is too busy), the request
  * goes to the prompt's rendezvous home among the unfiltered candidates whose score is within
  * `prefixHomeMargin` x its prefill time of the lowest: the worker every router replica picks for that
  * opening, so replicas that share nothing seed a new prefix, and spill a busy one, on the same worker.
@@ -72,7 +72,13 @@ import type { Role } from '../workers/role.js';
 import type { Worker } from '../workers/worker.js';
 import type { SelectionInput } from './policy.js';
 import { resolvePrefix, type PrefixSource } from './prefix-source.js';
-import { DEFAULT_PREFIX_HOME_OPTIONS, homeApplies, homeKeyHash, prefixHome } from './prefix-home.js';
+import {
+  DEFAULT_PREFIX_HOME_OPTIONS,
+  homeApplies,
+  homeKeyHash,
+  keyHolders,
+  prefixHome,
+} from './prefix-home.js';
 import { leastLoaded } from './tie-break.js';
 
 /** What the cost model reads per worker (the composition root binds the scraper's board and clock). */
@@ -210,6 +216,7 @@ export function scoreCost(
     homeApplies(
       input.text.length,
       (c[chosenIndex] as Candidate).cachedTokens,
+      keyHolders(c, options.charsPerToken, homeOptions),
       options.charsPerToken,
       homeOptions,
     )

@@ -95,9 +95,18 @@ describe('homeApplies', () => {
     },
     { name: 'it holds the key: the cost model decides', chars: 8000, cached: 64, opts: o, want: false },
     { name: 'prompt shorter than the key', chars: 255, cached: 0, opts: o, want: false },
+    {
+      name: 'two holders (a widely shared opening): off',
+      chars: 8000,
+      cached: 0,
+      holders: 2,
+      opts: o,
+      want: false,
+    },
+    { name: 'one holder, busy: a spill, on', chars: 8000, cached: 0, holders: 1, opts: o, want: true },
     { name: 'margin 0 turns it off', chars: 8000, cached: 0, opts: { ...o, margin: 0 }, want: false },
-  ])('$name -> $want', ({ chars, cached, opts, want }) => {
-    expect(homeApplies(chars, cached, 4, opts)).toBe(want);
+  ])('$name -> $want', ({ chars, cached, holders, opts, want }) => {
+    expect(homeApplies(chars, cached, holders ?? 0, 4, opts)).toBe(want);
   });
 });
 
@@ -249,6 +258,23 @@ describe('prefix home in cache_aware (two replicas, no shared state)', () => {
     const b0 = new CacheAwarePolicy({ prefixHomeMargin: 0 }, { signals: view(LOADS_B) });
     for (const p of [a0, b0]) p.routed({ worker: holder, branch: 'seed' }, input(workers, { text }), 1);
     expect(a0.select(input(workers, { text })).worker).not.toBe(b0.select(input(workers, { text })).worker);
+  });
+
+  it('an opening that two workers hold (one preamble for every user) spills by the cost model alone', () => {
+    const workers = makeWorkers(8);
+    const preamble = prompt(31, LONG);
+    const holders = [workers[2]!, workers[5]!];
+    const policy = replica(
+      workers,
+      workers.map((w) => (holders.includes(w) ? 14 : 0)),
+    );
+    for (const h of holders)
+      policy.routed({ worker: h, branch: 'seed' }, input(workers, { text: preamble }), 1);
+    for (let u = 0; u < 8; u++) {
+      const d = policy.select(input(workers, { text: `${preamble}\nuser ${u}: a question of their own` }));
+      expect(holders).not.toContain(d.worker);
+      expect(d.cost?.home).toBeUndefined();
+    }
   });
 
   it('a far busier home is not worth it: beyond the margin the best worker wins', () => {
