@@ -27,16 +27,19 @@ export class PoolDispatcher implements Dispatcher {
     pool.reconcile();
     const chosen = choose(pool, routingContext(req));
     if (!chosen) throw noWorkers([pool]);
-    const r = reserve(pool, chosen, observer, clock());
+    // Only the decision and the guard outlive this call: the reservation's input holds the prompt
+    // and the parsed body, which must not stay reachable for the whole response (a 220 KB prompt
+    // would survive young-generation GCs and wait for a full one).
+    const { decision, guard } = reserve(pool, chosen, observer, clock());
     const decisionHeader = this.opts.decisionHeader;
     return {
-      worker: r.decision.worker,
-      decision: r.decision,
-      setHeaders: { [DESTINATION_HEADER]: r.decision.worker.endpoint },
+      worker: decision.worker,
+      decision,
+      setHeaders: { [DESTINATION_HEADER]: decision.worker.endpoint },
       responseHeaders: decisionHeader
-        ? () => ({ [DECISION_HEADER]: describeDecision(pool.policy.name, r.decision) })
+        ? () => ({ [DECISION_HEADER]: describeDecision(pool.policy.name, decision) })
         : undefined,
-      finish: () => r.guard.release(),
+      finish: () => guard.release(),
     };
   }
 }
