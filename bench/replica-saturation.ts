@@ -5,7 +5,11 @@
  *   - `2 replicas`: two router processes, pinned to core 0 and core 1, Envoy round-robining ext_proc
  *     streams over them (the replicas Envoy config: health checks, outlier detection).
  * The arms alternate (1, 2, 1, 2, ...; `rounds` each, fresh processes per round) so drift in the
- * machine's other load lands on both. Each round starts with a discarded warm-up batch.
+ * machine's other load lands on both. Each round starts with a discarded warm-up batch of 4,500
+ * requests PER REPLICA (fresh processes each round): V8 compiles the router's hot paths on background
+ * threads over its first few thousand requests (bench/overhead-bench.ts measured ~1.2 ms -> ~0.6 ms of
+ * CPU per small request), and a fixed warm-up shared by two replicas would leave each of them colder
+ * than the single one, charging the second arm its JIT.
  *
  * Everything else is unpinned and shares the same cores: Envoy (--concurrency 2), the simulated
  * workers (child processes: 5 ms fixed service time, 1 output token) and the client (this process).
@@ -60,7 +64,8 @@ export interface SaturationResult {
   setup: {
     concurrency: number;
     requestsPerRound: number;
-    warmupPerRound: number;
+    /** Discarded warm-up requests per replica per round (so each process is as warm in both arms). */
+    warmupPerReplica: number;
     rounds: number;
     workers: number;
     simulator: string;
@@ -112,8 +117,8 @@ export async function runReplicaSaturation(
   );
   const concurrency = quick ? 16 : 64;
   const count = quick ? 300 : 3000;
-  const warmCount = quick ? 100 : 500;
-  const rounds = quick ? 1 : 2;
+  const warmPerReplica = quick ? 100 : 4500;
+  const rounds = quick ? 1 : 3;
   const workers = 2;
   const build = buildRouter();
   const sims: SimulatorProcess[] = [];
@@ -148,7 +153,8 @@ export async function runReplicaSaturation(
             routerHealthCheck: true,
           });
           const baseUrl = `http://127.0.0.1:${envoy.listenerPort}`;
-          await runClosedLoop({ baseUrl, requests: smallRequests(warmCount, 100 + round), concurrency });
+          const warm = smallRequests(warmPerReplica * routers.length, 100 + round);
+          await runClosedLoop({ baseUrl, requests: warm, concurrency });
           const requests = smallRequests(count, 1 + round);
           const envoyPid = envoy.process.pid!;
           const r0 = routers.map((r) => r.cpuMs());
@@ -228,7 +234,7 @@ export async function runReplicaSaturation(
     setup: {
       concurrency,
       requestsPerRound: count,
-      warmupPerRound: warmCount,
+      warmupPerReplica: warmPerReplica,
       rounds,
       workers,
       simulator: 'child processes: 5 ms fixed service time, no prefill cost, no slot limit; unpinned',

@@ -54,8 +54,8 @@ function saturationPart(s: SaturationResult): string[] {
     `Small requests (${s.setup.request}), closed loop at concurrency ${s.setup.concurrency} through Envoy ` +
       `to one router replica pinned to core 0 (\`taskset -c 0\`) or two replicas pinned to cores 0 and 1, ` +
       `${s.setup.workers} simulated workers (${s.setup.simulator}). The arms alternate, ${s.setup.rounds} ` +
-      `rounds of ${s.setup.requestsPerRound} requests each (fresh processes, ${s.setup.warmupPerRound} ` +
-      'warm-up requests discarded per round), summed. Envoy (`--concurrency 2`), the workers and the ' +
+      `rounds of ${s.setup.requestsPerRound} requests each (fresh processes, ${s.setup.warmupPerReplica ?? 0} ` +
+      'warm-up requests per replica discarded per round, so both arms measure JIT-warm processes), summed. Envoy (`--concurrency 2`), the workers and the ' +
       `client are not pinned: on this ${s.info.cores}-core host they share the replicas' cores, so the ` +
       'ratio is what a second pinned replica buys on a host that also runs its Envoy and load, not a ' +
       'router alone. Router CPU = utime + stime of every replica from /proc (10 ms ticks) per completed ' +

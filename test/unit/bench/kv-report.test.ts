@@ -147,7 +147,7 @@ describe('renderReplicas: prefix home off, pinned-replica saturation', () => {
       setup: {
         concurrency: 64,
         requestsPerRound: 100,
-        warmupPerRound: 10,
+        warmupPerReplica: 10,
         rounds: 1,
         workers: 2,
         simulator: 'sim',
