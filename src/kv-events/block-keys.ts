@@ -23,17 +23,10 @@
  * Pure functions.
  */
 
+import { fmix32 } from '../util/fmix32.js';
+
 const P1 = 0x01000193;
 const P2 = 0x5bd1e995;
-
-function fmix32(h: number): number {
-  h ^= h >>> 16;
-  h = Math.imul(h, 0x85ebca6b);
-  h ^= h >>> 13;
-  h = Math.imul(h, 0xc2b2ae35);
-  h ^= h >>> 16;
-  return h >>> 0;
-}
 
 function fold(h1: number, h2: number): number {
   return fmix32(h1) * 2097152 + (fmix32(h2) >>> 11);

@@ -42,6 +42,7 @@
  *
  * Pure: no timers, metrics or logging.
  */
+import { fmix32 } from '../util/fmix32.js';
 import { hash32 } from './hash-ring.js';
 
 export interface PrefixHomeOptions {
@@ -63,16 +64,6 @@ export interface HomeCandidate {
   /** Passed the cost model's filters (or every candidate failed them). */
   readonly eligible: boolean;
   readonly scoreMs: number;
-}
-
-/** murmur3's 32-bit finalizer: avalanches a combined hash. */
-function fmix32(h: number): number {
-  h ^= h >>> 16;
-  h = Math.imul(h, 0x85ebca6b);
-  h ^= h >>> 13;
-  h = Math.imul(h, 0xc2b2ae35);
-  h ^= h >>> 16;
-  return h >>> 0;
 }
 
 /** The rendezvous key's hash: the prompt's first `keyChars` characters. */

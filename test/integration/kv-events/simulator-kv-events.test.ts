@@ -4,7 +4,7 @@
  */
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
-import { startSimulator, type Simulator } from '../../../src/sim/simulator.js';
+import { startSimulator, type Simulator, type SimulatorOptions } from '../../../src/sim/simulator.js';
 import { HfTokenizer } from '../../../src/tokenize/hf-tokenizer.js';
 import { tokenizeBody } from '../../../src/tokenize/request-tokens.js';
 import { KvEventSubscriber } from '../../../src/kv-events/kv-event-subscriber.js';
@@ -28,6 +28,31 @@ async function post(sim: Simulator, body: Record<string, unknown>): Promise<void
   await res.text();
 }
 
+/**
+ * A simulator publishing KV events (with a replay endpoint) and a subscriber feeding a fresh index,
+ * connected: its first replay has run, so what the simulator publishes from now on arrives.
+ */
+async function subscribedSimulator(opts: SimulatorOptions) {
+  const sim = await startSimulator({ timeScale: 0, tokenizer, ...opts });
+  closers.push(() => sim.close());
+  const index = new KvBlockIndex();
+  let replays = 0;
+  let applied = 0;
+  const sub = new KvEventSubscriber({
+    worker: sim.url,
+    indexKey: 'w',
+    endpoint: sim.kvEvents!.endpoint,
+    replayEndpoint: sim.kvEvents!.replayEndpoint!,
+    index,
+    hooks: { replay: () => void replays++, applied: (_w, n) => void (applied += n) },
+  });
+  sub.start();
+  closers.push(() => sub.close());
+  await waitFor(() => replays === 1);
+  await sub.idle();
+  return { sim, index, applied: () => applied };
+}
+
 describe('simulator KV events', () => {
   it.each([
     ['map', 'int'],
@@ -35,35 +60,17 @@ describe('simulator KV events', () => {
   ] as const)(
     '%s encoding, %s hashes: the index mirrors the cache through stores, evictions and a reset',
     async (encoding, hashFormat) => {
-      const sim = await startSimulator({
-        timeScale: 0,
-        tokenizer,
+      const { sim, index, applied } = await subscribedSimulator({
         cache: { capacityBlocks: 8 },
         kvEvents: { replayEndpoint: 'tcp://127.0.0.1:0', encoding, hashFormat },
       });
-      closers.push(() => sim.close());
-      const index = new KvBlockIndex();
-      let replays = 0;
-      let applied = 0;
-      const sub = new KvEventSubscriber({
-        worker: sim.url,
-        indexKey: 'w',
-        endpoint: sim.kvEvents!.endpoint,
-        replayEndpoint: sim.kvEvents!.replayEndpoint!,
-        index,
-        hooks: { replay: () => void replays++, applied: (_w, n) => void (applied += n) },
-      });
-      sub.start();
-      closers.push(() => sub.close());
-      await waitFor(() => replays === 1);
-      await sub.idle();
 
       const prompt = 'Prefix caching keeps the key and value tensors of a prompt. '.repeat(6);
       const ids = tokenizeBody(tokenizer, { prompt });
       if (!ids.ok) throw new Error('fixture cannot tokenize');
       const keys = promptKeys(ids.ids, 16, keySeed(undefined));
       await post(sim, { prompt });
-      await waitFor(() => index.size('w') === sim.cache.usedBlocks && applied > 1);
+      await waitFor(() => index.size('w') === sim.cache.usedBlocks && applied() > 1);
       expect(index.cachedTokens(keys, 16, ['w'])).toEqual([Math.min(keys.length, 8) * 16]);
 
       // A different long prompt evicts it (BlockRemoved), the index follows.
@@ -77,26 +84,9 @@ describe('simulator KV events', () => {
   );
 
   it('cache_salt: salted blocks are cached and published apart, and match only the same salt', async () => {
-    const sim = await startSimulator({
-      timeScale: 0,
-      tokenizer,
+    const { sim, index } = await subscribedSimulator({
       kvEvents: { replayEndpoint: 'tcp://127.0.0.1:0', encoding: 'array' },
     });
-    closers.push(() => sim.close());
-    const index = new KvBlockIndex();
-    let replays = 0;
-    const sub = new KvEventSubscriber({
-      worker: sim.url,
-      indexKey: 'w',
-      endpoint: sim.kvEvents!.endpoint,
-      replayEndpoint: sim.kvEvents!.replayEndpoint!,
-      index,
-      hooks: { replay: () => void replays++ },
-    });
-    sub.start();
-    closers.push(() => sub.close());
-    await waitFor(() => replays === 1); // connected: what the simulator publishes now arrives
-    await sub.idle();
 
     const prompt = 'Tenants revisit their long contexts many times. '.repeat(8);
     const ids = tokenizeBody(tokenizer, { prompt });

@@ -1,12 +1,11 @@
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { CacheAwarePolicy } from '../../../src/routing/cache-aware.js';
-import { KvEventSubscriptions } from '../../../src/kv-events/kv-event-subscriptions.js';
 import { KvPrefixSource } from '../../../src/kv-events/kv-prefix-source.js';
-import { parseKvEventSources, workerKey } from '../../../src/kv-events/kv-event-sources.js';
+import { workerKey } from '../../../src/kv-events/kv-event-sources.js';
 import { RequestTokenizer } from '../../../src/tokenize/request-tokens.js';
 import type { Worker } from '../../../src/workers/worker.js';
-import { input, makeWorkers, route } from '../routing/fixtures.js';
+import { input, makeWorkers, route, unstartedSubscriptions } from '../routing/fixtures.js';
 
 const DIR = fileURLToPath(new URL('../../fixtures/tokenizer', import.meta.url));
 const tokenizer = RequestTokenizer.load(new Map([['m', DIR]]));
@@ -28,15 +27,7 @@ afterAll(async () => {
  */
 function fleet(pendingTtlMs: number, sizes: { blockSize?: number; scraped?: number } = { blockSize: BS }) {
   const workers = makeWorkers(2);
-  const rules = parseKvEventSources({
-    sources: workers.map((w) => `${w.url}=tcp://127.0.0.1:9`),
-    replays: [],
-    defaultPort: 0,
-    defaultReplayPort: 0,
-    dpSize: 1,
-  });
-  const subs = new KvEventSubscriptions({ rules, syncIntervalMs: 0 });
-  subs.sync(workers);
+  const subs = unstartedSubscriptions(workers);
   closers.push(() => subs.close());
   const clock = { now: 0 };
   const source = new KvPrefixSource({

@@ -1,3 +1,5 @@
+import { parseKvEventSources } from '../../../src/kv-events/kv-event-sources.js';
+import { KvEventSubscriptions } from '../../../src/kv-events/kv-event-subscriptions.js';
 import type { Decision, Policy, SelectionInput } from '../../../src/routing/policy.js';
 import { LoadGuard } from '../../../src/workers/load-guard.js';
 import { Worker } from '../../../src/workers/worker.js';
@@ -53,4 +55,25 @@ export function counts(ids: Iterable<string>): Map<string, number> {
   const out = new Map<string, number>();
   for (const id of ids) out.set(id, (out.get(id) ?? 0) + 1);
   return out;
+}
+
+/**
+ * KV-event subscriptions for `publishing` workers whose publishers are never started (an endpoint
+ * nobody binds: ZMQ just retries), so a test applies decoded events to `index` directly, as a
+ * subscriber would. Close it when done.
+ */
+export function unstartedSubscriptions(
+  workers: readonly Worker[],
+  publishing: readonly Worker[] = workers,
+): KvEventSubscriptions {
+  const rules = parseKvEventSources({
+    sources: publishing.map((w) => `${w.url}=tcp://127.0.0.1:9`),
+    replays: [],
+    defaultPort: 0,
+    defaultReplayPort: 0,
+    dpSize: 1,
+  });
+  const subs = new KvEventSubscriptions({ rules, syncIntervalMs: 0 });
+  subs.sync(workers);
+  return subs;
 }

@@ -1,12 +1,11 @@
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { KvAwarePolicy } from '../../../src/routing/kv-aware.js';
-import { KvEventSubscriptions } from '../../../src/kv-events/kv-event-subscriptions.js';
 import { KvPrefixSource } from '../../../src/kv-events/kv-prefix-source.js';
-import { parseKvEventSources, workerKey } from '../../../src/kv-events/kv-event-sources.js';
+import { workerKey } from '../../../src/kv-events/kv-event-sources.js';
 import { RequestTokenizer } from '../../../src/tokenize/request-tokens.js';
 import type { BlockStoredEvent } from '../../../src/kv-events/kv-event-decoder.js';
-import { input, makeWorkers, route } from './fixtures.js';
+import { input, makeWorkers, route, unstartedSubscriptions } from './fixtures.js';
 
 const DIR = fileURLToPath(new URL('../../fixtures/tokenizer', import.meta.url));
 const tokenizer = RequestTokenizer.load(new Map([['m', DIR]]));
@@ -18,15 +17,10 @@ const BS = 4;
  */
 function fleet(n: number, publishing: number[], loads: number[] = []) {
   const workers = makeWorkers(n, loads);
-  const rules = parseKvEventSources({
-    sources: publishing.map((i) => `${workers[i]!.url}=tcp://127.0.0.1:9`),
-    replays: [],
-    defaultPort: 0,
-    defaultReplayPort: 0,
-    dpSize: 1,
-  });
-  const subs = new KvEventSubscriptions({ rules, syncIntervalMs: 0 });
-  subs.sync(workers);
+  const subs = unstartedSubscriptions(
+    workers,
+    publishing.map((i) => workers[i]!),
+  );
   const source = new KvPrefixSource({ subscriptions: subs, tokenizer });
   const fallbacks: string[] = [];
   const policy = new KvAwarePolicy({ exact: source, onFallback: (r) => fallbacks.push(r) });
