@@ -15,6 +15,7 @@
  * (O(P log P), P = members * virtualNodes; membership changes are rare next to lookups, which are a
  * binary search). Pure: no timers, metrics or logging.
  */
+import { fmix32 } from '../util/fmix32.js';
 
 /** 32-bit FNV-1a over UTF-16 code units, then the murmur3 finalizer for avalanche. Unsigned. */
 export function hash32(s: string): number {
@@ -23,12 +24,7 @@ export function hash32(s: string): number {
     h ^= s.charCodeAt(i);
     h = Math.imul(h, 0x01000193);
   }
-  h ^= h >>> 16;
-  h = Math.imul(h, 0x85ebca6b);
-  h ^= h >>> 13;
-  h = Math.imul(h, 0xc2b2ae35);
-  h ^= h >>> 16;
-  return h >>> 0;
+  return fmix32(h);
 }
 
 export interface RingHit {

@@ -5,7 +5,7 @@ import { KvPrefixSource } from '../../../src/kv-events/kv-prefix-source.js';
 import { workerKey } from '../../../src/kv-events/kv-event-sources.js';
 import { RequestTokenizer } from '../../../src/tokenize/request-tokens.js';
 import type { Worker } from '../../../src/workers/worker.js';
-import { input, makeWorkers, route, unstartedSubscriptions } from '../routing/fixtures.js';
+import { input, makeWorkers, route, storeBlocks, unstartedSubscriptions } from '../routing/fixtures.js';
 
 const DIR = fileURLToPath(new URL('../../fixtures/tokenizer', import.meta.url));
 const tokenizer = RequestTokenizer.load(new Map([['m', DIR]]));
@@ -40,20 +40,7 @@ function fleet(pendingTtlMs: number, sizes: { blockSize?: number; scraped?: numb
   });
   const policy = new CacheAwarePolicy({}, { prefixSources: [source] });
   for (const w of workers) policy.addWorker(w);
-  const store = (i: number, n: number): void => {
-    subs.index.apply(`${workerKey(workers[i]!.url)}#0`, [
-      {
-        type: 'stored',
-        hashes: Array.from({ length: n }, (_, b) => 1000 * (i + 1) + b),
-        parent: undefined,
-        tokens: ids.slice(0, n * BS),
-        blockSize: BS,
-        medium: 'GPU',
-        loraName: undefined,
-        extraKeys: undefined,
-      },
-    ]);
-  };
+  const store = (i: number, n: number): void => storeBlocks(subs, workers, i, ids, n, BS);
   const evict = (i: number): void => {
     subs.index.apply(`${workerKey(workers[i]!.url)}#0`, [{ type: 'cleared' }]);
   };

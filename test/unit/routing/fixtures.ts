@@ -1,4 +1,5 @@
-import { parseKvEventSources } from '../../../src/kv-events/kv-event-sources.js';
+import type { BlockStoredEvent } from '../../../src/kv-events/kv-event-decoder.js';
+import { parseKvEventSources, workerKey } from '../../../src/kv-events/kv-event-sources.js';
 import { KvEventSubscriptions } from '../../../src/kv-events/kv-event-subscriptions.js';
 import type { Decision, Policy, SelectionInput } from '../../../src/routing/policy.js';
 import { LoadGuard } from '../../../src/workers/load-guard.js';
@@ -76,4 +77,34 @@ export function unstartedSubscriptions(
   const subs = new KvEventSubscriptions({ rules, syncIntervalMs: 0 });
   subs.sync(workers);
   return subs;
+}
+
+/**
+ * Worker `i`'s engine stores the first `blocks` full blocks of `ids` (engine hashes 1000 * (i + 1) + b),
+ * block 0 salted with `salt` as the decoder renders vLLM's per-block extra keys; applied to the index
+ * as its subscriber would.
+ */
+export function storeBlocks(
+  subs: KvEventSubscriptions,
+  workers: readonly Worker[],
+  i: number,
+  ids: readonly number[],
+  blocks: number,
+  blockSize: number,
+  salt?: string,
+): void {
+  const event: BlockStoredEvent = {
+    type: 'stored',
+    hashes: Array.from({ length: blocks }, (_, b) => 1000 * (i + 1) + b),
+    parent: undefined,
+    tokens: ids.slice(0, blocks * blockSize),
+    blockSize,
+    medium: 'GPU',
+    loraName: undefined,
+    extraKeys:
+      salt === undefined
+        ? undefined
+        : Array.from({ length: blocks }, (_, b) => (b === 0 ? `["${salt}"]` : '')),
+  };
+  subs.index.apply(`${workerKey((workers[i] as Worker).url)}#0`, [event]);
 }

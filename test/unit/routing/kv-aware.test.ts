@@ -4,8 +4,7 @@ import { KvAwarePolicy } from '../../../src/routing/kv-aware.js';
 import { KvPrefixSource } from '../../../src/kv-events/kv-prefix-source.js';
 import { workerKey } from '../../../src/kv-events/kv-event-sources.js';
 import { RequestTokenizer } from '../../../src/tokenize/request-tokens.js';
-import type { BlockStoredEvent } from '../../../src/kv-events/kv-event-decoder.js';
-import { input, makeWorkers, route, unstartedSubscriptions } from './fixtures.js';
+import { input, makeWorkers, route, storeBlocks, unstartedSubscriptions } from './fixtures.js';
 
 const DIR = fileURLToPath(new URL('../../fixtures/tokenizer', import.meta.url));
 const tokenizer = RequestTokenizer.load(new Map([['m', DIR]]));
@@ -27,21 +26,7 @@ function fleet(n: number, publishing: number[], loads: number[] = []) {
   for (const w of workers) policy.addWorker(w);
   /** Worker i's engine stores the first `blocks` full blocks of `ids` (block 0 salted with `salt`). */
   const store = (i: number, ids: readonly number[], blocks: number, salt?: string): void => {
-    const event: BlockStoredEvent = {
-      type: 'stored',
-      hashes: Array.from({ length: blocks }, (_, b) => 1000 * (i + 1) + b),
-      parent: undefined,
-      tokens: ids.slice(0, blocks * BS),
-      blockSize: BS,
-      medium: 'GPU',
-      loraName: undefined,
-      // As the decoder renders vLLM's per-block extra keys: the salt on block 0 only.
-      extraKeys:
-        salt === undefined
-          ? undefined
-          : Array.from({ length: blocks }, (_, b) => (b === 0 ? `["${salt}"]` : '')),
-    };
-    subs.index.apply(`${workerKey(workers[i]!.url)}#0`, [event]);
+    storeBlocks(subs, workers, i, ids, blocks, BS, salt);
   };
   closers.push(() => subs.close());
   return { workers, subs, policy, store, fallbacks };
