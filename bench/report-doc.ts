@@ -124,3 +124,18 @@ export function ratio(a: number, b: number): string {
 export function verdict(ok: boolean): string {
   return ok ? '**met**' : '**MISSED**';
 }
+
+/** A section's "### Targets" block: one row per target, with its verdict. */
+export function targetsBlock(
+  rows: ReadonlyArray<{ name: string; value: string | number; target: string; met: boolean }>,
+): string[] {
+  return [
+    '### Targets',
+    '',
+    table(
+      ['target', 'measured', 'wanted', 'verdict'],
+      rows.map((x) => [x.name, x.value, x.target, verdict(x.met)]),
+    ),
+    '',
+  ];
+}

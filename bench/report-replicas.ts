@@ -8,7 +8,7 @@
 import type { RenderedSection } from './report-sections.js';
 import type { SaturationResult } from './replica-saturation.js';
 import { findCell, type RoutingCell, type RoutingResult } from './routing-bench.js';
-import { ratio, runHeader, table, verdict } from './report-doc.js';
+import { ratio, runHeader, table, targetsBlock } from './report-doc.js';
 
 const pct = (v: number): string => (Number.isFinite(v) ? `${(v * 100).toFixed(1)}%` : 'n/a');
 
@@ -163,14 +163,6 @@ function routingPart(r: RoutingResult): string[] {
       ]);
     }
   }
-  lines.push(
-    '### Targets',
-    '',
-    table(
-      ['target', 'measured', 'wanted', 'verdict'],
-      targets.map(([n, m, t, ok]) => [n, m, t, verdict(ok)]),
-    ),
-    '',
-  );
+  lines.push(...targetsBlock(targets.map(([name, value, target, met]) => ({ name, value, target, met }))));
   return lines;
 }

@@ -7,7 +7,7 @@ import type { OverheadResult, OverheadRun } from './overhead-bench.js';
 import { findCell, type RoutingResult } from './routing-bench.js';
 import type { ScaleResult } from './scale-bench.js';
 import { renderBarChart } from './svg-chart.js';
-import { ratio, runHeader, table, verdict } from './report-doc.js';
+import { ratio, runHeader, table, targetsBlock, verdict } from './report-doc.js';
 
 export interface RenderedSection {
   markdown: string;
@@ -144,13 +144,7 @@ export function workloadsAndTargets(r: RoutingResult): string[] {
           .join(', ')}`,
     ),
     '',
-    '### Targets',
-    '',
-    table(
-      ['target', 'measured', 'wanted', 'verdict'],
-      r.targets.map((x) => [x.name, x.value, x.target, verdict(x.met)]),
-    ),
-    '',
+    ...targetsBlock(r.targets),
   ];
 }
 
@@ -214,13 +208,7 @@ export function renderOverhead(r: OverheadResult): RenderedSection {
     '',
     ...Object.entries(r.setup).map(([k, v]) => `- ${k}: ${String(v)}`),
     '',
-    '### Targets',
-    '',
-    table(
-      ['target', 'measured', 'wanted', 'verdict'],
-      r.targets.map((x) => [x.name, x.value, x.target, verdict(x.met)]),
-    ),
-    '',
+    ...targetsBlock(r.targets),
     'Peers: Envoy as a plain proxy +0.11 ms mean over direct (Nighthawk, 1000 rps); Envoy ext_proc with an ' +
       'echo processor ~+3 ms mean (~0.75 ms per round trip); GIE EPP with 220 KB prompts ~286 ms per request ' +
       'in the picker at 1200 concurrency.',
