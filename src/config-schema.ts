@@ -544,7 +544,7 @@ export const OPTIONS = [
     flag: 'prefix-home-margin',
     type: 'number',
     default: CACHE_AWARE.prefixHomeMargin,
-    help: "cache_aware cost: a prompt whose best-scored worker does not hold its opening (nobody holds it, or the holders are busy) goes to its rendezvous home, the same worker on every router replica, when the home's score is within this multiple of the prompt's prefill time of the best; 0 = off.",
+    help: "cache_aware cost: a prompt whose best-scored worker does not hold its opening (nobody holds it, or the holders are busy) goes to its rendezvous home, the same worker on every router replica, when the home's score is within this multiple of the prompt's prefill time of the best; 0 = off. kv_aware: a prompt nobody holds goes to its home when the home has at most this many requests more than the least loaded.",
   },
   {
     group: 'Load and cost model',
@@ -552,7 +552,7 @@ export const OPTIONS = [
     flag: 'prefix-home-key-chars',
     type: 'int',
     default: CACHE_AWARE.prefixHomeKeyChars,
-    help: "cache_aware cost: characters of the prompt's start that key its rendezvous home (the rule applies when the best-scored worker holds less of the prompt than that).",
+    help: "cache_aware cost and kv_aware: characters of the prompt's start that key its rendezvous home (the rule applies when the best-scored worker holds less of the prompt than that; shorter prompts never have a home).",
   },
   {
     group: 'Load and cost model',

@@ -74,12 +74,78 @@ describe('kv_aware', () => {
     expect(policy.select(input(workers, { text: prompt, body: { prompt } })).worker).toBe(workers[0]);
   });
 
-  it('nothing cached anywhere: least loaded (exact_miss)', () => {
+  it('nothing cached anywhere, a prompt shorter than the home key: least loaded (exact_miss)', () => {
     const { workers, policy } = fleet(3, [0, 1, 2], [2, 0, 1]);
-    expect(policy.select(input(workers, { text: prompt, body: { prompt } }))).toMatchObject({
+    const short = 'Say hello to the new user, briefly.';
+    expect(policy.select(input(workers, { text: short, body: { prompt: short } }))).toMatchObject({
       worker: workers[1],
       branch: 'exact_miss',
     });
+  });
+
+  it('a long prompt nobody holds: replicas whose loads differ agree on its home (exact_home)', () => {
+    // Two replicas = two policies over the same workers (same URLs), each seeing other loads.
+    const a = fleet(4, [0, 1, 2, 3], [0, 1, 2, 3]);
+    const b = fleet(4, [0, 1, 2, 3], [3, 2, 1, 0]);
+    const da = a.policy.select(input(a.workers, { text: prompt, body: { prompt } }));
+    const db = b.policy.select(input(b.workers, { text: prompt, body: { prompt } }));
+    expect(da.branch).toBe('exact_home');
+    expect(db.branch).toBe('exact_home');
+    expect(da.worker.url).toBe(db.worker.url);
+    // Other prompts have other homes: the rule spreads prefixes, it does not pile them up.
+    const homes = new Set<string>();
+    for (let i = 0; i < 16; i++) {
+      const text = `tenant ${i}: ${prompt}`;
+      homes.add(a.policy.select(input(a.workers, { text, body: { prompt: text } })).worker.url);
+    }
+    expect(homes.size).toBeGreaterThan(1);
+  });
+
+  it('a home more than prefixHomeMargin requests above the least loaded is skipped; margin 0 is the reference rule', () => {
+    const probe = fleet(3, [0, 1, 2]);
+    const home = probe.policy.select(input(probe.workers, { text: prompt, body: { prompt } }));
+    const h = probe.workers.indexOf(home.worker);
+    // Only the least-loaded worker is within the margin (3): the home moves there.
+    const loads = [0, 1, 2].map((i) => (i === (h + 1) % 3 ? 0 : 4));
+    const busy = fleet(3, [0, 1, 2], loads);
+    expect(busy.policy.select(input(busy.workers, { text: prompt, body: { prompt } })).worker).toBe(
+      busy.workers[(h + 1) % 3],
+    );
+    const workers = makeWorkers(3, [1, 0, 1]);
+    const subs = unstartedSubscriptions(workers, workers);
+    closers.push(() => subs.close());
+    const off = new KvAwarePolicy({
+      exact: new KvPrefixSource({ subscriptions: subs, tokenizer }),
+      cacheAware: { prefixHomeMargin: 0 },
+    });
+    expect(off.select(input(workers, { text: prompt, body: { prompt } }))).toMatchObject({
+      worker: workers[1],
+      branch: 'exact_miss',
+    });
+  });
+
+  it("a routed prompt's blocks count as held on its worker until the events arrive (pending)", () => {
+    const workers = makeWorkers(3);
+    const subs = unstartedSubscriptions(workers, workers);
+    closers.push(() => subs.close());
+    const now = 1_000;
+    const policy = new KvAwarePolicy({
+      exact: new KvPrefixSource({
+        subscriptions: subs,
+        tokenizer,
+        blockSize: BS,
+        pendingTtlMs: 3000,
+        now: () => now,
+      }),
+      cacheAware: { prefixHomeMargin: 0 },
+    });
+    const first = route(policy, input(workers, { text: prompt, body: { prompt } }), now);
+    // Its worker is now the busiest, and nothing was published yet: the next one still follows it.
+    const next = route(policy, input(workers, { text: prompt, body: { prompt } }), now);
+    expect(next.decision).toMatchObject({ worker: first.decision.worker, branch: 'exact_hit' });
+    first.guard.release();
+    next.guard.release();
+    for (const w of workers) expect(w.load).toBe(0);
   });
 
   it('an overloaded holder yields (imbalance), with cache_aware thresholds', () => {
