@@ -115,6 +115,29 @@ export function table(head: readonly string[], rows: ReadonlyArray<ReadonlyArray
   ].join('\n');
 }
 
+/** "12.3%" or n/a. */
+export function pct(v: number): string {
+  return Number.isFinite(v) ? `${(v * 100).toFixed(1)}%` : 'n/a';
+}
+
+/** A routing cell's hit rate; a repeated cell's (merge-cells.ts) with its runs' range: "41.2% (38.0-44.9)". */
+export function hitRateText(c: { hitRate: number; runs?: { hitRate: readonly number[] } }): string {
+  const runs = c.runs?.hitRate;
+  if (runs === undefined || runs.length < 2) return pct(c.hitRate);
+  const lo = Math.min(...runs) * 100;
+  const hi = Math.max(...runs) * 100;
+  return `${pct(c.hitRate)} (${lo.toFixed(1)}-${hi.toFixed(1)})`;
+}
+
+/** "Each router cell is the mean of N runs ..." for a repeated run's setup paragraph; '' for one run. */
+export function repeatsNote(repeats: number | undefined): string {
+  if (repeats === undefined || repeats < 2) return '';
+  return (
+    ` Each router cell is the mean of ${repeats} runs, interleaved (run 1 of every variant, then run 2, ...;` +
+    " bench/merge-cells.ts); the hit rate shows the runs' range in parentheses."
+  );
+}
+
 /** "x.xx" ratio or n/a. */
 export function ratio(a: number, b: number): string {
   if (!Number.isFinite(a) || !Number.isFinite(b) || b === 0) return 'n/a';

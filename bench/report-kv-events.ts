@@ -8,7 +8,7 @@
  */
 import { workloadsAndTargets, type RenderedSection } from './report-sections.js';
 import { findCell, type RoutingCell, type RoutingResult, type RoutingTarget } from './routing-bench.js';
-import { ratio, runHeader, table } from './report-doc.js';
+import { hitRateText, ratio, repeatsNote, runHeader, table } from './report-doc.js';
 import { round } from './stats.js';
 
 const APPROX = 'cache_aware';
@@ -17,7 +17,6 @@ const EVICTION = 'eviction-pressure';
 const TTFT_P90_MAX = 0.5;
 const THROUGHPUT_MIN = 1.15;
 
-const pct = (v: number): string => (Number.isFinite(v) ? `${(v * 100).toFixed(1)}%` : 'n/a');
 const num = (v: number, digits = 0): string => (Number.isFinite(v) ? v.toFixed(digits) : 'n/a');
 
 export function kvEventTargets(cells: readonly RoutingCell[]): RoutingTarget[] {
@@ -74,7 +73,8 @@ export function renderKvEvents(r: RoutingResult): RenderedSection {
         .filter(([w]) => workloads.includes(w as RoutingCell['workload']))
         .map(([w, b]) => `${w} ${b}`)
         .join(', ') +
-      '.',
+      '.' +
+      repeatsNote(r.setup.repeats),
     '',
     ...workloadsAndTargets(r),
   );
@@ -101,7 +101,7 @@ export function renderKvEvents(r: RoutingResult): RenderedSection {
           .filter((c) => c.workload === w)
           .map((c) => [
             c.policy,
-            pct(c.hitRate),
+            hitRateText(c),
             num(c.ttftP50Ms),
             num(c.ttftP90Ms),
             approx ? ratio(c.ttftP90Ms, approx.ttftP90Ms) : 'n/a',

@@ -8,9 +8,7 @@
 import type { RenderedSection } from './report-sections.js';
 import type { SaturationResult } from './replica-saturation.js';
 import { findCell, type RoutingCell, type RoutingResult } from './routing-bench.js';
-import { ratio, runHeader, table, targetsBlock } from './report-doc.js';
-
-const pct = (v: number): string => (Number.isFinite(v) ? `${(v * 100).toFixed(1)}%` : 'n/a');
+import { hitRateText, ratio, repeatsNote, runHeader, table, targetsBlock } from './report-doc.js';
 
 /** Without KV events each replica's prefix tree sees only its own share of the traffic. */
 const APPROXIMATE_TARGET = 0.85;
@@ -102,7 +100,8 @@ function routingPart(r: RoutingResult): string[] {
       "(`--prefix-home-margin 0`: a prompt no worker holds goes to the best-scored worker of each replica's own " +
       'view instead of the rendezvous home every replica agrees on; src/routing/prefix-home.ts). Ratios are ' +
       "against one replica of the same mode (prefix home on); spread is the busiest worker's processed " +
-      'requests over the mean.',
+      'requests over the mean.' +
+      repeatsNote(r.setup.repeats),
     '',
   );
   const targets: Array<[string, string, string, boolean]> = [];
@@ -115,7 +114,7 @@ function routingPart(r: RoutingResult): string[] {
         const base = one(c);
         return [
           c.policy,
-          pct(c.hitRate),
+          hitRateText(c),
           base ? ratio(c.hitRate, base.hitRate) : 'n/a',
           c.outputTokPerSec.toFixed(0),
           base ? ratio(c.outputTokPerSec, base.outputTokPerSec) : 'n/a',

@@ -7,14 +7,22 @@ import type { OverheadResult, OverheadRun } from './overhead-bench.js';
 import { findCell, type RoutingResult } from './routing-bench.js';
 import type { ScaleResult } from './scale-bench.js';
 import { renderBarChart } from './svg-chart.js';
-import { ratio, runHeader, table, targetsBlock, verdict } from './report-doc.js';
+import {
+  hitRateText,
+  pct,
+  ratio,
+  repeatsNote,
+  runHeader,
+  table,
+  targetsBlock,
+  verdict,
+} from './report-doc.js';
 
 export interface RenderedSection {
   markdown: string;
   assets: Array<{ file: string; svg: string }>;
 }
 
-const pct = (v: number): string => (Number.isFinite(v) ? `${(v * 100).toFixed(1)}%` : 'n/a');
 const num = (v: number | undefined, digits = 1): string =>
   v !== undefined && Number.isFinite(v) ? v.toFixed(digits) : 'n/a';
 
@@ -37,7 +45,8 @@ export function renderRouting(r: RoutingResult): RenderedSection {
       `\`cache_aware_per_request\` and \`cache_aware_global\` are the reference router's rules as explicit modes ` +
       `(\`--cache-aware-mode per_request|global\`, threshold 0.3, balance abs 64 / rel 1.5); \`cache_aware_abs8\` uses ` +
       `\`--balance-abs-threshold 8\` (the default 64 cannot fire when a worker averages 8 requests). ` +
-      peersLine(r),
+      peersLine(r) +
+      repeatsNote(r.setup.repeats),
     '',
     ...workloadsAndTargets(r),
     ...sideBySide(r),
@@ -68,7 +77,7 @@ export function renderRouting(r: RoutingResult): RenderedSection {
           if (!c) return [p, 'n/a', '', '', '', '', '', '', '', '', ''];
           return [
             p,
-            pct(c.hitRate),
+            hitRateText(c),
             rr ? ratio(c.hitRate, rr.hitRate) : 'n/a',
             num(c.ttftP50Ms),
             num(c.ttftP99Ms),

@@ -45,6 +45,7 @@ import type { TimingModel } from '../src/sim/timing-model.js';
 import { startCluster } from '../src/sim/cluster.js';
 import type { Simulator } from '../src/sim/simulator.js';
 import { buildRouter, startRoutedStack, type StackRouter } from './bench-stack.js';
+import { mergeRuns } from './merge-cells.js';
 import { runClosedLoop, type RunResult } from './drivers.js';
 import { PEER_VARIANTS, PEER_VERSIONS, preparePeers, startPeer } from './peers.js';
 import { mean, percentile, round, stddev } from './stats.js';
@@ -166,6 +167,11 @@ export interface RoutingBenchOptions {
   kvEvents?: boolean;
   /** Targets for the result (default routingTargets: the default policy vs round robin). */
   targets?: (cells: readonly RoutingCell[]) => RoutingTarget[];
+  /**
+   * Runs of every router cell, interleaved (run 1 of each variant, then run 2, ...) and merged into
+   * one cell (merge-cells.ts: means of rates, sums of counts). Default 1. Peers run once.
+   */
+  repeats?: number;
 }
 
 export interface RoutingCell {
@@ -188,6 +194,8 @@ export interface RoutingCell {
   inFlightCv: number;
   /** The router replicas' decisions by branch, summed (vllm_router_policy_decisions_total). */
   branches?: Record<string, number>;
+  /** Repeated cells (`repeats` > 1, merge-cells.ts): each run's figures; the cell holds their means. */
+  runs?: { hitRate: number[]; outputTokPerSec: number[] };
   /** KV-event counters summed over replicas (variants with `kvEvents`). */
   kvEvents?: { applied: number; dropped: number; gaps: number; resets: number; fallbackLookups: number };
 }
@@ -213,6 +221,8 @@ export interface RoutingResult {
     workloads: Record<string, Record<string, number | boolean | string>>;
     /** Each router replica ran in its own process (absent in results from before this field). */
     routerProcess?: boolean;
+    /** Runs merged into each router cell (absent = 1). */
+    repeats?: number;
     /** Peer versions that ran (empty when skipped). */
     peers?: Record<string, string>;
   };
@@ -319,6 +329,9 @@ export async function runRoutingBench(opts: RoutingBenchOptions = {}): Promise<R
   const concurrency = opts.concurrency ?? (quick ? 16 : 64);
   const timeScale = opts.timeScale ?? (quick ? 0.25 : 1);
   const log = opts.log ?? (() => undefined);
+  const repeats = opts.repeats ?? 1;
+  if (!Number.isInteger(repeats) || repeats < 1)
+    throw new RangeError(`repeats must be an integer >= 1: ${repeats}`);
   const workloads = opts.workloads ?? WORKLOAD_NAMES;
   const variants = (opts.variants ?? POLICY_VARIANTS).filter(
     (v) => !opts.policies || opts.policies.includes(v.label),
@@ -357,28 +370,39 @@ export async function runRoutingBench(opts: RoutingBenchOptions = {}): Promise<R
       ...(workload.external ? { maxRecords: 20_000 } : {}),
     };
     const run = { workload, concurrency: workload.concurrency ?? concurrency, quick };
-    for (const variant of variants) {
-      const stack = await startRoutedStack({
-        workers,
-        sim,
-        router: { policy: variant.policy, ...variant.router },
-        replicas: variant.replicas,
-        ...(routerScript !== undefined ? { routerScript } : {}),
-        ...(variant.kvEvents
-          ? {
-              kvEvents: { model: workload.requests[0]?.body.model as string, tokenizerDir: KV_TOKENIZER_DIR },
-            }
-          : {}),
-      });
-      let cell: RoutingCell;
-      try {
-        cell = await measureCell(stack.cluster.sims, stack.url, run, variant.label);
-        Object.assign(cell, await routerCounters(stack.routers, variant.kvEvents ?? false));
-      } finally {
-        await stack.close();
+    const runs = new Map<string, RoutingCell[]>();
+    for (let rep = 0; rep < repeats; rep++) {
+      for (const variant of variants) {
+        const stack = await startRoutedStack({
+          workers,
+          sim,
+          router: { policy: variant.policy, ...variant.router },
+          replicas: variant.replicas,
+          ...(routerScript !== undefined ? { routerScript } : {}),
+          ...(variant.kvEvents
+            ? {
+                kvEvents: {
+                  model: workload.requests[0]?.body.model as string,
+                  tokenizerDir: KV_TOKENIZER_DIR,
+                },
+              }
+            : {}),
+        });
+        let cell: RoutingCell;
+        try {
+          cell = await measureCell(stack.cluster.sims, stack.url, run, variant.label);
+          Object.assign(cell, await routerCounters(stack.routers, variant.kvEvents ?? false));
+        } finally {
+          await stack.close();
+        }
+        runs.set(variant.label, [...(runs.get(variant.label) ?? []), cell]);
+        log(repeats > 1 ? `${cellLine(cell)} (run ${rep + 1}/${repeats})` : cellLine(cell));
       }
-      cells.push(cell);
-      log(cellLine(cell));
+    }
+    for (const variant of variants) {
+      const merged = mergeRuns(runs.get(variant.label) ?? []);
+      cells.push(merged);
+      if (repeats > 1) log(cellLine(merged));
     }
     for (const variant of PEER_VARIANTS.filter((v) => peers.includes(v.peer))) {
       const cluster = await startCluster(workers, sim);
@@ -413,6 +437,7 @@ export async function runRoutingBench(opts: RoutingBenchOptions = {}): Promise<R
       ...(kvRun ? { kvEvents: { tokenizer: 'test/fixtures/tokenizer', tokenRatio: KV_TOKEN_RATIO } } : {}),
       workloads: setupWorkloads,
       routerProcess,
+      ...(repeats > 1 ? { repeats } : {}),
       peers: Object.fromEntries(peers.map((p) => [p, PEER_VERSIONS[p]])),
     },
     cells,

@@ -12,7 +12,9 @@
  * router-vs-Envoy CPU comparison (small, 64-chunk streams, 220 KB prompts at concurrency 16). `pd` is the
  * P/D benchmark per KV connector (bench/pd-bench.ts); `--connectors=nixl,mooncake` narrows it to some
  * PD_VARIANTS labels. `replicas` also runs router throughput per host with replicas pinned to cores
- * (bench/replica-saturation.ts); `replicas --saturation` runs only that part.
+ * (bench/replica-saturation.ts); `replicas --saturation` runs only that part. `--repeats=N` (routing,
+ * replicas, kv-events) runs every router cell N times, interleaved, and reports their means with the
+ * hit rates' range (bench/merge-cells.ts): one cell's hit rate moves by 5-10 points between runs here.
  */
 import { runOverheadBench, type OverheadResult } from './overhead-bench.js';
 import { readResult, writeAsset, writeResult, writeSection, type SectionName } from './report-doc.js';
@@ -55,7 +57,7 @@ function usage(): never {
     'usage: npm run bench -- <routing|overhead|scale|replicas|kv-events|pd|all> [--quick] ' +
       '[--policies=a,b] [--workloads=a,b] (routing, replicas, kv-events) [--cpu] (overhead only) ' +
       '[--saturation] (replicas only: the pinned-replica throughput run alone) ' +
-      '[--connectors=a,b] (pd only)\n',
+      '[--connectors=a,b] (pd only) [--repeats=N] (routing, replicas, kv-events: N runs per router cell, 1-10)\n',
   );
   process.exit(2);
 }
@@ -85,6 +87,8 @@ interface Narrowing {
   connectors?: string[];
   /** replicas: only the pinned-replica saturation run (bench/replica-saturation.ts). */
   saturationOnly?: boolean;
+  /** routing, replicas, kv-events: runs per router cell, merged (bench/merge-cells.ts). */
+  repeats?: number;
 }
 
 /** Where the replicas benchmark keeps its saturation part (bench/results/<name>.json). */
@@ -133,6 +137,7 @@ async function runOne(
           kvEvents: true,
           workloads: narrow.workloads ?? ['shared-prefix', 'multi-turn', 'eviction-pressure'],
           ...(narrow.policies ? { policies: narrow.policies } : {}),
+          ...(narrow.repeats ? { repeats: narrow.repeats } : {}),
         });
         writeResult('replicas', r);
       }
@@ -154,6 +159,7 @@ async function runOne(
         targets: kvEventTargets,
         ...(narrow.workloads ? { workloads: narrow.workloads } : {}),
         ...(narrow.policies ? { policies: narrow.policies } : {}),
+        ...(narrow.repeats ? { repeats: narrow.repeats } : {}),
       });
       writeResult('kv-events', r);
       await publish('kv-events', renderKvEvents(r));
@@ -190,6 +196,12 @@ async function main(): Promise<void> {
   if (workloads) narrow.workloads = workloads as WorkloadName[];
   if (args.includes('--cpu')) narrow.cpuOnly = true;
   if (args.includes('--saturation')) narrow.saturationOnly = true;
+  const repeats = args.find((a) => a.startsWith('--repeats='))?.slice('--repeats='.length);
+  if (repeats !== undefined) {
+    const n = Number(repeats);
+    if (!Number.isInteger(n) || n < 1 || n > 10) usage();
+    narrow.repeats = n;
+  }
   narrow.connectors = listFlag('connectors');
   if (narrow.connectors?.some((c) => !PD_VARIANTS.some((v) => v.label === c))) usage();
   const known = (a: string): boolean =>
@@ -198,6 +210,7 @@ async function main(): Promise<void> {
     a === '--saturation' ||
     a.startsWith('--policies=') ||
     a.startsWith('--workloads=') ||
+    a.startsWith('--repeats=') ||
     a.startsWith('--connectors=');
   const positional = args.filter((a) => !a.startsWith('--'));
   if (positional.length !== 1 || args.some((a) => a.startsWith('--') && !known(a))) usage();
@@ -207,6 +220,7 @@ async function main(): Promise<void> {
   if (narrow.workloads && variants === undefined) usage();
   if (narrow.cpuOnly && name !== 'overhead') usage();
   if (narrow.connectors && name !== 'pd') usage();
+  if (narrow.repeats && !['routing', 'replicas', 'kv-events'].includes(name)) usage();
   if (narrow.saturationOnly && (name !== 'replicas' || narrow.policies || narrow.workloads)) usage();
   const command = `npm run bench -- ${args.join(' ')}`;
   if (name === 'all') {
