@@ -15,6 +15,7 @@ import { DEFAULT_SCRAPE_OPTIONS as SCRAPE } from './load/metrics-scraper.js';
 import { DEFAULT_METRIC_NAMES as METRIC_NAMES } from './load/metrics-parse.js';
 import { DEFAULT_STALE_AFTER_MS } from './load/load-board.js';
 import { DEFAULT_TIMING_PRIORS as PRIORS } from './load/timing-estimates.js';
+import { DEFAULT_RESPONSE_BODY_SAMPLE } from './load/timing-dispatcher.js';
 
 export type OptionType = 'int' | 'number' | 'string' | 'bool' | 'list' | 'enum';
 
@@ -585,6 +586,14 @@ export const OPTIONS = [
     type: 'number',
     default: PRIORS.interChunkMs,
     help: 'Starting estimate of the time between streamed chunks (learned per worker).',
+  },
+  {
+    group: 'Load and cost model',
+    key: 'responseBodySample',
+    flag: 'response-body-sample',
+    type: 'int',
+    default: DEFAULT_RESPONSE_BODY_SAMPLE,
+    help: "Watch the body of one streamed response in N per worker, for the timing estimates; Envoy skips the other bodies the router does not need (needs the ext_proc filter's allow_mode_override). 1 = watch every response body.",
   },
   // P/D
   {

@@ -36,8 +36,18 @@ export interface Dispatch {
   responseHeaders?(status: number): HeaderSet | undefined;
   /** Optional rewrite of a response body chunk; return undefined to pass the chunk unchanged. */
   transformResponseChunk?(chunk: Buffer, endOfStream: boolean): Buffer | undefined;
-  /** Called at the first response byte (headers) — e.g. releases a sidecar-run prefill guard. */
-  onResponseStart?(status: number): void;
+  /**
+   * Whether this request needs its response body chunk by chunk (rewrites it, or learns from it).
+   * Asked at most once, at the response headers, and only when the body could be skipped (a 2xx
+   * response with a body, extproc/response-body-mode.ts). Absent: yes. A dispatch that answers false
+   * may still see chunks (an Envoy without `allow_mode_override` sends them anyway).
+   */
+  watchResponseBody?(status: number): boolean;
+  /**
+   * Called at the first response byte (headers) — e.g. releases a sidecar-run prefill guard.
+   * `bodyWatched`: false when the router told Envoy to skip the response body (no chunk will come).
+   */
+  onResponseStart?(status: number, bodyWatched: boolean): void;
   /** Releases everything the request still holds. Idempotent. */
   finish(end: RequestEnd): void;
   /**

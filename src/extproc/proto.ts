@@ -106,7 +106,22 @@ export interface ProcessingResponse {
   response_trailers?: { header_mutation?: HeaderMutation };
   immediate_response?: ImmediateResponse;
   dynamic_metadata?: StructValue;
+  /** Honoured by Envoy only with the filter's `allow_mode_override` (response-body-mode.ts). */
+  mode_override?: ProcessingMode;
 }
+
+/** envoy.extensions.filters.http.ext_proc.v3.ProcessingMode (header modes: HeaderSendMode). */
+export interface ProcessingMode {
+  request_header_mode?: number;
+  response_header_mode?: number;
+  request_body_mode?: number;
+  response_body_mode?: number;
+  request_trailer_mode?: number;
+  response_trailer_mode?: number;
+}
+
+/** HeaderSendMode values (header and trailer modes). */
+export const HeaderSendMode = { DEFAULT: 0, SEND: 1, SKIP: 2 } as const;
 
 /** BodySendMode values. */
 export const BodySendMode = {

@@ -18,6 +18,10 @@
  * are built by body-mode-replies.ts. FULL_DUPLEX_STREAMED request chunks are accumulated without
  * replies until the body is complete.
  *
+ * Response body: on the response headers reply the session may tell Envoy to skip the body
+ * (response-body-mode.ts: a 2xx response whose dispatch reads no chunk); the stream then ends when
+ * Envoy is done with the downstream response, and that end is the request's end (`unwatched`).
+ *
  * Cleanup: ONE idempotent end() runs on the first of response end-of-stream, an immediate response,
  * or a stream end event. It builds the request's end record (request/request-end.ts), finishes the
  * Dispatch with it (releasing every load guard), aborts an in-flight prefill, and reports the outcome
@@ -36,6 +40,7 @@ import {
 } from './mutations.js';
 import { responseChunkReply, routedReplies, type BodyMode } from './body-mode-replies.js';
 import { routedReplyCache, routingFor } from './routed-reply-cache.js';
+import { bodySkippable, SKIP_RESPONSE_BODY } from './response-body-mode.js';
 import {
   BodySendMode,
   type HeaderMap,
@@ -78,6 +83,10 @@ type Stream = ServerCall<ProcessingResponse>;
 /** Replies that never change (encoded once by the gRPC server). */
 const STRIP_UNTRUSTED = constantReply(requestHeadersReply({ remove: UNTRUSTED_REQUEST_HEADERS }));
 const PASS_RESPONSE_HEADERS = constantReply(responseHeadersReply());
+const SKIP_BODY_RESPONSE_HEADERS = constantReply({
+  ...responseHeadersReply(),
+  mode_override: SKIP_RESPONSE_BODY,
+});
 const PASS_REQUEST_TRAILERS = constantReply(requestTrailersReply());
 const PASS_RESPONSE_TRAILERS = constantReply(responseTrailersReply());
 
@@ -99,6 +108,8 @@ export class Session {
   private bodyBytes = 0;
   private dispatch: Dispatch | undefined;
   private status: number | undefined;
+  /** False once the router told Envoy to skip the response body (response-body-mode.ts). */
+  private bodyWatched = true;
   private ended = false;
 
   constructor(
@@ -296,12 +307,33 @@ export class Session {
     const from: readonly SessionPhase[] = ['request_headers', 'request_body', 'response_headers'];
     if (!this.advance(from, 'response_body', 'response_headers')) return;
     this.bodyChunks = [];
-    this.status = Number(headerRecord(h.headers)[':status'] ?? 0);
+    const status = Number(headerRecord(h.headers)[':status'] ?? 0);
+    this.status = status;
     const d = this.dispatch;
-    d?.onResponseStart?.(this.status);
-    const extra: HeaderSet | undefined = d?.responseHeaders?.(this.status);
-    this.send(extra ? responseHeadersReply({ set: extra }) : PASS_RESPONSE_HEADERS);
-    if (h.end_of_stream) this.end({ kind: 'response', status: this.status });
+    const eos = h.end_of_stream === true;
+    const skip =
+      d !== undefined &&
+      bodySkippable({
+        requestMode: this.requestMode,
+        mode: this.responseMode,
+        status,
+        endOfStream: eos,
+        routed: true,
+      }) &&
+      d.watchResponseBody?.(status) === false;
+    this.bodyWatched = !skip;
+    d?.onResponseStart?.(status, !skip);
+    const extra: HeaderSet | undefined = d?.responseHeaders?.(status);
+    if (skip) {
+      this.send(
+        extra
+          ? { ...responseHeadersReply({ set: extra }), mode_override: SKIP_RESPONSE_BODY }
+          : SKIP_BODY_RESPONSE_HEADERS,
+      );
+    } else {
+      this.send(extra ? responseHeadersReply({ set: extra }) : PASS_RESPONSE_HEADERS);
+    }
+    if (eos) this.end({ kind: 'response', status });
   }
 
   private onResponseBody(b: HttpBody): void {
@@ -362,6 +394,9 @@ export class Session {
 
   /** The end record for a stream that ended before response end-of-stream. */
   private streamEnd(): RequestEnd {
+    if (this.phase === 'response_body' && !this.bodyWatched) {
+      return { kind: 'unwatched', status: this.status ?? 0 };
+    }
     if (this.phase === 'response_body') return { kind: 'cancelled', afterHeaders: true, status: this.status };
     return { kind: 'cancelled', afterHeaders: false };
   }
@@ -388,7 +423,7 @@ export class Session {
       durationMs: performance.now() - this.startedAt,
       worker: this.dispatch?.worker.url,
       branch: this.dispatch?.decision.branch,
-      status: how.kind === 'response' ? how.status : err?.status,
+      status: how.kind === 'response' || how.kind === 'unwatched' ? how.status : err?.status,
     };
     this.deps.onEnd?.(summary);
     if (this.deps.logger.isLevelEnabled('debug')) {

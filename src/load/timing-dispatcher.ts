@@ -15,6 +15,18 @@
  *   sees it, which is what a wait estimate needs.)
  * Non-streamed responses arrive in one piece at the end: they say nothing about the first token and are
  * not sampled.
+ *
+ * Watched share (`--response-body-sample N`): the chunks of a response cost one ext_proc message each
+ * way (issue 15), and a request whose routing reads none of them lets Envoy skip its body
+ * (extproc/response-body-mode.ts). Of the streamed 2xx responses of each worker, every Nth (the first
+ * included, so a new worker is sampled at once) is watched anyway, for the samples above; N = 1
+ * watches every response (no skipping). Default 8: the estimates are averages over many responses
+ * (EWMA alpha 0.1, RLS forgetting 0.98, i.e. the last ~10-50 samples), which one streamed response
+ * in eight on each worker still refreshes within seconds at any load worth routing; while a
+ * non-streamed request's messages drop from 4 to 3 each way and a 64-chunk stream's from ~67 to 3
+ * (~11 on average with the watched share).
+ * A skipped streamed response ends its prefill-backlog entry at the cost model's predicted first
+ * token, as a non-streamed response does.
  */
 import type { Cancellation, Dispatch, Dispatcher, RequestEnd, RouteRequest } from '../extproc/dispatch.js';
 import { tokensFromChars, DEFAULT_CHARS_PER_TOKEN } from '../routing/prefix-source.js';
@@ -27,6 +39,27 @@ interface Learners {
   readonly timing: TimingEstimates;
   readonly backlog?: PrefillBacklog;
   readonly clock: () => number;
+  readonly sampler: ResponseSampler;
+}
+
+/** Default of `--response-body-sample`: watch one streamed response in this many per worker. */
+export const DEFAULT_RESPONSE_BODY_SAMPLE = 8;
+
+/** Every Nth streamed response of each worker is watched (the first included). */
+export class ResponseSampler {
+  private readonly seen = new WeakMap<Worker, number>();
+
+  constructor(readonly every: number) {
+    if (!Number.isSafeInteger(every) || every < 1) throw new RangeError('sample interval must be >= 1');
+  }
+
+  /** Counts one streamed response of `worker`; true when it is one to watch. */
+  take(worker: Worker): boolean {
+    if (this.every === 1) return true;
+    const n = this.seen.get(worker) ?? 0;
+    this.seen.set(worker, n + 1 === this.every ? 0 : n + 1);
+    return n === 0;
+  }
 }
 
 export function withTiming(
@@ -34,8 +67,10 @@ export function withTiming(
   timing: TimingEstimates,
   clock: () => number,
   backlog?: PrefillBacklog,
+  sampleEvery: number = DEFAULT_RESPONSE_BODY_SAMPLE,
 ): Dispatcher {
-  const l: Learners = { timing, clock, ...(backlog ? { backlog } : {}) };
+  const sampler = new ResponseSampler(sampleEvery);
+  const l: Learners = { timing, clock, sampler, ...(backlog ? { backlog } : {}) };
   return {
     dispatch(req: RouteRequest, cancel: Cancellation): Dispatch | Promise<Dispatch> {
       const d = inner.dispatch(req, cancel);
@@ -56,7 +91,7 @@ function queued(d: Dispatch, req: RouteRequest, l: Learners): Dispatch {
   const streamed = req.inference?.stream === true;
   // Streamed: ended by the first byte; the deadline only guards against a lost end.
   const deadline = now + (streamed ? 10 * cost.chosen.predictedMs + 10_000 : cost.chosen.predictedMs);
-  const entry = backlog.add(worker, cost.chosen.uncachedTokens, deadline);
+  let entry = backlog.add(worker, cost.chosen.uncachedTokens, deadline);
   let queued = true;
   const done = (): void => {
     queued = false;
@@ -64,6 +99,14 @@ function queued(d: Dispatch, req: RouteRequest, l: Learners): Dispatch {
   };
   return {
     ...d,
+    onResponseStart(status: number, bodyWatched: boolean): void {
+      if (queued && streamed && !bodyWatched) {
+        // No first byte will be seen: end at the predicted first token, as a non-streamed response.
+        backlog.done(worker, entry);
+        entry = backlog.add(worker, entry.tokens, now + cost.chosen.predictedMs);
+      }
+      d.onResponseStart?.(status, bodyWatched);
+    },
     transformResponseChunk(chunk: Buffer, endOfStream: boolean): Buffer | undefined {
       if (queued && chunk.length > 0) done(); // per chunk: one boolean test after the first
       return d.transformResponseChunk?.(chunk, endOfStream);
@@ -93,9 +136,14 @@ function timed(d: Dispatch, req: RouteRequest, l: Learners): Dispatch {
   let finished = false;
   return {
     ...d,
-    onResponseStart(s: number): void {
+    watchResponseBody(s: number): boolean {
+      // The inner dispatch's own needs first; otherwise only the sampled share.
+      if (d.watchResponseBody?.(s) ?? true) return true;
+      return l.sampler.take(d.worker);
+    },
+    onResponseStart(s: number, bodyWatched: boolean): void {
       status = s;
-      d.onResponseStart?.(s);
+      d.onResponseStart?.(s, bodyWatched);
     },
     transformResponseChunk(chunk: Buffer, endOfStream: boolean): Buffer | undefined {
       const out = d.transformResponseChunk?.(chunk, endOfStream);

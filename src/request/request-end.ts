@@ -25,11 +25,16 @@
  *   routed, stream ended before response heads  cancelled(before headers)       no_response  no_response
  *   ended after response headers (abort, reset) cancelled(after headers, s)     cancelled    cancelled,
  *                                                                                             server_error if s >= 500
+ *   2xx response whose body the router skipped  unwatched(status)               unwatched    success
+ *     (extproc/response-body-mode.ts), stream
+ *     ended: complete or cut, it cannot tell
  *
  * Health: `success` and the failures (`server_error`, `prefill_failed`) feed the worker's circuit
  * breaker; `cancelled` and `no_response` are neutral (see health/worker-health.ts for why a stream
  * without response headers is not the worker's fault). A rejected request never reached the worker:
- * neutral. A 4xx is the client's fault: success for the worker.
+ * neutral. A 4xx is the client's fault: success for the worker. An unwatched response counts as a
+ * success: the worker answered 2xx headers, which is all the router saw; a worker that cuts its
+ * streams mid-body is no failure in the watched share either (cancelled after headers < 500: neutral).
  */
 
 /** The end of a request, as the session saw it. `status` is the HTTP status the client got. */
@@ -39,7 +44,12 @@ export type RequestEnd =
   /** The stream ended first (client abort, upstream reset, message timeout); `status` if headers came. */
   | { readonly kind: 'cancelled'; readonly afterHeaders: boolean; readonly status?: number }
   /** The router answered itself with an ImmediateResponse (its status and error code, when known). */
-  | { readonly kind: 'rejected'; readonly status?: number; readonly code?: string };
+  | { readonly kind: 'rejected'; readonly status?: number; readonly code?: string }
+  /**
+   * The stream ended after the headers of a response whose body the router did not watch (Envoy
+   * skipped it, extproc/response-body-mode.ts): the response ended, complete or cut.
+   */
+  | { readonly kind: 'unwatched'; readonly status: number };
 
 /** How far routing got when the request ended. */
 export type RoutingStage =
@@ -56,7 +66,8 @@ export type Outcome =
   | 'error' // other router-generated 5xx (prefill failure, internal)
   | 'no_response' // routed, but the stream ended before response headers (Envoy local reply, abort)
   | 'cancelled' // ended after response headers, before end-of-stream (client abort, upstream reset)
-  | 'abandoned'; // ended before the router routed it
+  | 'abandoned' // ended before the router routed it
+  | 'unwatched'; // 2xx response whose body the router skipped: ended, complete or cut (unknown)
 
 export type HealthOutcome = 'success' | 'server_error' | 'no_response' | 'prefill_failed' | 'cancelled';
 
@@ -72,6 +83,8 @@ export function requestOutcome(end: RequestEnd, stage: RoutingStage): Outcome {
     case 'cancelled':
       if (end.afterHeaders) return 'cancelled';
       return stage === 'unrouted' ? 'abandoned' : 'no_response';
+    case 'unwatched':
+      return 'unwatched';
   }
 }
 
@@ -85,6 +98,8 @@ export function healthOutcome(end: RequestEnd): HealthOutcome {
       return end.status !== undefined && end.status >= 500 ? 'server_error' : 'cancelled';
     case 'rejected':
       return 'cancelled'; // the router answered: says nothing about this worker
+    case 'unwatched':
+      return end.status >= 500 ? 'server_error' : 'success';
   }
 }
 

@@ -39,10 +39,14 @@ export class PoolDispatcher implements Dispatcher {
       responseHeaders: decisionHeader
         ? () => ({ [DECISION_HEADER]: describeDecision(pool.policy.name, decision) })
         : undefined,
+      // Routing reads no response chunk: Envoy may skip the body (extproc/response-body-mode.ts).
+      watchResponseBody: readsNoBody,
       finish: () => guard.release(),
     };
   }
 }
+
+const readsNoBody = (): boolean => false;
 
 export function routingContext(req: RouteRequest): RoutingContext {
   const inf = req.inference;

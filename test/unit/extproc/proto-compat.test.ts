@@ -74,6 +74,7 @@ const PAIRS: Record<string, string> = {
   HeaderValueOption: 'envoy.config.core.v3.HeaderValueOption',
   Metadata: 'envoy.config.core.v3.Metadata',
   HttpStatus: 'envoy.type.v3.HttpStatus',
+  ProcessingMode: 'envoy.extensions.filters.http.ext_proc.v3.ProcessingMode',
 };
 // Newer than the grpc-js-xds copy (envoyproxy/envoy main): must not exist there.
 const NEWER = new Set(['ProcessingRequest.protocol_config', 'BodyMutation.streamed_response']);

@@ -413,3 +413,119 @@ describe('Session: a concurrent leg that fails', () => {
     expect(h.worker.load).toBe(0);
   });
 });
+
+describe('Session: skipping the response body (mode_override)', () => {
+  /** A dispatch that reads no response chunk; `watch` records what the session asked. */
+  function skipping(watch: (status: number) => boolean = () => false) {
+    const asked: number[] = [];
+    const started: Array<[number, boolean]> = [];
+    const h = harness({
+      dispatch: (_req, make) => ({
+        ...make(),
+        watchResponseBody: (status: number) => {
+          asked.push(status);
+          return watch(status);
+        },
+        onResponseStart: (status: number, watched: boolean) => {
+          started.push([status, watched]);
+        },
+      }),
+    });
+    return { h, asked, started };
+  }
+  const override = (r: ProcessingResponse | undefined) => r?.mode_override;
+
+  it.each([
+    ['a half-close', (s: TestStream) => s.halfClose()],
+    ['a reset (cancelled)', (s: TestStream) => s.cancel()],
+  ])(
+    'the headers reply skips the body; %s after it ends the request once as unwatched',
+    async (_name, endStream) => {
+      const { h, asked, started } = skipping();
+      routedAndStreaming(h);
+      await h.settle();
+      const reply = h.stream.replies.at(-1);
+      expect(kinds([reply as ProcessingResponse])).toEqual(['response_headers']);
+      expect(override(reply)).toEqual({
+        request_header_mode: 1,
+        response_header_mode: 1,
+        request_body_mode: BodySendMode.BUFFERED,
+        response_body_mode: BodySendMode.NONE,
+        request_trailer_mode: 2,
+        response_trailer_mode: 1,
+      });
+      expect(asked).toEqual([200]);
+      expect(started).toEqual([[200, false]]);
+      expect(h.worker.load).toBe(1); // the response is still streaming
+      endStream(h.stream);
+      h.stream.emit('close');
+      await h.settle();
+      expect(h.ends).toEqual([{ kind: 'unwatched', status: 200 }]);
+      expect(h.summaries.map((s) => [s.outcome, s.status])).toEqual([['unwatched', 200]]);
+      expect([h.worker.load, h.worker.processed, h.closes]).toEqual([0, 1, 1]);
+    },
+  );
+
+  it('chunks sent anyway (an Envoy without allow_mode_override) are answered; end-of-stream is ok', async () => {
+    const { h } = skipping();
+    routedAndStreaming(h);
+    h.stream.deliver(responseBody('data: {}\n\n'), responseBody('data: [DONE]\n\n', true));
+    await h.settle();
+    expect(h.summaries.map((s) => s.outcome)).toEqual(['ok']);
+    expect(h.worker.load).toBe(0);
+  });
+
+  it('response trailers still end the response: ok', async () => {
+    const { h } = skipping();
+    routedAndStreaming(h);
+    h.stream.deliver({ response_trailers: {} });
+    await h.settle();
+    expect(h.summaries.map((s) => s.outcome)).toEqual(['ok']);
+    expect(kinds(h.stream.replies).at(-1)).toBe('response_trailers');
+    expect(h.worker.load).toBe(0);
+  });
+
+  it.each<[string, ProcessingRequest, boolean]>([
+    ['a 500 response', responseHeaders(500), false],
+    ['a 404 response', responseHeaders(404), false],
+    ['a response without body (headers end_of_stream)', responseHeaders(200, true), false],
+  ])('%s is not skipped and the dispatch is not asked', async (_name, headersMsg) => {
+    const { h, asked } = skipping();
+    h.stream.deliver(requestHeaders('POST', '/v1/completions'), requestBody(COMPLETION), headersMsg);
+    await h.settle();
+    expect(asked).toEqual([]);
+    expect(h.stream.replies.some((r) => override(r) !== undefined)).toBe(false);
+    h.stream.cancel();
+    await h.settle();
+    expect(h.ends.some((e) => e.kind === 'unwatched')).toBe(false);
+    expect(h.worker.load).toBe(0);
+  });
+
+  it('a dispatch that watches the body (or says nothing) keeps it: a cancel is cancelled', async () => {
+    for (const h of [skipping(() => true).h, harness()]) {
+      routedAndStreaming(h);
+      await h.settle();
+      expect(h.stream.replies.some((r) => override(r) !== undefined)).toBe(false);
+      h.stream.cancel();
+      await h.settle();
+      expect(h.summaries.map((s) => s.outcome)).toEqual(['cancelled']);
+      expect(h.worker.load).toBe(0);
+    }
+  });
+
+  it('FULL_DUPLEX_STREAMED response bodies are never skipped', async () => {
+    const { h, asked } = skipping();
+    const first = requestHeaders('POST', '/v1/completions');
+    first.protocol_config = {
+      request_body_mode: BodySendMode.BUFFERED,
+      response_body_mode: BodySendMode.FULL_DUPLEX_STREAMED,
+    };
+    h.stream.deliver(first, requestBody(COMPLETION), responseHeaders(200));
+    await h.settle();
+    expect(asked).toEqual([]);
+    expect(h.stream.replies.some((r) => override(r) !== undefined)).toBe(false);
+    h.stream.cancel();
+    await h.settle();
+    expect(h.worker.load).toBe(0);
+  });
+});

@@ -254,7 +254,7 @@ describe('PdDispatcher: sidecar', () => {
     const [pw] = s.prefillPool.workers;
     expect(d.setHeaders['x-prefiller-host-port']).toBe(pw?.endpoint);
     expect(s.loads()).toEqual({ prefill: [1], decode: [1] });
-    d.onResponseStart?.(200);
+    d.onResponseStart?.(200, true);
     expect(s.loads()).toEqual({ prefill: [0], decode: [1] });
     d.finish({ kind: 'response', status: 200 });
     expect(s.loads()).toEqual({ prefill: [0], decode: [0] });
@@ -270,7 +270,7 @@ describe('PdDispatcher: sidecar', () => {
   ])('%s ends the prefill as %s', (_name, status, outcome) => {
     const s = setup({ mode: 'sidecar', prefill: 1 });
     const d = s.dispatcher.dispatch(REQ, new AbortController()) as Dispatch;
-    if (status !== undefined) d.onResponseStart?.(status);
+    if (status !== undefined) d.onResponseStart?.(status, true);
     d.finish(
       status !== undefined ? { kind: 'response', status } : { kind: 'cancelled', afterHeaders: false },
     );

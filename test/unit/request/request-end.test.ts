@@ -29,7 +29,18 @@ const before: RequestEnd = { kind: 'cancelled', afterHeaders: false };
 const after = (status?: number): RequestEnd => ({ kind: 'cancelled', afterHeaders: true, status });
 const rejected = (status: number, code: string): RequestEnd => ({ kind: 'rejected', status, code });
 
+const unwatched = (status: number): RequestEnd => ({ kind: 'unwatched', status });
+
 const WAYS: Way[] = [
+  // The router skipped the response body (mode override): the stream ended, complete or cut.
+  {
+    way: 'unwatched 200 (body skipped, stream ended)',
+    end: unwatched(200),
+    stage: 'routed',
+    outcome: 'unwatched',
+    health: 'success',
+    failure: false,
+  },
   // The response reached end-of-stream.
   {
     way: 'completed 200',
@@ -237,6 +248,7 @@ describe('request end: one record, every projection', () => {
       'no_response',
       'cancelled',
       'abandoned',
+      'unwatched',
     ];
     expect(new Set(WAYS.map((w) => w.outcome))).toEqual(new Set(all));
   });

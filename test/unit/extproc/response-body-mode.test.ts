@@ -1,0 +1,128 @@
+/**
+ * Which responses the router lets Envoy skip (response-body-mode.ts), which streamed responses the
+ * timing learners still watch (timing-dispatcher.ts ResponseSampler), and how the two compose on a
+ * Dispatch: table-driven.
+ */
+import { describe, expect, it } from 'vitest';
+import { bodySkippable, type ResponseStart } from '../../../src/extproc/response-body-mode.js';
+import type { Dispatch, Dispatcher, RouteRequest } from '../../../src/extproc/dispatch.js';
+import { ResponseSampler, withTiming } from '../../../src/load/timing-dispatcher.js';
+import { TimingEstimates } from '../../../src/load/timing-estimates.js';
+import { PrefillBacklog } from '../../../src/load/prefill-backlog.js';
+import { CacheAwarePolicy } from '../../../src/routing/cache-aware.js';
+import { input, makeWorkers } from '../routing/fixtures.js';
+
+const ok: ResponseStart = {
+  requestMode: 'per_message',
+  mode: 'per_message',
+  status: 200,
+  endOfStream: false,
+  routed: true,
+};
+
+describe('bodySkippable', () => {
+  it.each<[string, Partial<ResponseStart>, boolean]>([
+    ['a routed 200 with a body', {}, true],
+    ['a 204 with a body', { status: 204 }, true],
+    ['a 299', { status: 299 }, true],
+    ['a 1xx', { status: 101 }, false],
+    ['a 3xx (redirect body, small)', { status: 302 }, false],
+    ['a 4xx (error body: complete or cut matters)', { status: 429 }, false],
+    ['a 5xx', { status: 503 }, false],
+    ['headers with end_of_stream (no body)', { endOfStream: true }, false],
+    ['FULL_DUPLEX_STREAMED response body (Envoy refuses overrides)', { mode: 'full_duplex' }, false],
+    ['FULL_DUPLEX_STREAMED request body', { requestMode: 'full_duplex' }, false],
+    ["Envoy's local reply to an unrouted request", { routed: false }, false],
+  ])('%s -> %s', (_name, over, expected) => {
+    expect(bodySkippable({ ...ok, ...over })).toBe(expected);
+  });
+});
+
+describe('ResponseSampler', () => {
+  it.each<[number, number, boolean[]]>([
+    [1, 4, [true, true, true, true]],
+    [2, 5, [true, false, true, false, true]],
+    [4, 9, [true, false, false, false, true, false, false, false, true]],
+  ])('every %i: %i streamed responses of one worker -> %j', (every, n, expected) => {
+    const [w] = makeWorkers(1);
+    const s = new ResponseSampler(every);
+    expect(Array.from({ length: n }, () => s.take(w!))).toEqual(expected);
+  });
+
+  it('counts per worker: each worker has its first response watched', () => {
+    const [a, b] = makeWorkers(2);
+    const s = new ResponseSampler(3);
+    expect([s.take(a!), s.take(a!), s.take(b!), s.take(a!), s.take(b!)]).toEqual([
+      true,
+      false,
+      true,
+      false,
+      false,
+    ]);
+  });
+
+  it.each([0, -1, 1.5, Number.NaN])('rejects an interval of %s', (every) => {
+    expect(() => new ResponseSampler(every)).toThrow(RangeError);
+  });
+});
+
+describe('withTiming: watchResponseBody', () => {
+  const [w] = makeWorkers(1);
+  const decision = new CacheAwarePolicy().select(input([w!], { text: 'p'.repeat(400) }));
+  function req(stream: boolean): RouteRequest {
+    return {
+      method: 'POST',
+      path: '/v1/completions',
+      headers: {},
+      inference: { stream, text: 'p'.repeat(400) } as RouteRequest['inference'],
+    };
+  }
+  function dispatcher(watch: Dispatch['watchResponseBody']): Dispatcher {
+    return {
+      dispatch: () => ({
+        worker: w!,
+        decision,
+        setHeaders: {},
+        ...(watch ? { watchResponseBody: watch } : {}),
+        finish: () => undefined,
+      }),
+    };
+  }
+  const asked = (d: Dispatch) => d.watchResponseBody?.(200);
+
+  it.each<[string, Dispatch['watchResponseBody'], boolean, Array<boolean | undefined>]>([
+    ['a dispatch that reads the body (P/D): always watched', () => true, true, [true, true, true]],
+    ['a dispatch that says nothing: always watched', undefined, true, [true, true, true]],
+    ['streamed, the dispatch reads nothing: every 2nd watched', () => false, true, [true, false, true]],
+    ['non-streamed: never sampled (nothing to learn)', () => false, false, [false, false, false]],
+  ])('%s', (_name, watch, stream, expected) => {
+    const d = withTiming(dispatcher(watch), new TimingEstimates(), () => 0, undefined, 2);
+    const answers = [0, 1, 2].map(() => asked(d.dispatch(req(stream), new AbortController()) as Dispatch));
+    expect(answers).toEqual(expected);
+  });
+
+  it('a skipped streamed response ends its prefill-backlog entry at the predicted first token', () => {
+    const backlog = new PrefillBacklog();
+    let now = 0;
+    const d = withTiming(
+      dispatcher(() => false),
+      new TimingEstimates(),
+      () => now,
+      backlog,
+      2,
+    );
+    const watched = d.dispatch(req(true), new AbortController()) as Dispatch;
+    const skipped = d.dispatch(req(true), new AbortController()) as Dispatch;
+    expect([asked(watched), asked(skipped)]).toEqual([true, false]);
+    watched.onResponseStart?.(200, true);
+    skipped.onResponseStart?.(200, false);
+    expect(backlog.of(w!, now).requests).toBe(2);
+    now = (decision.cost?.chosen.predictedMs ?? 0) + 1;
+    // The watched one waits for its first chunk (or its end); the skipped one expired at the prediction.
+    expect(backlog.of(w!, now).requests).toBe(1);
+    watched.transformResponseChunk?.(Buffer.from('data: {}\n\n'), false);
+    expect(backlog.of(w!, now).requests).toBe(0);
+    watched.finish({ kind: 'response', status: 200 });
+    skipped.finish({ kind: 'unwatched', status: 200 });
+  });
+});
