@@ -21,7 +21,9 @@ beforeAll(async () => {
     workers: 2,
     // Real pacing so requests overlap: 30 ms per token.
     sim: { timeScale: 1, timing: { baseItlMs: 30, overheadMs: 1 } },
-    router: { policy: 'cache_aware', scrapeIntervalMs: 50, decisionHeader: true },
+    // Every response body watched, so every response teaches the timing estimates (asserted below;
+    // the default watched share, one streamed response in 8, is test/e2e/response-body-skip.test.ts's).
+    router: { policy: 'cache_aware', scrapeIntervalMs: 50, decisionHeader: true, responseBodySample: 1 },
   });
 });
 afterAll(async () => {
