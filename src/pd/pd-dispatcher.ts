@@ -283,29 +283,31 @@ export class PdDispatcher implements Dispatcher {
   private sidecar(req: RouteRequest, p: Chosen, d: Chosen): Dispatch {
     const { opts } = this;
     const now = opts.clock();
-    const prefill = reserve(opts.prefillPool, p, opts.observer, now);
+    // The closures keep the prefill's guard and worker, not its reservation (whose input holds the prompt).
+    const { guard: prefillGuard, decision: prefillDecision } = reserve(
+      opts.prefillPool,
+      p,
+      opts.observer,
+      now,
+    );
+    const prefillWorker = prefillDecision.worker;
     const decode = reserve(opts.decodePool, d, opts.observer, now);
     opts.pd?.decodeRouted?.(decode.decision.worker);
     const dispatch = this.decodeDispatch(req, d, decode.guard, undefined, undefined, {
-      prefill: prefill.decision,
+      prefill: prefillDecision,
       onFinish: () => {
         // Ended before the decode host answered: the sidecar's prefill (if it ran) was cut short.
-        if (prefill.guard.release()) opts.pd?.prefillEnded?.(prefill.decision.worker, 'aborted', undefined);
+        if (prefillGuard.release()) opts.pd?.prefillEnded?.(prefillWorker, 'aborted', undefined);
       },
     });
     return {
       ...dispatch,
-      setHeaders: { ...dispatch.setHeaders, [PREFILLER_HEADER]: prefill.decision.worker.endpoint },
+      setHeaders: { ...dispatch.setHeaders, [PREFILLER_HEADER]: prefillWorker.endpoint },
       onResponseStart: (status) => {
         // The sidecar's prefill is over once the decode host answers.
         // Its duration is not measured here (the sidecar ran it): none is recorded.
-        if (prefill.guard.release()) {
-          opts.pd?.prefillEnded?.(
-            prefill.decision.worker,
-            status >= 500 ? 'status' : 'ok',
-            undefined,
-            status,
-          );
+        if (prefillGuard.release()) {
+          opts.pd?.prefillEnded?.(prefillWorker, status >= 500 ? 'status' : 'ok', undefined, status);
         }
       },
     };
@@ -508,28 +510,34 @@ export class PdDispatcher implements Dispatcher {
       onFinish?: (end: RequestEnd) => void;
     },
   ): Dispatch {
-    const worker = d.decision.worker;
+    // The closures below outlive this call (until the response ends): they may hold the decision,
+    // never `d` or `req`, whose selection input holds the prompt and the parsed body (a 220 KB prompt
+    // kept for the whole response survives young-generation GCs and waits for a full one).
+    const decision = d.decision;
+    const prefillDecision = extra.prefill;
+    const { cachedTokens, onFinish } = extra;
+    const worker = decision.worker;
     const setHeaders: Record<string, string> = { [DESTINATION_HEADER]: worker.endpoint };
     if (requestId) setHeaders[REQUEST_ID_HEADER] = requestId;
-    const rewriter =
-      req.inference?.stream && extra.cachedTokens ? new SseUsageRewriter(extra.cachedTokens) : undefined;
+    const rewriter = req.inference?.stream && cachedTokens ? new SseUsageRewriter(cachedTokens) : undefined;
     const decisionHeader = this.opts.decisionHeader;
     const prefillPolicy = this.opts.prefillPool.policy.name;
+    const decodePolicy = this.opts.decodePool.policy.name;
     return {
       worker,
-      decision: d.decision,
+      decision,
       setHeaders,
       body: body ? Buffer.from(JSON.stringify(body)) : undefined,
       failure: extra.failure,
       responseHeaders: decisionHeader
         ? () => ({
-            [DECISION_HEADER]: `${describeDecision(this.opts.decodePool.policy.name, d.decision)}; prefill_${describeDecision(prefillPolicy, extra.prefill).replace(/; /g, '; prefill_')}`,
+            [DECISION_HEADER]: `${describeDecision(decodePolicy, decision)}; prefill_${describeDecision(prefillPolicy, prefillDecision).replace(/; /g, '; prefill_')}`,
           })
         : undefined,
       transformResponseChunk: rewriter ? (chunk, eos) => rewriter.transform(chunk, eos) : undefined,
       finish: (end) => {
         guard.release();
-        extra.onFinish?.(end);
+        onFinish?.(end);
       },
     };
   }

@@ -4,6 +4,8 @@
  * which guard is held when, what the observer hears, and that every way a request ends returns all
  * loads to 0. (The leg over real HTTP and Envoy is covered by test/integration/pd and test/e2e/pd.)
  */
+import v8 from 'node:v8';
+import vm from 'node:vm';
 import { describe, expect, it } from 'vitest';
 import { PdDispatcher, type PdObserver } from '../../../src/pd/pd-dispatcher.js';
 import { PrefillError, type PrefillClient, type PrefillResult } from '../../../src/pd/prefill-client.js';
@@ -276,6 +278,45 @@ describe('PdDispatcher: sidecar', () => {
     );
     expect(s.events).toContain(`prefillEnded:${s.prefillPool.workers[0]?.url}:${outcome}`);
     expect(s.durations).toEqual([undefined]);
+    expect(s.loads()).toEqual({ prefill: [0], decode: [0] });
+  });
+});
+
+/** Node's gc(), exposed at run time (as the soak harness does). */
+function exposeGc(): () => void {
+  const existing = (globalThis as { gc?: () => void }).gc;
+  if (existing) return existing;
+  v8.setFlagsFromString('--expose-gc');
+  return vm.runInNewContext('gc') as () => void;
+}
+
+describe('PdDispatcher: an open decode response does not keep the request alive', () => {
+  // A 220 KB prompt held for the whole response survives young-generation GCs and waits for a full
+  // one: the Dispatch may keep the decision and guards, never the request, its text or parsed body.
+  it.each(['sequential', 'concurrent', 'sidecar'] as const)('%s', async (mode) => {
+    const s = setup({ mode, prefill: 1 });
+    const gc = exposeGc();
+    const start = async (): Promise<{ d: Dispatch; body: WeakRef<object> }> => {
+      const json = { model: 'm', prompt: 'x'.repeat(1000), max_tokens: 4 };
+      const req: RouteRequest = {
+        ...REQ,
+        inference: { ...REQ.inference!, text: json.prompt, json },
+      };
+      const pending = s.dispatcher.dispatch(req, new AbortController());
+      if (mode !== 'sidecar') (await s.client.call(1)).resolve(OK);
+      const d = await pending;
+      await d.failure;
+      return { d, body: new WeakRef(json) };
+    };
+    const { d, body } = await start();
+    for (let i = 0; i < 3 && body.deref() !== undefined; i++) {
+      await new Promise((r) => setImmediate(r));
+      gc();
+    }
+    expect(body.deref()).toBeUndefined();
+    expect(s.loads().decode).toEqual([1]);
+    d.onResponseStart?.(200);
+    d.finish({ kind: 'response', status: 200 });
     expect(s.loads()).toEqual({ prefill: [0], decode: [0] });
   });
 });
