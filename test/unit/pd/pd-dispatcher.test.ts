@@ -315,7 +315,7 @@ describe('PdDispatcher: an open decode response does not keep the request alive'
     }
     expect(body.deref()).toBeUndefined();
     expect(s.loads().decode).toEqual([1]);
-    d.onResponseStart?.(200);
+    d.onResponseStart?.(200, true);
     d.finish({ kind: 'response', status: 200 });
     expect(s.loads()).toEqual({ prefill: [0], decode: [0] });
   });
