@@ -545,7 +545,7 @@ export const OPTIONS = [
     flag: 'prefix-home-margin',
     type: 'number',
     default: CACHE_AWARE.prefixHomeMargin,
-    help: "cache_aware cost: a prompt whose best-scored worker does not hold its opening (nobody holds it, or the holders are busy) goes to its rendezvous home, the same worker on every router replica, when the home's score is within this multiple of the prompt's prefill time of the best; 0 = off. kv_aware: a prompt nobody holds goes to its home when the home has at most this many requests more than the least loaded.",
+    help: "cache_aware cost: a prompt whose best-scored worker does not hold its opening (nobody holds it, or the holders are busy) goes to its rendezvous home, the same worker on every router replica, when the home's score is within this multiple of the prompt's prefill time of the best, scaled by the share of recent prompts whose opening was seen shortly before (unique prompts pay nothing); 0 = off. kv_aware: a prompt nobody holds goes to its home when the home has at most this many requests more than the least loaded.",
   },
   {
     group: 'Load and cost model',

@@ -49,6 +49,8 @@ import type { Worker } from '../workers/worker.js';
 import { TimingEstimates } from '../load/timing-estimates.js';
 import { costBranch, DEFAULT_COST_MODEL_OPTIONS, scoreCost, type WorkerSignals } from './cost-model.js';
 import type { Decision, Policy, SelectionInput } from './policy.js';
+import { homeKeyHash } from './prefix-home.js';
+import { PrefixReuse } from './prefix-reuse.js';
 import { RadixPrefixSource, type PrefixSource } from './prefix-source.js';
 import { RadixTree, type PrefixMatch } from './radix-tree.js';
 import { leastLoaded } from './tie-break.js';
@@ -193,6 +195,8 @@ export class CacheAwarePolicy implements Policy {
   private readonly signals: WorkerSignals;
   private readonly sources: readonly PrefixSource[];
   private readonly capacityTokens: ((worker: Worker) => number | undefined) | undefined;
+  /** How often recent prompts reused an opening: scales the prefix home's margin (prefix-reuse.ts). */
+  private readonly reuse = new PrefixReuse();
 
   constructor(options: Partial<CacheAwareOptions> = {}, deps: CacheAwareDeps = {}) {
     this.options = resolveCacheAwareOptions(options);
@@ -211,6 +215,11 @@ export class CacheAwarePolicy implements Policy {
     return this.options.evictionIntervalMs;
   }
 
+  /** Share of recent prompts (at least a home key long) whose opening was seen shortly before, in [0, 1]. */
+  homeReuseRate(): number {
+    return this.reuse.rate();
+  }
+
   /**
    * worker id -> candidate index, memoized per candidates array: a pool hands out the same array
    * until its membership or health changes, so large fleets do not rebuild the map per request.
@@ -227,7 +236,7 @@ export class CacheAwarePolicy implements Policy {
 
   select(input: SelectionInput): Decision {
     if (this.options.mode === 'cost') {
-      const cost = scoreCost(input, this.role, this.sources, this.signals, this.options);
+      const cost = scoreCost(input, this.role, this.sources, this.signals, this.options, this.reuse.rate());
       return { worker: cost.chosen.worker, branch: costBranch(cost), matchRate: cost.bestMatchRate, cost };
     }
     const workers = input.workers;
@@ -277,6 +286,8 @@ export class CacheAwarePolicy implements Policy {
   routed(decision: Decision, input: SelectionInput, nowMs: number): void {
     for (const source of this.sources) source.routed?.(input, decision.worker, nowMs);
     if (input.text.length === 0) return;
+    const keyChars = this.options.prefixHomeKeyChars;
+    if (input.text.length >= keyChars) this.reuse.observe(homeKeyHash(input.text, keyChars));
     const tree = this.treeFor(input.model);
     const tenant = decision.worker.id;
     tree.insert(input.text, tenant, nowMs);

@@ -47,6 +47,8 @@
  * goes to the prompt's rendezvous home among the unfiltered candidates whose score is within
  * `prefixHomeMargin` x its prefill time of the lowest: the worker every router replica picks for that
  * opening, so replicas that share nothing seed a new prefix, and spill a busy one, on the same worker.
+ * The margin is scaled by the share of recent prompts whose opening was seen shortly before
+ * (prefix-reuse.ts): traffic that never reuses a prefix does not pay for agreeing on one.
  *
  * Roles (P/D): a prefill pool scores by predicted prefill completion (the formula above: its response is
  * the first token; the legs the router runs itself feed its backlog and estimates, pd-dispatcher.ts
@@ -165,6 +167,8 @@ export function scoreCost(
   sources: readonly PrefixSource[],
   signals: WorkerSignals,
   options: Readonly<CostModelOptions>,
+  /** Multiplies `prefixHomeMargin` (prefix-reuse.ts: the share of recent prompts that reused an opening). */
+  homeMarginScale = 1,
 ): CostInputs {
   const workers = input.workers;
   const usePrefix = role !== 'decode' && input.text.length > 0;
@@ -223,7 +227,7 @@ export function scoreCost(
   ) {
     for (const x of c) x.eligible = !(anyFit && x.overloaded);
     const bestScore = (c[chosenIndex] as Candidate).scoreMs;
-    const marginMs = homeOptions.margin * (c[chosenIndex] as Candidate).recomputeMs;
+    const marginMs = homeOptions.margin * homeMarginScale * (c[chosenIndex] as Candidate).recomputeMs;
     const at = prefixHome(homeKeyHash(input.text, homeOptions.keyChars), c, bestScore, marginMs);
     if (at !== undefined) {
       chosenIndex = at;

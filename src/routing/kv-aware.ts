@@ -19,7 +19,8 @@
  *   different worker (each counts its own requests), so two replicas seeded every new or evicted
  *   context twice. Measured on eviction-pressure (3 runs each, load 4-5): two replicas kept 0.81x of
  *   one replica's hit rate with the least loaded, 0.92x with the home; one replica 55.3% -> 56.8%.
- *   `prefixHomeMargin 0` restores the reference rule.
+ *   `prefixHomeMargin 0` restores the reference rule. The margin is scaled by the share of recent
+ *   prompts that reused an opening (prefix-reuse.ts), so unique prompts keep the least loaded.
  * routed(): feeds the tree exactly as cache_aware does (the fallback stays warm for requests and
  * workers without events), leaves the prompt's blocks pending on the chosen worker in the exact
  * source (they count as held there until its events confirm them: a burst on a new prefix is not
@@ -101,7 +102,9 @@ export class KvAwarePolicy implements Policy {
       eligible: true,
       scoreMs: w.load,
     }));
-    return prefixHome(homeKeyHash(input.text, keyChars), candidates, (workers[least] as Worker).load, margin);
+    // Scaled by how often recent prompts reused an opening (prefix-reuse.ts), as cache_aware's margin.
+    const slack = margin * this.approximate.homeReuseRate();
+    return prefixHome(homeKeyHash(input.text, keyChars), candidates, (workers[least] as Worker).load, slack);
   }
 
   routed(decision: Decision, input: SelectionInput, nowMs: number): void {

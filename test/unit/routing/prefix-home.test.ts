@@ -161,6 +161,33 @@ describe('prefix home in cache_aware (two replicas, no shared state)', () => {
     }
   });
 
+  it('traffic that never reuses an opening stops paying for the home: unique prompts take the best worker', () => {
+    const workers = makeWorkers(8);
+    const loads = [3, 1, 3, 3, 3, 3, 3, 3]; // worker 1 is the best for any prompt nobody holds
+    const a = replica(workers, loads);
+    const homes = (from: number) => {
+      let best = 0;
+      for (let g = from; g < from + 32; g++) {
+        const text = prompt(g, LONG);
+        const sel = input(workers, { text });
+        const d = a.select(sel);
+        if (d.worker === workers[1]) best += 1;
+        a.routed?.(d, sel, 0);
+      }
+      return best;
+    };
+    // A fresh router assumes sharing: most new prefixes go to their homes, within the margin.
+    expect(homes(0)).toBeLessThan(16);
+    for (let g = 100; g < 400; g++) {
+      const text = prompt(g, LONG);
+      const sel = input(workers, { text });
+      a.routed?.(a.select(sel), sel, 0);
+    }
+    expect(a.homeReuseRate()).toBeLessThan(0.05);
+    // After hundreds of unique prompts, the margin has shrunk to (almost) nothing: the best worker.
+    expect(homes(1_000)).toBe(32);
+  });
+
   it('without the rule (margin 0) the same two replicas disagree: each takes its own least loaded', () => {
     const workers = makeWorkers(8);
     const a = replica(workers, LOADS_A, { prefixHomeMargin: 0 });
