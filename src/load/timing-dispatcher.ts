@@ -25,8 +25,10 @@
  * in eight on each worker still refreshes within seconds at any load worth routing; while a
  * non-streamed request's messages drop from 4 to 3 each way and a 64-chunk stream's from ~67 to 3
  * (~11 on average with the watched share).
- * A skipped streamed response ends its prefill-backlog entry at the cost model's predicted first
- * token, as a non-streamed response does.
+ * Streamed responses with at least WATCH_UNCACHED_TOKENS uncached prompt tokens are always watched
+ * to their first byte (the backlog needs their real prefill end). A skipped streamed response ends its
+ * prefill-backlog entry at the cost model's predicted end of its prefill (queue ahead + its own
+ * uncached tokens, without the TTFT floor), as a non-streamed response does.
  */
 import type { Cancellation, Dispatch, Dispatcher, RequestEnd, RouteRequest } from '../extproc/dispatch.js';
 import { tokensFromChars, DEFAULT_CHARS_PER_TOKEN } from '../routing/prefix-source.js';
@@ -41,6 +43,18 @@ interface Learners {
   readonly clock: () => number;
   readonly sampler: ResponseSampler;
 }
+
+/**
+ * A streamed response whose request had at least this many uncached prompt tokens is always watched
+ * to its first byte. Its prefill is what holds up the requests queued behind it on that worker, so
+ * its backlog entry must end when the prefill really ends: ended at a prediction instead, the TTFT
+ * samples of the requests behind it lost the queue they waited for, the fit moved that wait into its
+ * floor and its cost per token fell to 0, and recomputing a prompt looked free. Measured with exact
+ * token counts (KV events) on shared-prefix, one run each: hit rate 53% / 46% with 1 in 8 watched,
+ * 76% watching every response. Below it, a request (a cache hit, a short prompt) adds ~50 ms of
+ * prefill or less at the default prior (0.05 ms per token): within the wait estimates' noise.
+ */
+export const WATCH_UNCACHED_TOKENS = 1024;
 
 /** Default of `--response-body-sample`: watch one streamed response in this many per worker. */
 export const DEFAULT_RESPONSE_BODY_SAMPLE = 8;
@@ -89,8 +103,17 @@ function queued(d: Dispatch, req: RouteRequest, l: Learners): Dispatch {
   const worker = d.worker;
   const now = l.clock();
   const streamed = req.inference?.stream === true;
+  // When no first byte will be seen (a non-streamed or an unwatched streamed response), the entry ends
+  // when its prefill is predicted to end: after the prefills queued ahead (waitMs) and its own
+  // (recomputeMs), WITHOUT the learned TTFT floor. With the floor, the estimates fed on themselves:
+  // entries that outlived their prefill inflated the queued tokens of the sampled responses' TTFT
+  // features, the fit answered with a smaller cost per token and a larger floor, and the longer
+  // predictions kept the entries even longer. Measured with exact token counts (KV events,
+  // shared-prefix): the cost per token fell to 0 and 20k phantom tokens sat queued per worker, so
+  // recomputing a 4,800-token prompt looked free and the hit rate fell (53% vs 76% watching all).
+  const prefillEnd = now + cost.chosen.waitMs + cost.chosen.recomputeMs;
   // Streamed: ended by the first byte; the deadline only guards against a lost end.
-  const deadline = now + (streamed ? 10 * cost.chosen.predictedMs + 10_000 : cost.chosen.predictedMs);
+  const deadline = streamed ? now + 10 * cost.chosen.predictedMs + 10_000 : prefillEnd;
   let entry = backlog.add(worker, cost.chosen.uncachedTokens, deadline);
   let queued = true;
   const done = (): void => {
@@ -101,9 +124,9 @@ function queued(d: Dispatch, req: RouteRequest, l: Learners): Dispatch {
     ...d,
     onResponseStart(status: number, bodyWatched: boolean): void {
       if (queued && streamed && !bodyWatched) {
-        // No first byte will be seen: end at the predicted first token, as a non-streamed response.
+        // No first byte will be seen: end at the predicted end of its prefill, as a non-streamed response.
         backlog.done(worker, entry);
-        entry = backlog.add(worker, entry.tokens, now + cost.chosen.predictedMs);
+        entry = backlog.add(worker, entry.tokens, prefillEnd);
       }
       d.onResponseStart?.(status, bodyWatched);
     },
@@ -137,8 +160,11 @@ function timed(d: Dispatch, req: RouteRequest, l: Learners): Dispatch {
   return {
     ...d,
     watchResponseBody(s: number): boolean {
-      // The inner dispatch's own needs first; otherwise only the sampled share.
+      // The inner dispatch's own needs first; then a prefill big enough to hold up the requests
+      // queued behind it (its backlog entry must end at its real first byte); otherwise only the
+      // sampled share.
       if (d.watchResponseBody?.(s) ?? true) return true;
+      if (cost !== undefined && cost.chosen.uncachedTokens >= WATCH_UNCACHED_TOKENS) return true;
       return l.sampler.take(d.worker);
     },
     onResponseStart(s: number, bodyWatched: boolean): void {

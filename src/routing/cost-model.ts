@@ -129,7 +129,10 @@ export interface CostScore {
   /** What the choice is ranked by: the prediction plus its cost to the others (see the header). */
   readonly scoreMs: number;
   readonly waitMs: number;
+  /** Fixed part of the first token (the learned floor) + recomputeMs. */
   readonly prefillMs: number;
+  /** The worker's time for this request's uncached tokens (what contention weighs). */
+  readonly recomputeMs: number;
   /** Requests ahead other than this router's queued prefills (decoding, or from elsewhere). */
   readonly ahead: number;
   /** Uncached tokens of this router's prefills queued on the worker. */
@@ -258,8 +261,6 @@ interface Candidate extends CostScore {
   overloaded: boolean;
   /** Everything ahead (blended), for the imbalance filter. */
   readonly totalAhead: number;
-  /** The worker's time for this request's uncached tokens (what contention weighs). */
-  readonly recomputeMs: number;
   /** The decode-batch term of the score. */
   readonly decodeMs: number;
   /** Stable across replicas (the worker's URL): the prefix-home rule's label. */

@@ -6,7 +6,7 @@
 import { describe, expect, it } from 'vitest';
 import { bodySkippable, type ResponseStart } from '../../../src/extproc/response-body-mode.js';
 import type { Dispatch, Dispatcher, RouteRequest } from '../../../src/extproc/dispatch.js';
-import { ResponseSampler, withTiming } from '../../../src/load/timing-dispatcher.js';
+import { ResponseSampler, WATCH_UNCACHED_TOKENS, withTiming } from '../../../src/load/timing-dispatcher.js';
 import { TimingEstimates } from '../../../src/load/timing-estimates.js';
 import { PrefillBacklog } from '../../../src/load/prefill-backlog.js';
 import { CacheAwarePolicy } from '../../../src/routing/cache-aware.js';
@@ -101,7 +101,38 @@ describe('withTiming: watchResponseBody', () => {
     expect(answers).toEqual(expected);
   });
 
-  it('a skipped streamed response ends its prefill-backlog entry at the predicted first token', () => {
+  it('a streamed prompt with many uncached tokens is always watched: its backlog entry needs the real first byte', () => {
+    const long = 'q'.repeat(4 * WATCH_UNCACHED_TOKENS);
+    const big = new CacheAwarePolicy().select(input([w!], { text: long }));
+    expect(big.cost?.chosen.uncachedTokens).toBeGreaterThanOrEqual(WATCH_UNCACHED_TOKENS);
+    const d = withTiming(
+      {
+        dispatch: () => ({
+          worker: w!,
+          decision: big,
+          setHeaders: {},
+          watchResponseBody: () => false,
+          finish: () => undefined,
+        }),
+      },
+      new TimingEstimates(),
+      () => 0,
+      undefined,
+      8,
+    );
+    const longReq: RouteRequest = {
+      ...req(true),
+      inference: { stream: true, text: long } as RouteRequest['inference'],
+    };
+    expect([0, 1, 2, 3].map(() => asked(d.dispatch(longReq, new AbortController()) as Dispatch))).toEqual([
+      true,
+      true,
+      true,
+      true,
+    ]);
+  });
+
+  it('a skipped streamed response ends its prefill-backlog entry at the predicted end of its prefill (no TTFT floor)', () => {
     const backlog = new PrefillBacklog();
     let now = 0;
     const d = withTiming(
@@ -117,8 +148,11 @@ describe('withTiming: watchResponseBody', () => {
     watched.onResponseStart?.(200, true);
     skipped.onResponseStart?.(200, false);
     expect(backlog.of(w!, now).requests).toBe(2);
-    now = (decision.cost?.chosen.predictedMs ?? 0) + 1;
-    // The watched one waits for its first chunk (or its end); the skipped one expired at the prediction.
+    const c = decision.cost!.chosen;
+    expect(c.prefillMs - c.recomputeMs).toBeGreaterThan(1); // the floor
+    now = c.waitMs + c.recomputeMs + 0.5; // before the predicted first token
+    expect(now).toBeLessThan(c.predictedMs);
+    // The watched one waits for its first chunk (or its end); the skipped one's prefill is over.
     expect(backlog.of(w!, now).requests).toBe(1);
     watched.transformResponseChunk?.(Buffer.from('data: {}\n\n'), false);
     expect(backlog.of(w!, now).requests).toBe(0);
