@@ -119,6 +119,12 @@ export interface OverheadBenchOptions {
   plans?: readonly OverheadPlan[];
   command?: string;
   log?: (line: string) => void;
+  /**
+   * The router's `--response-body-sample` (default: the router's own, 8). 1 watches every response
+   * body (the router before it let Envoy skip bodies): the same-build comparison of issue 15's
+   * message traffic.
+   */
+  responseBodySample?: number;
 }
 
 export interface OverheadPlan {
@@ -235,6 +241,8 @@ export async function runOverheadBench(opts: OverheadBenchOptions = {}): Promise
     opts.command ?? `npm run bench -- overhead${opts.cpuOnly ? ' --cpu' : ''}${quick ? ' --quick' : ''}`,
     quick,
   );
+  const routerArgs =
+    opts.responseBodySample === undefined ? [] : ['--response-body-sample', String(opts.responseBodySample)];
   const build = buildRouter();
   log(
     `overhead: router built into ${build.script}${build.typeErrors ? ' (tsc reported type errors; emitted anyway)' : ''}`,
@@ -252,7 +260,7 @@ export async function runOverheadBench(opts: OverheadBenchOptions = {}): Promise
       withoutExtProc: true,
       staticUpstream: { host: '127.0.0.1', port: simPort },
     });
-    router = await startRouterProcess(['--worker', sim.url], [], build.script);
+    router = await startRouterProcess(['--worker', sim.url, ...routerArgs], [], build.script);
     envoyRouted = await startEnvoy({ routers: [{ host: '127.0.0.1', port: router.grpcPort }] });
     const urls: Record<Arm, string> = {
       direct: sim.url,
@@ -321,7 +329,8 @@ export async function runOverheadBench(opts: OverheadBenchOptions = {}): Promise
     await envoyPlain?.close();
     await sim.close();
   }
-  const profile = opts.profile === false ? undefined : await profileRouter(quick, log, build.script);
+  const profile =
+    opts.profile === false ? undefined : await profileRouter(quick, log, build.script, routerArgs);
   return {
     benchmark: 'overhead',
     info,
@@ -329,8 +338,12 @@ export async function runOverheadBench(opts: OverheadBenchOptions = {}): Promise
     setup: {
       simulator:
         'child process: 10 ms fixed TTFT, 10 ms per token, no prefill cost, no ITL growth, no slot limit',
-      router: `child process \`node ${build.script}\` (compiled by tsc, no tsx), default config (policy cache_aware), one worker`,
-      envoy: 'envoy/envoy.yaml (request body BUFFERED, response body STREAMED) with --concurrency 2',
+      router:
+        `child process \`node ${build.script}\` (compiled by tsc, no tsx), default config (policy cache_aware` +
+        `${routerArgs.length ? `, ${routerArgs.join(' ')}` : ''}), one worker`,
+      envoy:
+        'envoy/envoy.yaml (request body BUFFERED, response body STREAMED, allow_mode_override: the router ' +
+        'skips the bodies it does not need, --response-body-sample) with --concurrency 2',
       warmupPerArm:
         `once per arm before the first run (V8 compiles the router's hot paths over its first few ` +
         `thousand requests): ${w.small} small requests, ${w.stream64} 64-chunk streams, ${w.longPrompt} ` +
@@ -493,6 +506,7 @@ async function profileRouter(
   quick: boolean,
   log: (l: string) => void,
   script: string,
+  routerArgs: readonly string[] = [],
 ): Promise<RouterProfile> {
   const dir = mkdtempSync(path.join(tmpdir(), 'router-prof-'));
   const sim = await startSimulatorProcess(SIM_ARGS);
@@ -502,7 +516,11 @@ async function profileRouter(
   const streamsN = quick ? 16 : 128;
   const load = `${smallN} small requests at concurrency 64, then ${streamsN} streams of ${quick ? 32 : 256} tokens at concurrency 64`;
   try {
-    router = await startRouterProcess(['--worker', sim.url], ['--cpu-prof', '--cpu-prof-dir', dir], script);
+    router = await startRouterProcess(
+      ['--worker', sim.url, ...routerArgs],
+      ['--cpu-prof', '--cpu-prof-dir', dir],
+      script,
+    );
     envoy = await startEnvoy({ routers: [{ host: '127.0.0.1', port: router.grpcPort }] });
     const url = `http://127.0.0.1:${envoy.listenerPort}`;
     await runClosedLoop({ baseUrl: url, requests: requestsFor('small', 300, quick), concurrency: 64 });

@@ -9,7 +9,9 @@
  * Runs the named benchmark(s), writes `bench/results/<name>.json`, regenerates that benchmark's section
  * of docs/benchmarks.md (tables + SVG charts in docs/) and the generated summary. `--quick` shrinks every
  * size (seconds, for smoke runs; the doc marks such a run as quick). `overhead --cpu` runs only the
- * router-vs-Envoy CPU comparison (small, 64-chunk streams, 220 KB prompts at concurrency 16). `pd` is the
+ * router-vs-Envoy CPU comparison (small, 64-chunk streams, 220 KB prompts at concurrency 16);
+ * `overhead --response-body-sample=N` passes the router that flag (1: every response body watched, as
+ * before the router let Envoy skip bodies). `pd` is the
  * P/D benchmark per KV connector (bench/pd-bench.ts); `--connectors=nixl,mooncake` narrows it to some
  * PD_VARIANTS labels. `replicas` also runs router throughput per host with replicas pinned to cores
  * (bench/replica-saturation.ts); `replicas --saturation` runs only that part. `--repeats=N` (routing,
@@ -57,6 +59,7 @@ function usage(): never {
     'usage: npm run bench -- <routing|overhead|scale|replicas|kv-events|pd|all> [--quick] ' +
       '[--policies=a,b] [--workloads=a,b] (routing, replicas, kv-events) [--cpu] (overhead only) ' +
       '[--saturation] (replicas only: the pinned-replica throughput run alone) ' +
+      "[--response-body-sample=N] (overhead only: the router's flag; 1 = every body watched) " +
       '[--connectors=a,b] (pd only) [--repeats=N] (routing, replicas, kv-events: N runs per router cell, 1-10)\n',
   );
   process.exit(2);
@@ -89,6 +92,8 @@ interface Narrowing {
   saturationOnly?: boolean;
   /** routing, replicas, kv-events: runs per router cell, merged (bench/merge-cells.ts). */
   repeats?: number;
+  /** overhead: the router's --response-body-sample (1 = every response body watched). */
+  responseBodySample?: number;
 }
 
 /** Where the replicas benchmark keeps its saturation part (bench/results/<name>.json). */
@@ -119,6 +124,7 @@ async function runOne(
         log,
         cpuOnly: narrow.cpuOnly,
         profile: !narrow.cpuOnly,
+        responseBodySample: narrow.responseBodySample,
       });
       writeResult('overhead', r);
       await publish('overhead', renderOverhead(r));
@@ -202,6 +208,12 @@ async function main(): Promise<void> {
     if (!Number.isInteger(n) || n < 1 || n > 10) usage();
     narrow.repeats = n;
   }
+  const sample = args.find((a) => a.startsWith('--response-body-sample='));
+  if (sample !== undefined) {
+    const n = Number(sample.slice('--response-body-sample='.length));
+    if (!Number.isInteger(n) || n < 1) usage();
+    narrow.responseBodySample = n;
+  }
   narrow.connectors = listFlag('connectors');
   if (narrow.connectors?.some((c) => !PD_VARIANTS.some((v) => v.label === c))) usage();
   const known = (a: string): boolean =>
@@ -211,6 +223,7 @@ async function main(): Promise<void> {
     a.startsWith('--policies=') ||
     a.startsWith('--workloads=') ||
     a.startsWith('--repeats=') ||
+    a.startsWith('--response-body-sample=') ||
     a.startsWith('--connectors=');
   const positional = args.filter((a) => !a.startsWith('--'));
   if (positional.length !== 1 || args.some((a) => a.startsWith('--') && !known(a))) usage();
@@ -218,7 +231,7 @@ async function main(): Promise<void> {
   const variants = VARIANTS_OF[name];
   if (narrow.policies && !narrow.policies.every((p) => variants?.some((v) => v.label === p))) usage();
   if (narrow.workloads && variants === undefined) usage();
-  if (narrow.cpuOnly && name !== 'overhead') usage();
+  if ((narrow.cpuOnly || narrow.responseBodySample) && name !== 'overhead') usage();
   if (narrow.connectors && name !== 'pd') usage();
   if (narrow.repeats && !['routing', 'replicas', 'kv-events'].includes(name)) usage();
   if (narrow.saturationOnly && (name !== 'replicas' || narrow.policies || narrow.workloads)) usage();
