@@ -113,6 +113,8 @@ export function renderEnvoyConfig(opts: EnvoyRenderOptions = {}): string {
       lb_policy: 'LEAST_REQUEST',
       connect_timeout: '5s',
       per_connection_buffer_limit_bytes: 33554432,
+      // As vllm_workers: close idle worker connections before the worker's 5 s keep-alive does.
+      common_http_protocol_options: { idle_timeout: '4s' },
       load_assignment: {
         cluster_name: 'vllm_workers_fallback',
         endpoints: [
