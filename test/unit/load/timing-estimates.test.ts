@@ -1,5 +1,9 @@
 import { describe, expect, it } from 'vitest';
-import { DEFAULT_TIMING_PRIORS, TimingEstimates } from '../../../src/load/timing-estimates.js';
+import {
+  DEFAULT_TIMING_PRIORS,
+  MIN_PREFILL_FRACTION,
+  TimingEstimates,
+} from '../../../src/load/timing-estimates.js';
 import { makeWorkers } from '../routing/fixtures.js';
 import { Worker } from '../../../src/workers/worker.js';
 
@@ -42,6 +46,26 @@ describe('TimingEstimates', () => {
     const e = est.of(w!);
     expect(e.ttftFloorMs + e.prefillMsPerToken * 100).toBeCloseTo(15, 0); // fits what it saw
     expect(e.waitMsPerRequest).toBeCloseTo(DEFAULT_TIMING_PRIORS.waitMsPerRequest, 0); // untouched
+  });
+
+  it('confounded samples (misses fast on idle workers, hits slow behind queues) cannot make prefill free', () => {
+    const est = new TimingEstimates();
+    const [w] = makeWorkers(1);
+    // What the router's own choices produce: the more uncached tokens, the emptier the worker it went to.
+    for (let i = 0; i < 400; i++) {
+      const miss = i % 4 === 0;
+      est.recordTtft(w!, miss ? 120 : 400, { prefillTokens: miss ? 4800 : 300, ahead: miss ? 2 : 3 });
+    }
+    const e = est.of(w!);
+    expect(e.prefillMsPerToken).toBeGreaterThanOrEqual(
+      MIN_PREFILL_FRACTION * DEFAULT_TIMING_PRIORS.prefillMsPerToken,
+    );
+    // Recomputing 4,500 more tokens still costs something in the cost model's eyes.
+    const hit = est.predictTtftMs(w!, { prefillTokens: 300, ahead: 3 });
+    const miss = est.predictTtftMs(w!, { prefillTokens: 4800, ahead: 3 });
+    expect(miss - hit).toBeGreaterThanOrEqual(
+      4500 * MIN_PREFILL_FRACTION * DEFAULT_TIMING_PRIORS.prefillMsPerToken,
+    );
   });
 
   it('learns that requests ahead cost nothing when they do not (queued prefills are a feature apart)', () => {
