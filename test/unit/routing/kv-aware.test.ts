@@ -124,25 +124,17 @@ describe('kv_aware', () => {
     });
   });
 
-  it("a routed prompt's blocks count as held on its worker until the events arrive (pending)", () => {
+  it('a routed prompt is not counted as held before its events (the reference rule would pile onto it)', () => {
     const workers = makeWorkers(3);
     const subs = unstartedSubscriptions(workers, workers);
     closers.push(() => subs.close());
-    const now = 1_000;
-    const policy = new KvAwarePolicy({
-      exact: new KvPrefixSource({
-        subscriptions: subs,
-        tokenizer,
-        blockSize: BS,
-        pendingTtlMs: 3000,
-        now: () => now,
-      }),
-      cacheAware: { prefixHomeMargin: 0 },
-    });
-    const first = route(policy, input(workers, { text: prompt, body: { prompt } }), now);
-    // Its worker is now the busiest, and nothing was published yet: the next one still follows it.
-    const next = route(policy, input(workers, { text: prompt, body: { prompt } }), now);
-    expect(next.decision).toMatchObject({ worker: first.decision.worker, branch: 'exact_hit' });
+    const source = new KvPrefixSource({ subscriptions: subs, tokenizer, blockSize: BS, pendingTtlMs: 3000 });
+    const policy = new KvAwarePolicy({ exact: source, cacheAware: { prefixHomeMargin: 0 } });
+    const first = route(policy, input(workers, { text: prompt, body: { prompt } }));
+    const next = route(policy, input(workers, { text: prompt, body: { prompt } }));
+    // Nothing published yet: the second request goes to the least loaded, not to the first one's worker.
+    expect(next.decision).toMatchObject({ branch: 'exact_miss' });
+    expect(next.decision.worker).not.toBe(first.decision.worker);
     first.guard.release();
     next.guard.release();
     for (const w of workers) expect(w.load).toBe(0);
