@@ -272,6 +272,23 @@ export async function startRouterProcess(
   script = 'src/cli.ts',
   cpus?: string,
 ): Promise<RouterProcess> {
+  // freePort() releases the port before the child binds it; another process may take it meanwhile
+  // (a replicas run failed so once): a child that exits with EADDRINUSE is started again on new ports.
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startRouterOnFreePorts(args, nodeArgs, script, cpus);
+    } catch (err) {
+      if (attempt >= 3 || !String((err as Error).message).includes('EADDRINUSE')) throw err;
+    }
+  }
+}
+
+async function startRouterOnFreePorts(
+  args: string[],
+  nodeArgs: string[],
+  script: string,
+  cpus: string | undefined,
+): Promise<RouterProcess> {
   const grpcPort = await freePort();
   const adminPort = await freePort();
   const svc = await startTsxProcess(
