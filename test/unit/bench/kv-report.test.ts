@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { kvEventTargets, renderKvEvents } from '../../../bench/report-kv-events.js';
 import { renderReplicas } from '../../../bench/report-replicas.js';
 import type { RoutingCell, RoutingResult } from '../../../bench/routing-bench.js';
+import { routingResult } from './routing-result.js';
 
 function cell(
   workload: string,
@@ -31,21 +32,9 @@ function cell(
 }
 
 function result(cells: RoutingCell[], targets = kvEventTargets(cells)): RoutingResult {
-  return {
-    benchmark: 'routing',
-    info: { command: 'x', cores: 2, cpu: 'c', node: 'v20', date: 'd', quick: true, loadAvgAtStart: 1 },
-    setup: {
-      workers: 2,
-      concurrency: 4,
-      timeScale: 1,
-      timing: {},
-      cacheBlocks: {},
-      workloads: {},
-      kvEvents: { tokenizer: 'test/fixtures/tokenizer', tokenRatio: 2.2 },
-    },
-    cells,
-    targets,
-  };
+  return routingResult(cells, targets, {
+    kvEvents: { tokenizer: 'test/fixtures/tokenizer', tokenRatio: 2.2 },
+  });
 }
 
 describe('kvEventTargets', () => {

@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { mergeRuns } from '../../../bench/merge-cells.js';
 import { renderReplicas } from '../../../bench/report-replicas.js';
-import type { RoutingCell, RoutingResult } from '../../../bench/routing-bench.js';
+import type { RoutingCell } from '../../../bench/routing-bench.js';
+import { routingResult } from './routing-result.js';
 
 function run(
   policy: string,
@@ -68,21 +69,7 @@ describe('mergeRuns (--repeats)', () => {
       mergeRuns([run('kv_aware', 0.5, 1000), run('kv_aware', 0.6, 1000)]),
       mergeRuns([run('kv_aware x2', 0.52, 1000), run('kv_aware x2', 0.56, 1000)]),
     ];
-    const r: RoutingResult = {
-      benchmark: 'routing',
-      info: { command: 'x', cores: 2, cpu: 'c', node: 'v20', date: 'd', quick: true, loadAvgAtStart: 1 },
-      setup: {
-        workers: 2,
-        concurrency: 4,
-        timeScale: 1,
-        timing: {},
-        cacheBlocks: {},
-        workloads: {},
-        repeats: 2,
-      },
-      cells,
-      targets: [],
-    };
+    const r = routingResult(cells, [], { repeats: 2 });
     const md = renderReplicas(r).markdown;
     expect(md).toContain('| kv_aware x2 | 54.0% (52.0-56.0) | 0.98x |');
     expect(md).toContain('Each router cell is the mean of 2 runs');
