@@ -14,9 +14,9 @@
  * elsewhere) per request.
  *
  * An entry ends at the first response byte of a streamed response (`done`), at the end of the request
- * (`done` again: idempotent), or, for responses that reveal no first token (non-streamed), when its
- * deadline passes (the cost model's own predicted time to first token): expired entries are dropped on
- * read. Reads are O(entries on that worker), which the in-flight count bounds.
+ * (`done` again: idempotent), or, for responses that reveal no first token (non-streamed, or a
+ * streamed body the router skipped), when its deadline passes (the cost model's predicted end of its
+ * prefill: timing-dispatcher.ts): expired entries are dropped on read. Reads are O(entries on that worker), which the in-flight count bounds.
  */
 import type { Worker } from '../workers/worker.js';
 

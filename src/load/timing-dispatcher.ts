@@ -9,7 +9,7 @@
  *   chars per token and the worker's other in-flight requests.
  * - Prefill backlog (cost mode, prefill-computing roles): the request's uncached tokens are queued on
  *   its worker from the dispatch to its first response byte, or its end; a non-streamed response shows
- *   no first byte, so its entry expires when the cost model predicted its first token.
+ *   no first byte, so its entry expires when the cost model predicted its prefill to end.
  * - Inter-chunk sample, when the response ended normally after >= 3 chunks: (last - first) / (chunks - 1).
  *   (Envoy may coalesce SSE events into one chunk; the figure is the engine's step time as the router
  *   sees it, which is what a wait estimate needs.)
