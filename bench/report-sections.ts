@@ -3,7 +3,7 @@
  * its SVG charts, plus the summary section built from every result file present. Pure formatting:
  * the returned `assets` are written by the caller (bench/run.ts).
  */
-import type { OverheadResult, OverheadRun } from './overhead-bench.js';
+import type { OverheadResult, OverheadRun, RouterProfile } from './overhead-bench.js';
 import { findCell, type RoutingResult } from './routing-bench.js';
 import type { ScaleResult } from './scale-bench.js';
 import { renderBarChart } from './svg-chart.js';
@@ -202,6 +202,27 @@ function sideBySide(r: RoutingResult): string[] {
   ];
 }
 
+/** A `--cpu-prof` pass as markdown: heading, what ran, top functions and modules by self time. */
+function profileSection(title: string, p: RouterProfile): string[] {
+  return [
+    `### ${title}`,
+    '',
+    `\`--cpu-prof\` of a separate router process (never of the measured runs): ${p.load}; ` +
+      `${p.samples} busy samples in the load window, idle excluded.`,
+    '',
+    table(
+      ['function (self time)', '% of busy'],
+      p.topFunctions.map((e) => [`\`${e.name}\``, e.percent]),
+    ),
+    '',
+    table(
+      ['module', '% of busy'],
+      p.byModule.map((e) => [`\`${e.name}\``, e.percent]),
+    ),
+    '',
+  ];
+}
+
 const runLabel = (x: OverheadRun): string => `${x.scenario} c=${x.concurrency}`;
 
 export function renderOverhead(r: OverheadResult): RenderedSection {
@@ -260,24 +281,9 @@ export function renderOverhead(r: OverheadResult): RenderedSection {
     ),
     '',
   );
-  if (r.profile) {
-    lines.push(
-      '### Router CPU profile (hot path)',
-      '',
-      `\`--cpu-prof\` of a separate router process (never of the measured runs): ${r.profile.load}; ` +
-        `${r.profile.samples} busy samples in the load window, idle excluded.`,
-      '',
-      table(
-        ['function (self time)', '% of busy'],
-        r.profile.topFunctions.map((e) => [`\`${e.name}\``, e.percent]),
-      ),
-      '',
-      table(
-        ['module', '% of busy'],
-        r.profile.byModule.map((e) => [`\`${e.name}\``, e.percent]),
-      ),
-      '',
-    );
+  if (r.profile) lines.push(...profileSection('Router CPU profile (hot path)', r.profile));
+  if (r.longPromptProfile) {
+    lines.push(...profileSection('Router CPU profile (220 KB prompts)', r.longPromptProfile));
   }
   const labels = r.runs.map(runLabel);
   const assets = [

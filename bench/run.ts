@@ -10,6 +10,8 @@
  * of docs/benchmarks.md (tables + SVG charts in docs/) and the generated summary. `--quick` shrinks every
  * size (seconds, for smoke runs; the doc marks such a run as quick). `overhead --cpu` runs only the
  * router-vs-Envoy CPU comparison (small, 64-chunk streams, 220 KB prompts at concurrency 16);
+ * `overhead --scenarios=long-prompt` (or small, stream64, stream256) runs only those scenarios' plans
+ * and profile pass (with --cpu: the CPU plans of those scenarios);
  * `overhead --response-body-sample=N` passes the router that flag (1: every response body watched, as
  * before the router let Envoy skip bodies). `pd` is the
  * P/D benchmark per KV connector (bench/pd-bench.ts); `--connectors=nixl,mooncake` narrows it to some
@@ -18,7 +20,12 @@
  * replicas, kv-events) runs every router cell N times, interleaved, and reports their means with the
  * hit rates' range (bench/merge-cells.ts): one cell's hit rate moves by 5-10 points between runs here.
  */
-import { runOverheadBench, type OverheadResult } from './overhead-bench.js';
+import {
+  isOverheadScenario,
+  runOverheadBench,
+  type OverheadResult,
+  type OverheadScenario,
+} from './overhead-bench.js';
 import { readResult, writeAsset, writeResult, writeSection, type SectionName } from './report-doc.js';
 import {
   renderOverhead,
@@ -60,6 +67,7 @@ function usage(): never {
       '[--policies=a,b] [--workloads=a,b] (routing, replicas, kv-events) [--cpu] (overhead only) ' +
       '[--saturation] (replicas only: the pinned-replica throughput run alone) ' +
       "[--response-body-sample=N] (overhead only: the router's flag; 1 = every body watched) " +
+      '[--scenarios=a,b] (overhead only: small, stream64, stream256, long-prompt) ' +
       '[--connectors=a,b] (pd only) [--repeats=N] (routing, replicas, kv-events: N runs per router cell, 1-10)\n',
   );
   process.exit(2);
@@ -94,6 +102,8 @@ interface Narrowing {
   repeats?: number;
   /** overhead: the router's --response-body-sample (1 = every response body watched). */
   responseBodySample?: number;
+  /** overhead: only these scenarios. */
+  scenarios?: OverheadScenario[];
 }
 
 /** Where the replicas benchmark keeps its saturation part (bench/results/<name>.json). */
@@ -125,6 +135,7 @@ async function runOne(
         cpuOnly: narrow.cpuOnly,
         profile: !narrow.cpuOnly,
         responseBodySample: narrow.responseBodySample,
+        scenarios: narrow.scenarios,
       });
       writeResult('overhead', r);
       await publish('overhead', renderOverhead(r));
@@ -214,6 +225,9 @@ async function main(): Promise<void> {
     if (!Number.isInteger(n) || n < 1) usage();
     narrow.responseBodySample = n;
   }
+  const scenarios = listFlag('scenarios');
+  if (scenarios && !scenarios.every(isOverheadScenario)) usage();
+  if (scenarios) narrow.scenarios = scenarios as OverheadScenario[];
   narrow.connectors = listFlag('connectors');
   if (narrow.connectors?.some((c) => !PD_VARIANTS.some((v) => v.label === c))) usage();
   const known = (a: string): boolean =>
@@ -224,6 +238,7 @@ async function main(): Promise<void> {
     a.startsWith('--workloads=') ||
     a.startsWith('--repeats=') ||
     a.startsWith('--response-body-sample=') ||
+    a.startsWith('--scenarios=') ||
     a.startsWith('--connectors=');
   const positional = args.filter((a) => !a.startsWith('--'));
   if (positional.length !== 1 || args.some((a) => a.startsWith('--') && !known(a))) usage();
@@ -231,7 +246,7 @@ async function main(): Promise<void> {
   const variants = VARIANTS_OF[name];
   if (narrow.policies && !narrow.policies.every((p) => variants?.some((v) => v.label === p))) usage();
   if (narrow.workloads && variants === undefined) usage();
-  if ((narrow.cpuOnly || narrow.responseBodySample) && name !== 'overhead') usage();
+  if ((narrow.cpuOnly || narrow.responseBodySample || narrow.scenarios) && name !== 'overhead') usage();
   if (narrow.connectors && name !== 'pd') usage();
   if (narrow.repeats && !['routing', 'replicas', 'kv-events'].includes(name)) usage();
   if (narrow.saturationOnly && (name !== 'replicas' || narrow.policies || narrow.workloads)) usage();
