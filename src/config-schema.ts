@@ -577,7 +577,7 @@ export const OPTIONS = [
     flag: 'prior-wait-ms-per-request',
     type: 'number',
     default: PRIORS.waitMsPerRequest,
-    help: 'Starting estimate of the wait per request queued or running ahead (learned per worker).',
+    help: 'Starting estimate of the wait per request queued ahead by others (scraped queue minus own; learned per worker).',
   },
   {
     group: 'Load and cost model',

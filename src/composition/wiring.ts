@@ -448,10 +448,11 @@ function buildHealthChecker({ config, logger, pools, health, clock }: Base): Hea
   });
 }
 
-function buildScraper({ config, logger, pools, health, board, clock }: Base): MetricsScraper {
+function buildScraper({ config, logger, pools, health, board, backlog, clock }: Base): MetricsScraper {
   return new MetricsScraper({
     workers: () => pools.workers(),
     board,
+    queuedOf: (w) => backlog.of(w, clock()).requests,
     health,
     intervalMs: config.scrapeIntervalMs,
     timeoutMs: Math.max(1, config.scrapeTimeoutMs),

@@ -2,18 +2,24 @@
  * The latest scraped load sample per worker URL, and the blend of that sample with what this router
  * did since (pure: time passed in, no timers, metrics or logging).
  *
- * A sample is what one `/metrics` page said (metrics-parse.ts) plus two numbers the scraper takes
- * when it SENDS the scrape: the time (`takenAtMs`) and this router's in-flight requests on that URL
- * (`localAtSample`). Taking both at send time means a request routed while the scrape is on the wire
- * is counted twice at worst (in the sample and in the local delta), never zero times: bursts spread.
+ * A sample is what one `/metrics` page said (metrics-parse.ts) plus three numbers the scraper takes
+ * when it SENDS the scrape: the time (`takenAtMs`), this router's in-flight requests on that URL
+ * (`localAtSample`) and how many of them had not had their first token yet (`queuedAtSample`: its
+ * prefill backlog, load/prefill-backlog.ts). Taking them at send time means a request routed while
+ * the scrape is on the wire is counted twice at worst (in the sample and in the local delta), never
+ * zero times: bursts spread.
  *
  * Blend, for a worker whose router-side in-flight count is `localNow`:
  *   external = max(0, waiting + running - localAtSample)   (what reached the worker another way:
  *                                                            another router, a batch job, a client)
  *   ahead    = external + localNow
+ *   waitingElsewhere = min(external, max(0, waiting - queuedAtSample))
  * so requests this router sent since the sample count on top of it, and those that finished since
  * stop counting, without waiting for the next scrape. A P/D prefill leg counts on its prefill worker
  * until the leg ends, a decode until its response ends: that is what `worker.load` already counts.
+ * `waitingElsewhere` is the part of the worker's queue this router did not put there: the cost model
+ * (routing/cost-model.ts) prices its own queued prefills by their tokens, these per request, and the
+ * requests that are running (decoding) by the batch they slow, not as a queue.
  *
  * Staleness: a sample older than `staleAfterMs` (config `load-stale-ms`, default 1000: ten missed
  * 100 ms scrapes) is ignored and the view falls back to the in-flight count alone (`ahead = localNow`,
@@ -26,6 +32,8 @@ export interface LoadSample {
   readonly takenAtMs: number;
   /** This router's in-flight requests on the URL when the scrape was sent. */
   readonly localAtSample: number;
+  /** Of those, the ones whose first token had not arrived (its prefill backlog). Default 0. */
+  readonly queuedAtSample?: number;
   readonly figures: LoadFigures;
 }
 
@@ -36,6 +44,8 @@ export interface LoadView {
   readonly ahead: number;
   /** Scraped queue length (fresh samples only). */
   readonly waiting?: number;
+  /** The scraped queue minus this router's own queued prefills at the sample (fresh samples only). */
+  readonly waitingElsewhere?: number;
   /** Scraped KV-cache usage in [0, 1] (fresh samples only). */
   readonly kvUsage?: number;
   /** Age of the sample used (fresh samples only). */
@@ -81,7 +91,9 @@ export class LoadBoard {
     return {
       source: 'scraped',
       ahead: external + localNow,
-      ...(waiting === undefined ? {} : { waiting }),
+      ...(waiting === undefined
+        ? {}
+        : { waiting, waitingElsewhere: Math.min(external, Math.max(0, waiting - (s.queuedAtSample ?? 0))) }),
       ...(kvUsage === undefined ? {} : { kvUsage }),
       ageMs,
     };

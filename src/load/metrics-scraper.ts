@@ -10,8 +10,9 @@
  * skipped by later ticks: the other workers keep their 100 ms cadence. Workers sharing a URL (a prefill
  * and a decode role of one process) share one scrape.
  *
- * A scrape sends `GET <url>/metrics` (on the worker's own metrics port when it has one: scrapeBase), takes the clock and this router's in-flight count on the URL at
- * SEND time (see load-board.ts for why), reads at most 4 MiB of body and parses it (metrics-parse.ts).
+ * A scrape sends `GET <url>/metrics` (on the worker's own metrics port when it has one: scrapeBase),
+ * takes the clock, this router's in-flight count on the URL and its queued prefills there (`queuedOf`)
+ * at SEND time (see load-board.ts for why), reads at most 4 MiB of body and parses it (metrics-parse.ts).
  * Outcomes:
  * - 2xx: the sample is recorded (even one without load figures: the board then falls back to in-flight
  *   counts) and `health.recordCheck(worker, true, now, 'metrics')`.
@@ -61,6 +62,8 @@ export interface MetricsScraperOptions {
   readonly onScrapeFailed?: (url: string, reason: string) => void;
   /** A scrape succeeded (metrics). */
   readonly onScraped?: (url: string, figures: LoadFigures) => void;
+  /** This router's requests on the worker whose first token has not arrived (its prefill backlog). */
+  readonly queuedOf?: (worker: Worker) => number;
 }
 
 /** Defaults of config-schema.ts (`scrape-interval-ms`, `scrape-timeout-ms`, `scrape-concurrency`). */
@@ -198,13 +201,17 @@ export class MetricsScraper {
   private async scrape(url: string, workers: Worker[], ac: AbortController): Promise<void> {
     const takenAtMs = this.clock();
     let localAtSample = 0;
-    for (const w of workers) localAtSample += w.load;
+    let queuedAtSample = 0;
+    for (const w of workers) {
+      localAtSample += w.load;
+      queuedAtSample += this.opts.queuedOf?.(w) ?? 0;
+    }
     const result = await this.fetch(scrapeBase(url, workers), ac);
     if (this.closed) return;
     const now = this.clock();
     switch (result.kind) {
       case 'ok':
-        this.opts.board.record(url, { takenAtMs, localAtSample, figures: result.figures });
+        this.opts.board.record(url, { takenAtMs, localAtSample, queuedAtSample, figures: result.figures });
         for (const w of workers) this.opts.health?.recordCheck(w, true, now, 'metrics');
         this.opts.onScraped?.(url, result.figures);
         return;

@@ -22,9 +22,10 @@
  *   the fit (a worker truly that much slower is learned over a few responses instead of one).
  * - Published coefficients are clamped at 0, the cost per token at MIN_PREFILL_FRACTION of its prior.
  *   The prefills queued ahead are a feature of their own (in
- *   tokens, at the prefill coefficient: load/prefill-backlog.ts), so `waitMsPerRequest` is what the
- *   OTHER requests ahead (decoding, or from elsewhere) cost a new request's first token; it may well
- *   be near 0, and the cost model prices the decode batch apart (its `costDecodeWeight` term).
+ *   tokens, at the prefill coefficient: load/prefill-backlog.ts), so `waitMsPerRequest` is what a
+ *   request queued ahead by someone else (the worker's scraped queue minus this router's own) costs a
+ *   new request's first token; requests running (decoding) are not a feature: the cost model prices
+ *   the decode batch apart (its `costDecodeWeight` term).
  * - `ttftMs`: plain EWMA (alpha 0.1) of observed TTFT, for display.
  *
  * Fleet estimates: every observation also updates one estimate per ROLE (all that role's workers
@@ -41,7 +42,7 @@ export interface TimingPriors {
   readonly ttftFloorMs: number;
   /** Prefill cost per uncached prompt token, ms. */
   readonly prefillMsPerToken: number;
-  /** Wait per request queued or running ahead, ms. */
+  /** Wait per request queued ahead by others (another replica, a batch job), ms. */
   readonly waitMsPerRequest: number;
   /** Time between streamed chunks (one engine step), ms. */
   readonly interChunkMs: number;

@@ -12,15 +12,23 @@
  *   uncached_w  = promptTokens - cachedTokens_w          (prefix-source.ts: exact first, radix fallback)
  *   queued_w    = uncached tokens of the requests this router sent to w whose first token has not
  *                 arrived yet, over queuedRequests_w requests
- *   others_w    = max(0, ahead_w - queuedRequests_w)      (the rest of the load: requests decoding, and
- *                                                          traffic from elsewhere; scraped + local)
- *   wait_w      = queued_w * prefillMsPerToken_w + others_w * waitMsPerRequest_w
+ *   waiting_w   = the worker's scraped queue that this router did not put there (load-board.ts
+ *                 `waitingElsewhere`: another replica's, a batch job's); 0 without a fresh sample
+ *   running_w   = max(0, ahead_w - queuedRequests_w - waiting_w)   (the rest: sequences decoding)
+ *   wait_w      = queued_w * prefillMsPerToken_w + waiting_w * waitMsPerRequest_w
  *   prefill_w   = ttftFloorMs_w + uncached_w * prefillMsPerToken_w
  *   predicted_w = wait_w + prefill_w                      (the predicted time to first token)
  *
  * Prefills queued ahead count in tokens, not requests: ten cache hits ahead cost less than one long
  * miss, so a worker that holds a prefix keeps the requests that share it until the prefill work it
- * already has outweighs the saving.
+ * already has outweighs the saving. A queue of unknown size (someone else's) costs a learned wait per
+ * request. Sequences already running do not queue ahead of a new request's prefill: a continuously
+ * batched engine (vLLM, and the simulator) schedules a new prefill next to them, so they enter only
+ * through the decode term of the score below. Pricing them as a queue (as this model did until
+ * 2026-12) made one more decoding request on the worker holding a prompt outweigh the whole prefill
+ * its cache saves, and since a second router replica sees the first one's requests only as scraped
+ * counts, two replicas gave up affinity more often than one (multi-turn, exact KV events, 3 runs
+ * each: hit rate 0.798 -> 0.840 with two replicas, 0.844 -> 0.858 with one; bench/routing-bench.ts).
  *
  * The choice is by score, the prediction plus what this request does to the others:
  *
@@ -133,8 +141,10 @@ export interface CostScore {
   readonly prefillMs: number;
   /** The worker's time for this request's uncached tokens (what contention weighs). */
   readonly recomputeMs: number;
-  /** Requests ahead other than this router's queued prefills (decoding, or from elsewhere). */
+  /** Requests queued ahead that this router did not queue (scraped `waitingElsewhere`): priced per request. */
   readonly ahead: number;
+  /** Requests running (decoding) on the worker: in the decode term only. */
+  readonly running: number;
   /** Uncached tokens of this router's prefills queued on the worker. */
   readonly queuedTokens: number;
   readonly cachedTokens: number;
@@ -279,7 +289,8 @@ function candidate(
   options: Readonly<CostModelOptions>,
 ): Candidate {
   const uncachedTokens = Math.max(0, promptTokens - cachedTokens);
-  const ahead = Math.max(0, load.ahead - queued.requests);
+  const others = Math.max(0, load.ahead - queued.requests);
+  const ahead = Math.min(others, load.waitingElsewhere ?? 0);
   const waitMs = queued.tokens * est.prefillMsPerToken + ahead * est.waitMsPerRequest;
   const recomputeMs = uncachedTokens * est.prefillMsPerToken;
   const prefillMs = est.ttftFloorMs + recomputeMs;
@@ -293,6 +304,7 @@ function candidate(
     waitMs,
     prefillMs,
     ahead,
+    running: others - ahead,
     queuedTokens: queued.tokens,
     cachedTokens,
     uncachedTokens,
@@ -325,6 +337,7 @@ export function describeCost(c: CostInputs): string {
     `score_ms=${s.scoreMs.toFixed(1)}`,
     `wait_ms=${s.waitMs.toFixed(1)}`,
     `ahead=${round2(s.ahead)}`,
+    `running=${round2(s.running)}`,
     `queued_tokens=${s.queuedTokens}`,
     `load=${s.loadSource}`,
     `uncached=${s.uncachedTokens}/${c.promptTokens}`,

@@ -99,15 +99,22 @@ function start(opts: Partial<MetricsScraperOptions> & Pick<MetricsScraperOptions
 }
 
 describe('MetricsScraper (real HTTP servers on port 0)', () => {
-  it('records the page with the in-flight count taken at send time; one scrape per URL for two roles', async () => {
+  it('records the page with the in-flight and queued counts taken at send time; one scrape per URL for two roles', async () => {
     const s = await serve((_req, res) => res.end(page(3, 4)));
     const p = workerAt(s.url, 'prefill');
     const d = workerAt(s.url, 'decode');
     p.load = 1;
     d.load = 1;
-    const { board, scraped, checks } = start({ workers: () => [p, d] });
+    const { board, scraped, checks } = start({
+      workers: () => [p, d],
+      queuedOf: (w) => (w === p ? 1 : 0), // the prefill leg has not had its first token
+    });
     await scraped.waitFor(s.url, 1);
-    expect(board.latest(s.url)).toMatchObject({ localAtSample: 2, figures: { waiting: 3, running: 4 } });
+    expect(board.latest(s.url)).toMatchObject({
+      localAtSample: 2,
+      queuedAtSample: 1,
+      figures: { waiting: 3, running: 4 },
+    });
     expect(checks.slice(0, 2)).toEqual([
       [p.id, true],
       [d.id, true],

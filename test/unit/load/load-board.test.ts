@@ -14,31 +14,45 @@ describe('LoadBoard blend', () => {
     },
     {
       name: 'external load counts; our requests are not counted twice',
-      sample: { waiting: 4, running: 6, localAtSample: 2 },
+      sample: { waiting: 4, running: 6, localAtSample: 2, queuedAtSample: 1 },
       localNow: 2,
       now: 50,
-      want: { source: 'scraped', ahead: 10, waiting: 4, ageMs: 50 },
+      want: { source: 'scraped', ahead: 10, waiting: 4, waitingElsewhere: 3, ageMs: 50 },
+    },
+    {
+      name: 'our own queued prefills are not a queue from elsewhere',
+      sample: { waiting: 3, running: 1, localAtSample: 4, queuedAtSample: 3 },
+      localNow: 4,
+      now: 50,
+      want: { source: 'scraped', ahead: 4, waiting: 3, waitingElsewhere: 0, ageMs: 50 },
+    },
+    {
+      name: 'a queue from elsewhere is never more than the external load',
+      sample: { waiting: 5, running: 0, localAtSample: 4, queuedAtSample: 0 },
+      localNow: 4,
+      now: 50,
+      want: { source: 'scraped', ahead: 5, waiting: 5, waitingElsewhere: 1, ageMs: 50 },
     },
     {
       name: 'a burst since the sample counts on top of it',
       sample: { waiting: 0, running: 2, localAtSample: 2 },
       localNow: 12,
       now: 80,
-      want: { source: 'scraped', ahead: 12, waiting: 0, ageMs: 80 },
+      want: { source: 'scraped', ahead: 12, waiting: 0, waitingElsewhere: 0, ageMs: 80 },
     },
     {
       name: 'requests finished since the sample stop counting',
       sample: { waiting: 0, running: 8, localAtSample: 8 },
       localNow: 1,
       now: 80,
-      want: { source: 'scraped', ahead: 1, waiting: 0, ageMs: 80 },
+      want: { source: 'scraped', ahead: 1, waiting: 0, waitingElsewhere: 0, ageMs: 80 },
     },
     {
       name: 'worker reports less than we sent (not yet arrived): never negative external',
       sample: { waiting: 0, running: 1, localAtSample: 5 },
       localNow: 5,
       now: 10,
-      want: { source: 'scraped', ahead: 5, waiting: 0, ageMs: 10 },
+      want: { source: 'scraped', ahead: 5, waiting: 0, waitingElsewhere: 0, ageMs: 10 },
     },
     {
       name: 'a stale sample falls back to in-flight counts',
@@ -52,7 +66,7 @@ describe('LoadBoard blend', () => {
       sample: { waiting: 1, running: 0, localAtSample: 0 },
       localNow: 0,
       now: 1000,
-      want: { source: 'scraped', ahead: 1, waiting: 1, ageMs: 1000 },
+      want: { source: 'scraped', ahead: 1, waiting: 1, waitingElsewhere: 1, ageMs: 1000 },
     },
     {
       name: 'a page without load figures falls back to in-flight counts',
@@ -64,8 +78,15 @@ describe('LoadBoard blend', () => {
   ])('$name', ({ sample, localNow, now, want }) => {
     const board = new LoadBoard(1000);
     if (sample) {
-      const { localAtSample, ...figures } = sample;
-      board.record(URL, { takenAtMs: 0, localAtSample, figures: { ...figures, malformedLines: 0 } });
+      const { localAtSample, queuedAtSample, ...figures } = sample as typeof sample & {
+        queuedAtSample?: number;
+      };
+      board.record(URL, {
+        takenAtMs: 0,
+        localAtSample,
+        ...(queuedAtSample === undefined ? {} : { queuedAtSample }),
+        figures: { ...figures, malformedLines: 0 },
+      });
     }
     expect(board.view(URL, localNow, now)).toEqual(want);
   });

@@ -11,6 +11,7 @@ import { input, makeWorkers } from './fixtures.js';
 
 const TINY = 'Hello! What is the capital of France? Answer in one word, please, thanks a lot.'; // 80 chars
 const DOC = 'The quarterly report. '.repeat(9310).slice(0, 204_800); // 200 KB shared document
+const MID = 'A shared instruction block. '.repeat(80).slice(0, 2000); // 2 KB: ~500 tokens, 25 ms of prefill
 
 interface Case {
   name: string;
@@ -26,6 +27,15 @@ interface Case {
 }
 
 const idle: LoadView = { source: 'in_flight', ahead: 0 };
+/** `n` requests waiting on the worker, none of them queued by this router (e.g. another replica's). */
+const queuedElsewhere = (n: number): LoadView => ({
+  source: 'scraped',
+  ahead: n,
+  waiting: n,
+  waitingElsewhere: n,
+  kvUsage: 0.2,
+  ageMs: 50,
+});
 const scraped = (ahead: number, extra: Partial<LoadView> = {}): LoadView => ({
   source: 'scraped',
   ahead,
@@ -78,9 +88,28 @@ describe('cost model scoring (cache_aware default mode)', () => {
       name: '200 KB shared document on a busy fleet: worth a 50-request queue (1 s wait vs 2.5 s prefill)',
       held: DOC,
       prompt: `${DOC} Question 7?`,
-      loads: [scraped(50), scraped(40), scraped(40)],
+      loads: [queuedElsewhere(50), queuedElsewhere(40), queuedElsewhere(40)],
       want: 0,
       branch: 'cache_hit',
+    },
+    {
+      // 500 tokens held save 25 ms of prefill: 3 sequences decoding on the holder cost only the decode
+      // term (3 x 20 ms x 0.25 = 15 ms), while 6 requests queued there by another replica cost 120 ms of
+      // wait (beyond the prefix home's margin too: 3 x 25 ms).
+      name: 'a 2 KB shared prompt stays on its holder while 3 sequences decode there',
+      held: MID,
+      prompt: `${MID} Q?`,
+      loads: [scraped(3), idle],
+      want: 0,
+      branch: 'cache_hit',
+    },
+    {
+      name: '... but not behind 6 requests queued there by someone else',
+      held: MID,
+      prompt: `${MID} Q?`,
+      loads: [queuedElsewhere(6), idle],
+      want: 1,
+      branch: 'imbalance',
     },
     {
       // The two idle workers tie; the spill goes to the prompt's rendezvous home among them
@@ -104,7 +133,7 @@ describe('cost model scoring (cache_aware default mode)', () => {
       name: '200 KB shared document: not worth a 200-request queue (4 s wait vs 2.5 s prefill)',
       held: DOC,
       prompt: `${DOC} Question 7?`,
-      loads: [scraped(200), scraped(0)],
+      loads: [queuedElsewhere(200), scraped(0)],
       want: 1,
       branch: 'imbalance',
     },
@@ -216,14 +245,17 @@ describe('cost model scoring (cache_aware default mode)', () => {
 
   it('describes its inputs for the decision header: predicted wait, uncached tokens, runner-up', () => {
     const workers = makeWorkers(2);
-    const policy = policyFor(workers, [scraped(2), idle]);
+    // Worker 0: 3 requests, 2 of them queued by someone else (scraped), 1 running.
+    const policy = policyFor(workers, [scraped(3, { waiting: 2, waitingElsewhere: 2 }), idle]);
     const d = policy.select(input(workers, { text: 'y'.repeat(400) }));
     const text = describeCost(d.cost!);
     expect(text).toContain('predicted_ms=15.0'); // idle worker 1: 10 ms floor + 100 tokens x 0.05
     expect(text).toContain('wait_ms=0.0');
     expect(text).toContain('uncached=100/100');
     expect(text).toContain(`runner_up=${workers[0]!.url}`);
-    expect(text).toContain('runner_up_ms=55.0'); // + 2 ahead x 20 ms
+    expect(text).toContain('runner_up_ms=55.0'); // + 2 queued ahead x 20 ms; the running one is no queue
+    expect(d.cost?.runnerUp?.ahead).toBe(2);
+    expect(d.cost?.runnerUp?.running).toBe(1);
   });
 
   it('queued prefills count in tokens: ten queued cache hits cost less than one queued long miss', () => {

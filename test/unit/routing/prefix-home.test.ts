@@ -126,12 +126,17 @@ function replica(
   workers: readonly Worker[],
   loads: readonly number[],
   options: Partial<CacheAwareOptions> = {},
+  /** The loads are queues from elsewhere (scraped: another replica's requests waiting), not in flight. */
+  queuedElsewhere = false,
 ) {
   const timing = new TimingEstimates(); // priors: floor 10 ms, 0.05 ms/token, 20 ms per request ahead
   const signals: WorkerSignals = {
     load: (w) => {
       const ahead = loads[workers.indexOf(w)] ?? 0;
-      return ahead === 0 ? idle : { source: 'in_flight', ahead };
+      if (ahead === 0) return idle;
+      return queuedElsewhere
+        ? { source: 'scraped', ahead, waiting: ahead, waitingElsewhere: ahead }
+        : { source: 'in_flight', ahead };
     },
     timing: (w) => timing.of(w),
   };
@@ -308,11 +313,11 @@ describe('prefix home in cache_aware (two replicas, no shared state)', () => {
     const workers = makeWorkers(8);
     const text = prompt(5, LONG);
     const home = replica(workers, []).select(input(workers, { text })).worker;
-    // 4 requests ahead on the home (80 ms of wait + the decode term) against 3 x a 109 ms prefill: still
-    // home; with a margin of 0.25 (27 ms) the idle workers win.
+    // 4 requests queued on the home by another replica (80 ms of wait + the decode term) against 3 x a
+    // 109 ms prefill: still home; with a margin of 0.25 (27 ms) the idle workers win.
     const loads = workers.map((w) => (w === home ? 4 : 0));
-    expect(replica(workers, loads).select(input(workers, { text })).worker).toBe(home);
-    const tight = replica(workers, loads, { prefixHomeMargin: 0.25 }).select(input(workers, { text }));
+    expect(replica(workers, loads, {}, true).select(input(workers, { text })).worker).toBe(home);
+    const tight = replica(workers, loads, { prefixHomeMargin: 0.25 }, true).select(input(workers, { text }));
     expect(tight.worker).not.toBe(home);
   });
 
