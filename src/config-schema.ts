@@ -325,7 +325,7 @@ export const OPTIONS = [
     type: 'enum',
     default: CACHE_AWARE.mode,
     values: CACHE_AWARE_MODES,
-    help: "cost: lowest predicted time to first token (queue ahead x learned wait + uncached tokens x learned prefill cost); per_request: the reference router's rule with the owner's overload escape per request; global: the reference router's fleet-wide imbalance gate.",
+    help: "cost: lowest predicted time to first token (prefill tokens queued ahead + uncached tokens, x learned prefill cost; + requests queued by others x learned wait; running sequences as a fuller decode batch); per_request: the reference router's rule with the owner's overload escape per request; global: the reference router's fleet-wide imbalance gate.",
   },
   {
     group: 'Policies',
