@@ -5,6 +5,10 @@
  */
 import { badRequest, RouterError } from './router-error.js';
 import { chatPromptText, completionPromptText } from './prompt-text.js';
+import { exceedsDepth } from './json-depth.js';
+import { parseLongStringBody } from './json-body.js';
+
+export { exceedsDepth } from './json-depth.js';
 
 export type InferenceKind = 'completions' | 'chat';
 
@@ -44,19 +48,7 @@ export function parseInferenceRequest(
     );
   }
   if (body.length === 0) throw badRequest('invalid_body', 'request body is empty');
-  const text = decodeUtf8(body);
-  if (exceedsDepth(text, MAX_JSON_DEPTH)) {
-    throw badRequest('invalid_json', `request body nests deeper than ${MAX_JSON_DEPTH} levels`);
-  }
-  let json: unknown;
-  try {
-    json = JSON.parse(text);
-  } catch (err) {
-    throw badRequest(
-      'invalid_json',
-      `request body is not valid JSON: ${(err as Error).message.slice(0, 200)}`,
-    );
-  }
+  const json = parseJsonBody(body);
   if (typeof json !== 'object' || json === null || Array.isArray(json)) {
     throw badRequest('invalid_body', 'request body must be a JSON object');
   }
@@ -83,6 +75,27 @@ export function parseInferenceRequest(
   return { kind, model: obj.model, stream: obj.stream === true, text: routingText, json: obj };
 }
 
+/**
+ * The body as JSON: a large body with long string values without a body-sized string (json-body.ts),
+ * anything else (and every malformed body, for its exact error) decoded and parsed whole.
+ */
+function parseJsonBody(body: Buffer): unknown {
+  const long = parseLongStringBody(body, MAX_JSON_DEPTH);
+  if (long !== undefined) return long.value;
+  const text = decodeUtf8(body);
+  if (exceedsDepth(text, MAX_JSON_DEPTH)) {
+    throw badRequest('invalid_json', `request body nests deeper than ${MAX_JSON_DEPTH} levels`);
+  }
+  try {
+    return JSON.parse(text);
+  } catch (err) {
+    throw badRequest(
+      'invalid_json',
+      `request body is not valid JSON: ${(err as Error).message.slice(0, 200)}`,
+    );
+  }
+}
+
 const utf8 = new TextDecoder('utf-8', { fatal: true });
 
 function decodeUtf8(body: Buffer): string {
@@ -90,42 +103,5 @@ function decodeUtf8(body: Buffer): string {
     return utf8.decode(body);
   } catch {
     throw badRequest('invalid_body', 'request body is not valid UTF-8');
-  }
-}
-
-/**
- * True if brackets nest deeper than `max` outside strings. Linear, no allocation. String contents are
- * skipped with indexOf (a quote preceded by an odd number of backslashes is escaped): a 220 KB prompt
- * is one string, and a per-character loop over it cost more than JSON.parse itself (~1.2 ms vs 0.4).
- */
-export function exceedsDepth(text: string, max: number): boolean {
-  let depth = 0;
-  const n = text.length;
-  let i = 0;
-  while (i < n) {
-    const c = text.charCodeAt(i);
-    if (c === 34 /* " */) {
-      i = stringEnd(text, i);
-      if (i < 0) return false; // unterminated: JSON.parse rejects it
-      continue;
-    }
-    if (c === 123 /* { */ || c === 91 /* [ */) {
-      if (++depth > max) return true;
-    } else if (c === 125 || c === 93) depth--;
-    i++;
-  }
-  return false;
-}
-
-/** The index after the closing quote of the string opening at `open`, or -1. */
-function stringEnd(text: string, open: number): number {
-  let from = open + 1;
-  for (;;) {
-    const q = text.indexOf('"', from);
-    if (q < 0) return -1;
-    let backslashes = 0;
-    for (let k = q - 1; k > open && text.charCodeAt(k) === 92; k--) backslashes++;
-    if (backslashes % 2 === 0) return q + 1;
-    from = q + 1;
   }
 }

@@ -1,0 +1,165 @@
+/**
+ * `JSON.parse` of a UTF-8 request body that holds long string values (a 220 KB prompt, a document in a
+ * chat message), without first turning the whole body into one string.
+ *
+ * Why: V8 allocates every string above ~128 KB (kMaxRegularHeapObjectSize) in its own freshly mapped
+ * large-object page, unmapped again after the next scavenge, so each one costs a page fault per 4 KB
+ * touched and an munmap on top of the copy. Decoding a 220 KB body and then parsing it made two such
+ * strings per request (the body text, then the prompt that JSON.parse copies out of it): ~115 page
+ * faults per request and a quarter of the router's CPU for such a request (`perf`, issue 15). Here the
+ * body text is never built; only the long values themselves end up as large strings.
+ *
+ * How: the body's string tokens are found on the bytes (`indexOf` of `"`, skipping escaped quotes).
+ * Each string VALUE of at least MIN_CARVED_BYTES is cut out and decoded on its own, in pieces of about
+ * PIECE_BYTES, each by `JSON.parse` of that piece as a string literal (so escapes and the ban on raw
+ * control characters are JSON.parse's own), and its pieces are joined once. What remains (the
+ * "skeleton": the body with a short placeholder string in place of each cut value) is parsed by
+ * `JSON.parse`, whose reviver puts the long values back. A piece never ends inside an escape sequence
+ * (no backslash among its last 6 bytes) nor inside a multi-byte UTF-8 character (it ends before an
+ * ASCII byte).
+ *
+ * Equivalence: outside strings a valid JSON text has no quote byte, so the tokens found here are the
+ * document's string tokens; replacing a string token by another string token changes neither the
+ * document's validity nor its structure, and the pieces of a token are valid exactly when the token
+ * is. Anything unusual returns undefined and the caller parses the plain way, which also gives the
+ * exact error for a bad body: a body that is not valid UTF-8, an unterminated string, a skeleton that
+ * does not parse or nests too deep, a leading byte-order mark (TextDecoder drops it, JSON.parse does
+ * not), or a placeholder that also occurs as a value in the body (a placeholder must be met exactly
+ * once).
+ */
+import { isAscii, isUtf8 } from 'node:buffer';
+import { exceedsDepth } from './json-depth.js';
+
+/** Bodies below this are parsed the plain way (their text is no large-object string). */
+export const MIN_BODY_BYTES = 64 * 1024;
+/** String values at least this long (bytes between the quotes) are cut out of the skeleton. */
+export const MIN_CARVED_BYTES = 16 * 1024;
+/** Target size of one decoded piece of a cut value: well below V8's large-object threshold. */
+export const PIECE_BYTES = 32 * 1024;
+
+const QUOTE = 0x22;
+const BACKSLASH = 0x5c;
+const COLON = 0x3a;
+/** Longest JSON escape sequence (`\uXXXX`). */
+const MAX_ESCAPE_BYTES = 6;
+const PLACEHOLDER = '\u0000vllm-router-long-string:';
+
+/**
+ * The parsed body (`{ value }`), or undefined when this path does not apply or sees anything unusual
+ * (the caller then decodes the body and parses it whole).
+ */
+export function parseLongStringBody(body: Buffer, maxDepth: number): { value: unknown } | undefined {
+  if (body.length < MIN_BODY_BYTES) return undefined;
+  const ascii = isAscii(body);
+  if (!ascii && !isUtf8(body)) return undefined;
+  const decode = (start: number, end: number): string => body.toString(ascii ? 'latin1' : 'utf8', start, end);
+  const skeleton: string[] = [];
+  const values: string[] = [];
+  let from = 0;
+  let pos = 0;
+  for (;;) {
+    const open = body.indexOf(QUOTE, pos);
+    if (open < 0) break;
+    const close = closingQuote(body, open);
+    if (close < 0) return undefined;
+    pos = close + 1;
+    if (close - open - 1 < MIN_CARVED_BYTES || isKey(body, pos)) continue;
+    const value = decodeStringContent(body, open + 1, close, decode);
+    if (value === undefined) return undefined;
+    skeleton.push(decode(from, open), JSON.stringify(PLACEHOLDER + values.length));
+    values.push(value);
+    from = pos;
+  }
+  if (values.length === 0) return undefined;
+  skeleton.push(decode(from, body.length));
+  const text = skeleton.join('');
+  if (exceedsDepth(text, maxDepth)) return undefined;
+  const met = new Array<boolean>(values.length).fill(false);
+  let duplicate = false;
+  let value: unknown;
+  try {
+    value = JSON.parse(text, (_key, v: unknown) => {
+      if (typeof v !== 'string' || !v.startsWith(PLACEHOLDER)) return v;
+      const index = Number(v.slice(PLACEHOLDER.length));
+      if (!(index >= 0 && index < values.length) || v !== PLACEHOLDER + index) return v;
+      if (met[index]) {
+        duplicate = true;
+        return v;
+      }
+      met[index] = true;
+      return values[index];
+    });
+  } catch {
+    return undefined;
+  }
+  if (duplicate || met.includes(false)) return undefined;
+  return { value };
+}
+
+/** The index of the quote closing the string token opened at `open`, or -1 if it is unterminated. */
+export function closingQuote(body: Buffer, open: number): number {
+  let from = open + 1;
+  for (;;) {
+    const q = body.indexOf(QUOTE, from);
+    if (q < 0) return -1;
+    let backslashes = 0;
+    for (let k = q - 1; k > open && body[k] === BACKSLASH; k--) backslashes++;
+    if (backslashes % 2 === 0) return q;
+    from = q + 1;
+  }
+}
+
+/** Whether the string token ending before `after` is an object key (a colon follows it). */
+function isKey(body: Buffer, after: number): boolean {
+  let i = after;
+  while (i < body.length && isJsonSpace(body[i]!)) i++;
+  return body[i] === COLON;
+}
+
+function isJsonSpace(b: number): boolean {
+  return b === 0x20 || b === 0x0a || b === 0x0d || b === 0x09;
+}
+
+/**
+ * The value of the string token whose content (between the quotes) is body[start, end), decoded in
+ * pieces of about PIECE_BYTES and joined; undefined if JSON.parse rejects a piece.
+ */
+function decodeStringContent(
+  body: Buffer,
+  start: number,
+  end: number,
+  decode: (start: number, end: number) => string,
+): string | undefined {
+  const parts: string[] = [];
+  let s = start;
+  try {
+    while (s < end) {
+      const e = pieceEnd(body, s, end);
+      parts.push(JSON.parse(`"${decode(s, e)}"`) as string);
+      s = e;
+    }
+  } catch {
+    return undefined;
+  }
+  return parts.length === 1 ? parts[0] : parts.join('');
+}
+
+/**
+ * Where the piece starting at `s` ends: the first index from s + PIECE_BYTES on that starts a
+ * character with an ASCII byte and has no backslash among the MAX_ESCAPE_BYTES bytes before it (so no
+ * escape sequence is cut); `end` if there is none.
+ */
+export function pieceEnd(body: Buffer, s: number, end: number): number {
+  for (let p = s + PIECE_BYTES; p < end; p++) {
+    if (body[p]! >= 0x80) continue;
+    let escaped = false;
+    for (let k = p - MAX_ESCAPE_BYTES; k < p; k++) {
+      if (body[k] === BACKSLASH) {
+        escaped = true;
+        break;
+      }
+    }
+    if (!escaped) return p;
+  }
+  return end;
+}
