@@ -22,9 +22,11 @@
  * Word cache: two generations of at most WORD_CACHE_ENTRIES words each (a hit in the old generation
  * moves to the new one; a full new generation replaces the old one), words of at most
  * MAX_CACHED_WORD characters (a long word, e.g. a space-free CJK paragraph, is encoded directly), so
- * memory stays bounded (~2 x 32 Ki short words and their ids, a few MB).
+ * memory stays bounded (~2 x 32 Ki short words and their ids, a few MB); words are stored as flat
+ * copies (routing/flat-string.ts), never as slices that would pin the prompt they came from.
  */
 import type { Tokenizer } from '@huggingface/tokenizers';
+import { flatCopy } from '../routing/flat-string.js';
 
 /** What is used of a library pre-tokenizer step (PreTokenizer, not exported by the package's types). */
 interface PreTokenizer {
@@ -127,7 +129,7 @@ export class ByteLevelBpe {
       this.old = this.young;
       this.young = new Map();
     }
-    this.young.set(word, ids);
+    this.young.set(flatCopy(word), ids); // a slice would pin the whole text it came from
     return ids;
   }
 

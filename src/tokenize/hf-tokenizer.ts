@@ -16,10 +16,11 @@
  *
  * Prefix cache: the text is split at added tokens (`<|eot_id|>`, headers, ...), which HF tokenizers
  * match before the normal pipeline, so each piece between them tokenizes independently; pieces are
- * cached (LRU by total characters, default 16 Mi chars), so a long system prompt or earlier turns shared
- * by many requests are tokenized once. Special tokens added by the post-processor (BOS) are found once
- * by encoding '' and prepended. Added tokens declared with lstrip/rstrip change the neighbouring
- * whitespace; for such tokenizers the cache falls back to whole-text keys.
+ * cached (LRU by total characters, default 16 Mi chars), so a long system prompt or earlier turns
+ * shared by many requests are tokenized once. Cached keys are flat copies (routing/flat-string.ts):
+ * a cached piece never pins the prompt it was cut from. Special tokens added by the post-processor
+ * (BOS) are found once by encoding '' and prepended. Added tokens declared with lstrip/rstrip change
+ * the neighbouring whitespace; for such tokenizers the cache falls back to whole-text keys.
  *
  * Lines: a plain completion prompt has no added tokens (a shared document + '\n' + a question is one
  * piece), so pieces are split again at line ends (LINE_BREAK). Byte-level BPE tokenizers (GPT-2,
@@ -39,6 +40,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Tokenizer } from '@huggingface/tokenizers';
 import { Template } from '@huggingface/jinja';
+import { flatCopy } from '../routing/flat-string.js';
 import { ByteLevelBpe } from './byte-level-bpe.js';
 
 export interface ChatRenderOptions {
@@ -68,8 +70,11 @@ export class HfTokenizer {
   private readonly config: Record<string, unknown>;
   private readonly splitter: RegExp | undefined;
   private readonly addedIds = new Map<string, number>();
+  /** Added token content -> [id] (a run encodePieces appends as is). */
+  private readonly addedRuns = new Map<string, readonly number[]>();
   private readonly specialPrefix: number[];
-  private readonly cache = new Map<string, readonly number[]>();
+  /** Piece text -> its ids, in LRU order; `key` is the stored (flat) copy of the text. */
+  private readonly cache = new Map<string, { readonly key: string; readonly ids: readonly number[] }>();
   private cachedChars = 0;
   private readonly maxCachedChars: number;
   private readonly vocab: Map<number, string>;
@@ -97,6 +102,7 @@ export class HfTokenizer {
     for (const t of added) {
       if (typeof t.content !== 'string' || typeof t.id !== 'number' || t.content.length === 0) continue;
       this.addedIds.set(t.content, t.id);
+      this.addedRuns.set(t.content, [t.id]);
       if (t.lstrip === true || t.rstrip === true) stripping = true;
     }
     if (this.addedIds.size > 0 && !stripping) {
@@ -154,8 +160,10 @@ export class HfTokenizer {
 
   /** Token ids of `text`; `addSpecialTokens` (default true) adds what the post-processor adds (BOS). */
   encode(text: string, addSpecialTokens = true): number[] {
-    const body = this.encodePieces(text);
-    return addSpecialTokens && this.specialPrefix.length > 0 ? [...this.specialPrefix, ...body] : body;
+    const parts: Array<readonly number[]> = [];
+    if (addSpecialTokens && this.specialPrefix.length > 0) parts.push(this.specialPrefix);
+    this.encodePieces(text, parts);
+    return joinRuns(parts);
   }
 
   /** Encoding through the library directly, without the piece cache (reference for tests). */
@@ -203,50 +211,50 @@ export class HfTokenizer {
     }
   }
 
-  private encodePieces(text: string): number[] {
-    const out: number[] = [];
+  /** Appends the id runs of `text`'s pieces (cached arrays: never mutated) to `parts`. */
+  private encodePieces(text: string, parts: Array<readonly number[]>): void {
     if (this.splitter === undefined) {
-      this.encodeLines(text, out);
-      return out;
+      this.encodeLines(text, parts);
+      return;
     }
     for (const part of text.split(this.splitter)) {
       if (part.length === 0) continue;
-      const id = this.addedIds.get(part);
-      if (id !== undefined) out.push(id);
-      else this.encodeLines(part, out);
+      const id = this.addedRuns.get(part);
+      if (id !== undefined) parts.push(id);
+      else this.encodeLines(part, parts);
     }
-    return out;
   }
 
-  private encodeLines(text: string, out: number[]): void {
+  private encodeLines(text: string, parts: Array<readonly number[]>): void {
     if (!this.splitsLines || !text.includes('\n')) {
-      for (const t of this.piece(text)) out.push(t);
+      parts.push(this.piece(text));
       return;
     }
     let start = 0;
     for (const cut of lineCuts(text)) {
-      for (const t of this.piece(text.slice(start, cut))) out.push(t);
+      parts.push(this.piece(text.slice(start, cut)));
       start = cut;
     }
-    for (const t of this.piece(text.slice(start))) out.push(t);
+    parts.push(this.piece(text.slice(start)));
   }
 
   private piece(text: string): readonly number[] {
     const hit = this.cache.get(text);
     if (hit !== undefined) {
+      // Re-inserted under its own flat key: `text` is usually a slice of this request's prompt.
       this.cache.delete(text);
-      this.cache.set(text, hit);
-      return hit;
+      this.cache.set(hit.key, hit);
+      return hit.ids;
     }
     let ids: number[];
     if (this.fast !== undefined) this.fast.encodeInto(text, (ids = []));
     else ids = this.tokenizer.encode(text, { add_special_tokens: false }).ids.map(Number);
     if (text.length <= this.maxCachedChars / 4) {
-      this.cache.set(text, ids);
-      this.cachedChars += text.length;
+      const key = flatCopy(text); // a slice would pin the whole prompt it came from
+      this.cache.set(key, { key, ids });
+      this.cachedChars += key.length;
       while (this.cachedChars > this.maxCachedChars) {
-        const [oldest, value] = this.cache.entries().next().value as [string, readonly number[]];
-        void value;
+        const oldest = this.cache.keys().next().value as string;
         this.cache.delete(oldest);
         this.cachedChars -= oldest.length;
       }
@@ -316,6 +324,16 @@ export function splitLines(text: string): string[] {
     start = cut;
   }
   out.push(text.slice(start));
+  return out;
+}
+
+/** The runs' ids in one new array, sized once (no growth copies, no iterator per run). */
+function joinRuns(runs: ReadonlyArray<readonly number[]>): number[] {
+  let n = 0;
+  for (const r of runs) n += r.length;
+  const out = new Array<number>(n);
+  let k = 0;
+  for (const r of runs) for (let i = 0; i < r.length; i++) out[k++] = r[i] as number;
   return out;
 }
 
