@@ -5,6 +5,8 @@
  *   npx tsx bench/exact-tokenize.bench.ts            full run (~10 s)
  *   npx tsx bench/exact-tokenize.bench.ts --quick    seconds-long smoke run (fewer requests)
  *   --workloads multi-turn,no-sharing                 only these workloads
+ *   --repeat 3                                        each workload 3 times (fresh tokenizer and
+ *                                                     index each time), samples pooled
  *
  * What the router does per request before it chooses (kv-prefix-source.ts), timed per request with
  * hrtime: tokenize it with the fixture tokenizer (test/fixtures/tokenizer, what the routing benchmarks
@@ -75,9 +77,7 @@ interface Result {
   meanLookupUs: number;
 }
 
-function run(name: WorkloadName, seed: number): Result {
-  const tokenizer = new RequestTokenizer(new Map([['m', HfTokenizer.load(FIXTURE)]]));
-  const index = new KvBlockIndex();
+function run(name: WorkloadName, seed: number, repeats: number): Result {
   const seedKey = keySeed(undefined);
   const requests = requestsOf(name, seed);
   const totals: number[] = [];
@@ -87,36 +87,40 @@ function run(name: WorkloadName, seed: number): Result {
   let lookupUs = 0;
   let tokens = 0;
   let engineHash = 1;
-  for (const r of requests) {
-    const c0 = process.cpuUsage();
-    const t0 = process.hrtime.bigint();
-    const ids = tokenizer.tokenize('m', r.body);
-    const t1 = process.hrtime.bigint();
-    if (!ids.ok) throw new Error(`${name} request ${r.index} not tokenized: ${ids.reason}`);
-    const keys = promptKeys(ids.ids, BS, seedKey);
-    const t2 = process.hrtime.bigint();
-    index.cachedTokens(keys, BS, WORKERS);
-    const t3 = process.hrtime.bigint();
-    const c1 = process.cpuUsage(c0);
-    totals.push(Number(t3 - t0) / 1000);
-    cpu.push(c1.user + c1.system);
-    tok += Number(t1 - t0) / 1000;
-    keysUs += Number(t2 - t1) / 1000;
-    lookupUs += Number(t3 - t2) / 1000;
-    tokens += ids.ids.length;
-    const worker = WORKERS[(r.group ?? r.user ?? r.index) % WORKERS.length] as string;
-    index.apply(worker, [
-      {
-        type: 'stored',
-        hashes: keys.map(() => engineHash++),
-        parent: undefined,
-        tokens: ids.ids.slice(0, keys.length * BS),
-        blockSize: BS,
-        medium: 'GPU',
-        loraName: undefined,
-        extraKeys: undefined,
-      },
-    ]);
+  for (let rep = 0; rep < repeats; rep++) {
+    const tokenizer = new RequestTokenizer(new Map([['m', HfTokenizer.load(FIXTURE)]]));
+    const index = new KvBlockIndex();
+    for (const r of requests) {
+      const c0 = process.cpuUsage();
+      const t0 = process.hrtime.bigint();
+      const ids = tokenizer.tokenize('m', r.body);
+      const t1 = process.hrtime.bigint();
+      if (!ids.ok) throw new Error(`${name} request ${r.index} not tokenized: ${ids.reason}`);
+      const keys = promptKeys(ids.ids, BS, seedKey);
+      const t2 = process.hrtime.bigint();
+      index.cachedTokens(keys, BS, WORKERS);
+      const t3 = process.hrtime.bigint();
+      const c1 = process.cpuUsage(c0);
+      totals.push(Number(t3 - t0) / 1000);
+      cpu.push(c1.user + c1.system);
+      tok += Number(t1 - t0) / 1000;
+      keysUs += Number(t2 - t1) / 1000;
+      lookupUs += Number(t3 - t2) / 1000;
+      tokens += ids.ids.length;
+      const worker = WORKERS[(r.group ?? r.user ?? r.index) % WORKERS.length] as string;
+      index.apply(worker, [
+        {
+          type: 'stored',
+          hashes: keys.map(() => engineHash++),
+          parent: undefined,
+          tokens: ids.ids.slice(0, keys.length * BS),
+          blockSize: BS,
+          medium: 'GPU',
+          loraName: undefined,
+          extraKeys: undefined,
+        },
+      ]);
+    }
   }
   const sorted = [...totals].sort((a, b) => a - b);
   const cpuSorted = [...cpu].sort((a, b) => a - b);
@@ -170,10 +174,13 @@ function memory(): { prompts: number; promptChars: number; retainedBytes: number
 }
 
 const names = selected();
-for (const name of names) run(name, 2); // JIT warm-up, its own tokenizer and index
+const repeatAt = process.argv.indexOf('--repeat');
+const repeats = repeatAt === -1 ? 1 : Number(process.argv[repeatAt + 1]);
+if (!Number.isInteger(repeats) || repeats < 1) throw new RangeError('--repeat takes a positive integer');
+for (const name of names) run(name, 2, 1); // JIT warm-up, its own tokenizer and index
 const results: Record<string, Result> = {};
 for (const name of names) {
-  const r = run(name, 1);
+  const r = run(name, 1, repeats);
   results[name] = r;
   log(
     `${name}: ${r.medianUs} us median, ${r.p99Us} us p99 per request (CPU ${r.cpuMedianUs} / ${r.cpuP99Us} us; ` +
@@ -182,5 +189,5 @@ for (const name of names) {
   );
 }
 process.stdout.write(
-  `${JSON.stringify({ benchmark: 'exact-tokenize', quick, blockSize: BS, workers: WORKERS.length, results, memory: memory() }, null, 2)}\n`,
+  `${JSON.stringify({ benchmark: 'exact-tokenize', quick, repeats, blockSize: BS, workers: WORKERS.length, results, memory: memory() }, null, 2)}\n`,
 );
