@@ -169,6 +169,8 @@ export interface CostInputs {
   readonly maxCachedTokens: number;
   /** The prefix-home rule (prefix-home.ts) chose the worker: the best-scored one lacked the prompt's opening. */
   readonly home?: boolean;
+  /** The best-scored candidate holding the most of the prompt, when it was not chosen (why the cache lost). */
+  readonly holder?: CostScore;
 }
 
 const TIE_MS = 1e-6;
@@ -247,6 +249,13 @@ export function scoreCost(
       home = true;
     }
   }
+  const chosen = c[chosenIndex] as Candidate;
+  let holder: Candidate | undefined;
+  if (maxCached > chosen.cachedTokens) {
+    for (const x of c) {
+      if (x.cachedTokens === maxCached && (holder === undefined || x.scoreMs < holder.scoreMs)) holder = x;
+    }
+  }
   let runnerUp: Candidate | undefined;
   for (let i = 0; i < c.length; i++) {
     const x = c[i] as Candidate;
@@ -255,13 +264,14 @@ export function scoreCost(
   }
   return {
     promptTokens,
-    chosen: c[chosenIndex] as Candidate,
+    chosen,
     ...(runnerUp ? { runnerUp } : {}),
     skippedOverloaded: skipped,
     contention,
     bestMatchRate: promptTokens > 0 ? maxCached / promptTokens : 0,
     maxCachedTokens: maxCached,
     ...(home ? { home } : {}),
+    ...(holder ? { holder } : {}),
   };
 }
 
@@ -328,7 +338,10 @@ export function costBranch(c: CostInputs): 'cache_hit' | 'imbalance' | 'low_matc
   return c.chosen.cachedTokens >= c.maxCachedTokens ? 'cache_hit' : 'imbalance';
 }
 
-/** `predicted_ms=..; wait_ms=..; ahead=..; uncached=../..; runner_up=url@ms` for the decision header. */
+/**
+ * `predicted_ms=..; wait_ms=..; ahead=..; running=..; uncached=../..; runner_up=..` for the decision
+ * header, and `holder=..; holder_score_ms=..` when the worker holding most of the prompt lost.
+ */
 export function describeCost(c: CostInputs): string {
   const s = c.chosen;
   const r = c.runnerUp;
@@ -352,6 +365,18 @@ export function describeCost(c: CostInputs): string {
       `runner_up_score_ms=${r.scoreMs.toFixed(1)}`,
       `runner_up_uncached=${r.uncachedTokens}`,
     );
+  }
+  const h = c.holder;
+  if (h) {
+    parts.push(
+      `holder=${h.worker.url}`,
+      `holder_score_ms=${h.scoreMs.toFixed(1)}`,
+      `holder_wait_ms=${h.waitMs.toFixed(1)}`,
+      `holder_ahead=${round2(h.ahead)}`,
+      `holder_running=${round2(h.running)}`,
+      `holder_uncached=${h.uncachedTokens}`,
+    );
+    if (h.overloaded) parts.push('holder_filtered=1');
   }
   return parts.join('; ');
 }

@@ -256,6 +256,26 @@ describe('cost model scoring (cache_aware default mode)', () => {
     expect(text).toContain('runner_up_ms=55.0'); // + 2 queued ahead x 20 ms; the running one is no queue
     expect(d.cost?.runnerUp?.ahead).toBe(2);
     expect(d.cost?.runnerUp?.running).toBe(1);
+    expect(text).not.toContain('holder='); // nobody holds any of the prompt
+  });
+
+  it("says why the cache lost: the holder's own figures when another worker was chosen", () => {
+    const workers = makeWorkers(2);
+    const policy = policyFor(workers, [queuedElsewhere(6), idle]);
+    policy.routed({ worker: workers[0]!, branch: 'seed' }, input(workers, { text: MID }), 1);
+    const d = policy.select(input(workers, { text: `${MID} Q?` }));
+    expect(d.worker).toBe(workers[1]);
+    const text = describeCost(d.cost!);
+    expect(text).toContain(`holder=${workers[0]!.url}`);
+    expect(text).toContain('holder_wait_ms=120.0'); // 6 queued by someone else x 20 ms
+    expect(text).toContain('holder_ahead=6');
+    expect(text).toContain('holder_uncached=1');
+    expect(d.cost?.holder?.worker).toBe(workers[0]);
+    const kept = policyFor(workers, [scraped(3), idle]);
+    kept.routed({ worker: workers[0]!, branch: 'seed' }, input(workers, { text: MID }), 1);
+    const hit = kept.select(input(workers, { text: `${MID} Q?` }));
+    expect(hit.worker).toBe(workers[0]);
+    expect(hit.cost?.holder).toBeUndefined();
   });
 
   it('queued prefills count in tokens: ten queued cache hits cost less than one queued long miss', () => {
