@@ -45,6 +45,9 @@ const scraped = (ahead: number, extra: Partial<LoadView> = {}): LoadView => ({
   ...extra,
 });
 
+/** A busy vLLM whose KV cache reads near full (running sequences hold its blocks). */
+const full = (ahead: number): LoadView => scraped(ahead, { kvUsage: 0.97 });
+
 function policyFor(workers: readonly Worker[], loads: readonly LoadView[], role: Role = 'regular') {
   const timing = new TimingEstimates(); // priors: floor 10 ms, 0.05 ms/token, 20 ms per request ahead
   const signals: WorkerSignals = {
@@ -162,6 +165,22 @@ describe('cost model scoring (cache_aware default mode)', () => {
       branch: 'imbalance',
     },
     {
+      name: 'half the fleet over the KV-usage threshold, holder among them: the filter still skips it',
+      held: DOC,
+      prompt: `${DOC} Q`,
+      loads: [full(1), full(1), scraped(1), scraped(1)],
+      want: 2,
+      branch: 'imbalance',
+    },
+    {
+      name: 'most of the fleet over the KV-usage threshold (saturated): all are scored, the holder keeps its cache',
+      held: DOC,
+      prompt: `${DOC} Q`,
+      loads: [full(1), full(1), full(1), scraped(1)],
+      want: 0,
+      branch: 'cache_hit',
+    },
+    {
       name: 'every worker overloaded: all are scored, none refused',
       held: DOC,
       prompt: `${DOC} Q`,
@@ -276,6 +295,21 @@ describe('cost model scoring (cache_aware default mode)', () => {
     const hit = kept.select(input(workers, { text: `${MID} Q?` }));
     expect(hit.worker).toBe(workers[0]);
     expect(hit.cost?.holder).toBeUndefined();
+  });
+
+  it('says when the overload filter was ignored because most of the fleet is over it', () => {
+    const workers = makeWorkers(4);
+    const policy = policyFor(workers, [full(1), full(1), full(1), scraped(1)]);
+    policy.routed({ worker: workers[0]!, branch: 'seed' }, input(workers, { text: DOC }), 1);
+    const d = policy.select(input(workers, { text: `${DOC} Q` }));
+    expect(d.cost?.saturated).toBe(3);
+    expect(d.cost?.skippedOverloaded).toBe(0);
+    expect(describeCost(d.cost!)).toContain('saturated=3');
+    const outlier = policyFor(workers, [full(1), scraped(1), scraped(1), scraped(1)]);
+    const o = outlier.select(input(workers, { text: 'a fresh question' }));
+    expect(o.cost?.saturated).toBeUndefined();
+    expect(o.cost?.skippedOverloaded).toBe(1);
+    expect(describeCost(o.cost!)).not.toContain('saturated=');
   });
 
   it('queued prefills count in tokens: ten queued cache hits cost less than one queued long miss', () => {
