@@ -497,7 +497,7 @@ export const OPTIONS = [
     flag: 'overload-waiting',
     type: 'number',
     default: CACHE_AWARE.overloadWaiting,
-    help: 'cache_aware cost: skip a worker with more scraped waiting requests than this while another has fewer.',
+    help: 'cache_aware cost: skip a worker with more scraped waiting requests than this while at least half the candidates have fewer (a saturated fleet is scored whole).',
   },
   {
     group: 'Load and cost model',
@@ -505,7 +505,7 @@ export const OPTIONS = [
     flag: 'overload-kv-usage',
     type: 'number',
     default: CACHE_AWARE.overloadKvUsage,
-    help: 'cache_aware cost: skip a worker with scraped KV-cache usage above this while another is below.',
+    help: 'cache_aware cost: skip a worker with scraped KV-cache usage above this while at least half the candidates are below (a saturated fleet is scored whole).',
   },
   {
     group: 'Load and cost model',
