@@ -202,6 +202,7 @@ export function scoreCost(
   let maxCached = 0;
   let contention = Infinity;
   let sumAhead = 0;
+  let hot = 0; // candidates over the overload thresholds
   for (let i = 0; i < workers.length; i++) {
     const worker = workers[i] as Worker;
     const load = signals.load(worker);
@@ -211,14 +212,14 @@ export function scoreCost(
     if (cachedTokens > maxCached) maxCached = cachedTokens;
     if (queued.requests < contention) contention = queued.requests;
     sumAhead += load.ahead;
-    c[i] = candidate(worker, load, est, queued, prefix ? promptTokens : 0, cachedTokens, options);
+    const x = candidate(worker, load, est, queued, prefix ? promptTokens : 0, cachedTokens, options);
+    if (x.overloaded) hot += 1;
+    c[i] = x;
   }
   if (!Number.isFinite(contention)) contention = 0;
   const mean = sumAhead / Math.max(1, workers.length);
   const cap = Math.max(mean * options.costBalanceRel, mean + options.costBalanceAbs);
   // The overload filter singles out outliers; a saturated fleet is scored whole (see the header).
-  let hot = 0;
-  for (const x of c) if (x.overloaded) hot += 1;
   const saturated = hot * 2 > c.length ? hot : 0;
   if (saturated > 0) for (const x of c) x.overloaded = false;
   let anyFit = false;
