@@ -549,6 +549,14 @@ export const OPTIONS = [
   },
   {
     group: 'Load and cost model',
+    key: 'prefixHomeMarginAlone',
+    flag: 'prefix-home-margin-alone',
+    type: 'number',
+    default: CACHE_AWARE.prefixHomeMarginAlone,
+    help: "cache_aware cost and kv_aware: the prefix home's margin while the workers' own /metrics show no load this router did not send (no other replica or client to agree with); it rises to --prefix-home-margin as that foreign share of the candidates' load reaches 0.2. Never above --prefix-home-margin.",
+  },
+  {
+    group: 'Load and cost model',
     key: 'prefixHomeKeyChars',
     flag: 'prefix-home-key-chars',
     type: 'int',

@@ -130,6 +130,7 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
     // affinity for nothing. Per-worker estimates stay on /workers and /metrics.
     timing: (w) => timing.fleetOf(w.role),
     backlog: (w) => backlog.of(w, clock()),
+    foreignShare: (w) => board.foreignShare(w.url),
   };
   // The exact prefix source (KV events, when configured) ahead of each cache_aware policy's radix tree.
   const prefixSources: PrefixSource[] = exact.source !== undefined ? [exact.source] : [];
@@ -293,6 +294,7 @@ function buildPools(
         costBalanceAbs: config.costBalanceAbs,
         costDecodeWeight: config.costDecodeWeight,
         prefixHomeMargin: config.prefixHomeMargin,
+        prefixHomeMarginAlone: config.prefixHomeMarginAlone,
         prefixHomeKeyChars: config.prefixHomeKeyChars,
       },
       ...(exact.source !== undefined ? { exactPrefix: exact.source } : {}),

@@ -21,6 +21,13 @@
  * (routing/cost-model.ts) prices its own queued prefills by their tokens, these per request, and the
  * requests that are running (decoding) by the batch they slow, not as a queue.
  *
+ * Foreign share: a moving average, over the samples in which the worker had any request (waiting +
+ * running > 0), of `external / (waiting + running)`: how much of the worker's load reached it another
+ * way. 0 for a worker only this router uses (and until a busy sample is seen), about 0.5 with a second
+ * replica sending as much, near 1 for a worker kept busy by direct clients. The cost model reads its
+ * mean over a pool to tell whether any other router or client shares the fleet (prefix-home.ts).
+ * Weight FOREIGN_SHARE_ALPHA per sample: a few hundred milliseconds of 100 ms scrapes.
+ *
  * Staleness: a sample older than `staleAfterMs` (config `load-stale-ms`, default 1000: ten missed
  * 100 ms scrapes) is ignored and the view falls back to the in-flight count alone (`ahead = localNow`,
  * source `in_flight`), as does a URL never scraped or whose page had neither waiting nor running.
@@ -54,8 +61,12 @@ export interface LoadView {
 
 export const DEFAULT_STALE_AFTER_MS = 1000;
 
+/** Weight of one busy sample in the foreign-share moving average (~5 samples: 0.5 s of 100 ms scrapes). */
+export const FOREIGN_SHARE_ALPHA = 0.2;
+
 export class LoadBoard {
   private readonly samples = new Map<string, LoadSample>();
+  private readonly foreign = new Map<string, number>();
 
   constructor(readonly staleAfterMs: number = DEFAULT_STALE_AFTER_MS) {
     if (!Number.isFinite(staleAfterMs) || staleAfterMs <= 0) {
@@ -66,7 +77,19 @@ export class LoadBoard {
   record(url: string, sample: LoadSample): void {
     const prev = this.samples.get(url);
     // Scrapes of one URL never overlap, but keep the newest if a late one lands anyway.
-    if (prev === undefined || prev.takenAtMs <= sample.takenAtMs) this.samples.set(url, sample);
+    if (prev !== undefined && prev.takenAtMs > sample.takenAtMs) return;
+    this.samples.set(url, sample);
+    const { waiting, running } = sample.figures;
+    const total = (waiting ?? 0) + (running ?? 0);
+    if (!(total > 0) || !Number.isFinite(total)) return;
+    const seen = Math.max(0, total - sample.localAtSample) / total;
+    const share = this.foreign.get(url) ?? 0;
+    this.foreign.set(url, share + FOREIGN_SHARE_ALPHA * (seen - share));
+  }
+
+  /** The share of the worker's recent load that this router did not send, in [0, 1] (see the header). */
+  foreignShare(url: string): number {
+    return this.foreign.get(url) ?? 0;
   }
 
   /** The latest sample, fresh or not. */
@@ -77,6 +100,7 @@ export class LoadBoard {
   /** Drops URLs no longer in any pool (keeps the map bounded by the fleet). */
   retain(urls: ReadonlySet<string>): void {
     for (const url of this.samples.keys()) if (!urls.has(url)) this.samples.delete(url);
+    for (const url of this.foreign.keys()) if (!urls.has(url)) this.foreign.delete(url);
   }
 
   view(url: string, localNow: number, nowMs: number): LoadView {

@@ -7,6 +7,8 @@
  *   vllm_router_worker_sample_age_seconds                       its age
  *   vllm_router_worker_predicted_ahead                          requests ahead as routing sees them
  *                                                               (blended scrape + local, or in-flight)
+ *   vllm_router_worker_foreign_share                            share of its load this router did not send
+ *                                                               (another replica, a direct client)
  *   vllm_router_worker_ttft_seconds                             EWMA of observed time to first token
  *   vllm_router_worker_estimate{estimate=...}                   cost-model coefficients: ttft_floor_seconds,
  *                                                               prefill_seconds_per_token,
@@ -69,6 +71,11 @@ export function registerLoadMetrics(o: LoadMetricsOptions): void {
     (w) => o.board.view(w.url, w.load, o.clock()).ahead,
   );
   sampled(
+    'vllm_router_worker_foreign_share',
+    "Moving average of the share of the worker's scraped load (waiting + running) that this router did not send: another replica, a direct client (0..1).",
+    (w) => o.board.foreignShare(w.url),
+  );
+  sampled(
     'vllm_router_worker_ttft_seconds',
     'EWMA of observed time to first token (streamed responses).',
     (w) => {
@@ -113,7 +120,7 @@ export function loadView(
       s === undefined
         ? null
         : { ...s.figures, ageMs: Math.max(0, Math.round(now - s.takenAtMs)), localAtSample: s.localAtSample },
-    routingLoad: { ...board.view(w.url, w.load, now) },
+    routingLoad: { ...board.view(w.url, w.load, now), foreignShare: board.foreignShare(w.url) },
     estimates: { ...e },
   };
 }

@@ -97,6 +97,8 @@ export interface CacheAwareOptions {
   costDecodeWeight: number;
   /** cost mode: a new prefix's rendezvous home may cost this multiple of its prefill in score (0 = off). */
   prefixHomeMargin: number;
+  /** cost mode: the home's margin while no load from elsewhere (another replica, a client) is seen. */
+  prefixHomeMarginAlone: number;
   /** cost mode: characters of the prompt's start that key its rendezvous home. */
   prefixHomeKeyChars: number;
 }
@@ -116,6 +118,7 @@ export const DEFAULT_CACHE_AWARE_OPTIONS: Readonly<CacheAwareOptions> = Object.f
   costBalanceAbs: DEFAULT_COST_MODEL_OPTIONS.costBalanceAbs,
   costDecodeWeight: DEFAULT_COST_MODEL_OPTIONS.costDecodeWeight,
   prefixHomeMargin: DEFAULT_COST_MODEL_OPTIONS.prefixHomeMargin,
+  prefixHomeMarginAlone: DEFAULT_COST_MODEL_OPTIONS.prefixHomeMarginAlone,
   prefixHomeKeyChars: DEFAULT_COST_MODEL_OPTIONS.prefixHomeKeyChars,
 });
 
@@ -176,6 +179,11 @@ export function resolveCacheAwareOptions(
     finite(o.prefixHomeMargin) && o.prefixHomeMargin >= 0,
     'prefixHomeMargin must be >= 0',
     o.prefixHomeMargin,
+  );
+  check(
+    finite(o.prefixHomeMarginAlone) && o.prefixHomeMarginAlone >= 0,
+    'prefixHomeMarginAlone must be >= 0',
+    o.prefixHomeMarginAlone,
   );
   check(
     Number.isInteger(o.prefixHomeKeyChars) && o.prefixHomeKeyChars >= 1,

@@ -55,8 +55,11 @@
  * goes to the prompt's rendezvous home among the unfiltered candidates whose score is within
  * `prefixHomeMargin` x its prefill time of the lowest: the worker every router replica picks for that
  * opening, so replicas that share nothing seed a new prefix, and spill a busy one, on the same worker.
- * The margin is scaled by the share of recent prompts whose opening was seen shortly before
- * (prefix-reuse.ts): traffic that never reuses a prefix does not pay for agreeing on one.
+ * The margin is `prefixHomeMarginAlone` while the workers' own counts show no load from elsewhere on
+ * the candidates (no other replica or client to agree with), `prefixHomeMargin` once they do
+ * (signals.foreignShare, prefix-home.ts `homeMargin`), and is scaled by the share of recent prompts
+ * whose opening was seen shortly before (prefix-reuse.ts): traffic that never reuses a prefix does
+ * not pay for agreeing on one.
  *
  * Roles (P/D): a prefill pool scores by predicted prefill completion (the formula above: its response is
  * the first token; the legs the router runs itself feed its backlog and estimates, pd-dispatcher.ts
@@ -92,6 +95,7 @@ import {
   DEFAULT_PREFIX_HOME_OPTIONS,
   homeApplies,
   homeKeyHash,
+  homeMargin,
   keyHolders,
   prefixHome,
 } from './prefix-home.js';
@@ -103,6 +107,8 @@ export interface WorkerSignals {
   timing(worker: Worker): WorkerEstimates;
   /** This router's prefills queued on the worker (none when not tracked). */
   backlog?(worker: Worker): Backlog;
+  /** Share of the worker's recent load this router did not send, in [0, 1] (load-board.ts); 0 when absent. */
+  foreignShare?(worker: Worker): number;
 }
 
 export interface CostModelOptions {
@@ -120,6 +126,8 @@ export interface CostModelOptions {
   costDecodeWeight: number;
   /** Prefix home (prefix-home.ts): extra score a prompt's home may cost, x its prefill. Default 3; 0 = off. */
   prefixHomeMargin: number;
+  /** Prefix home: the margin while no load from elsewhere is seen on the candidates. Default 0.5. */
+  prefixHomeMarginAlone: number;
   /** Prefix home: characters of the prompt's start that key its home. Default 256. */
   prefixHomeKeyChars: number;
 }
@@ -132,6 +140,7 @@ export const DEFAULT_COST_MODEL_OPTIONS: Readonly<CostModelOptions> = Object.fre
   costBalanceAbs: 4,
   costDecodeWeight: 0.25,
   prefixHomeMargin: DEFAULT_PREFIX_HOME_OPTIONS.margin,
+  prefixHomeMarginAlone: DEFAULT_PREFIX_HOME_OPTIONS.marginAlone,
   prefixHomeKeyChars: DEFAULT_PREFIX_HOME_OPTIONS.keyChars,
 });
 
@@ -177,6 +186,8 @@ export interface CostInputs {
   readonly maxCachedTokens: number;
   /** The prefix-home rule (prefix-home.ts) chose the worker: the best-scored one lacked the prompt's opening. */
   readonly home?: boolean;
+  /** The margin the prefix-home rule ran with (x the prefill), when it ran. */
+  readonly homeMargin?: number;
   /** The best-scored candidate holding the most of the prompt, when it was not chosen (why the cache lost). */
   readonly holder?: CostScore;
 }
@@ -242,8 +253,13 @@ export function scoreCost(
   }
   let chosenIndex = tied.length === 1 ? (tied[0] as number) : leastLoaded(workers, tied);
   // The pick does not hold the prompt's opening: seed or spill it where every replica would (prefix-home.ts).
-  const homeOptions = { margin: options.prefixHomeMargin, keyChars: options.prefixHomeKeyChars };
+  const homeOptions = {
+    margin: options.prefixHomeMargin,
+    marginAlone: options.prefixHomeMarginAlone,
+    keyChars: options.prefixHomeKeyChars,
+  };
   let home = false;
+  let margin: number | undefined;
   if (
     usePrefix &&
     homeApplies(
@@ -256,7 +272,8 @@ export function scoreCost(
   ) {
     for (const x of c) x.eligible = !(anyFit && x.overloaded);
     const bestScore = (c[chosenIndex] as Candidate).scoreMs;
-    const marginMs = homeOptions.margin * homeMarginScale * (c[chosenIndex] as Candidate).recomputeMs;
+    margin = homeMargin(homeOptions, meanForeignShare(signals.foreignShare, workers)) * homeMarginScale;
+    const marginMs = margin * (c[chosenIndex] as Candidate).recomputeMs;
     const at = prefixHome(homeKeyHash(input.text, homeOptions.keyChars), c, bestScore, marginMs);
     if (at !== undefined) {
       chosenIndex = at;
@@ -286,6 +303,7 @@ export function scoreCost(
     bestMatchRate: promptTokens > 0 ? maxCached / promptTokens : 0,
     maxCachedTokens: maxCached,
     ...(home ? { home } : {}),
+    ...(margin !== undefined ? { homeMargin: margin } : {}),
     ...(holder ? { holder } : {}),
   };
 }
@@ -343,6 +361,17 @@ function candidate(
   };
 }
 
+/** Mean over the candidates of the share of their load this router did not send (0 without the signal). */
+export function meanForeignShare(
+  share: ((worker: Worker) => number) | undefined,
+  workers: readonly Worker[],
+): number {
+  if (share === undefined || workers.length === 0) return 0;
+  let sum = 0;
+  for (const w of workers) sum += share(w);
+  return sum / workers.length;
+}
+
 /**
  * The decision's branch, in the names cache_aware always used: `cache_hit` when the chosen worker
  * holds the longest cached prefix, `imbalance` when another held more but load outweighed it,
@@ -374,6 +403,7 @@ export function describeCost(c: CostInputs): string {
   if (c.saturated !== undefined) parts.push(`saturated=${c.saturated}`);
   if (c.contention > 0) parts.push(`contention=${c.contention}`);
   if (c.home === true) parts.push('home=1');
+  if (c.homeMargin !== undefined) parts.push(`home_margin=${round2(c.homeMargin)}`);
   if (r) {
     parts.push(
       `runner_up=${r.worker.url}`,

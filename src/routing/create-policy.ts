@@ -44,6 +44,9 @@ export function createPolicy(name: PolicyName, options: CreatePolicyOptions = {}
         ...(options.cacheAware !== undefined ? { cacheAware: options.cacheAware } : {}),
         ...(options.exactPrefix !== undefined ? { exact: options.exactPrefix } : {}),
         ...(options.onExactFallback !== undefined ? { onFallback: options.onExactFallback } : {}),
+        ...(options.cacheAwareDeps?.signals?.foreignShare !== undefined
+          ? { foreignShare: options.cacheAwareDeps.signals.foreignShare }
+          : {}),
       });
     default: {
       const unknown: never = name;

@@ -37,7 +37,7 @@ afterEach(async () => {
 interface WorkerInfo {
   url: string;
   loadSample: { running?: number; waiting?: number; ageMs: number } | null;
-  routingLoad: { source: string; ahead: number };
+  routingLoad: { source: string; ahead: number; foreignShare: number };
   estimates: { ttftSamples: number; interChunkMs: number };
 }
 
@@ -110,12 +110,23 @@ describe('load-aware routing (cache_aware cost mode, scraped /metrics)', () => {
       const view = await workersView();
       const busyView = view.find((x) => x.url === busy.url)!;
       expect(busyView.routingLoad.ahead).toBeGreaterThanOrEqual(8);
+      // ... and known as load from elsewhere: most of the busy worker's (a moving average over a few
+      // scrapes), little of the idle one's.
+      await waitFor(
+        async () =>
+          ((await workersView()).find((x) => x.url === busy.url)?.routingLoad.foreignShare ?? 0) > 0.5,
+        { timeoutMs: 10_000, message: "the busy worker's load reported as foreign" },
+      );
+      expect(view.find((x) => x.url === idle.url)!.routingLoad.foreignShare).toBeLessThan(0.5);
       expect(view.find((x) => x.url === idle.url)!.estimates.ttftSamples).toBeGreaterThanOrEqual(10);
       const metrics = await metricsText(stack.router);
       expect(metrics).toMatch(
         new RegExp(`vllm_router_worker_scraped_running\\{[^}]*worker="${busy.url}"[^}]*\\} ([89]|\\d\\d)`),
       );
       expect(metrics).toContain('vllm_router_worker_estimate{');
+      expect(metrics).toMatch(
+        new RegExp(`vllm_router_worker_foreign_share\\{[^}]*worker="${busy.url}"[^}]*\\} (0\\.[5-9]|1)`),
+      );
     } finally {
       direct.abort();
     }

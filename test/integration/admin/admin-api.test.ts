@@ -102,7 +102,7 @@ describe('POST/GET/DELETE /workers', () => {
         expiresInMs: 4000,
         // Never scraped (scrapes are off in tests): routing counts in-flight requests; priors only.
         loadSample: null,
-        routingLoad: { source: 'in_flight', ahead: 0 },
+        routingLoad: { source: 'in_flight', ahead: 0, foreignShare: 0 },
         estimates: {
           ttftFloorMs: 10,
           prefillMsPerToken: 0.05,

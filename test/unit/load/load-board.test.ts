@@ -102,3 +102,46 @@ describe('LoadBoard blend', () => {
     expect(() => new LoadBoard(0)).toThrow(RangeError);
   });
 });
+
+describe('LoadBoard foreign share (load this router did not send)', () => {
+  const sample = (takenAtMs: number, localAtSample: number, running: number, waiting = 0) => ({
+    takenAtMs,
+    localAtSample,
+    figures: { running, waiting, malformedLines: 0 },
+  });
+
+  it('stays 0 for a worker only this router uses, and until a busy sample is seen', () => {
+    const board = new LoadBoard(1000);
+    expect(board.foreignShare(URL)).toBe(0);
+    board.record(URL, sample(0, 3, 0)); // idle page: no observation
+    for (let t = 1; t <= 50; t++) board.record(URL, sample(t, 4, 3, 1));
+    expect(board.foreignShare(URL)).toBe(0);
+    // Our requests still counted here but already gone from the worker's page: never below 0.
+    board.record(URL, sample(51, 6, 2));
+    expect(board.foreignShare(URL)).toBe(0);
+  });
+
+  it('follows the share of the load that reached the worker another way: a second replica, direct clients', () => {
+    const board = new LoadBoard(1000);
+    for (let t = 1; t <= 40; t++) board.record(URL, sample(t, 3, 4, 2)); // half of 6 is ours
+    expect(board.foreignShare(URL)).toBeCloseTo(0.5, 3);
+    // One odd sample moves it part of the way, not all of it.
+    board.record(URL, sample(41, 0, 6));
+    expect(board.foreignShare(URL)).toBeGreaterThan(0.5);
+    expect(board.foreignShare(URL)).toBeLessThan(0.75);
+    for (let t = 42; t <= 80; t++) board.record(URL, sample(t, 0, 8)); // direct clients only
+    expect(board.foreignShare(URL)).toBeCloseTo(1, 3);
+    // A late sample is ignored, a URL that left every pool forgets its share.
+    board.record(URL, sample(10, 8, 8));
+    expect(board.foreignShare(URL)).toBeCloseTo(1, 3);
+    board.retain(new Set());
+    expect(board.foreignShare(URL)).toBe(0);
+  });
+
+  it('ignores pages with absurd figures', () => {
+    const board = new LoadBoard(1000);
+    board.record(URL, sample(1, 0, Number.POSITIVE_INFINITY));
+    board.record(URL, sample(2, 0, Number.NaN));
+    expect(board.foreignShare(URL)).toBe(0);
+  });
+});

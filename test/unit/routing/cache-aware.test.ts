@@ -45,6 +45,7 @@ describe('cache_aware options', () => {
       costBalanceAbs: 4,
       costDecodeWeight: 0.25,
       prefixHomeMargin: 3,
+      prefixHomeMarginAlone: 0.5,
       prefixHomeKeyChars: 256,
     });
     expect(resolveCacheAwareOptions({ cacheThreshold: undefined })).toEqual(DEFAULT_CACHE_AWARE_OPTIONS);
@@ -62,6 +63,7 @@ describe('cache_aware options', () => {
     { overloadKvUsage: Number.NaN },
     { charsPerToken: 0 },
     { prefixHomeMargin: -0.5 },
+    { prefixHomeMarginAlone: Number.NaN },
     { prefixHomeKeyChars: 0 },
     { prefixHomeKeyChars: 12.5 },
   ])('rejects %j', (bad) => {

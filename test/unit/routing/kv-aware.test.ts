@@ -14,7 +14,8 @@ const BS = 4;
  * Real index, tokenizer and source; the publishers are never started (endpoints nobody binds: ZMQ
  * just retries), so the test applies decoded events to the index directly, as a subscriber would.
  */
-function fleet(n: number, publishing: number[], loads: number[] = []) {
+/** `foreignShare`: the workers' share of load from elsewhere (0.5: a second replica sending as much). */
+function fleet(n: number, publishing: number[], loads: number[] = [], foreignShare = 0) {
   const workers = makeWorkers(n, loads);
   const subs = unstartedSubscriptions(
     workers,
@@ -22,7 +23,11 @@ function fleet(n: number, publishing: number[], loads: number[] = []) {
   );
   const source = new KvPrefixSource({ subscriptions: subs, tokenizer });
   const fallbacks: string[] = [];
-  const policy = new KvAwarePolicy({ exact: source, onFallback: (r) => fallbacks.push(r) });
+  const policy = new KvAwarePolicy({
+    exact: source,
+    onFallback: (r) => fallbacks.push(r),
+    foreignShare: () => foreignShare,
+  });
   for (const w of workers) policy.addWorker(w);
   /** Worker i's engine stores the first `blocks` full blocks of `ids` (block 0 salted with `salt`). */
   const store = (i: number, ids: readonly number[], blocks: number, salt?: string): void => {
@@ -85,8 +90,8 @@ describe('kv_aware', () => {
 
   it('a long prompt nobody holds: replicas whose loads differ agree on its home (exact_home)', () => {
     // Two replicas = two policies over the same workers (same URLs), each seeing other loads.
-    const a = fleet(4, [0, 1, 2, 3], [0, 1, 2, 3]);
-    const b = fleet(4, [0, 1, 2, 3], [3, 2, 1, 0]);
+    const a = fleet(4, [0, 1, 2, 3], [0, 1, 2, 3], 0.5);
+    const b = fleet(4, [0, 1, 2, 3], [3, 2, 1, 0], 0.5);
     const da = a.policy.select(input(a.workers, { text: prompt, body: { prompt } }));
     const db = b.policy.select(input(b.workers, { text: prompt, body: { prompt } }));
     expect(da.branch).toBe('exact_home');
@@ -107,7 +112,7 @@ describe('kv_aware', () => {
     const h = probe.workers.indexOf(home.worker);
     // Only the least-loaded worker is within the margin (3): the home moves there.
     const loads = [0, 1, 2].map((i) => (i === (h + 1) % 3 ? 0 : 4));
-    const busy = fleet(3, [0, 1, 2], loads);
+    const busy = fleet(3, [0, 1, 2], loads, 0.5);
     expect(busy.policy.select(input(busy.workers, { text: prompt, body: { prompt } })).worker).toBe(
       busy.workers[(h + 1) % 3],
     );
@@ -122,6 +127,26 @@ describe('kv_aware', () => {
       worker: workers[1],
       branch: 'exact_miss',
     });
+  });
+
+  it('a lone router (no load from elsewhere on the workers) keeps its home only within prefixHomeMarginAlone', () => {
+    const probe = fleet(3, [0, 1, 2]);
+    const h = probe.workers.indexOf(
+      probe.policy.select(input(probe.workers, { text: prompt, body: { prompt } })).worker,
+    );
+    // The home has 2 requests more than the least loaded: within the shared margin (3), not the alone one (0.5).
+    const loads = [0, 1, 2].map((i) => (i === h ? 2 : 0));
+    const alone = fleet(3, [0, 1, 2], loads);
+    expect(alone.policy.select(input(alone.workers, { text: prompt, body: { prompt } }))).toMatchObject({
+      branch: 'exact_home',
+    });
+    expect(alone.policy.select(input(alone.workers, { text: prompt, body: { prompt } })).worker).not.toBe(
+      alone.workers[h],
+    );
+    const shared = fleet(3, [0, 1, 2], loads, 0.5);
+    expect(shared.policy.select(input(shared.workers, { text: prompt, body: { prompt } })).worker).toBe(
+      shared.workers[h],
+    );
   });
 
   it('a routed prompt is not counted as held before its events (the reference rule would pile onto it)', () => {

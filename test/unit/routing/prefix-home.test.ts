@@ -4,6 +4,7 @@ import type { WorkerSignals } from '../../../src/routing/cost-model.js';
 import {
   homeApplies,
   homeKeyHash,
+  homeMargin,
   prefixHome,
   rendezvousWeight,
   DEFAULT_PREFIX_HOME_OPTIONS,
@@ -110,6 +111,26 @@ describe('homeApplies', () => {
   });
 });
 
+describe('homeMargin: the alone margin until load from elsewhere shows', () => {
+  const o = DEFAULT_PREFIX_HOME_OPTIONS; // margin 3, alone 0.5
+  it.each([
+    { name: 'nobody else on the workers: the alone margin', foreign: 0, opts: o, want: 0.5 },
+    { name: 'halfway to the full share', foreign: 0.1, opts: o, want: 1.75 },
+    { name: 'a second replica sending as much (~0.5)', foreign: 0.5, opts: o, want: 3 },
+    { name: 'a share out of range counts as its bound', foreign: 7, opts: o, want: 3 },
+    { name: 'an unknown share counts as shared', foreign: Number.NaN, opts: o, want: 3 },
+    { name: 'margin 0 stays off', foreign: 0, opts: { ...o, margin: 0 }, want: 0 },
+    {
+      name: 'the alone margin never exceeds the margin',
+      foreign: 0,
+      opts: { ...o, margin: 0.25 },
+      want: 0.25,
+    },
+  ])('$name -> $want', ({ foreign, opts, want }) => {
+    expect(homeMargin(opts, foreign)).toBeCloseTo(want, 9);
+  });
+});
+
 /** A sentence of seeded random words, `chars` long: a prompt nobody holds. */
 function prompt(seed: number, chars: number): string {
   const rng = seededRng(seed);
@@ -128,6 +149,8 @@ function replica(
   options: Partial<CacheAwareOptions> = {},
   /** The loads are queues from elsewhere (scraped: another replica's requests waiting), not in flight. */
   queuedElsewhere = false,
+  /** The workers' share of load from elsewhere (0.5: the other replica sends as much). */
+  foreignShare = 0.5,
 ) {
   const timing = new TimingEstimates(); // priors: floor 10 ms, 0.05 ms/token, 20 ms per request ahead
   const signals: WorkerSignals = {
@@ -139,6 +162,7 @@ function replica(
         : { source: 'in_flight', ahead };
     },
     timing: (w) => timing.of(w),
+    foreignShare: () => foreignShare,
   };
   const policy = new CacheAwarePolicy(options, { signals });
   for (const w of workers) policy.addWorker(w);
@@ -319,6 +343,30 @@ describe('prefix home in cache_aware (two replicas, no shared state)', () => {
     expect(replica(workers, loads, {}, true).select(input(workers, { text })).worker).toBe(home);
     const tight = replica(workers, loads, { prefixHomeMargin: 0.25 }, true).select(input(workers, { text }));
     expect(tight.worker).not.toBe(home);
+  });
+
+  it("a lone router does not queue a new document behind another one's prefill at its home; with a second replica it does", () => {
+    // long-prompt's collision: two 2.9 s documents whose homes are the same worker, six workers idle.
+    const workers = makeWorkers(8);
+    const doc = prompt(11, 4 * 58_000); // ~58k tokens: 2.9 s of prefill at the prior 0.05 ms/token
+    const home = replica(workers, []).select(input(workers, { text: doc })).worker;
+    const timing = new TimingEstimates();
+    const alone = (foreign: number): WorkerSignals => ({
+      // The other document: routed here by this router a moment ago, its prefill not started.
+      load: (w) => ({ source: 'in_flight', ahead: w === home ? 1 : 0 }),
+      timing: (w) => timing.of(w),
+      backlog: (w) => (w === home ? { requests: 1, tokens: 58_000 } : { requests: 0, tokens: 0 }),
+      foreignShare: () => foreign,
+    });
+    const lone = new CacheAwarePolicy({}, { signals: alone(0) }).select(input(workers, { text: doc }));
+    expect(lone.worker).not.toBe(home);
+    expect(lone.cost?.homeMargin).toBe(0.5);
+    const shared = new CacheAwarePolicy({}, { signals: alone(0.5) }).select(input(workers, { text: doc }));
+    expect(shared.worker).toBe(home);
+    expect(shared.cost?.homeMargin).toBe(3);
+    // The old behaviour on demand: the full margin alone too.
+    const pinned = new CacheAwarePolicy({ prefixHomeMarginAlone: 3 }, { signals: alone(0) });
+    expect(pinned.select(input(workers, { text: doc })).worker).toBe(home);
   });
 
   it('a prompt shorter than the key keeps the (load, processed, index) tie-break', () => {
