@@ -42,7 +42,7 @@ describe('cache_aware options', () => {
       overloadKvUsage: 0.9,
       charsPerToken: 4,
       costBalanceRel: 1.5,
-      costBalanceAbs: 4,
+      costBalanceAbs: 8,
       costDecodeWeight: 0.25,
       prefixHomeMargin: 3,
       prefixHomeMarginAlone: 0.5,

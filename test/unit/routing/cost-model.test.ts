@@ -117,15 +117,15 @@ describe('cost model scoring (cache_aware default mode)', () => {
     {
       // The two idle workers tie; the spill goes to the prompt's rendezvous home among them
       // (prefix-home.ts), the same worker on every router replica.
-      name: 'a hot prefix never piles up: a holder above 1.5x the mean (and the mean + 4) is skipped',
+      name: 'a hot prefix never piles up: a holder above 1.5x the mean (and the mean + 8) is skipped',
       held: DOC,
       prompt: `${DOC} Question 7?`,
-      loads: [scraped(12), scraped(2), scraped(2)],
+      loads: [scraped(16), scraped(2), scraped(2)],
       want: 2,
       branch: 'imbalance',
     },
     {
-      name: '... while within the band it keeps the cache (mean + 4 on a lightly loaded fleet)',
+      name: '... while within the band it keeps the cache (mean + 8 on a lightly loaded fleet)',
       held: DOC,
       prompt: `${DOC} Question 7?`,
       loads: [scraped(6), scraped(2), scraped(2)],

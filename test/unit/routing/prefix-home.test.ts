@@ -255,7 +255,7 @@ describe('prefix home in cache_aware (two replicas, no shared state)', () => {
   });
 
   it.each([
-    { name: 'above the imbalance band (1.5x the mean and the mean + 4)', ahead: 12, waiting: 0 },
+    { name: 'above the imbalance band (1.5x the mean and the mean + 8)', ahead: 12, waiting: 0 },
     { name: 'overloaded by its scraped queue (9 waiting)', ahead: 1, waiting: 9 },
   ])(
     'an overloaded home is skipped: $name; both replicas take the same next worker',
