@@ -72,6 +72,11 @@ export interface CacheAwareDeps {
    * first, as the worker's own prefix cache does. Without it only maxTreeSize bounds the tree.
    */
   readonly capacityTokens?: (worker: Worker) => number | undefined;
+  /**
+   * Without `signals`: the share of a worker's load this router did not send (load-board.ts), for the
+   * prefix home's margin (kv_aware's fallback gets it this way). Ignored when `signals` is given.
+   */
+  readonly foreignShare?: (worker: Worker) => number;
 }
 
 export interface CacheAwareOptions {
@@ -212,7 +217,11 @@ export class CacheAwarePolicy implements Policy {
     if (deps.signals) this.signals = deps.signals;
     else {
       const priors = new TimingEstimates();
-      this.signals = { load: (w) => ({ source: 'in_flight', ahead: w.load }), timing: (w) => priors.of(w) };
+      this.signals = {
+        load: (w) => ({ source: 'in_flight', ahead: w.load }),
+        timing: (w) => priors.of(w),
+        ...(deps.foreignShare !== undefined ? { foreignShare: deps.foreignShare } : {}),
+      };
     }
     const radix = new RadixPrefixSource((model) => this.trees.get(model), this.options.charsPerToken);
     this.sources = [...(deps.prefixSources ?? []), radix];

@@ -59,7 +59,10 @@ export class KvAwarePolicy implements Policy {
   private readonly sources: PrefixSource[];
 
   constructor(private readonly opts: KvAwareOptions = {}) {
-    this.approximate = new CacheAwarePolicy(opts.cacheAware);
+    this.approximate = new CacheAwarePolicy(
+      opts.cacheAware,
+      opts.foreignShare !== undefined ? { foreignShare: opts.foreignShare } : {},
+    );
     const radix = new RadixPrefixSource((model) => this.approximate.treeOf(model));
     this.sources = opts.exact === undefined ? [radix] : [opts.exact, radix];
   }

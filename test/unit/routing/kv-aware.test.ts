@@ -149,6 +149,23 @@ describe('kv_aware', () => {
     );
   });
 
+  it("without events the cache_aware fallback's prefix home also knows whether another router shares the workers", () => {
+    const doc = 'Shared contract, clause by clause, for the fallback to place. '.repeat(26); // ~400 tokens
+    const probe = makeWorkers(3);
+    const h = probe.indexOf(new KvAwarePolicy().select(input(probe, { text: doc })).worker);
+    // 4 requests in flight on the home: 20 ms of decode term against a 20 ms prefill. Within the shared
+    // margin (3 prefills), beyond the alone one (half a prefill).
+    const loads = [0, 1, 2].map((i) => (i === h ? 4 : 0));
+    const pick = (foreign: number) => {
+      const workers = makeWorkers(3, loads);
+      return workers.indexOf(
+        new KvAwarePolicy({ foreignShare: () => foreign }).select(input(workers, { text: doc })).worker,
+      );
+    };
+    expect(pick(0)).not.toBe(h);
+    expect(pick(0.5)).toBe(h);
+  });
+
   it('a routed prompt is not counted as held before its events (the reference rule would pile onto it)', () => {
     const workers = makeWorkers(3);
     const subs = unstartedSubscriptions(workers, workers);
