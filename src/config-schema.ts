@@ -553,7 +553,7 @@ export const OPTIONS = [
     flag: 'prefix-home-margin-alone',
     type: 'number',
     default: CACHE_AWARE.prefixHomeMarginAlone,
-    help: "cache_aware cost and kv_aware: the prefix home's margin while the workers' own /metrics show no load this router did not send (no other replica or client to agree with); it rises to --prefix-home-margin as that foreign share of the candidates' load reaches 0.2. Never above --prefix-home-margin.",
+    help: "cache_aware cost: the prefix home's margin while the workers' own /metrics show no load this router did not send (no other replica or client to agree with); it rises to --prefix-home-margin as that foreign share of the candidates' load reaches 0.2. Never above --prefix-home-margin. kv_aware keeps the whole margin (its home also groups a lone router's concurrent requests before their KV events arrive).",
   },
   {
     group: 'Load and cost model',

@@ -129,24 +129,21 @@ describe('kv_aware', () => {
     });
   });
 
-  it('a lone router (no load from elsewhere on the workers) keeps its home only within prefixHomeMarginAlone', () => {
+  it('a lone router keeps the whole margin: its concurrent requests for a new prefix stay together before any event', () => {
+    // kv_aware marks no pending blocks: the home is what groups the requests that arrive before the
+    // first one's blocks are published (long-prompt: every question of a document at once).
     const probe = fleet(3, [0, 1, 2]);
     const h = probe.workers.indexOf(
       probe.policy.select(input(probe.workers, { text: prompt, body: { prompt } })).worker,
     );
-    // The home has 2 requests more than the least loaded: within the shared margin (3), not the alone one (0.5).
-    const loads = [0, 1, 2].map((i) => (i === h ? 2 : 0));
-    const alone = fleet(3, [0, 1, 2], loads);
-    expect(alone.policy.select(input(alone.workers, { text: prompt, body: { prompt } }))).toMatchObject({
-      branch: 'exact_home',
-    });
-    expect(alone.policy.select(input(alone.workers, { text: prompt, body: { prompt } })).worker).not.toBe(
-      alone.workers[h],
-    );
-    const shared = fleet(3, [0, 1, 2], loads, 0.5);
-    expect(shared.policy.select(input(shared.workers, { text: prompt, body: { prompt } })).worker).toBe(
-      shared.workers[h],
-    );
+    const loads = [0, 1, 2].map((i) => (i === h ? 2 : 0)); // two earlier questions routed there
+    for (const foreign of [0, 0.5]) {
+      const f = fleet(3, [0, 1, 2], loads, foreign);
+      expect(f.policy.select(input(f.workers, { text: prompt, body: { prompt } }))).toMatchObject({
+        worker: f.workers[h],
+        branch: 'exact_home',
+      });
+    }
   });
 
   it("without events the cache_aware fallback's prefix home also knows whether another router shares the workers", () => {
