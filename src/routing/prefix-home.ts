@@ -50,6 +50,10 @@
  *   46.8% vs 49.3% (KV events); shared-prefix unchanged; two replicas unchanged (they see each other's
  *   load and keep margin 3). 0.5 rather than 1: an equally long cold prefill queued at the home costs
  *   1x the prompt's prefill, so at 1 only the decode term kept a lone router from queueing behind it.
+ *   Not detectable: replicas cold-starting on an idle fleet read share 0 until the first scrapes show
+ *   each other's load, so their first burst seeds with the alone margin (with the approximate tree a
+ *   prefix seeded twice stays split; docs/deploy-envoy.md). cache_aware's cost mode only: kv_aware
+ *   keeps the whole margin (kv-aware.ts).
  *
  * Pure: no timers, metrics or logging.
  */
