@@ -74,6 +74,14 @@ describe('docker-compose.replicas.yml', () => {
     expect(new Set([...grpc, ...admin]).size).toBe(4); // one namespace: no port used twice
   });
 
+  it('without KV events, both replicas seed new prefixes on the same worker from the first request', () => {
+    for (const [name] of routers) {
+      const c = routerConfig(name);
+      expect(c.kvEventSource, name).toEqual([]);
+      expect(c.prefixHomeMarginAlone, name).toBe(c.prefixHomeMargin);
+    }
+  });
+
   it('mounts envoy/envoy-replicas.yaml unchanged, fail-closed', () => {
     const svc = services.envoy!;
     expect(svc.image).toMatch(/^envoyproxy\/envoy:v1\.40/);

@@ -39,6 +39,12 @@ describe('deploy/kubernetes/router-replicas.yaml', () => {
     expect(pod.terminationGracePeriodSeconds * 1000).toBeGreaterThan(cfg.drainTimeoutMs);
   });
 
+  it('without KV events, seeds new prefixes where the other replicas do from the first request', () => {
+    // An idle fleet shows no replica the others' load, so the alone margin would apply at a cold start.
+    expect(cfg.kvEventSource).toEqual([]);
+    expect(cfg.prefixHomeMarginAlone).toBe(cfg.prefixHomeMargin);
+  });
+
   it('uses the ServiceAccount of rbac.yaml, in the namespace it watches', () => {
     const rbac = yamlDocs('deploy/kubernetes/rbac.yaml');
     const sa = rbac.find((d) => d.kind === 'ServiceAccount')!;
