@@ -278,7 +278,7 @@ export function scoreCost(
   ) {
     for (const x of c) x.eligible = !(anyFit && x.overloaded);
     const bestScore = (c[chosenIndex] as Candidate).scoreMs;
-    margin = homeMargin(homeOptions, meanForeignShare(signals.foreignShare, workers)) * homeMarginScale;
+    margin = homeMargin(homeOptions, meanForeignShare(signals, workers)) * homeMarginScale;
     const marginMs = margin * (c[chosenIndex] as Candidate).recomputeMs;
     const at = prefixHome(homeKeyHash(input.text, homeOptions.keyChars), c, bestScore, marginMs);
     if (at !== undefined) {
@@ -368,10 +368,8 @@ function candidate(
 }
 
 /** Mean over the candidates of the share of their load this router did not send (0 without the signal). */
-export function meanForeignShare(
-  share: ((worker: Worker) => number) | undefined,
-  workers: readonly Worker[],
-): number {
+function meanForeignShare(signals: WorkerSignals, workers: readonly Worker[]): number {
+  const share = signals.foreignShare;
   if (share === undefined || workers.length === 0) return 0;
   let sum = 0;
   for (const w of workers) sum += share(w);
