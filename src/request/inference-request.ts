@@ -6,7 +6,8 @@
 import { badRequest, RouterError } from './router-error.js';
 import { chatPromptText, completionPromptText } from './prompt-text.js';
 import { exceedsDepth } from './json-depth.js';
-import { parseLongStringBody } from './json-body.js';
+import { joinLongTexts, parseLongStringBody } from './json-body.js';
+import type { RoutingText } from '../util/piece-text.js';
 
 export { exceedsDepth } from './json-depth.js';
 
@@ -26,9 +27,12 @@ export interface InferenceRequest {
   readonly kind: InferenceKind;
   readonly model: string;
   readonly stream: boolean;
-  /** Routing text (see prompt-text.ts). */
-  readonly text: string;
-  /** The parsed body (callers that rewrite it copy first). */
+  /** Routing text (see prompt-text.ts); a long one in pieces. */
+  readonly text: RoutingText;
+  /**
+   * The parsed body (callers that rewrite it copy first). Read only where the whole body is needed: a
+   * long body's long texts are joined into strings on the first read (json-body.ts).
+   */
   readonly json: Readonly<Record<string, unknown>>;
 }
 
@@ -48,7 +52,7 @@ export function parseInferenceRequest(
     );
   }
   if (body.length === 0) throw badRequest('invalid_body', 'request body is empty');
-  const json = parseJsonBody(body);
+  const { value: json, pieces } = parseJsonBody(body);
   if (typeof json !== 'object' || json === null || Array.isArray(json)) {
     throw badRequest('invalid_body', 'request body must be a JSON object');
   }
@@ -72,22 +76,47 @@ export function parseInferenceRequest(
           '"messages" must be a non-empty array of {role: string, content: string | content parts}',
         );
   }
-  return { kind, model: obj.model, stream: obj.stream === true, text: routingText, json: obj };
+  return new ParsedInferenceRequest(kind, obj.model, obj.stream === true, routingText, obj, pieces);
 }
 
 /**
- * The body as JSON: a large body with long string values without a body-sized string (json-body.ts),
- * anything else (and every malformed body, for its exact error) decoded and parsed whole.
+ * An InferenceRequest whose body, when it came in pieces, is joined on its first read. A class (a getter
+ * on its prototype): a getter in an object literal gives every object a hidden class of its own, kept in
+ * V8's old space, and with it the whole parsed body past every young-generation GC.
  */
-function parseJsonBody(body: Buffer): unknown {
+class ParsedInferenceRequest implements InferenceRequest {
+  constructor(
+    readonly kind: InferenceKind,
+    readonly model: string,
+    readonly stream: boolean,
+    readonly text: RoutingText,
+    private readonly body: Record<string, unknown>,
+    private pieces: boolean,
+  ) {}
+
+  get json(): Readonly<Record<string, unknown>> {
+    if (this.pieces) {
+      joinLongTexts(this.body);
+      this.pieces = false;
+    }
+    return this.body;
+  }
+}
+
+/**
+ * The body as JSON: a large body with long string values without a body-sized string (json-body.ts;
+ * `pieces`: its long texts are PieceTexts), anything else (and every malformed body, for its exact
+ * error) decoded and parsed whole.
+ */
+function parseJsonBody(body: Buffer): { value: unknown; pieces: boolean } {
   const long = parseLongStringBody(body, MAX_JSON_DEPTH);
-  if (long !== undefined) return long.value;
+  if (long !== undefined) return { value: long.value, pieces: true };
   const text = decodeUtf8(body);
   if (exceedsDepth(text, MAX_JSON_DEPTH)) {
     throw badRequest('invalid_json', `request body nests deeper than ${MAX_JSON_DEPTH} levels`);
   }
   try {
-    return JSON.parse(text);
+    return { value: JSON.parse(text), pieces: false };
   } catch (err) {
     throw badRequest(
       'invalid_json',

@@ -7,7 +7,7 @@
  * touched and an munmap on top of the copy. Decoding a 220 KB body and then parsing it made two such
  * strings per request (the body text, then the prompt that JSON.parse copies out of it): ~115 page
  * faults per request and a quarter of the router's CPU for such a request (`perf`, issue 15). Here the
- * body text is never built; only the long values themselves end up as large strings.
+ * body text is never built, and the texts routing reads are not joined either (below).
  *
  * How: the body's string tokens are found on the bytes (`indexOf` of `"`, skipping escaped quotes).
  * Each string VALUE of at least MIN_CARVED_BYTES is cut out and decoded on its own, in pieces of about
@@ -17,6 +17,12 @@
  * `JSON.parse`, whose reviver puts the long values back. A piece never ends inside an escape sequence
  * (no backslash among its last 6 bytes) nor inside a multi-byte UTF-8 character (it ends before an
  * ASCII byte).
+ *
+ * Long values stay in pieces: a value under one of LONG_TEXT_KEYS (`prompt`, a message's `content`, a
+ * content part's `text`) comes back as a PieceText (util/piece-text.ts), the form routing reads, so no
+ * string above V8's large-object size is built on the request path; `joinLongTexts` turns them into
+ * strings for a caller that needs the whole body (a P/D rewrite, a tokenizer). Any other long value is
+ * joined at once.
  *
  * Equivalence: outside strings a valid JSON text has no quote byte, so the tokens found here are the
  * document's string tokens; replacing a string token by another string token changes neither the
@@ -29,6 +35,7 @@
  */
 import { isAscii, isUtf8 } from 'node:buffer';
 import { exceedsDepth } from './json-depth.js';
+import { PieceText } from '../util/piece-text.js';
 
 /**
  * Bodies below this are parsed the plain way: their text is (for ASCII, exactly) no large-object
@@ -47,10 +54,12 @@ const COLON = 0x3a;
 /** Longest JSON escape sequence (`\uXXXX`). */
 const MAX_ESCAPE_BYTES = 6;
 const PLACEHOLDER = '\u0000vllm-router-long-string:';
+/** Keys whose long string values are returned as PieceText (the texts routing reads). */
+const LONG_TEXT_KEYS: ReadonlySet<string> = new Set(['prompt', 'content', 'text']);
 
 /**
- * The parsed body (`{ value }`), or undefined when this path does not apply or sees anything unusual
- * (the caller then decodes the body and parses it whole).
+ * The parsed body (`{ value }`, long texts as PieceText), or undefined when this path does not apply or
+ * sees anything unusual (the caller then decodes the body and parses it whole).
  */
 export function parseLongStringBody(body: Buffer, maxDepth: number): { value: unknown } | undefined {
   if (body.length < MIN_BODY_BYTES) return undefined;
@@ -58,7 +67,7 @@ export function parseLongStringBody(body: Buffer, maxDepth: number): { value: un
   if (!ascii && !isUtf8(body)) return undefined;
   const decode = (start: number, end: number): string => body.toString(ascii ? 'latin1' : 'utf8', start, end);
   const skeleton: string[] = [];
-  const values: string[] = [];
+  const values: string[][] = [];
   let from = 0;
   let pos = 0;
   for (;;) {
@@ -82,7 +91,7 @@ export function parseLongStringBody(body: Buffer, maxDepth: number): { value: un
   let duplicate = false;
   let value: unknown;
   try {
-    value = JSON.parse(text, (_key, v: unknown) => {
+    value = JSON.parse(text, (key, v: unknown) => {
       if (typeof v !== 'string' || !v.startsWith(PLACEHOLDER)) return v;
       const index = Number(v.slice(PLACEHOLDER.length));
       if (!(index >= 0 && index < values.length) || v !== PLACEHOLDER + index) return v;
@@ -91,7 +100,9 @@ export function parseLongStringBody(body: Buffer, maxDepth: number): { value: un
         return v;
       }
       met[index] = true;
-      return values[index];
+      const pieces = values[index] as string[];
+      if (pieces.length === 1) return pieces[0];
+      return LONG_TEXT_KEYS.has(key) ? new PieceText(pieces) : pieces.join('');
     });
   } catch {
     return undefined;
@@ -126,14 +137,14 @@ function isJsonSpace(b: number): boolean {
 
 /**
  * The value of the string token whose content (between the quotes) is body[start, end), decoded in
- * pieces of about PIECE_BYTES and joined; undefined if JSON.parse rejects a piece.
+ * pieces of about PIECE_BYTES; undefined if JSON.parse rejects a piece.
  */
 function decodeStringContent(
   body: Buffer,
   start: number,
   end: number,
   decode: (start: number, end: number) => string,
-): string | undefined {
+): string[] | undefined {
   const parts: string[] = [];
   let s = start;
   try {
@@ -145,7 +156,23 @@ function decodeStringContent(
   } catch {
     return undefined;
   }
-  return parts.length === 1 ? parts[0] : parts.join('');
+  return parts;
+}
+
+/**
+ * `value` (a body from parseLongStringBody) with every PieceText joined into a string, in place (the
+ * body's objects and arrays are the caller's own); returns it.
+ */
+export function joinLongTexts(value: unknown): unknown {
+  if (value instanceof PieceText) return value.toString();
+  if (typeof value !== 'object' || value === null) return value;
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) value[i] = joinLongTexts(value[i]);
+    return value;
+  }
+  const obj = value as Record<string, unknown>;
+  for (const key of Object.keys(obj)) obj[key] = joinLongTexts(obj[key]);
+  return value;
 }
 
 /**

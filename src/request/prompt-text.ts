@@ -9,10 +9,19 @@
  *    content or the concatenation of its `text` parts (non-text parts contribute their type name so
  *    an image does not silently vanish from the key).
  *
+ * A long text stays in pieces (util/piece-text.ts): a long value the body parser returned as a
+ * PieceText keeps its pieces, and a chat text longer than PIECE_CHARS is built in pieces of about that
+ * size, so no routing text is ever one string above V8's large-object size.
+ *
  * Returns undefined when the field is missing or of the wrong type (the caller reports a 400).
  */
-export function completionPromptText(prompt: unknown): string | undefined {
-  if (typeof prompt === 'string') return prompt;
+import { PieceText, RoutingTextBuilder, type RoutingText } from '../util/piece-text.js';
+
+/** Size of the pieces a long chat text is built in (UTF-16 code units; 64 KB even as two-byte text). */
+export const PIECE_CHARS = 32 * 1024;
+
+export function completionPromptText(prompt: unknown): RoutingText | undefined {
+  if (typeof prompt === 'string' || prompt instanceof PieceText) return prompt;
   if (!Array.isArray(prompt) || prompt.length === 0) return undefined;
   if (prompt.every((p) => typeof p === 'string')) return prompt.join('\n');
   if (prompt.every(isTokenId)) return prompt.join(' ');
@@ -26,32 +35,35 @@ function isTokenId(v: unknown): v is number {
   return typeof v === 'number' && Number.isInteger(v) && v >= 0;
 }
 
-export function chatPromptText(messages: unknown): string | undefined {
+export function chatPromptText(messages: unknown): RoutingText | undefined {
   if (!Array.isArray(messages) || messages.length === 0) return undefined;
-  let out = '';
+  const out = new RoutingTextBuilder(PIECE_CHARS);
   for (const m of messages) {
     if (typeof m !== 'object' || m === null || Array.isArray(m)) return undefined;
     const { role, content } = m as { role?: unknown; content?: unknown };
     if (typeof role !== 'string') return undefined;
-    const text = contentText(content);
-    if (text === undefined) return undefined;
-    out += `${role}\n${text}\n`;
+    out.append(`${role}\n`);
+    if (!appendContent(out, content)) return undefined;
+    out.append('\n');
   }
-  return out;
+  return out.build();
 }
 
-function contentText(content: unknown): string | undefined {
-  if (typeof content === 'string') return content;
-  // Assistant messages with tool calls may carry null content.
-  if (content === null || content === undefined) return '';
-  if (!Array.isArray(content)) return undefined;
-  let out = '';
-  for (const part of content) {
-    if (typeof part !== 'object' || part === null) return undefined;
-    const { type, text } = part as { type?: unknown; text?: unknown };
-    if (type === 'text' && typeof text === 'string') out += text;
-    else if (typeof type === 'string') out += `<${type}>`;
-    else return undefined;
+/** Appends a message's content text; false when the content has the wrong type. */
+function appendContent(out: RoutingTextBuilder, content: unknown): boolean {
+  if (typeof content === 'string' || content instanceof PieceText) {
+    out.append(content);
+    return true;
   }
-  return out;
+  // Assistant messages with tool calls may carry null content.
+  if (content === null || content === undefined) return true;
+  if (!Array.isArray(content)) return false;
+  for (const part of content) {
+    if (typeof part !== 'object' || part === null) return false;
+    const { type, text } = part as { type?: unknown; text?: unknown };
+    if (type === 'text' && (typeof text === 'string' || text instanceof PieceText)) out.append(text);
+    else if (typeof type === 'string') out.append(`<${type}>`);
+    else return false;
+  }
+  return true;
 }

@@ -14,17 +14,21 @@
  */
 import type { Worker } from '../workers/worker.js';
 import type { CostInputs } from './cost-model.js';
+import type { RoutingText } from '../util/piece-text.js';
 
 export interface SelectionInput {
   /** Selectable candidates, never empty when select() is called. */
   readonly workers: readonly Worker[];
   /** Model name from the request ('' when unknown). */
   readonly model: string;
-  /** Routing text: what the model sees (see request/prompt-text.ts); '' when not parsed. */
-  readonly text: string;
+  /** Routing text: what the model sees (see request/prompt-text.ts; a long one in pieces); '' when not parsed. */
+  readonly text: RoutingText;
   /** Lower-cased request headers. */
   readonly headers: Readonly<Record<string, string>>;
-  /** Parsed JSON body when there is one (for consistent_hash's `user`). */
+  /**
+   * Parsed JSON body when there is one (for consistent_hash's `user`, a tokenizer). Read it only when
+   * needed: for a long body, the first read joins its long texts (request/inference-request.ts).
+   */
   readonly body?: Readonly<Record<string, unknown>>;
 }
 

@@ -6,6 +6,8 @@
 import type { Dispatch, Dispatcher, RouteRequest } from '../extproc/dispatch.js';
 import { DESTINATION_HEADER, DECISION_HEADER } from '../extproc/headers.js';
 import { RouterError } from '../request/router-error.js';
+import type { InferenceRequest } from '../request/inference-request.js';
+import type { RoutingText } from '../util/piece-text.js';
 import type { WorkerPool } from '../workers/worker-pool.js';
 import { choose, reserve, type RoutingContext, type RoutingObserver } from './selector.js';
 import type { Decision } from './policy.js';
@@ -50,9 +52,28 @@ const readsNoBody = (): boolean => false;
 
 export function routingContext(req: RouteRequest): RoutingContext {
   const inf = req.inference;
-  return inf
-    ? { model: inf.model, text: inf.text, headers: req.headers, body: inf.json }
-    : { model: '', text: '', headers: req.headers };
+  return inf ? new InferenceRoutingContext(inf, req.headers) : { model: '', text: '', headers: req.headers };
+}
+
+/**
+ * The body is read only if a policy needs it (a long body's texts are joined on the first read:
+ * SelectionInput.body). A class, never a getter in an object literal (see ParsedInferenceRequest).
+ */
+class InferenceRoutingContext implements RoutingContext {
+  readonly model: string;
+  readonly text: RoutingText;
+
+  constructor(
+    private readonly inf: InferenceRequest,
+    readonly headers: Readonly<Record<string, string>>,
+  ) {
+    this.model = inf.model;
+    this.text = inf.text;
+  }
+
+  get body(): Readonly<Record<string, unknown>> {
+    return this.inf.json;
+  }
 }
 
 /** 503 naming every needed pool's size (and how many are selectable, when some are not). */

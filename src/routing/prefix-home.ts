@@ -59,6 +59,7 @@
  */
 import { fmix32 } from '../util/fmix32.js';
 import { hash32 } from './hash-ring.js';
+import { flatText, type RoutingText } from '../util/piece-text.js';
 
 export interface PrefixHomeOptions {
   /** Multiple of the best candidate's prefill time a home may cost in extra score; 0 = off. */
@@ -98,8 +99,8 @@ export interface HomeCandidate {
 }
 
 /** The rendezvous key's hash: the prompt's first `keyChars` characters. */
-export function homeKeyHash(text: string, keyChars: number): number {
-  return hash32(text.length > keyChars ? text.slice(0, keyChars) : text);
+export function homeKeyHash(text: RoutingText, keyChars: number): number {
+  return hash32(text.length > keyChars ? text.slice(0, keyChars) : flatText(text));
 }
 
 /** A candidate's rendezvous weight for a key hash (the highest weight is the key's home). */

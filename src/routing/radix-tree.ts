@@ -38,9 +38,13 @@
  * for slices of 13+ code units. A text that diverges inside an edge is scanned over the edge's first
  * 16 code units (where divergence usually is), then the rest is bisected with the same comparison.
  *
+ * Texts: a plain string, or a long prompt kept in pieces (util/piece-text.ts), compared piece by piece so
+ * it is never joined into one large string; a novel tail of it is copied into its leaf.
+ *
  * Pure data structure: no timers, metrics or logging; time is passed in.
  */
-import { flatSlice } from './flat-string.js';
+import { flatCopy, flatSlice } from './flat-string.js';
+import type { PieceText, RoutingText } from '../util/piece-text.js';
 
 /** Result of prefixMatch. */
 export interface PrefixMatch {
@@ -111,7 +115,7 @@ export class RadixTree {
   }
 
   /** Records that `tenant` has seen `text` (registers the tenant if needed). */
-  insert(text: string, tenant: string, nowMs: number): void {
+  insert(text: RoutingText, tenant: string, nowMs: number): void {
     let record = this.records.get(tenant);
     if (record === undefined) {
       record = new TenantRecord();
@@ -126,7 +130,10 @@ export class RadixTree {
       const first = text.charCodeAt(pos);
       let child = node.children?.get(first);
       if (child === undefined) {
-        const leaf = new RadixNode(flatSlice(text, pos), node);
+        const leaf = new RadixNode(
+          typeof text === 'string' ? flatSlice(text, pos) : flatCopy(text.slice(pos)),
+          node,
+        );
         leaf.tenants.set(tenant, tick);
         (node.children ??= new Map()).set(first, leaf);
         record.chars += n - pos;
@@ -144,7 +151,7 @@ export class RadixTree {
   }
 
   /** The longest prefix of `text` in the tree; only through nodes held by an accepted tenant. */
-  prefixMatch(text: string, accept?: TenantFilter): PrefixMatch {
+  prefixMatch(text: RoutingText, accept?: TenantFilter): PrefixMatch {
     const n = text.length;
     let node = this.root;
     let holder: RadixNode | undefined;
@@ -179,7 +186,7 @@ export class RadixTree {
    * visited more than once (once per node it holds, in increasing `chars`); the last call is its
    * match. Tenants holding nothing of `text` are not visited. Read-only; O(path nodes x holders).
    */
-  matchEachTenant(text: string, visit: (tenant: string, chars: number) => void): void {
+  matchEachTenant(text: RoutingText, visit: (tenant: string, chars: number) => void): void {
     const n = text.length;
     let node = this.root;
     let pos = 0;
@@ -311,7 +318,8 @@ function holdsAccepted(node: RadixNode, accept: TenantFilter): boolean {
  * per-character allocation: whole-edge equality first, then a scan of the first 16 units, then
  * bisection with the same equality down to a final scan of <= 16 units.
  */
-export function commonPrefixLength(text: string, pos: number, label: string): number {
+export function commonPrefixLength(text: RoutingText, pos: number, label: string): number {
+  if (typeof text !== 'string') return piecesCommonPrefixLength(text, pos, label);
   const max = Math.min(label.length, text.length - pos);
   let lo = 0;
   let hi = max;
@@ -329,6 +337,23 @@ export function commonPrefixLength(text: string, pos: number, label: string): nu
   }
   while (lo < hi && text.charCodeAt(pos + lo) === label.charCodeAt(lo)) lo += 1;
   return lo;
+}
+
+/** commonPrefixLength over a text in pieces: piece by piece, against the matching span of the label. */
+function piecesCommonPrefixLength(text: PieceText, pos: number, label: string): number {
+  const max = Math.min(label.length, text.length - pos);
+  if (max <= 0) return 0;
+  let done = 0;
+  for (let i = text.pieceAt(pos); done < max; i++) {
+    const piece = text.pieces[i] as string;
+    const at = pos + done - text.pieceStart(i);
+    const span = Math.min(piece.length - at, max - done);
+    if (span <= 0) continue;
+    const common = commonPrefixLength(piece, at, label.slice(done, done + span));
+    done += common;
+    if (common < span) break;
+  }
+  return done;
 }
 
 /** Binary min-heap of nodes by tick (eviction order: least recently used first). */

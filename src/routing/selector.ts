@@ -7,10 +7,11 @@ import { LoadGuard } from '../workers/load-guard.js';
 import type { WorkerPool } from '../workers/worker-pool.js';
 import type { Decision, SelectionInput } from './policy.js';
 import type { Worker } from '../workers/worker.js';
+import type { RoutingText } from '../util/piece-text.js';
 
 export interface RoutingContext {
   readonly model: string;
-  readonly text: string;
+  readonly text: RoutingText;
   readonly headers: Readonly<Record<string, string>>;
   readonly body?: Readonly<Record<string, unknown>>;
 }
@@ -36,14 +37,31 @@ export function choose(
   let workers = pool.candidates();
   if (exclude && exclude.size > 0) workers = workers.filter((w) => !exclude.has(w));
   if (workers.length === 0) return undefined;
-  const input: SelectionInput = {
-    workers,
-    model: ctx.model,
-    text: ctx.text,
-    headers: ctx.headers,
-    body: ctx.body,
-  };
+  const input = new Selection(workers, ctx);
   return { decision: pool.policy.select(input), input };
+}
+
+/**
+ * The body is read only by the policies that need it (SelectionInput.body). A class: a getter in an
+ * object literal gives every object a hidden class of its own, kept in V8's old space.
+ */
+class Selection implements SelectionInput {
+  readonly model: string;
+  readonly text: RoutingText;
+  readonly headers: Readonly<Record<string, string>>;
+
+  constructor(
+    readonly workers: readonly Worker[],
+    private readonly ctx: RoutingContext,
+  ) {
+    this.model = ctx.model;
+    this.text = ctx.text;
+    this.headers = ctx.headers;
+  }
+
+  get body(): Readonly<Record<string, unknown>> | undefined {
+    return this.ctx.body;
+  }
 }
 
 export type Chosen = { decision: Decision; input: SelectionInput };

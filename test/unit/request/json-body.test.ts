@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
 import {
   closingQuote,
+  joinLongTexts,
   MIN_BODY_BYTES,
   MIN_CARVED_BYTES,
   parseLongStringBody,
@@ -10,6 +11,7 @@ import {
 } from '../../../src/request/json-body.js';
 import { MAX_JSON_DEPTH, parseInferenceRequest } from '../../../src/request/inference-request.js';
 import { RouterError } from '../../../src/request/router-error.js';
+import { flatText, PieceText } from '../../../src/util/piece-text.js';
 
 const body = (text: string): Buffer => Buffer.from(text, 'utf8');
 /** A deterministic long text: words, newlines, quotes, backslashes and non-ASCII characters. */
@@ -23,6 +25,10 @@ function longText(chars: number, seed = 1, alphabet = 'abc de\nf"g\\h\té ü 漢
   return out.slice(0, chars);
 }
 const parse = (b: Buffer) => parseLongStringBody(b, MAX_JSON_DEPTH);
+/** The parsed value with its long texts joined (what JSON.parse returns). */
+const joined = (b: Buffer): unknown => joinLongTexts(parse(b)?.value);
+/** V8 allocates a string of more bytes than this in a large-object page of its own. */
+const V8_LARGE_OBJECT_BYTES = 128 * 1024;
 
 describe('parseLongStringBody: same value as JSON.parse', () => {
   const doc = longText(220 * 1024);
@@ -59,14 +65,40 @@ describe('parseLongStringBody: same value as JSON.parse', () => {
     ],
   ])('%s', (_, value) => {
     const b = body(typeof value === 'string' ? value : JSON.stringify(value));
-    const got = parse(b);
-    expect(got).toBeDefined();
-    expect(got!.value).toEqual(JSON.parse(b.toString('utf8')));
+    expect(parse(b)).toBeDefined();
+    expect(joined(b)).toEqual(JSON.parse(b.toString('utf8')));
+  });
+
+  it('returns a long prompt or message text in pieces, each a string V8 keeps in its regular heap', () => {
+    const value = {
+      model: 'm',
+      prompt: doc,
+      messages: [
+        { role: 'user', content: [{ type: 'text', text: doc }] },
+        { role: 'user', content: doc },
+      ],
+      other: doc,
+    };
+    const got = parse(body(JSON.stringify(value)))!.value as {
+      prompt: unknown;
+      messages: { content: unknown }[];
+      other: unknown;
+    };
+    const first = got.messages[0]!.content as { text: unknown }[];
+    for (const text of [got.prompt, first[0]!.text, got.messages[1]!.content]) {
+      expect(text).toBeInstanceOf(PieceText);
+      const pieces = (text as PieceText).pieces;
+      expect(pieces.length).toBeGreaterThan(1);
+      for (const piece of pieces) expect(piece.length * 2).toBeLessThan(V8_LARGE_OBJECT_BYTES);
+      expect(flatText(text as PieceText)).toBe(doc);
+    }
+    // Any other long value is a string, as JSON.parse gives it.
+    expect(got.other).toBe(doc);
   });
 
   it('keeps a "__proto__" key an own property, as JSON.parse does', () => {
     const b = body(`{"model":"m","__proto__":${JSON.stringify(doc)}}`);
-    const got = parse(b)!.value as Record<string, unknown>;
+    const got = joined(b) as Record<string, unknown>;
     expect(Object.getPrototypeOf(got)).toBe(Object.prototype);
     expect(Object.getOwnPropertyDescriptor(got, '__proto__')?.value).toBe(doc);
   });
@@ -78,8 +110,7 @@ describe('parseLongStringBody: same value as JSON.parse', () => {
       for (let shift = -8; shift <= 8; shift++) {
         const head = 'a'.repeat(PIECE_BYTES + shift);
         const raw = `{"model":"m","prompt":"${head}${escape}${'b'.repeat(MIN_BODY_BYTES)}"}`;
-        const got = parse(body(raw));
-        expect(got?.value, `${escape} at ${shift}`).toEqual(JSON.parse(raw));
+        expect(joined(body(raw)), `${escape} at ${shift}`).toEqual(JSON.parse(raw));
       }
     }
   });
@@ -95,9 +126,8 @@ describe('parseLongStringBody: same value as JSON.parse', () => {
           const arr = [...extra];
           arr.splice(Math.min(where, arr.length), 0, longText(MIN_CARVED_BYTES + seed, seed + 1));
           const b = body(JSON.stringify({ ...value, arr }));
-          const got = parse(b);
-          expect(got).toBeDefined();
-          expect(got!.value).toEqual(JSON.parse(b.toString('utf8')));
+          expect(parse(b)).toBeDefined();
+          expect(joined(b)).toEqual(JSON.parse(b.toString('utf8')));
         },
       ),
       { numRuns: 40 },
@@ -161,15 +191,32 @@ describe('parseLongStringBody: leaves the body to the plain parse', () => {
     expect((err as RouterError).message).toMatch(/^request body is not valid JSON: /);
   });
 
-  it('the routing text of a large completion is its prompt, unchanged', () => {
+  it('the routing text of a large completion is its prompt, unchanged (in pieces until the body is read)', () => {
     const prompt = longText(220 * 1024, 9);
     const r = parseInferenceRequest(
       'completions',
       'application/json',
       body(JSON.stringify({ model: 'm', prompt })),
     );
-    expect(r.text).toBe(prompt);
+    expect(r.text).toBeInstanceOf(PieceText);
+    expect(flatText(r.text)).toBe(prompt);
     expect(r.json.prompt).toBe(prompt);
+    expect(r.json).toBe(r.json);
+  });
+
+  it('the routing text of a large chat is its messages rendered, in pieces', () => {
+    const doc = longText(220 * 1024, 10);
+    const messages = [
+      { role: 'system', content: 'Answer briefly.' },
+      { role: 'user', content: [{ type: 'text', text: doc }, { type: 'image_url' }] },
+      { role: 'user', content: 'and then?' },
+    ];
+    const r = parseInferenceRequest('chat', undefined, body(JSON.stringify({ model: 'm', messages })));
+    expect(r.text).toBeInstanceOf(PieceText);
+    for (const piece of (r.text as PieceText).pieces)
+      expect(piece.length * 2).toBeLessThan(V8_LARGE_OBJECT_BYTES);
+    expect(flatText(r.text)).toBe(`system\nAnswer briefly.\nuser\n${doc}<image_url>\nuser\nand then?\n`);
+    expect(r.json).toEqual({ model: 'm', messages });
   });
 });
 

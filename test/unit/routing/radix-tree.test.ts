@@ -2,6 +2,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { flatCopy, flatSlice } from '../../../src/routing/flat-string.js';
 import { commonPrefixLength, RadixTree } from '../../../src/routing/radix-tree.js';
+import { PieceText } from '../../../src/util/piece-text.js';
 
 type Op = [text: string, tenant: string];
 
@@ -347,5 +348,81 @@ describe('RadixTree properties', () => {
       }),
       { numRuns: 200 },
     );
+  });
+});
+
+describe('RadixTree with texts in pieces (util/piece-text.ts)', () => {
+  const text = fc.string({ unit: fc.constantFrom('a', 'b', 'c', '😀', '中'), maxLength: 40 });
+  const tenant = fc.constantFrom('t0', 't1', 't2');
+  /** `s` cut at the given offsets (sorted, clamped; empty pieces included). */
+  const inPieces = (s: string, cuts: readonly number[]): PieceText => {
+    const at = [...cuts.map((c) => Math.min(c, s.length))].sort((a, b) => a - b);
+    const pieces: string[] = [];
+    let from = 0;
+    for (const c of at) {
+      pieces.push(s.slice(from, c));
+      from = c;
+    }
+    pieces.push(s.slice(from));
+    return new PieceText(pieces);
+  };
+  const cuts = fc.array(fc.nat(40), { maxLength: 5 });
+
+  it('inserts and matches exactly as the same text in one string', () => {
+    fc.assert(
+      fc.property(
+        fc.array(fc.tuple(text, tenant, cuts), { maxLength: 20 }),
+        fc.array(fc.tuple(text, cuts), { maxLength: 5 }),
+        (inserts, queries) => {
+          const plain = new RadixTree();
+          const pieced = new RadixTree();
+          inserts.forEach(([t, who, c], i) => {
+            plain.insert(t, who, 1000 + i);
+            pieced.insert(inPieces(t, c), who, 1000 + i);
+          });
+          expect(pieced.totalChars()).toBe(plain.totalChars());
+          for (const who of plain.tenants())
+            expect(pieced.tenantCharCount(who)).toBe(plain.tenantCharCount(who));
+          for (const [q, c] of [...queries, ...inserts.map(([t, , c]) => [t, c] as const)]) {
+            const query = inPieces(q, c);
+            const a = plain.prefixMatch(q);
+            const b = pieced.prefixMatch(query);
+            expect(b.matchedChars).toBe(a.matchedChars);
+            expect(b.tenant).toBe(a.tenant);
+            expect([...b.tenants].sort()).toEqual([...a.tenants].sort());
+            const each = (tree: RadixTree, t: string | PieceText) => {
+              const m = new Map<string, number>();
+              tree.matchEachTenant(t, (who, n) => m.set(who, n));
+              return m;
+            };
+            expect(each(plain, query)).toEqual(each(plain, q));
+            expect(each(pieced, query)).toEqual(each(plain, q));
+          }
+          expectConsistent(pieced);
+        },
+      ),
+      { numRuns: 300 },
+    );
+  });
+
+  it('commonPrefixLength over pieces agrees with the plain string', () => {
+    fc.assert(
+      fc.property(text, cuts, text, fc.nat(45), (t, c, label, rawPos) => {
+        const pos = Math.min(rawPos, t.length);
+        expect(commonPrefixLength(inPieces(t, c), pos, label)).toBe(commonPrefixLength(t, pos, label));
+      }),
+      { numRuns: 500 },
+    );
+  });
+
+  it('long texts in pieces that diverge inside a piece split the edge there', () => {
+    const tree = new RadixTree();
+    const long = new PieceText(['x'.repeat(40_000), 'y'.repeat(40_000), 'z'.repeat(100)]);
+    tree.insert(long, 't0', 1);
+    tree.insert(new PieceText(['x'.repeat(40_000), 'y'.repeat(39_000), 'w'.repeat(50)]), 't1', 2);
+    expect(tree.totalChars()).toBe(80_100 + 50);
+    expect(tree.prefixMatch(long).matchedChars).toBe(80_100);
+    expect(tree.prefixMatch('x'.repeat(40_000) + 'y'.repeat(39_000) + 'w').matchedChars).toBe(79_001);
+    expectConsistent(tree);
   });
 });
