@@ -541,6 +541,14 @@ export const OPTIONS = [
   },
   {
     group: 'Load and cost model',
+    key: 'costRecomputeWeight',
+    flag: 'cost-recompute-weight',
+    type: 'number',
+    default: CACHE_AWARE.costRecomputeWeight,
+    help: 'cache_aware cost: extra weight, in prefill times, of the prompt tokens a worker would recompute (the cached contexts they displace from a full cache); 0 = only the time they take.',
+  },
+  {
+    group: 'Load and cost model',
     key: 'prefixHomeMargin',
     flag: 'prefix-home-margin',
     type: 'number',

@@ -293,6 +293,7 @@ function buildPools(
         costBalanceRel: config.costBalanceRel,
         costBalanceAbs: config.costBalanceAbs,
         costDecodeWeight: config.costDecodeWeight,
+        costRecomputeWeight: config.costRecomputeWeight,
         prefixHomeMargin: config.prefixHomeMargin,
         prefixHomeMarginAlone: config.prefixHomeMarginAlone,
         prefixHomeKeyChars: config.prefixHomeKeyChars,

@@ -100,6 +100,8 @@ export interface CacheAwareOptions {
   costBalanceAbs: number;
   /** cost mode: fraction of a decode step each request ahead adds to a worker's score. */
   costDecodeWeight: number;
+  /** cost mode: extra weight of recomputed prompt tokens (the cached contexts they displace). */
+  costRecomputeWeight: number;
   /** cost mode: a new prefix's rendezvous home may cost this multiple of its prefill in score (0 = off). */
   prefixHomeMargin: number;
   /** cost mode: the home's margin while no load from elsewhere (another replica, a client) is seen. */
@@ -122,6 +124,7 @@ export const DEFAULT_CACHE_AWARE_OPTIONS: Readonly<CacheAwareOptions> = Object.f
   costBalanceRel: DEFAULT_COST_MODEL_OPTIONS.costBalanceRel,
   costBalanceAbs: DEFAULT_COST_MODEL_OPTIONS.costBalanceAbs,
   costDecodeWeight: DEFAULT_COST_MODEL_OPTIONS.costDecodeWeight,
+  costRecomputeWeight: DEFAULT_COST_MODEL_OPTIONS.costRecomputeWeight,
   prefixHomeMargin: DEFAULT_COST_MODEL_OPTIONS.prefixHomeMargin,
   prefixHomeMarginAlone: DEFAULT_COST_MODEL_OPTIONS.prefixHomeMarginAlone,
   prefixHomeKeyChars: DEFAULT_COST_MODEL_OPTIONS.prefixHomeKeyChars,
@@ -181,6 +184,11 @@ export function resolveCacheAwareOptions(
     o.costDecodeWeight,
   );
   check(
+    finite(o.costRecomputeWeight) && o.costRecomputeWeight >= 0,
+    'costRecomputeWeight must be >= 0',
+    o.costRecomputeWeight,
+  );
+  check(
     finite(o.prefixHomeMargin) && o.prefixHomeMargin >= 0,
     'prefixHomeMargin must be >= 0',
     o.prefixHomeMargin,
@@ -228,6 +236,24 @@ export class CacheAwarePolicy implements Policy {
     this.capacityTokens = deps.capacityTokens;
   }
 
+  /**
+   * How full each worker's prefix cache is, from this router's picture of it (the model's tree, which
+   * evicts like the worker once at its capacity) over the capacity the worker reports; undefined when
+   * the weight is 0, a worker without a known capacity reads 0.
+   */
+  private cacheFill(model: string): ((worker: Worker) => number) | undefined {
+    const capacityOf = this.capacityTokens;
+    const tree = this.trees.get(model);
+    if (this.options.costRecomputeWeight <= 0 || capacityOf === undefined || tree === undefined)
+      return undefined;
+    const charsPerToken = this.options.charsPerToken;
+    return (worker) => {
+      const capacity = capacityOf(worker);
+      if (capacity === undefined || capacity <= 0) return 0;
+      return Math.min(1, tree.tenantCharCount(worker.id) / (capacity * charsPerToken));
+    };
+  }
+
   get maintenanceIntervalMs(): number {
     return this.options.evictionIntervalMs;
   }
@@ -253,7 +279,15 @@ export class CacheAwarePolicy implements Policy {
 
   select(input: SelectionInput): Decision {
     if (this.options.mode === 'cost') {
-      const cost = scoreCost(input, this.role, this.sources, this.signals, this.options, this.reuse.rate());
+      const cost = scoreCost(
+        input,
+        this.role,
+        this.sources,
+        this.signals,
+        this.options,
+        this.reuse.rate(),
+        this.cacheFill(input.model),
+      );
       return { worker: cost.chosen.worker, branch: costBranch(cost), matchRate: cost.bestMatchRate, cost };
     }
     const workers = input.workers;

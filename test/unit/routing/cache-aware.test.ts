@@ -44,6 +44,7 @@ describe('cache_aware options', () => {
       costBalanceRel: 1.5,
       costBalanceAbs: 8,
       costDecodeWeight: 0.25,
+      costRecomputeWeight: 1,
       prefixHomeMargin: 3,
       prefixHomeMarginAlone: 0.5,
       prefixHomeKeyChars: 256,

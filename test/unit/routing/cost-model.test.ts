@@ -329,6 +329,41 @@ describe('cost model scoring (cache_aware default mode)', () => {
     expect(d.cost?.runnerUp?.queuedTokens).toBe(4000);
   });
 
+  it('displacement: recomputing a prompt on a full cache also costs the contexts it evicts', () => {
+    const workers = makeWorkers(2);
+    const held = 'h'.repeat(4000); // 1000 tokens: 50 ms of prefill
+    const choose = (otherCached: number, costRecomputeWeight?: number) => {
+      const backlog = new PrefillBacklog();
+      backlog.add(workers[0]!, 1500, Infinity); // 75 ms queued on the holder, nothing on the other
+      const policy = new CacheAwarePolicy(
+        costRecomputeWeight === undefined ? {} : { costRecomputeWeight },
+        { signals: withBacklog(backlog), capacityTokens: () => 1000 }, // 4000 chars per worker
+      );
+      for (const w of workers) policy.addWorker(w);
+      policy.routed({ worker: workers[0]!, branch: 'seed' }, input(workers, { text: held }), 1);
+      if (otherCached > 0) {
+        policy.routed(
+          { worker: workers[1]!, branch: 'seed' },
+          input(workers, { text: 'o'.repeat(otherCached) }),
+          2,
+        );
+      }
+      return policy.select(input(workers, { text: `${held}?` }));
+    };
+    // The other worker's cache is empty: recomputing there evicts nothing and delays nobody.
+    expect(choose(0).worker).toBe(workers[1]);
+    // Its cache is full of another prompt: the 50 ms recompute would evict as much -> the holder.
+    const full = choose(4000);
+    expect(full.worker).toBe(workers[0]);
+    expect(full.cost?.holder).toBeUndefined();
+    expect(full.cost?.runnerUp?.worker).toBe(workers[1]);
+    expect(full.cost?.runnerUp?.scoreMs).toBeCloseTo(10 + 50 + 50, 0);
+    // Half full: half the weight (10 + 50 + 25 = 85 ms against the holder's ~85 ms: within a ms).
+    expect(choose(2000).cost?.runnerUp?.scoreMs ?? choose(2000).cost?.chosen.scoreMs).toBeCloseTo(85, 0);
+    // Weight 0: only the time the recompute takes, as before.
+    expect(choose(4000, 0).worker).toBe(workers[1]);
+  });
+
   it('contention: once every worker has a queue, a cache hit is worth more than its own prefill time', () => {
     const workers = makeWorkers(2);
     const backlog = new PrefillBacklog();
