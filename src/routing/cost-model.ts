@@ -176,6 +176,8 @@ export interface CostScore {
   readonly prefillMs: number;
   /** The worker's time for this request's uncached tokens (what contention weighs). */
   readonly recomputeMs: number;
+  /** The score's displacement term: costRecomputeWeight x the worker's cache fill x recomputeMs. */
+  readonly displaceMs: number;
   /** Requests queued ahead that this router did not queue (scraped `waitingElsewhere`): priced per request. */
   readonly ahead: number;
   /** Requests running (decoding) on the worker: in the decode term only. */
@@ -341,7 +343,6 @@ interface Candidate extends CostScore {
   readonly totalAhead: number;
   /** The decode-batch term of the score. */
   readonly decodeMs: number;
-  /** The displacement term: what recomputing here evicts from a full cache. */
   displaceMs: number;
   /** Stable across replicas (the worker's URL): the prefix-home rule's label. */
   readonly label: string;
@@ -428,6 +429,7 @@ export function describeCost(c: CostInputs): string {
   if (c.skippedOverloaded > 0) parts.push(`overloaded=${c.skippedOverloaded}`);
   if (c.saturated !== undefined) parts.push(`saturated=${c.saturated}`);
   if (c.contention > 0) parts.push(`contention=${c.contention}`);
+  if (s.displaceMs > 0) parts.push(`displace_ms=${s.displaceMs.toFixed(1)}`);
   if (c.home === true) parts.push('home=1');
   if (c.homeMargin !== undefined) parts.push(`home_margin=${round2(c.homeMargin)}`);
   if (r) {

@@ -43,7 +43,10 @@ export class PieceText {
     return (this.pieces[i] as string).charCodeAt(pos - (this.starts[i] as number));
   }
 
-  /** The index of the piece holding position `pos`, or -1 outside the text. */
+  /**
+   * The index of the piece holding position `pos`, or -1 outside the text: the last piece starting at
+   * or before `pos` (never an empty one: an empty piece shares its start with the piece after it).
+   */
   pieceAt(pos: number): number {
     if (!(pos >= 0 && pos < this.length)) return -1;
     const starts = this.starts;
@@ -54,8 +57,6 @@ export class PieceText {
       if ((starts[mid] as number) <= pos) lo = mid;
       else hi = mid - 1;
     }
-    // Skip empty pieces that start at the same position.
-    while ((this.pieces[lo] as string).length === 0) lo += 1;
     return lo;
   }
 

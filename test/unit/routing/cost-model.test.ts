@@ -358,6 +358,8 @@ describe('cost model scoring (cache_aware default mode)', () => {
     expect(full.cost?.holder).toBeUndefined();
     expect(full.cost?.runnerUp?.worker).toBe(workers[1]);
     expect(full.cost?.runnerUp?.scoreMs).toBeCloseTo(10 + 50 + 50, 0);
+    expect(full.cost?.runnerUp?.displaceMs).toBeCloseTo(50, 0);
+    expect(describeCost(full.cost!)).toMatch(/displace_ms=0\.\d/); // the holder recomputes one token
     // Half full: half the weight (10 + 50 + 25 = 85 ms against the holder's ~85 ms: within a ms).
     expect(choose(2000).cost?.runnerUp?.scoreMs ?? choose(2000).cost?.chosen.scoreMs).toBeCloseTo(85, 0);
     // Weight 0: only the time the recompute takes, as before.
