@@ -147,16 +147,43 @@ function decodeStringContent(
 ): string[] | undefined {
   const parts: string[] = [];
   let s = start;
+  let backslash = body.indexOf(BACKSLASH, start);
   try {
     while (s < end) {
       const e = pieceEnd(body, s, end);
-      parts.push(JSON.parse(`"${decode(s, e)}"`) as string);
+      if (backslash >= 0 && backslash < s) backslash = body.indexOf(BACKSLASH, s);
+      // A piece with no escape is its own value once it holds no raw control character (which JSON
+      // forbids): decoded once, without JSON.parse's second scan and two more copies of it.
+      const plain = (backslash < 0 || backslash >= e) && !hasControlByte(body, s, e);
+      parts.push(plain ? decode(s, e) : (JSON.parse(`"${decode(s, e)}"`) as string));
       s = e;
     }
   } catch {
     return undefined;
   }
   return parts;
+}
+
+/**
+ * Whether body[start, end) holds a byte below 0x20, four bytes at a time: for a 32-bit word x,
+ * (x - 0x20202020) & ~x & 0x80808080 is non-zero exactly when some byte of x is below 0x20 (a borrow
+ * only starts at such a byte).
+ */
+export function hasControlByte(body: Buffer, start: number, end: number): boolean {
+  const base = body.byteOffset;
+  let i = start;
+  for (; i < end && ((base + i) & 3) !== 0; i++) if ((body[i] as number) < 0x20) return true;
+  const words = (end - i) >>> 2;
+  if (words > 0) {
+    const w = new Uint32Array(body.buffer, base + i, words);
+    for (let k = 0; k < words; k++) {
+      const x = w[k] as number;
+      if (((x - 0x20202020) & ~x & 0x80808080) !== 0) return true;
+    }
+    i += words * 4;
+  }
+  for (; i < end; i++) if ((body[i] as number) < 0x20) return true;
+  return false;
 }
 
 /**

@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
 import {
   closingQuote,
+  hasControlByte,
   joinLongTexts,
   MIN_BODY_BYTES,
   MIN_CARVED_BYTES,
@@ -247,5 +248,33 @@ describe('closingQuote and pieceEnd', () => {
     }
     const all = Buffer.from(`${s}\\n\\n\\n\\n\\n`);
     expect(pieceEnd(all, 0, all.length)).toBe(all.length);
+  });
+});
+
+describe('hasControlByte', () => {
+  it('finds a byte below 0x20 at any offset and alignment, and nothing else', () => {
+    fc.assert(
+      fc.property(
+        fc.uint8Array({ minLength: 0, maxLength: 70 }),
+        fc.nat(7),
+        fc.nat(70),
+        fc.nat(70),
+        (bytes, shift, a, b) => {
+          // A view at an arbitrary offset into a larger buffer, as Envoy's body is.
+          const buf = Buffer.alloc(bytes.length + 8, 0x61).subarray(shift, shift + bytes.length);
+          buf.set(bytes);
+          const start = Math.min(a, buf.length);
+          const end = Math.max(start, Math.min(b, buf.length));
+          const want = buf.subarray(start, end).some((x) => x < 0x20);
+          expect(hasControlByte(buf, start, end)).toBe(want);
+        },
+      ),
+      { numRuns: 2000 },
+    );
+  });
+
+  it('a long value with a raw control character and no escape still falls back to the plain parse', () => {
+    const raw = `{"model":"m","prompt":"${'a'.repeat(MIN_BODY_BYTES)}\u001f${'b'.repeat(PIECE_BYTES)}"}`;
+    expect(parse(body(raw))).toBeUndefined();
   });
 });
