@@ -12,7 +12,8 @@
  * How: the body's string tokens are found on the bytes (`indexOf` of `"`, skipping escaped quotes).
  * Each string VALUE of at least MIN_CARVED_BYTES is cut out and decoded on its own, in pieces of about
  * PIECE_BYTES, each by `JSON.parse` of that piece as a string literal (so escapes and the ban on raw
- * control characters are JSON.parse's own), and its pieces are joined once. What remains (the
+ * control characters are JSON.parse's own), or, for a piece with no backslash and no byte below 0x20,
+ * by decoding its bytes alone (the same value, one copy instead of three). What remains (the
  * "skeleton": the body with a short placeholder string in place of each cut value) is parsed by
  * `JSON.parse`, whose reviver puts the long values back. A piece never ends inside an escape sequence
  * (no backslash among its last 6 bytes) nor inside a multi-byte UTF-8 character (it ends before an
