@@ -545,7 +545,7 @@ export const OPTIONS = [
     flag: 'cost-recompute-weight',
     type: 'number',
     default: CACHE_AWARE.costRecomputeWeight,
-    help: 'cache_aware cost: extra weight, in prefill times, of the prompt tokens a worker would recompute (the cached contexts they displace from a full cache); 0 = only the time they take.',
+    help: 'cache_aware cost: extra weight, in prefill times, of the prompt tokens a worker would recompute, times how full its prefix cache is (the cached contexts they displace; nothing on a cache with room); 0 = only the time they take.',
   },
   {
     group: 'Load and cost model',

@@ -100,7 +100,7 @@ export interface CacheAwareOptions {
   costBalanceAbs: number;
   /** cost mode: fraction of a decode step each request ahead adds to a worker's score. */
   costDecodeWeight: number;
-  /** cost mode: extra weight of recomputed prompt tokens (the cached contexts they displace). */
+  /** cost mode: weight of recomputed prompt tokens x the worker's cache fill (the contexts they displace). */
   costRecomputeWeight: number;
   /** cost mode: a new prefix's rendezvous home may cost this multiple of its prefill in score (0 = off). */
   prefixHomeMargin: number;

@@ -248,7 +248,7 @@ export function scoreCost(
     if (queued.requests < contention) contention = queued.requests;
     sumAhead += load.ahead;
     const x = candidate(worker, load, est, queued, prefix ? promptTokens : 0, cachedTokens, options);
-    if (cacheFill !== undefined && options.costRecomputeWeight > 0) {
+    if (cacheFill !== undefined && options.costRecomputeWeight > 0 && x.recomputeMs > 0) {
       x.displaceMs = options.costRecomputeWeight * cacheFill(worker) * x.recomputeMs;
     }
     if (x.overloaded) hot += 1;
