@@ -36,6 +36,8 @@ interface Memo {
   ids: readonly number[] | undefined;
   reason: ExactFallback | undefined;
   keys: Map<number, number[]>;
+  /** Per block size, per candidate id: the blocks its events showed when it was asked (pending window only). */
+  shown: Map<number, Map<string, number>> | undefined;
 }
 
 export interface KvPrefixSourceOptions {
@@ -84,7 +86,7 @@ export class KvPrefixSource implements PrefixSource {
         memo.keys.set(bs, keys);
       }
       const answer = subs.cachedTokens(keys, bs, workers);
-      if (this.pendingTtlMs > 0) this.addPending(answer, keys, bs, workers);
+      if (this.pendingTtlMs > 0) this.addPending(memo, answer, keys, bs, workers);
       if (out === undefined) out = answer;
       else for (let i = 0; i < answer.length; i++) if (out[i] === undefined) out[i] = answer[i];
     }
@@ -110,22 +112,33 @@ export class KvPrefixSource implements PrefixSource {
     if (this.pendingTtlMs <= 0 || !this.opts.subscriptions.publishes(worker.url)) return;
     const memo = this.memo.get(input);
     if (memo === undefined) return;
-    for (const keys of memo.keys.values()) this.pending.add(worker.id, keys, nowMs, this.pendingTtlMs);
+    for (const [bs, keys] of memo.keys) {
+      // Only what the worker was not shown to hold is pending (pending-blocks.ts: confirm's cost).
+      const from = memo.shown?.get(bs)?.get(worker.id) ?? 0;
+      this.pending.add(worker.id, keys, nowMs, this.pendingTtlMs, from);
+    }
   }
 
   /** Per subscribed candidate: confirm what its events show, then extend it by the pending run after it. */
   private addPending(
+    memo: Memo,
     answer: (number | undefined)[],
     keys: readonly number[],
     blockSize: number,
     workers: readonly Worker[],
   ): void {
     const now = this.now();
+    let shownBy = memo.shown?.get(blockSize);
+    if (shownBy === undefined) {
+      shownBy = new Map();
+      (memo.shown ??= new Map()).set(blockSize, shownBy);
+    }
     for (let i = 0; i < workers.length; i++) {
       const held = answer[i];
       if (held === undefined) continue;
       const id = (workers[i] as Worker).id;
       const shown = Math.floor(held / blockSize);
+      shownBy.set(id, shown);
       if (shown > 0) this.pending.confirm(id, keys, shown);
       const more = this.pending.run(id, keys, now, shown);
       if (more > 0) answer[i] = Math.max(held, (shown + more) * blockSize);
@@ -144,7 +157,7 @@ export class KvPrefixSource implements PrefixSource {
   private memoOf(input: SelectionInput, tokenize: boolean): Memo {
     let memo = this.memo.get(input);
     if (memo === undefined) {
-      memo = { ids: undefined, reason: undefined, keys: new Map() };
+      memo = { ids: undefined, reason: undefined, keys: new Map(), shown: undefined };
       this.memo.set(input, memo);
       if (!tokenize) return memo;
     } else if (

@@ -110,6 +110,19 @@ describe('KvPrefixSource: blocks routed but not yet shown by events', () => {
     expect(unknown.cached()).toEqual([0, 0]);
   });
 
+  it('only the blocks a worker was not shown to hold become pending there, and its events confirm them', () => {
+    const { workers, send, store, cached, source } = fleet(TTL);
+    store(0, blocks - 2); // worker 0 shows all but the prompt's last 2 blocks
+    const r = send();
+    r.guard.release();
+    expect(r.decision.worker).toBe(workers[0]);
+    expect(source.pending.size).toBe(2);
+    expect(cached()).toEqual(held(0)); // what it shows + the pending rest
+    store(0, blocks);
+    expect(cached()).toEqual(held(0));
+    expect(source.pending.size).toBe(0);
+  });
+
   it('events that show part of the prompt are extended by the pending rest', () => {
     const { workers, send, store, cached } = fleet(TTL);
     const home = routedTo(workers, send);

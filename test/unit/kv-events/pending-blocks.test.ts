@@ -23,6 +23,21 @@ describe('PendingBlocks', () => {
       (p) => (p.add('a', [1, 2, 3], 0, 100), p.confirm('a', [1, 2, 3], 2), p.run('a', [1, 2, 3], 10, 2)),
       1,
     ],
+    ['added from an offset', (p) => (p.add('a', [1, 2, 3], 0, 100, 1), p.run('a', [1, 2, 3], 10)), 0],
+    [
+      'added from an offset, read from it',
+      (p) => (p.add('a', [1, 2, 3], 0, 100, 1), p.run('a', [1, 2, 3], 10, 1)),
+      2,
+    ],
+    [
+      'confirm walks back from the last shown block to the first key not pending',
+      (p) => (
+        p.add('a', [1, 2, 3, 4], 0, 100, 2), // pending: 3, 4
+        p.confirm('a', [1, 2, 3, 4], 3), // shows 1..3: 3 confirmed, stops at 2
+        p.size
+      ),
+      1,
+    ],
     [
       'a dropped worker holds nothing',
       (p) => (p.add('a', [1, 2], 0, 100), p.dropWorker('a'), p.run('a', [1, 2], 10)),
