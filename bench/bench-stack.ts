@@ -62,6 +62,8 @@ async function waitReady(router: StackRouter, budgetMs = 30_000): Promise<void> 
 export interface StackRouter {
   readonly grpcPort: number;
   readonly adminPort: number;
+  /** utime + stime so far, ms (router child processes only). */
+  cpuMs?(): number;
   close(): Promise<void>;
 }
 
@@ -148,6 +150,7 @@ async function startRouterWithSettings(script: string, settings: Partial<Config>
     return {
       grpcPort: child.grpcPort,
       adminPort: child.adminPort,
+      cpuMs: () => child.cpuMs(),
       close: async () => {
         await child.close();
         rmSync(dir, { recursive: true, force: true });

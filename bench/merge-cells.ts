@@ -60,6 +60,9 @@ export function mergeRuns(runs: readonly RoutingCell[]): RoutingCell {
     processedPerWorker: first.processedPerWorker.map((_, i) => sum((c) => c.processedPerWorker[i] ?? 0)),
     maxOverMeanProcessed: avg((c) => c.maxOverMeanProcessed),
     inFlightCv: avg((c) => c.inFlightCv),
+    ...(runs.every((c) => c.routerCpuUsPerRequest !== undefined)
+      ? { routerCpuUsPerRequest: Math.round(avg((c) => c.routerCpuUsPerRequest as number)) }
+      : {}),
     ...(branches !== undefined ? { branches } : {}),
     ...(kvEvents !== undefined ? { kvEvents: kvEvents as NonNullable<RoutingCell['kvEvents']> } : {}),
     runs: { hitRate: runs.map((c) => c.hitRate), outputTokPerSec: runs.map((c) => c.outputTokPerSec) },

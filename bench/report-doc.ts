@@ -138,6 +138,25 @@ export function repeatsNote(repeats: number | undefined): string {
   );
 }
 
+/** How each cell was warmed before it was measured (RoutingBenchOptions.warmUp in routing-bench.ts). */
+export function warmUpNote(warmUp: { requests: number; seedOffset: number } | false | undefined): string {
+  if (warmUp === undefined) return '';
+  if (warmUp === false)
+    return ' Each cell measured on fresh processes (`--no-warm-up`: JIT compilation included).';
+  return (
+    ` Before a cell is measured, its stack serves a warm-up pass (the same workload under another seed, at` +
+    ` most ${warmUp.requests} requests, not counted): routers are long-lived processes, so the cell measures` +
+    ` JIT-compiled code, and the simulators' caches start full of other prompts as a running fleet's do.` +
+    ' Router CPU is utime + stime of every replica over the measured pass per completed request (/proc,' +
+    ' 10 ms ticks; the benchmark shares 2 cores with Envoy and the simulators, so it also delays them).'
+  );
+}
+
+/** Router CPU per request of a cell, or n/a (peers, in-process routers, results from before the field). */
+export function routerCpuText(us: number | undefined): string {
+  return us === undefined ? 'n/a' : String(Math.round(us));
+}
+
 /** "x.xx" ratio or n/a. */
 export function ratio(a: number, b: number): string {
   if (!Number.isFinite(a) || !Number.isFinite(b) || b === 0) return 'n/a';

@@ -8,7 +8,15 @@
  */
 import { workloadsAndTargets, type RenderedSection } from './report-sections.js';
 import { findCell, type RoutingCell, type RoutingResult, type RoutingTarget } from './routing-bench.js';
-import { hitRateText, ratio, repeatsNote, runHeader, table } from './report-doc.js';
+import {
+  hitRateText,
+  ratio,
+  repeatsNote,
+  routerCpuText,
+  runHeader,
+  table,
+  warmUpNote,
+} from './report-doc.js';
 import { round } from './stats.js';
 
 const APPROX = 'cache_aware';
@@ -74,6 +82,7 @@ export function renderKvEvents(r: RoutingResult): RenderedSection {
         .map(([w, b]) => `${w} ${b}`)
         .join(', ') +
       '.' +
+      warmUpNote(r.setup.warmUp) +
       repeatsNote(r.setup.repeats),
     '',
     ...workloadsAndTargets(r),
@@ -95,6 +104,7 @@ export function renderKvEvents(r: RoutingResult): RenderedSection {
           'vs approx',
           'vs round_robin',
           'max/mean processed',
+          'router CPU µs/request',
           'errors',
         ],
         r.cells
@@ -109,6 +119,7 @@ export function renderKvEvents(r: RoutingResult): RenderedSection {
             approx ? ratio(c.outputTokPerSec, approx.outputTokPerSec) : 'n/a',
             rr ? ratio(c.outputTokPerSec, rr.outputTokPerSec) : 'n/a',
             num(c.maxOverMeanProcessed, 2),
+            routerCpuText(c.routerCpuUsPerRequest),
             c.errors > 0 ? `${c.errors} (${(c.firstError ?? '').slice(0, 60)})` : '0',
           ]),
       ),

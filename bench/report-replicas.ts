@@ -8,7 +8,16 @@
 import type { RenderedSection } from './report-sections.js';
 import type { SaturationResult } from './replica-saturation.js';
 import { findCell, type RoutingCell, type RoutingResult } from './routing-bench.js';
-import { hitRateText, ratio, repeatsNote, runHeader, table, targetsBlock } from './report-doc.js';
+import {
+  hitRateText,
+  ratio,
+  repeatsNote,
+  routerCpuText,
+  runHeader,
+  table,
+  targetsBlock,
+  warmUpNote,
+} from './report-doc.js';
 
 /** Without KV events each replica's prefix tree sees only its own share of the traffic. */
 const APPROXIMATE_TARGET = 0.85;
@@ -100,7 +109,8 @@ function routingPart(r: RoutingResult): string[] {
       "(`--prefix-home-margin 0`: a prompt no worker holds goes to the best-scored worker of each replica's own " +
       'view instead of the rendezvous home every replica agrees on; src/routing/prefix-home.ts). Ratios are ' +
       "against one replica of the same mode (prefix home on); spread is the busiest worker's processed " +
-      'requests over the mean.' +
+      'requests over the mean; router CPU sums the replicas.' +
+      warmUpNote(r.setup.warmUp) +
       repeatsNote(r.setup.repeats),
     '',
   );
@@ -122,6 +132,7 @@ function routingPart(r: RoutingResult): string[] {
           c.ttftP50Ms.toFixed(0),
           Number.isFinite(c.ttftP90Ms) ? c.ttftP90Ms.toFixed(0) : 'n/a',
           c.maxOverMeanProcessed.toFixed(2),
+          routerCpuText(c.routerCpuUsPerRequest),
           c.errors,
         ];
       });
@@ -139,6 +150,7 @@ function routingPart(r: RoutingResult): string[] {
           'TTFT p50 ms',
           'TTFT p90 ms',
           'spread (max/mean processed)',
+          'router CPU µs/request',
           'errors',
         ],
         rows,

@@ -12,6 +12,8 @@ import {
   pct,
   ratio,
   repeatsNote,
+  routerCpuText,
+  warmUpNote,
   runHeader,
   table,
   targetsBlock,
@@ -41,7 +43,9 @@ export function renderRouting(r: RoutingResult): RenderedSection {
       `${t.maxRunningSeqs} running; time scale ${r.setup.timeScale}. Prefix cache per worker (blocks of 16 ` +
       `tokens, LRU): ${Object.entries(r.setup.cacheBlocks)
         .map(([w, b]) => `${w} ${b}`)
-        .join(', ')}. A fresh stack per cell. \`cache_aware\` runs with the router's defaults; ` +
+        .join(
+          ', ',
+        )}. A fresh stack per cell.${warmUpNote(r.setup.warmUp)} \`cache_aware\` runs with the router's defaults; ` +
       `\`cache_aware_per_request\` and \`cache_aware_global\` are the reference router's rules as explicit modes ` +
       `(\`--cache-aware-mode per_request|global\`, threshold 0.3, balance abs 64 / rel 1.5); \`cache_aware_abs8\` uses ` +
       `\`--balance-abs-threshold 8\` (the default 64 cannot fire when a worker averages 8 requests). ` +
@@ -70,11 +74,12 @@ export function renderRouting(r: RoutingResult): RenderedSection {
           'vs RR',
           'max/mean processed',
           'in-flight stddev/mean',
+          'router CPU µs/request',
           'errors',
         ],
         policies.map((p) => {
           const c = findCell(r.cells, w, p);
-          if (!c) return [p, 'n/a', '', '', '', '', '', '', '', '', ''];
+          if (!c) return [p, 'n/a', '', '', '', '', '', '', '', '', '', ''];
           return [
             p,
             hitRateText(c),
@@ -86,6 +91,7 @@ export function renderRouting(r: RoutingResult): RenderedSection {
             rr ? ratio(c.outputTokPerSec, rr.outputTokPerSec) : 'n/a',
             num(c.maxOverMeanProcessed, 2),
             num(c.inFlightCv, 2),
+            routerCpuText(c.routerCpuUsPerRequest),
             c.errors > 0 ? `${c.errors} (${(c.firstError ?? '').slice(0, 60)})` : '0',
           ];
         }),

@@ -143,6 +143,16 @@ export const KV_TOKENIZER_DIR = path.join(ROOT, 'test', 'fixtures', 'tokenizer')
  */
 export const KV_TOKEN_RATIO = 2.2;
 
+/** The warm-up pass (RoutingBenchOptions.warmUp): seed offset and request bound. */
+const WARM_UP_SEED_OFFSET = 1000;
+export const WARM_UP_REQUESTS = 128;
+
+/** The warm-up pass's workload: `name` under other seeds, its first WARM_UP_REQUESTS requests. */
+function warmUpWorkload(name: WorkloadName, opts: WorkloadOptions): Workload {
+  const w = generateWorkload(name, opts);
+  return { ...w, requests: w.requests.slice(0, WARM_UP_REQUESTS) };
+}
+
 export interface RoutingBenchOptions {
   quick?: boolean;
   workloads?: readonly WorkloadName[];
@@ -165,6 +175,16 @@ export interface RoutingBenchOptions {
    * with cache and prefill cost scaled by KV_TOKEN_RATIO; variants with `kvEvents` subscribe.
    */
   kvEvents?: boolean;
+  /**
+   * Before each cell is measured, the same stack serves a warm-up pass: the same workload generated
+   * with another seed (other prompts, same shape), at most WARM_UP_REQUESTS requests, not measured.
+   * A router is a long-lived process: measured fresh, a cell of a few hundred requests also paid its
+   * JIT compilation (router CPU per request ~1.2-1.35x the warm figure, more with --kv-event-source,
+   * whose tokenizer is more code to compile), and on this shared host a router's CPU is every
+   * simulator's delay. The simulators' caches then start full of other prompts, as a running fleet's
+   * are. Default: true unless quick.
+   */
+  warmUp?: boolean;
   /** Targets for the result (default routingTargets: the default policy vs round robin). */
   targets?: (cells: readonly RoutingCell[]) => RoutingTarget[];
   /**
@@ -196,6 +216,11 @@ export interface RoutingCell {
   branches?: Record<string, number>;
   /** Repeated cells (`repeats` > 1, merge-cells.ts): each run's figures; the cell holds their means. */
   runs?: { hitRate: number[]; outputTokPerSec: number[] };
+  /**
+   * Router CPU (utime + stime of every replica, from /proc in 10 ms ticks) per completed request,
+   * microseconds; router processes only (not peers, not in-process routers).
+   */
+  routerCpuUsPerRequest?: number;
   /** KV-event counters summed over replicas (variants with `kvEvents`). */
   kvEvents?: { applied: number; dropped: number; gaps: number; resets: number; fallbackLookups: number };
 }
@@ -221,6 +246,8 @@ export interface RoutingResult {
     workloads: Record<string, Record<string, number | boolean | string>>;
     /** Each router replica ran in its own process (absent in results from before this field). */
     routerProcess?: boolean;
+    /** The warm-up pass before each cell (RoutingBenchOptions.warmUp); absent in results from before it. */
+    warmUp?: { requests: number; seedOffset: number } | false;
     /** Runs merged into each router cell (absent = 1). */
     repeats?: number;
     /** Peer versions that ran (empty when skipped). */
@@ -337,6 +364,8 @@ export async function runRoutingBench(opts: RoutingBenchOptions = {}): Promise<R
     (v) => !opts.policies || opts.policies.includes(v.label),
   );
   const wopts = workloadOptions(quick, seed);
+  const warmUp = opts.warmUp ?? !quick;
+  const warmOpts = workloadOptions(quick, seed + WARM_UP_SEED_OFFSET);
   const kvRun = opts.kvEvents ?? false;
   const blocks = scaleBlocks(cacheBlocks(quick), kvRun ? KV_TOKEN_RATIO : 1);
   const timing = kvRun
@@ -355,6 +384,7 @@ export async function runRoutingBench(opts: RoutingBenchOptions = {}): Promise<R
 
   for (const name of workloads) {
     const workload = generateWorkload(name, wopts[name]);
+    const warmWorkload = warmUp ? warmUpWorkload(name, warmOpts[name]) : undefined;
     setupWorkloads[name] = {
       ...workload.params,
       requests: workload.requests.length,
@@ -365,11 +395,15 @@ export async function runRoutingBench(opts: RoutingBenchOptions = {}): Promise<R
       timing,
       cache: { capacityBlocks: blocks[name] },
       ...(kvRun
-        ? { tokenizer: warmSimTokenizer(workload), kvEvents: { replayEndpoint: 'tcp://127.0.0.1:0' } }
+        ? {
+            tokenizer: warmSimTokenizer([workload, ...(warmWorkload ? [warmWorkload] : [])]),
+            kvEvents: { replayEndpoint: 'tcp://127.0.0.1:0' },
+          }
         : {}),
       ...(workload.external ? { maxRecords: 20_000 } : {}),
     };
     const run = { workload, concurrency: workload.concurrency ?? concurrency, quick };
+    const warmRun = warmWorkload ? { ...run, workload: warmWorkload } : undefined;
     const runs = new Map<string, RoutingCell[]>();
     for (let rep = 0; rep < repeats; rep++) {
       for (const variant of variants) {
@@ -390,8 +424,16 @@ export async function runRoutingBench(opts: RoutingBenchOptions = {}): Promise<R
         });
         let cell: RoutingCell;
         try {
+          if (warmRun) await measureCell(stack.cluster.sims, stack.url, warmRun, variant.label);
+          const kv = variant.kvEvents ?? false;
+          const before = await routerCounters(stack.routers, kv);
+          const cpu0 = routerCpuMs(stack.routers);
           cell = await measureCell(stack.cluster.sims, stack.url, run, variant.label);
-          Object.assign(cell, await routerCounters(stack.routers, variant.kvEvents ?? false));
+          const cpu1 = routerCpuMs(stack.routers);
+          if (cpu0 !== undefined && cpu1 !== undefined && cell.completed > 0) {
+            cell.routerCpuUsPerRequest = Math.round(((cpu1 - cpu0) * 1000) / cell.completed);
+          }
+          Object.assign(cell, countersSince(await routerCounters(stack.routers, kv), before));
         } finally {
           await stack.close();
         }
@@ -414,6 +456,7 @@ export async function runRoutingBench(opts: RoutingBenchOptions = {}): Promise<R
           cluster.sims.map((s) => s.url),
         );
         try {
+          if (warmRun) await measureCell(cluster.sims, peer.url, warmRun, variant.label);
           cell = await measureCell(cluster.sims, peer.url, run, variant.label);
         } finally {
           await peer.close();
@@ -437,6 +480,7 @@ export async function runRoutingBench(opts: RoutingBenchOptions = {}): Promise<R
       ...(kvRun ? { kvEvents: { tokenizer: 'test/fixtures/tokenizer', tokenRatio: KV_TOKEN_RATIO } } : {}),
       workloads: setupWorkloads,
       routerProcess,
+      warmUp: warmUp ? { requests: WARM_UP_REQUESTS, seedOffset: WARM_UP_SEED_OFFSET } : false,
       ...(repeats > 1 ? { repeats } : {}),
       peers: Object.fromEntries(peers.map((p) => [p, PEER_VERSIONS[p]])),
     },
@@ -446,15 +490,15 @@ export async function runRoutingBench(opts: RoutingBenchOptions = {}): Promise<R
 }
 
 /**
- * The simulators' tokenizer for one workload's cells, with every request of the workload (background
- * pool included) already tokenized into its piece cache (sized to hold them all). The simulated
+ * The simulators' tokenizer for one workload's cells, with every request of the workload and of its
+ * warm-up pass (background pools included) already tokenized into its piece cache (sized to hold them all). The simulated
  * workers' tokenization stands in for vLLM's, which runs on the workers' own CPUs: warmed up front, it
  * takes nothing from the shared host while a cell is measured, and every cell (the first one
  * included) finds the same warm cache. A router's tokenizer (exact variants) starts cold, as in
  * production: its cost is part of what the cell measures.
  */
-function warmSimTokenizer(workload: Workload): HfTokenizer {
-  const all = [...workload.requests, ...(workload.external?.requests ?? [])];
+function warmSimTokenizer(workloads: readonly Workload[]): HfTokenizer {
+  const all = workloads.flatMap((w) => [...w.requests, ...(w.external?.requests ?? [])]);
   const chars = all.reduce((n, r) => n + r.promptChars, 0);
   const t = HfTokenizer.load(KV_TOKENIZER_DIR, { maxCachedChars: Math.max(16 << 20, 2 * chars) });
   for (const r of all) tokenizeBody(t, r.body);
@@ -485,6 +529,10 @@ async function measureCell(
 ): Promise<RoutingCell> {
   const { workload } = run;
   const maxDurationMs = run.quick ? 60_000 : 240_000;
+  // What the simulators counted before this cell (a warm-up pass on the same stack) is not its own.
+  const queried0 = sims.reduce((n, s) => n + s.cache.queriedTokens, 0);
+  const hits0 = sims.reduce((n, s) => n + s.cache.hitTokens, 0);
+  const mark = Date.now();
   const ext = workload.external;
   const stopExternal = new AbortController();
   let background: Array<Promise<RunResult>> = [];
@@ -538,9 +586,11 @@ async function measureCell(
       queried += s.cache.queriedTokens;
       hits += s.cache.hitTokens;
     }
+    queried -= queried0;
+    hits -= hits0;
   }
-  const processed = sims.map((s) =>
-    ext ? s.records.filter((r) => r.headers[ext.header] === undefined).length : s.records.length,
+  const processed = sims.map(
+    (s) => s.records.filter((r) => r.startMs >= mark && (!ext || r.headers[ext.header] === undefined)).length,
   );
   const errors = results.length - okResults.length;
   const outputTokens = okResults.reduce((n, r) => n + r.outputTokens, 0);
@@ -583,6 +633,35 @@ function sumMetric(texts: readonly string[], name: string, by?: string): Record<
 }
 
 /** Decisions by branch and (kvEvents) KV-event counters, from every replica's /metrics. */
+/** Summed CPU ms of the replicas, or undefined when one has no process of its own. */
+function routerCpuMs(routers: readonly StackRouter[]): number | undefined {
+  let sum = 0;
+  for (const r of routers) {
+    if (r.cpuMs === undefined) return undefined;
+    sum += r.cpuMs();
+  }
+  return sum;
+}
+
+/** `after` minus `before`, per branch and per KV counter (what one measured pass added). */
+function countersSince(
+  after: Pick<RoutingCell, 'branches' | 'kvEvents'>,
+  before: Pick<RoutingCell, 'branches' | 'kvEvents'>,
+): Pick<RoutingCell, 'branches' | 'kvEvents'> {
+  const minus = <T extends Record<string, number>>(a: T, b: T | undefined): T => {
+    const out = { ...a };
+    for (const k of Object.keys(out) as Array<keyof T>) {
+      const d = (a[k] as number) - ((b?.[k] as number | undefined) ?? 0);
+      (out as Record<keyof T, number>)[k] = d;
+    }
+    return out;
+  };
+  return {
+    ...(after.branches ? { branches: minus(after.branches, before.branches) } : {}),
+    ...(after.kvEvents ? { kvEvents: minus(after.kvEvents, before.kvEvents) } : {}),
+  };
+}
+
 async function routerCounters(
   routers: readonly StackRouter[],
   kvEvents: boolean,
@@ -610,7 +689,9 @@ function cellLine(c: RoutingCell): string {
     `routing ${c.workload} ${c.policy}: hit ${(c.hitRate * 100).toFixed(1)}% ttft p50 ${c.ttftP50Ms.toFixed(0)} ms ` +
     `p90 ${c.ttftP90Ms.toFixed(0)} ms ` +
     `tok/s ${c.outputTokPerSec.toFixed(0)} max/mean ${c.maxOverMeanProcessed.toFixed(2)} ` +
-    `cv ${c.inFlightCv.toFixed(2)} errors ${c.errors}${c.firstError ? ` (${c.firstError.slice(0, 80)})` : ''} ` +
+    `cv ${c.inFlightCv.toFixed(2)} ` +
+    (c.routerCpuUsPerRequest !== undefined ? `router cpu ${c.routerCpuUsPerRequest} us/req ` : '') +
+    `errors ${c.errors}${c.firstError ? ` (${c.firstError.slice(0, 80)})` : ''} ` +
     `wall ${(c.wallMs / 1000).toFixed(1)} s` +
     (c.branches ? ` branches ${JSON.stringify(c.branches)}` : '') +
     (c.kvEvents ? ` kv ${JSON.stringify(c.kvEvents)}` : '')

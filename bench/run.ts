@@ -19,6 +19,8 @@
  * (bench/replica-saturation.ts); `replicas --saturation` runs only that part. `--repeats=N` (routing,
  * replicas, kv-events) runs every router cell N times, interleaved, and reports their means with the
  * hit rates' range (bench/merge-cells.ts): one cell's hit rate moves by 5-10 points between runs here.
+ * Those three measure every cell after a warm-up pass on the same stack (RoutingBenchOptions.warmUp);
+ * `--no-warm-up` measures fresh processes instead.
  */
 import {
   isOverheadScenario,
@@ -68,7 +70,8 @@ function usage(): never {
       '[--saturation] (replicas only: the pinned-replica throughput run alone) ' +
       "[--response-body-sample=N] (overhead only: the router's flag; 1 = every body watched) " +
       '[--scenarios=a,b] (overhead only: small, stream64, stream256, long-prompt) ' +
-      '[--connectors=a,b] (pd only) [--repeats=N] (routing, replicas, kv-events: N runs per router cell, 1-10)\n',
+      '[--connectors=a,b] (pd only) [--repeats=N] (routing, replicas, kv-events: N runs per router cell, 1-10) ' +
+      '[--no-warm-up] (routing, replicas, kv-events: measure each cell on fresh processes)\n',
   );
   process.exit(2);
 }
@@ -100,6 +103,8 @@ interface Narrowing {
   saturationOnly?: boolean;
   /** routing, replicas, kv-events: runs per router cell, merged (bench/merge-cells.ts). */
   repeats?: number;
+  /** routing, replicas, kv-events: false = cells measured on fresh processes (`--no-warm-up`). */
+  warmUp?: boolean;
   /** overhead: the router's --response-body-sample (1 = every response body watched). */
   responseBodySample?: number;
   /** overhead: only these scenarios. */
@@ -155,6 +160,7 @@ async function runOne(
           workloads: narrow.workloads ?? ['shared-prefix', 'multi-turn', 'eviction-pressure'],
           ...(narrow.policies ? { policies: narrow.policies } : {}),
           ...(narrow.repeats ? { repeats: narrow.repeats } : {}),
+          ...(narrow.warmUp === false ? { warmUp: false } : {}),
         });
         writeResult('replicas', r);
       }
@@ -177,6 +183,7 @@ async function runOne(
         ...(narrow.workloads ? { workloads: narrow.workloads } : {}),
         ...(narrow.policies ? { policies: narrow.policies } : {}),
         ...(narrow.repeats ? { repeats: narrow.repeats } : {}),
+        ...(narrow.warmUp === false ? { warmUp: false } : {}),
       });
       writeResult('kv-events', r);
       await publish('kv-events', renderKvEvents(r));
@@ -213,6 +220,7 @@ async function main(): Promise<void> {
   if (workloads) narrow.workloads = workloads as WorkloadName[];
   if (args.includes('--cpu')) narrow.cpuOnly = true;
   if (args.includes('--saturation')) narrow.saturationOnly = true;
+  if (args.includes('--no-warm-up')) narrow.warmUp = false;
   const repeats = args.find((a) => a.startsWith('--repeats='))?.slice('--repeats='.length);
   if (repeats !== undefined) {
     const n = Number(repeats);
@@ -234,6 +242,7 @@ async function main(): Promise<void> {
     a === '--quick' ||
     a === '--cpu' ||
     a === '--saturation' ||
+    a === '--no-warm-up' ||
     a.startsWith('--policies=') ||
     a.startsWith('--workloads=') ||
     a.startsWith('--repeats=') ||
@@ -249,6 +258,7 @@ async function main(): Promise<void> {
   if ((narrow.cpuOnly || narrow.responseBodySample || narrow.scenarios) && name !== 'overhead') usage();
   if (narrow.connectors && name !== 'pd') usage();
   if (narrow.repeats && !['routing', 'replicas', 'kv-events'].includes(name)) usage();
+  if (narrow.warmUp === false && !['routing', 'replicas', 'kv-events'].includes(name)) usage();
   if (narrow.saturationOnly && (name !== 'replicas' || narrow.policies || narrow.workloads)) usage();
   const command = `npm run bench -- ${args.join(' ')}`;
   if (name === 'all') {

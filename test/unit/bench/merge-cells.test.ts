@@ -64,6 +64,27 @@ describe('mergeRuns (--repeats)', () => {
     expect(() => mergeRuns([one, run('kv_aware x2', 0.4, 1000)])).toThrow(/is not/);
   });
 
+  it("router CPU per request is the runs' mean, and absent when a run did not measure it", () => {
+    const a = run('cache_aware', 0.5, 1000, { routerCpuUsPerRequest: 3000 });
+    const b = run('cache_aware', 0.5, 1000, { routerCpuUsPerRequest: 4001 });
+    expect(mergeRuns([a, b]).routerCpuUsPerRequest).toBe(3501);
+    expect(mergeRuns([a, run('cache_aware', 0.5, 1000)])).not.toHaveProperty('routerCpuUsPerRequest');
+  });
+
+  it('the reports show router CPU per request and say how each cell was warmed', () => {
+    const cells = [
+      run('kv_aware', 0.5, 1000, { routerCpuUsPerRequest: 4200 }),
+      run('kv_aware x2', 0.5, 1000),
+    ];
+    const warm = renderReplicas(routingResult(cells, [], { warmUp: { requests: 128, seedOffset: 1000 } }));
+    expect(warm.markdown).toContain('| router CPU µs/request |');
+    expect(warm.markdown).toMatch(/\| kv_aware \|.*\| 4200 \| 0 \|/);
+    expect(warm.markdown).toMatch(/\| kv_aware x2 \|.*\| n\/a \| 0 \|/);
+    expect(warm.markdown).toContain('warm-up pass (the same workload under another seed, at most 128 requests');
+    const cold = renderReplicas(routingResult(cells, [], { warmUp: false }));
+    expect(cold.markdown).toContain('measured on fresh processes (`--no-warm-up`');
+  });
+
   it("the replicas report shows a repeated cell's mean, its runs' range, and says how it was made", () => {
     const cells = [
       mergeRuns([run('kv_aware', 0.5, 1000), run('kv_aware', 0.6, 1000)]),
