@@ -80,7 +80,9 @@ describe('mergeRuns (--repeats)', () => {
     expect(warm.markdown).toContain('| router CPU µs/request |');
     expect(warm.markdown).toMatch(/\| kv_aware \|.*\| 4200 \| 0 \|/);
     expect(warm.markdown).toMatch(/\| kv_aware x2 \|.*\| n\/a \| 0 \|/);
-    expect(warm.markdown).toContain('warm-up pass (the same workload under another seed, at most 128 requests');
+    expect(warm.markdown).toContain(
+      'warm-up pass (the same workload under another seed, at most 128 requests',
+    );
     const cold = renderReplicas(routingResult(cells, [], { warmUp: false }));
     expect(cold.markdown).toContain('measured on fresh processes (`--no-warm-up`');
   });
