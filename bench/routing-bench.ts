@@ -491,11 +491,12 @@ export async function runRoutingBench(opts: RoutingBenchOptions = {}): Promise<R
 
 /**
  * The simulators' tokenizer for one workload's cells, with every request of the workload and of its
- * warm-up pass (background pools included) already tokenized into its piece cache (sized to hold them all). The simulated
- * workers' tokenization stands in for vLLM's, which runs on the workers' own CPUs: warmed up front, it
- * takes nothing from the shared host while a cell is measured, and every cell (the first one
- * included) finds the same warm cache. A router's tokenizer (exact variants) starts cold, as in
- * production: its cost is part of what the cell measures.
+ * warm-up pass (background pools included) already tokenized into its piece cache (sized to hold them
+ * all). The simulated workers' tokenization stands in for vLLM's, which runs on the workers' own CPUs:
+ * warmed up front, it takes nothing from the shared host while a cell is measured, and every cell (the
+ * first one included) finds the same warm cache. A router's tokenizer (exact variants) has seen only
+ * the warm-up pass's prompts, as a running router meets new ones: tokenizing the cell's prompts is
+ * part of what the cell measures.
  */
 function warmSimTokenizer(workloads: readonly Workload[]): HfTokenizer {
   const all = workloads.flatMap((w) => [...w.requests, ...(w.external?.requests ?? [])]);
