@@ -113,7 +113,7 @@ function run(name: WorkloadName, seed: number, repeats: number): Result {
           type: 'stored',
           hashes: keys.map(() => engineHash++),
           parent: undefined,
-          tokens: ids.ids.slice(0, keys.length * BS),
+          tokens: Array.from(ids.ids).slice(0, keys.length * BS),
           blockSize: BS,
           medium: 'GPU',
           loraName: undefined,

@@ -33,7 +33,7 @@ import { PendingBlocks } from './pending-blocks.js';
 export type ExactFallback = TokenizeFallback | 'no_publisher';
 
 interface Memo {
-  ids: readonly number[] | undefined;
+  ids: ArrayLike<number> | undefined;
   reason: ExactFallback | undefined;
   keys: Map<number, number[]>;
   /** Per block size, per candidate id: the blocks its events showed when it was asked (pending window only). */

@@ -170,6 +170,27 @@ export class HfTokenizer {
     return joinRuns(parts);
   }
 
+  /**
+   * `encode` into one Uint32Array: what the router keys blocks from. A long prompt's ids as a JS array
+   * are a large object of their own (8 bytes per id: 16K ids pass V8's 128 KB page limit, and each
+   * such array costs a fresh mapped page, as long strings do); a typed array's store is one malloc
+   * filled by `set` (an 18K-token prompt: ~70 us instead of ~250 us).
+   */
+  encodeIds(text: string, addSpecialTokens = true): Uint32Array {
+    const parts: Array<readonly number[]> = [];
+    if (addSpecialTokens && this.specialPrefix.length > 0) parts.push(this.specialPrefix);
+    this.encodePieces(text, parts);
+    let n = 0;
+    for (const r of parts) n += r.length;
+    const out = new Uint32Array(n);
+    let k = 0;
+    for (const r of parts) {
+      out.set(r, k);
+      k += r.length;
+    }
+    return out;
+  }
+
   /** Encoding through the library directly, without the piece cache (reference for tests). */
   encodeUncached(text: string, addSpecialTokens = true): number[] {
     return this.tokenizer.encode(text, { add_special_tokens: addSpecialTokens }).ids.map(Number);

@@ -19,7 +19,7 @@ import { HfTokenizer } from './hf-tokenizer.js';
 export type TokenizeFallback =
   'no_tokenizer' | 'no_prompt' | 'batch_prompt' | 'multimodal' | 'no_chat_template' | 'template_error';
 
-export type RequestTokens = { ok: true; ids: readonly number[] } | { ok: false; reason: TokenizeFallback };
+export type RequestTokens = { ok: true; ids: ArrayLike<number> } | { ok: false; reason: TokenizeFallback };
 
 /** Parses repeatable `MODEL=PATH` specs. Throws a RangeError naming the bad spec. */
 export function parseTokenizerSpecs(specs: readonly string[]): Map<string, string> {
@@ -85,6 +85,8 @@ export class RequestTokenizer {
 /** What tokenizeBody needs: HfTokenizer, or the simulator's tokenizers. */
 export interface BodyTokenizer {
   encode(text: string, addSpecialTokens?: boolean): number[];
+  /** The same ids in a typed array, when the tokenizer has it (HfTokenizer.encodeIds: cheaper when long). */
+  encodeIds?(text: string, addSpecialTokens?: boolean): ArrayLike<number>;
   renderChat(
     messages: unknown,
     opts: { addGenerationPrompt: boolean; continueFinalMessage?: boolean; tools?: unknown },
@@ -98,6 +100,8 @@ export function tokenizeBody(
   body: Readonly<Record<string, unknown>> | undefined,
 ): RequestTokens {
   if (body === undefined) return { ok: false, reason: 'no_prompt' };
+  const encode = (text: string, add: boolean): ArrayLike<number> =>
+    t.encodeIds !== undefined ? t.encodeIds(text, add) : t.encode(text, add);
   const addSpecial = typeof body.add_special_tokens === 'boolean' ? body.add_special_tokens : undefined;
   if (body.messages !== undefined) {
     if (t.hasChatTemplate === false) return { ok: false, reason: 'no_chat_template' };
@@ -110,14 +114,14 @@ export function tokenizeBody(
       ...(body.tools !== undefined ? { tools: body.tools } : {}),
     });
     if (!rendered.ok) return { ok: false, reason: 'template_error' };
-    return { ok: true, ids: t.encode(rendered.text, addSpecial ?? false) };
+    return { ok: true, ids: encode(rendered.text, addSpecial ?? false) };
   }
   const prompt = body.prompt;
-  if (typeof prompt === 'string') return { ok: true, ids: t.encode(prompt, addSpecial ?? true) };
+  if (typeof prompt === 'string') return { ok: true, ids: encode(prompt, addSpecial ?? true) };
   if (Array.isArray(prompt) && prompt.length > 0) {
     if (prompt.every(isTokenId)) return { ok: true, ids: prompt as number[] };
     if (prompt.length === 1 && typeof prompt[0] === 'string') {
-      return { ok: true, ids: t.encode(prompt[0], addSpecial ?? true) };
+      return { ok: true, ids: encode(prompt[0], addSpecial ?? true) };
     }
     if (prompt.length === 1 && Array.isArray(prompt[0]) && (prompt[0] as unknown[]).every(isTokenId)) {
       return { ok: true, ids: prompt[0] as number[] };

@@ -148,7 +148,20 @@ describe('RequestTokenizer', () => {
     ['no body', undefined, { ok: false, reason: 'no_prompt' }],
     ['no prompt', { max_tokens: 3 }, { ok: false, reason: 'no_prompt' }],
   ])('%s', (_name, body, out) => {
-    expect(rt.tokenize('m', body)).toEqual(out);
+    const r = rt.tokenize('m', body);
+    expect(r.ok ? { ok: true, ids: Array.from(r.ids) } : r).toEqual(out);
+  });
+
+  it("encodeIds gives encode's ids in a typed array, long prompts included", () => {
+    const long = `${'The quick brown fox jumps over the lazy dog.\n'.repeat(2000)}Question: why?`;
+    for (const text of ['Hello world', '', long]) {
+      for (const special of [true, false]) {
+        const typed = tok.encodeIds(text, special);
+        expect(typed).toBeInstanceOf(Uint32Array);
+        expect(Array.from(typed)).toEqual(tok.encode(text, special));
+      }
+    }
+    expect(tok.encode(long).length).toBeGreaterThan(16_384); // past V8's large-object size as a JS array
   });
 
   it('a model without a tokenizer falls back', () => {
