@@ -179,7 +179,7 @@ export interface RoutingBenchOptions {
    * Before each cell is measured, the same stack serves a warm-up pass: the same workload generated
    * with another seed (other prompts, same shape), at most WARM_UP_REQUESTS requests, not measured.
    * A router is a long-lived process: measured fresh, a cell of a few hundred requests also paid its
-   * JIT compilation (router CPU per request ~1.2-1.35x the warm figure, more with --kv-event-source,
+   * JIT compilation (router CPU per request ~1.2x the warm figure, ~1.5x with --kv-event-source,
    * whose tokenizer is more code to compile), and on this shared host a router's CPU is every
    * simulator's delay. The simulators' caches then start full of other prompts, as a running fleet's
    * are. Default: true unless quick.
@@ -633,7 +633,6 @@ function sumMetric(texts: readonly string[], name: string, by?: string): Record<
   return out;
 }
 
-/** Decisions by branch and (kvEvents) KV-event counters, from every replica's /metrics. */
 /** Summed CPU ms of the replicas, or undefined when one has no process of its own. */
 function routerCpuMs(routers: readonly StackRouter[]): number | undefined {
   let sum = 0;
@@ -649,20 +648,20 @@ function countersSince(
   after: Pick<RoutingCell, 'branches' | 'kvEvents'>,
   before: Pick<RoutingCell, 'branches' | 'kvEvents'>,
 ): Pick<RoutingCell, 'branches' | 'kvEvents'> {
-  const minus = <T extends Record<string, number>>(a: T, b: T | undefined): T => {
-    const out = { ...a };
-    for (const k of Object.keys(out) as Array<keyof T>) {
-      const d = (a[k] as number) - ((b?.[k] as number | undefined) ?? 0);
-      (out as Record<keyof T, number>)[k] = d;
-    }
+  const minus = (a: Record<string, number>, b: Record<string, number> | undefined) => {
+    const out: Record<string, number> = {};
+    for (const [k, v] of Object.entries(a)) out[k] = v - (b?.[k] ?? 0);
     return out;
   };
   return {
     ...(after.branches ? { branches: minus(after.branches, before.branches) } : {}),
-    ...(after.kvEvents ? { kvEvents: minus(after.kvEvents, before.kvEvents) } : {}),
+    ...(after.kvEvents
+      ? { kvEvents: minus(after.kvEvents, before.kvEvents) as NonNullable<RoutingCell['kvEvents']> }
+      : {}),
   };
 }
 
+/** Decisions by branch and (kvEvents) KV-event counters, from every replica's /metrics. */
 async function routerCounters(
   routers: readonly StackRouter[],
   kvEvents: boolean,
