@@ -72,7 +72,7 @@ export function chainedBlockHashes(text: string, blockChars: number): number[] {
  * router never recomputes (it keys its index on its own hashes of the events' token ids).
  */
 export function chainedTokenBlockHashes(
-  ids: readonly number[],
+  ids: ArrayLike<number>,
   blockTokens: number,
   salt?: string,
 ): number[] {
@@ -155,7 +155,7 @@ export class PrefixCache {
    * evicts beyond capacity; records the stored and evicted blocks in `changes` (for KV events).
    */
   lookupAndInsertTokens(
-    ids: readonly number[],
+    ids: ArrayLike<number>,
     held?: number[],
     changes?: CacheChanges,
     salt?: string,
@@ -170,7 +170,8 @@ export class PrefixCache {
         changes.stored.push({
           hash: hashes[b]!,
           parent: b === 0 ? undefined : hashes[b - 1],
-          tokens: ids.slice(b * bt, (b + 1) * bt),
+          // A plain array even from a Uint32Array: events carry token_ids as a msgpack array.
+          tokens: Array.prototype.slice.call(ids, b * bt, (b + 1) * bt) as number[],
           ...(b === 0 && salt !== undefined ? { extraKeys: [salt] } : {}),
         });
       }

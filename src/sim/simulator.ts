@@ -390,7 +390,7 @@ class SimulatorServer implements Simulator {
     const changes: CacheChanges = { stored: [], removed: [] };
     const salt = (body as { cache_salt?: unknown }).cache_salt;
     const lookup = this.cache.lookupAndInsertTokens(
-      Array.isArray(r.ids) ? (r.ids as readonly number[]) : Array.from(r.ids), // events carry arrays
+      r.ids,
       held,
       changes,
       typeof salt === 'string' && salt.length > 0 ? salt : undefined,

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { chainedBlockHashes, PrefixCache } from '../../../src/sim/prefix-cache.js';
+import { chainedBlockHashes, PrefixCache, type CacheChanges } from '../../../src/sim/prefix-cache.js';
 
 /** `n` distinct 64-character blocks, tagged so different tags never share text. */
 function blocks(tag: string, n: number): string {
@@ -99,6 +99,24 @@ describe('PrefixCache', () => {
     expect(cache.lookupAndInsert(blocks('a', 2)).hitBlocks).toBe(2);
     // b's head block survived (prefix kept, tail evicted first), its tail did not.
     expect(cache.lookupAndInsert(blocks('b', 2)).hitBlocks).toBe(1);
+  });
+
+  it('token mode: a Uint32Array prompt stores and publishes what the same array of numbers does', () => {
+    const ids = Array.from({ length: 40 }, (_, i) => 1000 + i);
+    const stored = (prompt: ArrayLike<number>) => {
+      const changes: CacheChanges = { stored: [], removed: [] };
+      const r = new PrefixCache({ capacityBlocks: 64, blockTokens: 16 }).lookupAndInsertTokens(
+        prompt,
+        undefined,
+        changes,
+      );
+      return { r, stored: changes.stored };
+    };
+    const typed = stored(new Uint32Array(ids));
+    expect(typed).toEqual(stored(ids));
+    // Events carry token_ids as msgpack arrays: plain arrays, never typed ones.
+    for (const b of typed.stored) expect(Array.isArray(b.tokens)).toBe(true);
+    expect(typed.stored).toHaveLength(2);
   });
 
   it('never holds more than its capacity', () => {
