@@ -27,7 +27,7 @@
  * of Node and uvicorn servers). close() is idempotent: stops the ticks, aborts scrapes in flight (their
  * results are dropped), waits for them, destroys the Agent. The tick timer is unref'd.
  */
-import { Agent, request } from 'undici';
+import { Agent, type Dispatcher } from 'undici';
 import type { Worker } from '../workers/worker.js';
 import { LOOP_STALL_MS, timeoutWithLateness } from '../util/loop-stall.js';
 import type { LoadBoard } from './load-board.js';
@@ -72,11 +72,8 @@ export const DEFAULT_SCRAPE_OPTIONS = Object.freeze({ intervalMs: 100, timeoutMs
 const KEEP_ALIVE_MS = 4_000;
 const MAX_BODY_BYTES = 4 * 1024 * 1024;
 
-class ScrapeTimeout extends Error {
-  constructor(readonly lateMs: number) {
-    super('metrics scrape timed out');
-  }
-}
+/** Ends one scrape in flight (close()); its result is dropped. */
+type Abort = () => void;
 
 type Result =
   | { kind: 'ok'; figures: LoadFigures }
@@ -93,7 +90,7 @@ export class MetricsScraper {
   /** URLs with a scrape queued or in flight. */
   private readonly busy = new Set<string>();
   private readonly queue: Array<{ url: string; workers: Worker[] }> = [];
-  private readonly inflight = new Map<AbortController, Promise<void>>();
+  private readonly inflight = new Map<{ abort?: Abort }, Promise<void>>();
   private timer: NodeJS.Timeout | undefined;
   private closed = false;
   private closing: Promise<void> | undefined;
@@ -176,7 +173,7 @@ export class MetricsScraper {
       if (this.timer) clearInterval(this.timer);
       this.timer = undefined;
       this.queue.length = 0;
-      for (const ac of this.inflight.keys()) ac.abort();
+      for (const scrape of this.inflight.keys()) scrape.abort?.();
       await Promise.all(this.inflight.values());
       await this.agent.destroy();
     })();
@@ -186,19 +183,19 @@ export class MetricsScraper {
   private pump(): void {
     while (!this.closed && this.inflight.size < this.concurrency && this.queue.length > 0) {
       const job = this.queue.shift()!;
-      const ac = new AbortController();
-      const done = this.scrape(job.url, job.workers, ac).finally(() => {
-        this.inflight.delete(ac);
+      const handle: { abort?: Abort } = {};
+      const done = this.scrape(job.url, job.workers, handle).finally(() => {
+        this.inflight.delete(handle);
         this.busy.delete(job.url);
         this.scrapes += 1;
         this.attempted.add(job.url);
         this.pump();
       });
-      this.inflight.set(ac, done);
+      this.inflight.set(handle, done);
     }
   }
 
-  private async scrape(url: string, workers: Worker[], ac: AbortController): Promise<void> {
+  private async scrape(url: string, workers: Worker[], handle: { abort?: Abort }): Promise<void> {
     const takenAtMs = this.clock();
     let localAtSample = 0;
     let queuedAtSample = 0;
@@ -206,7 +203,7 @@ export class MetricsScraper {
       localAtSample += w.load;
       queuedAtSample += this.opts.queuedOf?.(w) ?? 0;
     }
-    const result = await this.fetch(scrapeBase(url, workers), ac);
+    const result = await this.fetch(scrapeBase(url, workers), handle);
     if (this.closed) return;
     const now = this.clock();
     switch (result.kind) {
@@ -227,43 +224,79 @@ export class MetricsScraper {
     }
   }
 
-  private async fetch(baseUrl: string, ac: AbortController): Promise<Result> {
-    const timer = timeoutWithLateness(this.opts.timeoutMs, (late) => ac.abort(new ScrapeTimeout(late)));
-    try {
-      const res = await request(joinUrl(baseUrl, this.path), {
-        method: 'GET',
-        dispatcher: this.agent,
-        signal: ac.signal,
-      });
-      if (res.statusCode === 404 || res.statusCode === 405) {
-        await res.body.dump({ limit: 64 * 1024 });
-        return { kind: 'absent' };
-      }
-      if (res.statusCode < 200 || res.statusCode >= 300) {
-        await res.body.dump({ limit: 64 * 1024 });
-        return { kind: 'failed', reason: `status ${res.statusCode}` };
-      }
-      const chunks: Buffer[] = [];
+  /**
+   * One GET through the Agent's low-level dispatch (no AbortSignal, no body stream: a scrape is a
+   * small page read whole, ~2x less CPU than `request()` measured in one process). Settles once: on
+   * the response's end, an error, the body passing MAX_BODY_BYTES, the timeout, or close()
+   * (`handle.abort`); whatever settles it first aborts the exchange if it is still running.
+   */
+  private fetch(baseUrl: string, handle: { abort?: Abort }): Promise<Result> {
+    return new Promise<Result>((resolve) => {
+      let settled = false;
+      let controller: Dispatcher.DispatchController | undefined;
+      let status = 0;
       let size = 0;
-      for await (const chunk of res.body as AsyncIterable<Buffer>) {
-        size += chunk.length;
-        if (size > MAX_BODY_BYTES) {
-          res.body.destroy();
-          return { kind: 'failed', reason: 'too_large' };
+      const chunks: Buffer[] = [];
+      const finish = (result: Result, abortWith?: string): void => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        handle.abort = undefined;
+        if (abortWith !== undefined && controller !== undefined && !controller.aborted) {
+          controller.abort(new Error(abortWith));
         }
-        chunks.push(chunk);
+        resolve(result);
+      };
+      const timer = timeoutWithLateness(this.opts.timeoutMs, (late) =>
+        finish(
+          late > LOOP_STALL_MS ? { kind: 'stalled' } : { kind: 'failed', reason: 'timeout' },
+          'metrics scrape timed out',
+        ),
+      );
+      handle.abort = () => finish({ kind: 'failed', reason: 'closed' }, 'metrics scraper closed');
+      let target: URL;
+      try {
+        target = new URL(joinUrl(baseUrl, this.path));
+      } catch (err) {
+        finish({ kind: 'failed', reason: (err as Error).message });
+        return;
       }
-      return { kind: 'ok', figures: parseLoadFigures(Buffer.concat(chunks).toString('utf8'), this.names) };
-    } catch (err) {
-      const reason: unknown = ac.signal.reason;
-      if (reason instanceof ScrapeTimeout) {
-        return reason.lateMs > LOOP_STALL_MS ? { kind: 'stalled' } : { kind: 'failed', reason: 'timeout' };
+      const handler: Dispatcher.DispatchHandler = {
+        onRequestStart: (c) => {
+          controller = c;
+          if (settled) c.abort(new Error('metrics scrape already settled')); // timed out while queued
+        },
+        onResponseStart: (_c, statusCode) => {
+          status = statusCode;
+        },
+        onResponseData: (_c, chunk) => {
+          size += chunk.length;
+          if (size > MAX_BODY_BYTES)
+            finish({ kind: 'failed', reason: 'too_large' }, 'metrics page too large');
+          else if (status >= 200 && status < 300) chunks.push(chunk); // other bodies are read and dropped
+        },
+        onResponseEnd: () => {
+          if (status === 404 || status === 405) finish({ kind: 'absent' });
+          else if (status < 200 || status >= 300) finish({ kind: 'failed', reason: `status ${status}` });
+          else {
+            const text = Buffer.concat(chunks, size).toString('utf8');
+            finish({ kind: 'ok', figures: parseLoadFigures(text, this.names) });
+          }
+        },
+        onResponseError: (_c, err) => {
+          const code = (err as { code?: unknown }).code;
+          finish({ kind: 'failed', reason: typeof code === 'string' ? code : err.message });
+        },
+      };
+      try {
+        this.agent.dispatch(
+          { origin: target.origin, path: `${target.pathname}${target.search}`, method: 'GET' },
+          handler,
+        );
+      } catch (err) {
+        finish({ kind: 'failed', reason: (err as Error).message });
       }
-      const code = (err as { code?: unknown }).code;
-      return { kind: 'failed', reason: typeof code === 'string' ? code : (err as Error).message };
-    } finally {
-      clearTimeout(timer);
-    }
+    });
   }
 }
 

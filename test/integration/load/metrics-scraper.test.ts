@@ -203,6 +203,20 @@ describe('MetricsScraper (real HTTP servers on port 0)', () => {
     expect(checks.filter(([id, okay]) => id === workers[0]!.id && okay)).toEqual([]);
   });
 
+  it('a page over 4 MiB is a failed check (too_large), read no further', async () => {
+    const line = `# ${'x'.repeat(1022)}\n`; // 1 KiB comment lines: 5 MiB in all
+    const huge = await serve((_req, res) => {
+      for (let i = 0; i < 5 * 1024; i++) res.write(line);
+      res.end(page(0, 0));
+    });
+    const w = workerAt(huge.url);
+    const { failed, checks, reasons, board } = start({ workers: () => [w] });
+    await failed.waitFor(huge.url, 1);
+    expect(reasons[0]).toBe('too_large');
+    expect(checks[0]).toEqual([w.id, false]);
+    expect(board.latest(huge.url)).toBeUndefined();
+  });
+
   it('close() is idempotent, aborts scrapes in flight and records nothing after', async () => {
     const hung = await serve(() => undefined);
     const { scraper, checks } = start({ workers: () => [workerAt(hung.url)] });
