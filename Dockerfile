@@ -40,5 +40,5 @@ EXPOSE 9002 9090
 # --admin-port other than 9090, or with the simulator entrypoint, must override this check.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
   CMD ["node", "-e", "fetch('http://127.0.0.1:9090/healthz').then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
-ENTRYPOINT ["node", "dist/src/cli.js"]
+ENTRYPOINT ["node", "--min-semi-space-size=16", "--initial-old-space-size=128", "dist/src/cli.js"]
 CMD []

@@ -12,6 +12,7 @@ import { createServer } from 'node:net';
 import path from 'node:path';
 import { pino } from 'pino';
 import { loopbackConfig, type Config } from '../src/config.js';
+import { ROUTER_NODE_FLAGS } from '../src/runtime/node-flags.js';
 import { startEnvoy, type EnvoyHandle } from '../src/envoy/envoy-process.js';
 import type { EnvoyRenderOptions } from '../src/envoy/envoy-config.js';
 import { stringify as stringifyYaml } from 'yaml';
@@ -266,8 +267,8 @@ export interface RouterProcess extends ChildService {
 
 /**
  * The router CLI as a child process on free ports; ready when /readyz answers 200. `script` is
- * `src/cli.ts` (via tsx) or the compiled `dist/src/cli.js` (what production runs; see buildRouter).
- * `cpus` pins the process to those cores (`taskset -c`, e.g. '0' or '0,1').
+ * `src/cli.ts` (via tsx) or the compiled `dist/src/cli.js` (what production runs; see buildRouter),
+ * started with the node flags production uses (ROUTER_NODE_FLAGS) before `nodeArgs`. `cpus` pins the process to those cores (`taskset -c`, e.g. '0' or '0,1').
  */
 export async function startRouterProcess(
   args: string[],
@@ -313,7 +314,8 @@ async function startRouterOnFreePorts(
       ...args,
     ],
     `http://127.0.0.1:${adminPort}/readyz`,
-    nodeArgs,
+    // The flags every shipped launch path gives node (src/runtime/node-flags.ts), then the caller's.
+    [...ROUTER_NODE_FLAGS, ...nodeArgs],
     cpus,
   );
   return { ...svc, grpcPort, adminPort };

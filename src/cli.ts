@@ -1,8 +1,9 @@
-#!/usr/bin/env node
+#!/usr/bin/env -S node --min-semi-space-size=16 --initial-old-space-size=128
 /** `vllm-extproc-router` entry point: parse config, start, shut down in order on signals. */
 import { ConfigError, helpText, parseConfig } from './config.js';
 import { startRouter } from './router.js';
 import { createLogger } from './observability/logger.js';
+import { nodeFlagsNote } from './runtime/node-flags.js';
 
 async function main(): Promise<void> {
   let parsed;
@@ -21,6 +22,8 @@ async function main(): Promise<void> {
   }
   const config = parsed.config;
   const logger = createLogger(config.logLevel);
+  const note = nodeFlagsNote();
+  if (note) logger.info(note);
   const router = await startRouter(config, { logger });
 
   let signals = 0;
