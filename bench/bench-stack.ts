@@ -268,7 +268,8 @@ export interface RouterProcess extends ChildService {
 /**
  * The router CLI as a child process on free ports; ready when /readyz answers 200. `script` is
  * `src/cli.ts` (via tsx) or the compiled `dist/src/cli.js` (what production runs; see buildRouter),
- * started with the node flags production uses (ROUTER_NODE_FLAGS) before `nodeArgs`. `cpus` pins the process to those cores (`taskset -c`, e.g. '0' or '0,1').
+ * started with the node flags production uses (ROUTER_NODE_FLAGS) before `nodeArgs`. `cpus` pins the
+ * process to those cores (`taskset -c`, e.g. '0' or '0,1').
  */
 export async function startRouterProcess(
   args: string[],

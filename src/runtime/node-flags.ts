@@ -16,9 +16,10 @@
  * Measured (issue 15: 220 KB prompts at concurrency 16 through Envoy, router CPU per request from
  * /proc, four rounds of 400 each after 30 s of idle; docs/benchmarks.md, Analysis, 2026-12-02 14:09):
  * no flags 1,100-3,400 us (garbage collection up to 37% of the router's busy time), semi-space alone
- * 1,100-2,875, old space alone 1,350-1,800, both 950-1,350; ~1,000-1,100 us warm without idle. Small requests unchanged
- * (247 vs 257 us). The cost is memory the heap may hold before collecting: up to ~48 MB of young
- * generation and an old generation allowed to reach 128 MB before its first full GC.
+ * 1,100-2,875, old space alone 1,350-1,800, both 950-1,350; ~1,000-1,100 us warm without idle. Small
+ * requests unchanged (247 vs 257 us). The cost is memory the heap may hold before collecting: up to
+ * ~48 MB of young generation and an old generation allowed to reach 128 MB before its first full GC.
+ * The shebang needs an `env` that takes `-S` (coreutils 8.30+, BSD and macOS).
  */
 
 export const ROUTER_NODE_FLAGS: readonly string[] = [
