@@ -268,7 +268,8 @@ export interface RouterProcess extends ChildService {
 /**
  * The router CLI as a child process on free ports; ready when /readyz answers 200. `script` is
  * `src/cli.ts` (via tsx) or the compiled `dist/src/cli.js` (what production runs; see buildRouter),
- * started with the node flags production uses (ROUTER_NODE_FLAGS) before `nodeArgs`. `cpus` pins the
+ * started with the node flags every shipped launch path uses (ROUTER_NODE_FLAGS,
+ * src/runtime/node-flags.ts) before `nodeArgs`, unless `productionFlags` is false. `cpus` pins the
  * process to those cores (`taskset -c`, e.g. '0' or '0,1').
  */
 export async function startRouterProcess(
@@ -276,12 +277,18 @@ export async function startRouterProcess(
   nodeArgs: string[] = [],
   script = 'src/cli.ts',
   cpus?: string,
+  productionFlags = true,
 ): Promise<RouterProcess> {
   // freePort() releases the port before the child binds it; another process may take it meanwhile
   // (a replicas run failed so once): a child that exits with EADDRINUSE is started again on new ports.
   for (let attempt = 1; ; attempt++) {
     try {
-      return await startRouterOnFreePorts(args, nodeArgs, script, cpus);
+      return await startRouterOnFreePorts(
+        args,
+        productionFlags ? [...ROUTER_NODE_FLAGS, ...nodeArgs] : nodeArgs,
+        script,
+        cpus,
+      );
     } catch (err) {
       if (attempt >= 3 || !String((err as Error).message).includes('EADDRINUSE')) throw err;
     }
@@ -315,8 +322,7 @@ async function startRouterOnFreePorts(
       ...args,
     ],
     `http://127.0.0.1:${adminPort}/readyz`,
-    // The flags every shipped launch path gives node (src/runtime/node-flags.ts), then the caller's.
-    [...ROUTER_NODE_FLAGS, ...nodeArgs],
+    nodeArgs,
     cpus,
   );
   return { ...svc, grpcPort, adminPort };

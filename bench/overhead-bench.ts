@@ -188,7 +188,7 @@ function plans(quick: boolean, cpuOnly: boolean): OverheadPlan[] {
   ];
 }
 
-function requestsFor(
+export function requestsFor(
   scenario: OverheadScenario,
   count: number,
   quick: boolean,
@@ -239,7 +239,8 @@ function requestsFor(
 const PROCESS_WARMUP = { small: 4500, stream64: 32, longPrompt: 800, seed: 7, concurrency: 16 };
 const PROCESS_WARMUP_QUICK = { small: 600, stream64: 8, longPrompt: 16, seed: 7, concurrency: 16 };
 
-const SIM_ARGS = [
+/** The simulator every overhead arm uses (bench/idle-gc.bench.ts too). */
+export const SIM_ARGS = [
   '--time-scale',
   '1',
   '--overhead-ms',

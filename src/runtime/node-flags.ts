@@ -14,7 +14,8 @@
  * - `--initial-old-space-size=128`: no full GC is scheduled for an old generation below 128 MB (the
  *   router's own is ~45-60 MB: trees, code, metrics).
  * Measured (issue 15: 220 KB prompts at concurrency 16 through Envoy, router CPU per request from
- * /proc, four rounds of 400 each after 30 s of idle; docs/benchmarks.md, Analysis, 2026-12-02 14:09):
+ * /proc, four rounds of 400 each after 30 s of idle; docs/benchmarks.md, Analysis, 2026-12-02 14:09;
+ * `npx tsx bench/idle-gc.bench.ts` measures it with and without the flags):
  * no flags 1,100-3,400 us (garbage collection up to 37% of the router's busy time), semi-space alone
  * 1,100-2,875, old space alone 1,350-1,800, both 950-1,350; ~1,000-1,100 us warm without idle. Small
  * requests unchanged (247 vs 257 us). The cost is memory the heap may hold before collecting: up to
