@@ -18,7 +18,7 @@
 import { startEnvoy } from '../src/envoy/envoy-process.js';
 import { buildRouter, procCpuMs, startRouterProcess, startSimulatorProcess } from './bench-stack.js';
 import { runClosedLoop } from './drivers.js';
-import { requestsFor, SIM_ARGS } from './overhead-bench.js';
+import { PROCESS_WARMUP, requestsFor, SIM_ARGS } from './overhead-bench.js';
 
 function flag(name: string, fallback: number): number {
   const i = process.argv.indexOf(`--${name}`);
@@ -31,7 +31,7 @@ function flag(name: string, fallback: number): number {
 const rounds = flag('rounds', 4);
 const idleSeconds = flag('idle-seconds', 30);
 const prompts = flag('prompts', 400);
-const CONCURRENCY = 16;
+const CONCURRENCY = PROCESS_WARMUP.concurrency;
 
 interface Round {
   routerCpuUsPerRequest: number;
@@ -46,16 +46,15 @@ async function measure(productionFlags: boolean, script: string): Promise<Round[
   try {
     const baseUrl = `http://127.0.0.1:${envoy.listenerPort}`;
     const envoyPid = envoy.process.pid!;
-    await runClosedLoop({
-      baseUrl,
-      requests: requestsFor('small', 4500, false, 7),
-      concurrency: CONCURRENCY,
-    });
-    await runClosedLoop({
-      baseUrl,
-      requests: requestsFor('long-prompt', 800, false, 7),
-      concurrency: CONCURRENCY,
-    });
+    // The overhead benchmark's process warm-up: V8 has compiled the router's paths before round 1.
+    const w = PROCESS_WARMUP;
+    for (const [scenario, count] of [
+      ['small', w.small],
+      ['long-prompt', w.longPrompt],
+    ] as const) {
+      const requests = requestsFor(scenario, count, false, w.seed);
+      await runClosedLoop({ baseUrl, requests, concurrency: w.concurrency });
+    }
     const out: Round[] = [];
     for (let i = 0; i < rounds; i++) {
       await new Promise((r) => setTimeout(r, idleSeconds * 1000));

@@ -236,7 +236,7 @@ export function requestsFor(
  * the next 1,500, with TurboFan compile jobs still seen in `perf` during the first rounds. 800 long
  * prompts bring the measured run to that steady state (the issue's own comparison ran 3,000).
  */
-const PROCESS_WARMUP = { small: 4500, stream64: 32, longPrompt: 800, seed: 7, concurrency: 16 };
+export const PROCESS_WARMUP = { small: 4500, stream64: 32, longPrompt: 800, seed: 7, concurrency: 16 };
 const PROCESS_WARMUP_QUICK = { small: 600, stream64: 8, longPrompt: 16, seed: 7, concurrency: 16 };
 
 /** The simulator every overhead arm uses (bench/idle-gc.bench.ts too). */
