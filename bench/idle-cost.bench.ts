@@ -14,18 +14,11 @@
  * Absolute figures on a shared 2-core machine are noisy: compare runs made one after the other.
  */
 import { buildRouter, startRoutedStack } from './bench-stack.js';
+import { numericFlag } from './numeric-flag.js';
 
-function flag(name: string, fallback: number): number {
-  const i = process.argv.indexOf(`--${name}`);
-  if (i === -1) return fallback;
-  const v = Number(process.argv[i + 1]);
-  if (!Number.isFinite(v) || v < 0) throw new RangeError(`--${name} needs a number >= 0`);
-  return v;
-}
-
-const workers = flag('workers', 8);
-const seconds = flag('seconds', 10);
-const intervalMs = flag('scrape-interval-ms', 100);
+const workers = numericFlag('workers', 8);
+const seconds = numericFlag('seconds', 10);
+const intervalMs = numericFlag('scrape-interval-ms', 100);
 
 const stack = await startRoutedStack({
   workers,

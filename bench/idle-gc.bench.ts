@@ -19,18 +19,11 @@ import { startEnvoy } from '../src/envoy/envoy-process.js';
 import { buildRouter, procCpuMs, startRouterProcess, startSimulatorProcess } from './bench-stack.js';
 import { runClosedLoop } from './drivers.js';
 import { PROCESS_WARMUP, requestsFor, SIM_ARGS } from './overhead-bench.js';
+import { numericFlag } from './numeric-flag.js';
 
-function flag(name: string, fallback: number): number {
-  const i = process.argv.indexOf(`--${name}`);
-  if (i === -1) return fallback;
-  const v = Number(process.argv[i + 1]);
-  if (!Number.isFinite(v) || v < 0) throw new RangeError(`--${name} needs a number >= 0`);
-  return v;
-}
-
-const rounds = flag('rounds', 4);
-const idleSeconds = flag('idle-seconds', 30);
-const prompts = flag('prompts', 400);
+const rounds = numericFlag('rounds', 4);
+const idleSeconds = numericFlag('idle-seconds', 30);
+const prompts = numericFlag('prompts', 400);
 const CONCURRENCY = PROCESS_WARMUP.concurrency;
 
 interface Round {
