@@ -10,6 +10,7 @@
  */
 import { POLICY_NAMES } from './routing/policy.js';
 import { CACHE_AWARE_MODES, DEFAULT_CACHE_AWARE_OPTIONS as CACHE_AWARE } from './routing/cache-aware.js';
+import { BALANCE_ANCHORS } from './routing/cost-model.js';
 import { DEFAULT_BREAKER_OPTIONS as BREAKER } from './health/circuit-breaker.js';
 import { DEFAULT_SCRAPE_OPTIONS as SCRAPE } from './load/metrics-scraper.js';
 import { DEFAULT_METRIC_NAMES as METRIC_NAMES } from './load/metrics-parse.js';
@@ -530,6 +531,15 @@ export const OPTIONS = [
     type: 'number',
     default: CACHE_AWARE.costBalanceAbs,
     help: "cache_aware cost: the imbalance filter's margin over the mean, in requests.",
+  },
+  {
+    group: 'Load and cost model',
+    key: 'costBalanceAnchor',
+    flag: 'cost-balance-anchor',
+    type: 'enum',
+    default: CACHE_AWARE.costBalanceAnchor,
+    values: BALANCE_ANCHORS,
+    help: 'cache_aware cost: idle: while some worker has nothing ahead, the imbalance filter also skips a worker with more than --cost-balance-abs requests ahead (a burst on one prefix seeds every worker); mean: only the rule relative to the mean.',
   },
   {
     group: 'Load and cost model',

@@ -292,6 +292,7 @@ function buildPools(
         charsPerToken: config.charsPerToken,
         costBalanceRel: config.costBalanceRel,
         costBalanceAbs: config.costBalanceAbs,
+        costBalanceAnchor: config.costBalanceAnchor,
         costDecodeWeight: config.costDecodeWeight,
         costRecomputeWeight: config.costRecomputeWeight,
         prefixHomeMargin: config.prefixHomeMargin,

@@ -47,7 +47,13 @@
 import type { Role } from '../workers/role.js';
 import type { Worker } from '../workers/worker.js';
 import { TimingEstimates } from '../load/timing-estimates.js';
-import { costBranch, DEFAULT_COST_MODEL_OPTIONS, scoreCost, type WorkerSignals } from './cost-model.js';
+import {
+  costBranch,
+  DEFAULT_COST_MODEL_OPTIONS,
+  scoreCost,
+  type BalanceAnchor,
+  type WorkerSignals,
+} from './cost-model.js';
 import type { Decision, Policy, SelectionInput } from './policy.js';
 import { homeKeyHash } from './prefix-home.js';
 import { PrefixReuse } from './prefix-reuse.js';
@@ -98,6 +104,8 @@ export interface CacheAwareOptions {
   costBalanceRel: number;
   /** cost mode: the imbalance filter's absolute margin over the mean, in requests. */
   costBalanceAbs: number;
+  /** cost mode: what the imbalance filter's absolute margin is measured from. */
+  costBalanceAnchor: BalanceAnchor;
   /** cost mode: fraction of a decode step each request ahead adds to a worker's score. */
   costDecodeWeight: number;
   /** cost mode: weight of recomputed prompt tokens x the worker's cache fill (the contexts they displace). */
@@ -123,6 +131,7 @@ export const DEFAULT_CACHE_AWARE_OPTIONS: Readonly<CacheAwareOptions> = Object.f
   charsPerToken: 4,
   costBalanceRel: DEFAULT_COST_MODEL_OPTIONS.costBalanceRel,
   costBalanceAbs: DEFAULT_COST_MODEL_OPTIONS.costBalanceAbs,
+  costBalanceAnchor: DEFAULT_COST_MODEL_OPTIONS.costBalanceAnchor,
   costDecodeWeight: DEFAULT_COST_MODEL_OPTIONS.costDecodeWeight,
   costRecomputeWeight: DEFAULT_COST_MODEL_OPTIONS.costRecomputeWeight,
   prefixHomeMargin: DEFAULT_COST_MODEL_OPTIONS.prefixHomeMargin,

@@ -43,6 +43,7 @@ describe('cache_aware options', () => {
       charsPerToken: 4,
       costBalanceRel: 1.5,
       costBalanceAbs: 8,
+      costBalanceAnchor: 'idle',
       costDecodeWeight: 0.25,
       costRecomputeWeight: 1,
       prefixHomeMargin: 3,

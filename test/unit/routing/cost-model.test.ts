@@ -329,6 +329,49 @@ describe('cost model scoring (cache_aware default mode)', () => {
     expect(d.cost?.runnerUp?.queuedTokens).toBe(4000);
   });
 
+  it('a burst on one new prefix seeds every worker, then spreads evenly (idle anchor)', () => {
+    // 200 requests on one 8k-token document arrive before any first token: only this router's own
+    // counts move. Every cache is full of older contexts, so a non-holder's score carries the
+    // displacement of a whole prefill on top of the prefill itself.
+    const burst = (costBalanceAnchor: 'idle' | 'mean') => {
+      const workers = makeWorkers(8);
+      const backlog = new PrefillBacklog();
+      const policy = new CacheAwarePolicy(
+        { costBalanceAnchor },
+        { signals: withBacklog(backlog), capacityTokens: () => 16_384 },
+      );
+      for (const w of workers) policy.addWorker(w);
+      for (const [i, w] of workers.entries()) {
+        for (let k = 0; k < 4; k++) {
+          const old = input(workers, { text: `old context ${i}.${k} `.repeat(1000).slice(0, 16_000) });
+          policy.routed({ worker: w, branch: 'seed' }, old, 0);
+        }
+      }
+      const doc = 'The hot document. '.repeat(1820); // ~8,190 tokens
+      const firstRequest: number[] = [];
+      for (let r = 0; r < 200; r++) {
+        const req = input(workers, { text: `${doc}Question ${r}?` });
+        const d = policy.select(req);
+        policy.routed(d, req, 1);
+        backlog.add(d.worker, d.cost!.chosen.uncachedTokens, Infinity);
+        const at = workers.indexOf(d.worker);
+        if (d.worker.load === 0) firstRequest[at] = r;
+        d.worker.load += 1;
+        d.worker.processed += 1;
+      }
+      return { loads: workers.map((w) => w.load), firstRequest };
+    };
+    const idleAnchor = burst('idle');
+    // Every worker holds the document after at most 9 requests each, then the score evens them out.
+    expect(idleAnchor.firstRequest.filter((r) => r !== undefined)).toHaveLength(8);
+    expect(Math.max(...idleAnchor.firstRequest)).toBeLessThan(8 * 9);
+    expect(Math.max(...idleAnchor.loads) - Math.min(...idleAnchor.loads)).toBeLessThanOrEqual(1);
+    // The mean rule alone lets the first holders grow while workers still idle.
+    const meanOnly = burst('mean');
+    expect(Math.max(...meanOnly.loads) / 25).toBeGreaterThan(1.3);
+    for (const loads of [idleAnchor.loads, meanOnly.loads]) expect(loads.reduce((a, b) => a + b)).toBe(200);
+  });
+
   it('displacement: recomputing a prompt on a full cache also costs the contexts it evicts', () => {
     const workers = makeWorkers(2);
     const held = 'h'.repeat(4000); // 1000 tokens: 50 ms of prefill
