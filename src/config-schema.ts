@@ -10,7 +10,6 @@
  */
 import { POLICY_NAMES } from './routing/policy.js';
 import { CACHE_AWARE_MODES, DEFAULT_CACHE_AWARE_OPTIONS as CACHE_AWARE } from './routing/cache-aware.js';
-import { BALANCE_ANCHORS } from './routing/cost-model.js';
 import { DEFAULT_BREAKER_OPTIONS as BREAKER } from './health/circuit-breaker.js';
 import { DEFAULT_SCRAPE_OPTIONS as SCRAPE } from './load/metrics-scraper.js';
 import { DEFAULT_METRIC_NAMES as METRIC_NAMES } from './load/metrics-parse.js';
@@ -534,12 +533,11 @@ export const OPTIONS = [
   },
   {
     group: 'Load and cost model',
-    key: 'costBalanceAnchor',
-    flag: 'cost-balance-anchor',
-    type: 'enum',
-    default: CACHE_AWARE.costBalanceAnchor,
-    values: BALANCE_ANCHORS,
-    help: 'cache_aware cost: idle: while some worker has nothing ahead, the imbalance filter also skips a worker with more than --cost-balance-abs requests ahead (a burst on one prefix seeds every worker); mean: only the rule relative to the mean.',
+    key: 'costIdleQueue',
+    flag: 'cost-idle-queue',
+    type: 'int',
+    default: CACHE_AWARE.costIdleQueue,
+    help: 'cache_aware cost: while some worker has nothing queued or running, skip a worker with at least this many prefills queued (a burst on one prefix seeds every worker); 0 = off.',
   },
   {
     group: 'Load and cost model',

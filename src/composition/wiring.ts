@@ -292,7 +292,7 @@ function buildPools(
         charsPerToken: config.charsPerToken,
         costBalanceRel: config.costBalanceRel,
         costBalanceAbs: config.costBalanceAbs,
-        costBalanceAnchor: config.costBalanceAnchor,
+        costIdleQueue: config.costIdleQueue,
         costDecodeWeight: config.costDecodeWeight,
         costRecomputeWeight: config.costRecomputeWeight,
         prefixHomeMargin: config.prefixHomeMargin,

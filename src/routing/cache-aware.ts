@@ -51,7 +51,6 @@ import {
   costBranch,
   DEFAULT_COST_MODEL_OPTIONS,
   scoreCost,
-  type BalanceAnchor,
   type WorkerSignals,
 } from './cost-model.js';
 import type { Decision, Policy, SelectionInput } from './policy.js';
@@ -104,8 +103,8 @@ export interface CacheAwareOptions {
   costBalanceRel: number;
   /** cost mode: the imbalance filter's absolute margin over the mean, in requests. */
   costBalanceAbs: number;
-  /** cost mode: what the imbalance filter's absolute margin is measured from. */
-  costBalanceAnchor: BalanceAnchor;
+  /** cost mode: while a worker has nothing ahead, skip workers with at least this many prefills queued (0 = off). */
+  costIdleQueue: number;
   /** cost mode: fraction of a decode step each request ahead adds to a worker's score. */
   costDecodeWeight: number;
   /** cost mode: weight of recomputed prompt tokens x the worker's cache fill (the contexts they displace). */
@@ -131,7 +130,7 @@ export const DEFAULT_CACHE_AWARE_OPTIONS: Readonly<CacheAwareOptions> = Object.f
   charsPerToken: 4,
   costBalanceRel: DEFAULT_COST_MODEL_OPTIONS.costBalanceRel,
   costBalanceAbs: DEFAULT_COST_MODEL_OPTIONS.costBalanceAbs,
-  costBalanceAnchor: DEFAULT_COST_MODEL_OPTIONS.costBalanceAnchor,
+  costIdleQueue: DEFAULT_COST_MODEL_OPTIONS.costIdleQueue,
   costDecodeWeight: DEFAULT_COST_MODEL_OPTIONS.costDecodeWeight,
   costRecomputeWeight: DEFAULT_COST_MODEL_OPTIONS.costRecomputeWeight,
   prefixHomeMargin: DEFAULT_COST_MODEL_OPTIONS.prefixHomeMargin,
@@ -187,6 +186,11 @@ export function resolveCacheAwareOptions(
   check(finite(o.charsPerToken) && o.charsPerToken > 0, 'charsPerToken must be > 0', o.charsPerToken);
   check(finite(o.costBalanceRel) && o.costBalanceRel >= 1, 'costBalanceRel must be >= 1', o.costBalanceRel);
   check(finite(o.costBalanceAbs) && o.costBalanceAbs >= 0, 'costBalanceAbs must be >= 0', o.costBalanceAbs);
+  check(
+    Number.isInteger(o.costIdleQueue) && o.costIdleQueue >= 0,
+    'costIdleQueue must be an integer >= 0',
+    o.costIdleQueue,
+  );
   check(
     finite(o.costDecodeWeight) && o.costDecodeWeight >= 0,
     'costDecodeWeight must be >= 0',

@@ -100,20 +100,23 @@
  *   48.2% -> 54.7% (KV events), 42.2% -> 45.1% with two replicas; external-load TTFT p50 71 -> 49 ms;
  *   long-prompt, hot-burst, chat and multi-turn unchanged within their spread (hot-burst's burst of
  *   200 still spreads: there the relative rule, 1.5x a mean of 25, is the wider one).
- * - idle anchor (`costBalanceAnchor: 'idle'`, the default): while some candidate has nothing ahead,
- *   the cap is `costBalanceAbs` itself. A worker with nothing to do is capacity going to waste, so no
- *   worker takes more than 8 requests while another has none (the reference router's global rule
- *   measures from the least loaded worker too). The mean rule alone cannot see a burst coming: when
- *   200 requests on one new 8,192-token prefix arrive at once, each holder's score stays ~400 ms below
- *   a non-holder's (the non-holder's prefill plus what it displaces from a cache full of older
- *   contexts), and the mean rises only as the holders fill, so the first holders grew far past the
- *   final mean before the last workers were seeded (per worker over 2 runs: 66-68 requests on four,
- *   33 on the other four). With the anchor every worker is seeded after 9 requests each, then the
- *   score spreads the rest evenly over holders that all hold the prefix. 2 interleaved runs each
- *   (bench/routing-bench.ts, 2026-12-02): hot-burst 0.89x -> 0.98x round robin's output tokens/s,
- *   max/mean processed 1.36 -> 1.00; shared-prefix (hit 87.7% -> 86.8%), chat-one-system-prompt and
- *   eviction-pressure within their spread. Anchoring the margin on the least loaded worker always
- *   (not only at 0) cost shared-prefix 4% and eviction-pressure 4% of output tokens/s.
+ * - idle queue (`costIdleQueue`, default 3; 0 = off): while some candidate has nothing at all ahead
+ *   (no request queued or running), a candidate with at least that many prefills queued (this
+ *   router's not yet at their first token, plus the scraped queue of others) is skipped. A worker
+ *   with nothing to do is prefill capacity going to waste, and the band above cannot see a burst
+ *   coming: when 200 requests on one new 8,192-token prefix arrive at once, each holder's score stays
+ *   ~400 ms below a non-holder's (the non-holder's prefill plus what it displaces from a cache full of
+ *   older contexts), and the mean rises only as the holders fill, so the first holders grew far past
+ *   the final mean before the last workers were seeded (per worker over 2 runs: 66-68 requests on
+ *   four, 33 on the other four; max/mean 1.36). With the rule every worker is seeded within the
+ *   first 24 requests, then the score spreads the rest evenly over holders that all hold the prefix.
+ *   Sequences decoding do not count (they do not delay a prefill; see above), so a holder busy
+ *   decoding keeps its prompts. Measured (2 interleaved runs per variant, bench/routing-bench.ts,
+ *   2026-12-02): the band's margin (8) as the limit instead took hot-burst from 0.89x to 0.92-0.98x
+ *   round robin's output tokens/s (max/mean 1.00; the last worker was seeded only at the 64th
+ *   request); a limit of 3 took it to 0.99x, eviction-pressure +2.7%, other workloads within their
+ *   spread. Measuring the margin from the least loaded worker always (not only when one is idle)
+ *   cost shared-prefix and eviction-pressure 4% each.
  */
 import type { LoadView } from '../load/load-board.js';
 import type { Backlog } from '../load/prefill-backlog.js';
@@ -153,8 +156,8 @@ export interface CostModelOptions {
   costBalanceRel: number;
   /** ... and above the mean + this many requests. Default 8. */
   costBalanceAbs: number;
-  /** 'idle': while a candidate has nothing ahead, the imbalance cap is costBalanceAbs (see the header). Default 'idle'. */
-  costBalanceAnchor: BalanceAnchor;
+  /** While a candidate has nothing ahead, skip one with at least this many prefills queued (see the header); 0 = off. Default 3. */
+  costIdleQueue: number;
   /** Fraction of a step each request ahead adds to the score (decode batch slowdown). Default 0.25. */
   costDecodeWeight: number;
   /** Weight of recomputed tokens x the worker's cache fill in the score (the contexts they displace). Default 1. */
@@ -173,16 +176,13 @@ export const DEFAULT_COST_MODEL_OPTIONS: Readonly<CostModelOptions> = Object.fre
   charsPerToken: 4,
   costBalanceRel: 1.5,
   costBalanceAbs: 8,
-  costBalanceAnchor: 'idle',
+  costIdleQueue: 3,
   costDecodeWeight: 0.25,
   costRecomputeWeight: 1,
   prefixHomeMargin: DEFAULT_PREFIX_HOME_OPTIONS.margin,
   prefixHomeMarginAlone: DEFAULT_PREFIX_HOME_OPTIONS.marginAlone,
   prefixHomeKeyChars: DEFAULT_PREFIX_HOME_OPTIONS.keyChars,
 });
-
-export const BALANCE_ANCHORS = ['idle', 'mean'] as const;
-export type BalanceAnchor = (typeof BALANCE_ANCHORS)[number];
 
 /** One candidate's prediction. */
 export interface CostScore {
@@ -257,7 +257,7 @@ export function scoreCost(
   let maxCached = 0;
   let contention = Infinity;
   let sumAhead = 0;
-  let minAhead = Infinity;
+  let anyIdle = false; // a candidate with nothing queued or running
   let hot = 0; // candidates over the overload thresholds
   for (let i = 0; i < workers.length; i++) {
     const worker = workers[i] as Worker;
@@ -268,7 +268,7 @@ export function scoreCost(
     if (cachedTokens > maxCached) maxCached = cachedTokens;
     if (queued.requests < contention) contention = queued.requests;
     sumAhead += load.ahead;
-    if (load.ahead < minAhead) minAhead = load.ahead;
+    if (load.ahead <= 0) anyIdle = true;
     const x = candidate(worker, load, est, queued, prefix ? promptTokens : 0, cachedTokens, options);
     if (cacheFill !== undefined && options.costRecomputeWeight > 0 && x.recomputeMs > 0) {
       x.displaceMs = options.costRecomputeWeight * cacheFill(worker) * x.recomputeMs;
@@ -278,13 +278,14 @@ export function scoreCost(
   }
   if (!Number.isFinite(contention)) contention = 0;
   const mean = sumAhead / Math.max(1, workers.length);
-  const cap = balanceCap(mean, minAhead, options);
+  const cap = Math.max(mean * options.costBalanceRel, mean + options.costBalanceAbs);
+  const idleQueue = anyIdle && options.costIdleQueue > 0 ? options.costIdleQueue : Infinity;
   // The overload filter singles out outliers; a saturated fleet is scored whole (see the header).
   const saturated = hot * 2 > c.length ? hot : 0;
   if (saturated > 0) for (const x of c) x.overloaded = false;
   let anyFit = false;
   for (const x of c) {
-    if (x.totalAhead > cap) x.overloaded = true;
+    if (x.totalAhead > cap || x.queuedPrefills >= idleQueue) x.overloaded = true;
     if (!x.overloaded) anyFit = true;
     x.scoreMs = x.predictedMs + contention * x.recomputeMs + x.displaceMs + x.decodeMs;
   }
@@ -357,19 +358,14 @@ export function scoreCost(
   };
 }
 
-/** Everything ahead above which a candidate is skipped by the imbalance filter (see the header). */
-function balanceCap(mean: number, minAhead: number, options: Readonly<CostModelOptions>): number {
-  const cap = Math.max(mean * options.costBalanceRel, mean + options.costBalanceAbs);
-  if (options.costBalanceAnchor === 'idle' && minAhead <= 0) return Math.min(cap, options.costBalanceAbs);
-  return cap;
-}
-
 /** A CostScore while it is being built (filters and the score are set once every candidate is known). */
 interface Candidate extends CostScore {
   scoreMs: number;
   overloaded: boolean;
   /** Everything ahead (blended), for the imbalance filter. */
   readonly totalAhead: number;
+  /** Prefills queued ahead: this router's not yet at their first token + the scraped queue of others. */
+  readonly queuedPrefills: number;
   /** The decode-batch term of the score. */
   readonly decodeMs: number;
   displaceMs: number;
@@ -411,6 +407,7 @@ function candidate(
     loadSource: load.source,
     overloaded,
     totalAhead: load.ahead,
+    queuedPrefills: queued.requests + ahead,
     recomputeMs,
     decodeMs: load.ahead * est.interChunkMs * options.costDecodeWeight,
     displaceMs: 0,

@@ -133,6 +133,32 @@ describe('cost model scoring (cache_aware default mode)', () => {
       branch: 'cache_hit',
     },
     {
+      // The holder's queue alone would be worth it (3 x 20 ms of wait against 2.5 s of prefill), but
+      // a worker with nothing to do is prefill capacity going to waste (the idle queue rule).
+      name: 'while a worker idles, a holder with 3 prefills queued is skipped (200 KB shared document)',
+      held: DOC,
+      prompt: `${DOC} Question 7?`,
+      loads: [queuedElsewhere(3), scraped(2), idle],
+      want: 2,
+      branch: 'imbalance',
+    },
+    {
+      name: '... with 2 queued it keeps the document',
+      held: DOC,
+      prompt: `${DOC} Question 7?`,
+      loads: [queuedElsewhere(2), scraped(2), idle],
+      want: 0,
+      branch: 'cache_hit',
+    },
+    {
+      name: '... and with 3 queued but no worker idle, too',
+      held: DOC,
+      prompt: `${DOC} Question 7?`,
+      loads: [queuedElsewhere(3), scraped(2), scraped(1)],
+      want: 0,
+      branch: 'cache_hit',
+    },
+    {
       name: '200 KB shared document: not worth a 200-request queue (4 s wait vs 2.5 s prefill)',
       held: DOC,
       prompt: `${DOC} Question 7?`,
@@ -329,15 +355,15 @@ describe('cost model scoring (cache_aware default mode)', () => {
     expect(d.cost?.runnerUp?.queuedTokens).toBe(4000);
   });
 
-  it('a burst on one new prefix seeds every worker, then spreads evenly (idle anchor)', () => {
+  it('a burst on one new prefix seeds every worker, then spreads evenly (idle queue rule)', () => {
     // 200 requests on one 8k-token document arrive before any first token: only this router's own
     // counts move. Every cache is full of older contexts, so a non-holder's score carries the
     // displacement of a whole prefill on top of the prefill itself.
-    const burst = (costBalanceAnchor: 'idle' | 'mean') => {
+    const burst = (costIdleQueue: number) => {
       const workers = makeWorkers(8);
       const backlog = new PrefillBacklog();
       const policy = new CacheAwarePolicy(
-        { costBalanceAnchor },
+        { costIdleQueue },
         { signals: withBacklog(backlog), capacityTokens: () => 16_384 },
       );
       for (const w of workers) policy.addWorker(w);
@@ -359,17 +385,18 @@ describe('cost model scoring (cache_aware default mode)', () => {
         d.worker.load += 1;
         d.worker.processed += 1;
       }
-      return { loads: workers.map((w) => w.load), firstRequest };
+      return { loads: workers.map((w) => w.load), seeded: firstRequest.filter((r) => r !== undefined) };
     };
-    const idleAnchor = burst('idle');
-    // Every worker holds the document after at most 9 requests each, then the score evens them out.
-    expect(idleAnchor.firstRequest.filter((r) => r !== undefined)).toHaveLength(8);
-    expect(Math.max(...idleAnchor.firstRequest)).toBeLessThan(8 * 9);
-    expect(Math.max(...idleAnchor.loads) - Math.min(...idleAnchor.loads)).toBeLessThanOrEqual(1);
-    // The mean rule alone lets the first holders grow while workers still idle.
-    const meanOnly = burst('mean');
-    expect(Math.max(...meanOnly.loads) / 25).toBeGreaterThan(1.3);
-    for (const loads of [idleAnchor.loads, meanOnly.loads]) expect(loads.reduce((a, b) => a + b)).toBe(200);
+    const idleRule = burst(3);
+    // Every worker holds the document after 3 requests each, then the score evens them out.
+    expect(idleRule.seeded.sort((x, y) => x - y)).toEqual([0, 3, 6, 9, 12, 15, 18, 21]);
+    expect(Math.max(...idleRule.loads) - Math.min(...idleRule.loads)).toBeLessThanOrEqual(1);
+    // The mean rule alone (the idle rule off) lets the first holders grow while other workers still
+    // idle: here two of them never get a request.
+    const meanOnly = burst(0);
+    expect(Math.max(...meanOnly.loads)).toBeGreaterThan(1.3 * 25);
+    expect(Math.min(...meanOnly.loads)).toBe(0);
+    for (const loads of [idleRule.loads, meanOnly.loads]) expect(loads.reduce((x, y) => x + y)).toBe(200);
   });
 
   it('displacement: recomputing a prompt on a full cache also costs the contexts it evicts', () => {

@@ -337,9 +337,10 @@ describe('prefix home in cache_aware (two replicas, no shared state)', () => {
     const workers = makeWorkers(8);
     const text = prompt(5, LONG);
     const home = replica(workers, []).select(input(workers, { text })).worker;
-    // 4 requests queued on the home by another replica (80 ms of wait + the decode term) against 3 x a
-    // 109 ms prefill: still home; with a margin of 0.25 (27 ms) the idle workers win.
-    const loads = workers.map((w) => (w === home ? 4 : 0));
+    // 4 requests queued on the home by another replica, 1 on every other worker (60 ms more wait + the
+    // decode term) against 3 x a 109 ms prefill: still home; with a margin of 0.25 (27 ms) another
+    // worker wins. (With a worker idle, 3 queued would skip the home outright: cost-model.ts, idle queue.)
+    const loads = workers.map((w) => (w === home ? 4 : 1));
     expect(replica(workers, loads, {}, true).select(input(workers, { text })).worker).toBe(home);
     const tight = replica(workers, loads, { prefixHomeMargin: 0.25 }, true).select(input(workers, { text }));
     expect(tight.worker).not.toBe(home);
