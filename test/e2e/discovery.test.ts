@@ -37,7 +37,9 @@ type Result =
 type Outcome = Result & { startedAt: number };
 
 async function oneRequest(url: string, i: number): Promise<Result> {
-  const stream = i % 2 === 0;
+  // Two in three stream: a period of 2 lined up with the decode pool's round robin over two workers,
+  // so every stream could land on the same worker and the victim never held one (an intermittent hang).
+  const stream = i % 3 !== 2;
   const body = stream
     ? {
         model: 'sim-model',
@@ -129,8 +131,12 @@ describe('ZMQ-discovered P/D workers through Envoy', () => {
       const held = victim.hold({ stream: true, afterChunks: 1 });
       load = traffic(url);
 
-      // Catch the victim with a stream in flight on its (old-generation) Worker.
-      await held.reached();
+      // Catch the victim with a stream in flight on its (old-generation) Worker (bounded, with a message).
+      let heldReached = false;
+      void held.reached().then(() => {
+        heldReached = true;
+      });
+      await waitFor(() => heldReached, { message: 'a stream held on the victim', timeoutMs: 15_000 });
       await waitFor(
         () =>
           (decodeWorker(r, victimUrl)?.load ?? 0) > 0 &&
