@@ -47,12 +47,7 @@
 import type { Role } from '../workers/role.js';
 import type { Worker } from '../workers/worker.js';
 import { TimingEstimates } from '../load/timing-estimates.js';
-import {
-  costBranch,
-  DEFAULT_COST_MODEL_OPTIONS,
-  scoreCost,
-  type WorkerSignals,
-} from './cost-model.js';
+import { costBranch, DEFAULT_COST_MODEL_OPTIONS, scoreCost, type WorkerSignals } from './cost-model.js';
 import type { Decision, Policy, SelectionInput } from './policy.js';
 import { homeKeyHash } from './prefix-home.js';
 import { PrefixReuse } from './prefix-reuse.js';
