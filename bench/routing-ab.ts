@@ -1,0 +1,82 @@
+/**
+ * A/B of router settings on the routing benchmark's stack, printed only (never written to
+ * bench/results or docs/benchmarks.md): what a change to the cost model is measured with before it
+ * lands.
+ *
+ *   npx tsx bench/routing-ab.ts --workloads=hot-burst,eviction-pressure --repeats=2 \
+ *     'rr={"policy":"round_robin"}' 'default={"policy":"cache_aware"}' \
+ *     'off={"policy":"cache_aware","router":{"costIdleQueue":0}}'
+ *
+ * Each variant is `label=JSON`, the JSON a PolicyVariant without its label (`policy`, `router`: config
+ * keys as in docs/configuration.md, `replicas`, `kvEvents`). Runs are interleaved (run 1 of every
+ * variant, then run 2, ...) and each cell is their mean, as in `npm run bench -- routing --repeats=N`;
+ * one line per cell: output tokens/s with its ratio to the first variant, hit rate, max/mean processed,
+ * TTFT p50/p90, then each run's tokens/s and the requests per worker (summed over the runs).
+ * `--kv-events`: the simulators publish KV events (needed by variants with `"kvEvents": true`).
+ */
+import { runRoutingBench, type PolicyVariant } from './routing-bench.js';
+import { WORKLOAD_NAMES, type WorkloadName } from './workloads.js';
+
+function usage(message: string): never {
+  process.stderr.write(
+    `${message}\nusage: npx tsx bench/routing-ab.ts --workloads=a,b [--repeats=N] [--seed=N] [--kv-events] 'label={"policy":"..."}' ...\n`,
+  );
+  process.exit(2);
+}
+
+function parseVariant(arg: string): PolicyVariant {
+  const at = arg.indexOf('=');
+  if (at <= 0) usage(`not label=JSON: ${arg}`);
+  let spec: unknown;
+  try {
+    spec = JSON.parse(arg.slice(at + 1));
+  } catch (err) {
+    usage(`variant ${arg.slice(0, at)}: ${(err as Error).message}`);
+  }
+  if (typeof spec !== 'object' || spec === null || typeof (spec as { policy?: unknown }).policy !== 'string')
+    usage(`variant ${arg.slice(0, at)}: needs at least {"policy": "..."}`);
+  return { ...(spec as Omit<PolicyVariant, 'label'>), label: arg.slice(0, at) };
+}
+
+const args = process.argv.slice(2);
+const flag = (name: string) => args.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3);
+const workloads = (flag('workloads') ?? '').split(',').filter((w) => w.length > 0);
+for (const w of workloads) {
+  if (!(WORKLOAD_NAMES as readonly string[]).includes(w)) usage(`unknown workload ${w}`);
+}
+if (workloads.length === 0) usage('--workloads is required');
+const repeats = Number(flag('repeats') ?? 2);
+const seed = Number(flag('seed') ?? 1);
+if (!Number.isInteger(repeats) || repeats < 1 || repeats > 10) usage('--repeats must be 1-10');
+if (!Number.isInteger(seed)) usage('--seed must be an integer');
+const variants = args.filter((a) => !a.startsWith('--')).map(parseVariant);
+if (variants.length === 0) usage('give at least one variant');
+
+const result = await runRoutingBench({
+  workloads: workloads as WorkloadName[],
+  variants,
+  repeats,
+  seed,
+  kvEvents: args.includes('--kv-events'),
+  log: () => {},
+});
+for (const workload of workloads) {
+  const cells = result.cells.filter((c) => c.workload === workload);
+  const base = cells[0]?.outputTokPerSec ?? 0;
+  for (const c of cells) {
+    const ratio = base > 0 ? (c.outputTokPerSec / base).toFixed(3) : 'n/a';
+    console.log(
+      [
+        workload,
+        c.policy,
+        `tok/s ${Math.round(c.outputTokPerSec)} (${ratio}x)`,
+        `hit ${(c.hitRate * 100).toFixed(1)}%`,
+        `max/mean ${c.maxOverMeanProcessed.toFixed(2)}`,
+        `ttft p50 ${c.ttftP50Ms.toFixed(1)} p90 ${c.ttftP90Ms.toFixed(1)}`,
+        `runs ${JSON.stringify(c.runs?.outputTokPerSec.map(Math.round) ?? [])}`,
+        `per worker ${JSON.stringify(c.processedPerWorker)}`,
+      ].join(' | '),
+    );
+  }
+}
+process.exit(0);
