@@ -133,9 +133,12 @@ describe('ZMQ-discovered P/D workers through Envoy', () => {
 
       // Catch the victim with a stream in flight on its (old-generation) Worker (bounded, with a message).
       let heldReached = false;
-      void held.reached().then(() => {
-        heldReached = true;
-      });
+      held.reached().then(
+        () => {
+          heldReached = true;
+        },
+        () => {}, // rejected only when the simulator closes (the cleanup after a failed wait)
+      );
       await waitFor(() => heldReached, { message: 'a stream held on the victim', timeoutMs: 15_000 });
       await waitFor(
         () =>
