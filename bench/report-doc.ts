@@ -144,7 +144,7 @@ export function warmUpNote(warmUp: { requests: number; seedOffset: number } | fa
   if (warmUp === false)
     return ' Each cell measured on fresh processes (`--no-warm-up`: JIT compilation included).';
   return (
-    ` Before a cell is measured, its stack serves a warm-up pass (the same workload under another seed, at` +
+    ` Before a cell is measured, its stack serves a warm-up pass (the same workload under other seeds, at` +
     ` most ${warmUp.requests} requests, not counted): routers are long-lived processes, so the cell measures` +
     ` JIT-compiled code, and the simulators' caches start full of other prompts as a running fleet's do.` +
     ' Router CPU is utime + stime of every replica over the measured pass per completed request (/proc,' +

@@ -11,7 +11,7 @@
  * keys as in docs/configuration.md, `replicas`, `kvEvents`). Runs are interleaved (run 1 of every
  * variant, then run 2, ...) and each cell is their mean, as in `npm run bench -- routing --repeats=N`;
  * one line per cell: output tokens/s with its ratio to the first variant, hit rate, max/mean processed,
- * TTFT p50/p90, then each run's tokens/s and the requests per worker (summed over the runs).
+ * TTFT p50/p90, router CPU per request (every replica's, /proc), then each run's tokens/s and the requests per worker (summed over the runs).
  * `--kv-events`: the simulators publish KV events (needed by variants with `"kvEvents": true`).
  */
 import { runRoutingBench, type PolicyVariant } from './routing-bench.js';
@@ -73,6 +73,8 @@ for (const workload of workloads) {
         `hit ${(c.hitRate * 100).toFixed(1)}%`,
         `max/mean ${c.maxOverMeanProcessed.toFixed(2)}`,
         `ttft p50 ${c.ttftP50Ms.toFixed(1)} p90 ${c.ttftP90Ms.toFixed(1)}`,
+        `router cpu ${c.routerCpuUsPerRequest ?? 'n/a'} us/req`,
+        ...(c.kvEvents ? [`kv events ${JSON.stringify(c.kvEvents)}`] : []),
         `runs ${JSON.stringify(c.runs?.outputTokPerSec.map(Math.round) ?? [])}`,
         `per worker ${JSON.stringify(c.processedPerWorker)}`,
       ].join(' | '),

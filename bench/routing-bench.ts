@@ -52,6 +52,7 @@ import { mean, percentile, round, stddev } from './stats.js';
 import {
   generateWorkload,
   WORKLOAD_NAMES,
+  type BenchRequest,
   type Workload,
   type WorkloadName,
   type WorkloadOptions,
@@ -143,14 +144,35 @@ export const KV_TOKENIZER_DIR = path.join(ROOT, 'test', 'fixtures', 'tokenizer')
  */
 export const KV_TOKEN_RATIO = 2.2;
 
-/** The warm-up pass (RoutingBenchOptions.warmUp): seed offset and request bound. */
+/**
+ * The warm-up pass (RoutingBenchOptions.warmUp): seed offset, request bound and seed bound.
+ *
+ * Why 512: V8 compiles a router's hot paths (on background threads, counted in its CPU) over its first
+ * several hundred requests, so a cell measured after a short warm-up measures a router far from the
+ * long-lived process it stands for. Router CPU per measured multi-turn request, KV run, one router,
+ * by warm-up length (bench/routing-ab.ts, 2026-12-03, one run each): approximate tree 2,969 us after
+ * 128, 2,031 after 512, 2,135 after 1,500; exact (KV events + tokenizer) 4,531, 3,385, 2,604. 512 makes
+ * the default mode's cells steady-state; the exact mode's paths (chat-template render, tokenizer, block
+ * keys) are still warming at 512, so its cells overstate its steady-state CPU (see docs/benchmarks.md).
+ */
 const WARM_UP_SEED_OFFSET = 1000;
-export const WARM_UP_REQUESTS = 128;
+export const WARM_UP_REQUESTS = 512;
+const WARM_UP_MAX_SEEDS = 4;
 
-/** The warm-up pass's workload: `name` under other seeds, its first WARM_UP_REQUESTS requests. */
+/**
+ * The warm-up pass's workload: `name` under other seeds (the options' seed, then +1, +2, ...: other
+ * prompts, same shape), concatenated up to WARM_UP_REQUESTS requests or WARM_UP_MAX_SEEDS seeds (a
+ * workload of 16 220 KB prompts warms with 64 of them, not 512).
+ */
 function warmUpWorkload(name: WorkloadName, opts: WorkloadOptions): Workload {
-  const w = generateWorkload(name, opts);
-  return { ...w, requests: w.requests.slice(0, WARM_UP_REQUESTS) };
+  const first = generateWorkload(name, opts);
+  const requests: BenchRequest[] = [...first.requests];
+  for (let k = 1; requests.length < WARM_UP_REQUESTS && k < WARM_UP_MAX_SEEDS; k++) {
+    const next = generateWorkload(name, { ...opts, seed: (opts.seed ?? 1) + k });
+    const base = requests.length;
+    for (const r of next.requests) requests.push({ ...r, index: base + r.index });
+  }
+  return { ...first, requests: requests.slice(0, WARM_UP_REQUESTS) };
 }
 
 export interface RoutingBenchOptions {
@@ -177,7 +199,7 @@ export interface RoutingBenchOptions {
   kvEvents?: boolean;
   /**
    * Before each cell is measured, the same stack serves a warm-up pass: the same workload generated
-   * with another seed (other prompts, same shape), at most WARM_UP_REQUESTS requests, not measured.
+   * with other seeds (other prompts, same shape), at most WARM_UP_REQUESTS requests, not measured.
    * A router is a long-lived process: measured fresh, a cell of a few hundred requests also paid its
    * JIT compilation (router CPU per request ~1.2x the warm figure, ~1.5x with --kv-event-source,
    * whose tokenizer is more code to compile), and on this shared host a router's CPU is every

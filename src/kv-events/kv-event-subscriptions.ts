@@ -174,10 +174,19 @@ export class KvEventSubscriptions {
   }
 }
 
+/** URL -> worker key, memoised: every routing decision asks for each candidate's (a URL parse each). */
+const keyMemo = new Map<string, string>();
+const KEY_MEMO_MAX = 4096;
+
 function safeKey(url: string): string {
+  let key = keyMemo.get(url);
+  if (key !== undefined) return key;
   try {
-    return workerKey(url);
+    key = workerKey(url);
   } catch {
-    return url;
+    key = url;
   }
+  if (keyMemo.size >= KEY_MEMO_MAX) keyMemo.clear(); // bounded: worker URLs churn only with the fleet
+  keyMemo.set(url, key);
+  return key;
 }

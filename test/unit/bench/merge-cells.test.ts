@@ -81,7 +81,7 @@ describe('mergeRuns (--repeats)', () => {
     expect(warm.markdown).toMatch(/\| kv_aware \|.*\| 4200 \| 0 \|/);
     expect(warm.markdown).toMatch(/\| kv_aware x2 \|.*\| n\/a \| 0 \|/);
     expect(warm.markdown).toContain(
-      'warm-up pass (the same workload under another seed, at most 128 requests',
+      'warm-up pass (the same workload under other seeds, at most 128 requests',
     );
     const cold = renderReplicas(routingResult(cells, [], { warmUp: false }));
     expect(cold.markdown).toContain('measured on fresh processes (`--no-warm-up`');
