@@ -8,7 +8,6 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
-import { createServer } from 'node:net';
 import path from 'node:path';
 import { pino } from 'pino';
 import { loopbackConfig, type Config } from '../src/config.js';
@@ -20,6 +19,9 @@ import { startRouter } from '../src/router.js';
 import { startCluster, type SimulatorCluster } from '../src/sim/cluster.js';
 import type { SimulatorOptions } from '../src/sim/simulator.js';
 import { ROOT } from './report-doc.js';
+import { freePort, freePorts } from '../test/support/free-ports.js';
+
+export { freePort, freePorts };
 
 export function benchRouterConfig(overrides: Partial<Config>): Config {
   return loopbackConfig({ logLevel: 'silent', healthCheckIntervalMs: 0, ...overrides });
@@ -163,17 +165,6 @@ async function startRouterWithSettings(script: string, settings: Partial<Config>
   }
 }
 
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const port = (srv.address() as { port: number }).port;
-      srv.close(() => resolve(port));
-    });
-  });
-}
-
 export interface RouterProcess {
   readonly pid: number;
   readonly grpcPort: number;
@@ -301,8 +292,7 @@ async function startRouterOnFreePorts(
   script: string,
   cpus: string | undefined,
 ): Promise<RouterProcess> {
-  const grpcPort = await freePort();
-  const adminPort = await freePort();
+  const [grpcPort, adminPort] = (await freePorts(2)) as [number, number];
   const svc = await startTsxProcess(
     script,
     [

@@ -12,7 +12,7 @@
  * prefill servers available": it looks at static workers only), so such a peer is ready when a
  * one-token completion goes through. Listeners on 127.0.0.1 only.
  */
-import { freePort } from './bench-stack.js';
+import { freePorts } from './bench-stack.js';
 import type { PdVariant } from './pd-fleet.js';
 import { spawnPeer, type PeerProcess } from './peers.js';
 
@@ -66,8 +66,7 @@ async function completes(url: string): Promise<boolean> {
 }
 
 export async function startPdPeer(variant: PdVariant, workers: PdPeerWorkers): Promise<PeerProcess> {
-  const port = await freePort();
-  const metricsPort = await freePort();
+  const [port, metricsPort] = (await freePorts(2)) as [number, number];
   const args = pdPeerArgs(variant, port, metricsPort, workers);
   return spawnPeer('vllm-router', args, port, 'discovery' in workers ? completes : undefined);
 }

@@ -19,7 +19,7 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import path from 'node:path';
-import { freePort, superviseChild } from './bench-stack.js';
+import { freePorts, superviseChild } from './bench-stack.js';
 import { ROOT } from './report-doc.js';
 
 export type PeerName = 'vllm-router' | 'smg';
@@ -131,8 +131,7 @@ export async function startPeer(
   policy: PeerPolicy,
   workerUrls: readonly string[],
 ): Promise<PeerProcess> {
-  const port = await freePort();
-  const metricsPort = await freePort();
+  const [port, metricsPort] = (await freePorts(2)) as [number, number];
   return spawnPeer(peer, peerArgs(peer, policy, port, metricsPort, workerUrls), port);
 }
 

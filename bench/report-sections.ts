@@ -47,8 +47,9 @@ export function renderRouting(r: RoutingResult): RenderedSection {
           ', ',
         )}. A fresh stack per cell.${warmUpNote(r.setup.warmUp)} \`cache_aware\` runs with the router's defaults; ` +
       `\`cache_aware_per_request\` and \`cache_aware_global\` are the reference router's rules as explicit modes ` +
-      `(\`--cache-aware-mode per_request|global\`, threshold 0.3, balance abs 64 / rel 1.5); \`cache_aware_abs8\` uses ` +
-      `\`--balance-abs-threshold 8\` (the default 64 cannot fire when a worker averages 8 requests). ` +
+      `(\`--cache-aware-mode per_request|global\`, threshold 0.3, balance abs 64 / rel 1.5); \`cache_aware_per_request_abs8\` ` +
+      `is \`per_request\` with \`--balance-abs-threshold 8\` (its default 64 cannot fire when a worker averages 8 ` +
+      `requests). ` +
       peersLine(r) +
       repeatsNote(r.setup.repeats),
     '',

@@ -47,7 +47,13 @@
 import type { Role } from '../workers/role.js';
 import type { Worker } from '../workers/worker.js';
 import { TimingEstimates } from '../load/timing-estimates.js';
-import { costBranch, DEFAULT_COST_MODEL_OPTIONS, scoreCost, type WorkerSignals } from './cost-model.js';
+import {
+  costBranch,
+  DEFAULT_COST_MODEL_OPTIONS,
+  scoreCost,
+  type CostModelOptions,
+  type WorkerSignals,
+} from './cost-model.js';
 import type { Decision, Policy, SelectionInput } from './policy.js';
 import { homeKeyHash } from './prefix-home.js';
 import { PrefixReuse } from './prefix-reuse.js';
@@ -79,7 +85,11 @@ export interface CacheAwareDeps {
   readonly foreignShare?: (worker: Worker) => number;
 }
 
-export interface CacheAwareOptions {
+/**
+ * The reference modes' thresholds, the tree's bounds and the mode; the cost mode's own options
+ * (filters, weights, prefix home) are CostModelOptions (cost-model.ts), documented there.
+ */
+export interface CacheAwareOptions extends CostModelOptions {
   cacheThreshold: number;
   balanceAbsThreshold: number;
   balanceRelThreshold: number;
@@ -88,28 +98,6 @@ export interface CacheAwareOptions {
   mode: CacheAwareMode;
   /** Model trees kept at most (least recently routed dropped first). Default 256. */
   maxModels: number;
-  /** cost mode: skip workers with more scraped waiting requests than this while others have fewer. */
-  overloadWaiting: number;
-  /** cost mode: skip workers with scraped KV-cache usage above this while others are below. */
-  overloadKvUsage: number;
-  /** cost mode: characters per token for the radix tree's matches and unknown prompt sizes. */
-  charsPerToken: number;
-  /** cost mode: skip workers with more than this multiple of the mean load (and the mean + costBalanceAbs). */
-  costBalanceRel: number;
-  /** cost mode: the imbalance filter's absolute margin over the mean, in requests. */
-  costBalanceAbs: number;
-  /** cost mode: while a worker has nothing ahead, skip workers with at least this many prefills queued (0 = off). */
-  costIdleQueue: number;
-  /** cost mode: fraction of a decode step each request ahead adds to a worker's score. */
-  costDecodeWeight: number;
-  /** cost mode: weight of recomputed prompt tokens x the worker's cache fill (the contexts they displace). */
-  costRecomputeWeight: number;
-  /** cost mode: a new prefix's rendezvous home may cost this multiple of its prefill in score (0 = off). */
-  prefixHomeMargin: number;
-  /** cost mode: the home's margin while no load from elsewhere (another replica, a client) is seen. */
-  prefixHomeMarginAlone: number;
-  /** cost mode: characters of the prompt's start that key its rendezvous home. */
-  prefixHomeKeyChars: number;
 }
 
 export const DEFAULT_CACHE_AWARE_OPTIONS: Readonly<CacheAwareOptions> = Object.freeze({
@@ -120,17 +108,7 @@ export const DEFAULT_CACHE_AWARE_OPTIONS: Readonly<CacheAwareOptions> = Object.f
   maxTreeSize: 2 ** 26,
   mode: 'cost',
   maxModels: 256,
-  overloadWaiting: 8,
-  overloadKvUsage: 0.9,
-  charsPerToken: 4,
-  costBalanceRel: DEFAULT_COST_MODEL_OPTIONS.costBalanceRel,
-  costBalanceAbs: DEFAULT_COST_MODEL_OPTIONS.costBalanceAbs,
-  costIdleQueue: DEFAULT_COST_MODEL_OPTIONS.costIdleQueue,
-  costDecodeWeight: DEFAULT_COST_MODEL_OPTIONS.costDecodeWeight,
-  costRecomputeWeight: DEFAULT_COST_MODEL_OPTIONS.costRecomputeWeight,
-  prefixHomeMargin: DEFAULT_COST_MODEL_OPTIONS.prefixHomeMargin,
-  prefixHomeMarginAlone: DEFAULT_COST_MODEL_OPTIONS.prefixHomeMarginAlone,
-  prefixHomeKeyChars: DEFAULT_COST_MODEL_OPTIONS.prefixHomeKeyChars,
+  ...DEFAULT_COST_MODEL_OPTIONS,
 });
 
 /** Merges over the defaults and validates; throws RangeError on an invalid value. */

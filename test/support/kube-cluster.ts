@@ -14,7 +14,7 @@
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { generateKeyPairSync, randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync, createWriteStream } from 'node:fs';
-import { createServer } from 'node:net';
+import { freePorts } from './free-ports.js';
 import { tmpdir } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
 import { Agent, request } from 'node:https';
@@ -60,17 +60,6 @@ export function kubeBinaries(): { apiserver: string; etcd: string } {
   return { apiserver, etcd };
 }
 
-async function freePort(): Promise<number> {
-  return new Promise((resolvePort, reject) => {
-    const srv = createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const port = (srv.address() as { port: number }).port;
-      srv.close(() => resolvePort(port));
-    });
-  });
-}
-
 function exited(child: ChildProcess): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
   return new Promise((r) => child.once('exit', () => r()));
@@ -113,7 +102,7 @@ export async function startKubeCluster(): Promise<KubeCluster> {
   const children: ChildProcess[] = [];
   let apiserver: ChildProcess | undefined;
   try {
-    const [clientPort, peerPort, port] = [await freePort(), await freePort(), await freePort()];
+    const [clientPort, peerPort, port] = (await freePorts(3)) as [number, number, number];
     const etcdLog = createWriteStream(join(dir, 'etcd.log'));
     const etcd = spawn(
       bins.etcd,
