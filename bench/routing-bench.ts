@@ -792,7 +792,7 @@ export function routingTargets(cells: readonly RoutingCell[]): RoutingTarget[] {
     }
     out.push({
       name: `${label} ${w} max/mean processed per worker`,
-      value: ca.maxOverMeanProcessed,
+      value: round(ca.maxOverMeanProcessed),
       target: '<= 1.3',
       met: ca.maxOverMeanProcessed <= 1.3,
     });

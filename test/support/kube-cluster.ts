@@ -14,7 +14,6 @@
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { generateKeyPairSync, randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync, createWriteStream } from 'node:fs';
-import { freePorts } from './free-ports.js';
 import { tmpdir } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
 import { Agent, request } from 'node:https';
@@ -26,6 +25,7 @@ import {
   type V1Pod,
 } from '@kubernetes/client-node';
 import { parseAllDocuments } from 'yaml';
+import { freePorts } from './free-ports.js';
 import { waitFor } from './wait-for.js';
 
 const REPO = resolve(import.meta.dirname, '../..');

@@ -10,6 +10,7 @@ import net from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { Router } from '../../../src/router.js';
 import { KvEventPublisher } from '../../../src/sim/kv-event-publisher.js';
+import { freePort } from '../../support/free-ports.js';
 import { adminJson, startTestRouter } from '../../support/router-fixture.js';
 import { waitFor } from '../../support/wait-for.js';
 import { healthClient } from './router-child.js';
@@ -19,14 +20,6 @@ const cleanups: Array<() => unknown> = [];
 afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c();
 });
-
-async function freePort(): Promise<number> {
-  const srv = net.createServer();
-  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', () => r()));
-  const port = (srv.address() as net.AddressInfo).port;
-  await new Promise<void>((r) => srv.close(() => r()));
-  return port;
-}
 
 async function startRouterWithKvSource(overrides: Record<string, unknown> = {}) {
   const workerUrl = 'http://127.0.0.1:18000';
