@@ -152,6 +152,22 @@ export function warmUpNote(warmUp: { requests: number; seedOffset: number } | fa
   );
 }
 
+/**
+ * Which workloads' cells measure several passes one after the other (MEASURED_PASSES in
+ * routing-bench.ts, `measuredPasses` in a workload's setup); '' when every cell is one pass.
+ */
+export function passesNote(
+  workloads: Readonly<Record<string, Readonly<Record<string, unknown>>>> | undefined,
+): string {
+  const multi = Object.entries(workloads ?? {}).filter(([, p]) => typeof p.measuredPasses === 'number');
+  if (multi.length === 0) return '';
+  return (
+    ` A cell measures several passes of its workload one after the other (the next seeds: other prompts,` +
+    ` the same shape; each pass starts and drains as the workload does), so that no cell lasts only a` +
+    ` second or two: ${multi.map(([w, p]) => `${w} ${String(p.measuredPasses)}`).join(', ')}; the others one.`
+  );
+}
+
 /** Router CPU per request of a cell, or n/a (peers, in-process routers, results from before the field). */
 export function routerCpuText(us: number | undefined): string {
   return us === undefined ? 'n/a' : String(Math.round(us));

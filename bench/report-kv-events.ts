@@ -15,6 +15,7 @@ import {
   routerCpuText,
   runHeader,
   table,
+  passesNote,
   warmUpNote,
 } from './report-doc.js';
 import { round } from './stats.js';
@@ -83,6 +84,7 @@ export function renderKvEvents(r: RoutingResult): RenderedSection {
         .join(', ') +
       '.' +
       warmUpNote(r.setup.warmUp) +
+      passesNote(r.setup.workloads) +
       repeatsNote(r.setup.repeats),
     '',
     ...workloadsAndTargets(r),

@@ -16,6 +16,7 @@ import {
   runHeader,
   table,
   targetsBlock,
+  passesNote,
   warmUpNote,
 } from './report-doc.js';
 
@@ -111,6 +112,7 @@ function routingPart(r: RoutingResult): string[] {
       "against one replica of the same mode (prefix home on); spread is the busiest worker's processed " +
       'requests over the mean; router CPU sums the replicas.' +
       warmUpNote(r.setup.warmUp) +
+      passesNote(r.setup.workloads) +
       repeatsNote(r.setup.repeats),
     '',
   );

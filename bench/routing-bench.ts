@@ -46,7 +46,7 @@ import { startCluster } from '../src/sim/cluster.js';
 import type { Simulator } from '../src/sim/simulator.js';
 import { buildRouter, startRoutedStack, type StackRouter } from './bench-stack.js';
 import { mergeRuns } from './merge-cells.js';
-import { runClosedLoop, type RunResult } from './drivers.js';
+import { runClosedLoop, type RequestResult, type RunResult } from './drivers.js';
 import { PEER_VARIANTS, PEER_VERSIONS, preparePeers, startPeer } from './peers.js';
 import { mean, percentile, round, stddev } from './stats.js';
 import {
@@ -73,6 +73,12 @@ export interface PolicyVariant {
    * only has its approximate prefix tree.
    */
   readonly kvEvents?: boolean;
+  /**
+   * Simulator timing for this variant's cells, over the run's (A/B bounds only, never in the published
+   * tables): e.g. `{"prefillMsPerToken": 0}` with round robin is what any routing could at best reach
+   * on a workload, every prompt token free as if cached, the load spread evenly.
+   */
+  readonly simTiming?: Partial<TimingModel>;
 }
 
 export const POLICY_VARIANTS: readonly PolicyVariant[] = [
@@ -170,6 +176,23 @@ const WARM_UP_MAX_SEEDS = 4;
  * prompts, same shape), concatenated up to WARM_UP_REQUESTS requests or WARM_UP_MAX_SEEDS seeds (a
  * workload of 16 220 KB prompts warms with 64 of them, not 512).
  */
+/**
+ * Passes of a workload measured one after the other in each cell (seeds seed, seed+1, ...: the same
+ * shape, other prompts; each pass the workload exactly as defined, its start and its drain
+ * included). A cell shorter than a few seconds moved 15-30% run to run on the 2-core host (one stall
+ * of any of ~20 processes weighs on all of it): multi-turn lasted ~1.6 s, hot-burst ~1.3 s, chat
+ * ~2.9 s, external-load ~3.3 s, no-sharing ~4.4 s, long-prompt 3-6 s, against 4-8 s for the cells that
+ * held within 2% (shared-prefix, eviction-pressure). Quick runs measure one pass.
+ */
+export const MEASURED_PASSES: Readonly<Partial<Record<WorkloadName, number>>> = {
+  'multi-turn': 4,
+  'chat-one-system-prompt': 3,
+  'hot-burst': 3,
+  'no-sharing': 2,
+  'long-prompt': 2,
+  'external-load': 2,
+};
+
 function warmUpWorkload(name: WorkloadName, opts: WorkloadOptions): Workload {
   const first = generateWorkload(name, opts);
   const requests: BenchRequest[] = [...first.requests];
@@ -412,11 +435,17 @@ export async function runRoutingBench(opts: RoutingBenchOptions = {}): Promise<R
 
   for (const name of workloads) {
     const workload = generateWorkload(name, wopts[name]);
+    const passCount = quick ? 1 : (MEASURED_PASSES[name] ?? 1);
+    const passes = [workload];
+    for (let k = 1; k < passCount; k++) {
+      passes.push(generateWorkload(name, { ...wopts[name], seed: (wopts[name].seed ?? seed) + k }));
+    }
     const warmWorkload = warmUp ? warmUpWorkload(name, warmOpts[name]) : undefined;
     setupWorkloads[name] = {
       ...workload.params,
       requests: workload.requests.length,
       sharedChars: workload.sharedChars,
+      ...(passCount > 1 ? { measuredPasses: passCount } : {}),
     };
     const sim: SimulatorOptions = {
       timeScale,
@@ -424,20 +453,20 @@ export async function runRoutingBench(opts: RoutingBenchOptions = {}): Promise<R
       cache: { capacityBlocks: blocks[name] },
       ...(kvRun
         ? {
-            tokenizer: warmSimTokenizer([workload, ...(warmWorkload ? [warmWorkload] : [])]),
+            tokenizer: warmSimTokenizer([...passes, ...(warmWorkload ? [warmWorkload] : [])]),
             kvEvents: { replayEndpoint: 'tcp://127.0.0.1:0' },
           }
         : {}),
       ...(workload.external ? { maxRecords: 20_000 } : {}),
     };
-    const run = { workload, concurrency: workload.concurrency ?? concurrency, quick };
-    const warmRun = warmWorkload ? { ...run, workload: warmWorkload } : undefined;
+    const run: CellRun = { passes, concurrency: workload.concurrency ?? concurrency, quick };
+    const warmRun = warmWorkload ? { ...run, passes: [warmWorkload] } : undefined;
     const runs = new Map<string, RoutingCell[]>();
     for (let rep = 0; rep < repeats; rep++) {
       for (const variant of variants) {
         const stack = await startRoutedStack({
           workers,
-          sim,
+          sim: variant.simTiming ? { ...sim, timing: { ...timing, ...variant.simTiming } } : sim,
           router: { policy: variant.policy, ...variant.router },
           replicas: variant.replicas,
           ...(routerScript !== undefined ? { routerScript } : {}),
@@ -541,7 +570,8 @@ function scaleBlocks(b: Record<WorkloadName, number>, k: number): Record<Workloa
 }
 
 interface CellRun {
-  readonly workload: Workload;
+  /** Measured one after the other (MEASURED_PASSES); the cell covers them all. */
+  readonly passes: readonly Workload[];
   readonly concurrency: number;
   readonly quick: boolean;
 }
@@ -556,7 +586,7 @@ async function measureCell(
   run: CellRun,
   label: string,
 ): Promise<RoutingCell> {
-  const { workload } = run;
+  const workload = run.passes[0]!;
   const maxDurationMs = run.quick ? 60_000 : 240_000;
   // What the simulators counted before this cell (a warm-up pass on the same stack) is not its own.
   const queried0 = sims.reduce((n, s) => n + s.cache.queriedTokens, 0);
@@ -587,20 +617,26 @@ async function measureCell(
     const m = mean(loads);
     if (m > 0) cvs.push(stddev(loads) / m);
   }, 25).unref();
-  let result: RunResult;
+  const results: RequestResult[] = [];
+  let wallMs = 0;
+  let requests = 0;
   try {
-    result = await runClosedLoop({
-      baseUrl: url,
-      requests: workload.requests,
-      concurrency: run.concurrency,
-      maxDurationMs,
-    });
+    for (const pass of run.passes) {
+      const result = await runClosedLoop({
+        baseUrl: url,
+        requests: pass.requests,
+        concurrency: run.concurrency,
+        maxDurationMs,
+      });
+      for (const r of result.results) if (r !== undefined) results.push(r);
+      wallMs += result.wallMs;
+      requests += pass.requests.length;
+    }
   } finally {
     clearInterval(sampler);
     stopExternal.abort();
     await Promise.all(background);
   }
-  const results = result.results.filter((r) => r !== undefined);
   const okResults = results.filter((r) => r.error === undefined);
   let queried = 0;
   let hits = 0;
@@ -628,7 +664,7 @@ async function measureCell(
   const cell: RoutingCell = {
     workload: workload.name,
     policy: label,
-    requests: workload.requests.length,
+    requests,
     completed: okResults.length,
     errors,
     hitRate: queried > 0 ? hits / queried : NaN,
@@ -637,8 +673,8 @@ async function measureCell(
     ttftP99Ms: percentile(ttfts, 99),
     itlP50Ms: percentile(itls, 50),
     outputTokens,
-    outputTokPerSec: outputTokens / (result.wallMs / 1000),
-    wallMs: result.wallMs,
+    outputTokPerSec: outputTokens / (wallMs / 1000),
+    wallMs,
     processedPerWorker: processed,
     maxOverMeanProcessed: Math.max(...processed) / mean(processed),
     inFlightCv: mean(cvs),

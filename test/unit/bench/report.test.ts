@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { replaceSection, table } from '../../../bench/report-doc.js';
+import { passesNote, replaceSection, table } from '../../../bench/report-doc.js';
 import { mean, pairedDiffs, percentile, stddev } from '../../../bench/stats.js';
 import { renderBarChart } from '../../../bench/svg-chart.js';
 
@@ -30,6 +30,18 @@ describe('report-doc', () => {
     const out = replaceSection(doc, 'routing', 'new');
     expect(out).toBe('intro\n<!-- bench:routing:start -->\nnew\n<!-- bench:routing:end -->\nhand-written\n');
     expect(replaceSection(out, 'scale', 'x')).toContain('hand-written\n\n<!-- bench:scale:start -->\nx\n');
+  });
+
+  it('passesNote names the workloads whose cells measure several passes, nothing when none does', () => {
+    const note = passesNote({
+      'multi-turn': { users: 32, measuredPasses: 4 },
+      'shared-prefix': { groups: 32 },
+      'hot-burst': { burst: 200, measuredPasses: 3 },
+    });
+    expect(note).toContain('multi-turn 4, hot-burst 3; the others one.');
+    expect(note).not.toContain('shared-prefix');
+    expect(passesNote({ 'shared-prefix': { groups: 32 } })).toBe('');
+    expect(passesNote(undefined)).toBe('');
   });
 
   it('table renders a markdown table and escapes pipes', () => {
