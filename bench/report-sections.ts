@@ -4,7 +4,7 @@
  * the returned `assets` are written by the caller (bench/run.ts).
  */
 import type { OverheadResult, OverheadRun, RouterProfile } from './overhead-bench.js';
-import { findCell, type RoutingResult } from './routing-bench.js';
+import { BOUND_LABEL, findCell, type RoutingResult } from './routing-bench.js';
 import type { ScaleResult } from './scale-bench.js';
 import { renderBarChart } from './svg-chart.js';
 import {
@@ -51,6 +51,10 @@ export function renderRouting(r: RoutingResult): RenderedSection {
       `(\`--cache-aware-mode per_request|global\`, threshold 0.3, balance abs 64 / rel 1.5); \`cache_aware_per_request_abs8\` ` +
       `is \`per_request\` with \`--balance-abs-threshold 8\` (its default 64 cannot fire when a worker averages 8 ` +
       `requests). ` +
+      (r.cells.some((c) => c.policy === BOUND_LABEL)
+        ? `\`${BOUND_LABEL}\` is not a policy but the bound: round robin on simulators whose prefill costs ` +
+          'nothing (every prompt token as if cached), what no routing can exceed on that workload in this run. '
+        : '') +
       peersLine(r) +
       repeatsNote(r.setup.repeats),
     '',
@@ -185,7 +189,8 @@ function sideBySide(r: RoutingResult): string[] {
   ]
     .map((p) => p.replace(/ (cache_aware|round_robin)$/, ''))
     .filter((p, i, a) => a.indexOf(p) === i);
-  const columns = [...ours, ...peers.map((p) => `${p} cache_aware`)];
+  const bound = r.cells.some((c) => c.policy === BOUND_LABEL) ? [BOUND_LABEL] : [];
+  const columns = [...ours, ...peers.map((p) => `${p} cache_aware`), ...bound];
   const workloads = [...new Set(r.cells.map((c) => c.workload))];
   const own = (label: string): string => {
     const peer = peers.find((p) => label.startsWith(`${p} `));

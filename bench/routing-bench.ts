@@ -81,6 +81,9 @@ export interface PolicyVariant {
   readonly simTiming?: Partial<TimingModel>;
 }
 
+/** The upper-bound row of the routing tables (see POLICY_VARIANTS). */
+export const BOUND_LABEL = 'bound_free_prefill';
+
 export const POLICY_VARIANTS: readonly PolicyVariant[] = [
   { label: 'round_robin', policy: 'round_robin' },
   { label: 'random', policy: 'random' },
@@ -101,6 +104,10 @@ export const POLICY_VARIANTS: readonly PolicyVariant[] = [
     policy: 'cache_aware',
     router: { cacheAwareMode: 'per_request', balanceAbsThreshold: 8 },
   },
+  // Not a policy: the bound. Round robin (even spread) on simulators whose prefill costs nothing, as
+  // if every prompt token were cached: no routing can deliver more output tokens/s on a workload in
+  // the same run (it still pays the per-request overhead and the decode steps).
+  { label: BOUND_LABEL, policy: 'round_robin', simTiming: { prefillMsPerToken: 0 } },
 ];
 
 /**
