@@ -8,9 +8,9 @@
  *
  * Metrics: cache hit rate = sum of the simulators' prefix-cache hit tokens / query tokens (vLLM's
  * prefix_cache_hits / prefix_cache_queries); TTFT p50/p99 and ITL p50 at the client; output tokens/s =
- * output tokens / wall time; max/mean of requests processed per worker (hotspot); stddev/mean of
- * in-flight requests across workers, sampled every 25 ms while the run lasts and averaged over samples
- * with any load; errors (non-200 or broken streams).
+ * output tokens / wall time; max/mean of requests processed per worker (hotspot; per measured pass,
+ * averaged over the passes); stddev/mean of in-flight requests across workers, sampled every 25 ms
+ * while the run lasts and averaged over samples with any load; errors (non-200 or broken streams).
  *
  * Simulator profile (why these numbers): prefill is the dominant, CAPACITY-bounded cost (one prefill
  * lane per worker, 0.05 ms per uncached token: a 2176-token miss holds the lane ~114 ms, a hit ~12 ms),
@@ -625,10 +625,13 @@ async function measureCell(
     if (m > 0) cvs.push(stddev(loads) / m);
   }, 25).unref();
   const results: RequestResult[] = [];
+  /** Date.now() at each pass's start (the simulators' records carry the same clock). */
+  const passStarts: number[] = [];
   let wallMs = 0;
   let requests = 0;
   try {
     for (const pass of run.passes) {
+      passStarts.push(Date.now());
       const result = await runClosedLoop({
         baseUrl: url,
         requests: pass.requests,
@@ -661,9 +664,24 @@ async function measureCell(
     queried -= queried0;
     hits -= hits0;
   }
-  const processed = sims.map(
-    (s) => s.records.filter((r) => r.startMs >= mark && (!ext || r.headers[ext.header] === undefined)).length,
+  // Per pass, then summed: the hotspot measure is the workload's (one pass), averaged over the passes,
+  // so a policy that piles each pass onto another worker does not read as balanced.
+  const ends = [...passStarts.slice(1), Infinity];
+  const perPass = passStarts.map((start, k) =>
+    sims.map(
+      (s) =>
+        s.records.filter(
+          (r) =>
+            r.startMs >= (k === 0 ? mark : start) &&
+            r.startMs < ends[k]! &&
+            (!ext || r.headers[ext.header] === undefined),
+        ).length,
+    ),
   );
+  const processed = sims.map((_, i) => perPass.reduce((n, counts) => n + counts[i]!, 0));
+  const passMaxOverMean = perPass
+    .filter((counts) => counts.some((n) => n > 0))
+    .map((counts) => Math.max(...counts) / mean(counts));
   const errors = results.length - okResults.length;
   const outputTokens = okResults.reduce((n, r) => n + r.outputTokens, 0);
   const ttfts = okResults.map((r) => r.ttftMs!).filter((v) => v !== undefined);
@@ -683,7 +701,7 @@ async function measureCell(
     outputTokPerSec: outputTokens / (wallMs / 1000),
     wallMs,
     processedPerWorker: processed,
-    maxOverMeanProcessed: Math.max(...processed) / mean(processed),
+    maxOverMeanProcessed: mean(passMaxOverMean),
     inFlightCv: mean(cvs),
   };
   const firstError = results.find((r) => r.error !== undefined)?.error;
