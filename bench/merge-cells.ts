@@ -63,6 +63,9 @@ export function mergeRuns(runs: readonly RoutingCell[]): RoutingCell {
     ...(runs.every((c) => c.routerCpuUsPerRequest !== undefined)
       ? { routerCpuUsPerRequest: Math.round(avg((c) => c.routerCpuUsPerRequest as number)) }
       : {}),
+    ...(runs.every((c) => c.stealFraction !== undefined)
+      ? { stealFraction: avg((c) => c.stealFraction as number) }
+      : {}),
     ...(branches !== undefined ? { branches } : {}),
     ...(kvEvents !== undefined ? { kvEvents: kvEvents as NonNullable<RoutingCell['kvEvents']> } : {}),
     runs: { hitRate: runs.map((c) => c.hitRate), outputTokPerSec: runs.map((c) => c.outputTokPerSec) },

@@ -168,6 +168,32 @@ export function passesNote(
   );
 }
 
+/** Cells measured with more than this share of the host's CPU stolen are named in the reports. */
+export const STEAL_NOTED = 0.05;
+
+/**
+ * The hypervisor's steal time over the measured passes (host-steal.ts): its mean over the cells and
+ * the cells above STEAL_NOTED, whose figures were measured on a host partly taken by a neighbour;
+ * '' for results without it.
+ */
+export function stealNote(
+  cells: ReadonlyArray<{ workload: string; policy: string; stealFraction?: number }>,
+): string {
+  const measured = cells.filter((c) => c.stealFraction !== undefined);
+  if (measured.length === 0) return '';
+  const pctText = (f: number) => `${(f * 100).toFixed(1)}%`;
+  const avg = measured.reduce((n, c) => n + c.stealFraction!, 0) / measured.length;
+  const noted = measured.filter((c) => c.stealFraction! > STEAL_NOTED);
+  return (
+    ` CPU stolen by the hypervisor during the measured passes (/proc/stat): ${pctText(avg)} on average` +
+    (noted.length === 0
+      ? `, no cell above ${pctText(STEAL_NOTED)}.`
+      : `; cells above ${pctText(STEAL_NOTED)}, read them with care: ` +
+        noted.map((c) => `${c.workload} ${c.policy} ${pctText(c.stealFraction!)}`).join(', ') +
+        '.')
+  );
+}
+
 /** Router CPU per request of a cell, or n/a (peers, in-process routers, results from before the field). */
 export function routerCpuText(us: number | undefined): string {
   return us === undefined ? 'n/a' : String(Math.round(us));

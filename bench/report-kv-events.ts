@@ -16,6 +16,7 @@ import {
   runHeader,
   table,
   passesNote,
+  stealNote,
   warmUpNote,
 } from './report-doc.js';
 import { round } from './stats.js';
@@ -85,6 +86,7 @@ export function renderKvEvents(r: RoutingResult): RenderedSection {
       '.' +
       warmUpNote(r.setup.warmUp) +
       passesNote(r.setup.workloads) +
+      stealNote(r.cells) +
       repeatsNote(r.setup.repeats),
     '',
     ...workloadsAndTargets(r),

@@ -17,6 +17,7 @@ import {
   table,
   targetsBlock,
   passesNote,
+  stealNote,
   warmUpNote,
 } from './report-doc.js';
 
@@ -113,6 +114,7 @@ function routingPart(r: RoutingResult): string[] {
       'requests over the mean; router CPU sums the replicas.' +
       warmUpNote(r.setup.warmUp) +
       passesNote(r.setup.workloads) +
+      stealNote(r.cells) +
       repeatsNote(r.setup.repeats),
     '',
   );

@@ -45,6 +45,7 @@ import type { TimingModel } from '../src/sim/timing-model.js';
 import { startCluster } from '../src/sim/cluster.js';
 import type { Simulator } from '../src/sim/simulator.js';
 import { buildRouter, startRoutedStack, type StackRouter } from './bench-stack.js';
+import { cpuTicks, stealFraction } from './host-steal.js';
 import { mergeRuns } from './merge-cells.js';
 import { runClosedLoop, type RequestResult, type RunResult } from './drivers.js';
 import { PEER_VARIANTS, PEER_VERSIONS, preparePeers, startPeer } from './peers.js';
@@ -279,6 +280,8 @@ export interface RoutingCell {
    * microseconds; router processes only (not peers, not in-process routers).
    */
   routerCpuUsPerRequest?: number;
+  /** Share of the host's CPU time the hypervisor stole during the measured passes (host-steal.ts). */
+  stealFraction?: number;
   /** KV-event counters summed over replicas (variants with `kvEvents`). */
   kvEvents?: { applied: number; dropped: number; gaps: number; resets: number; fallbackLookups: number };
 }
@@ -624,6 +627,7 @@ async function measureCell(
     const m = mean(loads);
     if (m > 0) cvs.push(stddev(loads) / m);
   }, 25).unref();
+  const ticks0 = cpuTicks();
   const results: RequestResult[] = [];
   /** Date.now() at each pass's start (the simulators' records carry the same clock). */
   const passStarts: number[] = [];
@@ -647,6 +651,7 @@ async function measureCell(
     stopExternal.abort();
     await Promise.all(background);
   }
+  const steal = stealFraction(ticks0, cpuTicks());
   const okResults = results.filter((r) => r.error === undefined);
   let queried = 0;
   let hits = 0;
@@ -706,6 +711,7 @@ async function measureCell(
   };
   const firstError = results.find((r) => r.error !== undefined)?.error;
   if (firstError) cell.firstError = firstError;
+  if (steal !== undefined) cell.stealFraction = steal;
   return roundCell(cell);
 }
 
@@ -782,6 +788,7 @@ function cellLine(c: RoutingCell): string {
     (c.routerCpuUsPerRequest !== undefined ? `router cpu ${c.routerCpuUsPerRequest} us/req ` : '') +
     `errors ${c.errors}${c.firstError ? ` (${c.firstError.slice(0, 80)})` : ''} ` +
     `wall ${(c.wallMs / 1000).toFixed(1)} s` +
+    (c.stealFraction !== undefined ? ` steal ${(c.stealFraction * 100).toFixed(1)}%` : '') +
     (c.branches ? ` branches ${JSON.stringify(c.branches)}` : '') +
     (c.kvEvents ? ` kv ${JSON.stringify(c.kvEvents)}` : '')
   );
@@ -799,6 +806,7 @@ function roundCell(c: RoutingCell): RoutingCell {
     wallMs: Math.round(c.wallMs),
     maxOverMeanProcessed: round(c.maxOverMeanProcessed),
     inFlightCv: round(c.inFlightCv),
+    ...(c.stealFraction !== undefined ? { stealFraction: round(c.stealFraction) } : {}),
   };
 }
 
