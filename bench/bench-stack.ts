@@ -186,11 +186,30 @@ export interface ChildService {
   close(): Promise<void>;
 }
 
+/** Children started through superviseChild and not yet exited: killed when this process exits. */
+const liveChildren = new Set<ChildProcess>();
+process.once('exit', () => {
+  for (const child of liveChildren) child.kill('SIGKILL');
+});
+
+/**
+ * Makes SIGINT and SIGTERM exit through process.exit, so that the 'exit' hooks (here and in
+ * src/envoy/envoy-process.ts) kill every router, peer and Envoy this benchmark started: by default
+ * Node dies on those signals without running them, and an interrupted run left its routers running
+ * and taking CPU from the next run. For the benchmarks' entry points (bench/run.ts, routing-ab.ts).
+ */
+export function exitOnSignals(): void {
+  process.once('SIGINT', () => process.exit(130));
+  process.once('SIGTERM', () => process.exit(143));
+}
+
 /**
  * Keeps the last 4 KB of a child's stderr and gives it one idempotent close: SIGTERM, SIGKILL after
- * 5 s, resolved when the process has exited.
+ * 5 s, resolved when the process has exited. A child still running when this process exits is killed.
  */
 export function superviseChild(child: ChildProcess): { stderrTail(): string; close(): Promise<void> } {
+  liveChildren.add(child);
+  child.once('exit', () => liveChildren.delete(child));
   let stderr = '';
   child.stderr?.on('data', (d: Buffer) => {
     stderr = (stderr + d.toString()).slice(-4096);

@@ -15,6 +15,7 @@
  * TTFT p50/p90, router CPU per request (every replica's, /proc), the host's steal time, then each run's tokens/s and the requests per worker (summed over the runs).
  * `--kv-events`: the simulators publish KV events (needed by variants with `"kvEvents": true`).
  */
+import { exitOnSignals } from './bench-stack.js';
 import { runRoutingBench, type PolicyVariant } from './routing-bench.js';
 import { WORKLOAD_NAMES, type WorkloadName } from './workloads.js';
 
@@ -53,6 +54,7 @@ if (!Number.isInteger(seed)) usage('--seed must be an integer');
 const variants = args.filter((a) => !a.startsWith('--')).map(parseVariant);
 if (variants.length === 0) usage('give at least one variant');
 
+exitOnSignals();
 const result = await runRoutingBench({
   workloads: workloads as WorkloadName[],
   variants,

@@ -28,6 +28,7 @@ import {
   type OverheadResult,
   type OverheadScenario,
 } from './overhead-bench.js';
+import { exitOnSignals } from './bench-stack.js';
 import { readResult, writeAsset, writeResult, writeSection, type SectionName } from './report-doc.js';
 import {
   renderOverhead,
@@ -270,6 +271,7 @@ async function main(): Promise<void> {
   }
 }
 
+exitOnSignals();
 main().then(
   () => process.exit(0),
   (err: unknown) => {
