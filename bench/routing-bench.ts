@@ -75,9 +75,9 @@ export interface PolicyVariant {
    */
   readonly kvEvents?: boolean;
   /**
-   * Simulator timing for this variant's cells, over the run's (A/B bounds only, never in the published
-   * tables): e.g. `{"prefillMsPerToken": 0}` with round robin is what any routing could at best reach
-   * on a workload, every prompt token free as if cached, the load spread evenly.
+   * Simulator timing for this variant's cells, over the run's: for bounds only (BOUND_LABEL in the
+   * published tables, or an A/B): `{"prefillMsPerToken": 0}` with round robin is what any routing could
+   * at best reach on a workload, every prompt token free as if cached, the load spread evenly.
    */
   readonly simTiming?: Partial<TimingModel>;
 }
