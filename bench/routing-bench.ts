@@ -601,7 +601,6 @@ async function measureCell(
   // What the simulators counted before this cell (a warm-up pass on the same stack) is not its own.
   const queried0 = sims.reduce((n, s) => n + s.cache.queriedTokens, 0);
   const hits0 = sims.reduce((n, s) => n + s.cache.hitTokens, 0);
-  const mark = Date.now();
   const ext = workload.external;
   const stopExternal = new AbortController();
   let background: Array<Promise<RunResult>> = [];
@@ -676,10 +675,7 @@ async function measureCell(
     sims.map(
       (s) =>
         s.records.filter(
-          (r) =>
-            r.startMs >= (k === 0 ? mark : start) &&
-            r.startMs < ends[k]! &&
-            (!ext || r.headers[ext.header] === undefined),
+          (r) => r.startMs >= start && r.startMs < ends[k]! && (!ext || r.headers[ext.header] === undefined),
         ).length,
     ),
   );
