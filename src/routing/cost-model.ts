@@ -100,7 +100,7 @@
  *   48.2% -> 54.7% (KV events), 42.2% -> 45.1% with two replicas; external-load TTFT p50 71 -> 49 ms;
  *   long-prompt, hot-burst, chat and multi-turn unchanged within their spread (hot-burst's burst of
  *   200 still spreads: there the relative rule, 1.5x a mean of 25, is the wider one).
- * - idle queue (`costIdleQueue`, default 3; 0 = off): while some candidate has nothing at all ahead
+ * - idle queue (`costIdleQueue`, default 2; 0 = off): while some candidate has nothing at all ahead
  *   (no request queued or running), a candidate with at least that many prefills queued (this
  *   router's not yet at their first token, plus the scraped queue of others) is skipped. A worker
  *   with nothing to do is prefill capacity going to waste, and the band above cannot see a burst
@@ -109,7 +109,7 @@
  *   older contexts), and the mean rises only as the holders fill, so the first holders grew far past
  *   the final mean before the last workers were seeded (per worker over 2 runs: 66-68 requests on
  *   four, 33 on the other four; max/mean 1.36). With the rule every worker is seeded within the
- *   first 24 requests, then the score spreads the rest evenly over holders that all hold the prefix.
+ *   first 16 requests, then the score spreads the rest evenly over holders that all hold the prefix.
  *   Sequences decoding do not count (they do not delay a prefill; see above), so a holder busy
  *   decoding keeps its prompts. Measured (2 interleaved runs per variant, bench/routing-bench.ts,
  *   2026-12-02): the band's margin (8) as the limit instead took hot-burst from 0.89x to 0.92-0.98x
@@ -117,6 +117,15 @@
  *   request); a limit of 3 took it to 0.99x, eviction-pressure +2.7%, other workloads within their
  *   spread. Measuring the margin from the least loaded worker always (not only when one is idle)
  *   cost shared-prefix and eviction-pressure 4% each.
+ *   The limit is 2, not 3, since 2026-12-03: with 3, four questions on each of four 220 KB documents
+ *   arriving at once (the long-prompt workload, 8 workers) put a document's first three questions on
+ *   one worker and its fourth on an idle one (max/mean processed 1.5); with 2 the third question
+ *   seeds an idle worker and the fourth follows it there as a hit, so each document is computed on
+ *   two workers, two questions each (test/unit/routing/cost-model.test.ts), at the same throughput.
+ *   Elsewhere neutral within spread (bench/routing-ab.ts, 2 interleaved runs per variant, seeds 1
+ *   and 2, output tokens/s vs round robin, 3 -> 2): hot-burst 1.00x -> 1.06x and 0.98x -> 1.00x,
+ *   multi-turn 1.08x -> 1.11x and 1.08x -> 1.08x, shared-prefix 1.78x -> 1.81x and 1.90x -> 1.87x,
+ *   chat 1.04x -> 1.05x, eviction-pressure 2.14x -> 2.13x, external-load 1.34x -> 1.33x.
  */
 import type { LoadView } from '../load/load-board.js';
 import type { Backlog } from '../load/prefill-backlog.js';
@@ -156,7 +165,7 @@ export interface CostModelOptions {
   costBalanceRel: number;
   /** ... and above the mean + this many requests. Default 8. */
   costBalanceAbs: number;
-  /** While a candidate has nothing ahead, skip one with at least this many prefills queued (see the header); 0 = off. Default 3. */
+  /** While a candidate has nothing ahead, skip one with at least this many prefills queued (see the header); 0 = off. Default 2. */
   costIdleQueue: number;
   /** Fraction of a step each request ahead adds to the score (decode batch slowdown). Default 0.25. */
   costDecodeWeight: number;
@@ -176,7 +185,7 @@ export const DEFAULT_COST_MODEL_OPTIONS: Readonly<CostModelOptions> = Object.fre
   charsPerToken: 4,
   costBalanceRel: 1.5,
   costBalanceAbs: 8,
-  costIdleQueue: 3,
+  costIdleQueue: 2,
   costDecodeWeight: 0.25,
   costRecomputeWeight: 1,
   prefixHomeMargin: DEFAULT_PREFIX_HOME_OPTIONS.margin,

@@ -43,7 +43,7 @@ describe('cache_aware options', () => {
       charsPerToken: 4,
       costBalanceRel: 1.5,
       costBalanceAbs: 8,
-      costIdleQueue: 3,
+      costIdleQueue: 2,
       costDecodeWeight: 0.25,
       costRecomputeWeight: 1,
       prefixHomeMargin: 3,
