@@ -15,7 +15,7 @@ import { DEFAULT_SCRAPE_OPTIONS as SCRAPE } from './load/metrics-scraper.js';
 import { DEFAULT_METRIC_NAMES as METRIC_NAMES } from './load/metrics-parse.js';
 import { DEFAULT_STALE_AFTER_MS } from './load/load-board.js';
 import { DEFAULT_TIMING_PRIORS as PRIORS } from './load/timing-estimates.js';
-import { DEFAULT_RESPONSE_BODY_SAMPLE } from './load/timing-dispatcher.js';
+import { DEFAULT_RESPONSE_BODY_SAMPLE, DEFAULT_RESPONSE_BODY_WATCH_MAX } from './load/timing-dispatcher.js';
 
 export type OptionType = 'int' | 'number' | 'string' | 'bool' | 'list' | 'enum';
 
@@ -618,6 +618,14 @@ export const OPTIONS = [
     type: 'int',
     default: DEFAULT_RESPONSE_BODY_SAMPLE,
     help: "Watch the body of one streamed response in N per worker, for the timing estimates; Envoy skips the other bodies the router does not need (needs the ext_proc filter's allow_mode_override). 1 = watch every response body.",
+  },
+  {
+    group: 'Load and cost model',
+    key: 'responseBodyWatchMax',
+    flag: 'response-body-watch-max',
+    type: 'int',
+    default: DEFAULT_RESPONSE_BODY_WATCH_MAX,
+    help: 'Watch at most this many sampled response bodies at a time per worker (--response-body-sample); the rest of its streams are skipped.',
   },
   // P/D
   {

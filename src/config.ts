@@ -145,6 +145,7 @@ function validate(c: Config): void {
   validateKubeDiscovery(c);
   if (c.cacheThreshold > 1) throw new ConfigError('--cache-threshold must be within [0, 1]');
   if (c.responseBodySample < 1) throw new ConfigError('--response-body-sample must be >= 1');
+  if (c.responseBodyWatchMax < 1) throw new ConfigError('--response-body-watch-max must be >= 1');
   try {
     parseKvEventSettings(c);
   } catch (err) {

@@ -179,7 +179,11 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
   const dispatcher = buildDispatcher({ ...base, prefillClient });
   const grpc = buildGrpcServer(
     base,
-    withHealth(withTiming(dispatcher, timing, clock, backlog, config.responseBodySample), health, clock),
+    withHealth(
+      withTiming(dispatcher, timing, clock, backlog, config.responseBodySample, config.responseBodyWatchMax),
+      health,
+      clock,
+    ),
   );
   const scraper = buildScraper(base);
   addWarmUpConditions(warmUp, config, exact, scraper);

@@ -25,6 +25,11 @@
  * in eight on each worker still refreshes within seconds at any load worth routing; while a
  * non-streamed request's messages drop from 4 to 3 each way and a 64-chunk stream's from ~67 to 3
  * (~11 on average with the watched share).
+ * At most `--response-body-watch-max` sampled responses (default 4) are watched at a time per worker:
+ * their cost grows with the streams in flight, the estimates' need does not. A worker streaming 256
+ * responses at once (vLLM's default batch) would otherwise have 32 watched at a time, each chunk a
+ * message each way, where 4 still give a TTFT sample per response and an inter-chunk sample per
+ * response end, many per second. Below 32 streams per worker (8 x 4) the cap never binds.
  * Streamed responses with at least WATCH_UNCACHED_TOKENS uncached prompt tokens are always watched
  * to their first byte (the backlog needs their real prefill end). A skipped streamed response ends its
  * prefill-backlog entry at the cost model's predicted end of its prefill (queue ahead + its own
@@ -59,20 +64,52 @@ export const WATCH_UNCACHED_TOKENS = 1024;
 /** Default of `--response-body-sample`: watch one streamed response in this many per worker. */
 export const DEFAULT_RESPONSE_BODY_SAMPLE = 8;
 
-/** Every Nth streamed response of each worker is watched (the first included). */
+/** Default of `--response-body-watch-max`: sampled responses watched at a time per worker. */
+export const DEFAULT_RESPONSE_BODY_WATCH_MAX = 4;
+
+/**
+ * Every Nth streamed response of each worker is watched (the first included), at most `maxWatching`
+ * of them at a time per worker (a response met while the worker is at the cap is not watched and not
+ * counted, so the next one after a release is). Every response is watched, with no cap, when N = 1.
+ */
 export class ResponseSampler {
   private readonly seen = new WeakMap<Worker, number>();
+  private readonly watching = new WeakMap<Worker, number>();
 
-  constructor(readonly every: number) {
+  constructor(
+    readonly every: number,
+    readonly maxWatching: number = DEFAULT_RESPONSE_BODY_WATCH_MAX,
+  ) {
     if (!Number.isSafeInteger(every) || every < 1) throw new RangeError('sample interval must be >= 1');
+    if (!Number.isSafeInteger(maxWatching) || maxWatching < 1)
+      throw new RangeError('watched responses per worker must be >= 1');
   }
 
-  /** Counts one streamed response of `worker`; true when it is one to watch. */
+  /**
+   * Counts one streamed response of `worker`; true when it is one to watch, which the caller then
+   * hands back with `release` when it ends.
+   */
   take(worker: Worker): boolean {
     if (this.every === 1) return true;
+    const watching = this.watching.get(worker) ?? 0;
+    if (watching >= this.maxWatching) return false;
     const n = this.seen.get(worker) ?? 0;
     this.seen.set(worker, n + 1 === this.every ? 0 : n + 1);
-    return n === 0;
+    if (n !== 0) return false;
+    this.watching.set(worker, watching + 1);
+    return true;
+  }
+
+  /** A response `take` chose has ended. */
+  release(worker: Worker): void {
+    if (this.every === 1) return;
+    const watching = this.watching.get(worker) ?? 0;
+    if (watching > 0) this.watching.set(worker, watching - 1);
+  }
+
+  /** Sampled responses of `worker` being watched now. */
+  watchingOf(worker: Worker): number {
+    return this.watching.get(worker) ?? 0;
   }
 }
 
@@ -82,8 +119,9 @@ export function withTiming(
   clock: () => number,
   backlog?: PrefillBacklog,
   sampleEvery: number = DEFAULT_RESPONSE_BODY_SAMPLE,
+  watchMax: number = DEFAULT_RESPONSE_BODY_WATCH_MAX,
 ): Dispatcher {
-  const sampler = new ResponseSampler(sampleEvery);
+  const sampler = new ResponseSampler(sampleEvery, watchMax);
   const l: Learners = { timing, clock, sampler, ...(backlog ? { backlog } : {}) };
   return {
     dispatch(req: RouteRequest, cancel: Cancellation): Dispatch | Promise<Dispatch> {
@@ -157,6 +195,7 @@ function timed(d: Dispatch, req: RouteRequest, l: Learners): Dispatch {
   let first = 0;
   let last = 0;
   let finished = false;
+  let sampled: boolean | undefined; // the sampler's answer; a response it chose is handed back at the end
   return {
     ...d,
     watchResponseBody(s: number): boolean {
@@ -165,7 +204,8 @@ function timed(d: Dispatch, req: RouteRequest, l: Learners): Dispatch {
       // sampled share.
       if (d.watchResponseBody?.(s) ?? true) return true;
       if (cost !== undefined && cost.chosen.uncachedTokens >= WATCH_UNCACHED_TOKENS) return true;
-      return l.sampler.take(d.worker);
+      if (sampled === undefined) sampled = !finished && l.sampler.take(d.worker);
+      return sampled;
     },
     onResponseStart(s: number, bodyWatched: boolean): void {
       status = s;
@@ -188,6 +228,7 @@ function timed(d: Dispatch, req: RouteRequest, l: Learners): Dispatch {
       d.finish(end);
       if (finished) return;
       finished = true;
+      if (sampled === true) l.sampler.release(d.worker);
       if (end.kind === 'response' && chunks >= 3)
         timing.recordInterChunk(d.worker, (last - first) / (chunks - 1));
     },

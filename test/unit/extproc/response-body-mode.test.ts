@@ -64,6 +64,39 @@ describe('ResponseSampler', () => {
   it.each([0, -1, 1.5, Number.NaN])('rejects an interval of %s', (every) => {
     expect(() => new ResponseSampler(every)).toThrow(RangeError);
   });
+
+  it.each([0, -1, 1.5, Number.NaN])('rejects a cap of %s watched responses', (max) => {
+    expect(() => new ResponseSampler(2, max)).toThrow(RangeError);
+  });
+
+  it('watches at most maxWatching at a time per worker; a response met at the cap is not counted', () => {
+    const [a, b] = makeWorkers(2);
+    const s = new ResponseSampler(2, 2);
+    // 1st and 3rd watched (every 2nd); then a is at its cap: not watched, not counted.
+    expect([s.take(a!), s.take(a!), s.take(a!), s.take(a!), s.take(a!)]).toEqual([
+      true,
+      false,
+      true,
+      false,
+      false,
+    ]);
+    expect(s.watchingOf(a!)).toBe(2);
+    expect(s.take(b!)).toBe(true); // per worker
+    s.release(a!);
+    // Counting resumes where it stood (the 3rd was watched: skip one, watch the next).
+    expect([s.take(a!), s.take(a!)]).toEqual([false, true]);
+    expect(s.watchingOf(a!)).toBe(2);
+    s.release(a!);
+    s.release(a!);
+    s.release(a!); // more releases than takes never go below 0
+    expect(s.watchingOf(a!)).toBe(0);
+  });
+
+  it('every 1 watches every response, with no cap', () => {
+    const [a] = makeWorkers(1);
+    const s = new ResponseSampler(1, 1);
+    expect([s.take(a!), s.take(a!), s.take(a!)]).toEqual([true, true, true]);
+  });
 });
 
 describe('withTiming: watchResponseBody', () => {
@@ -99,6 +132,35 @@ describe('withTiming: watchResponseBody', () => {
     const d = withTiming(dispatcher(watch), new TimingEstimates(), () => 0, undefined, 2);
     const answers = [0, 1, 2].map(() => asked(d.dispatch(req(stream), new AbortController()) as Dispatch));
     expect(answers).toEqual(expected);
+  });
+
+  it('a sampled response holds its watch slot until it finishes (at most watchMax per worker)', () => {
+    const d = withTiming(
+      dispatcher(() => false),
+      new TimingEstimates(),
+      () => 0,
+      undefined,
+      2,
+      1,
+    );
+    const next = () => d.dispatch(req(true), new AbortController()) as Dispatch;
+    const end = { kind: 'response', status: 200 } as const;
+    const first = next();
+    expect(asked(first)).toBe(true);
+    expect(asked(next())).toBe(false); // the one slot is taken: not watched, not counted
+    const third = next();
+    expect(asked(third)).toBe(false);
+    first.finish(end);
+    first.finish(end); // a second finish frees nothing more
+    expect(asked(third)).toBe(false); // asked again: the answer it had
+    expect(asked(next())).toBe(false); // the slot is free: counted (every 2nd)
+    const fifth = next();
+    expect(asked(fifth)).toBe(true);
+    expect(asked(fifth)).toBe(true);
+    expect(asked(next())).toBe(false);
+    fifth.finish({ kind: 'cancelled', afterHeaders: true }); // any end frees it
+    expect(asked(next())).toBe(false); // counted
+    expect(asked(next())).toBe(true);
   });
 
   it('a streamed prompt with many uncached tokens is always watched: its backlog entry needs the real first byte', () => {
