@@ -69,6 +69,30 @@ function withBacklog(backlog: PrefillBacklog): WorkerSignals {
   };
 }
 
+/**
+ * 8 workers with this router's backlog and in-flight loads, each cache (`capacityTokens`) already full
+ * of `contexts` older prompts that nothing will share, as in a running fleet.
+ */
+function fullCaches(costIdleQueue: number | undefined, capacityTokens: number, contexts: number) {
+  const workers = makeWorkers(8);
+  const backlog = new PrefillBacklog();
+  const policy = new CacheAwarePolicy(costIdleQueue === undefined ? {} : { costIdleQueue }, {
+    signals: withBacklog(backlog),
+    capacityTokens: () => capacityTokens,
+  });
+  for (const w of workers) policy.addWorker(w);
+  const chars = (capacityTokens * 4) / contexts;
+  for (const [i, w] of workers.entries()) {
+    for (let k = 0; k < contexts; k++) {
+      const old = input(workers, {
+        text: `old context ${i}.${k} `.repeat(Math.ceil(chars / 10)).slice(0, chars),
+      });
+      policy.routed({ worker: w, branch: 'seed' }, old, 0);
+    }
+  }
+  return { workers, backlog, policy };
+}
+
 describe('cost model scoring (cache_aware default mode)', () => {
   const cases: Case[] = [
     {
@@ -361,19 +385,7 @@ describe('cost model scoring (cache_aware default mode)', () => {
     // counts move. Every cache is full of older contexts, so a non-holder's score carries the
     // displacement of a whole prefill on top of the prefill itself.
     const burst = (costIdleQueue?: number) => {
-      const workers = makeWorkers(8);
-      const backlog = new PrefillBacklog();
-      const policy = new CacheAwarePolicy(costIdleQueue === undefined ? {} : { costIdleQueue }, {
-        signals: withBacklog(backlog),
-        capacityTokens: () => 16_384,
-      });
-      for (const w of workers) policy.addWorker(w);
-      for (const [i, w] of workers.entries()) {
-        for (let k = 0; k < 4; k++) {
-          const old = input(workers, { text: `old context ${i}.${k} `.repeat(1000).slice(0, 16_000) });
-          policy.routed({ worker: w, branch: 'seed' }, old, 0);
-        }
-      }
+      const { workers, backlog, policy } = fullCaches(costIdleQueue, 16_384, 4);
       const doc = 'The hot document. '.repeat(1820); // ~8,190 tokens
       const firstRequest: number[] = [];
       for (let r = 0; r < 200; r++) {
@@ -406,19 +418,7 @@ describe('cost model scoring (cache_aware default mode)', () => {
     // question waits behind its first on the holder (the cheapest: a hit behind one prefill); its
     // third is better started now on an idle worker than queued third; its fourth then joins that one.
     const run = (order: 'grouped' | 'interleaved', costIdleQueue?: number) => {
-      const workers = makeWorkers(8);
-      const backlog = new PrefillBacklog();
-      const policy = new CacheAwarePolicy(costIdleQueue === undefined ? {} : { costIdleQueue }, {
-        signals: withBacklog(backlog),
-        capacityTokens: () => 32_768,
-      });
-      for (const w of workers) policy.addWorker(w);
-      for (const [i, w] of workers.entries()) {
-        for (let k = 0; k < 2; k++) {
-          const old = input(workers, { text: `old document ${i}.${k} `.repeat(4000).slice(0, 64_000) });
-          policy.routed({ worker: w, branch: 'seed' }, old, 0);
-        }
-      }
+      const { workers, backlog, policy } = fullCaches(costIdleQueue, 32_768, 2);
       const docs = [0, 1, 2, 3].map((d) => `document ${d}: ${`Section ${d} of the filing. `.repeat(2200)}`);
       const requests: Array<{ doc: number; q: number; text: string }> = [];
       for (let d = 0; d < 4; d++)
