@@ -102,7 +102,6 @@ export class ResponseSampler {
 
   /** A response `take` chose has ended. */
   release(worker: Worker): void {
-    if (this.every === 1) return;
     const watching = this.watching.get(worker) ?? 0;
     if (watching > 0) this.watching.set(worker, watching - 1);
   }
@@ -225,10 +224,12 @@ function timed(d: Dispatch, req: RouteRequest, l: Learners): Dispatch {
       return out;
     },
     finish(end: RequestEnd): void {
-      d.finish(end);
-      if (finished) return;
+      const firstEnd = !finished;
       finished = true;
-      if (sampled === true) l.sampler.release(d.worker);
+      // The watch slot first: a throwing inner finish must not keep it taken for good.
+      if (firstEnd && sampled === true) l.sampler.release(d.worker);
+      d.finish(end);
+      if (!firstEnd) return;
       if (end.kind === 'response' && chunks >= 3)
         timing.recordInterChunk(d.worker, (last - first) / (chunks - 1));
     },

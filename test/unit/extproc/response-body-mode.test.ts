@@ -163,6 +163,27 @@ describe('withTiming: watchResponseBody', () => {
     expect(asked(next())).toBe(true);
   });
 
+  it('an inner finish that throws still frees the watch slot', () => {
+    const inner: Dispatcher = {
+      dispatch: () => ({
+        worker: w!,
+        decision,
+        setHeaders: {},
+        watchResponseBody: () => false,
+        finish: () => {
+          throw new Error('inner finish failed');
+        },
+      }),
+    };
+    const d = withTiming(inner, new TimingEstimates(), () => 0, undefined, 2, 1);
+    const next = () => d.dispatch(req(true), new AbortController()) as Dispatch;
+    const first = next();
+    expect(asked(first)).toBe(true);
+    expect(() => first.finish({ kind: 'response', status: 200 })).toThrow('inner finish failed');
+    // With the one slot still taken, neither of the next two would be watched.
+    expect([asked(next()), asked(next())]).toEqual([false, true]);
+  });
+
   it('a streamed prompt with many uncached tokens is always watched: its backlog entry needs the real first byte', () => {
     const long = 'q'.repeat(4 * WATCH_UNCACHED_TOKENS);
     const big = new CacheAwarePolicy().select(input([w!], { text: long }));
