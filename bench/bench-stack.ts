@@ -305,6 +305,16 @@ export async function startRouterProcess(
   }
 }
 
+/**
+ * Extra node flags for every router process a benchmark starts, from `BENCH_ROUTER_NODE_ARGS`
+ * (space-separated; e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof`, which NODE_OPTIONS refuses): how a
+ * router's CPU is profiled under a benchmark's traffic. The profile is written when the router exits
+ * on the benchmark's SIGTERM.
+ */
+function routerNodeArgsFromEnv(): string[] {
+  return (process.env['BENCH_ROUTER_NODE_ARGS'] ?? '').split(' ').filter((a) => a.length > 0);
+}
+
 async function startRouterOnFreePorts(
   args: string[],
   nodeArgs: string[],
@@ -331,7 +341,7 @@ async function startRouterOnFreePorts(
       ...args,
     ],
     `http://127.0.0.1:${adminPort}/readyz`,
-    nodeArgs,
+    [...nodeArgs, ...routerNodeArgsFromEnv()],
     cpus,
   );
   return { ...svc, grpcPort, adminPort };

@@ -23,7 +23,7 @@
  * the same for the routed Envoy process (arm c), so router and Envoy CPU sit side by side per run.
  */
 import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { availableParallelism, tmpdir } from 'node:os';
 import path from 'node:path';
 import { startEnvoy, type EnvoyHandle } from '../src/envoy/envoy-process.js';
 import {
@@ -34,6 +34,7 @@ import {
   type RouterProcess,
 } from './bench-stack.js';
 import { runClosedLoop, type RunResult } from './drivers.js';
+import { cpuTicks, hostBusyMs } from './host-steal.js';
 import { runInfo, type RunInfo } from './report-doc.js';
 import { mean, pairedDiffs, percentile, round } from './stats.js';
 import { generateWorkload, type BenchRequest } from './workloads.js';
@@ -78,6 +79,16 @@ export interface OverheadRun {
   /** The routed Envoy (arm c) over the same run, from /proc like the router. */
   envoyCpuMs: number;
   envoyCpuPerRequestUs: number;
+  /** The plain Envoy (arm b) over its run: what the ext_proc filter adds to Envoy is the difference. */
+  envoyPlainCpuPerRequestUs?: number;
+  /**
+   * Every process of the host (client, simulator, Envoy, router; /proc/stat) per request in arms b
+   * and c, and the share of the host's cores busy over each run.
+   */
+  host?: {
+    cpuPerRequestUs: { envoy: number; router: number };
+    busyFraction: { envoy: number; router: number };
+  };
   tokenEvents: number;
   routerCpuPerTokenEventUs?: number;
   envoyCpuPerTokenEventUs?: number;
@@ -292,6 +303,7 @@ export async function runOverheadBench(opts: OverheadBenchOptions = {}): Promise
       router: `http://127.0.0.1:${envoyRouted.listenerPort}`,
     };
     const envoyPid = envoyRouted.process.pid!;
+    const envoyPlainPid = envoyPlain.process.pid!;
     for (const arm of ['direct', 'envoy', 'router'] as const) {
       const cpu0 = router.cpuMs();
       const small = requestsFor('small', w.small, quick, w.seed);
@@ -314,22 +326,35 @@ export async function runOverheadBench(opts: OverheadBenchOptions = {}): Promise
       const out = {} as Record<Arm, RunResult>;
       let cpuMs = 0;
       let envoyCpuMs = 0;
+      let envoyPlainCpuMs = 0;
+      const hostMs: Partial<Record<Arm, number>> = {};
       for (const arm of ['direct', 'envoy', 'router'] as const) {
         await runClosedLoop({ baseUrl: urls[arm], requests: warm, concurrency: plan.concurrency });
         const cpu0 = router.cpuMs();
         const envoyCpu0 = procCpuMs(envoyPid);
+        const envoyPlainCpu0 = procCpuMs(envoyPlainPid);
+        const host0 = cpuTicks();
         out[arm] = await runClosedLoop({
           baseUrl: urls[arm],
           requests,
           concurrency: plan.concurrency,
           maxDurationMs: quick ? 60_000 : 180_000,
         });
+        const busy = hostBusyMs(host0, cpuTicks());
+        if (busy !== undefined) hostMs[arm] = busy;
+        if (arm === 'envoy') envoyPlainCpuMs = procCpuMs(envoyPlainPid) - envoyPlainCpu0;
         if (arm === 'router') {
           cpuMs = router.cpuMs() - cpu0;
           envoyCpuMs = procCpuMs(envoyPid) - envoyCpu0;
         }
       }
-      const run = summarize(plan, requests.length, out, { router: cpuMs, envoy: envoyCpuMs }, smallCpu);
+      const run = summarize(
+        plan,
+        requests.length,
+        out,
+        { router: cpuMs, envoy: envoyCpuMs, envoyPlain: envoyPlainCpuMs, host: hostMs },
+        smallCpu,
+      );
       if (plan.scenario === 'small') {
         const n = Math.max(1, requests.length);
         smallCpu = { router: cpuMs / n, envoy: envoyCpuMs / n };
@@ -393,7 +418,7 @@ function summarize(
   plan: OverheadPlan,
   n: number,
   out: Record<Arm, RunResult>,
-  cpu: { router: number; envoy: number },
+  cpu: { router: number; envoy: number; envoyPlain?: number; host?: Partial<Record<Arm, number>> },
   smallCpu: { router: number; envoy: number } | undefined,
 ): OverheadRun {
   const cpuMs = cpu.router;
@@ -457,6 +482,17 @@ function summarize(
     envoyCpuPerRequestUs: round((cpu.envoy / n) * 1000),
     tokenEvents,
   };
+  if (cpu.envoyPlain !== undefined) run.envoyPlainCpuPerRequestUs = round((cpu.envoyPlain / n) * 1000);
+  const hostB = cpu.host?.envoy;
+  const hostC = cpu.host?.router;
+  if (hostB !== undefined && hostC !== undefined) {
+    const cores = availableParallelism();
+    const busy = (ms: number, r: RunResult): number => (r.wallMs > 0 ? round(ms / (r.wallMs * cores)) : 0);
+    run.host = {
+      cpuPerRequestUs: { envoy: round((hostB / n) * 1000), router: round((hostC / n) * 1000) },
+      busyFraction: { envoy: busy(hostB, out.envoy), router: busy(hostC, out.router) },
+    };
+  }
   if (stream) {
     run.addedByRouterStreamP50Ms = round(percentile(pairedDiffs(total(out.envoy), total(out.router)), 50));
     if (smallCpu && tokenEvents > 0) {
@@ -508,6 +544,65 @@ export function overheadTargets(runs: readonly OverheadRun[]): OverheadTarget[] 
     });
   }
   return out;
+}
+
+/**
+ * The concurrency-64 latency target as a CPU budget. A closed loop of N clients completes N / L
+ * requests per second (Little's law, L the latency); while the host's cores are the limit, it completes
+ * (busy share x cores) / (host CPU per request). So +`targetMs` over arm b asks arm c for a throughput
+ * of N / (N / T_b + targetMs), and at the busy share arm c reached that allows
+ *   allowedUs = busy_c x cores x (1 / T_b + targetMs / N) - hostCpuPerRequest_b
+ * more host CPU per request than arm b (3 ms x 2 cores / 64 = 94 us if both arms fill the host). What
+ * arm c spent more is measured beside it: every process (/proc/stat), the router, and Envoy's own
+ * ext_proc work (the same Envoy build with the filter minus without it, /proc/<pid>/stat).
+ */
+export interface SaturationBudget {
+  readonly concurrency: number;
+  readonly cores: number;
+  readonly targetMs: number;
+  /** Host busy share of its cores in arms b and c. */
+  readonly busyEnvoy: number;
+  readonly busyRouter: number;
+  /** Throughput arm c needs for the target, requests/s. */
+  readonly neededReqPerSec: number;
+  /** Host CPU per request arm c may spend more than arm b (see above), us. */
+  readonly allowedUs: number;
+  /** Host CPU per request, arm c - arm b. */
+  readonly hostAddedUs: number;
+  /** Envoy CPU per request, arm c (with ext_proc) - arm b (without). */
+  readonly envoyAddedUs: number;
+  readonly routerUs: number;
+  /** N / throughput c - N / throughput b. */
+  readonly littleMs: number;
+  readonly measuredP50Ms: number;
+}
+
+export function saturationBudget(
+  run: OverheadRun,
+  cores: number,
+  targetMs = 3,
+): SaturationBudget | undefined {
+  const host = run.host;
+  const plain = run.envoyPlainCpuPerRequestUs;
+  const b = run.arms.envoy.reqPerSec;
+  const c = run.arms.router.reqPerSec;
+  if (host === undefined || plain === undefined || !(b > 0) || !(c > 0) || !(cores > 0)) return undefined;
+  const n = run.concurrency;
+  const perRequestSec = 1 / b + targetMs / 1000 / n;
+  return {
+    concurrency: n,
+    cores,
+    targetMs,
+    busyEnvoy: host.busyFraction.envoy,
+    busyRouter: host.busyFraction.router,
+    neededReqPerSec: round(1 / perRequestSec),
+    allowedUs: round(host.busyFraction.router * cores * perRequestSec * 1e6 - host.cpuPerRequestUs.envoy),
+    hostAddedUs: round(host.cpuPerRequestUs.router - host.cpuPerRequestUs.envoy),
+    envoyAddedUs: round(run.envoyCpuPerRequestUs - plain),
+    routerUs: run.routerCpuPerRequestUs,
+    littleMs: round((n / c - n / b) * 1000),
+    measuredP50Ms: run.addedByRouterP50Ms,
+  };
 }
 
 function perRequest(r: OverheadRun): number | undefined {

@@ -3,7 +3,12 @@
  * its SVG charts, plus the summary section built from every result file present. Pure formatting:
  * the returned `assets` are written by the caller (bench/run.ts).
  */
-import type { OverheadResult, OverheadRun, RouterProfile } from './overhead-bench.js';
+import {
+  saturationBudget,
+  type OverheadResult,
+  type OverheadRun,
+  type RouterProfile,
+} from './overhead-bench.js';
 import { BOUND_LABEL, findCell, type RoutingResult } from './routing-bench.js';
 import type { ScaleResult } from './scale-bench.js';
 import { renderBarChart } from './svg-chart.js';
@@ -239,6 +244,26 @@ function profileSection(title: string, p: RouterProfile): string[] {
 
 const runLabel = (x: OverheadRun): string => `${x.scenario} c=${x.concurrency}`;
 
+/** The concurrency-64 CPU budget paragraph (overhead-bench.ts saturationBudget), when the run has it. */
+function budgetBlock(r: OverheadResult): string[] {
+  const run = r.runs.find((x) => x.scenario === 'small' && x.concurrency === 64);
+  const b = run ? saturationBudget(run, r.info.cores) : undefined;
+  if (b === undefined) return [];
+  const pct = (f: number): string => `${Math.round(f * 100)}%`;
+  return [
+    `Concurrency ${b.concurrency}, small requests, as a CPU budget (overhead-bench.ts \`saturationBudget\`): ` +
+      `arm b kept the host's ${b.cores} cores ${pct(b.busyEnvoy)} busy and arm c ${pct(b.busyRouter)}; by ` +
+      `Little's law the added median is about ${b.concurrency} / throughput c - ${b.concurrency} / throughput ` +
+      `b = ${num(b.littleMs, 1)} ms (measured c-b p50: ${num(b.measuredP50Ms, 1)} ms). +${b.targetMs} ms needs ` +
+      `arm c to serve ${num(b.neededReqPerSec, 0)} requests/s, which at the ${pct(b.busyRouter)} it reached ` +
+      `allows ${num(b.allowedUs, 0)} us more host CPU per request than arm b. Arm c spent ` +
+      `${num(b.hostAddedUs, 0)} us more (every process, /proc/stat), of which Envoy's own ext_proc work ` +
+      `${num(b.envoyAddedUs, 0)} us (Envoy with the filter - without, /proc/<pid>/stat) and the router ` +
+      `${num(b.routerUs, 0)} us.`,
+    '',
+  ];
+}
+
 export function renderOverhead(r: OverheadResult): RenderedSection {
   const lines: string[] = ['## Router overhead', '', runHeader(r.info), ''];
   lines.push(
@@ -247,12 +272,14 @@ export function renderOverhead(r: OverheadResult): RenderedSection {
       'same request list, one arm after the other. Added latency = per-request differences paired by request ' +
       'index (latency for non-streaming, TTFT for streams), then their median / p99 (never subtracted ' +
       'percentiles). Throughput c/b: requests/s, or streamed tokens/s for streams. Router CPU and the ' +
-      "routed Envoy's CPU from /proc/<pid>/stat (10 ms ticks) over the same arm (c) run; per chunk = (stream " +
+      "routed Envoy's CPU from /proc/<pid>/stat (10 ms ticks) over the same arm (c) run (in parentheses: the " +
+      "plain Envoy's over arm b); per chunk = (stream " +
       'CPU - requests x small CPU per request) / chunks.',
     '',
     ...Object.entries(r.setup).map(([k, v]) => `- ${k}: ${String(v)}`),
     '',
     ...targetsBlock(r.targets),
+    ...budgetBlock(r),
     'Peers: Envoy as a plain proxy +0.11 ms mean over direct (Nighthawk, 1000 rps); Envoy ext_proc with an ' +
       'echo processor ~+3 ms mean (~0.75 ms per round trip); GIE EPP with 220 KB prompts ~286 ms per request ' +
       'in the picker at 1200 concurrency.',
@@ -272,7 +299,7 @@ export function renderOverhead(r: OverheadResult): RenderedSection {
         'c-b mean ms',
         'thr. c/b',
         'req/s a / b / c',
-        'CPU us/req router / Envoy',
+        'CPU us/req router / Envoy (Envoy in b)',
         'CPU us/chunk router / Envoy',
       ],
       r.runs.map((x) => [
@@ -287,7 +314,8 @@ export function renderOverhead(r: OverheadResult): RenderedSection {
         num(x.addedByRouterMeanMs, 2),
         num(x.throughputRatioRouterOverEnvoy, 2),
         `${num(x.arms.direct.reqPerSec, 0)} / ${num(x.arms.envoy.reqPerSec, 0)} / ${num(x.arms.router.reqPerSec, 0)}`,
-        `${num(x.routerCpuPerRequestUs, 0)} / ${num(x.envoyCpuPerRequestUs, 0)}`,
+        `${num(x.routerCpuPerRequestUs, 0)} / ${num(x.envoyCpuPerRequestUs, 0)}` +
+          (x.envoyPlainCpuPerRequestUs === undefined ? '' : ` (${num(x.envoyPlainCpuPerRequestUs, 0)})`),
         x.routerCpuPerTokenEventUs === undefined
           ? ''
           : `${num(x.routerCpuPerTokenEventUs, 1)} / ${num(x.envoyCpuPerTokenEventUs, 1)}`,

@@ -12,7 +12,9 @@
  * that variant, e.g. `{"prefillMsPerToken":0}` for an upper bound). Runs are interleaved (run 1 of every
  * variant, then run 2, ...) and each cell is their mean, as in `npm run bench -- routing --repeats=N`;
  * one line per cell: output tokens/s with its ratio to the first variant, hit rate, max/mean processed,
- * TTFT p50/p90, router CPU per request (every replica's, /proc), the host's steal time, then each run's tokens/s and the requests per worker (summed over the runs).
+ * TTFT p50/p90, router CPU per request (every replica's, /proc), the host's steal time, the decisions by
+ * branch (vllm_router_policy_decisions_total, summed over replicas), then each run's tokens/s and the
+ * requests per worker (summed over the runs).
  * `--kv-events`: the simulators publish KV events (needed by variants with `"kvEvents": true`).
  */
 import { exitOnSignals } from './bench-stack.js';
@@ -79,6 +81,7 @@ for (const workload of workloads) {
         `router cpu ${c.routerCpuUsPerRequest ?? 'n/a'} us/req`,
         `steal ${c.stealFraction !== undefined ? (c.stealFraction * 100).toFixed(1) : 'n/a'}%`,
         ...(c.kvEvents ? [`kv events ${JSON.stringify(c.kvEvents)}`] : []),
+        ...(c.branches ? [`branches ${JSON.stringify(c.branches)}`] : []),
         `runs ${JSON.stringify(c.runs?.outputTokPerSec.map(Math.round) ?? [])}`,
         `per worker ${JSON.stringify(c.processedPerWorker)}`,
       ].join(' | '),

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { cpuTicks, parseCpuTicks, stealFraction } from '../../../bench/host-steal.js';
+import { cpuTicks, hostBusyMs, parseCpuTicks, stealFraction } from '../../../bench/host-steal.js';
 import { mergeRuns } from '../../../bench/merge-cells.js';
 import { stealNote } from '../../../bench/report-doc.js';
 import type { RoutingCell } from '../../../bench/routing-bench.js';
@@ -13,8 +13,19 @@ const STAT = [
 ].join('\n');
 
 describe('host steal time', () => {
-  it('reads the aggregate cpu line: steal and the sum of the first eight fields', () => {
-    expect(parseCpuTicks(STAT)).toEqual({ steal: 400, total: 2000 + 10 + 500 + 90000 + 40 + 0 + 50 + 400 });
+  it('reads the aggregate cpu line: steal, idle + iowait and the sum of the first eight fields', () => {
+    expect(parseCpuTicks(STAT)).toEqual({
+      steal: 400,
+      total: 2000 + 10 + 500 + 90000 + 40 + 0 + 50 + 400,
+      idle: 90000 + 40,
+    });
+  });
+
+  it("the host's busy CPU between two readings: neither idle, iowait nor stolen time, in ms", () => {
+    const before = { steal: 100, total: 1000, idle: 500 };
+    // 300 more ticks: 100 idle, 50 stolen, 150 busy (10 ms each).
+    expect(hostBusyMs(before, { steal: 150, total: 1300, idle: 600 })).toBe(1500);
+    expect(hostBusyMs(undefined, before)).toBeUndefined();
   });
 
   it('rejects a text without a well-formed cpu line', () => {
@@ -24,9 +35,9 @@ describe('host steal time', () => {
   });
 
   it('the stolen share between two readings, undefined without both or without elapsed time', () => {
-    expect(stealFraction({ steal: 100, total: 1000 }, { steal: 150, total: 1200 })).toBe(0.25);
-    expect(stealFraction(undefined, { steal: 1, total: 2 })).toBeUndefined();
-    expect(stealFraction({ steal: 1, total: 2 }, { steal: 1, total: 2 })).toBeUndefined();
+    expect(stealFraction({ steal: 100, total: 1000, idle: 0 }, { steal: 150, total: 1200, idle: 0 })).toBe(0.25);
+    expect(stealFraction(undefined, { steal: 1, total: 2, idle: 0 })).toBeUndefined();
+    expect(stealFraction({ steal: 1, total: 2, idle: 0 }, { steal: 1, total: 2, idle: 0 })).toBeUndefined();
   });
 
   it('reads this host (Linux): steal never above the total', () => {

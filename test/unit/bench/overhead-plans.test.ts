@@ -4,9 +4,11 @@ import {
   isOverheadScenario,
   OVERHEAD_SCENARIOS,
   profileLoads,
+  saturationBudget,
   selectPlans,
   type OverheadPlan,
   type OverheadResult,
+  type OverheadRun,
   type RouterProfile,
 } from '../../../bench/overhead-bench.js';
 import { renderOverhead } from '../../../bench/report-sections.js';
@@ -102,5 +104,83 @@ describe('overhead benchmark: profile passes', () => {
     const hotOnly = renderOverhead(result({ profile: profile('small', 'respond') })).markdown;
     expect(hotOnly).toContain('### Router CPU profile (hot path)');
     expect(hotOnly).not.toContain('220 KB prompts)');
+  });
+});
+
+describe('overhead benchmark: the concurrency-64 CPU budget', () => {
+  const arm = (reqPerSec: number) => ({
+    errors: 0,
+    reqPerSec,
+    tokPerSec: 0,
+    latencyP50Ms: 0,
+    ttftP50Ms: 0,
+    ttftMeanMs: 0,
+  });
+  // Figures of the shape measured on the 2-core host: both arms keep the host busy.
+  const run: OverheadRun = {
+    scenario: 'small',
+    concurrency: 64,
+    requests: 3000,
+    arms: { direct: arm(4000), envoy: arm(3200), router: arm(2000) },
+    addedByEnvoyP50Ms: 5,
+    addedByEnvoyP99Ms: 20,
+    addedByRouterP50Ms: 11.5,
+    addedByRouterP99Ms: 40,
+    addedByRouterMeanMs: 12,
+    throughputRatioRouterOverEnvoy: 0.625,
+    routerCpuMs: 480,
+    routerCpuPerRequestUs: 160,
+    envoyCpuMs: 900,
+    envoyCpuPerRequestUs: 300,
+    envoyPlainCpuPerRequestUs: 190,
+    tokenEvents: 3000,
+    host: { cpuPerRequestUs: { envoy: 610, router: 980 }, busyFraction: { envoy: 0.97, router: 0.98 } },
+  };
+
+  it('prices the target in host CPU per request at the busy share arm c reached', () => {
+    const b = saturationBudget(run, 2)!;
+    // 1 / (1 / 3200 + 3 ms / 64) requests/s; 0.98 x 2 cores x (1 / 3200 + 3 ms / 64) s - 610 us.
+    expect(b.neededReqPerSec).toBe(2782.6);
+    expect(b.allowedUs).toBe(94.4);
+    expect(b.hostAddedUs).toBe(370);
+    expect(b.envoyAddedUs).toBe(110);
+    expect(b.routerUs).toBe(160);
+    // Little's law on the throughputs: 64 / 2000 - 64 / 3200 s.
+    expect(b.littleMs).toBe(12);
+  });
+
+  it('arm b leaving the host idle leaves arm c more; a busier arm c may spend more', () => {
+    const base = saturationBudget(run, 2)!.allowedUs;
+    const idleB = { ...run, host: { ...run.host!, cpuPerRequestUs: { envoy: 400, router: 980 } } };
+    expect(saturationBudget(idleB, 2)!.allowedUs).toBeCloseTo(base + 210, 0);
+    const lessBusyC = { ...run, host: { ...run.host!, busyFraction: { envoy: 0.97, router: 0.8 } } };
+    expect(saturationBudget(lessBusyC, 2)!.allowedUs).toBeLessThan(base);
+  });
+
+  it('needs both arms measured on the host', () => {
+    expect(saturationBudget({ ...run, host: undefined }, 2)).toBeUndefined();
+    expect(saturationBudget({ ...run, envoyPlainCpuPerRequestUs: undefined }, 2)).toBeUndefined();
+  });
+
+  it('the report states the budget and the measured shares, and the plain Envoy CPU in the runs table', () => {
+    const md = renderOverhead({
+      benchmark: 'overhead',
+      info: {
+        command: 'npm run bench -- overhead',
+        cores: 2,
+        cpu: 'test',
+        node: 'v20',
+        date: '2026-12-01T00:00:00.000Z',
+        quick: false,
+        loadAvgAtStart: 1,
+      },
+      setup: {},
+      runs: [run],
+      targets: [],
+    }).markdown;
+    expect(md).toContain('2 cores 97% busy and arm c 98%');
+    expect(md).toContain('allows 94 us more host CPU per request than arm b');
+    expect(md).toContain("Envoy's own ext_proc work 110 us");
+    expect(md).toContain('| 160 / 300 (190) |');
   });
 });
