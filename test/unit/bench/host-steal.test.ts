@@ -35,7 +35,9 @@ describe('host steal time', () => {
   });
 
   it('the stolen share between two readings, undefined without both or without elapsed time', () => {
-    expect(stealFraction({ steal: 100, total: 1000, idle: 0 }, { steal: 150, total: 1200, idle: 0 })).toBe(0.25);
+    expect(stealFraction({ steal: 100, total: 1000, idle: 0 }, { steal: 150, total: 1200, idle: 0 })).toBe(
+      0.25,
+    );
     expect(stealFraction(undefined, { steal: 1, total: 2, idle: 0 })).toBeUndefined();
     expect(stealFraction({ steal: 1, total: 2, idle: 0 }, { steal: 1, total: 2, idle: 0 })).toBeUndefined();
   });
