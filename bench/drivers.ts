@@ -33,6 +33,8 @@ export interface RequestResult {
   outputTokens: number;
   promptTokens?: number;
   cachedTokens?: number;
+  /** The router's `x-vllm-router-decision` response header, when it sends one. */
+  decision?: string;
 }
 
 export interface RunResult {
@@ -158,6 +160,8 @@ async function sendOne(
       signal: requestSignal(opts),
     });
     r.status = res.statusCode;
+    const decision = res.headers['x-vllm-router-decision'];
+    if (typeof decision === 'string') r.decision = decision;
     if (res.statusCode !== 200) {
       const text = await res.body.text();
       r.error = `HTTP ${res.statusCode}: ${text.slice(0, 200)}`;

@@ -16,6 +16,9 @@
  * branch (vllm_router_policy_decisions_total, summed over replicas), then each run's tokens/s and the
  * requests per worker (summed over the runs).
  * `--kv-events`: the simulators publish KV events (needed by variants with `"kvEvents": true`).
+ * With KV events, the mean lag of the live event batches the routers decoded (vllm_router_kv_event_lag_seconds).
+ * `BENCH_DUMP_DECISIONS=<file>` appends one JSON line per request (routing-bench.ts `dumpDecisions`; add
+ * `"decisionHeader": true` to a variant's router config to get each decision's inputs in it).
  */
 import { exitOnSignals } from './bench-stack.js';
 import { runRoutingBench, type PolicyVariant } from './routing-bench.js';
@@ -81,6 +84,9 @@ for (const workload of workloads) {
         `router cpu ${c.routerCpuUsPerRequest ?? 'n/a'} us/req`,
         `steal ${c.stealFraction !== undefined ? (c.stealFraction * 100).toFixed(1) : 'n/a'}%`,
         ...(c.kvEvents ? [`kv events ${JSON.stringify(c.kvEvents)}`] : []),
+        ...(c.kvEvents?.lagCount
+          ? [`kv event lag mean ${((c.kvEvents.lagSumSec / c.kvEvents.lagCount) * 1000).toFixed(2)} ms`]
+          : []),
         ...(c.branches ? [`branches ${JSON.stringify(c.branches)}`] : []),
         `runs ${JSON.stringify(c.runs?.outputTokPerSec.map(Math.round) ?? [])}`,
         `per worker ${JSON.stringify(c.processedPerWorker)}`,

@@ -37,6 +37,7 @@
  * gateway (bench/peers.ts) in front of a fresh set of the same simulators, with their cache_aware and
  * round_robin, measured exactly like this router's cells (no Envoy in front of them: they are proxies).
  */
+import { appendFileSync } from 'node:fs';
 import path from 'node:path';
 import type { Config } from '../src/config.js';
 import type { PolicyName } from '../src/routing/policy.js';
@@ -283,7 +284,16 @@ export interface RoutingCell {
   /** Share of the host's CPU time the hypervisor stole during the measured passes (host-steal.ts). */
   stealFraction?: number;
   /** KV-event counters summed over replicas (variants with `kvEvents`). */
-  kvEvents?: { applied: number; dropped: number; gaps: number; resets: number; fallbackLookups: number };
+  kvEvents?: {
+    applied: number;
+    dropped: number;
+    gaps: number;
+    resets: number;
+    fallbackLookups: number;
+    /** Sum (seconds) and count of live batches' lag (vllm_router_kv_event_lag_seconds): mean = sum / count. */
+    lagSumSec: number;
+    lagCount: number;
+  };
 }
 
 export interface RoutingTarget {
@@ -491,7 +501,7 @@ export async function runRoutingBench(opts: RoutingBenchOptions = {}): Promise<R
         });
         let cell: RoutingCell;
         try {
-          if (warmRun) await measureCell(stack.cluster.sims, stack.url, warmRun, variant.label);
+          if (warmRun) await measureCell(stack.cluster.sims, stack.url, warmRun, variant.label, true);
           const kv = variant.kvEvents ?? false;
           const before = await routerCounters(stack.routers, kv);
           const cpu0 = routerCpuMs(stack.routers);
@@ -523,7 +533,7 @@ export async function runRoutingBench(opts: RoutingBenchOptions = {}): Promise<R
           cluster.sims.map((s) => s.url),
         );
         try {
-          if (warmRun) await measureCell(cluster.sims, peer.url, warmRun, variant.label);
+          if (warmRun) await measureCell(cluster.sims, peer.url, warmRun, variant.label, true);
           cell = await measureCell(cluster.sims, peer.url, run, variant.label);
         } finally {
           await peer.close();
@@ -595,6 +605,8 @@ async function measureCell(
   url: string,
   run: CellRun,
   label: string,
+  /** A warm-up pass (not counted; marked as such in BENCH_DUMP_DECISIONS). */
+  warm = false,
 ): Promise<RoutingCell> {
   const workload = run.passes[0]!;
   const maxDurationMs = run.quick ? 60_000 : 240_000;
@@ -642,6 +654,7 @@ async function measureCell(
         maxDurationMs,
       });
       for (const r of result.results) if (r !== undefined) results.push(r);
+      dumpDecisions(label, warm, pass.requests, result);
       wallMs += result.wallMs;
       requests += pass.requests.length;
     }
@@ -711,6 +724,43 @@ async function measureCell(
   return roundCell(cell);
 }
 
+/**
+ * `BENCH_DUMP_DECISIONS=<file>`: one JSON line per completed request of every pass (warm-up passes
+ * marked `warm: true`) with its workload group and round, the prompt and cached tokens the worker
+ * reported, its TTFT and, when the variant's router sends it (`"router": {"decisionHeader": true}`),
+ * the `x-vllm-router-decision` header: the chosen worker, the branch and the cost model's inputs. How
+ * a routing loss is traced to the decisions behind it (e.g. the requests the router expected to hit
+ * that missed: docs/benchmarks.md, Analysis).
+ */
+function dumpDecisions(
+  label: string,
+  warm: boolean,
+  requests: readonly BenchRequest[],
+  result: RunResult,
+): void {
+  const file = process.env['BENCH_DUMP_DECISIONS'];
+  if (!file) return;
+  const lines: string[] = [];
+  for (const r of result.results) {
+    if (r === undefined) continue;
+    const q = requests[r.index];
+    lines.push(
+      JSON.stringify({
+        cell: label,
+        warm,
+        start: r.startMs,
+        group: q?.group,
+        round: q?.round,
+        prompt: r.promptTokens,
+        cached: r.cachedTokens,
+        ttft: r.ttftMs,
+        decision: r.decision,
+      }),
+    );
+  }
+  if (lines.length > 0) appendFileSync(file, lines.join('\n') + '\n');
+}
+
 /** Sum of a metric's samples in Prometheus text, optionally grouped by one label. */
 function sumMetric(texts: readonly string[], name: string, by?: string): Record<string, number> {
   const out: Record<string, number> = {};
@@ -771,6 +821,8 @@ async function routerCounters(
       gaps: total('vllm_router_kv_event_gaps_total'),
       resets: total('vllm_router_kv_index_resets_total'),
       fallbackLookups: total('vllm_router_kv_fallback_lookups_total'),
+      lagSumSec: total('vllm_router_kv_event_lag_seconds_sum'),
+      lagCount: total('vllm_router_kv_event_lag_seconds_count'),
     },
   };
 }

@@ -22,6 +22,10 @@
  * seq >= start, then `['', -1 as 8 signed bytes, '']`. Bounded: 5 s without a reply or more than
  * `maxReplayBatches` (default 20,000; vLLM keeps 10,000) fails the replay (entries dropped).
  *
+ * Lag: each live batch's age when it is decoded (now - its `ts`) goes to the `lag` hook
+ * (vllm_router_kv_event_lag_seconds): a router whose event loop is busy, or a slow network, routes
+ * on a picture of the caches that old. Replayed batches are old on purpose and not observed.
+ *
  * Flood protection: frames over `maxMessageBytes` (default 16 MiB) make libzmq drop the connection
  * (reconnect -> resync); receive HWM 100,000 (vLLM's PUB default), the loop yields every 64 batches.
  *
@@ -58,6 +62,11 @@ export interface KvEventHooks {
   replay?(worker: string, outcome: ReplayOutcome): void;
   /** The worker's entries were dropped (reset), with why. */
   reset?(worker: string, why: 'gap' | 'reconnect' | 'restart' | 'replay_failed' | 'resync_overflow'): void;
+  /**
+   * A live batch was decoded `seconds` after its publisher stamped it (`ts`; clamped at 0): how far
+   * the router's picture of the worker's cache trails the worker (needs synchronised clocks).
+   */
+  lag?(worker: string, seconds: number): void;
 }
 
 export interface KvEventSubscriberOptions {
@@ -73,6 +82,8 @@ export interface KvEventSubscriberOptions {
   limits?: Readonly<DecoderLimits>;
   maxReplayBatches?: number;
   replayTimeoutMs?: number;
+  /** Wall clock, ms since the epoch (the publisher's `ts` is on the same clock). Default Date.now. */
+  clock?: () => number;
 }
 
 const YIELD_EVERY = 64;
@@ -189,6 +200,8 @@ export class KvEventSubscriber {
     }
     const { seq, batch } = frame;
     this.hook((h) => h.received?.(this.opts.worker, batch.received));
+    const now = (this.opts.clock ?? Date.now)() / 1000;
+    this.hook((h) => h.lag?.(this.opts.worker, Math.max(0, now - batch.ts)));
     this.countSkipped(batch);
     if (this.resyncing) {
       this.queue(seq, batch);

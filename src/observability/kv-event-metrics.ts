@@ -3,7 +3,7 @@
  * The index size per worker is read at scrape time; counters are bumped by the subscribers' hooks and
  * by kv_aware's routed() step (fallback lookups), never inside selection.
  */
-import { Counter, Gauge, type Registry } from 'prom-client';
+import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import type { KvEventHooks } from '../kv-events/kv-event-subscriber.js';
 
 export interface KvEventMetrics {
@@ -59,6 +59,13 @@ export function createKvEventMetrics(registry: Registry, sizes: () => Map<string
       for (const [worker, n] of sizes()) this.set({ worker }, n);
     },
   });
+  const lag = new Histogram({
+    name: 'vllm_router_kv_event_lag_seconds',
+    help: "Age of a live KV-event batch when the router decoded it (now - the publisher's ts; needs synchronised clocks): how far the exact index trails the worker's cache.",
+    labelNames: ['worker'] as const,
+    buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
+    registers,
+  });
   const fallbacks = counter(
     'vllm_router_kv_fallback_lookups_total',
     'Requests routed on the approximate prefix tree instead of exact KV data, by reason.',
@@ -73,6 +80,7 @@ export function createKvEventMetrics(registry: Registry, sizes: () => Map<string
       replay: (worker, outcome) => replays.inc({ worker, outcome }),
       reconnect: (worker) => reconnects.inc({ worker }),
       reset: (worker, reason) => resets.inc({ worker, reason }),
+      lag: (worker, seconds) => lag.observe({ worker }, seconds),
     },
     fallback: (reason) => fallbacks.inc({ reason }),
   };

@@ -108,6 +108,8 @@ describe('kv_aware through Envoy', () => {
     await waitFor(async () => (await indexBlocks(a)) === held && (await indexBlocks(b)) === held, {
       message: 'both workers indexed',
     });
+    // How far the index trails each worker is on /metrics (live batches since the subscription).
+    expect(await metric('vllm_router_kv_event_lag_seconds_count', `worker="${a.url}"`)).toBeGreaterThan(0);
 
     // The router itself sends the prompt to one of them (both hold it: the fair tie-break picks).
     const first = await viaEnvoy(prompt);

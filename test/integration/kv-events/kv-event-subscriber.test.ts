@@ -33,7 +33,9 @@ class Recorder {
   replays: string[] = [];
   resets: string[] = [];
   drops: Record<string, number> = {};
+  lags: number[] = [];
   readonly hooks: KvEventHooks = {
+    lag: (_w, seconds) => void this.lags.push(seconds),
     received: () => void this.received++,
     applied: (_w, n) => void (this.applied += n),
     gap: () => void this.gaps++,
@@ -50,7 +52,12 @@ afterEach(async () => {
 });
 
 async function setup(
-  opts: { replay?: boolean; encoding?: 'map' | 'array'; hashFormat?: 'int' | 'bytes' } = {},
+  opts: {
+    replay?: boolean;
+    encoding?: 'map' | 'array';
+    hashFormat?: 'int' | 'bytes';
+    clock?: () => number;
+  } = {},
 ) {
   const pub = new KvEventPublisher({
     ...(opts.replay ? { replayEndpoint: 'tcp://127.0.0.1:0' } : {}),
@@ -68,6 +75,7 @@ async function setup(
     ...(replayEndpoint !== undefined ? { replayEndpoint } : {}),
     index,
     hooks: rec.hooks,
+    ...(opts.clock ? { clock: opts.clock } : {}),
   });
   sub.start();
   closers.push(() => sub.close());
@@ -113,6 +121,41 @@ describe('KvEventSubscriber over real ZMQ', () => {
     await waitFor(() => rec.applied >= 4);
     expect(cached(index)).toBe(4);
     expect(rec.gaps).toBe(0);
+  });
+
+  it("reports each live batch's lag behind its publisher's timestamp (never negative)", async () => {
+    const nowMs = 1_800_000_000_000;
+    const { pub, rec } = await setup({ clock: () => nowMs });
+    await handshake(pub, rec);
+    rec.lags.length = 0;
+    await pub.publish([storeBlock(0)], nowMs / 1000 - 2.5);
+    await pub.publish([storeBlock(1)], nowMs / 1000 + 1); // a publisher clock ahead of the router's
+    await waitFor(() => rec.lags.length >= 2);
+    expect(rec.lags).toEqual([2.5, 0]);
+  });
+
+  it('replayed batches are old on purpose: no lag is reported for them', async () => {
+    const nowMs = 1_800_000_000_000;
+    const pub = new KvEventPublisher({ replayEndpoint: 'tcp://127.0.0.1:0' });
+    const { endpoint, replayEndpoint } = await pub.start();
+    closers.push(() => pub.close());
+    await pub.publish([storeBlock(0)], nowMs / 1000 - 60); // before anyone subscribed: replay only
+    const index = new KvBlockIndex();
+    const rec = new Recorder();
+    const sub = new KvEventSubscriber({
+      worker: 'w',
+      indexKey: 'w#0',
+      endpoint,
+      replayEndpoint: replayEndpoint!,
+      index,
+      hooks: rec.hooks,
+      clock: () => nowMs,
+    });
+    sub.start();
+    closers.push(() => sub.close());
+    await waitFor(() => rec.applied >= 1);
+    expect(cached(index)).toBe(4);
+    expect(rec.lags).toEqual([]);
   });
 
   it('a gap without a replay endpoint drops the worker entries, then rebuilds from new events', async () => {
