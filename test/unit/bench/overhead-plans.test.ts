@@ -13,6 +13,24 @@ import {
 } from '../../../bench/overhead-bench.js';
 import { renderOverhead } from '../../../bench/report-sections.js';
 
+/** An overhead result on a 2-core host with `p` filled in. */
+const result = (p: Partial<OverheadResult>): OverheadResult => ({
+  benchmark: 'overhead',
+  info: {
+    command: 'npm run bench -- overhead',
+    cores: 2,
+    cpu: 'test',
+    node: 'v20',
+    date: '2026-12-01T00:00:00.000Z',
+    quick: false,
+    loadAvgAtStart: 1,
+  },
+  setup: {},
+  runs: [],
+  targets: [],
+  ...p,
+});
+
 describe('overhead benchmark: scenario filter', () => {
   it.each([
     ['small', true],
@@ -73,23 +91,6 @@ describe('overhead benchmark: profile passes', () => {
     topFunctions: [{ name: fn, percent: 12.5 }],
     byModule: [{ name: 'src/request/inference-request.js', percent: 20 }],
   });
-  const result = (p: Partial<OverheadResult>): OverheadResult => ({
-    benchmark: 'overhead',
-    info: {
-      command: 'npm run bench -- overhead',
-      cores: 2,
-      cpu: 'test',
-      node: 'v20',
-      date: '2026-12-01T00:00:00.000Z',
-      quick: false,
-      loadAvgAtStart: 1,
-    },
-    setup: {},
-    runs: [],
-    targets: [],
-    ...p,
-  });
-
   it('renders one section per profile pass that ran', () => {
     const both = renderOverhead(
       result({
@@ -163,21 +164,7 @@ describe('overhead benchmark: the concurrency-64 CPU budget', () => {
   });
 
   it('the report states the budget and the measured shares, and the plain Envoy CPU in the runs table', () => {
-    const md = renderOverhead({
-      benchmark: 'overhead',
-      info: {
-        command: 'npm run bench -- overhead',
-        cores: 2,
-        cpu: 'test',
-        node: 'v20',
-        date: '2026-12-01T00:00:00.000Z',
-        quick: false,
-        loadAvgAtStart: 1,
-      },
-      setup: {},
-      runs: [run],
-      targets: [],
-    }).markdown;
+    const md = renderOverhead(result({ runs: [run] })).markdown;
     expect(md).toContain('2 cores 97% busy and arm c 98%');
     expect(md).toContain('allows 94 us more host CPU per request than arm b');
     expect(md).toContain("Envoy's own ext_proc work 110 us");
