@@ -23,7 +23,7 @@
  * the same for the routed Envoy process (arm c), so router and Envoy CPU sit side by side per run.
  */
 import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
-import { availableParallelism, tmpdir } from 'node:os';
+import { cpus, tmpdir } from 'node:os';
 import path from 'node:path';
 import { startEnvoy, type EnvoyHandle } from '../src/envoy/envoy-process.js';
 import {
@@ -327,7 +327,7 @@ export async function runOverheadBench(opts: OverheadBenchOptions = {}): Promise
       let cpuMs = 0;
       let envoyCpuMs = 0;
       let envoyPlainCpuMs = 0;
-      const hostMs: Partial<Record<Arm, number>> = {};
+      const hostMs: Partial<Record<'envoy' | 'router', number>> = {};
       for (const arm of ['direct', 'envoy', 'router'] as const) {
         await runClosedLoop({ baseUrl: urls[arm], requests: warm, concurrency: plan.concurrency });
         const cpu0 = router.cpuMs();
@@ -341,7 +341,7 @@ export async function runOverheadBench(opts: OverheadBenchOptions = {}): Promise
           maxDurationMs: quick ? 60_000 : 180_000,
         });
         const busy = hostBusyMs(host0, cpuTicks());
-        if (busy !== undefined) hostMs[arm] = busy;
+        if (busy !== undefined && arm !== 'direct') hostMs[arm] = busy;
         if (arm === 'envoy') envoyPlainCpuMs = procCpuMs(envoyPlainPid) - envoyPlainCpu0;
         if (arm === 'router') {
           cpuMs = router.cpuMs() - cpu0;
@@ -418,7 +418,13 @@ function summarize(
   plan: OverheadPlan,
   n: number,
   out: Record<Arm, RunResult>,
-  cpu: { router: number; envoy: number; envoyPlain?: number; host?: Partial<Record<Arm, number>> },
+  cpu: {
+    router: number;
+    envoy: number;
+    envoyPlain?: number;
+    /** Host busy ms over arms b and c. */
+    host?: Partial<Record<'envoy' | 'router', number>>;
+  },
   smallCpu: { router: number; envoy: number } | undefined,
 ): OverheadRun {
   const cpuMs = cpu.router;
@@ -486,7 +492,7 @@ function summarize(
   const hostB = cpu.host?.envoy;
   const hostC = cpu.host?.router;
   if (hostB !== undefined && hostC !== undefined) {
-    const cores = availableParallelism();
+    const cores = cpus().length; // as the run header counts them (report-doc.ts runInfo)
     const busy = (ms: number, r: RunResult): number => (r.wallMs > 0 ? round(ms / (r.wallMs * cores)) : 0);
     run.host = {
       cpuPerRequestUs: { envoy: round((hostB / n) * 1000), router: round((hostC / n) * 1000) },
