@@ -46,7 +46,8 @@ export function createExactPrefix(
       rules: setup.rules,
       ...(config.kvEventTopic !== '' ? { topic: config.kvEventTopic } : {}),
       index: { maxBlocksPerWorker: config.kvIndexMaxBlocks, tierCredit: setup.tierCredit },
-      hooks: metrics.hooks,
+      // Stored blocks are no longer pending on their worker (kv-prefix-source.ts confirmStored).
+      hooks: { ...metrics.hooks, stored: (worker, keys) => source?.confirmStored(worker, keys) },
       workers,
     });
     source = new KvPrefixSource({

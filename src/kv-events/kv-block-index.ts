@@ -101,8 +101,11 @@ export class KvBlockIndex {
     this.tierBit('GPU');
   }
 
-  /** Applies one batch's events for `worker` in order. */
-  apply(worker: string, events: readonly KvEvent[]): ApplyResult {
+  /**
+   * Applies one batch's events for `worker` in order. `stored`, when given, receives the own key of
+   * every block a BlockStored event stored (pending blocks are confirmed from it: kv-prefix-source.ts).
+   */
+  apply(worker: string, events: readonly KvEvent[], stored?: number[]): ApplyResult {
     const result: ApplyResult = { applied: 0, dropped: {}, unknownBlocks: 0, evicted: 0 };
     for (const event of events) {
       if (event.type === 'cleared') {
@@ -178,6 +181,7 @@ export class KvBlockIndex {
         }
         target.engineToOwn.set(engine, own);
       }
+      if (stored !== undefined) for (const own of keys) stored.push(own);
       result.applied++;
       const over = target.held.size - this.options.maxBlocksPerWorker;
       if (over > 0) {

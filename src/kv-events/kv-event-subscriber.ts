@@ -67,6 +67,8 @@ export interface KvEventHooks {
    * the router's picture of the worker's cache trails the worker (needs synchronised clocks).
    */
   lag?(worker: string, seconds: number): void;
+  /** The batch stored these blocks (own keys, block-keys.ts) on the worker. */
+  stored?(worker: string, keys: readonly number[]): void;
 }
 
 export interface KvEventSubscriberOptions {
@@ -245,8 +247,10 @@ export class KvEventSubscriber {
   private applyBatch(seq: number, batch: KvEventBatch): void {
     this.expected = seq + 1;
     if (batch.events.length === 0) return;
-    const r = this.opts.index.apply(this.opts.indexKey, batch.events);
+    const stored = this.opts.hooks?.stored !== undefined ? [] : undefined;
+    const r = this.opts.index.apply(this.opts.indexKey, batch.events, stored);
     this.hook((h) => h.applied?.(this.opts.worker, r.applied));
+    if (stored !== undefined && stored.length > 0) this.hook((h) => h.stored?.(this.opts.worker, stored));
     for (const [reason, n] of Object.entries(r.dropped) as Array<[keyof ApplyResult['dropped'], number]>) {
       this.drop(reason, n);
     }

@@ -178,7 +178,8 @@ export class KvEventSubscriptions {
 const keyMemo = new Map<string, string>();
 const KEY_MEMO_MAX = 4096;
 
-function safeKey(url: string): string {
+/** The worker key (kv-event-sources.ts `workerKey`) of a URL, as the subscriptions and hooks name it. */
+export function safeKey(url: string): string {
   let key = keyMemo.get(url);
   if (key !== undefined) return key;
   try {

@@ -17,7 +17,9 @@
  * 4. or, when longer, the run of blocks this router routed to it within `pendingTtlMs` that its events
  *    have not confirmed yet (pending-blocks.ts: a worker publishes a prompt's blocks only after its
  *    queue wait and prefill, and without this a burst sharing a new prefix would each see "nobody
- *    holds it"). `routed()` records them; blocks the events show are confirmed (no longer pending).
+ *    holds it"). `routed()` records them; blocks the worker's events store are confirmed (no longer
+ *    pending) as the events arrive (`confirmStored`, from the subscriber's `stored` hook), so a block
+ *    stored and then evicted is seen gone at once (pending-blocks.ts).
  *
  * Synchronous (runs inside the selection step); the memo is a WeakMap on the input. The only state
  * it changes while selecting is the pending set's own confirmation and expiry.
@@ -27,8 +29,12 @@ import type { PrefixSource } from '../routing/prefix-source.js';
 import type { RequestTokenizer, TokenizeFallback } from '../tokenize/request-tokens.js';
 import type { Worker } from '../workers/worker.js';
 import { keySeed, promptKeys } from './block-keys.js';
-import type { KvEventSubscriptions } from './kv-event-subscriptions.js';
+import { safeKey, type KvEventSubscriptions } from './kv-event-subscriptions.js';
 import { PendingBlocks } from './pending-blocks.js';
+
+const MAX_KEYS = 4096;
+/** Worker ids per URL: its roles times the registration generations still pending (bounded). */
+const MAX_IDS_PER_KEY = 16;
 
 export type ExactFallback = TokenizeFallback | 'no_publisher';
 
@@ -57,6 +63,8 @@ export class KvPrefixSource implements PrefixSource {
   readonly name = 'kv_events';
   private readonly memo = new WeakMap<SelectionInput, Memo>();
   readonly pending = new PendingBlocks();
+  /** Subscription key -> the worker ids routed to under it (pending blocks are per worker id). */
+  private readonly idsByKey = new Map<string, Set<string>>();
   private readonly pendingTtlMs: number;
   private readonly now: () => number;
 
@@ -117,6 +125,31 @@ export class KvPrefixSource implements PrefixSource {
       const from = memo.shown?.get(bs)?.get(worker.id) ?? 0;
       this.pending.add(worker.id, keys, nowMs, this.pendingTtlMs, from);
     }
+    this.noteId(worker);
+  }
+
+  /**
+   * The worker (its subscription key: kv-event-subscriptions.ts `safeKey`) stored these blocks: they
+   * are no longer pending on it (the subscriber's `stored` hook; see pending-blocks.ts).
+   */
+  confirmStored(workerKey: string, keys: readonly number[]): void {
+    const ids = this.idsByKey.get(workerKey);
+    if (ids === undefined) return;
+    for (const id of ids) this.pending.confirmKeys(id, keys);
+  }
+
+  /** Remembers which worker ids (roles, generations) a subscription key names, for confirmStored. */
+  private noteId(worker: Worker): void {
+    const key = safeKey(worker.url);
+    let ids = this.idsByKey.get(key);
+    if (ids === undefined) {
+      if (this.idsByKey.size >= MAX_KEYS) this.idsByKey.clear(); // bounded: keys churn only with the fleet
+      ids = new Set();
+      this.idsByKey.set(key, ids);
+    }
+    if (ids.has(worker.id)) return;
+    if (ids.size >= MAX_IDS_PER_KEY) ids.clear();
+    ids.add(worker.id);
   }
 
   /** Per subscribed candidate: confirm what its events show, then extend it by the pending run after it. */

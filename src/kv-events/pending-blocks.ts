@@ -8,9 +8,18 @@
  * prompt when it routes it). The exact prefix source therefore also counts, per worker, the leading
  * blocks of prompts it routed there within the last `ttlMs` (kv-prefix-source.ts).
  *
- * Confirmation: once the worker's events show a block, the pending entry is dropped (`confirm`), so a
- * later eviction of that block is seen at once; an entry the events never confirm (the request failed,
- * or the worker evicted the prompt before anyone asked) expires after `ttlMs`.
+ * Confirmation: as soon as the worker's events store a block, its pending entry is dropped
+ * (`confirmKeys`, from the subscriber's `stored` hook: kv-prefix-source.ts `confirmStored`), so a later
+ * eviction of that block is seen at once; a lookup that sees the block also drops it (`confirm`).
+ * Confirming only at lookups (as until 2026-12-03) missed a context stored and evicted between two of
+ * its visits: its blocks stayed "held" by their pending entries for the rest of the TTL, which on a
+ * small, busy cache is often. Measured on eviction-pressure with KV events (`BENCH_DUMP_DECISIONS`,
+ * bench/routing-ab.ts): of the requests sent to a worker the router saw holding over half their
+ * prompt, 55 of 281 missed there with one router and 71 of 236 with two; with the pending window cut
+ * to 100 ms (what eager confirmation amounts to on the simulator, which stores a prompt's blocks on
+ * arrival) 15 of 247 and 11 of 203, and the hit rate rose from 55.5% to 59.1% (one router) and from
+ * 46.1% to 51.6% (two), 2 interleaved runs each. An entry the events never confirm (the request
+ * failed) expires after `ttlMs`.
  *
  * Cost: the caller records only the blocks the worker was not yet shown to hold (kv-prefix-source.ts),
  * so a prompt's pending keys on a worker are the runs past what its events showed at each routing:
@@ -89,6 +98,14 @@ export class PendingBlocks {
       if (!map.delete(keys[i] as number)) break;
       this.total -= 1;
     }
+    if (map.size === 0) this.byWorker.delete(worker);
+  }
+
+  /** The worker's events stored these blocks: none of them is pending there any more. O(keys). */
+  confirmKeys(worker: string, keys: readonly number[]): void {
+    const map = this.byWorker.get(worker);
+    if (map === undefined) return;
+    for (const key of keys) if (map.delete(key)) this.total -= 1;
     if (map.size === 0) this.byWorker.delete(worker);
   }
 

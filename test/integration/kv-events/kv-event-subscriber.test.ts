@@ -34,7 +34,9 @@ class Recorder {
   resets: string[] = [];
   drops: Record<string, number> = {};
   lags: number[] = [];
+  stored: number[][] = [];
   readonly hooks: KvEventHooks = {
+    stored: (_w, keys) => void this.stored.push([...keys]),
     lag: (_w, seconds) => void this.lags.push(seconds),
     received: () => void this.received++,
     applied: (_w, n) => void (this.applied += n),
@@ -135,6 +137,16 @@ describe('KvEventSubscriber over real ZMQ', () => {
     await waitFor(() => rec.applied >= 2);
     // Frames arrive in order: the handshake's empty batches (if any still in flight) come before ours.
     expect(rec.lags.slice(-2)).toEqual([2.5, 0]);
+  });
+
+  it('reports the own keys of the blocks each batch stored, and nothing for removals', async () => {
+    const { pub, rec } = await setup();
+    await handshake(pub, rec);
+    await pub.publish([storeBlock(0), storeBlock(1)]);
+    await pub.publish([{ type: 'removed', hashes: [H(1)] }]);
+    await pub.publish([storeBlock(1)]);
+    await waitFor(() => rec.applied >= 4);
+    expect(rec.stored).toEqual([[KEYS[0], KEYS[1]], [KEYS[1]]]);
   });
 
   it('replayed batches are old on purpose: no lag is reported for them', async () => {

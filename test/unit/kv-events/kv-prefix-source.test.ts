@@ -41,13 +41,19 @@ function fleet(pendingTtlMs: number, sizes: { blockSize?: number; scraped?: numb
   const policy = new CacheAwarePolicy({}, { prefixSources: [source] });
   for (const w of workers) policy.addWorker(w);
   const store = (i: number, n: number): void => storeBlocks(subs, workers, i, ids, n, BS);
+  /** Stores as a running subscriber does: the `stored` hook confirms the blocks (exact-prefix.ts). */
+  const storeLive = (i: number, n: number): void => {
+    const keys: number[] = [];
+    storeBlocks(subs, workers, i, ids, n, BS, undefined, keys);
+    source.confirmStored(workerKey(workers[i]!.url), keys);
+  };
   const evict = (i: number): void => {
     subs.index.apply(`${workerKey(workers[i]!.url)}#0`, [{ type: 'cleared' }]);
   };
   const cached = (): (number | undefined)[] | undefined =>
     source.cachedTokens(input(workers, { text: prompt, body: { prompt } }), workers);
   const send = () => route(policy, input(workers, { text: prompt, body: { prompt } }), clock.now);
-  return { workers, source, clock, store, evict, cached, send };
+  return { workers, source, clock, store, storeLive, evict, cached, send };
 }
 
 /** What cachedTokens answers when worker `home` holds the whole prompt (of two workers). */
@@ -89,6 +95,15 @@ describe('KvPrefixSource: blocks routed but not yet shown by events', () => {
     expect(source.pending.size).toBe(0); // every pending block confirmed
     evict(home);
     expect(cached()).toEqual([0, 0]);
+  });
+
+  it('a prompt stored and evicted between two of its visits is seen gone at once', () => {
+    const { workers, send, storeLive, evict, cached, source } = fleet(TTL);
+    const home = routedTo(workers, send);
+    storeLive(home, blocks); // no lookup in between: the stored events themselves confirm
+    expect(source.pending.size).toBe(0);
+    evict(home);
+    expect(cached()).toEqual([0, 0]); // not "held" by its pending blocks for the rest of the TTL
   });
 
   it('what the events never show expires after the TTL', () => {

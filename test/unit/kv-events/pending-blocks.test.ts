@@ -39,6 +39,16 @@ describe('PendingBlocks', () => {
       1,
     ],
     [
+      'keys the worker stored are no longer pending, whatever their position',
+      (p) => (p.add('a', [1, 2, 3], 0, 100), p.confirmKeys('a', [2, 9]), p.run('a', [1, 2, 3], 10)),
+      1,
+    ],
+    [
+      'stored keys confirm only on their own worker',
+      (p) => (p.add('a', [1, 2], 0, 100), p.confirmKeys('b', [1, 2]), p.run('a', [1, 2], 10)),
+      2,
+    ],
+    [
       'a dropped worker holds nothing',
       (p) => (p.add('a', [1, 2], 0, 100), p.dropWorker('a'), p.run('a', [1, 2], 10)),
       0,
@@ -70,6 +80,9 @@ describe('PendingBlocks', () => {
     p.run('a', [2], 200); // expired on read
     expect(p.size).toBe(2);
     p.dropWorker('b');
+    expect(p.size).toBe(1);
+    p.add('a', [5, 6], 0, 100);
+    p.confirmKeys('a', [3, 5, 7]);
     expect(p.size).toBe(1);
   });
 });

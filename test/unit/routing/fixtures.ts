@@ -92,6 +92,8 @@ export function storeBlocks(
   blocks: number,
   blockSize: number,
   salt?: string,
+  /** Receives the own keys of the stored blocks (what the subscriber's `stored` hook reports). */
+  stored?: number[],
 ): void {
   const event: BlockStoredEvent = {
     type: 'stored',
@@ -106,5 +108,5 @@ export function storeBlocks(
         ? undefined
         : Array.from({ length: blocks }, (_, b) => (b === 0 ? `["${salt}"]` : '')),
   };
-  subs.index.apply(`${workerKey((workers[i] as Worker).url)}#0`, [event]);
+  subs.index.apply(`${workerKey((workers[i] as Worker).url)}#0`, [event], stored);
 }
