@@ -15,9 +15,9 @@
  * its visits: its blocks stayed "held" by their pending entries for the rest of the TTL, which on a
  * small, busy cache is often. Measured on eviction-pressure with KV events (`BENCH_DUMP_DECISIONS`,
  * bench/routing-ab.ts): of the requests sent to a worker the router saw holding over half their
- * prompt, 55 of 281 missed there with one router and 71 of 236 with two; with the pending window cut
+ * prompt, 125 of 552 missed there with one router and 144 of 484 with two; with the pending window cut
  * to 100 ms (what eager confirmation amounts to on the simulator, which stores a prompt's blocks on
- * arrival) 15 of 247 and 11 of 203, and the hit rate rose from 55.5% to 59.1% (one router) and from
+ * arrival) 30 of 487 and 20 of 403, and the hit rate rose from 55.5% to 59.1% (one router) and from
  * 46.1% to 51.6% (two), 2 interleaved runs each. An entry the events never confirm (the request
  * failed) expires after `ttlMs`.
  *
