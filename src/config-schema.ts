@@ -573,6 +573,14 @@ export const OPTIONS = [
   },
   {
     group: 'Load and cost model',
+    key: 'prefixHomeMarginExact',
+    flag: 'prefix-home-margin-exact',
+    type: 'number',
+    default: CACHE_AWARE.prefixHomeMarginExact,
+    help: "cache_aware cost: the most the prefix home's margin may be when every candidate's cache is known from its KV events (--kv-event-source): the other replicas see a seeded prefix in the events within milliseconds, so agreement needs only the home of prompts seeded at the same moment, and a wider margin queues new prompts behind busy homes. Never above --prefix-home-margin.",
+  },
+  {
+    group: 'Load and cost model',
     key: 'prefixHomeKeyChars',
     flag: 'prefix-home-key-chars',
     type: 'int',

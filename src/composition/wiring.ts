@@ -301,6 +301,7 @@ function buildPools(
         costRecomputeWeight: config.costRecomputeWeight,
         prefixHomeMargin: config.prefixHomeMargin,
         prefixHomeMarginAlone: config.prefixHomeMarginAlone,
+        prefixHomeMarginExact: config.prefixHomeMarginExact,
         prefixHomeKeyChars: config.prefixHomeKeyChars,
       },
       ...(exact.source !== undefined ? { exactPrefix: exact.source } : {}),

@@ -61,6 +61,7 @@ export interface KvPrefixSourceOptions {
 
 export class KvPrefixSource implements PrefixSource {
   readonly name = 'kv_events';
+  readonly exact = true;
   private readonly memo = new WeakMap<SelectionInput, Memo>();
   readonly pending = new PendingBlocks();
   /** Subscription key -> the worker ids routed to under it (pending blocks are per worker id). */

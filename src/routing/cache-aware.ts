@@ -185,6 +185,11 @@ export function resolveCacheAwareOptions(
     o.prefixHomeMarginAlone,
   );
   check(
+    finite(o.prefixHomeMarginExact) && o.prefixHomeMarginExact >= 0,
+    'prefixHomeMarginExact must be >= 0',
+    o.prefixHomeMarginExact,
+  );
+  check(
     Number.isInteger(o.prefixHomeKeyChars) && o.prefixHomeKeyChars >= 1,
     'prefixHomeKeyChars must be an integer >= 1',
     o.prefixHomeKeyChars,

@@ -175,6 +175,8 @@ export interface CostModelOptions {
   prefixHomeMargin: number;
   /** Prefix home: the margin while no load from elsewhere is seen on the candidates. Default 0.5. */
   prefixHomeMarginAlone: number;
+  /** Prefix home: the most the margin may be when every candidate's cache is known from KV events. Default 1. */
+  prefixHomeMarginExact: number;
   /** Prefix home: characters of the prompt's start that key its home. Default 256. */
   prefixHomeKeyChars: number;
 }
@@ -190,6 +192,7 @@ export const DEFAULT_COST_MODEL_OPTIONS: Readonly<CostModelOptions> = Object.fre
   costRecomputeWeight: 1,
   prefixHomeMargin: DEFAULT_PREFIX_HOME_OPTIONS.margin,
   prefixHomeMarginAlone: DEFAULT_PREFIX_HOME_OPTIONS.marginAlone,
+  prefixHomeMarginExact: DEFAULT_PREFIX_HOME_OPTIONS.marginExact,
   prefixHomeKeyChars: DEFAULT_PREFIX_HOME_OPTIONS.keyChars,
 });
 
@@ -315,6 +318,7 @@ export function scoreCost(
   const homeOptions = {
     margin: options.prefixHomeMargin,
     marginAlone: options.prefixHomeMarginAlone,
+    marginExact: options.prefixHomeMarginExact,
     keyChars: options.prefixHomeKeyChars,
   };
   let home = false;
@@ -331,7 +335,7 @@ export function scoreCost(
   ) {
     for (const x of c) x.eligible = !(anyFit && x.overloaded);
     const bestScore = (c[chosenIndex] as Candidate).scoreMs;
-    margin = homeMargin(homeOptions, meanForeignShare(signals, workers)) * homeMarginScale;
+    margin = homeMargin(homeOptions, meanForeignShare(signals, workers), prefix?.exact) * homeMarginScale;
     const marginMs = margin * (c[chosenIndex] as Candidate).recomputeMs;
     const at = prefixHome(homeKeyHash(input.text, homeOptions.keyChars), c, bestScore, marginMs);
     if (at !== undefined) {

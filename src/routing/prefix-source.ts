@@ -26,6 +26,8 @@ import type { RadixTree } from './radix-tree.js';
 export interface PrefixSource {
   /** Short label for decision logs and headers (e.g. `radix`, `kv_events`). */
   readonly name?: string;
+  /** Its answers are the workers' own truth (KV events), not a picture of what the router sent. */
+  readonly exact?: boolean;
   /**
    * Cached prompt tokens per candidate, index-aligned with `workers`; `undefined` at an index = no
    * knowledge of that worker; `undefined` overall = no knowledge of this request at all.
@@ -88,6 +90,8 @@ export interface PrefixView {
   readonly cached: readonly number[];
   /** Per candidate: the name of the source that answered, undefined where none did. */
   readonly sourceOf: readonly (string | undefined)[];
+  /** Every candidate was answered by an exact source (PrefixSource.exact). */
+  readonly exact: boolean;
 }
 
 /** Merges an ordered list of sources into one view: per candidate, the first source that knows it. */
@@ -107,6 +111,7 @@ export function resolvePrefix(
   const cached = new Array<number>(workers.length).fill(0);
   const sourceOf = new Array<string | undefined>(workers.length).fill(undefined);
   let open = workers.length;
+  let exact = workers.length > 0;
   for (let k = 0; k < sources.length && open > 0; k++) {
     const source = sources[k] as PrefixSource;
     const answer = source.cachedTokens(input, workers);
@@ -117,8 +122,9 @@ export function resolvePrefix(
       if (v === undefined || !Number.isFinite(v)) continue;
       cached[i] = Math.min(promptTokens, Math.max(0, v));
       sourceOf[i] = source.name ?? `source${k}`;
+      if (source.exact !== true) exact = false;
       open -= 1;
     }
   }
-  return { promptTokens, cached, sourceOf };
+  return { promptTokens, cached, sourceOf, exact: exact && open === 0 };
 }

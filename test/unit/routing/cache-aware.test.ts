@@ -48,6 +48,7 @@ describe('cache_aware options', () => {
       costRecomputeWeight: 1,
       prefixHomeMargin: 3,
       prefixHomeMarginAlone: 0.5,
+      prefixHomeMarginExact: 1,
       prefixHomeKeyChars: 256,
     });
     expect(resolveCacheAwareOptions({ cacheThreshold: undefined })).toEqual(DEFAULT_CACHE_AWARE_OPTIONS);
@@ -66,6 +67,7 @@ describe('cache_aware options', () => {
     { charsPerToken: 0 },
     { prefixHomeMargin: -0.5 },
     { prefixHomeMarginAlone: Number.NaN },
+    { prefixHomeMarginExact: -1 },
     { prefixHomeKeyChars: 0 },
     { prefixHomeKeyChars: 12.5 },
   ])('rejects %j', (bad) => {

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { CacheAwarePolicy, type CacheAwareOptions } from '../../../src/routing/cache-aware.js';
 import type { WorkerSignals } from '../../../src/routing/cost-model.js';
+import type { PrefixSource } from '../../../src/routing/prefix-source.js';
 import {
   homeApplies,
   homeKeyHash,
@@ -121,13 +122,28 @@ describe('homeMargin: the alone margin until load from elsewhere shows', () => {
     { name: 'an unknown share counts as shared', foreign: Number.NaN, opts: o, want: 3 },
     { name: 'margin 0 stays off', foreign: 0, opts: { ...o, margin: 0 }, want: 0 },
     {
+      name: 'KV events on every candidate: capped at the exact margin',
+      foreign: 0.5,
+      exact: true,
+      opts: o,
+      want: 1,
+    },
+    { name: 'KV events, alone: the alone margin', foreign: 0, exact: true, opts: o, want: 0.5 },
+    {
+      name: 'KV events, halfway',
+      foreign: 0.1,
+      exact: true,
+      opts: o,
+      want: 0.75,
+    },
+    {
       name: 'the alone margin never exceeds the margin',
       foreign: 0,
       opts: { ...o, margin: 0.25 },
       want: 0.25,
     },
-  ])('$name -> $want', ({ foreign, opts, want }) => {
-    expect(homeMargin(opts, foreign)).toBeCloseTo(want, 9);
+  ])('$name -> $want', ({ foreign, exact, opts, want }) => {
+    expect(homeMargin(opts, foreign, exact)).toBeCloseTo(want, 9);
   });
 });
 
@@ -368,6 +384,40 @@ describe('prefix home in cache_aware (two replicas, no shared state)', () => {
     // The old behaviour on demand: the full margin alone too.
     const pinned = new CacheAwarePolicy({ prefixHomeMarginAlone: 3 }, { signals: alone(0) });
     expect(pinned.select(input(workers, { text: doc })).worker).toBe(home);
+  });
+
+  it("with every worker's cache known from KV events, a replica agrees within the exact margin only", () => {
+    // The same collision seen by a second replica: the full margin (3) queues the new document behind
+    // the other one at its home. With KV events each replica sees where the other seeded a prefix
+    // within milliseconds, so the margin is capped at 1 prefill and an idle worker takes it.
+    const workers = makeWorkers(8);
+    const doc = prompt(11, 4 * 58_000);
+    const home = replica(workers, []).select(input(workers, { text: doc })).worker;
+    const timing = new TimingEstimates();
+    const signals: WorkerSignals = {
+      load: (w) => ({ source: 'in_flight', ahead: w === home ? 1 : 0 }),
+      timing: (w) => timing.of(w),
+      backlog: (w) => (w === home ? { requests: 1, tokens: 58_000 } : { requests: 0, tokens: 0 }),
+      foreignShare: () => 0.5,
+    };
+    const events = (covers: number): PrefixSource => ({
+      name: 'kv_events',
+      exact: true,
+      cachedTokens: (_i, ws) => ws.map((_w, i) => (i < covers ? 0 : undefined)),
+      promptTokens: () => 58_000,
+    });
+    const exact = new CacheAwarePolicy({}, { signals, prefixSources: [events(8)] });
+    const d = exact.select(input(workers, { text: doc }));
+    expect(d.cost?.homeMargin).toBe(1);
+    expect(d.worker).not.toBe(home);
+    // One worker without events: the picture is partly a guess, and the full margin applies.
+    const partial = new CacheAwarePolicy({}, { signals, prefixSources: [events(7)] });
+    const p = partial.select(input(workers, { text: doc }));
+    expect(p.cost?.homeMargin).toBe(3);
+    expect(p.worker).toBe(home);
+    // --prefix-home-margin-exact 3 restores the full margin.
+    const wide = new CacheAwarePolicy({ prefixHomeMarginExact: 3 }, { signals, prefixSources: [events(8)] });
+    expect(wide.select(input(workers, { text: doc })).worker).toBe(home);
   });
 
   it('a prompt shorter than the key keeps the (load, processed, index) tie-break', () => {

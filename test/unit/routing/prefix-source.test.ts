@@ -56,8 +56,10 @@ describe('resolvePrefix', () => {
     name: string,
     cached: readonly (number | undefined)[] | undefined,
     prompt?: number,
+    exact?: boolean,
   ): PrefixSource => ({
     name,
+    ...(exact === undefined ? {} : { exact }),
     cachedTokens: (_i: SelectionInput, _w: readonly Worker[]) => cached,
     ...(prompt === undefined ? {} : { promptTokens: () => prompt }),
   });
@@ -66,17 +68,42 @@ describe('resolvePrefix', () => {
     {
       name: 'no source: zeros, prompt from chars',
       sources: [],
-      want: { promptTokens: 10, cached: [0, 0, 0], sourceOf: [undefined, undefined, undefined] },
+      want: {
+        promptTokens: 10,
+        cached: [0, 0, 0],
+        sourceOf: [undefined, undefined, undefined],
+        exact: false,
+      },
     },
     {
       name: 'exact first, approximate fills the workers it does not know',
       sources: [fixed('exact', [8, undefined, 0], 12), fixed('radix', [1, 5, 9])],
-      want: { promptTokens: 12, cached: [8, 5, 0], sourceOf: ['exact', 'radix', 'exact'] },
+      want: { promptTokens: 12, cached: [8, 5, 0], sourceOf: ['exact', 'radix', 'exact'], exact: false },
+    },
+    {
+      name: 'an exact source that knows every worker makes an exact view',
+      sources: [fixed('kv_events', [8, 0, 3], 12, true), fixed('radix', [1, 5, 9])],
+      want: {
+        promptTokens: 12,
+        cached: [8, 0, 3],
+        sourceOf: ['kv_events', 'kv_events', 'kv_events'],
+        exact: true,
+      },
+    },
+    {
+      name: 'an exact source that misses one worker does not',
+      sources: [fixed('kv_events', [8, undefined, 3], 12, true), fixed('radix', [1, 5, 9])],
+      want: {
+        promptTokens: 12,
+        cached: [8, 5, 3],
+        sourceOf: ['kv_events', 'radix', 'kv_events'],
+        exact: false,
+      },
     },
     {
       name: 'a source with no knowledge of the request is skipped; values clamped to the prompt',
       sources: [fixed('exact', undefined, 6), fixed('radix', [-3, 99, Number.NaN])],
-      want: { promptTokens: 6, cached: [0, 6, 0], sourceOf: ['radix', 'radix', undefined] },
+      want: { promptTokens: 6, cached: [0, 6, 0], sourceOf: ['radix', 'radix', undefined], exact: false },
     },
   ])('$name', ({ sources, want }) => {
     expect(resolvePrefix(sources, sel, workers, 4)).toEqual(want);
