@@ -125,6 +125,21 @@ export class KvEventSubscriptions {
   }
 
   /**
+   * Tokens the worker's KV cache holds by its events (its fullest rank), or undefined for a worker
+   * without a subscription of its current generation. A subscribed worker that stored nothing holds 0.
+   */
+  heldTokens(worker: Worker): number | undefined {
+    const sub = this.subs.get(safeKey(worker.url));
+    if (sub === undefined || sub.generation !== worker.generation) return undefined;
+    let most = 0;
+    for (const k of sub.indexKeys) {
+      const held = this.index.size(k) * (this.index.blockSizeOf(k) ?? 0);
+      if (held > most) most = held;
+    }
+    return most;
+  }
+
+  /**
    * Credited cached tokens per worker for prompt keys computed at `blockSize` (best rank), or
    * undefined for a worker without a subscription or without indexed blocks at that size.
    */

@@ -102,6 +102,11 @@ export class KvPrefixSource implements PrefixSource {
     return out;
   }
 
+  /** Tokens the worker's KV cache holds by its events; undefined when it publishes none. */
+  heldTokens(worker: Worker): number | undefined {
+    return this.opts.subscriptions.heldTokens(worker);
+  }
+
   /** Block sizes the workers' events use, plus those their scraped metrics name. */
   private learnedBlockSizes(workers: readonly Worker[]): number[] {
     const sizes = this.opts.subscriptions.index.blockSizes();

@@ -228,20 +228,28 @@ export class CacheAwarePolicy implements Policy {
   }
 
   /**
-   * How full each worker's prefix cache is, from this router's picture of it (the model's tree, which
-   * evicts like the worker once at its capacity) over the capacity the worker reports; undefined when
-   * the weight is 0, a worker without a known capacity reads 0.
+   * How full each worker's prefix cache is, over the capacity the worker reports: what its KV events
+   * show it holds when a source knows (prefix-source.ts `heldTokens`), else this router's picture of
+   * it (the model's tree, which evicts like the worker once at its capacity); undefined when the
+   * weight is 0, a worker without a known capacity reads 0.
    */
   private cacheFill(model: string): ((worker: Worker) => number) | undefined {
     const capacityOf = this.capacityTokens;
+    if (this.options.costRecomputeWeight <= 0 || capacityOf === undefined) return undefined;
     const tree = this.trees.get(model);
-    if (this.options.costRecomputeWeight <= 0 || capacityOf === undefined || tree === undefined)
-      return undefined;
+    const held = this.sources.filter((s) => s.heldTokens !== undefined);
+    if (tree === undefined && held.length === 0) return undefined;
     const charsPerToken = this.options.charsPerToken;
     return (worker) => {
       const capacity = capacityOf(worker);
       if (capacity === undefined || capacity <= 0) return 0;
-      return Math.min(1, tree.tenantCharCount(worker.id) / (capacity * charsPerToken));
+      for (const s of held) {
+        const tokens = s.heldTokens?.(worker);
+        if (tokens !== undefined) return Math.min(1, tokens / capacity);
+      }
+      return tree === undefined
+        ? 0
+        : Math.min(1, tree.tenantCharCount(worker.id) / (capacity * charsPerToken));
     };
   }
 

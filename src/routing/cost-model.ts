@@ -46,8 +46,9 @@
  * slows every step of its batch a little; without this term a fleet whose time to first token
  * is all prefill would learn that decoding requests are free and pile onto the worker with the cache.
  *
- * `fill_w` is how full the worker's prefix cache is, in [0, 1] (cache-aware.ts: this router's picture
- * of it over the capacity the worker reports; 0 when unknown). A prompt recomputed on a full cache
+ * `fill_w` is how full the worker's prefix cache is, in [0, 1] (cache-aware.ts: the tokens its KV
+ * events show it holding when it publishes them, else this router's picture of it, over the capacity
+ * the worker reports; 0 when unknown). A prompt recomputed on a full cache
  * evicts about as many tokens of other cached contexts, which their next requests recompute in turn;
  * on a cache with room it evicts nothing. Without the term, a holder's queue sent its prompt to an
  * idle worker whose cache was full, and the contexts it displaced missed next (eviction-pressure, KV
@@ -55,6 +56,15 @@
  * two replicas; approximate tree 52.1% -> 57.5%; shared-prefix 86.3% -> 87.9%; multi-turn, chat,
  * hot-burst, long-prompt, external-load within their run-to-run spread). A constant weight (no fill)
  * also took the idle workers' first prompts away in hot-burst and chat (max/mean 1.36 and 1.67).
+ * With KV events the fill is what the events show the worker holding (since 2026-12-03; before, the
+ * picture alone). A replica's picture holds only the prompts it routed itself, and its
+ * characters-per-token rule read caches tokenized at ~1.8 characters per token as under half full
+ * (decision traces, eviction-pressure: mean fill of the chosen worker on misses 0.59 with one
+ * router, 0.47 with two). Measured (bench/routing-ab.ts --kv-events, events vs picture, interleaved):
+ * eviction-pressure two replicas hit 56.1% vs 54.4% and 57.2% vs 55.8%, output tokens/s +2.4% and
+ * +3.5% (seeds 1 and 2, 3 runs each); one router 58.9% vs 58.6% and 62.1% vs 63.7%, +1.6% and
+ * -3.8% (its runs spread 1,515-1,942 tok/s); shared-prefix, multi-turn, chat, hot-burst,
+ * external-load and long-prompt +0.1% to +3.9% tok/s, hit rates equal or higher (2 runs each).
  *
  * The lowest score wins; candidates within 1e-6 ms tie and are split by (load, processed, index) as
  * every policy does (tie-break.ts), so identical idle workers still spread. No threshold decides

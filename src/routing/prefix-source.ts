@@ -38,6 +38,8 @@ export interface PrefixSource {
   ): readonly (number | undefined)[] | undefined;
   /** The prompt's token count when this source knows it (e.g. it tokenized the prompt). */
   promptTokens?(input: SelectionInput): number | undefined;
+  /** Tokens the worker's cache holds in all, when this source knows (how full it is: cost-model.ts). */
+  heldTokens?(worker: Worker): number | undefined;
   /** The policy routed `input` to `worker` (bookkeeping, e.g. blocks now pending there). */
   routed?(input: SelectionInput, worker: Worker, nowMs: number): void;
 }

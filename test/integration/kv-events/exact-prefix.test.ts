@@ -95,9 +95,11 @@ describe('exact prefix: pending blocks and the events that confirm them', () => 
     await pub.publish([stored(0, blocks)]);
     await waitFor(() => size() === before + blocks);
     expect(source.pending.size).toBe(0); // the stored events confirmed them
+    expect(source.heldTokens(worker)).toBe((before + blocks) * BS);
     await pub.publish([{ type: 'removed', hashes: Array.from({ length: blocks }, (_, b) => H(b)) }]);
     await waitFor(() => size() === before);
     expect(cached()).toBe(0);
+    expect(source.heldTokens(worker)).toBe(before * BS);
   });
 
   it('blocks the worker has not stored yet stay pending, and the stored part is confirmed', async () => {

@@ -304,12 +304,17 @@ describe('KvEventSubscriptions', () => {
     await waitFor(() => rec.applied >= 2);
     expect(subs.cachedTokens(KEYS, BS, [gen1])).toEqual([8]);
     expect(subs.sizes()).toEqual(new Map([['http://127.0.0.1:8000', 2]]));
+    // How full its cache is, by its events (the cost model's displacement term).
+    expect(subs.heldTokens(gen1)).toBe(2 * BS);
+    expect(subs.heldTokens(other)).toBeUndefined();
 
     const gen3 = localWorker(8000, 3);
     subs.sync([gen3]);
     expect(subs.cachedTokens(KEYS, BS, [gen3])).toEqual([0]);
+    expect(subs.heldTokens(gen3)).toBe(0);
     // The old generation is not answered for (its Worker object is stale).
     expect(subs.cachedTokens(KEYS, BS, [gen1])).toEqual([undefined]);
+    expect(subs.heldTokens(gen1)).toBeUndefined();
     subs.sync([]);
     expect(subs.publishes(gen3.url)).toBe(false);
     expect(subs.sizes()).toEqual(new Map());

@@ -482,6 +482,39 @@ describe('cost model scoring (cache_aware default mode)', () => {
     expect(choose(4000, 0).worker).toBe(workers[1]);
   });
 
+  it("displacement: a cache the workers' KV events show full counts as full, though this router sent it nothing", () => {
+    // Another replica filled worker 1's cache: this router's tree has nothing there, its events show
+    // it full. Same setup as above: the holder has 75 ms of this router's prefills queued.
+    const workers = makeWorkers(2);
+    const held = 'h'.repeat(4000);
+    const choose = (heldTokens?: (w: Worker) => number | undefined) => {
+      const backlog = new PrefillBacklog();
+      backlog.add(workers[0]!, 1500, Infinity);
+      const events: PrefixSource = {
+        name: 'kv_events',
+        exact: true,
+        cachedTokens: () => [1000, 0],
+        promptTokens: () => 1001,
+        ...(heldTokens ? { heldTokens } : {}),
+      };
+      const policy = new CacheAwarePolicy(
+        {},
+        { signals: withBacklog(backlog), capacityTokens: () => 1000, prefixSources: [events] },
+      );
+      for (const w of workers) policy.addWorker(w);
+      policy.routed({ worker: workers[0]!, branch: 'seed' }, input(workers, { text: held }), 1);
+      return policy.select(input(workers, { text: `${held}?` }));
+    };
+    // By this router's picture alone worker 1 has room: the prompt is recomputed there.
+    expect(choose().worker).toBe(workers[1]);
+    // By the events, worker 1 is full: recomputing there evicts as much -> the holder.
+    const full = choose(() => 1000);
+    expect(full.worker).toBe(workers[0]);
+    expect(full.cost?.runnerUp?.displaceMs).toBeCloseTo(50, 0);
+    // The events show room (a cleared cache): recomputed there.
+    expect(choose((w) => (w === workers[0] ? 1000 : 0)).worker).toBe(workers[1]);
+  });
+
   it('contention: once every worker has a queue, a cache hit is worth more than its own prefill time', () => {
     const workers = makeWorkers(2);
     const backlog = new PrefillBacklog();
