@@ -127,6 +127,8 @@ export class KvEventSubscriptions {
   /**
    * Tokens the worker's KV cache holds by its events (its fullest rank), or undefined for a worker
    * without a subscription of its current generation. A subscribed worker that stored nothing holds 0.
+   * Blocks on any medium count (a worker that offloads to CPU can read more than its GPU capacity;
+   * the caller clamps the fill at 1).
    */
   heldTokens(worker: Worker): number | undefined {
     const sub = this.subs.get(safeKey(worker.url));

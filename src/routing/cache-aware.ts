@@ -206,6 +206,8 @@ export class CacheAwarePolicy implements Policy {
   private readonly role: Role;
   private readonly signals: WorkerSignals;
   private readonly sources: readonly PrefixSource[];
+  /** The sources that know how much each worker's cache holds (KV events), for the cache fill. */
+  private readonly heldSources: readonly PrefixSource[];
   private readonly capacityTokens: ((worker: Worker) => number | undefined) | undefined;
   /** How often recent prompts reused an opening: scales the prefix home's margin (prefix-reuse.ts). */
   private readonly reuse = new PrefixReuse();
@@ -224,6 +226,7 @@ export class CacheAwarePolicy implements Policy {
     }
     const radix = new RadixPrefixSource((model) => this.trees.get(model), this.options.charsPerToken);
     this.sources = [...(deps.prefixSources ?? []), radix];
+    this.heldSources = this.sources.filter((s) => s.heldTokens !== undefined);
     this.capacityTokens = deps.capacityTokens;
   }
 
@@ -237,7 +240,7 @@ export class CacheAwarePolicy implements Policy {
     const capacityOf = this.capacityTokens;
     if (this.options.costRecomputeWeight <= 0 || capacityOf === undefined) return undefined;
     const tree = this.trees.get(model);
-    const held = this.sources.filter((s) => s.heldTokens !== undefined);
+    const held = this.heldSources;
     if (tree === undefined && held.length === 0) return undefined;
     const charsPerToken = this.options.charsPerToken;
     return (worker) => {
