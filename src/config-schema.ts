@@ -513,7 +513,15 @@ export const OPTIONS = [
     flag: 'chars-per-token',
     type: 'number',
     default: CACHE_AWARE.charsPerToken,
-    help: 'cache_aware cost: characters per token for the prefix tree and prompts of unknown token count.',
+    help: 'cache_aware cost: characters per token for the prefix tree and prompts of unknown token count; the starting value when --chars-per-token-learn is on.',
+  },
+  {
+    group: 'Load and cost model',
+    key: 'charsPerTokenLearn',
+    flag: 'chars-per-token-learn',
+    type: 'bool',
+    default: true,
+    help: "cache_aware cost: learn characters per token per model from the usage.prompt_tokens of the responses the router watches (a stream's usage needs the client's stream_options.include_usage); --chars-per-token until 4 samples.",
   },
   {
     group: 'Load and cost model',

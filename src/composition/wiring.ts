@@ -50,6 +50,7 @@ import { MetricsScraper } from '../load/metrics-scraper.js';
 import { DEFAULT_METRIC_NAMES } from '../load/metrics-parse.js';
 import { TimingEstimates } from '../load/timing-estimates.js';
 import { prefillLegLearner, withTiming } from '../load/timing-dispatcher.js';
+import { CharsPerToken } from '../load/chars-per-token.js';
 import { PrefillBacklog } from '../load/prefill-backlog.js';
 import { describeCost, type WorkerSignals } from '../routing/cost-model.js';
 import type { PrefixSource } from '../routing/prefix-source.js';
@@ -84,6 +85,8 @@ export interface Components {
   readonly timing: TimingEstimates;
   /** This router's prefills queued on each worker (cost mode). */
   readonly backlog: PrefillBacklog;
+  /** Characters per token learned from the workers' usage (undefined with --no-chars-per-token-learn). */
+  readonly charsPerToken: CharsPerToken | undefined;
   /** Present in pd mode. */
   readonly prefillClient: PrefillClient | undefined;
   /** Mooncake (pd mode): engine ids per prefill instance from its bootstrap server. */
@@ -123,6 +126,9 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
   );
   const timing = buildTiming(config);
   const backlog = new PrefillBacklog();
+  const charsPerToken = config.charsPerTokenLearn
+    ? new CharsPerToken({ prior: config.charsPerToken })
+    : undefined;
   const signals: WorkerSignals = {
     load: (w) => board.view(w.url, w.load, clock()),
     // Scoring reads the role's fleet estimate (every worker's responses): per-worker fits from a few
@@ -138,6 +144,7 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
     signals,
     prefixSources,
     timing,
+    ...(charsPerToken ? { charsPerToken: (model: string) => charsPerToken.of(model) } : {}),
     // The worker's KV-cache capacity from its latest scraped page (any age: it does not change).
     capacityTokens: (w) => {
       const f = board.latest(w.url)?.figures;
@@ -146,7 +153,14 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
         : undefined;
     },
   });
-  registerLoadMetrics({ registry: metrics.registry, workers: () => pools.members(), board, timing, clock });
+  registerLoadMetrics({
+    registry: metrics.registry,
+    workers: () => pools.members(),
+    board,
+    timing,
+    clock,
+    ...(charsPerToken ? { charsPerToken } : {}),
+  });
   // Pools follow the registry, so a scrape reads current members without reconciling; so do the
   // KV-event subscriptions (a re-registered worker starts with an empty exact index).
   registry.onChange(() => {
@@ -174,13 +188,22 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
     board,
     timing,
     backlog,
+    charsPerToken,
   };
   const prefillClient = config.mode === 'pd' ? new PrefillClient() : undefined;
   const dispatcher = buildDispatcher({ ...base, prefillClient });
   const grpc = buildGrpcServer(
     base,
     withHealth(
-      withTiming(dispatcher, timing, clock, backlog, config.responseBodySample, config.responseBodyWatchMax),
+      withTiming(
+        dispatcher,
+        timing,
+        clock,
+        backlog,
+        config.responseBodySample,
+        config.responseBodyWatchMax,
+        base.charsPerToken,
+      ),
       health,
       clock,
     ),
@@ -216,6 +239,7 @@ type Base = Pick<
   | 'board'
   | 'timing'
   | 'backlog'
+  | 'charsPerToken'
 >;
 
 /** Mooncake in pd mode: the bootstrap directory (pd/mooncake-bootstrap.ts); no I/O until a worker joins. */
@@ -280,6 +304,7 @@ function buildPools(
     prefixSources: readonly PrefixSource[];
     timing: TimingEstimates;
     capacityTokens: (w: Worker) => number | undefined;
+    charsPerToken?: (model: string) => number;
   },
 ): RolePools {
   return new RolePools((role) => {
@@ -311,6 +336,7 @@ function buildPools(
         signals: load.signals,
         prefixSources: load.prefixSources,
         capacityTokens: load.capacityTokens,
+        ...(load.charsPerToken ? { charsPerToken: load.charsPerToken } : {}),
       },
     });
     return new WorkerPool(role, policy, registry, {

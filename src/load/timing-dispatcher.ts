@@ -13,8 +13,13 @@
  * - Inter-chunk sample, when the response ended normally after >= 3 chunks: (last - first) / (chunks - 1).
  *   (Envoy may coalesce SSE events into one chunk; the figure is the engine's step time as the router
  *   sees it, which is what a wait estimate needs.)
+ * - Characters per token (with a CharsPerToken learner, load/chars-per-token.ts): the first
+ *   `usage.prompt_tokens` a watched 2xx response carries (load/usage-tokens.ts), against the request's
+ *   routing-text characters.
  * Non-streamed responses arrive in one piece at the end: they say nothing about the first token and are
- * not sampled.
+ * not sampled for timing. With a learner, one in N of them per worker (the same `--response-body-sample`,
+ * its own count and cap) is watched for its usage alone: a non-streamed body always carries it, a
+ * stream only when the client asked (`stream_options.include_usage`).
  *
  * Watched share (`--response-body-sample N`): the chunks of a response cost one ext_proc message each
  * way (issue 15), and a request whose routing reads none of them lets Envoy skip its body
@@ -41,12 +46,18 @@ import type { Decision } from '../routing/policy.js';
 import type { Worker } from '../workers/worker.js';
 import type { PrefillBacklog } from './prefill-backlog.js';
 import type { TimingEstimates, TtftFeatures } from './timing-estimates.js';
+import type { CharsPerToken } from './chars-per-token.js';
+import { promptTokensIn } from './usage-tokens.js';
 
 interface Learners {
   readonly timing: TimingEstimates;
   readonly backlog?: PrefillBacklog;
   readonly clock: () => number;
   readonly sampler: ResponseSampler;
+  /** Learns characters per token from the watched responses' `usage.prompt_tokens` (chars-per-token.ts). */
+  readonly charsPerToken?: CharsPerToken;
+  /** Non-streamed responses watched for their usage only (one in N per worker, as the streamed share). */
+  readonly usageSampler?: ResponseSampler;
 }
 
 /**
@@ -119,15 +130,73 @@ export function withTiming(
   backlog?: PrefillBacklog,
   sampleEvery: number = DEFAULT_RESPONSE_BODY_SAMPLE,
   watchMax: number = DEFAULT_RESPONSE_BODY_WATCH_MAX,
+  charsPerToken?: CharsPerToken,
 ): Dispatcher {
   const sampler = new ResponseSampler(sampleEvery, watchMax);
-  const l: Learners = { timing, clock, sampler, ...(backlog ? { backlog } : {}) };
+  const l: Learners = {
+    timing,
+    clock,
+    sampler,
+    ...(backlog ? { backlog } : {}),
+    ...(charsPerToken ? { charsPerToken, usageSampler: new ResponseSampler(sampleEvery, watchMax) } : {}),
+  };
   return {
     dispatch(req: RouteRequest, cancel: Cancellation): Dispatch | Promise<Dispatch> {
       const d = inner.dispatch(req, cancel);
       return d instanceof Promise
         ? d.then((x) => timed(queued(x, req, l), req, l))
         : timed(queued(d, req, l), req, l);
+    },
+  };
+}
+
+/**
+ * Feeds `l.charsPerToken` with the first `usage.prompt_tokens` a watched 2xx response shows, against
+ * the request's routing-text characters (per chunk until then: one buffer search).
+ */
+function usageLearner(req: RouteRequest, l: Learners): ((status: number, chunk: Buffer) => void) | undefined {
+  const learner = l.charsPerToken;
+  const inference = req.inference;
+  if (learner === undefined || inference === undefined) return undefined;
+  let done = false;
+  return (status, chunk) => {
+    if (done || status < 200 || status >= 300) return;
+    const tokens = promptTokensIn(chunk);
+    if (tokens === undefined) return;
+    done = true;
+    learner.observe(inference.model, inference.text.length, tokens);
+  };
+}
+
+/** A non-streamed response: one in N per worker is watched for its usage (its body is one or two chunks). */
+function usageOnly(d: Dispatch, req: RouteRequest, l: Learners): Dispatch {
+  const learn = usageLearner(req, l);
+  const usageSampler = l.usageSampler;
+  if (learn === undefined || usageSampler === undefined) return d;
+  let status = 0;
+  let sampled: boolean | undefined;
+  let finished = false;
+  return {
+    ...d,
+    watchResponseBody(s: number): boolean {
+      if (d.watchResponseBody?.(s) ?? true) return true;
+      if (sampled === undefined) sampled = !finished && usageSampler.take(d.worker);
+      return sampled;
+    },
+    onResponseStart(s: number, bodyWatched: boolean): void {
+      status = s;
+      d.onResponseStart?.(s, bodyWatched);
+    },
+    transformResponseChunk(chunk: Buffer, endOfStream: boolean): Buffer | undefined {
+      const out = d.transformResponseChunk?.(chunk, endOfStream);
+      learn(status, chunk);
+      return out;
+    },
+    finish(end: RequestEnd): void {
+      const firstEnd = !finished;
+      finished = true;
+      if (firstEnd && sampled === true) usageSampler.release(d.worker);
+      d.finish(end);
     },
   };
 }
@@ -180,7 +249,8 @@ function queued(d: Dispatch, req: RouteRequest, l: Learners): Dispatch {
 
 function timed(d: Dispatch, req: RouteRequest, l: Learners): Dispatch {
   const { timing, clock } = l;
-  if (req.inference?.stream !== true) return d;
+  if (req.inference?.stream !== true) return usageOnly(d, req, l);
+  const learn = usageLearner(req, l);
   const cost = d.decision.cost;
   const features: TtftFeatures = cost
     ? { prefillTokens: cost.chosen.uncachedTokens + cost.chosen.queuedTokens, ahead: cost.chosen.ahead }
@@ -220,6 +290,7 @@ function timed(d: Dispatch, req: RouteRequest, l: Learners): Dispatch {
         }
         last = now;
         chunks += 1;
+        learn?.(status, chunk);
       }
       return out;
     },

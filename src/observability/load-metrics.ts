@@ -13,8 +13,11 @@
  *   vllm_router_worker_estimate{estimate=...}                   cost-model coefficients: ttft_floor_seconds,
  *                                                               prefill_seconds_per_token,
  *                                                               wait_seconds_per_request, inter_chunk_seconds
+ *   vllm_router_chars_per_token{model}                          characters per prompt token learned from the
+ *                                                               workers' usage (load/chars-per-token.ts)
  */
 import { Gauge, type Registry } from 'prom-client';
+import type { CharsPerToken } from '../load/chars-per-token.js';
 import type { LoadBoard } from '../load/load-board.js';
 import type { TimingEstimates } from '../load/timing-estimates.js';
 import type { Worker } from '../workers/worker.js';
@@ -25,6 +28,8 @@ export interface LoadMetricsOptions {
   readonly board: LoadBoard;
   readonly timing: TimingEstimates;
   readonly clock: () => number;
+  /** The learned characters per token, when learning is on. */
+  readonly charsPerToken?: CharsPerToken;
 }
 
 export function registerLoadMetrics(o: LoadMetricsOptions): void {
@@ -100,6 +105,19 @@ export function registerLoadMetrics(o: LoadMetricsOptions): void {
       }
     },
   });
+  const ratios = o.charsPerToken;
+  if (ratios !== undefined) {
+    new Gauge({
+      name: 'vllm_router_chars_per_token',
+      help: "Characters of routing text per prompt token, learned per model from the workers' usage.prompt_tokens (the --chars-per-token prior until 4 samples).",
+      labelNames: ['model'] as const,
+      registers,
+      collect() {
+        this.reset();
+        for (const v of ratios.view()) this.set({ model: v.model }, v.charsPerToken);
+      },
+    });
+  }
 }
 
 /** What /workers shows about a worker's load signals and estimates. */

@@ -83,6 +83,11 @@ export interface CacheAwareDeps {
    * prefix home's margin (kv_aware's fallback gets it this way). Ignored when `signals` is given.
    */
   readonly foreignShare?: (worker: Worker) => number;
+  /**
+   * Characters per token for `model` (load/chars-per-token.ts: learned from the workers' usage, the
+   * configured `charsPerToken` until then). Default: the configured `charsPerToken`.
+   */
+  readonly charsPerToken?: (model: string) => number;
 }
 
 /**
@@ -209,6 +214,7 @@ export class CacheAwarePolicy implements Policy {
   /** The sources that know how much each worker's cache holds (KV events), for the cache fill. */
   private readonly heldSources: readonly PrefixSource[];
   private readonly capacityTokens: ((worker: Worker) => number | undefined) | undefined;
+  private readonly charsPerToken: (model: string) => number;
   /** How often recent prompts reused an opening: scales the prefix home's margin (prefix-reuse.ts). */
   private readonly reuse = new PrefixReuse();
 
@@ -224,7 +230,9 @@ export class CacheAwarePolicy implements Policy {
         ...(deps.foreignShare !== undefined ? { foreignShare: deps.foreignShare } : {}),
       };
     }
-    const radix = new RadixPrefixSource((model) => this.trees.get(model), this.options.charsPerToken);
+    const fixed = this.options.charsPerToken;
+    this.charsPerToken = deps.charsPerToken ?? (() => fixed);
+    const radix = new RadixPrefixSource((model) => this.trees.get(model), this.charsPerToken);
     this.sources = [...(deps.prefixSources ?? []), radix];
     this.heldSources = this.sources.filter((s) => s.heldTokens !== undefined);
     this.capacityTokens = deps.capacityTokens;
@@ -242,7 +250,7 @@ export class CacheAwarePolicy implements Policy {
     const tree = this.trees.get(model);
     const held = this.heldSources;
     if (tree === undefined && held.length === 0) return undefined;
-    const charsPerToken = this.options.charsPerToken;
+    const charsPerToken = this.charsPerToken(model);
     return (worker) => {
       const capacity = capacityOf(worker);
       if (capacity === undefined || capacity <= 0) return 0;
@@ -289,6 +297,7 @@ export class CacheAwarePolicy implements Policy {
         this.options,
         this.reuse.rate(),
         this.cacheFill(input.model),
+        this.charsPerToken(input.model),
       );
       return { worker: cost.chosen.worker, branch: costBranch(cost), matchRate: cost.bestMatchRate, cost };
     }
@@ -348,7 +357,7 @@ export class CacheAwarePolicy implements Policy {
     if (capacity !== undefined) {
       // The worker's cache evicts its least recently used blocks once full; so does its picture here
       // (with 1/16 of slack, so eviction runs in batches rather than on every request).
-      const maxChars = capacity * this.options.charsPerToken;
+      const maxChars = capacity * this.charsPerToken(input.model);
       if (tree.tenantCharCount(tenant) > maxChars + maxChars / 16) tree.evictTenantToSize(tenant, maxChars);
     }
   }

@@ -269,10 +269,12 @@ export function scoreCost(
   homeMarginScale = 1,
   /** How full the worker's prefix cache is, in [0, 1] (see `costRecomputeWeight`); absent = 0. */
   cacheFill?: (worker: Worker) => number,
+  /** Characters per token for this request's model (load/chars-per-token.ts); default `options.charsPerToken`. */
+  charsPerToken: number = options.charsPerToken,
 ): CostInputs {
   const workers = input.workers;
   const usePrefix = role !== 'decode' && input.text.length > 0;
-  const prefix = usePrefix ? resolvePrefix(sources, input, workers, options.charsPerToken) : undefined;
+  const prefix = usePrefix ? resolvePrefix(sources, input, workers, charsPerToken) : undefined;
   const promptTokens = prefix?.promptTokens ?? 0;
 
   const c = new Array<Candidate>(workers.length);
@@ -338,8 +340,8 @@ export function scoreCost(
     homeApplies(
       input.text.length,
       (c[chosenIndex] as Candidate).cachedTokens,
-      keyHolders(c, options.charsPerToken, homeOptions),
-      options.charsPerToken,
+      keyHolders(c, charsPerToken, homeOptions),
+      charsPerToken,
       homeOptions,
     )
   ) {

@@ -11,8 +11,9 @@
  *
  * RadixPrefixSource is the approximate implementation over cache_aware's per-model radix tree
  * (radix-tree.ts): a candidate's cached tokens = the characters of the prompt it holds as a prefix,
- * divided by `charsPerToken` (default 4, the usual English BPE average and the simulator's rule), rounded
- * down; a candidate the tree has never seen holds 0. It knows nothing (undefined) for an empty routing
+ * divided by `charsPerToken` (a number, default 4, the usual English BPE average and the simulator's
+ * rule; or per model, as cache_aware passes it: learned from the workers' usage, load/chars-per-token.ts),
+ * rounded down; a candidate the tree has never seen holds 0. It knows nothing (undefined) for an empty routing
  * text (a request the router could not parse).
  *
  * Sources are read inside the synchronous selection step: they must not await and must not mutate
@@ -54,14 +55,20 @@ export function tokensFromChars(chars: number, charsPerToken: number): number {
 
 export class RadixPrefixSource implements PrefixSource {
   readonly name = 'radix';
+  /** Characters per token for a model (a fixed number, or learned: load/chars-per-token.ts). */
+  private readonly ratioOf: (model: string) => number;
 
   constructor(
     /** The model's tree, undefined while the model has none. */
     private readonly treeOf: (model: string) => RadixTree | undefined,
-    readonly charsPerToken: number = DEFAULT_CHARS_PER_TOKEN,
+    charsPerToken: number | ((model: string) => number) = DEFAULT_CHARS_PER_TOKEN,
   ) {
-    if (!Number.isFinite(charsPerToken) || charsPerToken <= 0) {
-      throw new RangeError(`charsPerToken must be > 0, got ${charsPerToken}`);
+    if (typeof charsPerToken === 'function') this.ratioOf = charsPerToken;
+    else {
+      if (!Number.isFinite(charsPerToken) || charsPerToken <= 0) {
+        throw new RangeError(`charsPerToken must be > 0, got ${charsPerToken}`);
+      }
+      this.ratioOf = () => charsPerToken;
     }
   }
 
@@ -73,15 +80,18 @@ export class RadixPrefixSource implements PrefixSource {
     const chars = new Map<string, number>();
     tree.matchEachTenant(input.text, (tenant, n) => chars.set(tenant, n));
     if (chars.size === 0) return out;
+    const ratio = this.ratioOf(input.model);
     for (let i = 0; i < workers.length; i++) {
       const n = chars.get((workers[i] as Worker).id);
-      if (n !== undefined) out[i] = Math.floor(n / this.charsPerToken);
+      if (n !== undefined) out[i] = Math.floor(n / ratio);
     }
     return out;
   }
 
   promptTokens(input: SelectionInput): number | undefined {
-    return input.text.length === 0 ? undefined : tokensFromChars(input.text.length, this.charsPerToken);
+    return input.text.length === 0
+      ? undefined
+      : tokensFromChars(input.text.length, this.ratioOf(input.model));
   }
 }
 

@@ -5,7 +5,8 @@
  * until the downstream response has ended or was cut, so the worker's load still follows the response
  * to its end. Checked with Envoy's graceful close (half-close) and without it (reset), for streamed
  * and non-streamed responses and a client that goes away mid-stream; the first streamed response of
- * a worker is still watched (timing samples), and P/D responses always are.
+ * a worker is still watched (timing samples), so is its first non-streamed one (its usage teaches the
+ * characters per token), and P/D responses always are.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startStack, type Stack } from '../support/stack.js';
@@ -73,6 +74,10 @@ describe.each([
     expect(await outcomes(stack.router, 'ok')).toBe(1);
     const watchedMessages = (await messagesSent(stack)) - firstSent;
     expect(watchedMessages).toBeGreaterThan(3);
+    // So is its first non-streamed one, for its usage (load/chars-per-token.ts): watched, ok.
+    expect(await (await completion(stack.url, false)).json()).toHaveProperty('usage');
+    await waitFor(() => load() === 0);
+    expect(await outcomes(stack.router, 'ok')).toBe(2);
 
     // The next one is skipped: held after its first SSE event, the worker's load stays 1.
     const hold = stack.sims[0]!.hold({ afterChunks: 1 });
@@ -93,7 +98,7 @@ describe.each([
     expect(text).toContain('data: [DONE]');
     await waitFor(() => load() === 0);
     expect(await outcomes(stack.router, 'unwatched')).toBe(2);
-    expect(await outcomes(stack.router, 'ok')).toBe(1);
+    expect(await outcomes(stack.router, 'ok')).toBe(2);
     expect(await ttft()).toBe(1); // skipped responses teach nothing
     // Envoy sent the router request headers, body and response headers for each: no chunk.
     await waitFor(async () => (await messagesSent(stack)) - before === 6);

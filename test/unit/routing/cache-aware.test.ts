@@ -310,6 +310,37 @@ describe('cache_aware maintenance', () => {
     expect(a).toMatchObject({ worker: workers[1], branch: 'cache_hit' });
   });
 
+  it("sizes a worker's picture by the model's learned characters per token (load/chars-per-token.ts)", () => {
+    const workers = makeWorkers(2);
+    // Both workers cache 250 tokens. The configured ratio (4) reads that as 1,000 characters: two
+    // 300-char documents fit. The ratio learned for `small-vocab` (1.8) reads it as 450: one fits.
+    const ratios: Record<string, number> = { 'small-vocab': 1.8 };
+    const policy = new CacheAwarePolicy(
+      { mode: 'per_request' },
+      { capacityTokens: () => 250, charsPerToken: (model) => ratios[model] ?? 4 },
+    );
+    for (const w of workers) policy.addWorker(w);
+    const doc = (c: string) => c.repeat(300);
+    for (const model of ['small-vocab', 'english']) {
+      seed(policy, workers[0]!, doc('a'), 1, model);
+      seed(policy, workers[0]!, doc('b'), 2, model);
+    }
+    const holds = (model: string) =>
+      policy.select({ ...input(workers, { text: doc('a') }), model }).branch === 'cache_hit';
+    expect(holds('english')).toBe(true);
+    expect(holds('small-vocab')).toBe(false); // 'a' was evicted from the picture, as from the worker
+  });
+
+  it("the cost mode counts a prompt's tokens, and a holder's cached tokens, with the learned ratio", () => {
+    const workers = makeWorkers(2);
+    const policy = new CacheAwarePolicy({}, { charsPerToken: () => 2 });
+    for (const w of workers) policy.addWorker(w);
+    seed(policy, workers[0]!, 'x'.repeat(600));
+    const d = policy.select(input(workers, { text: 'x'.repeat(1000) }));
+    expect(d.cost?.promptTokens).toBe(500);
+    expect(d.cost?.maxCachedTokens).toBe(300);
+  });
+
   it('evicts every tenant down to maxTreeSize and drops empty trees', () => {
     const workers = makeWorkers(2);
     const policy = policyWith(workers, { maxTreeSize: 40 });

@@ -1,0 +1,39 @@
+/**
+ * `usage.prompt_tokens` from a response chunk, without parsing the chunk: OpenAI-compatible servers
+ * (vLLM, SGLang) send it in a non-streamed body and, when the client asks with
+ * `stream_options.include_usage`, in a stream's last data event. A key spelled `"prompt_tokens"` with
+ * unescaped quotes cannot occur inside a JSON string value (the quotes would be escaped), so the last
+ * occurrence in the chunk is the usage object's. A chunk boundary that splits the key or its value
+ * loses that sample: nothing else.
+ */
+const KEY = Buffer.from('"prompt_tokens"');
+const COLON = 0x3a;
+const ZERO = 0x30;
+const NINE = 0x39;
+
+function isSpace(b: number): boolean {
+  return b === 0x20 || b === 0x09 || b === 0x0a || b === 0x0d;
+}
+
+/** The value of the chunk's last `"prompt_tokens": N`, or undefined when it has none (or it is cut). */
+export function promptTokensIn(chunk: Buffer): number | undefined {
+  const at = chunk.lastIndexOf(KEY);
+  if (at < 0) return undefined;
+  let i = at + KEY.length;
+  while (i < chunk.length && isSpace(chunk[i] as number)) i += 1;
+  if (chunk[i] !== COLON) return undefined;
+  i += 1;
+  while (i < chunk.length && isSpace(chunk[i] as number)) i += 1;
+  let n = 0;
+  let digits = 0;
+  while (i < chunk.length) {
+    const b = chunk[i] as number;
+    if (b < ZERO || b > NINE) break;
+    n = n * 10 + (b - ZERO);
+    digits += 1;
+    i += 1;
+  }
+  // A value running to the chunk's end may continue in the next chunk; 16 digits is past any prompt.
+  if (digits === 0 || digits > 15 || i === chunk.length) return undefined;
+  return n;
+}
