@@ -17,9 +17,14 @@
  * the sampled share of streamed responses; vLLM and SGLang send usage in a stream's last chunk when the
  * client asks for it with `stream_options.include_usage`). One sample = (the request's routing-text
  * characters, its prompt tokens): the ratio that converts what the router measures into what the
- * worker stores, chat template included. The estimate is the ratio of exponentially decayed sums
- * (long prompts weigh more, as they should: they are what fills caches), used once MIN_SAMPLES
- * samples are in; until then, and for a model never sampled, the configured prior.
+ * worker stores, chat template included. Whatever else the worker counts and the routing text lacks
+ * or spells differently (images, tool definitions the template renders, token-id prompts written as
+ * decimal numbers) is folded into the ratio too: it is the average conversion from the tree's
+ * characters to the cache's tokens over that model's traffic, which is what sizing a worker's picture
+ * needs; a single request's token count can be off by its own share of those. The estimate is the
+ * ratio of exponentially decayed sums (long prompts weigh more, as they should: they are what fills
+ * caches), used once MIN_SAMPLES samples are in; until then, and for a model never sampled, the
+ * configured prior.
  *
  * Pure: no timers, metrics or logging; bounded (MAX_MODELS models, least recently observed dropped).
  */
