@@ -525,6 +525,14 @@ export const OPTIONS = [
   },
   {
     group: 'Load and cost model',
+    key: 'cacheReports',
+    flag: 'cache-reports',
+    type: 'bool',
+    default: true,
+    help: "cache_aware: correct the prefix tree from the workers' usage.prompt_tokens_details.cached_tokens (vLLM --enable-prompt-tokens-details) on the responses the router watches: a prefix the tree believed a worker held that it had lost drops, with everything sent to that worker before its last use.",
+  },
+  {
+    group: 'Load and cost model',
     key: 'costBalanceRel',
     flag: 'cost-balance-rel',
     type: 'number',

@@ -110,6 +110,7 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
     workers: () => pools.members(),
     breakerState: (w) => breakerStateCode(health.view(w, clock()).breaker),
     treeChars: () => pools.treeSizes(),
+    cacheReports: () => pools.cacheReports(),
     bootstrapReady: bootstrap
       ? (w) => (w.role === 'prefill' ? (bootstrap.isReady(w) ? 1 : 0) : undefined)
       : undefined,
@@ -328,6 +329,7 @@ function buildPools(
         prefixHomeMarginAlone: config.prefixHomeMarginAlone,
         prefixHomeMarginExact: config.prefixHomeMarginExact,
         prefixHomeKeyChars: config.prefixHomeKeyChars,
+        cacheReports: config.cacheReports,
       },
       ...(exact.source !== undefined ? { exactPrefix: exact.source } : {}),
       onExactFallback: exact.fallback,

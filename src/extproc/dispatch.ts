@@ -8,7 +8,7 @@
 import type { HeaderSet } from './mutations.js';
 import type { InferenceRequest } from '../request/inference-request.js';
 import type { Worker } from '../workers/worker.js';
-import type { Decision } from '../routing/policy.js';
+import type { CacheFeedback, Decision } from '../routing/policy.js';
 import type { RequestEnd } from '../request/request-end.js';
 
 export type { RequestEnd } from '../request/request-end.js';
@@ -28,6 +28,8 @@ export interface Dispatch {
   /** The worker Envoy sends the request to. */
   readonly worker: Worker;
   readonly decision: Decision;
+  /** The policy wants the worker's usage report on the prompt (routing/policy.ts CacheFeedback). */
+  readonly cacheFeedback?: CacheFeedback;
   /** Headers to set on the upstream request (destination, request id, ...). */
   readonly setHeaders: HeaderSet;
   /** Replacement request body, when the dispatcher rewrote it. */

@@ -16,8 +16,10 @@
  * - Characters per token (with a CharsPerToken learner, load/chars-per-token.ts): the first
  *   `usage.prompt_tokens` a watched 2xx response carries (load/usage-tokens.ts), against the request's
  *   routing-text characters.
+ * - Cache reports (a dispatch with `cacheFeedback`, routing/cache-report.ts): the same usage's
+ *   `prompt_tokens_details.cached_tokens` goes back to the policy, which checks its prefix tree against it.
  * Non-streamed responses arrive in one piece at the end: they say nothing about the first token and are
- * not sampled for timing. With a learner, one in N of them per worker (the same `--response-body-sample`,
+ * not sampled for timing. With a learner or a cache report, one in N of them per worker (the same `--response-body-sample`,
  * its own count and cap) is watched for its usage alone: a non-streamed body always carries it, a
  * stream only when the client asked (`stream_options.include_usage`).
  *
@@ -47,7 +49,7 @@ import type { Worker } from '../workers/worker.js';
 import type { PrefillBacklog } from './prefill-backlog.js';
 import type { TimingEstimates, TtftFeatures } from './timing-estimates.js';
 import type { CharsPerToken } from './chars-per-token.js';
-import { promptTokensIn } from './usage-tokens.js';
+import { cachedTokensIn, promptTokensIn } from './usage-tokens.js';
 
 interface Learners {
   readonly timing: TimingEstimates;
@@ -57,7 +59,7 @@ interface Learners {
   /** Learns characters per token from the watched responses' `usage.prompt_tokens` (chars-per-token.ts). */
   readonly charsPerToken?: CharsPerToken;
   /** Non-streamed responses watched for their usage only (one in N per worker, as the streamed share). */
-  readonly usageSampler?: ResponseSampler;
+  readonly usageSampler: ResponseSampler;
 }
 
 /**
@@ -138,7 +140,8 @@ export function withTiming(
     clock,
     sampler,
     ...(backlog ? { backlog } : {}),
-    ...(charsPerToken ? { charsPerToken, usageSampler: new ResponseSampler(sampleEvery, watchMax) } : {}),
+    usageSampler: new ResponseSampler(sampleEvery, watchMax),
+    ...(charsPerToken ? { charsPerToken } : {}),
   };
   return {
     dispatch(req: RouteRequest, cancel: Cancellation): Dispatch | Promise<Dispatch> {
@@ -151,28 +154,39 @@ export function withTiming(
 }
 
 /**
- * Feeds `l.charsPerToken` with the first `usage.prompt_tokens` a watched 2xx response shows, against
- * the request's routing-text characters (per chunk until then: one buffer search).
+ * The first `usage.prompt_tokens` a watched 2xx response shows (per chunk until then: one buffer
+ * search) feeds `l.charsPerToken`, against the request's routing-text characters, and, with the
+ * `usage.prompt_tokens_details.cached_tokens` beside it, the policy's check of its cache picture
+ * (`d.cacheFeedback`, routing/cache-report.ts).
  */
-function usageLearner(req: RouteRequest, l: Learners): ((status: number, chunk: Buffer) => void) | undefined {
+function usageLearner(
+  d: Dispatch,
+  req: RouteRequest,
+  l: Learners,
+): ((status: number, chunk: Buffer) => void) | undefined {
   const learner = l.charsPerToken;
+  const feedback = d.cacheFeedback;
   const inference = req.inference;
-  if (learner === undefined || inference === undefined) return undefined;
+  if ((learner === undefined && feedback === undefined) || inference === undefined) return undefined;
   let done = false;
   return (status, chunk) => {
     if (done || status < 200 || status >= 300) return;
     const tokens = promptTokensIn(chunk);
     if (tokens === undefined) return;
     done = true;
-    learner.observe(inference.model, inference.text.length, tokens);
+    learner?.observe(inference.model, inference.text.length, tokens);
+    if (feedback !== undefined) {
+      const cached = cachedTokensIn(chunk);
+      if (cached !== undefined) feedback.observe(tokens, cached);
+    }
   };
 }
 
 /** A non-streamed response: one in N per worker is watched for its usage (its body is one or two chunks). */
 function usageOnly(d: Dispatch, req: RouteRequest, l: Learners): Dispatch {
-  const learn = usageLearner(req, l);
+  const learn = usageLearner(d, req, l);
   const usageSampler = l.usageSampler;
-  if (learn === undefined || usageSampler === undefined) return d;
+  if (learn === undefined) return d;
   let status = 0;
   let sampled: boolean | undefined;
   let finished = false;
@@ -250,7 +264,7 @@ function queued(d: Dispatch, req: RouteRequest, l: Learners): Dispatch {
 function timed(d: Dispatch, req: RouteRequest, l: Learners): Dispatch {
   const { timing, clock } = l;
   if (req.inference?.stream !== true) return usageOnly(d, req, l);
-  const learn = usageLearner(req, l);
+  const learn = usageLearner(d, req, l);
   const cost = d.decision.cost;
   const features: TtftFeatures = cost
     ? { prefillTokens: cost.chosen.uncachedTokens + cost.chosen.queuedTokens, ahead: cost.chosen.ahead }

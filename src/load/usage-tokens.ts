@@ -1,5 +1,5 @@
 /**
- * `usage.prompt_tokens` from a response chunk, without parsing the chunk: OpenAI-compatible servers
+ * `usage.prompt_tokens` (and `usage.prompt_tokens_details.cached_tokens`) from a response chunk, without parsing the chunk: OpenAI-compatible servers
  * (vLLM, SGLang) send it in a non-streamed body and, when the client asks with
  * `stream_options.include_usage`, in a stream's last data event. A key spelled `"prompt_tokens"` with
  * unescaped quotes cannot occur inside a JSON string value (the quotes would be escaped), so the last
@@ -15,11 +15,26 @@ function isSpace(b: number): boolean {
   return b === 0x20 || b === 0x09 || b === 0x0a || b === 0x0d;
 }
 
+const CACHED_KEY = Buffer.from('"cached_tokens"');
+
 /** The value of the chunk's last `"prompt_tokens": N`, or undefined when it has none (or it is cut). */
 export function promptTokensIn(chunk: Buffer): number | undefined {
-  const at = chunk.lastIndexOf(KEY);
+  return lastValueOf(chunk, KEY);
+}
+
+/**
+ * The value of the chunk's last `"cached_tokens": N` (`usage.prompt_tokens_details.cached_tokens`:
+ * vLLM sends it with `--enable-prompt-tokens-details`), or undefined when it has none, it is null, or
+ * it is cut.
+ */
+export function cachedTokensIn(chunk: Buffer): number | undefined {
+  return lastValueOf(chunk, CACHED_KEY);
+}
+
+function lastValueOf(chunk: Buffer, key: Buffer): number | undefined {
+  const at = chunk.lastIndexOf(key);
   if (at < 0) return undefined;
-  let i = at + KEY.length;
+  let i = at + key.length;
   while (i < chunk.length && isSpace(chunk[i] as number)) i += 1;
   if (chunk[i] !== COLON) return undefined;
   i += 1;

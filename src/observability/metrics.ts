@@ -7,12 +7,16 @@
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { Worker } from '../workers/worker.js';
+import type { Role } from '../workers/role.js';
+import type { CacheReportCounts } from '../routing/cache-report.js';
 
 export interface MetricsOptions {
   /** Live workers of every pool, read at scrape time. */
   workers: () => Iterable<Worker>;
   /** Per-worker cache tree size in characters (cache_aware pools), read at scrape time. */
   treeChars?: () => Iterable<[Worker, number]>;
+  /** cache_aware's checks of its tree against the workers' usage reports, per role (routing/cache-report.ts). */
+  cacheReports?: () => Iterable<[Role, CacheReportCounts]>;
   /** Circuit-breaker state per worker for vllm_router_cb_state (0 closed, 1 open, 2 half-open). */
   breakerState?: (worker: Worker) => number;
   /** Mooncake: 1 when the prefill worker's bootstrap server answered, 0 when not, undefined = n/a. */
@@ -111,6 +115,36 @@ export class RouterMetrics {
         collect() {
           this.reset();
           for (const [w, n] of treeChars()) this.set(labels(w), n);
+        },
+      });
+    }
+
+    const cacheReports = opts.cacheReports;
+    if (cacheReports) {
+      new Counter({
+        name: 'vllm_router_cache_reports_total',
+        help:
+          "Watched responses whose usage.prompt_tokens_details.cached_tokens checked the cache-aware tree's " +
+          'belief that the worker held part of the prompt: outcome="held" (it did), "stale" (the worker ' +
+          'had lost it; the tree dropped that prefix and what it sent the worker before).',
+        labelNames: ['role', 'outcome'] as const,
+        registers,
+        collect() {
+          this.reset();
+          for (const [role, c] of cacheReports()) {
+            this.inc({ role, outcome: 'held' }, c.checked - c.stale);
+            this.inc({ role, outcome: 'stale' }, c.stale);
+          }
+        },
+      });
+      new Counter({
+        name: 'vllm_router_cache_report_dropped_chars_total',
+        help: "Characters of the cache-aware tree's picture of the workers dropped on stale cache reports.",
+        labelNames: ['role'] as const,
+        registers,
+        collect() {
+          this.reset();
+          for (const [role, c] of cacheReports()) this.inc({ role }, c.droppedChars);
         },
       });
     }

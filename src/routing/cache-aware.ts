@@ -54,11 +54,12 @@ import {
   type CostModelOptions,
   type WorkerSignals,
 } from './cost-model.js';
-import type { Decision, Policy, SelectionInput } from './policy.js';
+import type { CacheFeedback, Decision, Policy, SelectionInput } from './policy.js';
 import { homeKeyHash } from './prefix-home.js';
 import { PrefixReuse } from './prefix-reuse.js';
 import { RadixPrefixSource, type PrefixSource } from './prefix-source.js';
 import { RadixTree, type PrefixMatch } from './radix-tree.js';
+import { newCacheReportCounts, TreeCacheReport, type CacheReportCounts } from './cache-report.js';
 import { leastLoaded } from './tie-break.js';
 
 export const CACHE_AWARE_MODES = ['cost', 'per_request', 'global'] as const;
@@ -103,6 +104,11 @@ export interface CacheAwareOptions extends CostModelOptions {
   mode: CacheAwareMode;
   /** Model trees kept at most (least recently routed dropped first). Default 256. */
   maxModels: number;
+  /**
+   * Correct the tree from the workers' `usage.prompt_tokens_details.cached_tokens` on the responses
+   * the router watches (cache-report.ts). Default true.
+   */
+  cacheReports: boolean;
 }
 
 export const DEFAULT_CACHE_AWARE_OPTIONS: Readonly<CacheAwareOptions> = Object.freeze({
@@ -113,6 +119,7 @@ export const DEFAULT_CACHE_AWARE_OPTIONS: Readonly<CacheAwareOptions> = Object.f
   maxTreeSize: 2 ** 26,
   mode: 'cost',
   maxModels: 256,
+  cacheReports: true,
   ...DEFAULT_COST_MODEL_OPTIONS,
 });
 
@@ -150,6 +157,7 @@ export function resolveCacheAwareOptions(
   );
   check(finite(o.maxTreeSize) && o.maxTreeSize >= 0, 'maxTreeSize must be >= 0', o.maxTreeSize);
   check(Number.isInteger(o.maxModels) && o.maxModels >= 1, 'maxModels must be an integer >= 1', o.maxModels);
+  check(typeof o.cacheReports === 'boolean', 'cacheReports must be a boolean', o.cacheReports);
   check(CACHE_AWARE_MODES.includes(o.mode), "mode must be 'cost', 'per_request' or 'global'", o.mode);
   check(
     finite(o.overloadWaiting) && o.overloadWaiting >= 0,
@@ -217,6 +225,8 @@ export class CacheAwarePolicy implements Policy {
   private readonly charsPerToken: (model: string) => number;
   /** How often recent prompts reused an opening: scales the prefix home's margin (prefix-reuse.ts). */
   private readonly reuse = new PrefixReuse();
+  /** The workers' reports on prompts the tree believed they held (cache-report.ts). */
+  readonly cacheReports: CacheReportCounts = newCacheReportCounts();
 
   constructor(options: Partial<CacheAwareOptions> = {}, deps: CacheAwareDeps = {}) {
     this.options = resolveCacheAwareOptions(options);
@@ -345,14 +355,19 @@ export class CacheAwarePolicy implements Policy {
     return { worker: owner, branch: 'cache_hit', matchRate };
   }
 
-  routed(decision: Decision, input: SelectionInput, nowMs: number): void {
+  /**
+   * Inserts the prompt under the chosen worker and trims its picture to the worker's capacity. When
+   * the tree believed the worker already held part of the prompt, returns the check of that belief
+   * against the worker's own report (cache-report.ts).
+   */
+  routed(decision: Decision, input: SelectionInput, nowMs: number): CacheFeedback | undefined {
     for (const source of this.sources) source.routed?.(input, decision.worker, nowMs);
-    if (input.text.length === 0) return;
+    if (input.text.length === 0) return undefined;
     const keyChars = this.options.prefixHomeKeyChars;
     if (input.text.length >= keyChars) this.reuse.observe(homeKeyHash(input.text, keyChars));
     const tree = this.treeFor(input.model);
     const tenant = decision.worker.id;
-    tree.insert(input.text, tenant, nowMs);
+    const held = tree.insert(input.text, tenant, nowMs);
     const capacity = this.capacityTokens?.(decision.worker);
     if (capacity !== undefined) {
       // The worker's cache evicts its least recently used blocks once full; so does its picture here
@@ -360,6 +375,15 @@ export class CacheAwarePolicy implements Policy {
       const maxChars = capacity * this.charsPerToken(input.model);
       if (tree.tenantCharCount(tenant) > maxChars + maxChars / 16) tree.evictTenantToSize(tenant, maxChars);
     }
+    if (!this.options.cacheReports || held.heldChars === 0 || this.role === 'decode') return undefined;
+    return new TreeCacheReport(
+      tree,
+      tenant,
+      held.heldChars,
+      held.heldTick,
+      input.text.length,
+      this.cacheReports,
+    );
   }
 
   addWorker(worker: Worker): void {

@@ -36,7 +36,8 @@
  */
 import type { Worker } from '../workers/worker.js';
 import { CacheAwarePolicy, type CacheAwareOptions } from './cache-aware.js';
-import type { Decision, Policy, SelectionInput } from './policy.js';
+import type { CacheReportCounts } from './cache-report.js';
+import type { CacheFeedback, Decision, Policy, SelectionInput } from './policy.js';
 import { RadixPrefixSource, resolvePrefix, type PrefixSource } from './prefix-source.js';
 import { homeKeyHash, prefixHome, type HomeCandidate } from './prefix-home.js';
 import { leastLoaded } from './tie-break.js';
@@ -122,10 +123,16 @@ export class KvAwarePolicy implements Policy {
     return prefixHome(homeKeyHash(input.text, keyChars), candidates, (workers[least] as Worker).load, slack);
   }
 
-  routed(decision: Decision, input: SelectionInput, nowMs: number): void {
-    this.approximate.routed(decision, input, nowMs);
+  routed(decision: Decision, input: SelectionInput, nowMs: number): CacheFeedback | undefined {
+    const feedback = this.approximate.routed(decision, input, nowMs);
     const reason = this.opts.exact?.fallback?.(input);
     if (reason !== undefined) this.opts.onFallback?.(reason);
+    return feedback;
+  }
+
+  /** The fallback tree's checks against the workers' reports (cache-report.ts). */
+  get cacheReports(): CacheReportCounts {
+    return this.approximate.cacheReports;
   }
 
   addWorker(worker: Worker): void {

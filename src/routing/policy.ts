@@ -42,10 +42,21 @@ export interface Decision {
   readonly cost?: CostInputs;
 }
 
+/**
+ * What the worker later reported of a routed request's prompt, handed back to the policy that routed
+ * it (routed() returns one when it wants the report; load/timing-dispatcher.ts delivers it from the
+ * responses it watches). At most one report per request; never called for a response without usage.
+ */
+export interface CacheFeedback {
+  /** The response's `usage.prompt_tokens` and `usage.prompt_tokens_details.cached_tokens`. */
+  observe(promptTokens: number, cachedTokens: number): void;
+}
+
 export interface Policy {
   readonly name: PolicyName;
   select(input: SelectionInput): Decision;
-  routed?(decision: Decision, input: SelectionInput, nowMs: number): void;
+  /** Records the choice; may return a CacheFeedback to hear what the worker reports of the prompt. */
+  routed?(decision: Decision, input: SelectionInput, nowMs: number): CacheFeedback | undefined | void;
   addWorker?(worker: Worker): void;
   removeWorker?(worker: Worker): void;
   /** Periodic maintenance (cache eviction); called by the composition root's timer. */

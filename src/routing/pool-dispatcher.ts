@@ -32,11 +32,12 @@ export class PoolDispatcher implements Dispatcher {
     // Only the decision and the guard outlive this call: the reservation's input holds the prompt
     // and the parsed body, which must not stay reachable for the whole response (a 220 KB prompt
     // would survive young-generation GCs and wait for a full one).
-    const { decision, guard } = reserve(pool, chosen, observer, clock());
+    const { decision, guard, feedback } = reserve(pool, chosen, observer, clock());
     const decisionHeader = this.opts.decisionHeader;
     return {
       worker: decision.worker,
       decision,
+      ...(feedback !== undefined ? { cacheFeedback: feedback } : {}),
       setHeaders: { [DESTINATION_HEADER]: decision.worker.endpoint },
       responseHeaders: decisionHeader
         ? () => ({ [DECISION_HEADER]: describeDecision(pool.policy.name, decision) })

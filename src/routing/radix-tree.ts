@@ -27,6 +27,8 @@
  * - removeTenant(tenant): drop the tenant everywhere and prune nodes nobody holds. O(tenant's nodes).
  * - evictTenantToSize(tenant, maxChars): drop the tenant's least-recently-used leaves (nodes it holds
  *   with no child it holds) until its char count <= maxChars. O(tenant's nodes * log).
+ * - evictTenantUpTo(tenant, tick): drop the tenant's nodes last inserted through at or before `tick`
+ *   (insert returns the tick a text's held prefix had). O(tenant's nodes).
  *
  * Memory: labels are stored as self-contained copies (see flat-string.ts), never as V8 slices of the
  * caller's prompt, so the tree retains no more characters than totalChars(). Nodes are not re-merged
@@ -54,6 +56,14 @@ export interface PrefixMatch {
   readonly matchedChars: number;
   /** Every (accepted) tenant holding the whole matched prefix; empty when nothing matched. */
   readonly tenants: string[];
+}
+
+/** What a tenant held of an inserted text before the insert (RadixTree.insert). */
+export interface HeldBefore {
+  /** Characters of the text the tenant held as a prefix (0: none). */
+  readonly heldChars: number;
+  /** The tick of the tenant's last insert through that prefix (0 when it held none). */
+  readonly heldTick: number;
 }
 
 /** Restricts a match to tenants the caller can use (e.g. the selectable workers). */
@@ -114,8 +124,11 @@ export class RadixTree {
     return this.total;
   }
 
-  /** Records that `tenant` has seen `text` (registers the tenant if needed). */
-  insert(text: RoutingText, tenant: string, nowMs: number): void {
+  /**
+   * Records that `tenant` has seen `text` (registers the tenant if needed). Returns what the tenant
+   * held of `text` before: its matched prefix and the tick of that prefix's last insert.
+   */
+  insert(text: RoutingText, tenant: string, nowMs: number): HeldBefore {
     let record = this.records.get(tenant);
     if (record === undefined) {
       record = new TenantRecord();
@@ -126,6 +139,8 @@ export class RadixTree {
     const n = text.length;
     let node = this.root;
     let pos = 0;
+    let heldChars = 0;
+    let heldTick = 0;
     while (pos < n) {
       const first = text.charCodeAt(pos);
       let child = node.children?.get(first);
@@ -138,16 +153,23 @@ export class RadixTree {
         (node.children ??= new Map()).set(first, leaf);
         record.chars += n - pos;
         this.total += n - pos;
-        return;
+        break;
       }
       const common = commonPrefixLength(text, pos, child.label);
       if (common < child.label.length) child = this.split(node, child, common);
-      const held = child.tenants.size;
+      const before = child.tenants.get(tenant);
       child.tenants.set(tenant, tick);
-      if (child.tenants.size !== held) record.chars += common;
+      if (before === undefined) record.chars += common;
       pos += common;
+      if (before !== undefined) {
+        // Held nodes form a prefix of the path (a holder holds every ancestor); the deepest one's
+        // tick is its last insert, the recency of the whole held prefix.
+        heldChars = pos;
+        heldTick = before;
+      }
       node = child;
     }
+    return { heldChars, heldTick };
   }
 
   /** The longest prefix of `text` in the tree; only through nodes held by an accepted tenant. */
@@ -212,6 +234,29 @@ export class RadixTree {
       node.tenants.delete(tenant);
       if (node.tenants.size === 0) this.detach(node);
     }
+  }
+
+  /**
+   * Drops `tenant` from every node it last inserted through at or before `tick` (a tick from
+   * `insert`'s HeldBefore): what a least-recently-used cache has evicted once it has evicted a prefix
+   * last used at `tick`. An ancestor's tick is never older than its descendants' (an insert stamps the
+   * whole path), so what remains keeps the holder invariant. Returns the tenant's characters dropped.
+   */
+  evictTenantUpTo(tenant: string, tick: number): number {
+    const record = this.records.get(tenant);
+    if (record === undefined || record.chars === 0) return 0;
+    const before = record.chars;
+    const stack: RadixNode[] = [];
+    pushHeldChildren(this.root, tenant, stack);
+    while (stack.length > 0) {
+      const node = stack.pop() as RadixNode;
+      pushHeldChildren(node, tenant, stack);
+      if ((node.tenants.get(tenant) as number) > tick) continue;
+      node.tenants.delete(tenant);
+      record.chars -= node.label.length;
+      if (node.tenants.size === 0) this.detach(node);
+    }
+    return before - record.chars;
   }
 
   /**

@@ -5,7 +5,7 @@
  */
 import { LoadGuard } from '../workers/load-guard.js';
 import type { WorkerPool } from '../workers/worker-pool.js';
-import type { Decision, SelectionInput } from './policy.js';
+import type { CacheFeedback, Decision, SelectionInput } from './policy.js';
 import type { Worker } from '../workers/worker.js';
 import type { RoutingText } from '../util/piece-text.js';
 
@@ -26,6 +26,8 @@ export interface Reservation {
   readonly decision: Decision;
   readonly guard: LoadGuard;
   readonly input: SelectionInput;
+  /** The policy asked to hear what the worker reports of the prompt (policy.ts CacheFeedback). */
+  readonly feedback: CacheFeedback | undefined;
 }
 
 /** The selection half: pure choice over the reconciled pool's candidates (undefined if none). */
@@ -74,15 +76,21 @@ export function reserve(
   nowMs: number,
 ): Reservation {
   const guard = new LoadGuard(chosen.decision.worker);
-  commit(pool, chosen, observer, nowMs);
-  return { pool, decision: chosen.decision, guard, input: chosen.input };
+  const feedback = commit(pool, chosen, observer, nowMs);
+  return { pool, decision: chosen.decision, guard, input: chosen.input, feedback };
 }
 
 /**
  * Records a choice whose guard is taken later (the decode worker of a sequential P/D request is
  * chosen with the prefill worker, but only loaded once the prefill leg has ended).
  */
-export function commit(pool: WorkerPool, chosen: Chosen, observer: RoutingObserver, nowMs: number): void {
-  pool.policy.routed?.(chosen.decision, chosen.input, nowMs);
+export function commit(
+  pool: WorkerPool,
+  chosen: Chosen,
+  observer: RoutingObserver,
+  nowMs: number,
+): CacheFeedback | undefined {
+  const feedback = pool.policy.routed?.(chosen.decision, chosen.input, nowMs) ?? undefined;
   observer.decided?.(pool, chosen.decision);
+  return feedback;
 }

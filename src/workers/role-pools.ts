@@ -8,6 +8,7 @@
  * `workers()` reconciles first, for the explicit reads that must also see an expiry the janitor has
  * not swept yet (admin /workers, health-check rounds, Router.workers()).
  */
+import type { CacheReportCounts } from '../routing/cache-report.js';
 import type { Policy } from '../routing/policy.js';
 import { ROLES, type Role } from './role.js';
 import type { Worker } from './worker.js';
@@ -48,6 +49,16 @@ export class RolePools {
       const sizes = (pool.policy as { treeChars?: () => Map<string, number> }).treeChars?.();
       if (!sizes) continue;
       for (const w of pool.workers) out.push([w, sizes.get(w.id) ?? 0]);
+    }
+    return out;
+  }
+
+  /** The cache reports counted by every pool whose policy checks its picture (routing/cache-report.ts). */
+  cacheReports(): Array<[Role, CacheReportCounts]> {
+    const out: Array<[Role, CacheReportCounts]> = [];
+    for (const role of ROLES) {
+      const counts = (this.byRole[role].policy as { cacheReports?: CacheReportCounts }).cacheReports;
+      if (counts !== undefined) out.push([role, counts]);
     }
     return out;
   }

@@ -5,7 +5,7 @@ import {
   MIN_SAMPLE_CHARS,
   MIN_SAMPLES,
 } from '../../../src/load/chars-per-token.js';
-import { promptTokensIn } from '../../../src/load/usage-tokens.js';
+import { cachedTokensIn, promptTokensIn } from '../../../src/load/usage-tokens.js';
 
 describe('CharsPerToken', () => {
   it('keeps the prior until a model has MIN_SAMPLES samples, then the ratio of the sums', () => {
@@ -100,5 +100,31 @@ describe('promptTokensIn', () => {
 
   it('takes the last usage in a chunk that carries two events', () => {
     expect(promptTokensIn(b('{"usage":{"prompt_tokens":1}}\n{"usage":{"prompt_tokens":2}}\n'))).toBe(2);
+  });
+});
+
+describe('cachedTokensIn', () => {
+  const b = (s: string) => Buffer.from(s);
+  it.each<[string, string, number | undefined]>([
+    [
+      'a streamed usage chunk (vLLM, include_usage, --enable-prompt-tokens-details)',
+      'data: {"choices":[],"usage":{"prompt_tokens":6880,"total_tokens":6896,"completion_tokens":16,"prompt_tokens_details":{"cached_tokens":6800}}}\n\ndata: [DONE]\n\n',
+      6800,
+    ],
+    ['none cached', '{"usage":{"prompt_tokens":9,"prompt_tokens_details":{"cached_tokens":0}}}', 0],
+    [
+      'details null (vLLM without the flag)',
+      '{"usage":{"prompt_tokens":9,"prompt_tokens_details":null}}',
+      undefined,
+    ],
+    ['no details at all', '{"usage":{"prompt_tokens":9,"completion_tokens":1}}', undefined],
+    ['a value cut by the chunk boundary', '{"usage":{"prompt_tokens_details":{"cached_tokens":68', undefined],
+    [
+      'the key inside generated text (escaped quotes)',
+      'data: {"choices":[{"delta":{"content":"\\"cached_tokens\\": 5"}}]}\n\n',
+      undefined,
+    ],
+  ])('%s', (_name, text, want) => {
+    expect(cachedTokensIn(b(text))).toBe(want);
   });
 });

@@ -38,6 +38,7 @@ describe('cache_aware options', () => {
       maxTreeSize: 2 ** 26,
       mode: 'cost',
       maxModels: 256,
+      cacheReports: true,
       overloadWaiting: 8,
       overloadKvUsage: 0.9,
       charsPerToken: 4,
