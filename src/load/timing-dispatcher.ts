@@ -17,11 +17,11 @@
  *   `usage.prompt_tokens` a watched 2xx response carries (load/usage-tokens.ts), against the request's
  *   routing-text characters.
  * - Cache reports (a dispatch with `cacheFeedback`, routing/cache-report.ts): the same usage's
- *   `prompt_tokens_details.cached_tokens` goes back to the policy, which checks its prefix tree against it.
+ *   `prompt_tokens_details.cached_tokens` goes back to the policy, which checks its prefix tree.
  * Non-streamed responses arrive in one piece at the end: they say nothing about the first token and are
- * not sampled for timing. With a learner or a cache report, one in N of them per worker (the same `--response-body-sample`,
- * its own count and cap) is watched for its usage alone: a non-streamed body always carries it, a
- * stream only when the client asked (`stream_options.include_usage`).
+ * not sampled for timing. With a learner or a cache report, one in N of them per worker (the same
+ * `--response-body-sample`, its own count and cap) is watched for its usage alone: a non-streamed body
+ * always carries it, a stream only when the client asked (`stream_options.include_usage`).
  *
  * Watched share (`--response-body-sample N`): the chunks of a response cost one ext_proc message each
  * way (issue 15), and a request whose routing reads none of them lets Envoy skip its body

@@ -1,9 +1,9 @@
 /**
- * `usage.prompt_tokens` (and `usage.prompt_tokens_details.cached_tokens`) from a response chunk, without parsing the chunk: OpenAI-compatible servers
- * (vLLM, SGLang) send it in a non-streamed body and, when the client asks with
- * `stream_options.include_usage`, in a stream's last data event. A key spelled `"prompt_tokens"` with
- * unescaped quotes cannot occur inside a JSON string value (the quotes would be escaped), so the last
- * occurrence in the chunk is the usage object's. A chunk boundary that splits the key or its value
+ * `usage.prompt_tokens` (and `usage.prompt_tokens_details.cached_tokens`) from a response chunk, without
+ * parsing the chunk: OpenAI-compatible servers (vLLM, SGLang) send the usage in a non-streamed body and,
+ * when the client asks with `stream_options.include_usage`, in a stream's last data event. A key such
+ * as `"prompt_tokens"` with unescaped quotes cannot occur inside a JSON string value (the quotes would
+ * be escaped), so the last occurrence in the chunk is the usage object's. A chunk boundary that splits the key or its value
  * loses that sample: nothing else.
  */
 const KEY = Buffer.from('"prompt_tokens"');

@@ -18,7 +18,8 @@
  * `nowMs` is kept per tenant (`tenantLastInsertMs`) for observability.
  *
  * Operations (n = text length, d = nodes on the path):
- * - insert(text, tenant, nowMs): walk/split edges, add one leaf for the unmatched tail. O(n + d).
+ * - insert(text, tenant, nowMs): walk/split edges, add one leaf for the unmatched tail; returns what the
+ *   tenant held of text before (its prefix and that prefix's last tick). O(n + d).
  * - prefixMatch(text, accept?): the longest prefix of text present in the tree (optionally only
  *   through nodes held by an accepted tenant); `tenants` = the (accepted) tenants holding that whole
  *   prefix, `tenant` = the most recently used of them. Read-only. A match of 0 chars has no tenants.
