@@ -41,6 +41,7 @@ export function mergeRuns(runs: readonly RoutingCell[]): RoutingCell {
   const sum = (f: (c: RoutingCell) => number): number => runs.reduce((n, c) => n + f(c), 0);
   const branches = sumRecords(runs.map((r) => r.branches));
   const kvEvents = sumRecords(runs.map((r) => r.kvEvents));
+  const cacheReports = sumRecords(runs.map((r) => r.cacheReports));
   const firstError = runs.find((r) => r.firstError !== undefined)?.firstError;
   return {
     workload: first.workload,
@@ -67,6 +68,7 @@ export function mergeRuns(runs: readonly RoutingCell[]): RoutingCell {
       ? { stealFraction: avg((c) => c.stealFraction as number) }
       : {}),
     ...(branches !== undefined ? { branches } : {}),
+    ...(cacheReports !== undefined ? { cacheReports } : {}),
     ...(kvEvents !== undefined ? { kvEvents: kvEvents as NonNullable<RoutingCell['kvEvents']> } : {}),
     runs: { hitRate: runs.map((c) => c.hitRate), outputTokPerSec: runs.map((c) => c.outputTokPerSec) },
   };

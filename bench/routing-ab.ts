@@ -88,6 +88,7 @@ for (const workload of workloads) {
           ? [`kv event lag mean ${((c.kvEvents.lagSumSec / c.kvEvents.lagCount) * 1000).toFixed(2)} ms`]
           : []),
         ...(c.branches ? [`branches ${JSON.stringify(c.branches)}`] : []),
+        ...(c.cacheReports ? [`cache reports ${JSON.stringify(c.cacheReports)}`] : []),
         `runs ${JSON.stringify(c.runs?.outputTokPerSec.map(Math.round) ?? [])}`,
         `per worker ${JSON.stringify(c.processedPerWorker)}`,
       ].join(' | '),

@@ -274,6 +274,8 @@ export interface RoutingCell {
   inFlightCv: number;
   /** The router replicas' decisions by branch, summed (vllm_router_policy_decisions_total). */
   branches?: Record<string, number>;
+  /** The replicas' cache reports by outcome, summed (vllm_router_cache_reports_total: held, stale). */
+  cacheReports?: Record<string, number>;
   /** Repeated cells (`repeats` > 1, merge-cells.ts): each run's figures; the cell holds their means. */
   runs?: { hitRate: number[]; outputTokPerSec: number[] };
   /**
@@ -786,9 +788,9 @@ function routerCpuMs(routers: readonly StackRouter[]): number | undefined {
 
 /** `after` minus `before`, per branch and per KV counter (what one measured pass added). */
 function countersSince(
-  after: Pick<RoutingCell, 'branches' | 'kvEvents'>,
-  before: Pick<RoutingCell, 'branches' | 'kvEvents'>,
-): Pick<RoutingCell, 'branches' | 'kvEvents'> {
+  after: Pick<RoutingCell, 'branches' | 'kvEvents' | 'cacheReports'>,
+  before: Pick<RoutingCell, 'branches' | 'kvEvents' | 'cacheReports'>,
+): Pick<RoutingCell, 'branches' | 'kvEvents' | 'cacheReports'> {
   const minus = (a: Record<string, number>, b: Record<string, number> | undefined) => {
     const out: Record<string, number> = {};
     for (const [k, v] of Object.entries(a)) out[k] = v - (b?.[k] ?? 0);
@@ -796,6 +798,7 @@ function countersSince(
   };
   return {
     ...(after.branches ? { branches: minus(after.branches, before.branches) } : {}),
+    ...(after.cacheReports ? { cacheReports: minus(after.cacheReports, before.cacheReports) } : {}),
     ...(after.kvEvents
       ? { kvEvents: minus(after.kvEvents, before.kvEvents) as NonNullable<RoutingCell['kvEvents']> }
       : {}),
@@ -806,15 +809,18 @@ function countersSince(
 async function routerCounters(
   routers: readonly StackRouter[],
   kvEvents: boolean,
-): Promise<Pick<RoutingCell, 'branches' | 'kvEvents'>> {
+): Promise<Pick<RoutingCell, 'branches' | 'kvEvents' | 'cacheReports'>> {
   const texts = await Promise.all(
     routers.map(async (r) => (await fetch(`http://127.0.0.1:${r.adminPort}/metrics`)).text()),
   );
   const branches = sumMetric(texts, 'vllm_router_policy_decisions_total', 'branch');
-  if (!kvEvents) return { branches };
+  const reports = sumMetric(texts, 'vllm_router_cache_reports_total', 'outcome');
+  const cacheReports = Object.keys(reports).length > 0 ? { cacheReports: reports } : {};
+  if (!kvEvents) return { branches, ...cacheReports };
   const total = (name: string): number => sumMetric(texts, name)[''] ?? 0;
   return {
     branches,
+    ...cacheReports,
     kvEvents: {
       applied: total('vllm_router_kv_events_applied_total'),
       dropped: total('vllm_router_kv_events_dropped_total'),
@@ -838,6 +844,7 @@ function cellLine(c: RoutingCell): string {
     `wall ${(c.wallMs / 1000).toFixed(1)} s` +
     (c.stealFraction !== undefined ? ` steal ${(c.stealFraction * 100).toFixed(1)}%` : '') +
     (c.branches ? ` branches ${JSON.stringify(c.branches)}` : '') +
+    (c.cacheReports ? ` cache reports ${JSON.stringify(c.cacheReports)}` : '') +
     (c.kvEvents ? ` kv ${JSON.stringify(c.kvEvents)}` : '')
   );
 }
