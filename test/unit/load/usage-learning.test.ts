@@ -9,6 +9,7 @@ import { withTiming } from '../../../src/load/timing-dispatcher.js';
 import { TimingEstimates } from '../../../src/load/timing-estimates.js';
 import { CharsPerToken, MIN_SAMPLES } from '../../../src/load/chars-per-token.js';
 import { CacheAwarePolicy } from '../../../src/routing/cache-aware.js';
+import { respond } from '../../support/respond.js';
 import { input, makeWorkers } from '../routing/fixtures.js';
 
 const [w] = makeWorkers(1);
@@ -38,15 +39,6 @@ const USAGE = (n: number) =>
   Buffer.from(
     `data: {"choices":[],"usage":{"prompt_tokens":${n},"completion_tokens":4}}\n\ndata: [DONE]\n\n`,
   );
-
-/** Runs one response through the dispatch: headers, the chunks (if watched), the end. */
-function respond(d: Dispatch, status: number, chunks: Buffer[]): boolean {
-  const watched = d.watchResponseBody?.(status) ?? true;
-  d.onResponseStart?.(status, watched);
-  if (watched) chunks.forEach((c, i) => d.transformResponseChunk?.(c, i === chunks.length - 1));
-  d.finish({ kind: 'response', status });
-  return watched;
-}
 
 describe('withTiming: characters per token from usage', () => {
   it('learns from the watched streamed responses (every 2nd here), once per response', () => {

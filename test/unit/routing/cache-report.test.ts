@@ -13,6 +13,7 @@ import { isStale } from '../../../src/routing/cache-report.js';
 import type { CacheFeedback, Decision } from '../../../src/routing/policy.js';
 import { RadixPrefixSource } from '../../../src/routing/prefix-source.js';
 import { RadixTree } from '../../../src/routing/radix-tree.js';
+import { respond } from '../../support/respond.js';
 import { input, makeWorkers } from './fixtures.js';
 
 const SYS = 'You are a helpful assistant. '.repeat(20); // a shared opening, 580 chars
@@ -163,13 +164,6 @@ describe('withTiming delivers the workers usage reports to the policy', () => {
     Buffer.from(
       `data: {"choices":[],"usage":{"prompt_tokens":${prompt},"completion_tokens":4,"prompt_tokens_details":{"cached_tokens":${cached}}}}\n\ndata: [DONE]\n\n`,
     );
-  function respond(d: Dispatch, status: number, chunks: Buffer[]): boolean {
-    const watched = d.watchResponseBody?.(status) ?? true;
-    d.onResponseStart?.(status, watched);
-    if (watched) chunks.forEach((c, i) => d.transformResponseChunk?.(c, i === chunks.length - 1));
-    d.finish({ kind: 'response', status });
-    return watched;
-  }
 
   it('from a watched stream and a watched non-streamed response, not from an error or a body without details', () => {
     reports.length = 0;
