@@ -533,6 +533,14 @@ export const OPTIONS = [
   },
   {
     group: 'Load and cost model',
+    key: 'cacheFillOwnShare',
+    flag: 'cache-fill-own-share',
+    type: 'bool',
+    default: true,
+    help: "cache_aware cost, without KV events: a worker's cache fill is the prefix tree's picture of it over this router's share of the worker's scraped load (traffic from other replicas or direct clients fills the rest).",
+  },
+  {
+    group: 'Load and cost model',
     key: 'costBalanceRel',
     flag: 'cost-balance-rel',
     type: 'number',

@@ -330,6 +330,7 @@ function buildPools(
         prefixHomeMarginExact: config.prefixHomeMarginExact,
         prefixHomeKeyChars: config.prefixHomeKeyChars,
         cacheReports: config.cacheReports,
+        cacheFillOwnShare: config.cacheFillOwnShare,
       },
       ...(exact.source !== undefined ? { exactPrefix: exact.source } : {}),
       onExactFallback: exact.fallback,

@@ -62,6 +62,12 @@ import { RadixTree, type PrefixMatch } from './radix-tree.js';
 import { newCacheReportCounts, TreeCacheReport, type CacheReportCounts } from './cache-report.js';
 import { leastLoaded } from './tie-break.js';
 
+/**
+ * The smallest share of a worker's cache taken as this router's (cacheFillOwnShare): a router that sends
+ * a worker almost nothing must not read a few prompts there as a full cache from a noisy share.
+ */
+const MIN_OWN_SHARE = 0.1;
+
 export const CACHE_AWARE_MODES = ['cost', 'per_request', 'global'] as const;
 export type CacheAwareMode = (typeof CACHE_AWARE_MODES)[number];
 
@@ -109,6 +115,12 @@ export interface CacheAwareOptions extends CostModelOptions {
    * the router watches (cache-report.ts). Default true.
    */
   cacheReports: boolean;
+  /**
+   * Without KV events, read a worker's cache fill as this router's picture of it over this router's
+   * share of the worker's recent load (load-board.ts `foreignShare`): traffic from elsewhere (another
+   * replica, direct clients) fills the rest of its cache. Default true.
+   */
+  cacheFillOwnShare: boolean;
 }
 
 export const DEFAULT_CACHE_AWARE_OPTIONS: Readonly<CacheAwareOptions> = Object.freeze({
@@ -120,6 +132,7 @@ export const DEFAULT_CACHE_AWARE_OPTIONS: Readonly<CacheAwareOptions> = Object.f
   mode: 'cost',
   maxModels: 256,
   cacheReports: true,
+  cacheFillOwnShare: true,
   ...DEFAULT_COST_MODEL_OPTIONS,
 });
 
@@ -158,6 +171,7 @@ export function resolveCacheAwareOptions(
   check(finite(o.maxTreeSize) && o.maxTreeSize >= 0, 'maxTreeSize must be >= 0', o.maxTreeSize);
   check(Number.isInteger(o.maxModels) && o.maxModels >= 1, 'maxModels must be an integer >= 1', o.maxModels);
   check(typeof o.cacheReports === 'boolean', 'cacheReports must be a boolean', o.cacheReports);
+  check(typeof o.cacheFillOwnShare === 'boolean', 'cacheFillOwnShare must be a boolean', o.cacheFillOwnShare);
   check(CACHE_AWARE_MODES.includes(o.mode), "mode must be 'cost', 'per_request' or 'global'", o.mode);
   check(
     finite(o.overloadWaiting) && o.overloadWaiting >= 0,
@@ -251,8 +265,10 @@ export class CacheAwarePolicy implements Policy {
   /**
    * How full each worker's prefix cache is, over the capacity the worker reports: what its KV events
    * show it holds when a source knows (prefix-source.ts `heldTokens`), else this router's picture of
-   * it (the model's tree, which evicts like the worker once at its capacity); undefined when the
-   * weight is 0, a worker without a known capacity reads 0.
+   * it (the model's tree, which evicts like the worker once at its capacity) over this router's share
+   * of the worker's load (`cacheFillOwnShare`: the rest of an LRU cache fills with the prompts other
+   * replicas and direct clients send, at their share of the traffic); undefined when the weight is 0,
+   * a worker without a known capacity reads 0.
    */
   private cacheFill(model: string): ((worker: Worker) => number) | undefined {
     const capacityOf = this.capacityTokens;
@@ -261,6 +277,7 @@ export class CacheAwarePolicy implements Policy {
     const held = this.heldSources;
     if (tree === undefined && held.length === 0) return undefined;
     const charsPerToken = this.charsPerToken(model);
+    const foreign = this.options.cacheFillOwnShare ? this.signals.foreignShare : undefined;
     return (worker) => {
       const capacity = capacityOf(worker);
       if (capacity === undefined || capacity <= 0) return 0;
@@ -268,9 +285,9 @@ export class CacheAwarePolicy implements Policy {
         const tokens = s.heldTokens?.(worker);
         if (tokens !== undefined) return Math.min(1, tokens / capacity);
       }
-      return tree === undefined
-        ? 0
-        : Math.min(1, tree.tenantCharCount(worker.id) / (capacity * charsPerToken));
+      if (tree === undefined) return 0;
+      const own = foreign === undefined ? 1 : Math.max(MIN_OWN_SHARE, 1 - foreign(worker));
+      return Math.min(1, tree.tenantCharCount(worker.id) / (capacity * charsPerToken * own));
     };
   }
 

@@ -65,6 +65,13 @@
  * +3.5% (seeds 1 and 2, 3 runs each); one router 58.9% vs 58.6% and 62.1% vs 63.7%, +1.6% and
  * -3.8% (its runs spread 1,515-1,942 tok/s); shared-prefix, multi-turn, chat, hot-burst,
  * external-load and long-prompt +0.1% to +3.9% tok/s, hit rates equal or higher (2 runs each).
+ * Without events, the picture counts over this router's share of the worker's load (since
+ * 2026-12-04, `cacheFillOwnShare`): an LRU cache fed by two replicas holds the other's prompts too, so
+ * a replica's picture of half the capacity is a full cache. Two approximate replicas, eviction-pressure
+ * (bench/routing-ab.ts --kv-events, off vs on, interleaved): hit 38.8% -> 39.6%, 1,098 -> 1,142 tok/s
+ * (2 runs); 40.3% -> 44.1%, 1,168 -> 1,206 (3 runs); the events' own fill read 44.6% (an oracle run).
+ * Trimming the picture itself to that share (so it forgets sooner) was worse: 34.0%, 1,077 tok/s, as
+ * prompts both replicas send a worker are kept fresh in its cache by the other's hits.
  *
  * The lowest score wins; candidates within 1e-6 ms tie and are split by (load, processed, index) as
  * every policy does (tie-break.ts), so identical idle workers still spread. No threshold decides

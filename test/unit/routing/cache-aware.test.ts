@@ -39,6 +39,7 @@ describe('cache_aware options', () => {
       mode: 'cost',
       maxModels: 256,
       cacheReports: true,
+      cacheFillOwnShare: true,
       overloadWaiting: 8,
       overloadKvUsage: 0.9,
       charsPerToken: 4,

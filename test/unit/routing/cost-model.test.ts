@@ -515,6 +515,40 @@ describe('cost model scoring (cache_aware default mode)', () => {
     expect(choose((w) => (w === workers[0] ? 1000 : 0)).worker).toBe(workers[1]);
   });
 
+  it('displacement without events: a worker half of whose load came from elsewhere has the rest of its cache filled by it', () => {
+    // Another replica sends worker 1 as much as this router does: the 1,600 characters this router's
+    // tree has there (0.4 of the cache) are about half of what the worker's LRU cache holds.
+    const workers = makeWorkers(2);
+    const held = 'h'.repeat(4000);
+    const choose = (foreign: number, cacheFillOwnShare?: boolean) => {
+      const backlog = new PrefillBacklog();
+      backlog.add(workers[0]!, 1500, Infinity); // 75 ms queued on the holder
+      const signals: WorkerSignals = {
+        ...withBacklog(backlog),
+        foreignShare: (w) => (w === workers[1] ? foreign : 0),
+      };
+      const policy = new CacheAwarePolicy(cacheFillOwnShare === undefined ? {} : { cacheFillOwnShare }, {
+        signals,
+        capacityTokens: () => 1000,
+      });
+      for (const w of workers) policy.addWorker(w);
+      policy.routed({ worker: workers[0]!, branch: 'seed' }, input(workers, { text: held }), 1);
+      policy.routed({ worker: workers[1]!, branch: 'seed' }, input(workers, { text: 'o'.repeat(1600) }), 2);
+      return policy.select(input(workers, { text: `${held}?` }));
+    };
+    // Alone: 0.4 full, 10 + 50 + 20 ms beats the holder's 75 ms queue + ~10 ms -> recomputed there.
+    expect(choose(0).worker).toBe(workers[1]);
+    expect(choose(0).cost?.chosen.displaceMs).toBeCloseTo(20, 0);
+    // Half its load from elsewhere: 0.8 full (40 ms displaced) -> the holder.
+    const shared = choose(0.5);
+    expect(shared.worker).toBe(workers[0]);
+    expect(shared.cost?.runnerUp?.displaceMs).toBeCloseTo(40, 0);
+    // All of it from elsewhere: full, never more (this router's share is floored at 0.1).
+    expect(choose(1).cost?.runnerUp?.displaceMs).toBeCloseTo(50, 0);
+    // Off: this router's picture only.
+    expect(choose(0.5, false).worker).toBe(workers[1]);
+  });
+
   it('contention: once every worker has a queue, a cache hit is worth more than its own prefill time', () => {
     const workers = makeWorkers(2);
     const backlog = new PrefillBacklog();
