@@ -70,8 +70,10 @@
  * a replica's picture of half the capacity is a full cache. Two approximate replicas, eviction-pressure
  * (bench/routing-ab.ts --kv-events, off vs on, interleaved): hit 38.8% -> 39.6%, 1,098 -> 1,142 tok/s
  * (2 runs); 40.3% -> 44.1%, 1,168 -> 1,206 (3 runs); the events' own fill read 44.6% (an oracle run).
- * The replicas benchmark after it read 38.3% (runs 35.9-41.2) against 41.5% the run before: the
- * effect is smaller than that cell's run-to-run spread; kept because the half-empty reading is wrong.
+ * Seed 2 (4 runs): 45.2% -> 43.0%, 1,251 -> 1,206. The replicas benchmark after it read 38.3% (runs
+ * 35.9-41.2) against 41.5% the run before. So no effect measurable above the runs' spread; kept
+ * because reading a cache that other traffic fills as half empty is wrong (external-load, one
+ * router: 1.29x -> 1.36x round robin across two routing runs, 1.01x in its A/B).
  * Trimming the picture itself to that share (so it forgets sooner) was worse: 34.0%, 1,077 tok/s, as
  * prompts both replicas send a worker are kept fresh in its cache by the other's hits.
  *
