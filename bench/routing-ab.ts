@@ -15,6 +15,10 @@
  * TTFT p50/p90, router CPU per request (every replica's, /proc), the host's steal time, the decisions by
  * branch (vllm_router_policy_decisions_total, summed over replicas), then each run's tokens/s and the
  * requests per worker (summed over the runs).
+ * `--shared-pool` / `--no-shared-pool`: the simulators' running requests and prefix caches share one
+ * block pool, as vLLM's (SimulatorOptions.sharedBlockPool), or not, on every workload (default:
+ * routing-bench.ts SHARED_POOL_WORKLOADS); `--cache-blocks=N`: N blocks per worker (before the KV runs'
+ * scaling) instead of the workload's default.
  * `--kv-events`: the simulators publish KV events (needed by variants with `"kvEvents": true`).
  * With KV events, the mean lag of the live event batches the routers decoded (vllm_router_kv_event_lag_seconds).
  * `BENCH_DUMP_DECISIONS=<file>` appends one JSON line per request (routing-bench.ts `dumpDecisions`; add
@@ -66,6 +70,11 @@ const result = await runRoutingBench({
   repeats,
   seed,
   kvEvents: args.includes('--kv-events'),
+  ...(args.includes('--shared-pool') ? { sharedBlockPool: workloads as WorkloadName[] } : {}),
+  ...(args.includes('--no-shared-pool') ? { sharedBlockPool: [] } : {}),
+  ...(flag('cache-blocks') !== undefined
+    ? { cacheBlocks: Object.fromEntries(workloads.map((w) => [w, Number(flag('cache-blocks'))])) }
+    : {}),
   log: () => {},
 });
 for (const workload of workloads) {

@@ -245,6 +245,13 @@ export interface RoutingBenchOptions {
    * are. Default: true unless quick.
    */
   warmUp?: boolean;
+  /**
+   * Simulators whose running requests and prefix cache share one block pool (SimulatorOptions
+   * sharedBlockPool), by workload; default SHARED_POOL_WORKLOADS.
+   */
+  sharedBlockPool?: readonly WorkloadName[];
+  /** Per-worker cache blocks by workload, before KV_TOKEN_RATIO scaling (default: cacheBlocks()). */
+  cacheBlocks?: Partial<Record<WorkloadName, number>>;
   /** Targets for the result (default routingTargets: the default policy vs round robin). */
   targets?: (cells: readonly RoutingCell[]) => RoutingTarget[];
   /**
@@ -407,6 +414,9 @@ function workloadOptions(quick: boolean, seed: number): Record<WorkloadName, Wor
   };
 }
 
+/** Workloads whose simulators run on a shared block pool by default (none yet). */
+export const SHARED_POOL_WORKLOADS: readonly WorkloadName[] = [];
+
 function cacheBlocks(quick: boolean): Record<WorkloadName, number> {
   const q = quick ? 64 : 1024;
   return {
@@ -440,7 +450,8 @@ export async function runRoutingBench(opts: RoutingBenchOptions = {}): Promise<R
   const warmUp = opts.warmUp ?? !quick;
   const warmOpts = workloadOptions(quick, seed + WARM_UP_SEED_OFFSET);
   const kvRun = opts.kvEvents ?? false;
-  const blocks = scaleBlocks(cacheBlocks(quick), kvRun ? KV_TOKEN_RATIO : 1);
+  const blocks = scaleBlocks({ ...cacheBlocks(quick), ...opts.cacheBlocks }, kvRun ? KV_TOKEN_RATIO : 1);
+  const pooled = new Set(opts.sharedBlockPool ?? SHARED_POOL_WORKLOADS);
   const timing = kvRun
     ? { ...TIMING, prefillMsPerToken: TIMING.prefillMsPerToken! / KV_TOKEN_RATIO }
     : TIMING;
@@ -473,6 +484,7 @@ export async function runRoutingBench(opts: RoutingBenchOptions = {}): Promise<R
       timeScale,
       timing,
       cache: { capacityBlocks: blocks[name] },
+      ...(pooled.has(name) ? { sharedBlockPool: true } : {}),
       ...(kvRun
         ? {
             tokenizer: warmSimTokenizer([...passes, ...(warmWorkload ? [warmWorkload] : [])]),

@@ -5,7 +5,8 @@
  *   npx tsx src/sim/cli.ts --port 8001 --role decode --model m --register tcp://127.0.0.1:5555 \
  *     --time-scale 1 [--host 127.0.0.1] [--kv-connector nixl|mooncake|moriio|p2pnccl] [--id name]
  *     [--max-tokens 16] [--zmq-address host:port] [--register-interval-ms 3000]
- *     [--transfer-mode READ|WRITE] [--cache-blocks 4096] [--max-running 64] [--overhead-ms 5]
+ *     [--transfer-mode READ|WRITE] [--cache-blocks 4096] [--shared-block-pool] [--max-running 64]
+ *     [--overhead-ms 5]
  *     [--prefill-ms-per-token 0.05] [--itl-ms 10] [--itl-growth 0.02] [--kv-transfer-ms-per-token 0.005]
  *     [--prefill-lanes 0] [--tokenizer DIR] [--kv-events tcp://*:5557] [--kv-events-replay tcp://*:5558]
  *
@@ -14,6 +15,10 @@
  * ids from `--tokenizer DIR` (a Hugging Face tokenizer.json + tokenizer_config.json directory, e.g.
  * test/fixtures/tokenizer; the router's `--tokenizer MODEL=DIR` must name the same files), or from
  * the simulator's 4-characters-per-token tokenizer without one.
+ *
+ * `--shared-block-pool` makes running requests and the prefix cache share the `--cache-blocks` pool,
+ * as vLLM does (cached prefixes get the room running requests leave; a waiting request starts when its
+ * blocks fit).
  */
 import { HfTokenizer } from '../tokenize/hf-tokenizer.js';
 import { parseArgs } from 'node:util';
@@ -37,6 +42,7 @@ const { values } = parseArgs({
     'time-scale': { type: 'string' },
     'max-tokens': { type: 'string' },
     'cache-blocks': { type: 'string' },
+    'shared-block-pool': { type: 'boolean' },
     'max-running': { type: 'string' },
     'overhead-ms': { type: 'string' },
     'prefill-ms-per-token': { type: 'string' },
@@ -99,6 +105,7 @@ const options: SimulatorOptions = defined<SimulatorOptions>({
   defaultMaxTokens: num('max-tokens', values['max-tokens']),
   timing,
   cache: cacheBlocks === undefined ? undefined : { capacityBlocks: cacheBlocks },
+  sharedBlockPool: values['shared-block-pool'],
   register:
     values.register === undefined
       ? undefined

@@ -1,10 +1,11 @@
 /**
  * The simulated vLLM engine loop: admission, prefill, and batched decode steps.
  *
- * A submitted sequence waits FIFO for a running slot (run-queue.ts). Once admitted, its prefill takes
- * `spec.admit()` ms (computed by the caller from timing-model.ts); the first token is produced when the
- * prefill ends. The sequence then joins the decode batch: ONE engine timer per simulator fires every
- * `interTokenMs(running)` and produces one token for every decoding sequence (continuous batching).
+ * A submitted sequence waits FIFO for a running slot, and on a shared block pool for its KV blocks
+ * (`spec.fits`; run-queue.ts). Once admitted, its prefill takes `spec.admit()` ms (computed by the
+ * caller from timing-model.ts); the first token is produced when the prefill ends. The sequence then
+ * joins the decode batch: ONE engine timer per simulator fires every `interTokenMs(running)` and
+ * produces one token for every decoding sequence (continuous batching).
  * This keeps the cost at one timer per prefill plus one per step, not one per token per request,
  * which matters when a benchmark pushes thousands of streams through several simulators in one process.
  *
@@ -32,6 +33,11 @@ export interface SequenceSpec {
    * (already scaled). The simulator does its prefix-cache lookup here, at scheduling time, like vLLM.
    */
   admit(): number;
+  /**
+   * Whether the sequence's KV blocks fit in the block pool now (shared-pool simulators; checked while
+   * it heads the waiting queue). Absent: always.
+   */
+  fits?(): boolean;
   /** Tokens to produce, >= 1. */
   readonly outputTokens: number;
   /** Called once per produced token (`index` from 0); `last` is true for the final one. */
@@ -64,7 +70,7 @@ export class Engine {
     private readonly timing: Readonly<TimingModel>,
     private readonly timeScale: number,
   ) {
-    this.queue = new RunQueue<EngineJob>(timing.maxRunningSeqs);
+    this.queue = new RunQueue<EngineJob>(timing.maxRunningSeqs, (job) => job.spec.fits?.() ?? true);
     this.laneFreeAt = new Array<number>(timing.prefillLanes).fill(0);
   }
 
@@ -101,6 +107,8 @@ export class Engine {
     switch (job.state) {
       case 'waiting':
         this.queue.cancel(job);
+        job.state = 'done';
+        this.startWaiting(); // the head may have been the one that did not fit
         break;
       case 'prefill':
         this.clearJobTimers(job);
@@ -197,9 +205,15 @@ export class Engine {
 
   private release(): void {
     if (this.closed) return;
-    const next = this.queue.finish();
-    if (next) this.startPrefill(next);
+    this.queue.finish();
+    this.startWaiting();
     if (this.decoding.size === 0) this.clearStep();
+  }
+
+  /** Starts waiting sequences while the queue hands them out (each start takes its blocks first). */
+  private startWaiting(): void {
+    if (this.closed) return;
+    for (let next = this.queue.take(); next; next = this.queue.take()) this.startPrefill(next);
   }
 
   private clearStep(): void {

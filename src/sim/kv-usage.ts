@@ -17,6 +17,8 @@
  * Pure data structure: no timers, no metrics, no logging.
  */
 
+import type { BlockPool } from './prefix-cache.js';
+
 export interface KvHold {
   readonly hashes: readonly number[];
   readonly tailTokens: number;
@@ -24,7 +26,7 @@ export interface KvHold {
   readonly generated: () => number;
 }
 
-export class KvBlockUsage {
+export class KvBlockUsage implements BlockPool {
   private readonly refs = new Map<number, number>();
   private readonly holds = new Set<KvHold>();
 
@@ -60,11 +62,21 @@ export class KvBlockUsage {
     return this.holds.size;
   }
 
+  /** True while a request holds the block. */
+  isHeld(hash: number): boolean {
+    return this.refs.has(hash);
+  }
+
+  /** Blocks past the requests' full prompt blocks: prompt tails and generated tokens. */
+  privateBlocks(): number {
+    let n = 0;
+    for (const h of this.holds) n += Math.ceil((h.tailTokens + h.generated()) / this.blockTokens);
+    return n;
+  }
+
   /** Blocks in use: distinct shared prompt blocks plus every request's private blocks. */
   usedBlocks(): number {
-    let used = this.refs.size;
-    for (const h of this.holds) used += Math.ceil((h.tailTokens + h.generated()) / this.blockTokens);
-    return used;
+    return this.refs.size + this.privateBlocks();
   }
 
   /** Fraction of capacity in use, in [0, 1]. */

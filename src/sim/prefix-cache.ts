@@ -20,6 +20,12 @@
  *   prefix blocks are the most recently used and a request's tail is evicted before its head (vLLM
  *   frees a request's blocks in reverse order for the same reason).
  * - Counters `queriedTokens` / `hitTokens` match vLLM's `prefix_cache_queries` / `prefix_cache_hits`.
+ * - Shared block pool (optional `pool`, as vLLM: running requests and cached prefixes share one pool of
+ *   `capacityBlocks`): a block a running request holds is never evicted, and cached blocks get only the
+ *   room running requests leave (their prompt tails and generated tokens are blocks of the same pool).
+ *   Under load the cache then holds fewer prefixes than its capacity suggests, which a router that
+ *   sizes its picture of a worker by `num_gpu_blocks` cannot see and KV events do. Without `pool` the
+ *   cache is a fixed LRU of `capacityBlocks` beside the running requests.
  *
  * Pure data structure: no timers, no metrics, no logging.
  */
@@ -111,8 +117,17 @@ export interface CacheChanges {
   removed: number[];
 }
 
+/** What a shared block pool tells the cache about running requests (kv-usage.ts implements it). */
+export interface BlockPool {
+  /** True while a running request holds the block: it cannot be evicted. */
+  isHeld(hash: number): boolean;
+  /** Blocks running requests hold beyond their full prompt blocks (prompt tails, generated tokens). */
+  privateBlocks(): number;
+}
+
 export class PrefixCache {
   readonly options: Readonly<PrefixCacheOptions>;
+  private pool: BlockPool | undefined;
   private readonly blockChars: number;
   /** Block hash -> true, in LRU order (first = least recently used). */
   private readonly blocks = new Map<number, true>();
@@ -128,6 +143,25 @@ export class PrefixCache {
     this.blockChars = o.charsPerToken * o.blockTokens;
   }
 
+  /** Shares the cache's capacity with running requests from now on (see the header comment). */
+  sharePool(pool: BlockPool): void {
+    this.pool = pool;
+  }
+
+  get sharesPool(): boolean {
+    return this.pool !== undefined;
+  }
+
+  /** The chained block hashes lookupAndInsert(text) uses (a caller may compute them ahead). */
+  hashText(text: string): number[] {
+    return chainedBlockHashes(text, this.blockChars);
+  }
+
+  /** The chained block hashes lookupAndInsertTokens(ids, ..., salt) uses. */
+  hashTokens(ids: ArrayLike<number>, salt?: string): number[] {
+    return chainedTokenBlockHashes(ids, this.options.blockTokens, salt);
+  }
+
   /** Prompt tokens of `text` under the character approximation (at least 1). */
   tokensOf(text: string): number {
     return Math.max(1, Math.ceil(text.length / this.options.charsPerToken));
@@ -137,8 +171,7 @@ export class PrefixCache {
    * Prefix-matches `text` against the cache, then inserts/touches all its full blocks. `held`, when
    * given, receives the chained hashes of those blocks (what a running request holds; kv-usage.ts).
    */
-  lookupAndInsert(text: string, held?: number[]): CacheLookup {
-    const hashes = chainedBlockHashes(text, this.blockChars);
+  lookupAndInsert(text: string, held?: number[], hashes = this.hashText(text)): CacheLookup {
     const promptTokens = this.tokensOf(text);
     let hitBlocks = 0;
     while (hitBlocks < hashes.length && this.blocks.has(hashes[hitBlocks]!)) hitBlocks++;
@@ -159,9 +192,9 @@ export class PrefixCache {
     held?: number[],
     changes?: CacheChanges,
     salt?: string,
+    hashes = this.hashTokens(ids, salt),
   ): CacheLookup {
     const bt = this.options.blockTokens;
-    const hashes = chainedTokenBlockHashes(ids, bt, salt);
     const promptTokens = Math.max(1, ids.length);
     let hitBlocks = 0;
     while (hitBlocks < hashes.length && this.blocks.has(hashes[hitBlocks]!)) hitBlocks++;
@@ -186,7 +219,9 @@ export class PrefixCache {
 
   /**
    * Touches a request's blocks from last to first (so its prefix ends up most recently used), then
-   * evicts least-recently-used blocks beyond capacity, recording them in `removed`.
+   * evicts least-recently-used blocks beyond capacity, recording them in `removed`. On a shared pool
+   * the capacity is what running requests leave, held blocks are skipped, and the request's own blocks
+   * (the most recently used, at the end of the order) are never evicted: it is about to hold them.
    */
   private touchAndEvict(hashes: readonly number[], removed?: number[]): void {
     for (let b = hashes.length - 1; b >= 0; b--) {
@@ -194,13 +229,17 @@ export class PrefixCache {
       this.blocks.delete(h);
       this.blocks.set(h, true);
     }
-    const cap = this.options.capacityBlocks;
-    if (this.blocks.size <= cap) return;
-    const it = this.blocks.keys();
-    for (let excess = this.blocks.size - cap; excess > 0; excess--) {
-      const h = it.next().value as number;
+    const pool = this.pool;
+    const cap = this.options.capacityBlocks - (pool?.privateBlocks() ?? 0);
+    let excess = this.blocks.size - cap;
+    if (excess <= 0) return;
+    const own = pool === undefined ? undefined : new Set(hashes);
+    for (const h of this.blocks.keys()) {
+      if (excess <= 0 || own?.has(h)) break;
+      if (pool?.isHeld(h)) continue;
       this.blocks.delete(h);
       removed?.push(h);
+      excess--;
     }
   }
 

@@ -79,6 +79,13 @@ export interface SimulatorOptions {
   timeScale?: number;
   timing?: Partial<TimingModel>;
   cache?: Partial<PrefixCacheOptions>;
+  /**
+   * Running requests and the prefix cache share one pool of `cache.capacityBlocks` blocks, as in vLLM
+   * (prefix-cache.ts): cached prefixes get the room running requests leave, and a waiting request
+   * starts only when its blocks fit (first come, first served). Default false: the prefix cache is a
+   * fixed LRU of that many blocks beside the running requests, and admission counts slots only.
+   */
+  sharedBlockPool?: boolean;
   /** P/D behaviour. Default 'nixl'. */
   kvConnector?: KvConnector;
   /** ZMQ self-registration (prefill/decode roles only; a regular worker never registers). */
@@ -200,6 +207,16 @@ interface Ctx {
   kvFetch?: AbortController;
 }
 
+/** A request's prompts as the prefix cache keys them (Simulator.cacheKeys). */
+interface CacheKeys {
+  /** Token mode (KV events): the one prompt's ids, cache salt and block hashes. */
+  readonly tokens?: { ids: ArrayLike<number>; salt: string | undefined; hashes: number[] };
+  /** Text mode: the prompts. */
+  readonly texts?: readonly string[];
+  /** Per prompt: its block hashes and prompt tokens. */
+  readonly prompts: ReadonlyArray<{ hashes: number[]; tokens: number }>;
+}
+
 interface Waiter {
   readonly n: number;
   readonly resolve: () => void;
@@ -261,6 +278,7 @@ class SimulatorServer implements Simulator {
     this.timing = resolveTimingModel(opts.timing);
     this.cache = new PrefixCache(opts.cache);
     this.kvUsage = new KvBlockUsage(this.cache.options.blockTokens, this.cache.options.capacityBlocks);
+    if (opts.sharedBlockPool === true) this.cache.sharePool(this.kvUsage);
     this.tokenizer = opts.tokenizer ?? new CharTokenizer(this.cache.options.charsPerToken);
     this.maxModelLen = opts.maxModelLen ?? 131_072;
     this.engine = new Engine(this.timing, this.timeScale);
@@ -378,23 +396,56 @@ class SimulatorServer implements Simulator {
     await this.kvPublisher?.publish([{ type: 'cleared' }]);
   }
 
-  /** Token-mode lookup (KV events on): undefined when the body cannot be tokenized (text mode then). */
-  private lookupTokens(
-    body: unknown,
-    held: number[],
-  ): { promptTokens: number; cachedTokens: number } | undefined {
+  /**
+   * The request's prompts as the prefix cache keys them, computed once (a shared-pool admission check
+   * and the lookup both need them): the token ids when KV events are on and the one prompt tokenizes,
+   * else the text of each prompt.
+   */
+  private cacheKeys(body: unknown, prompts: readonly string[]): CacheKeys {
     const publisher = this.kvPublisher;
-    if (publisher === undefined || typeof body !== 'object' || body === null) return undefined;
-    const r = tokenizeBody(this.tokenizer as unknown as BodyTokenizer, body as Record<string, unknown>);
-    if (!r.ok) return undefined;
+    if (publisher !== undefined && prompts.length === 1 && isObj(body)) {
+      const r = tokenizeBody(this.tokenizer as unknown as BodyTokenizer, body);
+      if (r.ok) {
+        const salt =
+          typeof body.cache_salt === 'string' && body.cache_salt.length > 0 ? body.cache_salt : undefined;
+        const hashes = this.cache.hashTokens(r.ids, salt);
+        return {
+          tokens: { ids: r.ids, salt, hashes },
+          prompts: [{ hashes, tokens: Math.max(1, r.ids.length) }],
+        };
+      }
+    }
+    return {
+      texts: prompts,
+      prompts: prompts.map((p) => ({ hashes: this.cache.hashText(p), tokens: this.cache.tokensOf(p) })),
+    };
+  }
+
+  /**
+   * Shared block pool: whether a request with these keys and `outputTokens` to generate can allocate
+   * its blocks now. It needs a block for every prompt block except the leading ones running requests
+   * already hold (shared, as vLLM shares a cached prefix's physical blocks), plus its output's blocks;
+   * cached blocks nobody holds count as free (vLLM evicts them to allocate).
+   */
+  private fitsPool(keys: CacheKeys, outputTokens: number): boolean {
+    const bt = this.cache.options.blockTokens;
+    let need = Math.ceil(outputTokens / bt);
+    for (const p of keys.prompts) {
+      let shared = 0;
+      while (shared < p.hashes.length && this.kvUsage.isHeld(p.hashes[shared]!)) shared++;
+      need += Math.ceil(p.tokens / bt) - shared;
+    }
+    return need <= this.cache.options.capacityBlocks - this.kvUsage.usedBlocks();
+  }
+
+  /** Token-mode lookup (KV events on): inserts the prompt's blocks and publishes what changed. */
+  private lookupTokens(
+    publisher: KvEventPublisher,
+    t: NonNullable<CacheKeys['tokens']>,
+    held: number[],
+  ): { promptTokens: number; cachedTokens: number } {
     const changes: CacheChanges = { stored: [], removed: [] };
-    const salt = (body as { cache_salt?: unknown }).cache_salt;
-    const lookup = this.cache.lookupAndInsertTokens(
-      r.ids,
-      held,
-      changes,
-      typeof salt === 'string' && salt.length > 0 ? salt : undefined,
-    );
+    const lookup = this.cache.lookupAndInsertTokens(t.ids, held, changes, t.salt, t.hashes);
     const events: SimKvEvent[] = [];
     const blockSize = this.cache.options.blockTokens;
     if (changes.stored.length > 0) {
@@ -679,13 +730,20 @@ class SimulatorServer implements Simulator {
       if (ctx.gate?.afterChunks === 0) ctx.gate.engage();
     } else ctx.gate?.engage(); // a JSON answer is held whole
     let blocks = 0;
+    let keys: CacheKeys | undefined;
+    const keysOf = (): CacheKeys => (keys ??= this.cacheKeys(record.body, request.prompts));
     const admit = (): number => {
       let prompt = 0;
       let cached = 0;
       const held: number[] = [];
-      const tokenMode = request.prompts.length === 1 ? this.lookupTokens(record.body, held) : undefined;
-      for (const p of tokenMode === undefined ? request.prompts : []) {
-        const r = this.cache.lookupAndInsert(p, held);
+      const k = keysOf();
+      const publisher = this.kvPublisher;
+      const tokenMode =
+        k.tokens !== undefined && publisher !== undefined
+          ? this.lookupTokens(publisher, k.tokens, held)
+          : undefined;
+      for (let i = 0; i < (k.texts?.length ?? 0); i++) {
+        const r = this.cache.lookupAndInsert(k.texts![i]!, held, k.prompts[i]!.hashes);
         prompt += r.promptTokens;
         cached += r.cachedTokens;
         blocks += Math.ceil(r.promptTokens / this.cache.options.blockTokens);
@@ -709,8 +767,11 @@ class SimulatorServer implements Simulator {
     };
     ctx.job = this.engine.submit({
       admit,
+      ...(this.cache.sharesPool ? { fits: () => this.fitsPool(keysOf(), request.maxTokens * choices) } : {}),
       outputTokens: request.maxTokens,
       onToken: (index, last) => {
+        // A finished sequence frees its blocks before the engine starts the next (as vLLM frees them).
+        if (last && ctx.kv) this.kvUsage.release(ctx.kv);
         if (ctx.ended || ctx.resetting) return;
         record.completionTokens = (index + 1) * choices;
         this.generationTokensTotal += choices;
@@ -846,8 +907,9 @@ class SimulatorServer implements Simulator {
     ctx.gate?.drop();
     ctx.kvFetch?.abort();
     if (ctx.transferId !== undefined) this.side?.endTransfer(ctx.transferId, ctx.record?.outcome === 'ok');
-    if (ctx.job) this.engine.cancel(ctx.job);
+    // Blocks first: the engine's cancel starts waiting requests, which may need them (shared pool).
     if (ctx.kv) this.kvUsage.release(ctx.kv);
+    if (ctx.job) this.engine.cancel(ctx.job);
     if (ctx.delayTimer) clearTimeout(ctx.delayTimer);
     ctx.delayTimer = undefined;
     const record = ctx.record;

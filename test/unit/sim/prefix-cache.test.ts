@@ -1,5 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import { chainedBlockHashes, PrefixCache, type CacheChanges } from '../../../src/sim/prefix-cache.js';
+import {
+  chainedBlockHashes,
+  PrefixCache,
+  type BlockPool,
+  type CacheChanges,
+} from '../../../src/sim/prefix-cache.js';
 
 /** `n` distinct 64-character blocks, tagged so different tags never share text. */
 function blocks(tag: string, n: number): string {
@@ -124,6 +129,62 @@ describe('PrefixCache', () => {
     for (let i = 0; i < 20; i++) cache.lookupAndInsert(blocks(`x${i}`, 3));
     expect(cache.usedBlocks).toBe(8);
     expect(cache.usage()).toBe(1);
+  });
+
+  describe('on a shared block pool', () => {
+    /** A pool whose running requests hold `held` blocks and `privateBlocks` blocks beyond them. */
+    function pool(held: Set<number>, privateBlocks = 0): BlockPool {
+      return { isHeld: (h) => held.has(h), privateBlocks: () => privateBlocks };
+    }
+
+    it('never evicts a block a running request holds; evicts the unheld ones instead', () => {
+      const cache = new PrefixCache({ capacityBlocks: 4 });
+      const held = new Set<number>();
+      cache.sharePool(pool(held));
+      const a = cache.hashText(blocks('a', 2));
+      cache.lookupAndInsert(blocks('a', 2));
+      cache.lookupAndInsert(blocks('b', 2));
+      for (const h of a) held.add(h); // a runs; b is cached and idle
+      const removed: number[] = [];
+      const changes: CacheChanges = { stored: [], removed };
+      // Without a pool the 2 new blocks would evict a (least recently used); here b goes.
+      cache.lookupAndInsertTokens(
+        [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16],
+        undefined,
+        changes,
+      );
+      cache.lookupAndInsert(blocks('c', 1));
+      expect(cache.lookupAndInsert(blocks('a', 2)).hitBlocks).toBe(2);
+      expect(cache.lookupAndInsert(blocks('b', 2)).hitBlocks).toBe(0);
+      expect(removed).toHaveLength(1);
+    });
+
+    it('leaves cached prefixes only the room running requests do not use', () => {
+      const cache = new PrefixCache({ capacityBlocks: 8 });
+      let privateBlocks = 0;
+      cache.sharePool({ isHeld: () => false, privateBlocks: () => privateBlocks });
+      cache.lookupAndInsert(blocks('a', 3));
+      cache.lookupAndInsert(blocks('b', 3));
+      expect(cache.usedBlocks).toBe(6);
+      privateBlocks = 4; // running requests' tails and outputs take 4 of the 8 blocks
+      cache.lookupAndInsert(blocks('c', 1));
+      expect(cache.usedBlocks).toBe(4);
+      expect(cache.lookupAndInsert(blocks('b', 3)).hitBlocks).toBe(3); // b was more recent than a
+      expect(cache.lookupAndInsert(blocks('a', 3)).hitBlocks).toBe(0);
+    });
+
+    it("keeps a request's own blocks even when held blocks fill the pool", () => {
+      const cache = new PrefixCache({ capacityBlocks: 4 });
+      const held = new Set(cache.hashText(blocks('a', 4)));
+      cache.sharePool(pool(held));
+      cache.lookupAndInsert(blocks('a', 4));
+      cache.lookupAndInsert(blocks('b', 2)); // nothing is evictable: over capacity until a ends
+      expect(cache.usedBlocks).toBe(6);
+      held.clear();
+      cache.lookupAndInsert(blocks('b', 2));
+      expect(cache.usedBlocks).toBe(4);
+      expect(cache.lookupAndInsert(blocks('b', 2)).hitBlocks).toBe(2);
+    });
   });
 
   it.each([{ capacityBlocks: 0 }, { blockTokens: 1.5 }, { charsPerToken: -1 }])('rejects %o', (o) => {

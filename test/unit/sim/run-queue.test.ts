@@ -6,12 +6,17 @@ describe('RunQueue', () => {
     const q = new RunQueue<string>(2);
     expect([q.submit('a'), q.submit('b'), q.submit('c'), q.submit('d')]).toEqual([true, true, false, false]);
     expect([q.running, q.waiting]).toEqual([2, 2]);
-    expect(q.finish()).toBe('c'); // c takes the freed slot
+    expect(q.take()).toBeUndefined(); // no free slot
+    q.finish();
+    expect(q.take()).toBe('c'); // c takes the freed slot
+    expect(q.take()).toBeUndefined();
     expect([q.running, q.waiting]).toEqual([2, 1]);
-    expect(q.finish()).toBe('d');
-    expect(q.finish()).toBeUndefined();
+    q.finish();
+    expect(q.take()).toBe('d');
+    q.finish();
+    expect(q.take()).toBeUndefined();
     expect([q.running, q.waiting]).toEqual([1, 0]);
-    expect(q.finish()).toBeUndefined();
+    q.finish();
     expect(q.running).toBe(0);
   });
 
@@ -23,11 +28,41 @@ describe('RunQueue', () => {
     expect(q.cancel('b')).toBe(true);
     expect(q.cancel('b')).toBe(false);
     expect(q.cancel('a')).toBe(false); // running, not waiting
-    expect(q.finish()).toBe('c');
+    q.finish();
+    expect(q.take()).toBe('c');
   });
 
   it('throws on finish without a running item', () => {
     expect(() => new RunQueue<string>(1).finish()).toThrow();
+  });
+
+  it('first come, first served on fit: a head that does not fit blocks the queue until it does', () => {
+    // Items are block counts; the pool holds 10 and running items hold theirs.
+    let used = 0;
+    const q = new RunQueue<number>(8, (n) => used + n <= 10);
+    const start = (n: number | undefined): number | undefined => {
+      if (n !== undefined) used += n;
+      return n;
+    };
+    expect(q.submit(6)).toBe(true);
+    used += 6;
+    expect(q.submit(5)).toBe(false); // 11 > 10
+    expect(q.submit(1)).toBe(false); // would fit, but waits behind the head
+    expect([q.running, q.waiting]).toEqual([1, 2]);
+    expect(start(q.take())).toBeUndefined();
+    q.finish();
+    used -= 6;
+    expect([start(q.take()), start(q.take()), start(q.take())]).toEqual([5, 1, undefined]);
+    expect([q.running, q.waiting, used]).toEqual([2, 0, 6]);
+  });
+
+  it('starts a head that never fits once nothing runs', () => {
+    const q = new RunQueue<number>(4, () => false);
+    expect(q.submit(1)).toBe(true); // nothing runs: it starts
+    expect(q.submit(2)).toBe(false);
+    expect(q.take()).toBeUndefined();
+    q.finish();
+    expect(q.take()).toBe(2);
   });
 
   it('clear() returns the waiting items and resets', () => {

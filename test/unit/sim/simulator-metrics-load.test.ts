@@ -2,7 +2,7 @@ import { request } from 'undici';
 import { afterEach, describe, expect, it } from 'vitest';
 import { startSimulator, type Simulator, type SimulatorOptions } from '../../../src/sim/simulator.js';
 import { waitFor } from '../../support/wait-for.js';
-import { getText } from './sim-test-client.js';
+import { getText, postJson } from './sim-test-client.js';
 
 /** Metric samples of the simulator's /metrics page, by name (model_name label dropped). */
 async function scrape(s: Simulator): Promise<Record<string, number>> {
@@ -15,12 +15,16 @@ async function scrape(s: Simulator): Promise<Record<string, number>> {
 }
 
 /** A streaming request the test ends by aborting it (decode steps of 10 minutes never finish). */
-function hold(s: Simulator, prompt: string): { ac: AbortController; done: Promise<unknown> } {
+function hold(
+  s: Simulator,
+  prompt: string,
+  maxTokens = 100,
+): { ac: AbortController; done: Promise<unknown> } {
   const ac = new AbortController();
   const done = request(`${s.url}/v1/completions`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ prompt, max_tokens: 100, stream: true }),
+    body: JSON.stringify({ prompt, max_tokens: maxTokens, stream: true }),
     signal: ac.signal,
   })
     .then((r) => r.body.text())
@@ -113,4 +117,68 @@ describe('simulator /metrics under direct load (vLLM semantics)', () => {
       'vllm:kv_cache_usage_perc': 0,
     });
   });
+});
+
+describe('simulator on a shared block pool (vLLM: running requests and cached prefixes share the KV cache)', () => {
+  let s: Simulator | undefined;
+  afterEach(async () => {
+    await s?.close();
+    s = undefined;
+  });
+
+  // 24 blocks, 8 slots. Prompts of 640 characters: 160 tokens = 10 full blocks; 16 output tokens need
+  // one more block, so a request needs 11 blocks to start.
+  const prompt = (c: string): string => c.repeat(640);
+
+  it.each([
+    // Pooled: C waits for blocks with 6 slots free; when A ends C starts and A's idle blocks make room
+    // for it (30 blocks cached + B's output block > 24: 7 of A's 10 go, its tail first).
+    { pooled: true, busy: { running: 2, waiting: 1, usage: 22 / 24 }, aCachedAfter: 3 * 16 },
+    // A fixed cache beside the running requests: all three run (33 blocks held by 24, reads full), and
+    // C's insert evicts 6 of A's blocks while A still runs.
+    { pooled: false, busy: { running: 3, waiting: 0, usage: 1 }, aCachedAfter: 4 * 16 },
+  ])(
+    'pooled $pooled: admission waits for blocks and load evicts idle prefixes',
+    async ({ pooled, busy, aCachedAfter }) => {
+      s = await startSimulator({
+        ...STALL,
+        timing: { ...STALL.timing, maxRunningSeqs: 8 },
+        cache: { capacityBlocks: 24 },
+        sharedBlockPool: pooled,
+      });
+      const sim = s;
+      const a = hold(sim, prompt('a'), 16);
+      await sim.waitForRequests(1);
+      const b = hold(sim, prompt('b'), 16);
+      await sim.waitForRequests(2);
+      const c = hold(sim, prompt('c'), 16);
+      await sim.waitForRequests(3);
+      const during = await scrape(sim);
+      expect(during['vllm:num_requests_running']).toBe(busy.running);
+      expect(during['vllm:num_requests_waiting']).toBe(busy.waiting);
+      expect(during['vllm:kv_cache_usage_perc']).toBeCloseTo(busy.usage);
+
+      a.ac.abort();
+      await waitFor(() => sim.waiting() === 0 && sim.running() === 2, {
+        timeoutMs: 30_000,
+        message: 'C running once A ended',
+      });
+      for (const r of [b, c]) r.ac.abort();
+      await Promise.all([a, b, c].map((r) => r.done));
+      await sim.waitForIdle();
+
+      // A's prompt again: what of it the cache kept.
+      const again = await postJson(`${sim.url}/v1/completions`, { prompt: prompt('a'), max_tokens: 1 });
+      expect(again.json.usage).toMatchObject({
+        prompt_tokens: 160,
+        prompt_tokens_details: { cached_tokens: aCachedAfter },
+      });
+      await sim.waitForIdle();
+      expect(await scrape(sim)).toMatchObject({
+        'vllm:num_requests_running': 0,
+        'vllm:num_requests_waiting': 0,
+        'vllm:kv_cache_usage_perc': 0,
+      });
+    },
+  );
 });
