@@ -13,6 +13,10 @@
  *   while the prefix cache (prefix-cache.ts) keeps its evictable blocks for later hits.
  * - usage = (distinct shared blocks + private blocks) / capacity, capped at 1 (the simulator does not
  *   preempt; a fleet driven past its capacity reads as full).
+ * - As the prefix cache's BlockPool (SimulatorOptions.sharedBlockPool): held blocks are never evicted
+ *   and private blocks take the cache's room; the engine then admits a request only when its blocks
+ *   fit (its output included); only the output of requests admitted earlier, not reserved when a later
+ *   one was admitted, can push usage past 1 (vLLM would preempt there).
  *
  * Pure data structure: no timers, no metrics, no logging.
  */
