@@ -168,6 +168,23 @@ export function passesNote(
   );
 }
 
+/**
+ * Which workloads' simulators run on a shared block pool (SHARED_POOL_WORKLOADS in routing-bench.ts,
+ * `sharedBlockPool` in a workload's setup); '' when none does.
+ */
+export function poolNote(
+  workloads: Readonly<Record<string, Readonly<Record<string, unknown>>>> | undefined,
+): string {
+  const pooled = Object.entries(workloads ?? {}).filter(([, p]) => p.sharedBlockPool === true);
+  if (pooled.length === 0) return '';
+  return (
+    ` On ${pooled.map(([w]) => w).join(', ')} the simulators' running requests and cached prefixes share` +
+    ` that cache's blocks, as vLLM's KV cache: a running request's blocks are never evicted, and a` +
+    ` request waits (reported as waiting) until its prompt's and output's blocks fit; elsewhere the` +
+    ` prefix cache is a fixed LRU beside the running requests, which never wait for blocks.`
+  );
+}
+
 /** Cells measured with more than this share of the host's CPU stolen are named in the reports. */
 export const STEAL_NOTED = 0.05;
 

@@ -16,6 +16,7 @@ import {
   runHeader,
   table,
   passesNote,
+  poolNote,
   stealNote,
   warmUpNote,
 } from './report-doc.js';
@@ -86,6 +87,7 @@ export function renderKvEvents(r: RoutingResult): RenderedSection {
       '.' +
       warmUpNote(r.setup.warmUp) +
       passesNote(r.setup.workloads) +
+      poolNote(r.setup.workloads) +
       stealNote(r.cells) +
       repeatsNote(r.setup.repeats),
     '',

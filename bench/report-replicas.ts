@@ -17,6 +17,7 @@ import {
   table,
   targetsBlock,
   passesNote,
+  poolNote,
   stealNote,
   warmUpNote,
 } from './report-doc.js';
@@ -114,6 +115,7 @@ function routingPart(r: RoutingResult): string[] {
       'requests over the mean; router CPU sums the replicas.' +
       warmUpNote(r.setup.warmUp) +
       passesNote(r.setup.workloads) +
+      poolNote(r.setup.workloads) +
       stealNote(r.cells) +
       repeatsNote(r.setup.repeats),
     '',

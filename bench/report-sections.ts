@@ -19,6 +19,7 @@ import {
   repeatsNote,
   routerCpuText,
   passesNote,
+  poolNote,
   stealNote,
   warmUpNote,
   runHeader,
@@ -52,7 +53,7 @@ export function renderRouting(r: RoutingResult): RenderedSection {
         .map(([w, b]) => `${w} ${b}`)
         .join(
           ', ',
-        )}. A fresh stack per cell.${warmUpNote(r.setup.warmUp)}${passesNote(r.setup.workloads)}${stealNote(r.cells)} \`cache_aware\` runs with the router's defaults; ` +
+        )}. A fresh stack per cell.${warmUpNote(r.setup.warmUp)}${passesNote(r.setup.workloads)}${poolNote(r.setup.workloads)}${stealNote(r.cells)} \`cache_aware\` runs with the router's defaults; ` +
       `\`cache_aware_per_request\` and \`cache_aware_global\` are the reference router's rules as explicit modes ` +
       `(\`--cache-aware-mode per_request|global\`, threshold 0.3, balance abs 64 / rel 1.5); \`cache_aware_per_request_abs8\` ` +
       `is \`per_request\` with \`--balance-abs-threshold 8\` (its default 64 cannot fire when a worker averages 8 ` +
