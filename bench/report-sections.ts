@@ -60,7 +60,12 @@ export function renderRouting(r: RoutingResult): RenderedSection {
       `requests). ` +
       (r.cells.some((c) => c.policy === BOUND_LABEL)
         ? `\`${BOUND_LABEL}\` is not a policy but the bound: round robin on simulators whose prefill costs ` +
-          'nothing (every prompt token as if cached), what no routing can exceed on that workload in this run. '
+          'nothing (every prompt token as if cached), what no routing can exceed on that workload in this run' +
+          (r.cells.some((c) => c.policy === BOUND_LABEL && c.workload === 'external-load')
+            ? ", except on external-load: there round robin still sends an eighth of the router's traffic to " +
+              'each worker the direct clients fill, where it waits for KV blocks however free its prefill is, ' +
+              'and a routing that reads their load can exceed it. '
+            : '. ')
         : '') +
       peersLine(r) +
       repeatsNote(r.setup.repeats),
