@@ -428,7 +428,7 @@ function workloadOptions(quick: boolean, seed: number): Record<WorkloadName, Wor
  * Not the others (yet): moving them means rerunning every table. Where the caches hold what runs it
  * changes nothing measurable (same tool, `--shared-pool`, one run, default vs round robin: shared-prefix
  * 1.86x, multi-turn 1.07x, chat-one-system-prompt 1.04x, no-sharing 1.00x, as on the fixed cache);
- * long-prompt (3,437-block prompts on 8,192 blocks) would become bound by KV blocks, a change of
+ * long-prompt (3,520-block prompts on 8,192 blocks) would become bound by KV blocks, a change of
  * workload to measure first. eviction-pressure on the pool (same tool, 2 runs per variant, one
  * router): hit rate approximate 58.9% / 57.7% vs exact 52.4% / 57.0% at its 400 blocks; 75.4% vs
  * 76.3% at 1,000; output tokens/s about two thirds of the fixed cache's (two contexts run per worker).
