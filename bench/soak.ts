@@ -1,5 +1,5 @@
 /**
- * `npm run soak -- [--duration-s 120] [--mode regular|pd|both] [--concurrency 32] [--seed 7]`
+ * `npm run soak -- [--duration-s 120] [--mode regular|pd|both] [--concurrency 32] [--seed 7] [--kv-events]`
  *
  * Each mode runs for --duration-s (so `both`, the default, takes about twice that).
  *
@@ -8,7 +8,8 @@
  * Prints progress lines on stderr and one JSON summary per mode on stdout; exits 1 when an invariant
  * is violated (final loads not 0, unclear errors, unexplained resets, accounting mismatch, or the heap
  * / RSS growing faster than --max-heap-slope / --max-rss-slope bytes/s after warm-up, default 256 KiB/s
- * and 512 KiB/s).
+ * and 512 KiB/s). `--kv-events`: the workers publish KV events and the router routes on them (exact
+ * mode); the run also fails when the router's index of a worker does not converge to its cache.
  */
 import { parseArgs } from 'node:util';
 import { runSoak, soakViolations } from '../test/support/soak-run.js';
@@ -21,12 +22,13 @@ const { values } = parseArgs({
     seed: { type: 'string', default: '7' },
     'max-heap-slope': { type: 'string', default: String(256 * 1024) },
     'max-rss-slope': { type: 'string', default: String(512 * 1024) },
+    'kv-events': { type: 'boolean', default: false },
   },
 });
 const durationS = Number(values['duration-s']);
 const modes = values.mode === 'both' ? (['regular', 'pd'] as const) : [values.mode as 'regular' | 'pd'];
 if (!(durationS > 0) || modes.some((m) => m !== 'regular' && m !== 'pd')) {
-  process.stderr.write('usage: npm run soak -- [--duration-s N] [--mode regular|pd|both]\n');
+  process.stderr.write('usage: npm run soak -- [--duration-s N] [--mode regular|pd|both] [--kv-events]\n');
   process.exit(2);
 }
 
@@ -48,6 +50,7 @@ for (const mode of modes) {
     durationS,
     concurrency: Number(values.concurrency),
     seed: Number(values.seed),
+    kvEvents: values['kv-events'],
     log: (line) => process.stderr.write(`  ${mode} ${line}\n`),
   });
   const violations = soakViolations(summary, {

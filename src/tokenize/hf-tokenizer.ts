@@ -21,8 +21,17 @@
  * Prefix cache: the text is split at added tokens (`<|eot_id|>`, headers, ...), which HF tokenizers
  * match before the normal pipeline, so each piece between them tokenizes independently; pieces are
  * cached (LRU by total characters, default 16 Mi chars), so a long system prompt or earlier turns
- * shared by many requests are tokenized once. Cached keys are flat copies (routing/flat-string.ts):
- * a cached piece never pins the prompt it was cut from. Special tokens added by the post-processor
+ * shared by many requests are tokenized twice, then never again. Cached keys are flat copies
+ * (routing/flat-string.ts): a cached piece never pins the prompt it was cut from; cached ids are
+ * Uint32Arrays (4 bytes per id instead of a JS array's 8).
+ *
+ * Admission: a piece enters the cache the second time it is tokenized within the doorkeeper's window
+ * (two generations of DOORKEEPER_ENTRIES piece hashes), not the first. Most of a request stream's
+ * pieces are seen once (each request's own question, a tag, a timestamp); admitted at first sight
+ * they filled the cache with text that never comes back, evicting the shared pieces it exists for,
+ * and a router's heap grew by ~10 bytes per prompt character up to the bound (~160 MB at 16 Mi
+ * chars; measured with the chaos soak in exact mode, `npm run soak -- --kv-events`). A hash collision
+ * only admits a piece early. Special tokens added by the post-processor
  * (BOS) are found once by encoding '' and prepended. Added tokens declared with lstrip/rstrip change
  * the neighbouring whitespace; for such tokenizers the cache falls back to whole-text keys.
  *
@@ -45,6 +54,7 @@ import { join } from 'node:path';
 import { Tokenizer } from '@huggingface/tokenizers';
 import { Template } from '@huggingface/jinja';
 import { flatCopy } from '../routing/flat-string.js';
+import { hash32 } from '../routing/hash-ring.js';
 import { ByteLevelBpe } from './byte-level-bpe.js';
 
 export interface ChatRenderOptions {
@@ -62,6 +72,12 @@ interface AddedTokenSpec {
   rstrip?: boolean;
 }
 
+/**
+ * Piece hashes per doorkeeper generation: a piece tokenized again within the last 64-128K pieces
+ * (about as many requests' own questions) is admitted. ~2 MB of hashes at most.
+ */
+const DOORKEEPER_ENTRIES = 65_536;
+
 export interface HfTokenizerOptions {
   /** Characters of cached pieces kept. Default 16 Mi. */
   maxCachedChars?: number;
@@ -78,8 +94,11 @@ export class HfTokenizer {
   private readonly addedRuns = new Map<string, readonly number[]>();
   private readonly specialPrefix: number[];
   /** Piece text -> its ids, in LRU order; `key` is the stored (flat) copy of the text. */
-  private readonly cache = new Map<string, { readonly key: string; readonly ids: readonly number[] }>();
+  private readonly cache = new Map<string, { readonly key: string; readonly ids: Uint32Array }>();
   private cachedChars = 0;
+  /** Hashes of pieces tokenized once and not cached (admission: see the header), two generations. */
+  private seenYoung = new Set<number>();
+  private seenOld = new Set<number>();
   private readonly maxCachedChars: number;
   private readonly vocab: Map<number, string>;
   /** Whether pieces may also be split after newlines (checked on LINE_PROBES at load time). */
@@ -151,6 +170,11 @@ export class HfTokenizer {
       if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
     }
     return new HfTokenizer(json, config, dir, opts);
+  }
+
+  /** What the piece cache holds now: pieces and their characters (bounded by `maxCachedChars`). */
+  cacheStats(): { pieces: number; chars: number } {
+    return { pieces: this.cache.size, chars: this.cachedChars };
   }
 
   /** Whether pieces are encoded by the byte-level BPE fast path (else by the library). */
@@ -232,15 +256,15 @@ export class HfTokenizer {
   }
 
   /** The id runs of `text` (the special prefix, then its pieces' cached arrays: never mutated). */
-  private runsOf(text: string, addSpecialTokens: boolean): Array<readonly number[]> {
-    const parts: Array<readonly number[]> = [];
+  private runsOf(text: string, addSpecialTokens: boolean): Array<ArrayLike<number>> {
+    const parts: Array<ArrayLike<number>> = [];
     if (addSpecialTokens && this.specialPrefix.length > 0) parts.push(this.specialPrefix);
     this.encodePieces(text, parts);
     return parts;
   }
 
   /** Appends the id runs of `text`'s pieces (cached arrays: never mutated) to `parts`. */
-  private encodePieces(text: string, parts: Array<readonly number[]>): void {
+  private encodePieces(text: string, parts: Array<ArrayLike<number>>): void {
     if (this.splitter === undefined) {
       this.encodeLines(text, parts);
       return;
@@ -253,7 +277,7 @@ export class HfTokenizer {
     }
   }
 
-  private encodeLines(text: string, parts: Array<readonly number[]>): void {
+  private encodeLines(text: string, parts: Array<ArrayLike<number>>): void {
     if (!this.splitsLines || !text.includes('\n')) {
       parts.push(this.piece(text));
       return;
@@ -266,7 +290,7 @@ export class HfTokenizer {
     parts.push(this.piece(text.slice(start)));
   }
 
-  private piece(text: string): readonly number[] {
+  private piece(text: string): ArrayLike<number> {
     const hit = this.cache.get(text);
     if (hit !== undefined) {
       // Re-inserted under its own flat key: `text` is usually a slice of this request's prompt.
@@ -277,9 +301,9 @@ export class HfTokenizer {
     let ids: number[];
     if (this.fast !== undefined) this.fast.encodeInto(text, (ids = []));
     else ids = this.tokenizer.encode(text, { add_special_tokens: false }).ids.map(Number);
-    if (text.length <= this.maxCachedChars / 4) {
+    if (text.length <= this.maxCachedChars / 4 && this.seenBefore(text)) {
       const key = flatCopy(text); // a slice would pin the whole prompt it came from
-      this.cache.set(key, { key, ids });
+      this.cache.set(key, { key, ids: Uint32Array.from(ids) });
       this.cachedChars += key.length;
       while (this.cachedChars > this.maxCachedChars) {
         const oldest = this.cache.keys().next().value as string;
@@ -288,6 +312,18 @@ export class HfTokenizer {
       }
     }
     return ids;
+  }
+
+  /** Whether `text` was tokenized (and not cached) recently; records it when not (the doorkeeper). */
+  private seenBefore(text: string): boolean {
+    const h = hash32(text);
+    if (this.seenYoung.delete(h) || this.seenOld.delete(h)) return true;
+    if (this.seenYoung.size >= DOORKEEPER_ENTRIES) {
+      this.seenOld = this.seenYoung;
+      this.seenYoung = new Set();
+    }
+    this.seenYoung.add(h);
+    return false;
   }
 }
 
@@ -356,7 +392,7 @@ export function splitLines(text: string): string[] {
 }
 
 /** The runs' ids in one new array, sized once (no growth copies, no iterator per run). */
-function joinRuns(runs: ReadonlyArray<readonly number[]>): number[] {
+function joinRuns(runs: ReadonlyArray<ArrayLike<number>>): number[] {
   let n = 0;
   for (const r of runs) n += r.length;
   const out = new Array<number>(n);

@@ -81,11 +81,21 @@ async function metric(child: RouterChild, name: string): Promise<number> {
   return sum;
 }
 
+/**
+ * The replica's worker loads once they are back to 0, or as they stand after 10 s. A load guard is
+ * released when the router sees the response end through ext_proc, which can trail the client's
+ * last byte by a moment (as router-fixture.ts expectAllLoadsZero waits for it).
+ */
 async function loads(child: RouterChild): Promise<number[]> {
-  const workers = (await (await fetch(`http://127.0.0.1:${child.adminPort}/workers`)).json()) as Array<{
-    load: number;
-  }>;
-  return workers.map((w) => w.load);
+  const read = async () => {
+    const res = await fetch(`http://127.0.0.1:${child.adminPort}/workers`);
+    return ((await res.json()) as Array<{ load: number }>).map((w) => w.load);
+  };
+  let now = await read();
+  await waitFor(async () => (now = await read()).every((l) => l === 0), { timeoutMs: 10_000 }).catch(
+    () => undefined,
+  );
+  return now;
 }
 
 /**

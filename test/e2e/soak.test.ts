@@ -3,7 +3,9 @@
  * one): real Envoy, the router, 8 simulated workers, 32 concurrent clients with aborts, injected
  * mid-stream resets, worker kills and restarts on the same port, silenced heartbeats and (P/D) Envoy
  * ext_proc message timeouts. Each mode runs for a fixed, bounded time; the assertions are on the end
- * state, never on durations. The memory bounds are deliberately loose: a CI run is too short for a
+ * state, never on durations. The third run routes on KV events (exact mode) through the same chaos:
+ * killed publishers, restarts on the same endpoints, re-registrations as new generations; once the
+ * fleet is quiet, the router's index of every worker must hold exactly as many blocks as its cache. The memory bounds are deliberately loose: a CI run is too short for a
  * precise slope; they only catch an absurd leak.
  */
 import { describe, expect, it } from 'vitest';
@@ -14,9 +16,15 @@ const DURATION_S = 12;
 // short still includes the allocator's own warm-up, not by 4 MB/s. `npm run soak` reports real slopes.
 const LIMITS = { heap: 1024 * 1024, rss: 4 * 1024 * 1024 };
 
-describe.each(['regular', 'pd'] as const)('chaos soak (%s, short)', (mode) => {
+const RUNS = [
+  { name: 'regular', mode: 'regular', kvEvents: false },
+  { name: 'pd', mode: 'pd', kvEvents: false },
+  { name: 'regular, KV events', mode: 'regular', kvEvents: true },
+] as const;
+
+describe.each(RUNS)('chaos soak ($name, short)', ({ mode, kvEvents }) => {
   it('ends with every load at 0, the router alive, every client answered, and the books balanced', async () => {
-    const s = await runSoak({ mode, durationS: DURATION_S, warmupS: 4, seed: 11 });
+    const s = await runSoak({ mode, durationS: DURATION_S, warmupS: 4, seed: 11, kvEvents });
     expect(soakViolations(s, LIMITS)).toEqual([]);
     // The chaos actually happened.
     expect(s.requests).toBeGreaterThan(100);
@@ -29,5 +37,11 @@ describe.each(['regular', 'pd'] as const)('chaos soak (%s, short)', (mode) => {
     // The books: every ext_proc stream Envoy opened was counted once by the router.
     expect(s.accounting.routerRequestsTotal).toBe(s.accounting.envoyExtProcStreams);
     expect(s.finalLoads.every((w) => w.load === 0)).toBe(true);
+    if (kvEvents) {
+      // Routed on events that really flowed, and the index ended where the workers' caches are.
+      expect(s.kvIndex!.applied).toBeGreaterThan(0);
+      expect(s.kvIndex!.workers.some((w) => w.cached > 0)).toBe(true);
+      expect(s.kvIndex!.mismatches).toEqual([]);
+    }
   }, 90_000);
 });

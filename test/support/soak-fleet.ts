@@ -15,10 +15,20 @@
  * simulator's requests whose CLIENT is still waiting are remembered (`killedInFlight`), so the load
  * client can tell a reset caused by the kill from an unexplained one. The client removes its tag when
  * its request ends, so the set stays bounded by the concurrency.
+ *
+ * KV events (optional): every simulator tokenizes with the given tokenizer, keeps a small prefix
+ * cache (so evictions publish BlockRemoved) and publishes its KV events, with a replay endpoint, on
+ * ports fixed per worker: a restarted worker binds the same endpoints (AllBlocksCleared, sequence from
+ * 0), as a restarted vLLM pod does behind its stable `--kv-event-source`.
  */
 import type { Router } from '../../src/router.js';
+import type { KvEventPublisherOptions } from '../../src/sim/kv-event-publisher.js';
+import type { SimTokenizer } from '../../src/sim/sim-tokenizer.js';
 import { startSimulator, type Simulator } from '../../src/sim/simulator.js';
 import type { TimingModel } from '../../src/sim/timing-model.js';
+
+/** Batches each publisher keeps for replay (vLLM keeps 10,000; the soak's restarts need a few hundred). */
+const KV_REPLAY_STEPS = 500;
 
 export type FleetRole = 'regular' | 'prefill' | 'decode';
 
@@ -30,6 +40,17 @@ export interface FleetWorker {
   heartbeating: boolean;
   /** A chaos action is in progress on this worker. */
   busy: boolean;
+  /** Its KV-event publisher's endpoints (the same after every restart), when the fleet publishes. */
+  readonly kvEvents: KvEventPublisherOptions | undefined;
+}
+
+/** KV events on: every worker tokenizes, keeps a small prefix cache and publishes on fixed ports. */
+export interface SoakFleetKvEvents {
+  readonly tokenizer: SimTokenizer;
+  /** Prefix-cache capacity per worker, in blocks (small, so evictions publish BlockRemoved). */
+  readonly capacityBlocks: number;
+  /** Per worker i: its HTTP port and its publisher's endpoints (free ports chosen by the caller). */
+  readonly ports: ReadonlyArray<{ http: number; endpoint: string; replayEndpoint: string }>;
 }
 
 export interface SoakFleetOptions {
@@ -42,6 +63,7 @@ export interface SoakFleetOptions {
   tagOf: (body: unknown) => string | undefined;
   /** Whether the client of this tag is still waiting for its response. */
   clientInFlight: (tag: string) => boolean;
+  kvEvents?: SoakFleetKvEvents;
 }
 
 export class SoakFleet {
@@ -59,8 +81,10 @@ export class SoakFleet {
     try {
       for (let i = 0; i < opts.size; i++) {
         const role: FleetRole = opts.mode === 'regular' ? 'regular' : i % 2 === 0 ? 'prefill' : 'decode';
-        const sim = await fleet.spawn(role, 0);
-        fleet.workers.push({ role, port: sim.port, sim, heartbeating: true, busy: false });
+        const ports = opts.kvEvents?.ports[i];
+        const kvEvents = ports && { endpoint: ports.endpoint, replayEndpoint: ports.replayEndpoint };
+        const sim = await fleet.spawn(role, ports?.http ?? 0, kvEvents);
+        fleet.workers.push({ role, port: sim.port, sim, heartbeating: true, busy: false, kvEvents });
       }
       if (opts.mode === 'regular') {
         fleet.timer = setInterval(() => void fleet.heartbeat(), opts.heartbeatMs);
@@ -100,7 +124,7 @@ export class SoakFleet {
   /** A new simulator on the same port (and, in pd mode, the same ZMQ identity). */
   async restart(w: FleetWorker): Promise<void> {
     if (w.sim || this.closed) return;
-    w.sim = await this.spawn(w.role, w.port);
+    w.sim = await this.spawn(w.role, w.port, w.kvEvents);
     this.restarts++;
     if (!w.heartbeating) w.sim.stopRegistering();
     else if (this.opts.mode === 'regular') await this.register(w);
@@ -123,13 +147,26 @@ export class SoakFleet {
     await Promise.all(this.workers.map((w) => w.sim?.close()));
   }
 
-  private spawn(role: FleetRole, port: number): Promise<Simulator> {
+  private spawn(
+    role: FleetRole,
+    port: number,
+    kvEvents: KvEventPublisherOptions | undefined,
+  ): Promise<Simulator> {
     const { router, heartbeatMs, timing } = this.opts;
+    const kv = this.opts.kvEvents;
     return startSimulator({
       role,
       port,
       timeScale: 1,
       timing,
+      ...(kv !== undefined && kvEvents !== undefined
+        ? {
+            tokenizer: kv.tokenizer,
+            cache: { capacityBlocks: kv.capacityBlocks },
+            // The replay buffer as the record ring below: small, so it is full (flat) after warm-up.
+            kvEvents: { ...kvEvents, bufferSteps: KV_REPLAY_STEPS },
+          }
+        : {}),
       // Enough to trace in-flight requests; small, so the ring is full (flat) after warm-up.
       maxRecords: 200,
       register:

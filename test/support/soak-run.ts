@@ -45,13 +45,16 @@
  * Everything (router, simulators, clients) runs in this one process, so the slope is an upper bound
  * for the router's own growth.
  */
+import { fileURLToPath } from 'node:url';
 import v8 from 'node:v8';
 import vm from 'node:vm';
 import { pino } from 'pino';
 import { loopbackConfig, type Config } from '../../src/config.js';
 import { startRouter, type Router } from '../../src/router.js';
 import { startEnvoy, type EnvoyHandle } from '../../src/envoy/envoy-process.js';
-import { SoakFleet, type FleetRole, type FleetWorker } from './soak-fleet.js';
+import { HfTokenizer } from '../../src/tokenize/hf-tokenizer.js';
+import { freePorts } from './free-ports.js';
+import { SoakFleet, type FleetRole, type FleetWorker, type SoakFleetKvEvents } from './soak-fleet.js';
 import { linearSlope, randomInt, seededRandom } from './soak-stats.js';
 
 export interface SoakOptions {
@@ -70,6 +73,12 @@ export interface SoakOptions {
   heartbeatMs?: number;
   /** Progress lines (one every 10 s). */
   log?: (line: string) => void;
+  /**
+   * Exact prefix routing under the chaos: the workers publish KV events (fixed ports, replay
+   * endpoints, small caches) and the router subscribes and tokenizes with the fixture tokenizer.
+   * After the run, each worker's index must converge to the worker's own cache (`kvIndex`).
+   */
+  kvEvents?: boolean;
 }
 
 export interface SoakSummary {
@@ -97,6 +106,19 @@ export interface SoakSummary {
   routerAlive: boolean;
   /** Envoy's view of its connections to the router (reconnects, resets). */
   envoyRouterCluster: Record<string, number>;
+  /**
+   * With `kvEvents`: once the fleet is quiet, the router's index of each worker against the blocks
+   * the worker's cache holds (`mismatches` must be empty), and the event counters over the run.
+   */
+  kvIndex?: {
+    workers: Array<{ url: string; indexed: number; cached: number }>;
+    mismatches: Array<{ url: string; indexed: number; cached: number }>;
+    applied: number;
+    dropped: Record<string, number>;
+    gaps: number;
+    replays: Record<string, number>;
+    resets: Record<string, number>;
+  };
   accounting: {
     sent: number;
     envoyExtProcStreams: number;
@@ -118,6 +140,9 @@ export interface SoakSummary {
 }
 
 const TIMING = { overheadMs: 5, baseItlMs: 15, prefillMsPerToken: 0.02 };
+const TOKENIZER_DIR = fileURLToPath(new URL('../fixtures/tokenizer', import.meta.url));
+/** Blocks per worker with KV events: a few of the soak's ~14-block prompts, so caches evict all along. */
+const KV_CACHE_BLOCKS = 64;
 const MESSAGE_TIMEOUT_S = 2;
 const ENVOY_ROUTER_CLUSTER_STATS = [
   'upstream_cx_total',
@@ -148,8 +173,16 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
   const warmupS = opts.warmupS ?? Math.min(20, opts.durationS / 4);
   const log = opts.log ?? (() => undefined);
   const target: FleetRole = opts.mode === 'regular' ? 'regular' : 'decode';
+  const kv = opts.kvEvents === true ? await kvFleet(size) : undefined;
 
   const config: Config = loopbackConfig({
+    ...(kv !== undefined
+      ? {
+          tokenizer: [`sim-model=${TOKENIZER_DIR}`],
+          kvEventSource: kv.ports.map((p) => `http://127.0.0.1:${p.http}=${p.endpoint}`),
+          kvEventReplay: kv.ports.map((p) => `http://127.0.0.1:${p.http}=${p.replayEndpoint}`),
+        }
+      : {}),
     logLevel: 'silent',
     // Active health checks and circuit breakers on, with periods short enough to act within the
     // chaos (a killed worker is noticed within ~1 s, a recovered one readmitted within ~2 s).
@@ -185,6 +218,7 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
       timing: TIMING,
       tagOf,
       clientInFlight: (tag) => inFlight.has(tag),
+      ...(kv !== undefined ? { kvEvents: kv } : {}),
     });
     const f = fleet;
     await until(() => r.workers().length === size, 15_000, 'every worker registered');
@@ -439,6 +473,8 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
       'ext_proc streams closed',
     ).catch(() => undefined);
 
+    const kvIndex = kv !== undefined ? await settleKvIndex(r, f) : undefined;
+
     const envoyStats = await envoy.stats('ext_proc');
     const clusterStats = await envoy.stats('cluster\\.vllm_router\\.');
     const envoyRouterCluster: Record<string, number> = {};
@@ -486,6 +522,7 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
       routerStreamsActive: await metricSum(r, 'vllm_router_extproc_streams_active'),
       routerAlive: alive,
       envoyRouterCluster,
+      ...(kvIndex !== undefined ? { kvIndex } : {}),
       accounting: {
         sent: counts.sent,
         envoyExtProcStreams: envoyStreams,
@@ -547,8 +584,53 @@ export function soakViolations(s: SoakSummary, limits: SlopeLimits): string[] {
     );
   if (s.memory.heapSlopeBytesPerS > limits.heap) out.push(`heap slope ${s.memory.heapSlopeBytesPerS} B/s`);
   if (s.memory.rssSlopeBytesPerS > limits.rss) out.push(`rss slope ${s.memory.rssSlopeBytesPerS} B/s`);
+  if (s.kvIndex !== undefined && s.kvIndex.mismatches.length > 0)
+    out.push(`KV index differs from the workers' caches: ${JSON.stringify(s.kvIndex.mismatches)}`);
   if (s.violations.samples.length > 0) out.push(...s.violations.samples.map((x) => `sample: ${x}`));
   return out;
+}
+
+/** Free ports for a KV-event fleet: per worker its HTTP port, its publisher and its replay socket. */
+async function kvFleet(size: number): Promise<SoakFleetKvEvents> {
+  const ports = await freePorts(size * 3);
+  return {
+    tokenizer: HfTokenizer.load(TOKENIZER_DIR),
+    capacityBlocks: KV_CACHE_BLOCKS,
+    ports: Array.from({ length: size }, (_, i) => ({
+      http: ports[3 * i]!,
+      endpoint: `tcp://127.0.0.1:${ports[3 * i + 1]!}`,
+      replayEndpoint: `tcp://127.0.0.1:${ports[3 * i + 2]!}`,
+    })),
+  };
+}
+
+/**
+ * Waits (bounded) until the router's index of every worker holds as many blocks as the worker's
+ * cache, then reports both and the event counters. The fleet is quiet by then: the events still on
+ * their way are the only difference that may remain, and they arrive within milliseconds.
+ */
+async function settleKvIndex(r: Router, f: SoakFleet): Promise<NonNullable<SoakSummary['kvIndex']>> {
+  const compare = async () => {
+    const indexed = await metricByLabel(r, 'vllm_router_kv_index_blocks', 'worker');
+    return f.workers.flatMap((w) =>
+      w.sim ? [{ url: w.sim.url, indexed: indexed[w.sim.url] ?? 0, cached: w.sim.cache.usedBlocks }] : [],
+    );
+  };
+  let workers = await compare();
+  await until(
+    async () => (workers = await compare()).every((w) => w.indexed === w.cached),
+    10_000,
+    'KV index converged',
+  ).catch(() => undefined);
+  return {
+    workers,
+    mismatches: workers.filter((w) => w.indexed !== w.cached),
+    applied: await metricSum(r, 'vllm_router_kv_events_applied_total'),
+    dropped: await metricByLabel(r, 'vllm_router_kv_events_dropped_total', 'reason'),
+    gaps: await metricSum(r, 'vllm_router_kv_event_gaps_total'),
+    replays: await metricByLabel(r, 'vllm_router_kv_event_replays_total', 'outcome'),
+    resets: await metricByLabel(r, 'vllm_router_kv_index_resets_total', 'reason'),
+  };
 }
 
 async function killAndRestart(f: SoakFleet, w: FleetWorker, downMs: number): Promise<void> {

@@ -34,6 +34,21 @@ describe('HfTokenizer on the fixture (checked against the Rust tokenizers librar
     expect(first).toEqual(tok.encodeUncached(text, false));
   });
 
+  it('caches a piece the second time it is tokenized: shared lines stay, one-off questions never enter', () => {
+    const t = HfTokenizer.load(DIR);
+    const shared = Array.from({ length: 20 }, (_, i) => `Shared line ${i} of the system prompt.`).join('\n');
+    const text = (i: number) => `${shared}\nquestion ${i}: why ${i * 31}?`;
+    t.encode(text(0), false);
+    expect(t.cacheStats()).toEqual({ pieces: 0, chars: 0 }); // first sight: nothing cached
+    for (let i = 1; i < 50; i++) expect(t.encode(text(i), false)).toEqual(t.encodeUncached(text(i), false));
+    // The 20 shared lines (the last one with the newline before the question); no question.
+    expect(t.cacheStats()).toEqual({ pieces: 20, chars: shared.length + 1 });
+    // A question seen again is admitted then, and its cached ids are the library's.
+    t.encode(text(7), false);
+    expect(t.cacheStats().pieces).toBe(21);
+    expect(t.encode(text(7), false)).toEqual(t.encodeUncached(text(7), false));
+  });
+
   it('a shared multi-line prompt is tokenized line by line, with the same ids as the whole text', () => {
     expect(tok.splitsLines).toBe(true);
     const doc = Array.from({ length: 40 }, (_, i) => `Line ${i}: the router sends requests, ${i * 7}.`);
