@@ -54,6 +54,8 @@ export interface DriverOptions {
   requestTimeoutMs?: number;
   /** Extra headers on every request. */
   headers?: Record<string, string>;
+  /** Extra headers per request (after `headers`), e.g. a session key. */
+  requestHeaders?: (req: BenchRequest) => Record<string, string> | undefined;
   /** Called with each finished result (live progress / sampling). */
   onResult?: (r: RequestResult) => void;
   /** No new request once aborted; requests in flight are aborted too. */
@@ -155,7 +157,7 @@ async function sendOne(
     const res = await pool.request({
       path: req.path,
       method: 'POST',
-      headers: { 'content-type': 'application/json', ...opts.headers },
+      headers: { 'content-type': 'application/json', ...opts.headers, ...opts.requestHeaders?.(req) },
       body: payload,
       signal: requestSignal(opts),
     });

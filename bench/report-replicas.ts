@@ -110,7 +110,10 @@ function routingPart(r: RoutingResult): string[] {
       "routed itself; `cache_aware exact xN` and `kv_aware xN`: every replica subscribes to every worker's " +
       "KV events, so all of them see the workers' caches. `no-home`: the same with the prefix home off " +
       "(`--prefix-home-margin 0`: a prompt no worker holds goes to the best-scored worker of each replica's own " +
-      'view instead of the rendezvous home every replica agrees on; src/routing/prefix-home.ts). Ratios are ' +
+      'view instead of the rendezvous home every replica agrees on; src/routing/prefix-home.ts). ' +
+      '`affinity`: every request carries a session key (`x-session-id`: its conversation, tenant or prompt ' +
+      'group) and Envoy Maglev-hashes ext_proc streams over the replicas on it (docs/deploy-envoy.md, ' +
+      '"Session affinity across replicas"), so each replica\'s tree sees every request of its sessions. Ratios are ' +
       "against one replica of the same mode (prefix home on); spread is the busiest worker's processed " +
       'requests over the mean; router CPU sums the replicas.' +
       warmUpNote(r.setup.warmUp) +
@@ -163,17 +166,18 @@ function routingPart(r: RoutingResult): string[] {
       ),
       '',
     );
-    for (const [mode, label, want] of [
-      ['approximate tree', 'cache_aware', APPROXIMATE_TARGET],
-      ['exact KV events', 'cache_aware exact', EXACT_TARGET],
-      ['exact KV events', 'kv_aware', EXACT_TARGET],
+    for (const [mode, label, want, suffix] of [
+      ['approximate tree', 'cache_aware', APPROXIMATE_TARGET, ''],
+      ['exact KV events', 'cache_aware exact', EXACT_TARGET, ''],
+      ['exact KV events', 'kv_aware', EXACT_TARGET, ''],
+      ['approximate tree, session affinity', 'cache_aware', APPROXIMATE_TARGET, ' affinity'],
     ] as const) {
       const base = findCell(r.cells, w, label);
-      const two = findCell(r.cells, w, `${label} x2`);
+      const two = findCell(r.cells, w, `${label} x2${suffix}`);
       if (!base || !two) continue;
       const v = two.hitRate / base.hitRate;
       targets.push([
-        `${w}: ${label} 2 replicas' hit rate vs 1 (${mode})`,
+        `${w}: ${label}${suffix} 2 replicas' hit rate vs 1 (${mode})`,
         `${v.toFixed(3)}x`,
         `>= ${want}x`,
         v >= want,

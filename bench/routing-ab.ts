@@ -9,7 +9,8 @@
  *
  * Each variant is `label=JSON`, the JSON a PolicyVariant without its label (`policy`, `router`: config
  * keys as in docs/configuration.md, `replicas`, `kvEvents`, `simTiming`: the simulators' timing for
- * that variant, e.g. `{"prefillMsPerToken":0}` for an upper bound). Runs are interleaved (run 1 of every
+ * that variant, e.g. `{"prefillMsPerToken":0}` for an upper bound; `sessionAffinity`: requests carry
+ * `x-session-id` and Envoy hashes ext_proc streams over the replicas on it). Runs are interleaved (run 1 of every
  * variant, then run 2, ...) and each cell is their mean, as in `npm run bench -- routing --repeats=N`;
  * one line per cell: output tokens/s with its ratio to the first variant, hit rate, max/mean processed,
  * TTFT p50/p90, router CPU per request (every replica's, /proc), the host's steal time, the decisions by

@@ -81,6 +81,21 @@ export interface PolicyVariant {
    * at best reach on a workload, every prompt token free as if cached, the load spread evenly.
    */
   readonly simTiming?: Partial<TimingModel>;
+  /**
+   * Session affinity across replicas (envoy-config.ts `replicaAffinityHeader`): every request carries
+   * `x-session-id` = its workload's user or group (the conversation, tenant or prompt group), and
+   * Envoy Maglev-hashes ext_proc streams over the replicas on it.
+   */
+  readonly sessionAffinity?: boolean;
+}
+
+/** The session header of `sessionAffinity` variants (the one consistent_hash also keys on). */
+export const SESSION_HEADER = 'x-session-id';
+
+/** A request's session key for `sessionAffinity` variants: its user, else its group; none without. */
+function sessionHeaders(req: BenchRequest): Record<string, string> | undefined {
+  const key = req.user ?? req.group;
+  return key === undefined ? undefined : { [SESSION_HEADER]: `s${key}` };
 }
 
 /** The upper-bound row of the routing tables (see POLICY_VARIANTS). */
@@ -138,6 +153,9 @@ export const REPLICA_VARIANTS: readonly PolicyVariant[] = [
   // The reference router's rule on the same events (fixed thresholds, no learned estimates).
   { label: 'kv_aware', policy: 'kv_aware', kvEvents: true },
   { label: 'kv_aware x2', policy: 'kv_aware', replicas: 2, kvEvents: true },
+  // Two approximate replicas whose clients send a session key that Envoy hashes ext_proc streams on:
+  // each replica's tree then sees every request of its sessions.
+  { label: 'cache_aware x2 affinity', policy: 'cache_aware', replicas: 2, sessionAffinity: true },
 ];
 
 /**
@@ -522,6 +540,7 @@ export async function runRoutingBench(opts: RoutingBenchOptions = {}): Promise<R
           sim: variant.simTiming ? { ...sim, timing: { ...timing, ...variant.simTiming } } : sim,
           router: { policy: variant.policy, ...variant.router },
           replicas: variant.replicas,
+          ...(variant.sessionAffinity ? { envoy: { replicaAffinityHeader: SESSION_HEADER } } : {}),
           ...(routerScript !== undefined ? { routerScript } : {}),
           ...(variant.kvEvents
             ? {
@@ -534,11 +553,12 @@ export async function runRoutingBench(opts: RoutingBenchOptions = {}): Promise<R
         });
         let cell: RoutingCell;
         try {
-          if (warmRun) await measureCell(stack.cluster.sims, stack.url, warmRun, variant.label, true);
+          const keys = variant.sessionAffinity ?? false;
+          if (warmRun) await measureCell(stack.cluster.sims, stack.url, warmRun, variant.label, true, keys);
           const kv = variant.kvEvents ?? false;
           const before = await routerCounters(stack.routers, kv);
           const cpu0 = routerCpuMs(stack.routers);
-          cell = await measureCell(stack.cluster.sims, stack.url, run, variant.label);
+          cell = await measureCell(stack.cluster.sims, stack.url, run, variant.label, false, keys);
           const cpu1 = routerCpuMs(stack.routers);
           if (cpu0 !== undefined && cpu1 !== undefined && cell.completed > 0) {
             cell.routerCpuUsPerRequest = Math.round(((cpu1 - cpu0) * 1000) / cell.completed);
@@ -640,6 +660,8 @@ async function measureCell(
   label: string,
   /** A warm-up pass (not counted; marked as such in BENCH_DUMP_DECISIONS). */
   warm = false,
+  /** Requests carry their session key (`PolicyVariant.sessionAffinity`). */
+  sessionKeys = false,
 ): Promise<RoutingCell> {
   const workload = run.passes[0]!;
   const maxDurationMs = run.quick ? 60_000 : 240_000;
@@ -685,6 +707,7 @@ async function measureCell(
         requests: pass.requests,
         concurrency: run.concurrency,
         maxDurationMs,
+        ...(sessionKeys ? { requestHeaders: sessionHeaders } : {}),
       });
       for (const r of result.results) if (r !== undefined) results.push(r);
       dumpDecisions(label, warm, pass.requests, result);

@@ -54,6 +54,7 @@ export async function envoyReplicaConfigs(): Promise<GeneratedEnvoyConfig[]> {
     adminPort: 9901,
     routers: REPLICAS,
     routerHealthCheck: true,
+    replicaAffinityHeader: 'x-session-id',
   };
   const closed: EnvoyRenderOptions = common;
   const open: EnvoyRenderOptions = { ...common, failOpen: { fallbackWorkers: FALLBACK_WORKERS } };
@@ -70,7 +71,9 @@ export async function envoyReplicaConfigs(): Promise<GeneratedEnvoyConfig[]> {
             'on its first connect failure), and a stream that cannot open on one replica is retried on another.',
             'When no replica answers, the request gets a 503 and reaches no worker; a stream whose replica',
             'dies mid-response is reset. A client-supplied x-gateway-destination-endpoint is removed before',
-            'routing, so it can never choose the upstream.',
+            'routing, so it can never choose the upstream. Requests that carry x-session-id stick to one replica',
+            "(Envoy copies it into the ext_proc stream's gRPC metadata and Maglev-hashes the router cluster on",
+            "it), so that replica's prefix tree sees the whole session; requests without it go to a random one.",
           ].join('\n'),
         ) + renderEnvoyConfig(closed),
     },

@@ -434,6 +434,14 @@ export const OPTIONS = [
     default: [],
     help: "MODEL=PATH (repeatable): a directory with the model's tokenizer.json and tokenizer_config.json, to tokenize requests (chat template included) as vLLM does. Requests for models without one fall back to the approximate tree.",
   },
+  {
+    group: 'KV events',
+    key: 'tokenizerCacheChars',
+    flag: 'tokenizer-cache-chars',
+    type: 'int',
+    default: 16 * 1024 * 1024,
+    help: 'Characters of tokenized prompt pieces (lines, messages) each tokenizer keeps, ~4 bytes of heap each, so shared text is tokenized once. When full, a piece replaces older ones only if it was seen twice.',
+  },
   // Load signals and the cost model
   {
     group: 'Load and cost model',

@@ -45,6 +45,13 @@ export interface EnvoyRenderOptions {
    * resets every finished ext_proc stream on long-lived connections (issue 15's "Envoy's defaults").
    */
   envoyDefaults?: boolean;
+  /**
+   * Session affinity across router replicas: Envoy copies this request header into the ext_proc
+   * stream's gRPC metadata and Maglev-hashes the router cluster on it, so every request of a session
+   * goes to the same replica (its prefix tree then sees the whole session). Requests without the
+   * header spread as before (no hash: a random replica).
+   */
+  replicaAffinityHeader?: string;
 }
 
 type Yaml = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
@@ -97,6 +104,13 @@ export function renderEnvoyConfig(opts: EnvoyRenderOptions = {}): string {
     for (const layer of (doc.layered_runtime?.layers ?? []) as Yaml[]) {
       delete layer.static_layer?.['envoy.reloadable_features.ext_proc_graceful_grpc_close'];
     }
+  }
+  if (opts.replicaAffinityHeader) {
+    const header = opts.replicaAffinityHeader;
+    extProc.typed_config.grpc_service.initial_metadata = [{ key: header, value: `%REQ(${header})%` }];
+    routerCluster.lb_policy = 'MAGLEV';
+    const protocol = routerCluster.typed_extension_protocol_options[HTTP_PROTOCOL_OPTIONS] as Yaml;
+    protocol.hash_policy = [{ header: { header_name: header } }];
   }
   if (opts.failOpen) {
     extProc.typed_config.failure_mode_allow = true;

@@ -27,7 +27,11 @@ export interface ExactPrefix {
 }
 
 export function createExactPrefix(
-  config: KvEventSettings & { readonly kvEventTopic: string; readonly kvPendingTtlMs: number },
+  config: KvEventSettings & {
+    readonly kvEventTopic: string;
+    readonly kvPendingTtlMs: number;
+    readonly tokenizerCacheChars: number;
+  },
   registry: Registry,
   workers: () => Iterable<Worker>,
   logger: Logger,
@@ -64,7 +68,7 @@ export function createExactPrefix(
     subscriptions,
     fallback: (reason) => metrics.fallback(reason),
     start: () => {
-      tokenizer.loadSpecs(setup.tokenizers);
+      tokenizer.loadSpecs(setup.tokenizers, { maxCachedChars: config.tokenizerCacheChars });
       started = true;
       subscriptions?.start();
       if (subscriptions !== undefined) {

@@ -20,18 +20,19 @@
  *
  * Prefix cache: the text is split at added tokens (`<|eot_id|>`, headers, ...), which HF tokenizers
  * match before the normal pipeline, so each piece between them tokenizes independently; pieces are
- * cached (LRU by total characters, default 16 Mi chars), so a long system prompt or earlier turns
- * shared by many requests are tokenized twice, then never again. Cached keys are flat copies
+ * cached (LRU by total characters, default 16 Mi chars: `--tokenizer-cache-chars`), so a long system
+ * prompt or earlier turns shared by many requests are tokenized once. Cached keys are flat copies
  * (routing/flat-string.ts): a cached piece never pins the prompt it was cut from; cached ids are
- * Uint32Arrays (4 bytes per id instead of a JS array's 8).
+ * Uint32Arrays (4 bytes per id; a JS array of ids cost ~10 bytes per cached character in all, ~160 MB
+ * at the bound, measured with the chaos soak in exact mode, `npm run soak -- --kv-events`).
  *
- * Admission: a piece enters the cache the second time it is tokenized within the doorkeeper's window
- * (two generations of DOORKEEPER_ENTRIES piece hashes), not the first. Most of a request stream's
- * pieces are seen once (each request's own question, a tag, a timestamp); admitted at first sight
- * they filled the cache with text that never comes back, evicting the shared pieces it exists for,
- * and a router's heap grew by ~10 bytes per prompt character up to the bound (~160 MB at 16 Mi
- * chars; measured with the chaos soak in exact mode, `npm run soak -- --kv-events`). A hash collision
- * only admits a piece early. Special tokens added by the post-processor
+ * Admission: while the cache has room, every piece enters it. Once it is full, a piece enters (and
+ * evicts the least recently used) only the second time it is tokenized within the doorkeeper's window
+ * (two generations of DOORKEEPER_ENTRIES piece hashes). Most of a request stream's pieces are seen
+ * once (each request's own question); admitted at first sight into a full cache they would evict the
+ * shared pieces it exists for. A hash collision only admits a piece early. (Requiring the second
+ * sighting always cost a second tokenization of every reused piece: +25-70% tokenizer time per request
+ * on the exact-mode micro-benchmark's chat workloads.) Special tokens added by the post-processor
  * (BOS) are found once by encoding '' and prepended. Added tokens declared with lstrip/rstrip change
  * the neighbouring whitespace; for such tokenizers the cache falls back to whole-text keys.
  *
@@ -79,7 +80,7 @@ interface AddedTokenSpec {
 const DOORKEEPER_ENTRIES = 65_536;
 
 export interface HfTokenizerOptions {
-  /** Characters of cached pieces kept. Default 16 Mi. */
+  /** Characters of cached pieces kept (~4 bytes of heap each). Default 16 Mi. */
   maxCachedChars?: number;
 }
 
@@ -175,6 +176,11 @@ export class HfTokenizer {
   /** What the piece cache holds now: pieces and their characters (bounded by `maxCachedChars`). */
   cacheStats(): { pieces: number; chars: number } {
     return { pieces: this.cache.size, chars: this.cachedChars };
+  }
+
+  /** Whether this exact piece (a line, a message) is in the piece cache. */
+  isCached(piece: string): boolean {
+    return this.cache.has(piece);
   }
 
   /** Whether pieces are encoded by the byte-level BPE fast path (else by the library). */
@@ -301,7 +307,10 @@ export class HfTokenizer {
     let ids: number[];
     if (this.fast !== undefined) this.fast.encodeInto(text, (ids = []));
     else ids = this.tokenizer.encode(text, { add_special_tokens: false }).ids.map(Number);
-    if (text.length <= this.maxCachedChars / 4 && this.seenBefore(text)) {
+    if (
+      text.length <= this.maxCachedChars / 4 &&
+      (this.cachedChars + text.length <= this.maxCachedChars || this.seenBefore(text))
+    ) {
       const key = flatCopy(text); // a slice would pin the whole prompt it came from
       this.cache.set(key, { key, ids: Uint32Array.from(ids) });
       this.cachedChars += key.length;
@@ -314,7 +323,7 @@ export class HfTokenizer {
     return ids;
   }
 
-  /** Whether `text` was tokenized (and not cached) recently; records it when not (the doorkeeper). */
+  /** Whether `text` was tokenized (and not cached) recently; records it when not (the doorkeeper, full cache). */
   private seenBefore(text: string): boolean {
     const h = hash32(text);
     if (this.seenYoung.delete(h) || this.seenOld.delete(h)) return true;

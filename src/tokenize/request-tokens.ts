@@ -14,7 +14,7 @@
  * Tokenizers come from `--tokenizer MODEL=PATH` (a directory with tokenizer.json and
  * tokenizer_config.json), loaded once at start-up; a failure to load is a start-up error.
  */
-import { HfTokenizer } from './hf-tokenizer.js';
+import { HfTokenizer, type HfTokenizerOptions } from './hf-tokenizer.js';
 
 export type TokenizeFallback =
   'no_tokenizer' | 'no_prompt' | 'batch_prompt' | 'multimodal' | 'no_chat_template' | 'template_error';
@@ -44,19 +44,22 @@ export class RequestTokenizer {
     for (const [model, t] of tokenizers) this.byModel.set(model, t);
   }
 
-  static load(specs: ReadonlyMap<string, string>): RequestTokenizer {
-    return new RequestTokenizer().loadSpecs(specs);
+  static load(specs: ReadonlyMap<string, string>, opts: HfTokenizerOptions = {}): RequestTokenizer {
+    return new RequestTokenizer().loadSpecs(specs, opts);
   }
 
-  /** Loads `model -> directory` specs (each directory once); throws a RangeError naming a bad one. */
-  loadSpecs(specs: ReadonlyMap<string, string>): this {
+  /**
+   * Loads `model -> directory` specs (each directory once, with `opts`: its piece cache's bound);
+   * throws a RangeError naming a bad one.
+   */
+  loadSpecs(specs: ReadonlyMap<string, string>, opts: HfTokenizerOptions = {}): this {
     const loaded = this.byModel;
     const byPath = new Map<string, HfTokenizer>();
     for (const [model, path] of specs) {
       let t = byPath.get(path);
       if (t === undefined) {
         try {
-          t = HfTokenizer.load(path);
+          t = HfTokenizer.load(path, opts);
         } catch (err) {
           throw new RangeError(`--tokenizer ${model}=${path}: ${(err as Error).message}`, { cause: err });
         }

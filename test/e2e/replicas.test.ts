@@ -1,6 +1,9 @@
 /**
  * Several router replicas behind one real Envoy 1.40 (envoy/envoy.yaml rendered with two ext_proc
- * endpoints; the replicas are the real CLI as child processes, so SIGKILL is a real crash):
+ * endpoints and, as the generated envoy/envoy-replicas*.yaml, session affinity on `x-session-id`
+ * (Maglev over the replicas); the replicas are the real CLI as child processes, so SIGKILL is a real
+ * crash; half of the requests after a crash carry a session key, so a session whose replica died
+ * moves too):
  *  - the replicas share the traffic;
  *  - fail-open (`failure_mode_allow: true`): a replica SIGKILLed mid-stream leaves the stream it had
  *    routed streaming to its end, and the next 200 requests all succeed;
@@ -48,6 +51,7 @@ async function startFleet(opts: { failOpen: boolean; replicas?: number }): Promi
   const envoy = await startEnvoy({
     routers: replicas.map((r) => ({ host: '127.0.0.1', port: r.grpcPort })),
     routerHealthCheck: true,
+    replicaAffinityHeader: 'x-session-id',
     failOpen: opts.failOpen
       ? { fallbackWorkers: sims.map((s) => ({ host: '127.0.0.1', port: s.port })) }
       : undefined,
@@ -141,7 +145,12 @@ async function burst(url: string, total = 200): Promise<string[]> {
         const i = next++;
         const stream = i % 2 === 0;
         try {
-          const res = await completion(url, { prompt: `after the crash ${i}`, max_tokens: 3, stream });
+          const session: Record<string, string> = i % 4 < 2 ? { 'x-session-id': `s${i % 8}` } : {};
+          const res = await completion(
+            url,
+            { prompt: `after the crash ${i}`, max_tokens: 3, stream },
+            session,
+          );
           const text = await res.text();
           if (res.status !== 200) failures.push(`#${i}: ${res.status} ${text.slice(0, 200)}`);
           else if (stream && !text.includes('data: [DONE]')) failures.push(`#${i}: stream cut`);

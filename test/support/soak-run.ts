@@ -40,6 +40,14 @@
  * sent - envoyStreams is the number of requests Envoy never passed to the router: only clients that
  * aborted before their response headers can be among them (`abortedBeforeHeaders` bounds it).
  *
+ * KV events (`kvEvents`): the simulators tokenize with the fixture tokenizer, keep 64-block prefix
+ * caches (so they evict all along) and publish KV events with a replay endpoint, on ports fixed per
+ * worker (soak-fleet.ts); the router subscribes and routes in exact mode. The chaos then also kills
+ * publishers mid-batch, restarts them on the same endpoints (sequence from 0, AllBlocksCleared) and,
+ * through silenced heartbeats, re-registers workers as new generations (empty index, replay). Once the
+ * fleet is quiet, the router's index of every live worker must hold as many blocks as the worker's
+ * cache (`kvIndex.mismatches`; checked to catch a 1% loss of BlockRemoved events within 15 s).
+ *
  * Memory: process.memoryUsage() every second (after a full GC when the runtime allows it, so the heap
  * figure is live data, not garbage); the slopes are least-squares over the samples after warm-up.
  * Everything (router, simulators, clients) runs in this one process, so the slope is an upper bound
@@ -143,6 +151,11 @@ const TIMING = { overheadMs: 5, baseItlMs: 15, prefillMsPerToken: 0.02 };
 const TOKENIZER_DIR = fileURLToPath(new URL('../fixtures/tokenizer', import.meta.url));
 /** Blocks per worker with KV events: a few of the soak's ~14-block prompts, so caches evict all along. */
 const KV_CACHE_BLOCKS = 64;
+/**
+ * Tokenizer piece caches (router and simulators) with KV events: ~600 of the soak's unique prompts,
+ * so they are full within seconds, as the tree below, and growth after warm-up is not a cache filling.
+ */
+const TOKENIZER_CACHE_CHARS = 256 * 1024;
 const MESSAGE_TIMEOUT_S = 2;
 const ENVOY_ROUTER_CLUSTER_STATS = [
   'upstream_cx_total',
@@ -179,6 +192,7 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
     ...(kv !== undefined
       ? {
           tokenizer: [`sim-model=${TOKENIZER_DIR}`],
+          tokenizerCacheChars: TOKENIZER_CACHE_CHARS,
           kvEventSource: kv.ports.map((p) => `http://127.0.0.1:${p.http}=${p.endpoint}`),
           kvEventReplay: kv.ports.map((p) => `http://127.0.0.1:${p.http}=${p.replayEndpoint}`),
         }
@@ -594,7 +608,7 @@ export function soakViolations(s: SoakSummary, limits: SlopeLimits): string[] {
 async function kvFleet(size: number): Promise<SoakFleetKvEvents> {
   const ports = await freePorts(size * 3);
   return {
-    tokenizer: HfTokenizer.load(TOKENIZER_DIR),
+    tokenizer: HfTokenizer.load(TOKENIZER_DIR, { maxCachedChars: TOKENIZER_CACHE_CHARS }),
     capacityBlocks: KV_CACHE_BLOCKS,
     ports: Array.from({ length: size }, (_, i) => ({
       http: ports[3 * i]!,

@@ -60,6 +60,7 @@ async function setup() {
       serviceDiscovery: false,
       kvEventTopic: '',
       kvPendingTtlMs: 60_000,
+      tokenizerCacheChars: 1 << 20,
     },
     new Registry(),
     () => [worker],

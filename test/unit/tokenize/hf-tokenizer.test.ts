@@ -34,19 +34,28 @@ describe('HfTokenizer on the fixture (checked against the Rust tokenizers librar
     expect(first).toEqual(tok.encodeUncached(text, false));
   });
 
-  it('caches a piece the second time it is tokenized: shared lines stay, one-off questions never enter', () => {
-    const t = HfTokenizer.load(DIR);
-    const shared = Array.from({ length: 20 }, (_, i) => `Shared line ${i} of the system prompt.`).join('\n');
-    const text = (i: number) => `${shared}\nquestion ${i}: why ${i * 31}?`;
-    t.encode(text(0), false);
-    expect(t.cacheStats()).toEqual({ pieces: 0, chars: 0 }); // first sight: nothing cached
-    for (let i = 1; i < 50; i++) expect(t.encode(text(i), false)).toEqual(t.encodeUncached(text(i), false));
-    // The 20 shared lines (the last one with the newline before the question); no question.
-    expect(t.cacheStats()).toEqual({ pieces: 20, chars: shared.length + 1 });
-    // A question seen again is admitted then, and its cached ids are the library's.
-    t.encode(text(7), false);
-    expect(t.cacheStats().pieces).toBe(21);
-    expect(t.encode(text(7), false)).toEqual(t.encodeUncached(text(7), false));
+  it('a full piece cache keeps its shared lines: a one-off piece replaces them only when seen twice', () => {
+    const lines = Array.from({ length: 20 }, (_, i) => `Shared line ${i} of the system prompt.\n`);
+    const shared = lines.join('');
+    const question = (i: number) => `question ${i}: why ${i * 31}?`;
+    // Room for the shared lines and a few questions.
+    const t = HfTokenizer.load(DIR, { maxCachedChars: shared.length + 100 });
+    const ask = (i: number) => {
+      const text = `${shared}${question(i)}`;
+      expect(t.encode(text, false)).toEqual(t.encodeUncached(text, false));
+    };
+    for (let i = 0; i < 10; i++) ask(i); // fills the cache: every piece entered while there was room
+    const full = t.cacheStats();
+    expect(full.chars).toBeLessThanOrEqual(shared.length + 100);
+    expect(full.pieces).toBeGreaterThan(20);
+    for (let i = 10; i < 60; i++) ask(i); // one-off questions into a full cache: none enters
+    expect(t.cacheStats()).toEqual(full);
+    for (const line of lines) expect(t.isCached(line)).toBe(true);
+    expect(t.isCached(question(42))).toBe(false);
+    ask(42); // seen a second time: it enters, evicting the least recently used questions only
+    expect(t.isCached(question(42))).toBe(true);
+    for (const line of lines) expect(t.isCached(line)).toBe(true);
+    expect(t.cacheStats().chars).toBeLessThanOrEqual(shared.length + 100);
   });
 
   it('a shared multi-line prompt is tokenized line by line, with the same ids as the whole text', () => {

@@ -1,0 +1,81 @@
+/**
+ * Session affinity across router replicas, through a real Envoy (envoy-config.ts
+ * `replicaAffinityHeader`): Envoy copies the client's `x-session-id` into the ext_proc stream's gRPC
+ * metadata and Maglev-hashes the router cluster on it. Every request of a session then reaches the
+ * same replica, whose prefix tree sees the whole conversation; sessions spread over the replicas;
+ * requests without the header are not piled onto one replica.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startEnvoy, type EnvoyHandle } from '../../src/envoy/envoy-process.js';
+import type { Router } from '../../src/router.js';
+import { startSimulator, type Simulator } from '../../src/sim/simulator.js';
+import { expectAllLoadsZero, startTestRouter } from '../support/router-fixture.js';
+import { waitFor } from '../support/wait-for.js';
+
+const HEADER = 'x-session-id';
+
+let sims: Simulator[] = [];
+let routers: Router[] = [];
+let envoy: EnvoyHandle;
+beforeAll(async () => {
+  sims = await Promise.all([0, 1].map(() => startSimulator({ timeScale: 0 })));
+  routers = await Promise.all(
+    [0, 1].map(() => startTestRouter({ workers: sims.map((s) => s.url), policy: 'cache_aware' })),
+  );
+  envoy = await startEnvoy({
+    routers: routers.map((r) => ({ host: '127.0.0.1', port: r.grpcPort })),
+    replicaAffinityHeader: HEADER,
+  });
+});
+afterAll(async () => {
+  await envoy?.close();
+  await Promise.all(routers.map((r) => r.close()));
+  await Promise.all(sims.map((s) => s.close()));
+  routers = [];
+  sims = [];
+});
+
+/** Requests each replica has routed to the end (processed, summed over its workers). */
+const served = (): number[] => routers.map((r) => r.workers().reduce((n, w) => n + w.processed, 0));
+
+/** Sends one chat turn and returns the index of the replica that routed it. */
+async function turn(session: string | undefined, text: string): Promise<number> {
+  const before = served();
+  const res = await fetch(`http://127.0.0.1:${envoy.listenerPort}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...(session ? { [HEADER]: session } : {}) },
+    body: JSON.stringify({ model: 'sim-model', messages: [{ role: 'user', content: text }], max_tokens: 2 }),
+  });
+  expect(res.status).toBe(200);
+  await res.text();
+  let after = served();
+  await waitFor(() => (after = served()).reduce((a, b) => a + b, 0) > before.reduce((a, b) => a + b, 0));
+  const moved = after.map((n, i) => n - before[i]!);
+  expect(moved.reduce((a, b) => a + b, 0)).toBe(1);
+  return moved.indexOf(1);
+}
+
+describe('session affinity across router replicas', () => {
+  it('every request of a session reaches one replica; sessions spread over both; keyless requests too', async () => {
+    const replicaOf = new Map<string, Set<number>>();
+    for (let round = 0; round < 4; round++) {
+      for (let s = 0; s < 16; s++) {
+        const session = `session-${s}`;
+        const replica = await turn(session, `conversation ${s}, turn ${round}`);
+        let seen = replicaOf.get(session);
+        if (!seen) replicaOf.set(session, (seen = new Set()));
+        seen.add(replica);
+      }
+    }
+    for (const [session, seen] of replicaOf) expect([session, seen.size]).toEqual([session, 1]);
+    const perReplica = [0, 1].map((i) => [...replicaOf.values()].filter((s) => s.has(i)).length);
+    expect(perReplica.every((n) => n > 0)).toBe(true); // 16 sessions: both replicas hold some
+
+    // Without the header there is no hash: the requests spread (not one constant key for all).
+    const keyless = [0, 0];
+    for (let i = 0; i < 32; i++) keyless[await turn(undefined, `anonymous ${i}`)]! += 1;
+    expect(keyless.every((n) => n > 0)).toBe(true);
+
+    for (const r of routers) await expectAllLoadsZero(r);
+  });
+});
