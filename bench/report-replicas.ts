@@ -177,7 +177,7 @@ function routingPart(r: RoutingResult): string[] {
       if (!base || !two) continue;
       const v = two.hitRate / base.hitRate;
       targets.push([
-        `${w}: ${label}${suffix} 2 replicas' hit rate vs 1 (${mode})`,
+        `${w}: ${label} 2 replicas' hit rate vs 1 (${mode})`,
         `${v.toFixed(3)}x`,
         `>= ${want}x`,
         v >= want,
