@@ -323,7 +323,10 @@ export class HfTokenizer {
     return ids;
   }
 
-  /** Whether `text` was tokenized (and not cached) recently; records it when not (the doorkeeper, full cache). */
+  /**
+   * The doorkeeper (a full cache admits a piece on its second sighting): whether `text` was tokenized
+   * and left out recently; records it when not.
+   */
   private seenBefore(text: string): boolean {
     const h = hash32(text);
     if (this.seenYoung.delete(h) || this.seenOld.delete(h)) return true;

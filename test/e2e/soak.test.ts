@@ -5,8 +5,9 @@
  * ext_proc message timeouts. Each mode runs for a fixed, bounded time; the assertions are on the end
  * state, never on durations. The third run routes on KV events (exact mode) through the same chaos:
  * killed publishers, restarts on the same endpoints, re-registrations as new generations; once the
- * fleet is quiet, the router's index of every worker must hold exactly as many blocks as its cache. The memory bounds are deliberately loose: a CI run is too short for a
- * precise slope; they only catch an absurd leak.
+ * fleet is quiet, the router's index of every worker must hold exactly as many blocks as its cache.
+ * The memory bounds are deliberately loose: a CI run is too short for a precise slope; they only
+ * catch an absurd leak.
  */
 import { describe, expect, it } from 'vitest';
 import { runSoak, soakViolations } from '../support/soak-run.js';
