@@ -171,6 +171,7 @@ function routingPart(r: RoutingResult): string[] {
       ['exact KV events', 'cache_aware exact', EXACT_TARGET, ''],
       ['exact KV events', 'kv_aware', EXACT_TARGET, ''],
       ['approximate tree, session affinity', 'cache_aware', APPROXIMATE_TARGET, ' affinity'],
+      ['exact KV events, session affinity', 'cache_aware exact', EXACT_TARGET, ' affinity'],
     ] as const) {
       const base = findCell(r.cells, w, label);
       const two = findCell(r.cells, w, `${label} x2${suffix}`);

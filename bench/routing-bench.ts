@@ -156,6 +156,14 @@ export const REPLICA_VARIANTS: readonly PolicyVariant[] = [
   // Two approximate replicas whose clients send a session key that Envoy hashes ext_proc streams on:
   // each replica's tree then sees every request of its sessions.
   { label: 'cache_aware x2 affinity', policy: 'cache_aware', replicas: 2, sessionAffinity: true },
+  // The same with KV events: a session's visits in flight are then this replica's own pending blocks.
+  {
+    label: 'cache_aware exact x2 affinity',
+    policy: 'cache_aware',
+    replicas: 2,
+    kvEvents: true,
+    sessionAffinity: true,
+  },
 ];
 
 /**
