@@ -44,8 +44,8 @@ export class RequestTokenizer {
     for (const [model, t] of tokenizers) this.byModel.set(model, t);
   }
 
-  static load(specs: ReadonlyMap<string, string>, opts: HfTokenizerOptions = {}): RequestTokenizer {
-    return new RequestTokenizer().loadSpecs(specs, opts);
+  static load(specs: ReadonlyMap<string, string>): RequestTokenizer {
+    return new RequestTokenizer().loadSpecs(specs);
   }
 
   /**
