@@ -1,5 +1,6 @@
 /**
- * `npm run soak -- [--duration-s 120] [--mode regular|pd|both] [--concurrency 32] [--seed 7] [--kv-events]`
+ * `npm run soak -- [--duration-s 120] [--mode regular|pd|both] [--concurrency 32] [--seed 7] [--kv-events]
+ *   [--replicas N [--fail-open]]`
  *
  * Each mode runs for --duration-s (so `both`, the default, takes about twice that).
  *
@@ -10,6 +11,9 @@
  * / RSS growing faster than --max-heap-slope / --max-rss-slope bytes/s after warm-up, default 256 KiB/s
  * and 512 KiB/s). `--kv-events`: the workers publish KV events and the router routes on them (exact
  * mode); the run also fails when the router's index of a worker does not converge to its cache.
+ * `--replicas N` (N >= 2, regular mode): N router replicas as child processes behind Envoy (health
+ * checks, session affinity), and a replica chaos that crashes (SIGKILL) or drains (SIGTERM) one every
+ * 4 s and starts it again; `--fail-open` renders Envoy with `failure_mode_allow` and its fallback.
  */
 import { parseArgs } from 'node:util';
 import { runSoak, soakViolations } from '../test/support/soak-run.js';
@@ -23,12 +27,22 @@ const { values } = parseArgs({
     'max-heap-slope': { type: 'string', default: String(256 * 1024) },
     'max-rss-slope': { type: 'string', default: String(512 * 1024) },
     'kv-events': { type: 'boolean', default: false },
+    replicas: { type: 'string', default: '1' },
+    'fail-open': { type: 'boolean', default: false },
   },
 });
+const replicas = Number(values.replicas);
 const durationS = Number(values['duration-s']);
-const modes = values.mode === 'both' ? (['regular', 'pd'] as const) : [values.mode as 'regular' | 'pd'];
-if (!(durationS > 0) || modes.some((m) => m !== 'regular' && m !== 'pd')) {
-  process.stderr.write('usage: npm run soak -- [--duration-s N] [--mode regular|pd|both] [--kv-events]\n');
+const modes =
+  replicas > 1
+    ? (['regular'] as const)
+    : values.mode === 'both'
+      ? (['regular', 'pd'] as const)
+      : [values.mode as 'regular' | 'pd'];
+if (!(durationS > 0) || !(replicas >= 1) || modes.some((m) => m !== 'regular' && m !== 'pd')) {
+  process.stderr.write(
+    'usage: npm run soak -- [--duration-s N] [--mode regular|pd|both] [--kv-events] [--replicas N [--fail-open]]\n',
+  );
   process.exit(2);
 }
 
@@ -51,6 +65,8 @@ for (const mode of modes) {
     concurrency: Number(values.concurrency),
     seed: Number(values.seed),
     kvEvents: values['kv-events'],
+    replicas,
+    failOpen: values['fail-open'],
     log: (line) => process.stderr.write(`  ${mode} ${line}\n`),
   });
   const violations = soakViolations(summary, {

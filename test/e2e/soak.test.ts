@@ -6,6 +6,10 @@
  * state, never on durations. The third run routes on KV events (exact mode) through the same chaos:
  * killed publishers, restarts on the same endpoints, re-registrations as new generations; once the
  * fleet is quiet, the router's index of every worker must hold exactly as many blocks as its cache.
+ * The last two run two router replicas (child processes behind Envoy's health checks and session
+ * hashing) and crash (SIGKILL) and drain (SIGTERM) them in turn under that load: fail-closed, only
+ * requests in flight at a crash may fail; fail-open, none; every restarted replica rebuilds its KV
+ * index by replay, and ends knowing every worker with its loads at 0.
  * The memory bounds are deliberately loose: a CI run is too short for a precise slope; they only
  * catch an absurd leak.
  */
@@ -18,14 +22,31 @@ const DURATION_S = 12;
 const LIMITS = { heap: 1024 * 1024, rss: 4 * 1024 * 1024 };
 
 const RUNS = [
-  { name: 'regular', mode: 'regular', kvEvents: false },
-  { name: 'pd', mode: 'pd', kvEvents: false },
-  { name: 'regular, KV events', mode: 'regular', kvEvents: true },
+  { name: 'regular', mode: 'regular', kvEvents: false, replicas: 1, failOpen: false },
+  { name: 'pd', mode: 'pd', kvEvents: false, replicas: 1, failOpen: false },
+  { name: 'regular, KV events', mode: 'regular', kvEvents: true, replicas: 1, failOpen: false },
+  {
+    name: 'two replicas, KV events, fail-closed',
+    mode: 'regular',
+    kvEvents: true,
+    replicas: 2,
+    failOpen: false,
+  },
+  { name: 'two replicas, fail-open', mode: 'regular', kvEvents: false, replicas: 2, failOpen: true },
 ] as const;
 
-describe.each(RUNS)('chaos soak ($name, short)', ({ mode, kvEvents }) => {
+describe.each(RUNS)('chaos soak ($name, short)', ({ mode, kvEvents, replicas, failOpen }) => {
   it('ends with every load at 0, the router alive, every client answered, and the books balanced', async () => {
-    const s = await runSoak({ mode, durationS: DURATION_S, warmupS: 4, seed: 11, kvEvents });
+    const s = await runSoak({
+      mode,
+      durationS: DURATION_S,
+      warmupS: 4,
+      seed: 11,
+      kvEvents,
+      replicas,
+      failOpen,
+      replicaChaosIntervalMs: 2500,
+    });
     expect(soakViolations(s, LIMITS)).toEqual([]);
     // The chaos actually happened.
     expect(s.requests).toBeGreaterThan(100);
@@ -35,9 +56,20 @@ describe.each(RUNS)('chaos soak ($name, short)', ({ mode, kvEvents }) => {
     expect(s.restarts).toBeGreaterThan(0);
     expect(s.heartbeatPauses).toBeGreaterThan(0);
     if (mode === 'pd') expect(s.timeouts.envoyMessageTimeouts).toBeGreaterThan(0);
-    // The books: every ext_proc stream Envoy opened was counted once by the router.
-    expect(s.accounting.routerRequestsTotal).toBe(s.accounting.envoyExtProcStreams);
+    // The books: every ext_proc stream Envoy opened was counted once by the router (a replica's
+    // counts die with it, so with replicas only the end state is checked).
+    if (replicas === 1) expect(s.accounting.routerRequestsTotal).toBe(s.accounting.envoyExtProcStreams);
     expect(s.finalLoads.every((w) => w.load === 0)).toBe(true);
+    if (replicas > 1) {
+      // Replicas crashed and were restarted under load; the only requests that failed with them are
+      // ones in flight at a crash, and with fail-open not even those (soakViolations). Every replica
+      // ended back in service knowing every worker, its loads at 0.
+      expect(s.replicas!.kills).toBeGreaterThan(0);
+      expect(s.replicas!.drains).toBeGreaterThan(0);
+      expect(s.workersKnown).toEqual(Array.from({ length: replicas }, () => s.workers));
+      expect(s.replicas!.inFlightAtCrash).toBeGreaterThan(0);
+      if (failOpen) expect(s.replicas!.failedAtCrash).toBe(0);
+    }
     if (kvEvents) {
       // Routed on events that really flowed, and the index ended where the workers' caches are.
       expect(s.kvIndex!.applied).toBeGreaterThan(0);

@@ -3,8 +3,8 @@
  * unless they heartbeat, and which the chaos loop kills, restarts on the SAME port, and silences.
  *
  * Registration:
- *  - regular mode: each live, heartbeating worker is POSTed to the router's admin API every
- *    `heartbeatMs` (a regular vLLM never self-registers over ZMQ);
+ *  - regular mode: each live, heartbeating worker is POSTed to every live router replica's admin API
+ *    every `heartbeatMs` (a regular vLLM never self-registers over ZMQ);
  *  - pd mode: prefill and decode simulators self-register over ZMQ exactly as vLLM does (their
  *    ZmqRegistrar), every `heartbeatMs`.
  * A registration expires `ttlMs` after the last heartbeat (router --discovery-ttl-ms): a worker that is
@@ -21,7 +21,6 @@
  * ports fixed per worker: a restarted worker binds the same endpoints (AllBlocksCleared, sequence from
  * 0), as a restarted vLLM pod does behind its stable `--kv-event-source`.
  */
-import type { Router } from '../../src/router.js';
 import type { KvEventPublisherOptions } from '../../src/sim/kv-event-publisher.js';
 import type { SimTokenizer } from '../../src/sim/sim-tokenizer.js';
 import { startSimulator, type Simulator } from '../../src/sim/simulator.js';
@@ -53,9 +52,15 @@ export interface SoakFleetKvEvents {
   readonly ports: ReadonlyArray<{ http: number; endpoint: string; replayEndpoint: string }>;
 }
 
+/** Where the fleet registers: every live replica's admin API, or (P/D) the router's ZMQ socket. */
+export interface SoakFleetRouters {
+  adminPorts(): number[];
+  readonly discoveryEndpoint: string | undefined;
+}
+
 export interface SoakFleetOptions {
   mode: 'regular' | 'pd';
-  router: Router;
+  routers: SoakFleetRouters;
   size: number;
   heartbeatMs: number;
   timing: Partial<TimingModel>;
@@ -152,7 +157,7 @@ export class SoakFleet {
     port: number,
     kvEvents: KvEventPublisherOptions | undefined,
   ): Promise<Simulator> {
-    const { router, heartbeatMs, timing } = this.opts;
+    const { routers, heartbeatMs, timing } = this.opts;
     const kv = this.opts.kvEvents;
     return startSimulator({
       role,
@@ -170,7 +175,9 @@ export class SoakFleet {
       // Enough to trace in-flight requests; small, so the ring is full (flat) after warm-up.
       maxRecords: 200,
       register:
-        role === 'regular' ? undefined : { zmq: router.discoveryEndpoint as string, intervalMs: heartbeatMs },
+        role === 'regular'
+          ? undefined
+          : { zmq: routers.discoveryEndpoint as string, intervalMs: heartbeatMs },
     });
   }
 
@@ -178,17 +185,23 @@ export class SoakFleet {
     await Promise.all(this.workers.map((w) => (w.heartbeating && w.sim ? this.register(w) : undefined)));
   }
 
+  /** A heartbeat to every live replica (as a registration sidecar in front of N replicas does). */
   private async register(w: FleetWorker): Promise<void> {
-    if (!w.sim || this.closed) return;
-    try {
-      const res = await fetch(`http://127.0.0.1:${this.opts.router.adminPort}/workers`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ role: w.role, url: w.sim.url }),
-      });
-      await res.arrayBuffer();
-    } catch {
-      /* the router is shutting down */
-    }
+    const sim = w.sim;
+    if (!sim || this.closed) return;
+    await Promise.all(
+      this.opts.routers.adminPorts().map(async (port) => {
+        try {
+          const res = await fetch(`http://127.0.0.1:${port}/workers`, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json' },
+            body: JSON.stringify({ role: w.role, url: sim.url }),
+          });
+          await res.arrayBuffer();
+        } catch {
+          /* the replica is down or shutting down */
+        }
+      }),
+    );
   }
 }

@@ -1,6 +1,6 @@
 /**
- * The chaos soak (issue 7): real Envoy, the router (in-process), 8 simulated workers, a concurrent
- * streaming load, and faults, for a bounded duration. Shared by `npm run soak` (bench/soak.ts) and the
+ * The chaos soak (issue 7): real Envoy, the router (in-process, or replicas: below), 8 simulated
+ * workers, a concurrent streaming load, and faults, for a bounded duration. Shared by `npm run soak` (bench/soak.ts) and the
  * short CI version (test/e2e/soak.test.ts).
  *
  * Load: `concurrency` client loops (default 32) send completions and chat completions through Envoy
@@ -31,7 +31,7 @@
  * body is not empty, or when it is Envoy's empty-bodied 504 local reply to an ext_proc message
  * timeout, which Envoy's `message_timeouts` stat must account for), `aborted` (by the client), `reset` (the connection broke after the headers;
  * `explained` when the simulator recorded an injected reset for that tag or the worker was killed
- * while serving it), and the violations: `no_status` (the request failed before any HTTP status
+ * while serving it, or, fail-closed, a router replica crashed while it was in flight), and the violations: `no_status` (the request failed before any HTTP status
  * without the client aborting) and `stuck` (no end after 30 s).
  *
  * Accounting: Envoy opens one ext_proc stream per request it hands to the router
@@ -48,21 +48,31 @@
  * fleet is quiet, the router's index of every live worker must hold as many blocks as the worker's
  * cache (`kvIndex.mismatches`; checked to catch a 1% loss of BlockRemoved events within 15 s).
  *
+ * Replicas (`replicas` >= 2, regular mode): the routers are the real CLI as child processes on ports
+ * fixed for the run (soak-routers.ts), behind Envoy's health checks, outlier detection, stream retries
+ * and session hashing (30% of requests carry an `x-session-id`), as the generated
+ * envoy/envoy-replicas*.yaml. The fleet heartbeats to every replica. Every `replicaChaosIntervalMs`
+ * (default 4 s), once Envoy has every replica in rotation, a random replica is in turn SIGKILLed (a
+ * crash; restarted 0.2-1.5 s later) or SIGTERMed (a rolling restart: it drains, exits, and starts
+ * again). Fail-closed, a request in flight at a crash may fail (a 503 or a cut stream: the ones the
+ * dead replica had answered); nothing else may, and with `failOpen` not even those. At the end every
+ * replica must be back, know every worker, show loads of 0 and (KV events) an index equal to the
+ * workers' caches: a restarted replica rebuilds it by replay. A replica's counters die with it, so
+ * the books below are checked with one router only.
+ *
  * Memory: process.memoryUsage() every second (after a full GC when the runtime allows it, so the heap
  * figure is live data, not garbage); the slopes are least-squares over the samples after warm-up.
  * Everything (router, simulators, clients) runs in this one process, so the slope is an upper bound
- * for the router's own growth.
+ * for the router's own growth (with replicas, the routers are not in it).
  */
 import { fileURLToPath } from 'node:url';
 import v8 from 'node:v8';
 import vm from 'node:vm';
-import { pino } from 'pino';
-import { loopbackConfig, type Config } from '../../src/config.js';
-import { startRouter, type Router } from '../../src/router.js';
 import { startEnvoy, type EnvoyHandle } from '../../src/envoy/envoy-process.js';
 import { HfTokenizer } from '../../src/tokenize/hf-tokenizer.js';
 import { freePorts } from './free-ports.js';
 import { SoakFleet, type FleetRole, type FleetWorker, type SoakFleetKvEvents } from './soak-fleet.js';
+import { SoakRouters, type SoakReplica } from './soak-routers.js';
 import { linearSlope, randomInt, seededRandom } from './soak-stats.js';
 
 export interface SoakOptions {
@@ -87,6 +97,15 @@ export interface SoakOptions {
    * After the run, each worker's index must converge to the worker's own cache (`kvIndex`).
    */
   kvEvents?: boolean;
+  /**
+   * Router replicas behind Envoy (regular mode). 1 (the default): the router runs in this process.
+   * More: each is the real CLI as a child process, and the replica chaos kills or drains one of them
+   * every `replicaChaosIntervalMs` (default 4 s) and starts it again on the same ports.
+   */
+  replicas?: number;
+  replicaChaosIntervalMs?: number;
+  /** Envoy fails open (`failure_mode_allow`, fallback to its own balancing over the workers). */
+  failOpen?: boolean;
 }
 
 export interface SoakSummary {
@@ -108,10 +127,31 @@ export interface SoakSummary {
   violations: { noStatus: number; stuck: number; samples: string[] };
   restarts: number;
   heartbeatPauses: number;
-  finalLoads: Array<{ url: string; role: string; load: number }>;
+  /** Every live replica's loads once the fleet is quiet (`replica` is its index). */
+  finalLoads: Array<{ replica: number; url: string; role: string; load: number }>;
+  /** Per live replica, the workers it knows once the fleet is quiet (each must know all of them). */
+  workersKnown: number[];
   simulatorsInFlight: number;
   routerStreamsActive: number;
   routerAlive: boolean;
+  /**
+   * With replicas: the replica chaos. `inFlightAtCrash` counts the client requests in flight at a
+   * SIGKILL; fail-closed, those the dead replica held may fail (`failedAtCrash` of them did), and
+   * fail-open none may;
+   * `errors` are chaos actions that went wrong (a replica that would not drain or start).
+   */
+  replicas?: {
+    count: number;
+    failOpen: boolean;
+    kills: number;
+    drains: number;
+    restarts: number;
+    inFlightAtCrash: number;
+    failedAtCrash: number;
+    errors: string[];
+    /** What the replica chaos did, when (seconds into the run). */
+    events: string[];
+  };
   /** Envoy's view of its connections to the router (reconnects, resets). */
   envoyRouterCluster: Record<string, number>;
   /**
@@ -119,20 +159,25 @@ export interface SoakSummary {
    * the worker's cache holds (`mismatches` must be empty), and the event counters over the run.
    */
   kvIndex?: {
-    workers: Array<{ url: string; indexed: number; cached: number }>;
-    mismatches: Array<{ url: string; indexed: number; cached: number }>;
+    workers: Array<{ replica: number; url: string; indexed: number; cached: number }>;
+    mismatches: Array<{ replica: number; url: string; indexed: number; cached: number }>;
     applied: number;
     dropped: Record<string, number>;
     gaps: number;
     replays: Record<string, number>;
     resets: Record<string, number>;
   };
+  /**
+   * The books. With replicas the router side is the sum over the replicas alive at the end, whose
+   * counters started at their last start: it cannot equal Envoy's streams, and is not checked.
+   */
   accounting: {
     sent: number;
     envoyExtProcStreams: number;
     routerRequestsTotal: number;
     notReachingRouter: number;
     routerOutcomes: Record<string, number>;
+    checked: boolean;
   };
   memory: {
     samples: number;
@@ -161,6 +206,9 @@ const ENVOY_ROUTER_CLUSTER_STATS = [
   'upstream_cx_total',
   'upstream_cx_destroy_remote_with_active_rq',
   'upstream_cx_protocol_error',
+  'upstream_rq_retry',
+  'upstream_rq_retry_success',
+  'upstream_rq_retry_overflow',
   'upstream_rq_tx_reset',
   'upstream_rq_rx_reset',
   'http2.rx_reset',
@@ -168,6 +216,8 @@ const ENVOY_ROUTER_CLUSTER_STATS = [
   'http2.goaway_sent',
 ];
 const SAFETY_TIMEOUT_MS = 30_000;
+/** With replicas, 30% of requests carry a session key, which Envoy hashes over the replicas. */
+const SESSION_HEADER = 'x-session-id';
 const PREFIXES = Array.from({ length: 8 }, (_, i) => `System prompt ${i}: `.padEnd(400, `ctx${i} `));
 
 type AbortPlan = { chunks: number } | { ms: number } | undefined;
@@ -187,46 +237,27 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
   const log = opts.log ?? (() => undefined);
   const target: FleetRole = opts.mode === 'regular' ? 'regular' : 'decode';
   const kv = opts.kvEvents === true ? await kvFleet(size) : undefined;
+  const replicaCount = opts.replicas ?? 1;
+  if (replicaCount > 1 && opts.mode !== 'regular')
+    throw new Error('soak: replicas run in regular mode (P/D workers register over ZMQ with one router)');
+  const failOpen = opts.failOpen === true;
 
-  const config: Config = loopbackConfig({
-    ...(kv !== undefined
-      ? {
-          tokenizer: [`sim-model=${TOKENIZER_DIR}`],
-          tokenizerCacheChars: TOKENIZER_CACHE_CHARS,
-          kvEventSource: kv.ports.map((p) => `http://127.0.0.1:${p.http}=${p.endpoint}`),
-          kvEventReplay: kv.ports.map((p) => `http://127.0.0.1:${p.http}=${p.replayEndpoint}`),
-        }
-      : {}),
-    logLevel: 'silent',
-    // Active health checks and circuit breakers on, with periods short enough to act within the
-    // chaos (a killed worker is noticed within ~1 s, a recovered one readmitted within ~2 s).
-    healthCheckIntervalMs: 1000,
-    healthCheckTimeoutMs: 500,
-    cbCooldownMs: 2000,
-    mode: opts.mode,
-    discoveryTtlMs: ttlMs,
-    discoveryZmq: opts.mode === 'pd' ? 'tcp://127.0.0.1:0' : '',
-    prefillRetries: 1,
-    // A small cache-aware tree trimmed every second: the tree reaches its steady size during warm-up
-    // (and eviction runs under load), so growth after warm-up would be a leak, not the cache filling.
-    maxTreeSize: 50_000,
-    evictionIntervalMs: 1000,
-  });
-  let router: Router | undefined;
+  let routers: SoakRouters | undefined;
   let envoy: EnvoyHandle | undefined;
   let fleet: SoakFleet | undefined;
   const gc = exposeGc();
   const memory: Array<{ t: number; heap: number; rss: number }> = [];
   let memTimer: NodeJS.Timeout | undefined;
   try {
-    router = await startRouter(Object.freeze(config), {
-      logger: pino({ level: process.env.ROUTER_TEST_LOG ?? 'silent' }),
-    });
-    const r = router;
+    routers = await SoakRouters.start(routerArgs(opts.mode, ttlMs, kv), replicaCount);
+    const r = routers;
     const inFlight = new Set<string>();
     fleet = await SoakFleet.start({
       mode: opts.mode,
-      router: r,
+      routers: {
+        adminPorts: () => r.live().map((x) => x.adminPort),
+        discoveryEndpoint: r.discoveryEndpoint,
+      },
       size,
       heartbeatMs,
       timing: TIMING,
@@ -235,11 +266,23 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
       ...(kv !== undefined ? { kvEvents: kv } : {}),
     });
     const f = fleet;
-    await until(() => r.workers().length === size, 15_000, 'every worker registered');
+    const everyReplicaKnowsAll = async () =>
+      (await Promise.all(r.live().map((x) => r.workers(x)))).every((ws) => ws.length === size);
+    await until(everyReplicaKnowsAll, 15_000, 'every worker registered');
     envoy = await startEnvoy({
-      routers: [{ host: '127.0.0.1', port: r.grpcPort }],
+      routers: r.endpoints(),
       messageTimeout: `${MESSAGE_TIMEOUT_S}s`,
+      // Replicas: Envoy health-checks them (a draining or restarting one gets no new streams) and
+      // hashes sessions over them, as the generated envoy/envoy-replicas*.yaml do.
+      ...(r.replicated ? { routerHealthCheck: true, replicaAffinityHeader: SESSION_HEADER } : {}),
+      ...(failOpen
+        ? { failOpen: { fallbackWorkers: f.workers.map((w) => ({ host: '127.0.0.1', port: w.port })) } }
+        : {}),
     });
+    const e = envoy;
+    const allReplicasHealthy = async () =>
+      routerClusterHealthy(await e.stats('cluster\\.vllm_router\\.membership_healthy')) === replicaCount;
+    if (r.replicated) await until(allReplicasHealthy, 15_000, 'every replica healthy in Envoy');
     const url = `http://127.0.0.1:${envoy.listenerPort}`;
 
     const t0 = performance.now();
@@ -267,12 +310,22 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
       prefillDelays: 0,
       noStatus: 0,
       stuck: 0,
+      failedAtCrash: 0,
+    };
+    // Fail-closed: the requests in flight when a replica was SIGKILLed (the ones it held may fail).
+    const inFlightAtCrash = new Set<string>();
+    let inFlightAtCrashTotal = 0;
+    const crashExplains = (tag: string): boolean => {
+      if (!inFlightAtCrash.has(tag)) return false;
+      counts.failedAtCrash++;
+      return true;
     };
     const httpErrors: Record<string, number> = {};
     const errorSamples: Record<string, string> = {};
     const violationSamples: string[] = [];
+    const elapsed = () => ((performance.now() - t0) / 1000).toFixed(2);
     const violation = (s: string) => {
-      if (violationSamples.length < 20) violationSamples.push(s);
+      if (violationSamples.length < 20) violationSamples.push(`${s} (t=${elapsed()} s)`);
     };
 
     const explainReset = (tag: string): boolean => {
@@ -293,6 +346,7 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
       const maxTokens = randomInt(rand, 4, 24);
       const text = `${tag} ${PREFIXES[randomInt(rand, 0, PREFIXES.length - 1)]} question ${rand()}`;
       const headers: Record<string, string> = { 'content-type': 'application/json' };
+      if (r.replicated && rand() < 0.3) headers[SESSION_HEADER] = `user${randomInt(rand, 0, 15)}`;
       if (rand() < resetRate) {
         const sims = f.live(target);
         if (sims.length > 0) {
@@ -356,9 +410,11 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
           errorSamples[res.status] ??= errText.slice(0, 160);
           if (errText.length === 0 && res.status === 504 && res.headers.get('server') === 'envoy') {
             counts.envoyTimeoutReplies++;
+          } else if (errText.length === 0 && crashExplains(tag)) {
+            // Envoy's empty local reply to an ext_proc stream its replica's crash broke.
           } else if (errText.length === 0) {
             counts.unclear++;
-            violation(`${tag}: ${res.status} with an empty body`);
+            violation(`${tag}${keyed(headers)}: ${res.status} with an empty body`);
           }
           return 'http_error';
         }
@@ -405,10 +461,11 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
         }
         if (gotHeaders) {
           counts.resets++;
-          if (explainReset(tag)) counts.explained++;
-          else violation(`${tag}: unexplained reset (${(err as Error).message})`);
+          if (explainReset(tag) || crashExplains(tag)) counts.explained++;
+          else violation(`${tag}${keyed(headers)}: unexplained reset (${(err as Error).message})`);
           return 'reset';
         }
+        if (crashExplains(tag)) return 'no_status';
         counts.noStatus++;
         violation(
           `${tag}: failed before any status: ${(err as Error).message} ${String((err as Error).cause ?? '')}`,
@@ -418,6 +475,7 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
         clearTimeout(safety);
         clearTimeout(abortTimer);
         f.killedInFlight.delete(tag);
+        inFlightAtCrash.delete(tag);
         inFlight.delete(tag);
       }
     };
@@ -448,6 +506,48 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
     }, opts.chaosIntervalMs ?? 1000);
     chaosTimer.unref();
 
+    // ---- replica chaos: in turn a crash (SIGKILL) and a rolling restart (SIGTERM: drain, exit) of a
+    // random replica, then a start on the same ports; one at a time, never the last replica up ----
+    const replicaErrors: string[] = [];
+    const replicaEvents: string[] = [];
+    let replicaAction: Promise<void> | undefined;
+    const replicaTimer = r.replicated
+      ? setInterval(() => {
+          const up = r.live();
+          if (replicaAction !== undefined || up.length < 2) return;
+          const victim = pick(rand, up);
+          const crash = r.kills <= r.drains; // alternate: crash, rolling restart, crash, ...
+          const downMs = randomInt(rand, 200, 1500);
+          const event = (what: string) =>
+            replicaEvents.push(`t=${elapsed()} s: replica ${victim.index} ${what}`);
+          replicaAction = (async () => {
+            if (crash) {
+              // Fail-open: Envoy carries on without the replica, so nothing in flight may fail.
+              if (!failOpen) for (const tag of inFlight) inFlightAtCrash.add(tag);
+              inFlightAtCrashTotal += inFlight.size;
+              event('SIGKILL');
+              await r.kill(victim.index);
+              await sleep(downMs);
+            } else {
+              event('SIGTERM');
+              await r.drain(victim.index);
+              event('drained and exited');
+            }
+            await r.restart(victim.index);
+            event('started');
+            // The next action waits until Envoy has this replica back in rotation: with one replica
+            // down and the other still warming up, a crash would leave none (Envoy's 503).
+            await until(allReplicasHealthy, 15_000, 'replica healthy again in Envoy');
+            event('healthy in Envoy');
+          })()
+            .catch((err: unknown) => void replicaErrors.push(String(err)))
+            .finally(() => {
+              replicaAction = undefined;
+            });
+        }, opts.replicaChaosIntervalMs ?? 4000)
+      : undefined;
+    replicaTimer?.unref();
+
     const progress = setInterval(() => {
       log(
         JSON.stringify({
@@ -465,29 +565,44 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
 
     await Promise.all(clients);
     clearInterval(chaosTimer);
+    clearInterval(replicaTimer);
     clearInterval(progress);
     clearInterval(memTimer);
-    await Promise.all([...actions]);
+    await Promise.all([...actions, replicaAction]);
 
     // ---- settle and check ----
     for (const w of f.workers) {
       if (!w.heartbeating) f.resumeHeartbeats(w);
       if (!w.sim) await f.restart(w);
     }
-    await until(() => r.workers().length === size, 15_000, 'every worker registered again').catch(
+    for (const replica of r.all()) {
+      if (!replica.up)
+        await r.restart(replica.index).catch((err: unknown) => replicaErrors.push(String(err)));
+    }
+    const live = r.live();
+    const loadsOf = async () =>
+      (
+        await Promise.all(
+          live.map(async (x) => (await r.workers(x)).map((w) => ({ replica: x.index, ...w }))),
+        )
+      ).flat();
+    const streamsActive = async () =>
+      (await Promise.all(live.map((x) => r.metricSum(x, 'vllm_router_extproc_streams_active')))).reduce(
+        (a, b) => a + b,
+        0,
+      );
+    await until(everyReplicaKnowsAll, 15_000, 'every worker registered again').catch(() => undefined);
+    await until(async () => (await loadsOf()).every((w) => w.load === 0), 10_000, 'loads 0').catch(
       () => undefined,
     );
-    await until(() => r.workers().every((w) => w.load === 0), 10_000, 'loads 0').catch(() => undefined);
     await until(() => f.sims().every((s) => s.inFlight() === 0), 10_000, 'simulators idle').catch(
       () => undefined,
     );
-    await until(
-      async () => (await metricSum(r, 'vllm_router_extproc_streams_active')) === 0,
-      10_000,
-      'ext_proc streams closed',
-    ).catch(() => undefined);
+    await until(async () => (await streamsActive()) === 0, 10_000, 'ext_proc streams closed').catch(
+      () => undefined,
+    );
 
-    const kvIndex = kv !== undefined ? await settleKvIndex(r, f) : undefined;
+    const kvIndex = kv !== undefined ? await settleKvIndex(r, live, f) : undefined;
 
     const envoyStats = await envoy.stats('ext_proc');
     const clusterStats = await envoy.stats('cluster\\.vllm_router\\.');
@@ -496,11 +611,14 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
       envoyRouterCluster[name] = stat(clusterStats, `cluster.vllm_router.${name}`);
     }
     const envoyStreams = stat(envoyStats, 'http.llm.ext_proc.streams_started');
-    const outcomes = await metricByLabel(r, 'vllm_router_requests_total', 'outcome');
+    const outcomes: Record<string, number> = {};
+    for (const x of live) {
+      for (const [k, v] of Object.entries(await r.metricByLabel(x, 'vllm_router_requests_total', 'outcome')))
+        outcomes[k] = (outcomes[k] ?? 0) + v;
+    }
     const routerTotal = Object.values(outcomes).reduce((a, b) => a + b, 0);
-    const alive = await fetch(`http://127.0.0.1:${r.adminPort}/healthz`)
-      .then((res) => res.status === 200)
-      .catch(() => false);
+    const alive =
+      live.length === replicaCount && (await Promise.all(live.map((x) => r.alive(x)))).every(Boolean);
 
     const after = memory.filter((m) => m.t >= warmupS);
     const first = after[0] ?? memory[0]!;
@@ -531,10 +649,31 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
       violations: { noStatus: counts.noStatus, stuck: counts.stuck, samples: violationSamples },
       restarts: f.restarts,
       heartbeatPauses: f.heartbeatPauses,
-      finalLoads: r.workers().map((w) => ({ url: w.url, role: w.role, load: w.load })),
+      finalLoads: (await loadsOf()).map((w) => ({
+        replica: w.replica,
+        url: w.url,
+        role: w.role,
+        load: w.load,
+      })),
+      workersKnown: await Promise.all(live.map(async (x) => (await r.workers(x)).length)),
       simulatorsInFlight: f.sims().reduce((n, s) => n + s.inFlight(), 0),
-      routerStreamsActive: await metricSum(r, 'vllm_router_extproc_streams_active'),
+      routerStreamsActive: await streamsActive(),
       routerAlive: alive,
+      ...(r.replicated
+        ? {
+            replicas: {
+              count: replicaCount,
+              failOpen,
+              kills: r.kills,
+              drains: r.drains,
+              restarts: r.restarts,
+              inFlightAtCrash: inFlightAtCrashTotal,
+              failedAtCrash: counts.failedAtCrash,
+              errors: replicaErrors,
+              events: replicaEvents,
+            },
+          }
+        : {}),
       envoyRouterCluster,
       ...(kvIndex !== undefined ? { kvIndex } : {}),
       accounting: {
@@ -543,6 +682,7 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
         routerRequestsTotal: routerTotal,
         notReachingRouter: counts.sent - envoyStreams,
         routerOutcomes: outcomes,
+        checked: !r.replicated,
       },
       memory: {
         samples: after.length,
@@ -559,7 +699,7 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
   } finally {
     if (memTimer) clearInterval(memTimer);
     await envoy?.close();
-    await router?.close();
+    await routers?.close();
     await fleet?.close();
   }
 }
@@ -578,6 +718,10 @@ export function soakViolations(s: SoakSummary, limits: SlopeLimits): string[] {
   if (s.simulatorsInFlight !== 0) out.push(`${s.simulatorsInFlight} requests still in flight on simulators`);
   if (s.routerStreamsActive !== 0) out.push(`${s.routerStreamsActive} ext_proc streams still active`);
   if (!s.routerAlive) out.push('router not alive');
+  const unaware = s.workersKnown.filter((n) => n !== s.workers);
+  if (unaware.length > 0) out.push(`replicas know ${JSON.stringify(s.workersKnown)} of ${s.workers} workers`);
+  if (s.replicas !== undefined && s.replicas.errors.length > 0)
+    out.push(`replica chaos failed: ${s.replicas.errors.join('; ')}`);
   if (s.unclearHttpErrors > 0) out.push(`${s.unclearHttpErrors} HTTP errors with an empty body`);
   if (s.timeouts.clientSaw504 > s.timeouts.envoyMessageTimeouts)
     out.push(
@@ -588,11 +732,11 @@ export function soakViolations(s: SoakSummary, limits: SlopeLimits): string[] {
     out.push(`${s.violations.noStatus} requests without a status or complete body`);
   if (s.violations.stuck > 0) out.push(`${s.violations.stuck} stuck requests`);
   const a = s.accounting;
-  if (a.routerRequestsTotal !== a.envoyExtProcStreams)
+  if (a.checked && a.routerRequestsTotal !== a.envoyExtProcStreams)
     out.push(
       `router counted ${a.routerRequestsTotal} requests, Envoy opened ${a.envoyExtProcStreams} streams`,
     );
-  if (a.notReachingRouter < 0 || a.notReachingRouter > s.aborts.beforeHeaders)
+  if (a.checked && (a.notReachingRouter < 0 || a.notReachingRouter > s.aborts.beforeHeaders))
     out.push(
       `${a.notReachingRouter} requests never reached the router (aborted before headers: ${s.aborts.beforeHeaders})`,
     );
@@ -602,6 +746,44 @@ export function soakViolations(s: SoakSummary, limits: SlopeLimits): string[] {
     out.push(`KV index differs from the workers' caches: ${JSON.stringify(s.kvIndex.mismatches)}`);
   if (s.violations.samples.length > 0) out.push(...s.violations.samples.map((x) => `sample: ${x}`));
   return out;
+}
+
+/**
+ * The router's flags (one process or every replica alike):
+ *  - active health checks and circuit breakers on, with periods short enough to act within the
+ *    chaos (a killed worker is noticed within ~1 s, a recovered one readmitted within ~2 s);
+ *  - a small cache-aware tree trimmed every second: the tree reaches its steady size during warm-up
+ *    (and eviction runs under load), so growth after warm-up would be a leak, not the cache filling;
+ *  - a drain that fits the replica chaos: readiness off for 1 s (Envoy health-checks every 0.5 s)
+ *    before the listener stops taking streams.
+ */
+function routerArgs(mode: 'regular' | 'pd', ttlMs: number, kv: SoakFleetKvEvents | undefined): string[] {
+  return [
+    ...['--mode', mode, '--discovery-ttl-ms', String(ttlMs)],
+    ...(mode === 'pd' ? ['--discovery-zmq', 'tcp://127.0.0.1:0'] : []),
+    ...['--health-check-interval-ms', '1000', '--health-check-timeout-ms', '500', '--cb-cooldown-ms', '2000'],
+    ...['--prefill-retries', '1', '--max-tree-size', '50000', '--eviction-interval-ms', '1000'],
+    ...['--drain-grace-ms', '1000', '--drain-timeout-ms', '15000'],
+    ...(kv !== undefined
+      ? [
+          ...['--tokenizer', `sim-model=${TOKENIZER_DIR}`],
+          ...['--tokenizer-cache-chars', String(TOKENIZER_CACHE_CHARS)],
+          ...kv.ports.flatMap((p) => ['--kv-event-source', `http://127.0.0.1:${p.http}=${p.endpoint}`]),
+          ...kv.ports.flatMap((p) => ['--kv-event-replay', `http://127.0.0.1:${p.http}=${p.replayEndpoint}`]),
+        ]
+      : []),
+  ];
+}
+
+/** ' (session <key>)' for a request that carried one (violation samples). */
+function keyed(headers: Record<string, string>): string {
+  const key = headers[SESSION_HEADER];
+  return key === undefined ? '' : ` (session ${key})`;
+}
+
+/** Envoy's count of healthy router replicas. */
+function routerClusterHealthy(stats: string): number {
+  return stat(stats, 'cluster.vllm_router.membership_healthy');
 }
 
 /** Free ports for a KV-event fleet: per worker its HTTP port, its publisher and its replay socket. */
@@ -623,12 +805,35 @@ async function kvFleet(size: number): Promise<SoakFleetKvEvents> {
  * cache, then reports both and the event counters. The fleet is quiet by then: the events still on
  * their way are the only difference that may remain, and they arrive within milliseconds.
  */
-async function settleKvIndex(r: Router, f: SoakFleet): Promise<NonNullable<SoakSummary['kvIndex']>> {
+async function settleKvIndex(
+  r: SoakRouters,
+  replicas: readonly SoakReplica[],
+  f: SoakFleet,
+): Promise<NonNullable<SoakSummary['kvIndex']>> {
   const compare = async () => {
-    const indexed = await metricByLabel(r, 'vllm_router_kv_index_blocks', 'worker');
-    return f.workers.flatMap((w) =>
-      w.sim ? [{ url: w.sim.url, indexed: indexed[w.sim.url] ?? 0, cached: w.sim.cache.usedBlocks }] : [],
-    );
+    const out: Array<{ replica: number; url: string; indexed: number; cached: number }> = [];
+    for (const x of replicas) {
+      const indexed = await r.metricByLabel(x, 'vllm_router_kv_index_blocks', 'worker');
+      for (const w of f.workers) {
+        if (w.sim)
+          out.push({
+            replica: x.index,
+            url: w.sim.url,
+            indexed: indexed[w.sim.url] ?? 0,
+            cached: w.sim.cache.usedBlocks,
+          });
+      }
+    }
+    return out;
+  };
+  const total = async (name: string) =>
+    (await Promise.all(replicas.map((x) => r.metricSum(x, name)))).reduce((a, b) => a + b, 0);
+  const byLabel = async (name: string, label: string) => {
+    const out: Record<string, number> = {};
+    for (const x of replicas) {
+      for (const [k, v] of Object.entries(await r.metricByLabel(x, name, label))) out[k] = (out[k] ?? 0) + v;
+    }
+    return out;
   };
   let workers = await compare();
   await until(
@@ -639,11 +844,11 @@ async function settleKvIndex(r: Router, f: SoakFleet): Promise<NonNullable<SoakS
   return {
     workers,
     mismatches: workers.filter((w) => w.indexed !== w.cached),
-    applied: await metricSum(r, 'vllm_router_kv_events_applied_total'),
-    dropped: await metricByLabel(r, 'vllm_router_kv_events_dropped_total', 'reason'),
-    gaps: await metricSum(r, 'vllm_router_kv_event_gaps_total'),
-    replays: await metricByLabel(r, 'vllm_router_kv_event_replays_total', 'outcome'),
-    resets: await metricByLabel(r, 'vllm_router_kv_index_resets_total', 'reason'),
+    applied: await total('vllm_router_kv_events_applied_total'),
+    dropped: await byLabel('vllm_router_kv_events_dropped_total', 'reason'),
+    gaps: await total('vllm_router_kv_event_gaps_total'),
+    replays: await byLabel('vllm_router_kv_event_replays_total', 'outcome'),
+    resets: await byLabel('vllm_router_kv_index_resets_total', 'reason'),
   };
 }
 
@@ -682,21 +887,6 @@ function exposeGc(): (() => void) | undefined {
   } catch {
     return undefined;
   }
-}
-
-async function metricSum(r: Router, name: string): Promise<number> {
-  const m = await r.metrics.registry.getSingleMetric(name)?.get();
-  return (m?.values ?? []).reduce((n, v) => n + v.value, 0);
-}
-
-async function metricByLabel(r: Router, name: string, label: string): Promise<Record<string, number>> {
-  const m = await r.metrics.registry.getSingleMetric(name)?.get();
-  const out: Record<string, number> = {};
-  for (const v of m?.values ?? []) {
-    const key = String(v.labels[label] ?? '');
-    out[key] = (out[key] ?? 0) + v.value;
-  }
-  return out;
 }
 
 function stat(text: string, name: string): number {
