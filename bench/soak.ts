@@ -11,7 +11,7 @@
  * / RSS growing faster than --max-heap-slope / --max-rss-slope bytes/s after warm-up, default 256 KiB/s
  * and 512 KiB/s). `--kv-events`: the workers publish KV events and the router routes on them (exact
  * mode); the run also fails when the router's index of a worker does not converge to its cache.
- * `--replicas N` (N >= 2, regular mode): N router replicas as child processes behind Envoy (health
+ * `--replicas N` (N >= 2): N router replicas as child processes behind Envoy (health
  * checks, session affinity), and a replica chaos that crashes (SIGKILL) or drains (SIGTERM) one every
  * 4 s and starts it again; `--fail-open` renders Envoy with `failure_mode_allow` and its fallback.
  */
@@ -33,12 +33,7 @@ const { values } = parseArgs({
 });
 const replicas = Number(values.replicas);
 const durationS = Number(values['duration-s']);
-const modes =
-  replicas > 1
-    ? (['regular'] as const)
-    : values.mode === 'both'
-      ? (['regular', 'pd'] as const)
-      : [values.mode as 'regular' | 'pd'];
+const modes = values.mode === 'both' ? (['regular', 'pd'] as const) : [values.mode as 'regular' | 'pd'];
 if (!(durationS > 0) || !(replicas >= 1) || modes.some((m) => m !== 'regular' && m !== 'pd')) {
   process.stderr.write(
     'usage: npm run soak -- [--duration-s N] [--mode regular|pd|both] [--kv-events] [--replicas N [--fail-open]]\n',

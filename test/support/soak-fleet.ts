@@ -52,7 +52,12 @@ export interface SoakFleetKvEvents {
   readonly ports: ReadonlyArray<{ http: number; endpoint: string; replayEndpoint: string }>;
 }
 
-/** Where the fleet registers: every live replica's admin API, or (P/D) the router's ZMQ socket. */
+/**
+ * Where the fleet registers: every live replica's admin API; in P/D mode with one router, its ZMQ
+ * socket (`discoveryEndpoint`), as vLLM's prefill and decode instances do; with several replicas
+ * (no discovery endpoint), P/D workers heartbeat to every replica's admin API too, as a registration
+ * sidecar or Kubernetes discovery would feed them.
+ */
 export interface SoakFleetRouters {
   adminPorts(): number[];
   readonly discoveryEndpoint: string | undefined;
@@ -81,6 +86,11 @@ export class SoakFleet {
 
   private constructor(private readonly opts: SoakFleetOptions) {}
 
+  /** Heartbeats go through the admin API (regular workers, or P/D without a ZMQ discovery endpoint). */
+  private get viaAdmin(): boolean {
+    return this.opts.mode === 'regular' || this.opts.routers.discoveryEndpoint === undefined;
+  }
+
   static async start(opts: SoakFleetOptions): Promise<SoakFleet> {
     const fleet = new SoakFleet(opts);
     try {
@@ -91,7 +101,7 @@ export class SoakFleet {
         const sim = await fleet.spawn(role, ports?.http ?? 0, kvEvents);
         fleet.workers.push({ role, port: sim.port, sim, heartbeating: true, busy: false, kvEvents });
       }
-      if (opts.mode === 'regular') {
+      if (fleet.viaAdmin) {
         fleet.timer = setInterval(() => void fleet.heartbeat(), opts.heartbeatMs);
         fleet.timer.unref();
         await fleet.heartbeat();
@@ -132,7 +142,7 @@ export class SoakFleet {
     w.sim = await this.spawn(w.role, w.port, w.kvEvents);
     this.restarts++;
     if (!w.heartbeating) w.sim.stopRegistering();
-    else if (this.opts.mode === 'regular') await this.register(w);
+    else if (this.viaAdmin) await this.register(w);
   }
 
   pauseHeartbeats(w: FleetWorker): void {
@@ -175,9 +185,9 @@ export class SoakFleet {
       // Enough to trace in-flight requests; small, so the ring is full (flat) after warm-up.
       maxRecords: 200,
       register:
-        role === 'regular'
+        routers.discoveryEndpoint === undefined || role === 'regular'
           ? undefined
-          : { zmq: routers.discoveryEndpoint as string, intervalMs: heartbeatMs },
+          : { zmq: routers.discoveryEndpoint, intervalMs: heartbeatMs },
     });
   }
 

@@ -48,7 +48,7 @@
  * fleet is quiet, the router's index of every live worker must hold as many blocks as the worker's
  * cache (`kvIndex.mismatches`; checked to catch a 1% loss of BlockRemoved events within 15 s).
  *
- * Replicas (`replicas` >= 2, regular mode): the routers are the real CLI as child processes on ports
+ * Replicas (`replicas` >= 2): the routers are the real CLI as child processes on ports
  * fixed for the run (soak-routers.ts), behind Envoy's health checks, outlier detection, stream retries
  * and session hashing (30% of requests carry an `x-session-id`), as the generated
  * envoy/envoy-replicas*.yaml. The fleet heartbeats to every replica. Every `replicaChaosIntervalMs`
@@ -98,7 +98,7 @@ export interface SoakOptions {
    */
   kvEvents?: boolean;
   /**
-   * Router replicas behind Envoy (regular mode). 1 (the default): the router runs in this process.
+   * Router replicas behind Envoy. 1 (the default): the router runs in this process.
    * More: each is the real CLI as a child process, and the replica chaos kills or drains one of them
    * every `replicaChaosIntervalMs` (default 4 s) and starts it again on the same ports.
    */
@@ -238,8 +238,6 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
   const target: FleetRole = opts.mode === 'regular' ? 'regular' : 'decode';
   const kv = opts.kvEvents === true ? await kvFleet(size) : undefined;
   const replicaCount = opts.replicas ?? 1;
-  if (replicaCount > 1 && opts.mode !== 'regular')
-    throw new Error('soak: replicas run in regular mode (P/D workers register over ZMQ with one router)');
   const failOpen = opts.failOpen === true;
 
   let routers: SoakRouters | undefined;
@@ -249,7 +247,7 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
   const memory: Array<{ t: number; heap: number; rss: number }> = [];
   let memTimer: NodeJS.Timeout | undefined;
   try {
-    routers = await SoakRouters.start(routerArgs(opts.mode, ttlMs, kv), replicaCount);
+    routers = await SoakRouters.start(routerArgs(opts.mode, ttlMs, kv, replicaCount > 1), replicaCount);
     const r = routers;
     const inFlight = new Set<string>();
     fleet = await SoakFleet.start({
@@ -757,10 +755,16 @@ export function soakViolations(s: SoakSummary, limits: SlopeLimits): string[] {
  *  - a drain that fits the replica chaos: readiness off for 1 s (Envoy health-checks every 0.5 s)
  *    before the listener stops taking streams.
  */
-function routerArgs(mode: 'regular' | 'pd', ttlMs: number, kv: SoakFleetKvEvents | undefined): string[] {
+function routerArgs(
+  mode: 'regular' | 'pd',
+  ttlMs: number,
+  kv: SoakFleetKvEvents | undefined,
+  replicated: boolean,
+): string[] {
   return [
     ...['--mode', mode, '--discovery-ttl-ms', String(ttlMs)],
-    ...(mode === 'pd' ? ['--discovery-zmq', 'tcp://127.0.0.1:0'] : []),
+    // P/D workers self-register over ZMQ with one router; replicas get heartbeats on their admin API.
+    ...(mode === 'pd' && !replicated ? ['--discovery-zmq', 'tcp://127.0.0.1:0'] : []),
     ...['--health-check-interval-ms', '1000', '--health-check-timeout-ms', '500', '--cb-cooldown-ms', '2000'],
     ...['--prefill-retries', '1', '--max-tree-size', '50000', '--eviction-interval-ms', '1000'],
     ...['--drain-grace-ms', '1000', '--drain-timeout-ms', '15000'],
