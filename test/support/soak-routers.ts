@@ -43,6 +43,7 @@ export class SoakRouters {
   kills = 0;
   drains = 0;
   restarts = 0;
+  private closed = false;
 
   private constructor(
     private readonly args: readonly string[],
@@ -164,6 +165,7 @@ export class SoakRouters {
   }
 
   async close(): Promise<void> {
+    this.closed = true;
     await Promise.all(
       this.slots.map(async (s) => {
         s.up = false;
@@ -179,18 +181,16 @@ export class SoakRouters {
     return slot;
   }
 
+  /** Starts the slot's child; one that finishes starting after close() is killed at once (no leak). */
   private async spawn(slot: Slot): Promise<void> {
-    slot.child = await startRouterChild([
-      ...[
-        '--host',
-        '127.0.0.1',
-        '--grpc-port',
-        String(slot.grpcPort),
-        '--admin-port',
-        String(slot.adminPort),
-      ],
-      ...this.args,
-    ]);
+    if (this.closed) return;
+    const ports = ['--grpc-port', String(slot.grpcPort), '--admin-port', String(slot.adminPort)];
+    const child = await startRouterChild(['--host', '127.0.0.1', ...ports, ...this.args]);
+    if (this.closed) {
+      await child.kill();
+      return;
+    }
+    slot.child = child;
     slot.up = true;
   }
 }
