@@ -18,6 +18,11 @@ import { describe, expect, it } from 'vitest';
 import { runSoak, soakViolations } from '../support/soak-run.js';
 
 const DURATION_S = 12;
+/**
+ * With replicas: a crash or drain, the restart and Envoy's health check take ~3 s on an idle host and
+ * can take twice that under the test suite's load; 16 s leave room for both kinds of action.
+ */
+const REPLICA_DURATION_S = 16;
 // Not absurd: the heap (sampled after a full GC) must not grow by 1 MB/s; RSS, which in a run this
 // short still includes the allocator's own warm-up, not by 4 MB/s. `npm run soak` reports real slopes.
 const LIMITS = { heap: 1024 * 1024, rss: 4 * 1024 * 1024 };
@@ -41,7 +46,7 @@ describe.each(RUNS)('chaos soak ($name, short)', ({ mode, kvEvents, replicas, fa
   it('ends with every load at 0, the router alive, every client answered, and the books balanced', async () => {
     const s = await runSoak({
       mode,
-      durationS: DURATION_S,
+      durationS: replicas > 1 ? REPLICA_DURATION_S : DURATION_S,
       warmupS: 4,
       seed: 11,
       kvEvents,

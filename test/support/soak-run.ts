@@ -535,7 +535,7 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
             event('started');
             // The next action waits until Envoy has this replica back in rotation: with one replica
             // down and the other still warming up, a crash would leave none (Envoy's 503).
-            await until(allReplicasHealthy, 15_000, 'replica healthy again in Envoy');
+            await until(allReplicasHealthy, 30_000, 'replica healthy again in Envoy');
             event('healthy in Envoy');
           })()
             .catch((err: unknown) => void replicaErrors.push(String(err)))
