@@ -199,6 +199,19 @@ describe('deploy/prometheus.yml and Grafana provisioning', () => {
     expect(targets('vllm-workers').sort()).toEqual(expected.sort());
   });
 
+  it("scrapes Envoy's /stats/prometheus on the admin port envoy.yaml uses, opened to the compose network only", () => {
+    const job = (prometheus.scrape_configs as Yaml[]).find((j) => j.job_name === 'envoy') as Yaml;
+    expect(job.metrics_path).toBe('/stats/prometheus');
+    const adminPort = envoy.admin.address.socket_address.port_value as number;
+    expect(targets('envoy')).toEqual([`router:${adminPort}`]);
+    const envoySvc = compose.services.envoy as Yaml;
+    const args = envoySvc.command as string[];
+    const override = parse(args[args.indexOf('--config-yaml') + 1] as string) as Yaml;
+    expect(override.admin.address.socket_address).toEqual({ address: '0.0.0.0', port_value: adminPort });
+    // Not published to the host (the admin API can stop Envoy).
+    expect((compose.services.router as Yaml).ports).not.toContain(`${adminPort}:${adminPort}`);
+  });
+
   it('mounts the Prometheus config and points Grafana at the prometheus service', () => {
     const prom = compose.services.prometheus as Yaml;
     expect(prom.volumes).toContain('./deploy/prometheus.yml:/etc/prometheus/prometheus.yml:ro');

@@ -1,31 +1,14 @@
 /**
  * The Grafana dashboard may only query metrics that exist: every metric name in a panel expression
- * must be registered in src/observability/metrics.ts (histograms: with _bucket/_sum/_count) or be
- * one the simulator exposes with vLLM's names (src/sim/metrics-text.ts). And it covers what issue 8
+ * must be registered in src/observability/metrics.ts (histograms: with _bucket/_sum/_count), be
+ * one the simulator exposes with vLLM's names (src/sim/metrics-text.ts), or be Envoy's (`envoy_*`:
+ * test/e2e/dashboard-envoy.test.ts finds each in a real Envoy's /stats/prometheus). And it covers what issue 8
  * asks for: load per worker and role, decisions by branch, cache hit rate, P/D legs, errors, discovery.
  */
-import { readFileSync } from 'node:fs';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { RouterMetrics } from '../../../src/observability/metrics.js';
 import { metricsText } from '../../../src/sim/metrics-text.js';
-
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
-
-interface Panel {
-  id?: number;
-  type: string;
-  title: string;
-  datasource?: { uid: string };
-  targets?: Array<{ expr: string; refId: string }>;
-  panels?: Panel[];
-}
-const dashboard = JSON.parse(
-  readFileSync(path.join(ROOT, 'deploy/grafana/dashboards/vllm-extproc-router.json'), 'utf8'),
-) as { uid: string; panels: Panel[]; templating: { list: Array<{ name: string; query: unknown }> } };
-const panels = dashboard.panels.flatMap((p) => [p, ...(p.panels ?? [])]);
-const exprs = panels.flatMap((p) => (p.targets ?? []).map((t) => ({ panel: p.title, expr: t.expr })));
+import { dashboard, exprs, metricNames, panels } from '../../support/dashboard.js';
 
 /** Names a scrape can return: the router's registry (every metric, incl. optional ones) + the simulator's. */
 async function knownMetricNames(): Promise<Set<string>> {
@@ -53,24 +36,6 @@ async function knownMetricNames(): Promise<Set<string>> {
   return names;
 }
 
-const PROMQL_WORDS = new Set([
-  'sum', 'rate', 'increase', 'histogram_quantile', 'clamp_min', 'by', 'without', 'le', 'avg', 'max', 'min',
-  'label_values', 'on', 'ignoring', 'group_left', 'group_right', 'and', 'or', 'unless', 'count', 'topk',
-]); // prettier-ignore
-
-/** Metric names referenced by a PromQL expression (identifiers outside label matchers and strings). */
-function metricNames(expr: string): string[] {
-  const stripped = expr
-    .replace(/"(?:[^"\\]|\\.)*"/g, '""')
-    .replace(/\{[^}]*\}/g, '')
-    .replace(/\[[^\]]*\]/g, '')
-    .replace(/\b(by|without|on|ignoring)\s*\([^)]*\)/g, '')
-    .replace(/(?<![a-zA-Z0-9_:])\d+(?:\.\d+)?(?:e[+-]?\d+)?/gi, '');
-  return [...stripped.matchAll(/[a-zA-Z_:][a-zA-Z0-9_:]*/g)]
-    .map((m) => m[0])
-    .filter((w) => !PROMQL_WORDS.has(w) && !/^\d/.test(w) && !w.startsWith('$'));
-}
-
 describe('Grafana dashboard', () => {
   it('has panels with queries and unique ids', () => {
     expect(exprs.length).toBeGreaterThan(10);
@@ -78,11 +43,11 @@ describe('Grafana dashboard', () => {
     expect(new Set(ids).size).toBe(ids.length);
   });
 
-  it('queries only metrics that the router or the workers expose', async () => {
+  it('queries only metrics that the router or the workers expose (or Envoy: checked end to end)', async () => {
     const known = await knownMetricNames();
     const unknown = exprs.flatMap(({ panel, expr }) =>
       metricNames(expr)
-        .filter((n) => !known.has(n))
+        .filter((n) => !known.has(n) && !n.startsWith('envoy_'))
         .map((n) => `${panel}: ${n}`),
     );
     expect(unknown).toEqual([]);
@@ -107,6 +72,9 @@ describe('Grafana dashboard', () => {
     ['P/D errors', 'vllm_router_pd_errors_total', /error_type/],
     ['discovery events', 'vllm_router_discovery_updates_total', /event/],
     ['rejected registrations', 'vllm_router_discovery_rejected_total', /reason/],
+    ['router replicas in rotation', 'envoy_cluster_membership_healthy', /envoy_cluster_name="vllm_router"/],
+    ['failed ext_proc streams', 'envoy_http_ext_proc_streams_failed', /rate/],
+    ['stream retry overflow', 'envoy_cluster_upstream_rq_retry_overflow', /envoy_cluster_name="vllm_router"/],
   ])('shows %s', (_what, metric, shape) => {
     expect(exprs.some(({ expr }) => metricNames(expr).includes(metric) && shape.test(expr))).toBe(true);
   });
