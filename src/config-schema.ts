@@ -85,7 +85,7 @@ export const OPTIONS = [
     flag: 'drain-timeout-ms',
     type: 'int',
     default: 30000,
-    help: 'On SIGTERM/SIGINT, how long in-flight streams may finish before sockets close.',
+    help: 'On SIGTERM/SIGINT, how long in-flight streams may finish before sockets close. Routed requests still streaming then are handed back to Envoy (their ext_proc stream ends with gRPC OK), which finishes them without the router.',
   },
   {
     group: 'Server',

@@ -10,6 +10,9 @@ import { HealthService, type ServingStatus } from './health-service.js';
 import { SERVICE_NAME, type ProcessingRequest, type ProcessingResponse } from './proto.js';
 import { Session, type SessionDeps } from './session.js';
 
+/** How long closing waits at least for the OK statuses of released streams to reach Envoy. */
+const RELEASE_FLUSH_MS = 1000;
+
 /** Service names Envoy's gRPC health checks and endpoint-picker gateways ask for. */
 export const HEALTH_SERVICE_NAMES = ['', 'liveness', 'readiness', SERVICE_NAME] as const;
 
@@ -26,6 +29,8 @@ export class ExtProcServer {
   private readonly server: GrpcServer;
   private readonly health: HealthService;
   private active = 0;
+  /** Open sessions (close() hands the routed ones back to Envoy). */
+  private readonly sessions = new Set<Session>();
   private idleWaiters: Array<() => void> = [];
   private closed = false;
   private boundPort = 0;
@@ -76,16 +81,19 @@ export class ExtProcServer {
     this.active += 1;
     this.opts.onStreamsChanged?.(this.active);
     let done = false;
-    new Session(stream, {
+    // The constructor only subscribes to the stream's events: onClose never runs inside it.
+    const session: Session = new Session(stream, {
       ...this.opts,
       onClose: () => {
         if (done) return;
         done = true;
+        this.sessions.delete(session);
         this.active -= 1;
         this.opts.onStreamsChanged?.(this.active);
         if (this.active === 0) for (const w of this.idleWaiters.splice(0)) w();
       },
     });
+    this.sessions.add(session);
   }
 
   /** Resolves when no stream is open, or after `timeoutMs` (returns whether it drained). */
@@ -102,13 +110,22 @@ export class ExtProcServer {
   }
 
   /**
-   * Stops accepting streams. With `graceMs` > 0, open calls may finish first (GOAWAY, then up to
-   * graceMs): a session can end before Envoy has read the replies to its last messages, so a
-   * forceShutdown right after a drain would cut those responses. Then closes the rest. Idempotent.
+   * Stops accepting streams. First every routed request still open (a drain that timed out on long
+   * generations, or a close without a drain) is handed back to Envoy (Session.release): its stream
+   * ends with gRPC OK and Envoy finishes the response without the router, where a reset would cut it
+   * (fail-closed). With `graceMs` > 0, open calls may finish first (GOAWAY, then up to graceMs): a
+   * session can end before Envoy has read the replies to its last messages, so a forceShutdown right
+   * after a drain would cut those responses; the same holds for the OK statuses of released streams,
+   * so they get at least RELEASE_FLUSH_MS. Then closes the rest (requests not routed yet: reset,
+   * which Envoy retries on another replica). Idempotent.
    */
   async close(graceMs = 0): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    let released = 0;
+    for (const session of [...this.sessions]) if (session.release()) released += 1;
+    if (released > 0) this.opts.logger.info({ released }, 'handed routed streams back to Envoy');
+    if (released > 0) graceMs = Math.max(graceMs, RELEASE_FLUSH_MS);
     if (graceMs <= 0) {
       this.server.forceShutdown();
       return;

@@ -123,6 +123,21 @@ export class Session {
     stream.on('close', () => this.onStreamEnd(false));
   }
 
+  /**
+   * The router is closing with this stream still open. A request already routed (its request phase
+   * answered, waiting for or streaming the response) is handed back to Envoy: the session ends
+   * (`released`: its load guards are released) and the ext_proc stream ends with gRPC OK, after
+   * which Envoy carries on without the router, so the response goes on to the client even when the
+   * filter fails closed. A request not routed yet is left alone (closing resets it, and Envoy retries
+   * it on another replica). Returns whether the stream was handed back.
+   */
+  release(): boolean {
+    if (this.ended || (this.phase !== 'response_headers' && this.phase !== 'response_body')) return false;
+    this.end({ kind: 'released', ...(this.status !== undefined ? { status: this.status } : {}) });
+    this.stream.end();
+    return true;
+  }
+
   /** Cancellation for the dispatcher: created only if a dispatcher asks for it. */
   get signal(): AbortSignal {
     return (this.abortController ??= new AbortController()).signal;
@@ -423,7 +438,10 @@ export class Session {
       durationMs: performance.now() - this.startedAt,
       worker: this.dispatch?.worker.url,
       branch: this.dispatch?.decision.branch,
-      status: how.kind === 'response' || how.kind === 'unwatched' ? how.status : err?.status,
+      status:
+        how.kind === 'response' || how.kind === 'unwatched' || how.kind === 'released'
+          ? how.status
+          : err?.status,
     };
     this.deps.onEnd?.(summary);
     if (this.deps.logger.isLevelEnabled('debug')) {

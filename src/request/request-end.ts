@@ -28,6 +28,9 @@
  *   2xx response whose body the router skipped  unwatched(status)               unwatched    success
  *     (extproc/response-body-mode.ts), stream
  *     ended: complete or cut, it cannot tell
+ *   the router closing (drain timed out) ended  released(status?)               released     cancelled
+ *     a routed stream itself with gRPC OK: Envoy
+ *     carries on without it, the response goes on
  *
  * Health: `success` and the failures (`server_error`, `prefill_failed`) feed the worker's circuit
  * breaker; `cancelled` and `no_response` are neutral (see health/worker-health.ts for why a stream
@@ -49,7 +52,13 @@ export type RequestEnd =
    * The stream ended after the headers of a response whose body the router did not watch (Envoy
    * skipped it, extproc/response-body-mode.ts): the response ended, complete or cut.
    */
-  | { readonly kind: 'unwatched'; readonly status: number };
+  | { readonly kind: 'unwatched'; readonly status: number }
+  /**
+   * The router, closing, ended the ext_proc stream of a routed request itself (gRPC OK) before the
+   * response ended: Envoy carries on without it, so the response goes on to the client
+   * (extproc/server.ts `close`). `status` if the response headers had come.
+   */
+  | { readonly kind: 'released'; readonly status?: number };
 
 /** How far routing got when the request ended. */
 export type RoutingStage =
@@ -67,7 +76,8 @@ export type Outcome =
   | 'no_response' // routed, but the stream ended before response headers (Envoy local reply, abort)
   | 'cancelled' // ended after response headers, before end-of-stream (client abort, upstream reset)
   | 'abandoned' // ended before the router routed it
-  | 'unwatched'; // 2xx response whose body the router skipped: ended, complete or cut (unknown)
+  | 'unwatched' // 2xx response whose body the router skipped: ended, complete or cut (unknown)
+  | 'released'; // routed, handed back to Envoy by the router closing: the response went on without it
 
 export type HealthOutcome = 'success' | 'server_error' | 'no_response' | 'prefill_failed' | 'cancelled';
 
@@ -85,6 +95,8 @@ export function requestOutcome(end: RequestEnd, stage: RoutingStage): Outcome {
       return stage === 'unrouted' ? 'abandoned' : 'no_response';
     case 'unwatched':
       return 'unwatched';
+    case 'released':
+      return 'released';
   }
 }
 
@@ -100,6 +112,8 @@ export function healthOutcome(end: RequestEnd): HealthOutcome {
       return 'cancelled'; // the router answered: says nothing about this worker
     case 'unwatched':
       return end.status >= 500 ? 'server_error' : 'success';
+    case 'released':
+      return 'cancelled'; // the router let go: says nothing about this worker
   }
 }
 

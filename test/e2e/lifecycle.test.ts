@@ -2,7 +2,9 @@
  * Graceful lifecycle through a real Envoy 1.40:
  *  - the real CLI as a child process: SIGTERM turns readiness off (/readyz 503, gRPC health
  *    NOT_SERVING) and closes discovery while an in-flight stream keeps flowing to its end; exit 0.
- *    A second signal exits 1 at once;
+ *    A stream that outlives the drain timeout is handed back to Envoy (its ext_proc stream ends with
+ *    gRPC OK) and finishes after the router has exited, though the filter fails closed. A second
+ *    signal exits 1 at once;
  *  - a rolling restart: Envoy balances ext_proc streams over two gRPC-health-checked routers; one is
  *    drained, closed and replaced on the same port under a bounded load: zero failed requests;
  *  - router down: Envoy fails closed with a 503 and no request reaches a worker.
@@ -135,6 +137,37 @@ describe('CLI shutdown (child process behind Envoy)', () => {
     expect(await child.exited).toEqual({ code: 0, signal: null });
     expect(child.lines.find((l) => l.msg === 'closing')?.drained).toBe(true);
   });
+
+  it.each([
+    ['skipped by Envoy (the default)', []],
+    ['watched chunk by chunk', ['--response-body-sample', '1']],
+  ])(
+    'a stream longer than the drain timeout, body %s: the router hands it back to Envoy, which finishes it after the router exited (fail-closed)',
+    async (_body, extra) => {
+      const { child, url } = await setup([
+        ...['--drain-timeout-ms', '300', '--drain-grace-ms', '0', '--close-grace-ms', '0'],
+        ...extra,
+      ]);
+      // 30 tokens, 100 ms apart: ~3 s, far past the drain (0.3 s) and the close.
+      const res = await completion(url, { prompt: 'outlive the drain', max_tokens: 30, stream: true });
+      expect(res.status).toBe(200);
+      let exited = false;
+      void child.exited.then(() => {
+        exited = true;
+      });
+      let chunksAfterExit = 0;
+      const text = await readStream(res, (n) => {
+        if (n === 2) child.process.kill('SIGTERM');
+        if (exited) chunksAfterExit += 1;
+      });
+      expect(text).toContain('data: [DONE]');
+      expect(await child.exited).toEqual({ code: 0, signal: null });
+      // The router was gone while the response still flowed: Envoy finished it alone.
+      expect(chunksAfterExit).toBeGreaterThan(0);
+      expect(child.lines.find((l) => l.msg === 'closing')?.drained).toBe(false);
+      expect(child.lines.find((l) => l.msg === 'handed routed streams back to Envoy')?.released).toBe(1);
+    },
+  );
 
   it('a second signal exits 1 immediately, without waiting for the drain', async () => {
     const { sim, child, url } = await setup(['--drain-timeout-ms', '600000']);

@@ -48,6 +48,7 @@ class TestStream extends Duplex {
 }
 
 interface Harness {
+  session: Session;
   stream: TestStream;
   worker: Worker;
   ends: RequestEnd[];
@@ -69,6 +70,7 @@ function harness(
   });
   const stream = new TestStream();
   const h: Harness = {
+    session: undefined as unknown as Session,
     stream,
     worker,
     ends: [],
@@ -95,7 +97,7 @@ function harness(
       return opts.dispatch ? opts.dispatch(req, makeDispatch) : makeDispatch();
     },
   };
-  const session = new Session(stream as unknown as ServerCall<ProcessingResponse>, {
+  h.session = new Session(stream as unknown as ServerCall<ProcessingResponse>, {
     dispatcher,
     logger: pino({ level: 'silent' }),
     maxBodyBytes: 10_000,
@@ -104,7 +106,6 @@ function harness(
       h.closes += 1;
     },
   });
-  expect(session).toBeDefined();
   return h;
 }
 
@@ -340,6 +341,57 @@ describe('Session: phases', () => {
     expect(kinds(h.stream.replies)).toEqual(['request_headers', 'response_headers']);
     expect(setHeader(h.stream.replies[0], 'x-gateway-destination-endpoint')).toBe('10.0.0.1:8000');
     expect(h.summaries.map((s) => [s.route, s.outcome])).toEqual([['other', 'ok']]);
+  });
+});
+
+describe('Session: release (the router closing with the stream open)', () => {
+  it('a routed request streaming its response is handed back: ends once as released, stream ended OK', async () => {
+    const h = harness();
+    routedAndStreaming(h);
+    await h.settle();
+    expect(h.worker.load).toBe(1);
+    expect(h.session.release()).toBe(true);
+    expect(h.stream.writableEnded).toBe(true); // gRPC OK: Envoy carries on without the router
+    expect(h.ends).toEqual([{ kind: 'released', status: 200 }]);
+    expect(h.summaries.map((x) => [x.outcome, x.status])).toEqual([['released', 200]]);
+    expect([h.worker.load, h.closes]).toEqual([0, 1]);
+    // Envoy's later end of the stream, a second release: nothing more.
+    expect(h.session.release()).toBe(false);
+    h.stream.halfClose();
+    h.stream.emit('close');
+    await h.settle();
+    expect([h.ends.length, h.closes, h.worker.load]).toEqual([1, 1, 0]);
+  });
+
+  it('a routed request waiting for its response headers is handed back too', async () => {
+    const h = harness();
+    h.stream.deliver(requestHeaders('POST', '/v1/completions'), requestBody(COMPLETION));
+    await h.settle();
+    expect(h.session.release()).toBe(true);
+    expect(h.ends).toEqual([{ kind: 'released' }]);
+    expect(h.summaries.map((x) => x.outcome)).toEqual(['released']);
+    expect(h.worker.load).toBe(0);
+  });
+
+  it('a request not routed yet is left alone (closing resets it, and Envoy retries it elsewhere)', async () => {
+    const h = harness();
+    h.stream.deliver(requestHeaders('POST', '/v1/completions'));
+    await h.settle();
+    expect(h.session.release()).toBe(false);
+    expect(h.stream.writableEnded).toBe(false);
+    expect([h.ends.length, h.closes]).toEqual([0, 0]);
+  });
+
+  it('a request whose dispatch (a prefill leg) is still running is left alone', async () => {
+    const leg = deferred<Dispatch>();
+    const h = harness({ dispatch: () => leg.promise });
+    h.stream.deliver(requestHeaders('POST', '/v1/completions'), requestBody(COMPLETION));
+    await h.settle();
+    expect(h.session.release()).toBe(false);
+    expect(h.stream.writableEnded).toBe(false);
+    h.stream.cancel();
+    await h.settle();
+    expect(h.summaries.map((x) => x.outcome)).toEqual(['no_response']);
   });
 });
 

@@ -30,6 +30,7 @@ const after = (status?: number): RequestEnd => ({ kind: 'cancelled', afterHeader
 const rejected = (status: number, code: string): RequestEnd => ({ kind: 'rejected', status, code });
 
 const unwatched = (status: number): RequestEnd => ({ kind: 'unwatched', status });
+const released = (status?: number): RequestEnd => ({ kind: 'released', status });
 
 const WAYS: Way[] = [
   // The router skipped the response body (mode override): the stream ended, complete or cut.
@@ -39,6 +40,23 @@ const WAYS: Way[] = [
     stage: 'routed',
     outcome: 'unwatched',
     health: 'success',
+    failure: false,
+  },
+  // The router, closing after a drain that timed out, handed the routed stream back to Envoy.
+  {
+    way: 'released while streaming 200',
+    end: released(200),
+    stage: 'routed',
+    outcome: 'released',
+    health: 'cancelled',
+    failure: false,
+  },
+  {
+    way: 'released before the response headers',
+    end: released(),
+    stage: 'routed',
+    outcome: 'released',
+    health: 'cancelled',
     failure: false,
   },
   // The response reached end-of-stream.
@@ -249,6 +267,7 @@ describe('request end: one record, every projection', () => {
       'cancelled',
       'abandoned',
       'unwatched',
+      'released',
     ];
     expect(new Set(WAYS.map((w) => w.outcome))).toEqual(new Set(all));
   });
