@@ -43,6 +43,8 @@ export class SoakRouters {
   kills = 0;
   drains = 0;
   restarts = 0;
+  /** Streams drained replicas handed back to Envoy at the end of their drain (from their logs). */
+  released = 0;
   private closed = false;
 
   private constructor(
@@ -120,6 +122,9 @@ export class SoakRouters {
     slot.child!.process.kill('SIGTERM');
     const { code } = await slot.child!.exited;
     if (code !== 0) throw new Error(`soak: replica ${index} exited with ${code} after SIGTERM`);
+    for (const line of slot.child!.lines) {
+      if (line.msg === 'handed routed streams back to Envoy') this.released += Number(line.released);
+    }
   }
 
   /** Starts a replica that is down again, on the same ports. */

@@ -148,6 +148,8 @@ export interface SoakSummary {
     restarts: number;
     inFlightAtCrash: number;
     failedAtCrash: number;
+    /** Streams drained replicas handed back to Envoy (their log), which must complete all the same. */
+    releasedAtDrain: number;
     errors: string[];
     /** What the replica chaos did, when (seconds into the run). */
     events: string[];
@@ -667,6 +669,7 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
               restarts: r.restarts,
               inFlightAtCrash: inFlightAtCrashTotal,
               failedAtCrash: counts.failedAtCrash,
+              releasedAtDrain: r.released,
               errors: replicaErrors,
               events: replicaEvents,
             },
@@ -753,7 +756,8 @@ export function soakViolations(s: SoakSummary, limits: SlopeLimits): string[] {
  *  - a small cache-aware tree trimmed every second: the tree reaches its steady size during warm-up
  *    (and eviction runs under load), so growth after warm-up would be a leak, not the cache filling;
  *  - a drain that fits the replica chaos: readiness off for 1 s (Envoy health-checks every 0.5 s)
- *    before the listener stops taking streams.
+ *    before the listener stops taking streams, then 0.3 s for the streams in flight: the ones still
+ *    streaming after that are handed back to Envoy (released), which must finish them.
  */
 function routerArgs(
   mode: 'regular' | 'pd',
@@ -767,7 +771,7 @@ function routerArgs(
     ...(mode === 'pd' && !replicated ? ['--discovery-zmq', 'tcp://127.0.0.1:0'] : []),
     ...['--health-check-interval-ms', '1000', '--health-check-timeout-ms', '500', '--cb-cooldown-ms', '2000'],
     ...['--prefill-retries', '1', '--max-tree-size', '50000', '--eviction-interval-ms', '1000'],
-    ...['--drain-grace-ms', '1000', '--drain-timeout-ms', '15000'],
+    ...['--drain-grace-ms', '1000', '--drain-timeout-ms', '300'],
     ...(kv !== undefined
       ? [
           ...['--tokenizer', `sim-model=${TOKENIZER_DIR}`],
