@@ -285,8 +285,16 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
         : {}),
     });
     const e = envoy;
-    const allReplicasHealthy = async () =>
-      routerClusterHealthy(await e.stats('cluster\\.vllm_router\\.membership_healthy')) === replicaCount;
+    // In rotation: passing Envoy's health check and not ejected by its outlier detection.
+    const allReplicasHealthy = async () => {
+      const stats = await e.stats(
+        'cluster\\.vllm_router\\.(membership_healthy|outlier_detection\\.ejections_active)$',
+      );
+      return (
+        stat(stats, 'cluster.vllm_router.membership_healthy') === replicaCount &&
+        stat(stats, 'cluster.vllm_router.outlier_detection.ejections_active') === 0
+      );
+    };
     if (r.replicated) await until(allReplicasHealthy, 15_000, 'every replica healthy in Envoy');
     const url = `http://127.0.0.1:${envoy.listenerPort}`;
 
@@ -526,6 +534,12 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
           const event = (what: string) =>
             replicaEvents.push(`t=${elapsed()} s: replica ${victim.index} ${what}`);
           replicaAction = (async () => {
+            const before = await e.stats(
+              'cluster\\.vllm_router\\.(membership_healthy|outlier_detection\\.ejections_active)$',
+            );
+            event(
+              `in Envoy: healthy ${stat(before, 'cluster.vllm_router.membership_healthy')}, ejected ${stat(before, 'cluster.vllm_router.outlier_detection.ejections_active')}`,
+            );
             if (crash) {
               // Fail-open: Envoy carries on without the replica, so nothing in flight may fail.
               if (!failOpen) for (const tag of inFlight) inFlightAtCrash.add(tag);
@@ -543,7 +557,7 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
             // The next action waits until Envoy has this replica back in rotation: with one replica
             // down and the other still warming up, a crash would leave none (Envoy's 503).
             await until(allReplicasHealthy, 30_000, 'replica healthy again in Envoy');
-            event('healthy in Envoy');
+            event('in rotation in Envoy (healthy, not ejected)');
           })()
             .catch((err: unknown) => void replicaErrors.push(String(err)))
             .finally(() => {
@@ -792,11 +806,6 @@ function routerArgs(
 function keyed(headers: Record<string, string>): string {
   const key = headers[SESSION_HEADER];
   return key === undefined ? '' : ` (session ${key})`;
-}
-
-/** Envoy's count of healthy router replicas. */
-function routerClusterHealthy(stats: string): number {
-  return stat(stats, 'cluster.vllm_router.membership_healthy');
 }
 
 /** Free ports for a KV-event fleet: per worker its HTTP port, its publisher and its replay socket. */
