@@ -124,8 +124,10 @@ export class ExtProcServer {
     this.closed = true;
     let released = 0;
     for (const session of [...this.sessions]) if (session.release()) released += 1;
-    if (released > 0) this.opts.logger.info({ released }, 'handed routed streams back to Envoy');
-    if (released > 0) graceMs = Math.max(graceMs, RELEASE_FLUSH_MS);
+    if (released > 0) {
+      this.opts.logger.info({ released }, 'handed routed streams back to Envoy');
+      graceMs = Math.max(graceMs, RELEASE_FLUSH_MS);
+    }
     if (graceMs <= 0) {
       this.server.forceShutdown();
       return;

@@ -148,8 +148,9 @@ describe('CLI shutdown (child process behind Envoy)', () => {
         ...['--drain-timeout-ms', '300', '--drain-grace-ms', '0', '--close-grace-ms', '0'],
         ...extra,
       ]);
-      // 30 tokens, 100 ms apart: ~3 s, far past the drain (0.3 s) and the close.
-      const res = await completion(url, { prompt: 'outlive the drain', max_tokens: 30, stream: true });
+      // 60 tokens, 100 ms apart: ~6 s, far past the drain (0.3 s) and the close (~1 s), with room
+      // for a slow exit on a loaded machine.
+      const res = await completion(url, { prompt: 'outlive the drain', max_tokens: 60, stream: true });
       expect(res.status).toBe(200);
       let exited = false;
       void child.exited.then(() => {
