@@ -96,7 +96,13 @@ export function renderEnvoyConfig(opts: EnvoyRenderOptions = {}): string {
         grpc_health_check: { service_name: 'envoy.service.ext_proc.v3.ExternalProcessor' },
       },
     ];
-    routerCluster.common_lb_config = { healthy_panic_threshold: { value: 0 } };
+    routerCluster.common_lb_config = {
+      healthy_panic_threshold: { value: 0 },
+      // Hand health changes to the worker threads' load balancers at once. Envoy's default merges
+      // them for up to 1 s: a replica back in rotation got no stream for that long, and if the other
+      // one died in that second, every request failed (docs/deploy-envoy.md).
+      update_merge_window: '0s',
+    };
   }
   if (opts.envoyDefaults) {
     const protocol = routerCluster.typed_extension_protocol_options[HTTP_PROTOCOL_OPTIONS] as Yaml;

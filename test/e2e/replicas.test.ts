@@ -16,6 +16,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { startEnvoy, type EnvoyHandle } from '../../src/envoy/envoy-process.js';
 import { startSimulator, type Simulator } from '../../src/sim/simulator.js';
+import { freePorts } from '../support/free-ports.js';
 import { waitFor } from '../support/wait-for.js';
 import { startRouterChild, type RouterChild } from '../integration/lifecycle/router-child.js';
 
@@ -29,25 +30,39 @@ interface Fleet {
   replicas: RouterChild[];
   envoy: EnvoyHandle;
   url: string;
+  /** Starts replica `i` again on its ports (`fixedPorts` only). */
+  restart(i: number): Promise<RouterChild>;
+  /** Every replica passes Envoy's health check and none is ejected by its outlier detection. */
+  allInRotation(): Promise<boolean>;
 }
 
-async function startFleet(opts: { failOpen: boolean; replicas?: number }): Promise<Fleet> {
+async function startFleet(opts: {
+  failOpen: boolean;
+  replicas?: number;
+  /** Replicas on ports fixed for the test, so a crashed one can start again where Envoy expects it. */
+  fixedPorts?: boolean;
+}): Promise<Fleet> {
   const sims: Simulator[] = [];
   for (let i = 0; i < 2; i++) {
     // 60 tokens at 40 ms: a stream lasts long enough to kill its replica in the middle of it.
     sims.push(await startSimulator({ timing: { overheadMs: 1, baseItlMs: 40 } }));
   }
   cleanups.push(() => Promise.all(sims.map((s) => s.close())));
-  const args = [
-    ...['--host', '127.0.0.1', '--grpc-port', '0', '--admin-port', '0', '--policy', 'round_robin'],
+  const count = opts.replicas ?? 2;
+  const ports = opts.fixedPorts ? await freePorts(2 * count) : undefined;
+  const replicaArgs = (i: number) => [
+    ...['--host', '127.0.0.1', '--policy', 'round_robin'],
+    ...['--grpc-port', String(ports?.[2 * i] ?? 0), '--admin-port', String(ports?.[2 * i + 1] ?? 0)],
     ...sims.flatMap((s) => ['--worker', s.url]),
   ];
   const replicas: RouterChild[] = [];
-  for (let i = 0; i < (opts.replicas ?? 2); i++) {
-    const child = await startRouterChild(args);
+  const start = async (i: number) => {
+    const child = await startRouterChild(replicaArgs(i));
     cleanups.push(() => child.kill());
-    replicas.push(child);
-  }
+    replicas[i] = child;
+    return child;
+  };
+  for (let i = 0; i < count; i++) await start(i);
   const envoy = await startEnvoy({
     routers: replicas.map((r) => ({ host: '127.0.0.1', port: r.grpcPort })),
     routerHealthCheck: true,
@@ -57,15 +72,25 @@ async function startFleet(opts: { failOpen: boolean; replicas?: number }): Promi
       : undefined,
   });
   cleanups.push(() => envoy.close());
-  const healthy = async () => {
-    const text = await envoy.stats('^cluster\\.vllm_router\\.membership_healthy$');
-    return Number(/membership_healthy: (\d+)/.exec(text)?.[1] ?? NaN);
+  const fleet: Fleet = {
+    sims,
+    replicas,
+    envoy,
+    url: `http://127.0.0.1:${envoy.listenerPort}`,
+    restart: (i) => start(i),
+    allInRotation: async () => {
+      const text = await envoy.stats(
+        '^cluster\\.vllm_router\\.(membership_healthy|outlier_detection\\.ejections_active)$',
+      );
+      const stat = (name: string) => Number(new RegExp(`${name}: (\\d+)`).exec(text)?.[1] ?? NaN);
+      return stat('membership_healthy') === count && stat('ejections_active') === 0;
+    },
   };
-  await waitFor(async () => (await healthy()) === replicas.length, {
+  await waitFor(() => fleet.allInRotation(), {
     timeoutMs: 10_000,
     message: 'replicas healthy',
   });
-  return { sims, replicas, envoy, url: `http://127.0.0.1:${envoy.listenerPort}` };
+  return fleet;
 }
 
 function completion(url: string, body: Record<string, unknown>, headers: Record<string, string> = {}) {
@@ -191,6 +216,37 @@ describe('router replicas behind Envoy', () => {
     const survivor = fleet.replicas.find((r) => r !== victim)!;
     expect(await loads(survivor)).toEqual([0, 0]);
     expect(await fleet.envoy.stats('ext_proc')).toMatch(/ext_proc\.streams_failed: [1-9]/);
+  });
+
+  it('a crashed replica that is back in rotation gets new streams again, crash after crash', async () => {
+    // Envoy 1.40 coalesces the host-health updates of one health-check pass and hands its worker
+    // threads the load balancer built before the pass (envoyproxy/envoy#45055): a replica back from a
+    // crash could read healthy in every stat and still get no stream until the next membership change.
+    // If the other replica died then, every request failed (the P/D chaos soak). envoy.yaml turns the
+    // coalescing off. Each cycle: SIGKILL a replica under traffic (Envoy's outlier detection ejects
+    // it, its health check fails it), start it on the same ports, and once Envoy has both in rotation
+    // send requests without a session key (random replica): the returned one must get some.
+    const fleet = await startFleet({ failOpen: false, fixedPorts: true });
+    const served: number[] = [];
+    for (let cycle = 0; cycle < 6; cycle++) {
+      const i = cycle % 2;
+      fleet.replicas[i]!.process.kill('SIGKILL');
+      await fleet.replicas[i]!.exited;
+      expect(await burst(fleet.url, 16)).toEqual([]);
+      const back = await fleet.restart(i);
+      await waitFor(() => fleet.allInRotation(), { timeoutMs: 15_000, message: 'replica back in rotation' });
+      for (let n = 0; n < 24; n++) {
+        const res = await completion(fleet.url, { prompt: `after return ${cycle}.${n}`, max_tokens: 1 });
+        expect(res.status).toBe(200);
+        await res.text();
+      }
+      served.push(await metric(back, 'vllm_router_requests_total'));
+    }
+    expect(
+      served.every((n) => n > 0),
+      `requests the returned replica routed, per cycle: ${served}`,
+    ).toBe(true);
+    for (const r of fleet.replicas) expect(await loads(r)).toEqual([0, 0]);
   });
 
   for (const failOpen of [false, true]) {

@@ -6,13 +6,12 @@
  * state, never on durations. The third run routes on KV events (exact mode) through the same chaos:
  * killed publishers, restarts on the same endpoints, re-registrations as new generations; once the
  * fleet is quiet, the router's index of every worker must hold exactly as many blocks as its cache.
- * The last two run two router replicas (child processes behind Envoy's health checks and session
+ * The last three run two router replicas (child processes behind Envoy's health checks and session
  * hashing) and crash (SIGKILL) and drain (SIGTERM) them in turn under that load: fail-closed, only
  * requests in flight at a crash may fail; fail-open, none; every restarted replica rebuilds its KV
- * index by replay, and ends knowing every worker with its loads at 0. P/D with replicas is not in CI
- * (`npm run soak -- --replicas 2 --mode pd`): in about one short run of three, a crash ~50 ms after
- * the other replica came back from a drain failed every request until the crashed one returned
- * (Envoy: upstream_cx_connect_fail, retry_limit_exceeded), not understood yet (docs/benchmarks.md).
+ * index by replay, and ends knowing every worker with its loads at 0. The P/D case is the one that
+ * caught Envoy's 1 s merge of host-health updates: a crash right after the other replica came back
+ * failed every request for up to a second (`update_merge_window: 0s` now; docs/deploy-envoy.md).
  * The memory bounds are deliberately loose: a CI run is too short for a precise slope; they only
  * catch an absurd leak.
  */
@@ -41,6 +40,7 @@ const RUNS = [
     failOpen: false,
   },
   { name: 'two replicas, fail-open', mode: 'regular', kvEvents: false, replicas: 2, failOpen: true },
+  { name: 'P/D, two replicas, fail-closed', mode: 'pd', kvEvents: false, replicas: 2, failOpen: false },
 ] as const;
 
 describe.each(RUNS)('chaos soak ($name, short)', ({ mode, kvEvents, replicas, failOpen }) => {
