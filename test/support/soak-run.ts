@@ -538,7 +538,7 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
               'cluster\\.vllm_router\\.(membership_healthy|outlier_detection\\.ejections_active)$',
             );
             event(
-              `in Envoy: healthy ${stat(before, 'cluster.vllm_router.membership_healthy')}, ejected ${stat(before, 'cluster.vllm_router.outlier_detection.ejections_active')}`,
+              `in Envoy: healthy ${stat(before, 'cluster.vllm_router.membership_healthy')}, ejected ${stat(before, 'cluster.vllm_router.outlier_detection.ejections_active')}; ${await routerHosts(e.adminPort)}`,
             );
             if (crash) {
               // Fail-open: Envoy carries on without the replica, so nothing in flight may fail.
@@ -557,7 +557,7 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
             // The next action waits until Envoy has this replica back in rotation: with one replica
             // down and the other still warming up, a crash would leave none (Envoy's 503).
             await until(allReplicasHealthy, 30_000, 'replica healthy again in Envoy');
-            event('in rotation in Envoy (healthy, not ejected)');
+            event(`in rotation in Envoy (healthy, not ejected); ${await routerHosts(e.adminPort)}`);
           })()
             .catch((err: unknown) => void replicaErrors.push(String(err)))
             .finally(() => {
@@ -935,4 +935,23 @@ async function until(
     if (Date.now() > end) throw new Error(`soak: ${what} not reached within ${timeoutMs} ms`);
     await sleep(20);
   }
+}
+
+/**
+ * Envoy's own view of each router replica (`/clusters`): health flags, connections and streams open,
+ * e.g. `:9002 healthy cx 2 rq 14 | :9003 /failed_outlier_check cx 0 rq 0`. A replica that reads
+ * healthy with nothing open while the other is busy is one Envoy's workers do not balance to yet.
+ */
+async function routerHosts(adminPort: number): Promise<string> {
+  const text = await (await fetch(`http://127.0.0.1:${adminPort}/clusters`)).text();
+  const hosts = new Map<string, Record<string, string>>();
+  for (const line of text.split('\n')) {
+    const m = /^vllm_router::[^:]+:(\d+)::(health_flags|cx_active|rq_active)::(.*)$/.exec(line);
+    if (!m) continue;
+    const [, port, key, value] = m as unknown as [string, string, string, string];
+    hosts.set(port, { ...hosts.get(port), [key]: value });
+  }
+  return [...hosts]
+    .map(([port, h]) => `:${port} ${h.health_flags} cx ${h.cx_active} rq ${h.rq_active}`)
+    .join(' | ');
 }
