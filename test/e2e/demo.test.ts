@@ -16,12 +16,14 @@ function runDemo(args: string[]): Promise<{ code: number | null; output: string 
   const child = spawn(process.execPath, ['--import', 'tsx', 'scripts/demo.ts', ...args], {
     cwd: ROOT,
     stdio: ['ignore', 'pipe', 'pipe'],
+    // Its own process group, so a hung demo can be killed together with its Envoy.
+    detached: true,
   });
   let output = '';
   child.stdout.on('data', (d: Buffer) => (output += d.toString()));
   child.stderr.on('data', (d: Buffer) => (output += d.toString()));
-  // A demo that hangs is killed rather than left behind the test run.
-  const guard = setTimeout(() => child.kill('SIGKILL'), 50_000);
+  // A demo that hangs is killed, Envoy and all, rather than left behind the test run.
+  const guard = setTimeout(() => process.kill(-child.pid!, 'SIGKILL'), 50_000);
   return new Promise((resolve) =>
     child.once('exit', (code) => {
       clearTimeout(guard);
