@@ -115,6 +115,10 @@ describe('Envoy fragments injected by the Gateway and Istio manifests', () => {
       LB_METADATA_NAMESPACE,
     );
     expect(filter.typed_config.failure_mode_allow).toBe(false);
+    // With router replicas, an unanswered stream opens on another replica, as in envoy/envoy.yaml;
+    // with none reachable, the same clear 503.
+    expect(filter.typed_config.grpc_service.retry_policy).toEqual(extProc.grpc_service.retry_policy);
+    expect(filter.typed_config.status_on_error).toEqual(extProc.status_on_error);
     const r = validate(filter, workers);
     expect(r.status, r.output).toBe(0);
   });

@@ -314,8 +314,26 @@ describe('deploy/kubernetes', () => {
       (d) => d.kind === 'EnvoyFilter',
     ) as Yaml;
     const filter = istio.spec.configPatches[0].patch.value.typed_config;
-    expect(filter.grpc_service.envoy_grpc.cluster_name).toBe(
-      `outbound|${portOf('grpc')}||${service.metadata.name}.${service.metadata.namespace}.svc.cluster.local`,
-    );
+    const host = `${service.metadata.name}.${service.metadata.namespace}.svc.cluster.local`;
+    expect(filter.grpc_service.envoy_grpc.cluster_name).toBe(`outbound|${portOf('grpc')}||${host}`);
+    // The gateway's cluster for the router Service ejects a dead replica and gives up a connect as
+    // envoy.yaml's vllm_router cluster does.
+    const rule = yamlDocs('deploy/kubernetes/istio-envoyfilter.yaml').find(
+      (d) => d.kind === 'DestinationRule',
+    ) as Yaml;
+    expect(rule.spec.host).toBe(host);
+    expect(rule.metadata.namespace).toBe(service.metadata.namespace);
+    const routerCluster = (envoy.static_resources.clusters as Yaml[]).find(
+      (c) => c.name === 'vllm_router',
+    ) as Yaml;
+    const od = routerCluster.outlier_detection as Yaml;
+    expect(rule.spec.trafficPolicy.outlierDetection).toEqual({
+      splitExternalLocalOriginErrors: od.split_external_local_origin_errors,
+      consecutiveLocalOriginFailures: od.consecutive_local_origin_failure,
+      interval: od.interval,
+      baseEjectionTime: od.base_ejection_time,
+      maxEjectionPercent: od.max_ejection_percent,
+    });
+    expect(rule.spec.trafficPolicy.connectionPool.tcp.connectTimeout).toBe(routerCluster.connect_timeout);
   });
 });
