@@ -113,7 +113,10 @@ function routingPart(r: RoutingResult): string[] {
       'view instead of the rendezvous home every replica agrees on; src/routing/prefix-home.ts). ' +
       '`affinity`: every request carries a session key (`x-session-id`: its conversation, tenant or prompt ' +
       'group) and Envoy Maglev-hashes ext_proc streams over the replicas on it (docs/deploy-envoy.md, ' +
-      '"Session affinity across replicas"), so each replica\'s tree sees every request of its sessions. Ratios are ' +
+      '"Session affinity across replicas"), so each replica\'s tree sees every request of its sessions. ' +
+      '`prefix`: no session key, as the generated envoy/envoy-replicas*.yaml: Envoy hashes each request on its ' +
+      'prompt\'s opening (its body\'s first 256 bytes from `"messages"` or `"prompt"`) with bounded load, so ' +
+      'requests that start alike reach one replica (docs/deploy-envoy.md, "Prefix affinity"). Ratios are ' +
       "against one replica of the same mode (prefix home on); spread is the busiest worker's processed " +
       'requests over the mean; router CPU sums the replicas.' +
       warmUpNote(r.setup.warmUp) +
@@ -172,6 +175,8 @@ function routingPart(r: RoutingResult): string[] {
       ['exact KV events', 'kv_aware', EXACT_TARGET, ''],
       ['approximate tree, session affinity', 'cache_aware', APPROXIMATE_TARGET, ' affinity'],
       ['exact KV events, session affinity', 'cache_aware exact', EXACT_TARGET, ' affinity'],
+      ['approximate tree, prefix affinity', 'cache_aware', APPROXIMATE_TARGET, ' prefix'],
+      ['exact KV events, prefix affinity', 'cache_aware exact', EXACT_TARGET, ' prefix'],
     ] as const) {
       const base = findCell(r.cells, w, label);
       const two = findCell(r.cells, w, `${label} x2${suffix}`);

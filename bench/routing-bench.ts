@@ -87,6 +87,11 @@ export interface PolicyVariant {
    * Envoy Maglev-hashes ext_proc streams over the replicas on it.
    */
   readonly sessionAffinity?: boolean;
+  /**
+   * Prefix affinity across replicas (envoy-config.ts `replicaPrefixKey`): requests carry no key;
+   * Envoy hashes ext_proc streams over the replicas on the opening of each prompt (bounded load).
+   */
+  readonly prefixAffinity?: boolean;
 }
 
 /** The session header of `sessionAffinity` variants (the one consistent_hash also keys on). */
@@ -163,6 +168,16 @@ export const REPLICA_VARIANTS: readonly PolicyVariant[] = [
     replicas: 2,
     kvEvents: true,
     sessionAffinity: true,
+  },
+  // No session key, as the generated envoy/envoy-replicas*.yaml: Envoy hashes each request on its
+  // prompt's opening (bounded load), so requests that start alike reach one replica.
+  { label: 'cache_aware x2 prefix', policy: 'cache_aware', replicas: 2, prefixAffinity: true },
+  {
+    label: 'cache_aware exact x2 prefix',
+    policy: 'cache_aware',
+    replicas: 2,
+    kvEvents: true,
+    prefixAffinity: true,
   },
 ];
 
@@ -548,7 +563,14 @@ export async function runRoutingBench(opts: RoutingBenchOptions = {}): Promise<R
           sim: variant.simTiming ? { ...sim, timing: { ...timing, ...variant.simTiming } } : sim,
           router: { policy: variant.policy, ...variant.router },
           replicas: variant.replicas,
-          ...(variant.sessionAffinity ? { envoy: { replicaAffinityHeader: SESSION_HEADER } } : {}),
+          ...(variant.sessionAffinity || variant.prefixAffinity
+            ? {
+                envoy: {
+                  replicaAffinityHeader: SESSION_HEADER,
+                  ...(variant.prefixAffinity ? { replicaPrefixKey: true } : {}),
+                },
+              }
+            : {}),
           ...(routerScript !== undefined ? { routerScript } : {}),
           ...(variant.kvEvents
             ? {

@@ -55,6 +55,7 @@ export async function envoyReplicaConfigs(): Promise<GeneratedEnvoyConfig[]> {
     routers: REPLICAS,
     routerHealthCheck: true,
     replicaAffinityHeader: 'x-session-id',
+    replicaPrefixKey: true,
   };
   const closed: EnvoyRenderOptions = common;
   const open: EnvoyRenderOptions = { ...common, failOpen: { fallbackWorkers: FALLBACK_WORKERS } };
@@ -73,7 +74,10 @@ export async function envoyReplicaConfigs(): Promise<GeneratedEnvoyConfig[]> {
             'dies mid-response is reset. A client-supplied x-gateway-destination-endpoint is removed before',
             'routing, so it can never choose the upstream. Requests that carry x-session-id stick to one replica',
             "(Envoy copies it into the ext_proc stream's gRPC metadata and Maglev-hashes the router cluster on",
-            "it), so that replica's prefix tree sees the whole session; requests without it go to a random one.",
+            "it), so that replica's prefix tree sees the whole session. Requests without it are hashed on the",
+            'opening of their prompt (a Lua filter copies the body\'s first 256 bytes from its "messages" or',
+            '"prompt" key into a header the route strips), so requests that start alike reach one replica;',
+            'a replica above 1.5x the mean of open streams passes new ones to the next (bounded load).',
           ].join('\n'),
         ) + renderEnvoyConfig(closed),
     },

@@ -52,7 +52,43 @@ export interface EnvoyRenderOptions {
    * header spread as before (no hash: a random replica).
    */
   replicaAffinityHeader?: string;
+  /**
+   * With `replicaAffinityHeader`: a request WITHOUT that header is hashed on the opening of its
+   * prompt instead (a Lua filter before ext_proc copies the body's first PREFIX_KEY_BYTES from its
+   * `"messages"` or `"prompt"` field into PREFIX_KEY_HEADER), so requests that start alike reach the
+   * same replica, whose picture then holds all of them; Maglev's bounded load
+   * (`hash_balance_factor`) spills a hot opening to the next replica. See PREFIX_KEY_LUA.
+   */
+  replicaPrefixKey?: boolean;
 }
+
+/** The header the prefix-key Lua filter sets (and the route strips before the worker). */
+export const PREFIX_KEY_HEADER = 'x-vllm-router-prefix-key';
+/** Bytes of the body, from its `"messages"` / `"prompt"` key, that make the prefix key. */
+export const PREFIX_KEY_BYTES = 256;
+/** Maglev bounded load: a replica takes at most this % of the mean active streams before spilling. */
+export const PREFIX_KEY_BALANCE_FACTOR = 150;
+
+/**
+ * The prefix key, in Envoy's Lua filter: no key when the client named its session (that hash wins),
+ * or when the first 4 KiB of the buffered body have no `"messages"` / `"prompt"` key. Control
+ * characters (a pretty-printed body's newlines) are dropped: they are not valid in a header value.
+ */
+export const PREFIX_KEY_LUA = (sessionHeader: string) => `
+function envoy_on_request(request_handle)
+  request_handle:headers():remove("${PREFIX_KEY_HEADER}")
+  if request_handle:headers():get("${sessionHeader}") ~= nil then return end
+  local body = request_handle:body()
+  if body == nil then return end
+  -- A headers object taken before body() is out of scope once it has waited for the body.
+  local headers = request_handle:headers()
+  local head = body:getBytes(0, math.min(body:length(), 4096))
+  local at = string.find(head, '"messages"', 1, true) or string.find(head, '"prompt"', 1, true)
+  if at == nil then return end
+  local key = string.gsub(string.sub(head, at, at + ${PREFIX_KEY_BYTES} - 1), "%c", "")
+  headers:add("${PREFIX_KEY_HEADER}", key)
+end
+`;
 
 type Yaml = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
 
@@ -117,6 +153,31 @@ export function renderEnvoyConfig(opts: EnvoyRenderOptions = {}): string {
     routerCluster.lb_policy = 'MAGLEV';
     const protocol = routerCluster.typed_extension_protocol_options[HTTP_PROTOCOL_OPTIONS] as Yaml;
     protocol.hash_policy = [{ header: { header_name: header } }];
+    if (opts.replicaPrefixKey) {
+      extProc.typed_config.grpc_service.initial_metadata.push({
+        key: PREFIX_KEY_HEADER,
+        value: `%REQ(${PREFIX_KEY_HEADER})%`,
+      });
+      // The session's hash, when the client sent one, is the only one (terminal).
+      protocol.hash_policy = [
+        { header: { header_name: header }, terminal: true },
+        { header: { header_name: PREFIX_KEY_HEADER } },
+      ];
+      routerCluster.common_lb_config = {
+        ...routerCluster.common_lb_config,
+        consistent_hashing_lb_config: { hash_balance_factor: PREFIX_KEY_BALANCE_FACTOR },
+      };
+      const at = (hcm.http_filters as Yaml[]).indexOf(extProc);
+      (hcm.http_filters as Yaml[]).splice(at, 0, {
+        name: 'envoy.filters.http.lua',
+        typed_config: {
+          '@type': 'type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua',
+          default_source_code: { inline_string: PREFIX_KEY_LUA(header) },
+        },
+      });
+      // The key is for choosing a replica; the worker never sees it.
+      hcm.route_config.request_headers_to_remove = [PREFIX_KEY_HEADER];
+    }
   }
   if (opts.failOpen) {
     extProc.typed_config.failure_mode_allow = true;

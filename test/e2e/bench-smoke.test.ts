@@ -59,18 +59,22 @@ describe('routing benchmark (quick smoke run)', () => {
     for (const a of section.assets) expect(a.svg.startsWith('<svg')).toBe(true);
   });
 
-  it('KV-event run: simulators publish, exact variants (and two replicas) subscribe; every request served', async () => {
+  it('KV-event run: simulators publish, exact variants (and two replicas) subscribe, prefix affinity hashes; every request served', async () => {
     const result = await runRoutingBench({
       quick: true,
       kvEvents: true,
       variants: REPLICA_VARIANTS,
-      policies: ['cache_aware', 'cache_aware exact x2'],
+      policies: ['cache_aware', 'cache_aware exact x2', 'cache_aware x2 prefix'],
       workloads: ['eviction-pressure'],
       workers: 2,
       targets: kvEventTargets,
     });
     expect(result.setup.kvEvents).toEqual({ tokenizer: 'test/fixtures/tokenizer', tokenRatio: 2.2 });
-    expect(result.cells.map((c) => c.policy)).toEqual(['cache_aware', 'cache_aware exact x2']);
+    expect(result.cells.map((c) => c.policy)).toEqual([
+      'cache_aware',
+      'cache_aware exact x2',
+      'cache_aware x2 prefix',
+    ]);
     for (const c of result.cells) {
       expect(c.workload).toBe('eviction-pressure');
       expect(c.errors).toBe(0);

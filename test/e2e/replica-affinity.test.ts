@@ -4,6 +4,10 @@
  * metadata and Maglev-hashes the router cluster on it. Every request of a session then reaches the
  * same replica, whose prefix tree sees the whole conversation; sessions spread over the replicas;
  * requests without the header are not piled onto one replica.
+ *
+ * Prefix affinity (`replicaPrefixKey`, the generated envoy-replicas*.yaml): a request without the
+ * header is hashed on the opening of its prompt (Envoy's Lua filter), so requests that open alike reach
+ * one replica and different openings spread; a client's session key still wins.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEnvoy, type EnvoyHandle } from '../../src/envoy/envoy-process.js';
@@ -17,6 +21,7 @@ const HEADER = 'x-session-id';
 let sims: Simulator[] = [];
 let routers: Router[] = [];
 let envoy: EnvoyHandle;
+let prefixEnvoy: EnvoyHandle;
 beforeAll(async () => {
   sims = await Promise.all([0, 1].map(() => startSimulator({ timeScale: 0 })));
   routers = await Promise.all(
@@ -26,9 +31,15 @@ beforeAll(async () => {
     routers: routers.map((r) => ({ host: '127.0.0.1', port: r.grpcPort })),
     replicaAffinityHeader: HEADER,
   });
+  prefixEnvoy = await startEnvoy({
+    routers: routers.map((r) => ({ host: '127.0.0.1', port: r.grpcPort })),
+    replicaAffinityHeader: HEADER,
+    replicaPrefixKey: true,
+  });
 });
 afterAll(async () => {
   await envoy?.close();
+  await prefixEnvoy?.close();
   await Promise.all(routers.map((r) => r.close()));
   await Promise.all(sims.map((s) => s.close()));
   routers = [];
@@ -39,9 +50,9 @@ afterAll(async () => {
 const served = (): number[] => routers.map((r) => r.workers().reduce((n, w) => n + w.processed, 0));
 
 /** Sends one chat turn and returns the index of the replica that routed it. */
-async function turn(session: string | undefined, text: string): Promise<number> {
+async function turn(session: string | undefined, text: string, via = envoy): Promise<number> {
   const before = served();
-  const res = await fetch(`http://127.0.0.1:${envoy.listenerPort}/v1/chat/completions`, {
+  const res = await fetch(`http://127.0.0.1:${via.listenerPort}/v1/chat/completions`, {
     method: 'POST',
     headers: { 'content-type': 'application/json', ...(session ? { [HEADER]: session } : {}) },
     body: JSON.stringify({ model: 'sim-model', messages: [{ role: 'user', content: text }], max_tokens: 2 }),
@@ -76,6 +87,44 @@ describe('session affinity across router replicas', () => {
     for (let i = 0; i < 32; i++) keyless[await turn(undefined, `anonymous ${i}`)]! += 1;
     expect(keyless.every((n) => n > 0)).toBe(true);
 
+    for (const r of routers) await expectAllLoadsZero(r);
+  });
+});
+
+describe('prefix affinity across router replicas (no session key)', () => {
+  /** A long opening per tenant (past the key's 256 bytes), then a different question each time. */
+  const prompt = (tenant: number, question: string) =>
+    `tenant ${tenant} handbook: ${'policies and procedures '.repeat(16)}\n\nquestion: ${question}`;
+
+  it('requests that open alike reach one replica; different openings spread over both', async () => {
+    const replicaOf = new Map<number, Set<number>>();
+    for (let round = 0; round < 3; round++) {
+      for (let t = 0; t < 16; t++) {
+        const replica = await turn(undefined, prompt(t, `round ${round}`), prefixEnvoy);
+        let seen = replicaOf.get(t);
+        if (!seen) replicaOf.set(t, (seen = new Set()));
+        seen.add(replica);
+      }
+    }
+    for (const [tenant, seen] of replicaOf) expect([tenant, seen.size]).toEqual([tenant, 1]);
+    const perReplica = [0, 1].map((i) => [...replicaOf.values()].filter((s) => s.has(i)).length);
+    expect(
+      perReplica.every((n) => n > 0),
+      `tenants per replica: ${perReplica}`,
+    ).toBe(true);
+    for (const r of routers) await expectAllLoadsZero(r);
+  });
+
+  it("a client's session key wins over the prompt's opening", async () => {
+    // One opening, 16 sessions: without the session key they would all share one replica.
+    const replicaOf = new Map<string, number>();
+    for (let s = 0; s < 16; s++) {
+      const session = `user-${s}`;
+      const first = await turn(session, prompt(99, `from ${session}`), prefixEnvoy);
+      expect(await turn(session, prompt(99, `again from ${session}`), prefixEnvoy)).toBe(first);
+      replicaOf.set(session, first);
+    }
+    expect(new Set(replicaOf.values()).size).toBe(2);
     for (const r of routers) await expectAllLoadsZero(r);
   });
 });

@@ -1,7 +1,7 @@
 /**
  * Several router replicas behind one real Envoy 1.40 (envoy/envoy.yaml rendered with two ext_proc
- * endpoints and, as the generated envoy/envoy-replicas*.yaml, session affinity on `x-session-id`
- * (Maglev over the replicas); the replicas are the real CLI as child processes, so SIGKILL is a real
+ * endpoints and, as the generated envoy/envoy-replicas*.yaml, session affinity on `x-session-id`,
+ * else on the prompt's opening (Maglev over the replicas); the replicas are the real CLI as child processes, so SIGKILL is a real
  * crash; half of the requests after a crash carry a session key, so a session whose replica died
  * moves too):
  *  - the replicas share the traffic;
@@ -67,6 +67,7 @@ async function startFleet(opts: {
     routers: replicas.map((r) => ({ host: '127.0.0.1', port: r.grpcPort })),
     routerHealthCheck: true,
     replicaAffinityHeader: 'x-session-id',
+    replicaPrefixKey: true,
     failOpen: opts.failOpen
       ? { fallbackWorkers: sims.map((s) => ({ host: '127.0.0.1', port: s.port })) }
       : undefined,

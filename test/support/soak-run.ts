@@ -278,8 +278,10 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
       routers: r.endpoints(),
       messageTimeout: `${MESSAGE_TIMEOUT_S}s`,
       // Replicas: Envoy health-checks them (a draining or restarting one gets no new streams) and
-      // hashes sessions over them, as the generated envoy/envoy-replicas*.yaml do.
-      ...(r.replicated ? { routerHealthCheck: true, replicaAffinityHeader: SESSION_HEADER } : {}),
+      // hashes sessions, else prompt openings, over them, as the generated envoy/envoy-replicas*.yaml do.
+      ...(r.replicated
+        ? { routerHealthCheck: true, replicaAffinityHeader: SESSION_HEADER, replicaPrefixKey: true }
+        : {}),
       ...(failOpen
         ? { failOpen: { fallbackWorkers: f.workers.map((w) => ({ host: '127.0.0.1', port: w.port })) } }
         : {}),
