@@ -73,6 +73,8 @@ export const PREFIX_KEY_BALANCE_FACTOR = 150;
  * The prefix key, in Envoy's Lua filter: no key when the client named its session (that hash wins),
  * or when the first 4 KiB of the buffered body have no `"messages"` / `"prompt"` key. Control
  * characters (a pretty-printed body's newlines) are dropped: they are not valid in a header value.
+ * Bytes above 0x7f (raw UTF-8: JSON.stringify keeps it) are written as hex, so the key is printable
+ * ASCII, as gRPC metadata values are meant to be.
  */
 export const PREFIX_KEY_LUA = (sessionHeader: string) => `
 function envoy_on_request(request_handle)
@@ -86,6 +88,7 @@ function envoy_on_request(request_handle)
   local at = string.find(head, '"messages"', 1, true) or string.find(head, '"prompt"', 1, true)
   if at == nil then return end
   local key = string.gsub(string.sub(head, at, at + ${PREFIX_KEY_BYTES} - 1), "%c", "")
+  key = string.gsub(key, "[\\128-\\255]", function(c) return string.format("%02x", string.byte(c)) end)
   headers:add("${PREFIX_KEY_HEADER}", key)
 end
 `;

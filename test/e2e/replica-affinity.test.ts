@@ -92,9 +92,14 @@ describe('session affinity across router replicas', () => {
 });
 
 describe('prefix affinity across router replicas (no session key)', () => {
-  /** A long opening per tenant (past the key's 256 bytes), then a different question each time. */
+  /**
+   * A long opening per tenant (past the key's 256 bytes), then a different question each time. Odd
+   * tenants write in Chinese: raw UTF-8 in the body, which the key carries as hex.
+   */
   const prompt = (tenant: number, question: string) =>
-    `tenant ${tenant} handbook: ${'policies and procedures '.repeat(16)}\n\nquestion: ${question}`;
+    tenant % 2 === 0
+      ? `tenant ${tenant} handbook: ${'policies and procedures '.repeat(16)}\n\nquestion: ${question}`
+      : `租户 ${tenant} 手册：${'规章制度与流程。'.repeat(24)}\n\n问题：${question}`;
 
   it('requests that open alike reach one replica; different openings spread over both', async () => {
     const replicaOf = new Map<number, Set<number>>();
