@@ -69,7 +69,7 @@ export async function envoyReplicaConfigs(): Promise<GeneratedEnvoyConfig[]> {
           [
             'Envoy balances ext_proc streams over the replicas (vllm_router cluster): gRPC health checks',
             '(a draining replica leaves within one interval), outlier detection (a crashed replica is ejected',
-            'on its first connect failure), and a stream that cannot open on one replica is retried on another.',
+            'on its second connect failure in a row), and a stream that cannot open on one replica is retried on another.',
             'When no replica answers, the request gets a 503 and reaches no worker; a stream whose replica',
             'dies mid-response is reset. A client-supplied x-gateway-destination-endpoint is removed before',
             'routing, so it can never choose the upstream. Requests that carry x-session-id stick to one replica',

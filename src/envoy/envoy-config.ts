@@ -129,7 +129,10 @@ export function renderEnvoyConfig(opts: EnvoyRenderOptions = {}): string {
       {
         timeout: '1s',
         interval: '0.5s',
-        unhealthy_threshold: 1,
+        // Two timeouts or failed connections in a row: one slow answer under load must not take a
+        // replica out (with another replica down that left none, and every request failed until the
+        // next check). NOT_SERVING (a drain) still takes it out at the first check.
+        unhealthy_threshold: 2,
         healthy_threshold: 1,
         no_traffic_interval: '0.5s',
         grpc_health_check: { service_name: 'envoy.service.ext_proc.v3.ExternalProcessor' },

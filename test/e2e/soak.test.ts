@@ -16,7 +16,7 @@
  * catch an absurd leak.
  */
 import { describe, expect, it } from 'vitest';
-import { runSoak, soakViolations } from '../support/soak-run.js';
+import { booksBalance, runSoak, soakViolations } from '../support/soak-run.js';
 
 const DURATION_S = 12;
 /**
@@ -68,7 +68,8 @@ describe.each(RUNS)('chaos soak ($name, short)', ({ mode, kvEvents, replicas, fa
     if (mode === 'pd') expect(s.timeouts.envoyMessageTimeouts).toBeGreaterThan(0);
     // The books: every ext_proc stream Envoy opened was counted once by the router (a replica's
     // counts die with it, so with replicas only the end state is checked).
-    if (replicas === 1) expect(s.accounting.routerRequestsTotal).toBe(s.accounting.envoyExtProcStreams);
+    // (A stream Envoy retried after a reset may have reached the router first: one more each at most.)
+    if (replicas === 1) expect(booksBalance(s.accounting), JSON.stringify(s.accounting)).toBe(true);
     expect(s.finalLoads.every((w) => w.load === 0)).toBe(true);
     if (replicas > 1) {
       // Replicas crashed and were restarted under load; the only requests that failed with them are

@@ -2,6 +2,7 @@
  * Free loopback ports for child processes that take their ports as flags (Envoy, kube-apiserver,
  * etcd, the routers and peers of the benchmarks).
  */
+import { readFileSync } from 'node:fs';
 import { createServer, type AddressInfo, type Server } from 'node:net';
 
 /**
@@ -14,17 +15,48 @@ export async function freePorts(count: number): Promise<number[]> {
   const servers: Server[] = [];
   try {
     for (let i = 0; i < count; i++) {
-      const srv = createServer();
-      servers.push(srv);
-      await new Promise<void>((resolve, reject) => {
-        srv.once('error', reject);
-        srv.listen(0, '127.0.0.1', () => resolve());
-      });
+      servers.push(await listenBelowEphemeral());
     }
     return servers.map((srv) => (srv.address() as AddressInfo).port);
   } finally {
     await Promise.all(servers.map((srv) => new Promise<void>((resolve) => srv.close(() => resolve()))));
   }
+}
+
+/**
+ * A port is handed back before its child binds it (sometimes again, after a restart). Port 0 would
+ * pick it from the kernel's ephemeral range, where every outgoing connection of every process on the
+ * host also takes its local port: under a full test run one of them took a soak's port in the gap
+ * ("Address already in use"). So ports come from below that range (Linux: ip_local_port_range),
+ * where only explicit binds land; port 0 only when no such port is free.
+ */
+const LOW_PORTS = { from: 20000, to: ephemeralStart() };
+
+function ephemeralStart(): number {
+  try {
+    const first = Number(readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').split(/\s+/)[0]);
+    return Number.isInteger(first) && first > 20000 ? first : 20000;
+  } catch {
+    return 20000; // not Linux: port 0 below
+  }
+}
+
+async function listenBelowEphemeral(): Promise<Server> {
+  const span = LOW_PORTS.to - LOW_PORTS.from;
+  for (let attempt = 0; attempt < (span > 0 ? 64 : 0); attempt++) {
+    const port = LOW_PORTS.from + Math.floor(Math.random() * span);
+    const srv = await listen(port).catch(() => undefined);
+    if (srv) return srv;
+  }
+  return listen(0);
+}
+
+function listen(port: number): Promise<Server> {
+  const srv = createServer();
+  return new Promise<Server>((resolve, reject) => {
+    srv.once('error', reject);
+    srv.listen(port, '127.0.0.1', () => resolve(srv));
+  });
 }
 
 /** One free port on 127.0.0.1 (see freePorts: ask for all of a child's ports at once). */

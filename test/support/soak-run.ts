@@ -172,10 +172,15 @@ export interface SoakSummary {
   /**
    * The books. With replicas the router side is the sum over the replicas alive at the end, whose
    * counters started at their last start: it cannot equal Envoy's streams, and is not checked.
+   * One router: it counts every ext_proc stream Envoy opened once, plus at most one more per stream
+   * Envoy retried (`retry_on: reset`: a stream reset before the router answered may have reached it;
+   * its retry is a second gRPC stream of the same request).
    */
   accounting: {
     sent: number;
     envoyExtProcStreams: number;
+    /** Envoy's ext_proc stream retries (cluster.vllm_router.upstream_rq_retry). */
+    envoyStreamRetries: number;
     routerRequestsTotal: number;
     notReachingRouter: number;
     routerOutcomes: Record<string, number>;
@@ -701,6 +706,7 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
       accounting: {
         sent: counts.sent,
         envoyExtProcStreams: envoyStreams,
+        envoyStreamRetries: envoyRouterCluster.upstream_rq_retry ?? 0,
         routerRequestsTotal: routerTotal,
         notReachingRouter: counts.sent - envoyStreams,
         routerOutcomes: outcomes,
@@ -754,9 +760,9 @@ export function soakViolations(s: SoakSummary, limits: SlopeLimits): string[] {
     out.push(`${s.violations.noStatus} requests without a status or complete body`);
   if (s.violations.stuck > 0) out.push(`${s.violations.stuck} stuck requests`);
   const a = s.accounting;
-  if (a.checked && a.routerRequestsTotal !== a.envoyExtProcStreams)
+  if (!booksBalance(a))
     out.push(
-      `router counted ${a.routerRequestsTotal} requests, Envoy opened ${a.envoyExtProcStreams} streams`,
+      `router counted ${a.routerRequestsTotal} requests, Envoy opened ${a.envoyExtProcStreams} streams and retried ${a.envoyStreamRetries}`,
     );
   if (a.checked && (a.notReachingRouter < 0 || a.notReachingRouter > s.aborts.beforeHeaders))
     out.push(
@@ -956,4 +962,14 @@ async function routerHosts(adminPort: number): Promise<string> {
   return [...hosts]
     .map(([port, h]) => `:${port} ${h.health_flags} cx ${h.cx_active} rq ${h.rq_active}`)
     .join(' | ');
+}
+
+/**
+ * One router's books (see `accounting`): every stream Envoy opened counted, and nothing more than the
+ * streams Envoy retried. Replicas: not checked.
+ */
+export function booksBalance(a: SoakSummary['accounting']): boolean {
+  if (!a.checked) return true;
+  const extra = a.routerRequestsTotal - a.envoyExtProcStreams;
+  return extra >= 0 && extra <= a.envoyStreamRetries;
 }

@@ -41,7 +41,12 @@ describe('envoy/envoy-replicas*.yaml', async () => {
     expect(router.health_checks[0].grpc_health_check.service_name).toBe(
       'envoy.service.ext_proc.v3.ExternalProcessor',
     );
-    expect(router.outlier_detection.consecutive_local_origin_failure).toBe(1);
+    // A crashed replica is ejected on its second refused connection in a row (each attempt is retried
+    // elsewhere), a live one is not ejected by one reset; one slow health check does not take a
+    // replica out; health changes reach Envoy's workers at once (no 1 s merge window).
+    expect(router.outlier_detection.consecutive_local_origin_failure).toBe(2);
+    expect(router.health_checks[0].unhealthy_threshold).toBe(2);
+    expect(router.common_lb_config.update_merge_window).toBe('0s');
     const routes = hcm.route_config.virtual_hosts[0].routes as Yaml[];
     if (c.options.failOpen) {
       // Steered requests go to the ORIGINAL_DST cluster; everything else to Envoy's own balancer.
