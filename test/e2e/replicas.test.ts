@@ -1,9 +1,9 @@
 /**
  * Several router replicas behind one real Envoy 1.40 (envoy/envoy.yaml rendered with two ext_proc
  * endpoints and, as the generated envoy/envoy-replicas*.yaml, session affinity on `x-session-id`,
- * else on the prompt's opening (Maglev over the replicas); the replicas are the real CLI as child processes, so SIGKILL is a real
- * crash; half of the requests after a crash carry a session key, so a session whose replica died
- * moves too):
+ * else on the prompt's opening (Maglev over the replicas); the replicas are the real CLI as child
+ * processes, so SIGKILL is a real crash; half of the requests after a crash carry a session key, so
+ * a session whose replica died moves too):
  *  - the replicas share the traffic;
  *  - fail-open (`failure_mode_allow: true`): a replica SIGKILLed mid-stream leaves the stream it had
  *    routed streaming to its end, and the next 200 requests all succeed;
@@ -220,13 +220,13 @@ describe('router replicas behind Envoy', () => {
   });
 
   it('a crashed replica that is back in rotation gets new streams again, crash after crash', async () => {
-    // Envoy 1.40 coalesces the host-health updates of one health-check pass and hands its worker
-    // threads the load balancer built before the pass (envoyproxy/envoy#45055): a replica back from a
-    // crash could read healthy in every stat and still get no stream until the next membership change.
-    // If the other replica died then, every request failed (the P/D chaos soak). envoy.yaml turns the
-    // coalescing off. Each cycle: SIGKILL a replica under traffic (Envoy's outlier detection ejects
-    // it, its health check fails it), start it on the same ports, and once Envoy has both in rotation
-    // send requests without a session key (random replica): the returned one must get some.
+    // Envoy hands host-health changes to its worker threads' load balancers through
+    // `update_merge_window`, 1 s by default: a replica back from a crash read healthy in every stat
+    // and still got no stream for up to a second, and if the other replica died then, every request
+    // failed (the P/D chaos soak). envoy-config.ts sets the window to 0s. Each cycle: SIGKILL a
+    // replica under traffic (outlier detection ejects it, its health check fails it), start it on
+    // the same ports, and once Envoy has both in rotation send 24 requests with distinct prompts (no
+    // session key: their openings hash over both replicas): the returned one must route some.
     const fleet = await startFleet({ failOpen: false, fixedPorts: true });
     const served: number[] = [];
     for (let cycle = 0; cycle < 6; cycle++) {
