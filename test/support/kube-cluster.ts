@@ -90,6 +90,12 @@ export interface KubeCluster {
    * subjects) replaced by `namespace`.
    */
   applyManifest(file: string, namespace: string): Promise<void>;
+  /**
+   * One request to the API with the admin token (`path` with its query string; a body is sent as JSON):
+   * the status and the parsed JSON answer. For what the typed clients do not expose (e.g.
+   * `fieldValidation=Strict` on a dry-run create).
+   */
+  api(method: string, path: string, body?: unknown): Promise<{ status: number; body: unknown }>;
   /** A token of ServiceAccount `name` (TokenRequest API), valid for an hour. */
   serviceAccountToken(namespace: string, name: string): Promise<string>;
   restartApiserver(): Promise<void>;
@@ -219,6 +225,9 @@ export async function startKubeCluster(): Promise<KubeCluster> {
           await objects.create(obj);
         }
       },
+      api(method, path, body) {
+        return apiRequest(server, caPem, adminToken, method, path, body);
+      },
       async serviceAccountToken(namespace, name) {
         const res = await cluster.core.createNamespacedServiceAccountToken({
           name,
@@ -246,6 +255,52 @@ export async function startKubeCluster(): Promise<KubeCluster> {
     if (!process.env.KUBE_TEST_KEEP) rmSync(dir, { recursive: true, force: true });
     throw err;
   }
+}
+
+function apiRequest(
+  server: string,
+  ca: string,
+  token: string,
+  method: string,
+  path: string,
+  body: unknown,
+): Promise<{ status: number; body: unknown }> {
+  const payload = body === undefined ? undefined : JSON.stringify(body);
+  return new Promise((resolveReply, reject) => {
+    const req = request(
+      `${server}${path}`,
+      {
+        method,
+        ca,
+        headers: {
+          authorization: `Bearer ${token}`,
+          accept: 'application/json',
+          ...(payload === undefined
+            ? {}
+            : { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) }),
+        },
+        timeout: 30_000,
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => {
+          const text = Buffer.concat(chunks).toString('utf8');
+          let parsed: unknown = text;
+          try {
+            parsed = JSON.parse(text);
+          } catch {
+            /* not JSON: keep the text */
+          }
+          resolveReply({ status: res.statusCode ?? 0, body: parsed });
+        });
+        res.on('error', reject);
+      },
+    );
+    req.on('error', reject);
+    req.on('timeout', () => req.destroy(new Error(`${method} ${path}: no answer in 30 s`)));
+    req.end(payload);
+  });
 }
 
 function readyz(server: string, token: string, agent: Agent): Promise<boolean> {

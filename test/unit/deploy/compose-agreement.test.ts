@@ -336,4 +336,44 @@ describe('deploy/kubernetes', () => {
     });
     expect(rule.spec.trafficPolicy.connectionPool.tcp.connectTimeout).toBe(routerCluster.connect_timeout);
   });
+
+  it("gives Envoy Gateway's router cluster the retry, health checks and ejection of envoy-replicas.yaml", () => {
+    const replicas = yamlFile('envoy/envoy-replicas.yaml');
+    const routerCluster = (replicas.static_resources.clusters as Yaml[]).find(
+      (c) => c.name === 'vllm_router',
+    ) as Yaml;
+    const filter = (
+      replicas.static_resources.listeners[0].filter_chains[0].filters[0].typed_config.http_filters as Yaml[]
+    ).find((f) => f.name === 'envoy.filters.http.ext_proc') as Yaml;
+    const retry = filter.typed_config.grpc_service.retry_policy as Yaml;
+    const ext = (
+      yamlDocs('deploy/kubernetes/envoy-gateway.yaml').find((d) => d.kind === 'EnvoyExtensionPolicy') as Yaml
+    ).spec.extProc[0];
+    const bs = ext.backendSettings as Yaml;
+    expect(ext.statusOnError).toBe(filter.typed_config.status_on_error.code);
+    expect(bs.retry.numRetries).toBe(retry.num_retries);
+    expect(bs.retry.retryOn.triggers.join(',')).toBe(retry.retry_on);
+    expect(durationMs(bs.retry.perRetry.backOff.baseInterval)).toBe(
+      durationMs(retry.retry_back_off.base_interval),
+    );
+    expect(durationMs(bs.retry.perRetry.backOff.maxInterval)).toBe(
+      durationMs(retry.retry_back_off.max_interval),
+    );
+    const hc = routerCluster.health_checks[0] as Yaml;
+    expect(bs.healthCheck.active.grpc.service).toBe(hc.grpc_health_check.service_name);
+    expect(durationMs(bs.healthCheck.active.interval)).toBe(durationMs(hc.interval));
+    expect(durationMs(bs.healthCheck.active.timeout)).toBe(durationMs(hc.timeout));
+    expect(bs.healthCheck.active.unhealthyThreshold).toBe(hc.unhealthy_threshold);
+    expect(bs.healthCheck.active.healthyThreshold).toBe(hc.healthy_threshold);
+    const od = routerCluster.outlier_detection as Yaml;
+    expect(bs.healthCheck.passive).toEqual({
+      splitExternalLocalOriginErrors: od.split_external_local_origin_errors,
+      consecutiveLocalOriginFailures: od.consecutive_local_origin_failure,
+      interval: od.interval,
+      baseEjectionTime: od.base_ejection_time,
+      maxEjectionPercent: od.max_ejection_percent,
+    });
+    expect(bs.healthCheck.panicThreshold).toBe(routerCluster.common_lb_config.healthy_panic_threshold.value);
+    expect(bs.timeout.tcp.connectTimeout).toBe(routerCluster.connect_timeout);
+  });
 });
