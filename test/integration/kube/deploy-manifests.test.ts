@@ -92,7 +92,28 @@ beforeAll(async () => {
     if (res.status !== 201)
       throw new Error(`CRD ${crd.metadata.name}: ${res.status} ${JSON.stringify(res.body)}`);
   }
+  // Established, and listed by the group's discovery document (which a controller updates a moment
+  // later): resourceOf() reads the resource names from there.
   for (const crd of crds) {
+    const spec = crd.spec as {
+      group: string;
+      names: { kind: string };
+      versions: Array<{ name: string; served: boolean }>;
+    };
+    for (const v of spec.versions.filter((x) => x.served)) {
+      await waitFor(
+        async () => {
+          const res = await cluster.api('GET', `/apis/${spec.group}/${v.name}`);
+          const list = (res.body as { resources?: Array<{ kind: string }> }).resources ?? [];
+          return res.status === 200 && list.some((r) => r.kind === spec.names.kind);
+        },
+        {
+          timeoutMs: 60_000,
+          intervalMs: 100,
+          message: `${spec.names.kind} ${spec.group}/${v.name} discoverable`,
+        },
+      );
+    }
     await waitFor(
       async () => {
         const res = await cluster.api(
