@@ -684,7 +684,7 @@ export const OPTIONS = [
     type: 'enum',
     default: 'auto',
     values: ['auto', 'sequential', 'concurrent', 'sidecar'],
-    help: 'auto: sequential, or concurrent for MoRI-IO WRITE registrations.',
+    help: 'auto: overlapped for Mooncake (the decode leg starts once the prefill request is sent), concurrent for MoRI-IO WRITE registrations, else sequential.',
   },
   {
     group: 'Prefill/decode',
