@@ -14,6 +14,7 @@ import { startEnvoy, type EnvoyHandle } from '../../src/envoy/envoy-process.js';
 import { startSimulator, type Simulator, type SimulatorOptions } from '../../src/sim/simulator.js';
 import type { Worker } from '../../src/workers/worker.js';
 import { adminJson, expectAllLoadsZero, metricsText, startTestRouter } from '../support/router-fixture.js';
+import { freePorts } from '../support/free-ports.js';
 import { waitFor } from '../support/wait-for.js';
 
 /**
@@ -114,8 +115,10 @@ describe('ZMQ-discovered P/D workers through Envoy', () => {
       });
       const r = router;
       const register = { zmq: r.discoveryEndpoint as string, intervalMs: HEARTBEAT_MS };
-      for (const opts of [PREFILL, PREFILL, DECODE, DECODE])
-        sims.push(await startSimulator({ ...opts, register }));
+      // Ports below the ephemeral range: no outgoing connection can take the victim's while it is down.
+      const ports = await freePorts(4);
+      for (const [i, opts] of [PREFILL, PREFILL, DECODE, DECODE].entries())
+        sims.push(await startSimulator({ ...opts, register, port: ports[i] }));
       envoy = await startEnvoy({ routers: [{ host: '127.0.0.1', port: r.grpcPort }] });
       const url = `http://127.0.0.1:${envoy.listenerPort}`;
 

@@ -24,6 +24,7 @@ import { startEnvoy, type EnvoyHandle } from '../../src/envoy/envoy-process.js';
 import { startSimulator, type Simulator } from '../../src/sim/simulator.js';
 import type { Router } from '../../src/router.js';
 import { expectAllLoadsZero, startTestRouter } from '../support/router-fixture.js';
+import { freePorts } from '../support/free-ports.js';
 import { waitFor } from '../support/wait-for.js';
 import { healthClient, startRouterChild, type RouterChild } from '../integration/lifecycle/router-child.js';
 
@@ -107,30 +108,32 @@ describe('CLI shutdown (child process behind Envoy)', () => {
     }));
 
   it('SIGTERM: readiness off and discovery closed while the stream flows; the stream completes; exit 0', async () => {
-    const { child, health, url } = await setup();
+    const { sim, child, health, url } = await setup();
     expect((await readyz(child)).status).toBe(200);
     for (const name of ['', 'readiness', EXTPROC_SERVICE]) expect(await health.check(name)).toBe('SERVING');
     const discoveryPort = Number(child.discovery?.split(':').pop());
     expect(await tcpRefused(discoveryPort)).toBe(false);
 
+    // The worker holds the stream after two events until the checks are done, however slow the
+    // machine: the drain must find it in flight.
+    const hold = sim.hold({ afterChunks: 2, stream: true });
     const res = await completion(url, { prompt: 'drain me', max_tokens: 30, stream: true });
     expect(res.status).toBe(200);
-    let signalled = false;
-    let chunksAtNotReady = -1;
-    const text = await readStream(res, async (n) => {
-      if (n === 2 && !signalled) {
-        signalled = true;
-        child.process.kill('SIGTERM');
-        await waitFor(async () => (await readyz(child)).status === 503, { message: '/readyz 503' });
-        expect((await readyz(child)).body.draining).toBe(true);
-        for (const name of ['', 'readiness', EXTPROC_SERVICE]) {
-          expect(await health.check(name)).toBe('NOT_SERVING');
-        }
-        await waitFor(() => tcpRefused(discoveryPort), { message: 'discovery socket closed' });
-        chunksAtNotReady = n;
-      }
+    const reading = readStream(res);
+    await hold.reached();
+    child.process.kill('SIGTERM');
+    await waitFor(async () => (await readyz(child)).status === 503, {
+      message: '/readyz 503',
+      timeoutMs: 20_000,
     });
-    expect(chunksAtNotReady).toBe(2);
+    expect((await readyz(child)).body.draining).toBe(true);
+    for (const name of ['', 'readiness', EXTPROC_SERVICE]) {
+      expect(await health.check(name)).toBe('NOT_SERVING');
+    }
+    await waitFor(() => tcpRefused(discoveryPort), { message: 'discovery socket closed', timeoutMs: 20_000 });
+    expect(hold.held).toBe(1);
+    hold.release();
+    const text = await reading;
     expect(text).toContain('data: [DONE]');
     // Tokens kept arriving after readiness went off: the stream was drained, not cut.
     expect(text.split('\n\n').filter((e) => e.startsWith('data: {')).length).toBeGreaterThan(2);
@@ -144,25 +147,27 @@ describe('CLI shutdown (child process behind Envoy)', () => {
   ])(
     'a stream longer than the drain timeout, body %s: the router hands it back to Envoy, which finishes it after the router exited (fail-closed)',
     async (_body, extra) => {
-      const { child, url } = await setup([
+      const { sim, child, url } = await setup([
         ...['--drain-timeout-ms', '300', '--drain-grace-ms', '0', '--close-grace-ms', '0'],
         ...extra,
       ]);
-      // 60 tokens, 100 ms apart: ~6 s, far past the drain (0.3 s) and the close (~1 s), with room
-      // for a slow exit on a loaded machine.
-      const res = await completion(url, { prompt: 'outlive the drain', max_tokens: 60, stream: true });
+      // The worker holds the stream after two events until the router has exited, however slow the
+      // machine: the rest of it can only flow through Envoy alone.
+      const hold = sim.hold({ afterChunks: 2, stream: true });
+      const res = await completion(url, { prompt: 'outlive the drain', max_tokens: 10, stream: true });
       expect(res.status).toBe(200);
       let exited = false;
-      void child.exited.then(() => {
-        exited = true;
-      });
       let chunksAfterExit = 0;
-      const text = await readStream(res, (n) => {
-        if (n === 2) child.process.kill('SIGTERM');
+      const reading = readStream(res, () => {
         if (exited) chunksAfterExit += 1;
       });
-      expect(text).toContain('data: [DONE]');
+      await hold.reached();
+      child.process.kill('SIGTERM');
       expect(await child.exited).toEqual({ code: 0, signal: null });
+      exited = true;
+      hold.release();
+      const text = await reading;
+      expect(text).toContain('data: [DONE]');
       // The router was gone while the response still flowed: Envoy finished it alone.
       expect(chunksAfterExit).toBeGreaterThan(0);
       expect(child.lines.find((l) => l.msg === 'closing')?.drained).toBe(false);
@@ -194,7 +199,9 @@ describe('rolling restart: two gRPC-health-checked routers behind one Envoy', ()
     }
     cleanups.push(() => Promise.all(sims.map((s) => s.close())));
     const routerOpts = { workers: sims.map((s) => s.url), policy: 'round_robin' as const };
-    const a = await startTestRouter(routerOpts);
+    // A port below the ephemeral range: no outgoing connection can take it between close and restart.
+    const [aPort] = (await freePorts(1)) as [number];
+    const a = await startTestRouter({ ...routerOpts, grpcPort: aPort });
     const b = await startTestRouter(routerOpts);
     const routers: Router[] = [a, b];
     cleanups.push(() => Promise.all(routers.map((r) => r.close())));
@@ -262,11 +269,8 @@ describe('router down', () => {
   it('Envoy fails closed with 503 and no request reaches a worker', async () => {
     const sim = await startSimulator({ timeScale: 0 });
     cleanups.push(() => sim.close());
-    // A port with nothing listening: bind, read the port, close.
-    const probe = net.createServer();
-    await new Promise<void>((r) => probe.listen(0, '127.0.0.1', () => r()));
-    const deadPort = (probe.address() as net.AddressInfo).port;
-    await new Promise<void>((r) => probe.close(() => r()));
+    // A port with nothing listening, below the ephemeral range (no outgoing connection lands on it).
+    const [deadPort] = (await freePorts(1)) as [number];
     const envoy = await startEnvoy({ routers: [{ host: '127.0.0.1', port: deadPort }] });
     cleanups.push(() => envoy.close());
     const url = `http://127.0.0.1:${envoy.listenerPort}`;

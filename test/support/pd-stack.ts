@@ -4,6 +4,7 @@ import type { Config } from '../../src/config.js';
 import type { Router } from '../../src/router.js';
 import { startSimulator, type Simulator, type SimulatorOptions } from '../../src/sim/simulator.js';
 import { startTestRouter } from './router-fixture.js';
+import { freePorts } from './free-ports.js';
 import { waitFor } from './wait-for.js';
 
 export interface PdStack {
@@ -23,6 +24,12 @@ export async function startPdStack(opts: {
   prefillSim?: SimulatorOptions;
   decodeSim?: SimulatorOptions;
   router?: Partial<Config>;
+  /**
+   * Prefill simulators listen (HTTP and bootstrap) on ports from freePorts, below the kernel's
+   * ephemeral range, so a test can close one and start it again on the same ports without an
+   * outgoing connection taking them in between.
+   */
+  fixedPrefillPorts?: boolean;
 }): Promise<PdStack> {
   const prefill: Simulator[] = [];
   const decode: Simulator[] = [];
@@ -31,8 +38,16 @@ export async function startPdStack(opts: {
   try {
     const connector = opts.router?.kvConnector ?? 'nixl';
     for (let i = 0; i < (opts.prefill ?? 1); i++) {
+      const [port, bootstrapPort] = opts.fixedPrefillPorts ? await freePorts(2) : [];
       prefill.push(
-        await startSimulator({ role: 'prefill', kvConnector: connector, timeScale: 0, ...opts.prefillSim }),
+        await startSimulator({
+          role: 'prefill',
+          kvConnector: connector,
+          timeScale: 0,
+          ...(port === undefined ? {} : { port }),
+          ...(bootstrapPort === undefined || connector !== 'mooncake' ? {} : { bootstrapPort }),
+          ...opts.prefillSim,
+        }),
       );
     }
     for (let i = 0; i < (opts.decode ?? 1); i++) {

@@ -14,6 +14,7 @@ import type { WorkerView } from '../../../src/admin/admin-server.js';
 import { choose, reserve } from '../../../src/routing/selector.js';
 import { startSimulator, type Simulator, type SimulatorOptions } from '../../../src/sim/simulator.js';
 import { adminJson, expectAllLoadsZero, metricsText, startTestRouter } from '../../support/router-fixture.js';
+import { freePorts } from '../../support/free-ports.js';
 import { waitFor } from '../../support/wait-for.js';
 
 const cleanups: Array<() => unknown> = [];
@@ -194,8 +195,9 @@ describe('ZMQ registration into role pools', () => {
   it('a worker that stops, expires and comes back at the same url gets a new generation and a fresh Worker (fake clock)', async () => {
     let now = 0;
     const r = await router({ discoveryTtlMs: 5000 }, () => now);
-    const first = await sim(r, 'decode');
-    const port = first.port;
+    // A port below the ephemeral range: no outgoing connection can take it while the worker is down.
+    const [port] = (await freePorts(1)) as [number];
+    const first = await sim(r, 'decode', { port });
     await waitFor(() => r.workers().length === 1);
     r.pools.decode.reconcile();
     const old = r.pools.decode.workers[0];

@@ -5,7 +5,9 @@ import { HealthChecker, type HealthCheckerOptions } from '../../../src/health/he
 import { WorkerHealth, type WorkerHealthView } from '../../../src/health/worker-health.js';
 import { startSimulator, type Simulator } from '../../../src/sim/simulator.js';
 import { Worker } from '../../../src/workers/worker.js';
+import { LOOP_STALL_MS } from '../../../src/util/loop-stall.js';
 import { waitFor } from '../../support/wait-for.js';
+import { freePorts } from '../../support/free-ports.js';
 
 const INTERVAL_MS = 20;
 const cleanups: Array<() => Promise<void> | void> = [];
@@ -84,8 +86,9 @@ describe('HealthChecker against a simulator', () => {
   });
 
   it('a closed simulator fails checks (connect error); a new one on the same port brings it back', async () => {
-    const s = await sim();
-    const port = s.port;
+    // A port below the ephemeral range: no outgoing connection can take it while the worker is down.
+    const [port] = (await freePorts(1)) as [number];
+    const s = await sim(port);
     const w = workerAt(s.url);
     const h = harness(() => [w]);
     h.checker.start();
@@ -104,18 +107,36 @@ describe('HealthChecker against a simulator', () => {
 
   it('a check that gets no answer within timeoutMs fails with reason timeout', async () => {
     const s = await sim();
-    s.injectFault({ hang: true }, { path: '/health', count: 3 });
+    // Every check hangs until the worker is down: on a starved machine a timer that fires late is
+    // `router_stalled` (inconclusive, not counted), so the number of hung checks needed is not fixed.
+    s.injectFault({ hang: true }, { path: '/health', count: 1_000_000 });
     const w = workerAt(s.url);
     const h = harness(() => [w], { timeoutMs: 50 });
     h.checker.start();
-    await waitFor(() => !w.healthy, { message: 'unhealthy after 3 timeouts' });
-    expect(h.failures.slice(0, 3)).toEqual(['timeout', 'timeout', 'timeout']);
-    await waitFor(() => w.healthy, { message: 'healthy once the simulator answers again' });
+    await waitFor(() => !w.healthy, { message: 'unhealthy after 3 timeouts', timeoutMs: 30_000 });
+    expect(h.failures.filter((r) => r !== 'router_stalled').slice(0, 3)).toEqual([
+      'timeout',
+      'timeout',
+      'timeout',
+    ]);
+    s.clearFaults();
+    await waitFor(() => w.healthy, {
+      message: 'healthy once the simulator answers again',
+      timeoutMs: 30_000,
+    });
   });
 
   it("a timeout caused by the router's own blocked event loop is inconclusive: nothing recorded", async () => {
+    const timeoutMs = 1000;
     let received = 0;
-    const server: Server = createServer(() => void received++); // never answers
+    // Never answers; holds the loop as it receives the check: a long synchronous task (tokenizing a
+    // 200 KB prompt, say) well past the timeout. Run in the handler, the hold starts right after the
+    // check was sent, before its timer can fire even on a starved machine.
+    const server: Server = createServer(() => {
+      received++;
+      const until = performance.now() + timeoutMs + LOOP_STALL_MS + 500;
+      while (performance.now() < until);
+    });
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     cleanups.push(
       () =>
@@ -125,12 +146,9 @@ describe('HealthChecker against a simulator', () => {
         }),
     );
     const w = workerAt(`http://127.0.0.1:${(server.address() as AddressInfo).port}`);
-    const h = harness(() => [w], { timeoutMs: 100 });
+    const h = harness(() => [w], { timeoutMs });
     h.checker.start();
     await waitFor(() => received >= 1, { message: 'first check sent' });
-    // A long synchronous task (tokenizing a 200 KB prompt, say) holds the loop past the timeout.
-    const until = performance.now() + 600;
-    while (performance.now() < until);
     await waitFor(() => h.failures.length >= 1, { message: 'the check ended' });
     expect(h.failures[0]).toBe('router_stalled');
     expect(h.results.get(w.id)).toBeUndefined();
