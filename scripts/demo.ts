@@ -95,8 +95,9 @@ async function main(): Promise<void> {
     }),
   );
   const seconds = (performance.now() - started) / 1000;
-  // Loads drop when Envoy closes each ext_proc stream; give it a moment.
-  for (let i = 0; i < 100 && router.workers().some((w) => w.load !== 0); i++)
+  // Loads drop when Envoy closes each ext_proc stream: wait for it (up to 10 s on a busy machine).
+  const loadsDeadline = performance.now() + 10_000;
+  while (router.workers().some((w) => w.load !== 0) && performance.now() < loadsDeadline)
     await new Promise((r) => setTimeout(r, 20));
 
   console.log(`Sent ${total} requests through Envoy in ${seconds.toFixed(2)} s`);

@@ -183,7 +183,10 @@ describe('CLI shutdown (child process behind Envoy)', () => {
     const pending = completion(url, { prompt: 'hang', max_tokens: 2 }, ac.signal).catch(() => undefined);
     await sim.waitForRequests(1);
     child.process.kill('SIGTERM');
-    await waitFor(() => child.lines.some((l) => l.msg === 'draining'), { message: 'draining logged' });
+    await waitFor(() => child.lines.some((l) => l.msg === 'draining'), {
+      message: 'draining logged',
+      timeoutMs: 20_000,
+    });
     child.process.kill('SIGINT');
     expect(await child.exited).toEqual({ code: 1, signal: null });
     ac.abort();

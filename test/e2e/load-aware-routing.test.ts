@@ -23,7 +23,15 @@ beforeAll(async () => {
     sim: { timeScale: 1, timing: { baseItlMs: 30, overheadMs: 1 } },
     // Every response body watched, so every response teaches the timing estimates (asserted below;
     // the default watched share, one streamed response in 8, is test/e2e/response-body-skip.test.ts's).
-    router: { policy: 'cache_aware', scrapeIntervalMs: 50, decisionHeader: true, responseBodySample: 1 },
+    // loadStaleMs: a scrape gap of over a second on a starved machine must not turn the routing back
+    // to in-flight counts mid-test (staleness has its own unit tests).
+    router: {
+      policy: 'cache_aware',
+      scrapeIntervalMs: 50,
+      loadStaleMs: 60_000,
+      decisionHeader: true,
+      responseBodySample: 1,
+    },
   });
 });
 afterAll(async () => {
@@ -134,10 +142,10 @@ describe('load-aware routing (cache_aware cost mode, scraped /metrics)', () => {
   });
 
   it('spreads 60 identical concurrent chat requests with one short prompt over both workers', async () => {
-    // Both workers idle as the router sees them (a scrape taken during the previous test's direct load
-    // stays fresh for up to a second).
+    // Both workers idle as the router sees them (the next scrapes after the previous test's direct load).
     await waitFor(async () => (await workersView()).every((w) => w.routingLoad.ahead === 0), {
       message: 'both workers idle in the routing view',
+      timeoutMs: 10_000,
     });
     const results = await Promise.all(Array.from({ length: 60 }, () => chat('Hi! Who are you?', 4)));
     const counts = new Map<string, number>();

@@ -129,36 +129,44 @@ async function loads(child: RouterChild): Promise<number[]> {
 }
 
 /**
- * Starts a 60-token stream, SIGKILLs the replica that holds its ext_proc stream after the second
- * chunk, and reads on. Returns whether the stream reached `[DONE]`.
+ * Starts a stream that every worker holds after its second event, SIGKILLs the replica that holds its
+ * ext_proc stream, lets the worker go on once that replica is gone, and reads on. Returns whether the
+ * stream reached `[DONE]`. The hold makes the kill land mid-stream however slow the machine is.
  */
 async function killMidStream(fleet: Fleet): Promise<{ victim: RouterChild; completed: boolean }> {
-  const res = await completion(fleet.url, { prompt: 'crash under me', max_tokens: 60, stream: true });
-  expect(res.status).toBe(200);
-  const reader = res.body!.getReader();
-  const decoder = new TextDecoder();
-  let text = '';
-  let chunks = 0;
-  let victim: RouterChild | undefined;
+  const holds = fleet.sims.map((s) => s.hold({ afterChunks: 2, stream: true }));
   try {
-    for (;;) {
-      const { done, value } = await reader.read();
-      if (done) break;
-      text += decoder.decode(value, { stream: true });
-      if (++chunks === 2) {
-        for (const r of fleet.replicas) {
-          if ((await metric(r, 'vllm_router_extproc_streams_active')) > 0) victim = r;
+    const res = await completion(fleet.url, { prompt: 'crash under me', max_tokens: 10, stream: true });
+    expect(res.status).toBe(200);
+    const reading = (async () => {
+      const reader = res.body!.getReader();
+      const decoder = new TextDecoder();
+      let text = '';
+      try {
+        for (;;) {
+          const { done, value } = await reader.read();
+          if (done) break;
+          text += decoder.decode(value, { stream: true });
         }
-        expect(victim).toBeDefined();
-        victim!.process.kill('SIGKILL');
-        await victim!.exited;
+      } catch {
+        // A reset stream surfaces as a read error ("terminated").
       }
+      return text;
+    })();
+    await Promise.race(holds.map((h) => h.reached()));
+    let victim: RouterChild | undefined;
+    for (const r of fleet.replicas) {
+      if ((await metric(r, 'vllm_router_extproc_streams_active')) > 0) victim = r;
     }
-  } catch {
-    // A reset stream surfaces as a read error ("terminated").
+    expect(victim).toBeDefined();
+    victim!.process.kill('SIGKILL');
+    await victim!.exited;
+    for (const h of holds) h.release();
+    const text = await reading;
+    return { victim: victim!, completed: text.includes('data: [DONE]') };
+  } finally {
+    for (const h of holds) h.release();
   }
-  expect(victim).toBeDefined();
-  return { victim: victim!, completed: text.includes('data: [DONE]') };
 }
 
 /** 200 requests at concurrency 8, half of them streamed; returns the failures. */

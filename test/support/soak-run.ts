@@ -100,7 +100,8 @@ export interface SoakOptions {
   /**
    * Router replicas behind Envoy. 1 (the default): the router runs in this process.
    * More: each is the real CLI as a child process, and the replica chaos kills or drains one of them
-   * every `replicaChaosIntervalMs` (default 4 s) and starts it again on the same ports.
+   * every `replicaChaosIntervalMs` (default 4 s) and starts it again on the same ports; the run then
+   * lasts at least until one replica was crashed and one drained (at most 60 s past `durationS`).
    */
   replicas?: number;
   replicaChaosIntervalMs?: number;
@@ -500,9 +501,16 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
       }
     };
 
+    // With replicas the run also lasts until the replica chaos has crashed one replica and drained one
+    // (at most a minute more): on a starved machine the first restart can take most of a short run.
+    const running = (): boolean => {
+      const now = performance.now();
+      if (now < deadline) return true;
+      return r.replicated && (r.kills === 0 || r.drains === 0) && now < deadline + 60_000;
+    };
     let seq = 0;
     const clients = Array.from({ length: concurrency }, async () => {
-      while (performance.now() < deadline) await one(seq++);
+      while (running()) await one(seq++);
     });
 
     // ---- chaos ----

@@ -1,6 +1,8 @@
 /**
  * Polls a condition instead of sleeping: resolves as soon as `predicate()` is truthy, rejects after
- * `timeoutMs` (default 5000) with the last thrown error or a timeout error. Poll interval defaults to
+ * `timeoutMs` (default 15000: a condition met at once costs nothing more, and CI runs on a loaded
+ * 2-core machine where a child process or Envoy can take seconds) with the last thrown error or a
+ * timeout error. Poll interval defaults to
  * 5 ms. The number of polls is bounded by timeoutMs / intervalMs. The timer is cleared on every exit.
  */
 export interface WaitForOptions {
@@ -14,7 +16,7 @@ export async function waitFor(
   predicate: () => boolean | Promise<boolean>,
   opts: WaitForOptions = {},
 ): Promise<void> {
-  const timeoutMs = opts.timeoutMs ?? 5000;
+  const timeoutMs = opts.timeoutMs ?? 15_000;
   const intervalMs = opts.intervalMs ?? 5;
   const deadline = Date.now() + timeoutMs;
   let lastError: unknown;
