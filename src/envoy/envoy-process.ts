@@ -56,14 +56,20 @@ process.once('exit', () => {
   for (const p of live) p.kill('SIGKILL');
 });
 
+/**
+ * Runs Envoy on envoy/envoy.yaml rendered with `opts`, or on `opts.config` as it is (a whole bootstrap,
+ * YAML or JSON, written elsewhere: e.g. what Envoy Gateway's translator makes of the deploy manifests).
+ * Either way the admin port is read from `--admin-address-path` and the listener port from the admin
+ * API (the first listener), so both may be 0.
+ */
 export async function startEnvoy(
-  opts: EnvoyRenderOptions & { logLevel?: string } = {},
+  opts: EnvoyRenderOptions & { logLevel?: string; config?: string } = {},
 ): Promise<EnvoyHandle> {
   const bin = findEnvoy();
   const dir = mkdtempSync(path.join(tmpdir(), 'vllm-router-envoy-'));
   const configPath = path.join(dir, 'envoy.yaml');
   const adminPath = path.join(dir, 'admin-address');
-  writeFileSync(configPath, renderEnvoyConfig(opts));
+  writeFileSync(configPath, opts.config ?? renderEnvoyConfig(opts));
   const child = spawn(
     bin,
     [

@@ -1,0 +1,296 @@
+/**
+ * deploy/kubernetes/envoy-gateway.yaml as Envoy Gateway itself reads it: `egctl x translate` (Envoy
+ * Gateway 1.9.1's translator, offline; test/support/envoy-gateway-xds.ts) turns the manifest, with the
+ * Gateway, GatewayClass and Services it refers to, into xDS and policy statuses. The test checks the
+ * statuses and what the policies became, then runs that xDS (listener, routes, clusters, unchanged but
+ * for loopback addresses) with the real Envoy 1.40 in front of the router and simulated workers:
+ * requests are routed by the router through the EnvoyPatchPolicy's original-destination cluster, a
+ * 220 KB prompt passes the gateway's 32 KB buffer limit in full-duplex mode, and with the router down
+ * the gateway answers 503 without reaching a worker.
+ */
+import { readFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startEnvoy, type EnvoyHandle } from '../../src/envoy/envoy-process.js';
+import { startSimulator, type Simulator } from '../../src/sim/simulator.js';
+import type { Router } from '../../src/router.js';
+import { staticBootstrap, translate, type Translation } from '../support/envoy-gateway-xds.js';
+import { expectAllLoadsZero, startTestRouter } from '../support/router-fixture.js';
+import { waitFor } from '../support/wait-for.js';
+
+const REPO = resolve(import.meta.dirname, '../..');
+const MANIFEST = readFileSync(join(REPO, 'deploy/kubernetes/envoy-gateway.yaml'), 'utf8');
+
+/** What the manifest refers to and a cluster would have: its Gateway (and class) and the two Services. */
+const CLUSTER = `
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: { name: eg }
+spec: { controllerName: gateway.envoyproxy.io/gatewayclass-controller }
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: { name: inference-gateway, namespace: llm }
+spec:
+  gatewayClassName: eg
+  listeners: [{ name: http, protocol: HTTP, port: 80 }]
+---
+apiVersion: v1
+kind: Service
+metadata: { name: vllm-extproc-router, namespace: llm }
+spec:
+  clusterIP: 10.96.0.10
+  ports: [{ name: grpc, port: 9002, targetPort: 9002, appProtocol: kubernetes.io/h2c }]
+---
+apiVersion: v1
+kind: Service
+metadata: { name: vllm-decode, namespace: llm }
+spec:
+  clusterIP: 10.96.0.11
+  ports: [{ name: http, port: 8000, targetPort: 8000 }]
+---
+`;
+const ROUTER_SERVICE = '10.96.0.10:9002';
+const PLACEHOLDER_SERVICE = '10.96.0.11:8000';
+
+type Json = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+
+let t: Translation;
+let workers: Simulator[] = [];
+/** The HTTPRoute's placeholder backend: the patch re-points the route, so it must never be reached. */
+let placeholder: Simulator;
+
+beforeAll(async () => {
+  t = translate(CLUSTER + MANIFEST);
+  workers = [await startSimulator({ timeScale: 0 }), await startSimulator({ timeScale: 0 })];
+  placeholder = await startSimulator({ timeScale: 0 });
+}, 120_000);
+
+afterAll(async () => {
+  await Promise.all([...workers, placeholder].map((s) => s?.close()));
+});
+
+const conditions = (kind: string, name: string): Json[] => {
+  const list = (t.resources[kind] ?? []) as Json[];
+  const obj = list.find((o) => o.metadata?.name === name);
+  if (!obj) throw new Error(`${kind} ${name} not in egctl's output`);
+  const status = obj.status as Json;
+  return [...((status.parents ?? status.ancestors ?? []) as Json[]).flatMap((a) => a.conditions as Json[])];
+};
+
+describe('deploy/kubernetes/envoy-gateway.yaml through Envoy Gateway 1.9.1 (egctl translate)', () => {
+  it('accepts the route and both policies', () => {
+    for (const [kind, name] of [
+      ['httpRoutes', 'vllm'],
+      ['envoyExtensionPolicies', 'vllm-extproc-router'],
+      ['envoyPatchPolicies', 'vllm-original-dst'],
+    ] as const) {
+      const c = conditions(kind, name);
+      expect(c.length, `${kind} ${name}`).toBeGreaterThan(0);
+      for (const x of c) expect(x.status, `${kind} ${name}: ${x.type} ${x.message}`).toBe('True');
+    }
+  });
+
+  it('makes the ext_proc filter, its router cluster and the original-destination route the manifest describes', () => {
+    const listener = t.listeners.find((l) => l.name === 'llm/inference-gateway/http')!;
+    const filter = (listener.defaultFilterChain.filters[0].typedConfig.httpFilters as Json[]).find((f) =>
+      (f.name as string).startsWith('envoy.filters.http.ext_proc/'),
+    )!;
+    const ext = filter.typedConfig;
+    expect(ext.failureModeAllow ?? false).toBe(false);
+    expect(ext.statusOnError).toEqual({ code: 'ServiceUnavailable' });
+    expect(ext.messageTimeout).toBe('90s');
+    expect(ext.grpcService.retryPolicy).toMatchObject({
+      numRetries: 3,
+      retryOn: 'connect-failure,refused-stream,reset',
+    });
+    expect(ext.metadataOptions.receivingNamespaces.untyped).toEqual(['envoy.lb']);
+    expect(ext.processingMode).toMatchObject({
+      requestBodyMode: 'FULL_DUPLEX_STREAMED',
+      responseBodyMode: 'FULL_DUPLEX_STREAMED',
+    });
+    const routerCluster = t.clusters.find((c) => c.name === ext.grpcService.envoyGrpc.clusterName)!;
+    // The EnvoyPatchPolicy's health check, with a host name as :authority (see the test below).
+    expect(routerCluster.healthChecks).toEqual([
+      expect.objectContaining({
+        grpcHealthCheck: {
+          serviceName: 'envoy.service.ext_proc.v3.ExternalProcessor',
+          authority: 'vllm-extproc-router',
+        },
+        unhealthyThreshold: 2,
+      }),
+    ]);
+    expect(routerCluster.outlierDetection).toMatchObject({ consecutiveLocalOriginFailure: 2 });
+    expect(routerCluster.connectTimeout).toBe('2s');
+    // The patches applied: the route goes to vllm_workers, which follows the router's header.
+    const route = t.routes.find((r) => r.name === 'llm/inference-gateway/http')!;
+    expect(route.virtualHosts[0].routes[0].route).toMatchObject({ cluster: 'vllm_workers', timeout: '0s' });
+    const workersCluster = t.clusters.find((c) => c.name === 'vllm_workers')!;
+    expect(workersCluster).toMatchObject({
+      type: 'ORIGINAL_DST',
+      originalDstLbConfig: { useHttpHeader: true, httpHeaderName: 'x-gateway-destination-endpoint' },
+    });
+  });
+
+  describe('run by the real Envoy', () => {
+    let router: Router;
+    let envoy: EnvoyHandle;
+    let url: string;
+
+    beforeAll(async () => {
+      router = await startTestRouter({ workers: workers.map((s) => s.url), policy: 'cache_aware' });
+      envoy = await startEnvoy({
+        config: staticBootstrap(t, 'llm/inference-gateway/http', {
+          [ROUTER_SERVICE]: `127.0.0.1:${router.grpcPort}`,
+          [PLACEHOLDER_SERVICE]: `127.0.0.1:${placeholder.port}`,
+        }),
+      });
+      url = `http://127.0.0.1:${envoy.listenerPort}`;
+    }, 60_000);
+
+    afterAll(async () => {
+      await envoy?.close();
+      await router?.close();
+    });
+
+    it('routes completions and streamed chats to the workers the router picks, a 220 KB prompt too', async () => {
+      const before = workers.map((s) => s.records.length);
+      const completion = await fetch(`${url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'sim-model', prompt: 'Envoy Gateway says hello', max_tokens: 4 }),
+      });
+      expect(completion.status, await completion.clone().text()).toBe(200);
+      expect(((await completion.json()) as Json).choices[0].text.length).toBeGreaterThan(0);
+
+      const chat = await fetch(`${url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({
+          model: 'sim-model',
+          messages: [{ role: 'user', content: 'stream through the gateway' }],
+          max_tokens: 5,
+          stream: true,
+        }),
+      });
+      expect(chat.status).toBe(200);
+      expect(await chat.text()).toContain('data: [DONE]');
+
+      const big = 'a long shared document line. '.repeat(7600); // ~220 KB
+      const long = await fetch(`${url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'sim-model', prompt: big, max_tokens: 2 }),
+      });
+      expect(long.status, await long.clone().text()).toBe(200);
+      await long.text();
+
+      const served = workers.map((s, i) => s.records.length - before[i]!);
+      expect(served.reduce((a, b) => a + b, 0)).toBe(3);
+      expect(placeholder.records.length).toBe(0);
+      // The whole prompt reached the worker (full duplex: Envoy forwards only what the router echoes).
+      const arrived = workers.flatMap((s) => s.records).find((r) => (r.body as Json).prompt === big);
+      expect(arrived, 'the 220 KB prompt arrived whole').toBeDefined();
+      await expectAllLoadsZero(router);
+    });
+
+    it("why the health check is patched in: Envoy Gateway's own gRPC check never passes against the router", async () => {
+      // The router cluster with the gRPC health check Envoy Gateway generates for `healthCheck.active:
+      // {type: GRPC}` in place of the patched one: its :authority is the cluster name, and the router's
+      // HTTP/2 server (Node's) refuses an authority with '/' in it (PROTOCOL_ERROR): never healthy.
+      // The same check with an authority that is a host name (Envoy's `authority` field, which Envoy
+      // Gateway does not set) passes: the authority is the whole cause.
+      const runWithCheck = async (authority: string | undefined) => {
+        const withCheck = structuredClone(t);
+        const cluster = withCheck.clusters.find((c) =>
+          (c.name as string).startsWith('envoyextensionpolicy/'),
+        )!;
+        cluster.healthChecks = [
+          {
+            grpcHealthCheck: {
+              serviceName: 'envoy.service.ext_proc.v3.ExternalProcessor',
+              ...(authority === undefined ? {} : { authority }),
+            },
+            interval: '0.2s',
+            noTrafficInterval: '0.2s', // checks keep coming although no request gets through
+            timeout: '1s',
+            unhealthyThreshold: 2,
+            healthyThreshold: 1,
+          },
+        ];
+        const checked = await startEnvoy({
+          config: staticBootstrap(withCheck, 'llm/inference-gateway/http', {
+            [ROUTER_SERVICE]: `127.0.0.1:${router.grpcPort}`,
+            [PLACEHOLDER_SERVICE]: `127.0.0.1:${placeholder.port}`,
+          }),
+        });
+        try {
+          const stat = async (name: string) =>
+            Number(
+              new RegExp(`health_check\\.${name}: (\\d+)`).exec(
+                await checked.stats('extproc/0\\.health_check'),
+              )?.[1],
+            );
+          await waitFor(async () => (await stat('attempt')) >= 3, { message: 'three health checks' });
+          const res = await fetch(`http://127.0.0.1:${checked.listenerPort}/v1/completions`, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json' },
+            body: JSON.stringify({ model: 'sim-model', prompt: 'health-checked router', max_tokens: 2 }),
+          });
+          await res.text();
+          return {
+            success: await stat('success'),
+            networkFailure: await stat('network_failure'),
+            status: res.status,
+          };
+        } finally {
+          await checked.close();
+        }
+      };
+      const generated = await runWithCheck(undefined);
+      expect(generated.success).toBe(0);
+      expect(generated.networkFailure).toBeGreaterThanOrEqual(3);
+      expect(generated.status).toBe(503);
+      const hostAuthority = await runWithCheck('vllm-extproc-router.llm:9002');
+      expect(hostAuthority.success).toBeGreaterThanOrEqual(3);
+      expect(hostAuthority.status).toBe(200);
+      await expectAllLoadsZero(router);
+    });
+
+    it('a draining router (NOT_SERVING) leaves rotation through the patched health check: 503, no worker reached', async () => {
+      // The router cluster's host as Envoy sees it (admin /clusters: `<cluster>::<host>::health_flags::...`).
+      const healthy = async () =>
+        /^envoyextensionpolicy\/[^\n]*::health_flags::healthy$/m.test(
+          await (await fetch(`http://127.0.0.1:${envoy.adminPort}/clusters`)).text(),
+        );
+      expect(await healthy()).toBe(true);
+      await router.drain(0); // readiness off: the gRPC health service answers NOT_SERVING
+      await waitFor(async () => !(await healthy()), { message: 'the router out of rotation in Envoy' });
+      const before = workers.map((s) => s.records.length);
+      const res = await fetch(`${url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'sim-model', prompt: 'draining', max_tokens: 2 }),
+      });
+      expect(res.status).toBe(503);
+      await res.text();
+      expect(workers.map((s) => s.records.length)).toEqual(before);
+    });
+
+    it('with the router down, answers 503 and no request reaches a worker', async () => {
+      await router.close();
+      const before = workers.map((s) => s.records.length);
+      for (let i = 0; i < 5; i++) {
+        const res = await fetch(`${url}/v1/completions`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ model: 'sim-model', prompt: `down ${i}`, max_tokens: 2 }),
+        });
+        expect(res.status).toBe(503);
+        await res.text();
+      }
+      expect(workers.map((s) => s.records.length)).toEqual(before);
+      expect(placeholder.records.length).toBe(0);
+    });
+  });
+});
