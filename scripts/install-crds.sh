@@ -4,7 +4,7 @@
 # knows those kinds and let it validate them (server-side dry run, strict field validation):
 #   - Gateway API (HTTPRoute)                       sigs.k8s.io/gateway-api
 #   - Gateway API Inference Extension (InferencePool) sigs.k8s.io/gateway-api-inference-extension
-#   - Envoy Gateway (EnvoyExtensionPolicy, EnvoyPatchPolicy) github.com/envoyproxy/gateway
+#   - Envoy Gateway (EnvoyExtensionPolicy, EnvoyPatchPolicy, ClientTrafficPolicy) github.com/envoyproxy/gateway
 #   - Istio (EnvoyFilter, DestinationRule, VirtualService) istio.io/api
 #   - Prometheus Operator (PodMonitor)              github.com/prometheus-operator/prometheus-operator
 # Each is the project's own published CRD file, taken from its Go module through the Go module proxy (the
@@ -26,7 +26,9 @@ if [ -n "$common" ] && [ "$(basename "$common")" = ".git" ]; then
 else
   root="$PWD/.cache/crds"
 fi
-stamp="gwapi-$GATEWAY_API_VERSION.gie-$INFERENCE_EXTENSION_VERSION.eg-$ENVOY_GATEWAY_VERSION.istio-$ISTIO_API_VERSION.promop-$PROMETHEUS_OPERATOR_VERSION"
+# FILES names the set of files taken below: bump it when that set changes, so a cache made before is redone.
+FILES=2
+stamp="files$FILES.gwapi-$GATEWAY_API_VERSION.gie-$INFERENCE_EXTENSION_VERSION.eg-$ENVOY_GATEWAY_VERSION.istio-$ISTIO_API_VERSION.promop-$PROMETHEUS_OPERATOR_VERSION"
 out="$root/$stamp"
 if [ -f "$out/.complete" ]; then
   echo "$out"
@@ -60,6 +62,7 @@ echo "== CRDs: Envoy Gateway $ENVOY_GATEWAY_VERSION" >&2
 d=$(fetch "github.com/envoyproxy/gateway@$ENVOY_GATEWAY_VERSION")
 take "$d" charts/gateway-helm/charts/crds/crds/generated/gateway.envoyproxy.io_envoyextensionpolicies.yaml envoy-gateway-envoyextensionpolicies.yaml
 take "$d" charts/gateway-helm/charts/crds/crds/generated/gateway.envoyproxy.io_envoypatchpolicies.yaml envoy-gateway-envoypatchpolicies.yaml
+take "$d" charts/gateway-helm/charts/crds/crds/generated/gateway.envoyproxy.io_clienttrafficpolicies.yaml envoy-gateway-clienttrafficpolicies.yaml
 echo "== CRDs: Istio API $ISTIO_API_VERSION" >&2
 d=$(fetch "istio.io/api@$ISTIO_API_VERSION")
 take "$d" kubernetes/customresourcedefinitions.gen.yaml istio.yaml

@@ -79,11 +79,12 @@ const conditions = (kind: string, name: string): Json[] => {
 };
 
 describe('deploy/kubernetes/envoy-gateway.yaml through Envoy Gateway 1.9.1 (egctl translate)', () => {
-  it('accepts the route and both policies', () => {
+  it('accepts the route and the three policies', () => {
     for (const [kind, name] of [
       ['httpRoutes', 'vllm'],
       ['envoyExtensionPolicies', 'vllm-extproc-router'],
       ['envoyPatchPolicies', 'vllm-original-dst'],
+      ['clientTrafficPolicies', 'vllm-buffers'],
     ] as const) {
       const c = conditions(kind, name);
       expect(c.length, `${kind} ${name}`).toBeGreaterThan(0);
@@ -132,15 +133,23 @@ describe('deploy/kubernetes/envoy-gateway.yaml through Envoy Gateway 1.9.1 (egct
     });
   });
 
-  describe('run by the real Envoy', () => {
+  // The manifest's request body mode, and the other one its comment allows.
+  describe.each(['FullDuplexStreamed', 'Buffered'])('run by the real Envoy, request body %s', (mode) => {
     let router: Router;
     let envoy: EnvoyHandle;
     let url: string;
+    let tm: Translation;
 
     beforeAll(async () => {
+      const manifest = MANIFEST.replace(
+        /request:\n(\s+)body: FullDuplexStreamed/,
+        (_m, indent: string) => `request:\n${indent}body: ${mode}`,
+      );
+      expect(manifest).toContain(`body: ${mode}`);
+      tm = translate(CLUSTER + manifest);
       router = await startTestRouter({ workers: workers.map((s) => s.url), policy: 'cache_aware' });
       envoy = await startEnvoy({
-        config: staticBootstrap(t, 'llm/inference-gateway/http', {
+        config: staticBootstrap(tm, 'llm/inference-gateway/http', {
           [ROUTER_SERVICE]: `127.0.0.1:${router.grpcPort}`,
           [PLACEHOLDER_SERVICE]: `127.0.0.1:${placeholder.port}`,
         }),
@@ -201,7 +210,7 @@ describe('deploy/kubernetes/envoy-gateway.yaml through Envoy Gateway 1.9.1 (egct
       // The same check with an authority that is a host name (Envoy's `authority` field, which Envoy
       // Gateway does not set) passes: the authority is the whole cause.
       const runWithCheck = async (authority: string | undefined) => {
-        const withCheck = structuredClone(t);
+        const withCheck = structuredClone(tm);
         const cluster = withCheck.clusters.find((c) =>
           (c.name as string).startsWith('envoyextensionpolicy/'),
         )!;
