@@ -302,4 +302,85 @@ describe('deploy/kubernetes/envoy-gateway.yaml through Envoy Gateway 1.9.1 (egct
       expect(placeholder.records.length).toBe(0);
     });
   });
+
+  describe('two router replicas behind the translated Envoy: affinity from the EnvoyPatchPolicy', () => {
+    let routers: Router[] = [];
+    let envoy: EnvoyHandle;
+
+    beforeAll(async () => {
+      routers = await Promise.all(
+        [0, 1].map(() => startTestRouter({ workers: workers.map((s) => s.url), policy: 'cache_aware' })),
+      );
+      envoy = await startEnvoy({
+        config: staticBootstrap(t, 'llm/inference-gateway/http', {
+          [ROUTER_SERVICE]: routers.map((r) => `127.0.0.1:${r.grpcPort}`),
+          [PLACEHOLDER_SERVICE]: `127.0.0.1:${placeholder.port}`,
+        }),
+      });
+    }, 60_000);
+
+    afterAll(async () => {
+      await envoy?.close();
+      await Promise.all(routers.map((r) => r.close()));
+    });
+
+    /** Requests each replica has routed (processed, summed over its workers). */
+    const served = (): number[] => routers.map((r) => r.workers().reduce((n, w) => n + w.processed, 0));
+
+    /** One chat turn through the gateway; the index of the replica that routed it. */
+    async function turn(session: string | undefined, system: string, question: string): Promise<number> {
+      const before = served();
+      const res = await fetch(`http://127.0.0.1:${envoy.listenerPort}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...(session ? { 'x-session-id': session } : {}) },
+        body: JSON.stringify({
+          model: 'sim-model',
+          messages: [
+            { role: 'system', content: system },
+            { role: 'user', content: question },
+          ],
+          max_tokens: 2,
+        }),
+      });
+      expect(res.status, await res.clone().text()).toBe(200);
+      await res.text();
+      let after = served();
+      await waitFor(() => (after = served()).reduce((a, b) => a + b, 0) > before.reduce((a, b) => a + b, 0));
+      const moved = after.map((n, i) => n - before[i]!);
+      expect(moved.reduce((a, b) => a + b, 0)).toBe(1);
+      return moved.indexOf(1);
+    }
+
+    it('every request of a session reaches one replica, and sessions spread over both', async () => {
+      const replicaOf = new Map<string, Set<number>>();
+      for (let round = 0; round < 3; round++) {
+        for (let s = 0; s < 16; s++) {
+          // One system prompt for everyone: only the session key can tell the sessions apart.
+          const r = await turn(`session-${s}`, 'You are a helpful assistant.', `session ${s}, turn ${round}`);
+          replicaOf.set(`session-${s}`, (replicaOf.get(`session-${s}`) ?? new Set()).add(r));
+        }
+      }
+      for (const [session, seen] of replicaOf) expect(seen.size, session).toBe(1);
+      const first = new Set([...replicaOf.values()].map((seen) => [...seen][0]));
+      expect(first).toEqual(new Set([0, 1]));
+    });
+
+    it('without a session key, requests that open alike reach one replica; different openings spread', async () => {
+      const replicaOf = new Map<number, Set<number>>();
+      for (let round = 0; round < 3; round++) {
+        for (let tenant = 0; tenant < 16; tenant++) {
+          const system = `Tenant ${tenant} contract. ${'Clause. '.repeat(40)}`;
+          const r = await turn(undefined, system, `question ${round} of tenant ${tenant}`);
+          replicaOf.set(tenant, (replicaOf.get(tenant) ?? new Set()).add(r));
+        }
+      }
+      for (const [tenant, seen] of replicaOf) expect(seen.size, `tenant ${tenant}`).toBe(1);
+      expect(new Set([...replicaOf.values()].map((seen) => [...seen][0]))).toEqual(new Set([0, 1]));
+      // The key chose a replica; no worker ever saw it.
+      for (const s of workers) {
+        for (const rec of s.records) expect(rec.headers['x-vllm-router-prefix-key']).toBeUndefined();
+      }
+      for (const r of routers) await expectAllLoadsZero(r);
+    });
+  });
 });

@@ -100,12 +100,13 @@ export function translate(manifests: string): Translation {
 
 /**
  * A bootstrap for a plain Envoy from the Gateway listener `listenerName`: admin and listener on
- * 127.0.0.1 port 0; `addresses` maps a translated endpoint "ip:port" to where it really listens.
+ * 127.0.0.1 port 0; `addresses` maps a translated endpoint "ip:port" (a Service) to where it really
+ * listens, one "host:port" or several (the Service's pods).
  */
 export function staticBootstrap(
   t: Translation,
   listenerName: string,
-  addresses: Record<string, string>,
+  addresses: Record<string, string | string[]>,
 ): string {
   const listener = structuredClone(t.listeners.find((l) => l.name === listenerName));
   if (!listener)
@@ -129,14 +130,21 @@ export function staticBootstrap(
     const la = structuredClone(t.endpoints.find((e) => e.clusterName === name));
     if (!la) throw new Error(`no endpoints translated for cluster ${name}`);
     for (const group of la.endpoints ?? []) {
-      for (const lb of group.lbEndpoints ?? []) {
+      group.lbEndpoints = ((group.lbEndpoints ?? []) as Json[]).flatMap((lb) => {
         const sa = lb.endpoint.address.socketAddress;
         const to = addresses[`${sa.address}:${sa.portValue}`];
         if (to === undefined)
           throw new Error(`cluster ${name}: no address given for ${sa.address}:${sa.portValue}`);
-        const at = to.lastIndexOf(':');
-        lb.endpoint.address.socketAddress = { address: to.slice(0, at), portValue: Number(to.slice(at + 1)) };
-      }
+        return (Array.isArray(to) ? to : [to]).map((hostPort) => {
+          const at = hostPort.lastIndexOf(':');
+          const copy = structuredClone(lb);
+          copy.endpoint.address.socketAddress = {
+            address: hostPort.slice(0, at),
+            portValue: Number(hostPort.slice(at + 1)),
+          };
+          return copy;
+        });
+      });
     }
     return { ...rest, type: 'STATIC', loadAssignment: { ...la, clusterName: c.name } };
   });

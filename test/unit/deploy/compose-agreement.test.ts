@@ -380,6 +380,37 @@ describe('deploy/kubernetes', () => {
       maxEjectionPercent: od.max_ejection_percent,
     });
     expect(bs.healthCheck.panicThreshold).toBe(routerCluster.common_lb_config.healthy_panic_threshold.value);
+    // Affinity, patched in: the same Lua filter, stream metadata, hash and balance as envoy-replicas.yaml.
+    const patches = (
+      yamlDocs('deploy/kubernetes/envoy-gateway.yaml').find((d) => d.kind === 'EnvoyPatchPolicy') as Yaml
+    ).spec.jsonPatches as Yaml[];
+    const valueAt = (suffix: string) =>
+      patches.find((p) => (p.operation.path as string).endsWith(suffix))?.operation.value;
+    const hcm = replicas.static_resources.listeners[0].filter_chains[0].filters[0].typed_config;
+    const lua = (hcm.http_filters as Yaml[]).find((f) => f.name === 'envoy.filters.http.lua') as Yaml;
+    expect(valueAt('/http_filters/0').typed_config.default_source_code.inline_string.trim()).toBe(
+      lua.typed_config.default_source_code.inline_string.trim(),
+    );
+    expect(valueAt('/grpc_service/initial_metadata')).toEqual(
+      filter.typed_config.grpc_service.initial_metadata,
+    );
+    expect(valueAt('/retry_policy/retry_host_predicate')).toEqual(retry.retry_host_predicate);
+    expect(valueAt('/retry_policy/host_selection_retry_max_attempts')).toBe(
+      retry.host_selection_retry_max_attempts,
+    );
+    const protocol = routerCluster.typed_extension_protocol_options[
+      'envoy.extensions.upstreams.http.v3.HttpProtocolOptions'
+    ] as Yaml;
+    expect(valueAt('/hash_policy')).toEqual(protocol.hash_policy);
+    expect(routerCluster.lb_policy).toBe('MAGLEV');
+    expect(
+      valueAt('/load_balancing_policy').policies[0].typed_extension_config.typed_config
+        .consistent_hashing_lb_config,
+    ).toEqual(routerCluster.common_lb_config.consistent_hashing_lb_config);
+    expect(valueAt('/common_lb_config/update_merge_window')).toBe(
+      routerCluster.common_lb_config.update_merge_window,
+    );
+    expect(valueAt('/request_headers_to_remove')).toEqual(hcm.route_config.request_headers_to_remove);
     expect(bs.timeout.tcp.connectTimeout).toBe(routerCluster.connect_timeout);
   });
 });
