@@ -20,12 +20,9 @@ ENVOY_GATEWAY_VERSION="${ENVOY_GATEWAY_VERSION:-v1.9.1}"
 ISTIO_API_VERSION="${ISTIO_API_VERSION:-v1.28.0}"
 PROMETHEUS_OPERATOR_VERSION="${PROMETHEUS_OPERATOR_VERSION:-v0.85.0}"
 
-common=$(git rev-parse --path-format=absolute --git-common-dir 2>/dev/null || true)
-if [ -n "$common" ] && [ "$(basename "$common")" = ".git" ]; then
-  root="$(dirname "$common")/.cache/crds"
-else
-  root="$PWD/.cache/crds"
-fi
+# shellcheck source=cache-dir.sh
+. scripts/cache-dir.sh
+root=$(cache_dir crds)
 # FILES names the set of files taken below: bump it when that set changes, so a cache made before is redone.
 FILES=2
 stamp="files$FILES.gwapi-$GATEWAY_API_VERSION.gie-$INFERENCE_EXTENSION_VERSION.eg-$ENVOY_GATEWAY_VERSION.istio-$ISTIO_API_VERSION.promop-$PROMETHEUS_OPERATOR_VERSION"

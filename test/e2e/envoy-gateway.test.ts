@@ -17,6 +17,7 @@ import type { Router } from '../../src/router.js';
 import { staticBootstrap, translate, type Translation } from '../support/envoy-gateway-xds.js';
 import { expectAllLoadsZero, startTestRouter } from '../support/router-fixture.js';
 import { waitFor } from '../support/wait-for.js';
+import { replicaThatServed } from '../support/replica-served.js';
 
 const REPO = resolve(import.meta.dirname, '../..');
 const MANIFEST = readFileSync(join(REPO, 'deploy/kubernetes/envoy-gateway.yaml'), 'utf8');
@@ -324,32 +325,22 @@ describe('deploy/kubernetes/envoy-gateway.yaml through Envoy Gateway 1.9.1 (egct
       await Promise.all(routers.map((r) => r.close()));
     });
 
-    /** Requests each replica has routed (processed, summed over its workers). */
-    const served = (): number[] => routers.map((r) => r.workers().reduce((n, w) => n + w.processed, 0));
-
     /** One chat turn through the gateway; the index of the replica that routed it. */
-    async function turn(session: string | undefined, system: string, question: string): Promise<number> {
-      const before = served();
-      const res = await fetch(`http://127.0.0.1:${envoy.listenerPort}/v1/chat/completions`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json', ...(session ? { 'x-session-id': session } : {}) },
-        body: JSON.stringify({
-          model: 'sim-model',
-          messages: [
-            { role: 'system', content: system },
-            { role: 'user', content: question },
-          ],
-          max_tokens: 2,
+    const turn = (session: string | undefined, system: string, question: string): Promise<number> =>
+      replicaThatServed(routers, () =>
+        fetch(`http://127.0.0.1:${envoy.listenerPort}/v1/chat/completions`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', ...(session ? { 'x-session-id': session } : {}) },
+          body: JSON.stringify({
+            model: 'sim-model',
+            messages: [
+              { role: 'system', content: system },
+              { role: 'user', content: question },
+            ],
+            max_tokens: 2,
+          }),
         }),
-      });
-      expect(res.status, await res.clone().text()).toBe(200);
-      await res.text();
-      let after = served();
-      await waitFor(() => (after = served()).reduce((a, b) => a + b, 0) > before.reduce((a, b) => a + b, 0));
-      const moved = after.map((n, i) => n - before[i]!);
-      expect(moved.reduce((a, b) => a + b, 0)).toBe(1);
-      return moved.indexOf(1);
-    }
+      );
 
     it('every request of a session reaches one replica, and sessions spread over both', async () => {
       const replicaOf = new Map<string, Set<number>>();

@@ -14,7 +14,7 @@ import { startEnvoy, type EnvoyHandle } from '../../src/envoy/envoy-process.js';
 import type { Router } from '../../src/router.js';
 import { startSimulator, type Simulator } from '../../src/sim/simulator.js';
 import { expectAllLoadsZero, startTestRouter } from '../support/router-fixture.js';
-import { waitFor } from '../support/wait-for.js';
+import { replicaThatServed } from '../support/replica-served.js';
 
 const HEADER = 'x-session-id';
 
@@ -46,25 +46,19 @@ afterAll(async () => {
   sims = [];
 });
 
-/** Requests each replica has routed to the end (processed, summed over its workers). */
-const served = (): number[] => routers.map((r) => r.workers().reduce((n, w) => n + w.processed, 0));
-
 /** Sends one chat turn and returns the index of the replica that routed it. */
-async function turn(session: string | undefined, text: string, via = envoy): Promise<number> {
-  const before = served();
-  const res = await fetch(`http://127.0.0.1:${via.listenerPort}/v1/chat/completions`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', ...(session ? { [HEADER]: session } : {}) },
-    body: JSON.stringify({ model: 'sim-model', messages: [{ role: 'user', content: text }], max_tokens: 2 }),
-  });
-  expect(res.status).toBe(200);
-  await res.text();
-  let after = served();
-  await waitFor(() => (after = served()).reduce((a, b) => a + b, 0) > before.reduce((a, b) => a + b, 0));
-  const moved = after.map((n, i) => n - before[i]!);
-  expect(moved.reduce((a, b) => a + b, 0)).toBe(1);
-  return moved.indexOf(1);
-}
+const turn = (session: string | undefined, text: string, via = envoy): Promise<number> =>
+  replicaThatServed(routers, () =>
+    fetch(`http://127.0.0.1:${via.listenerPort}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...(session ? { [HEADER]: session } : {}) },
+      body: JSON.stringify({
+        model: 'sim-model',
+        messages: [{ role: 'user', content: text }],
+        max_tokens: 2,
+      }),
+    }),
+  );
 
 describe('session affinity across router replicas', () => {
   it('every request of a session reaches one replica; sessions spread over both; keyless requests too', async () => {

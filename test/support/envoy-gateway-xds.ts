@@ -10,10 +10,9 @@
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { parse } from 'yaml';
-
-const REPO = resolve(import.meta.dirname, '../..');
+import { runSetupScript } from './setup-script.js';
 
 type Json = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
 
@@ -27,21 +26,13 @@ export interface Translation {
   readonly endpoints: Json[];
 }
 
-function egctl(): string {
-  try {
-    return execFileSync('bash', [join(REPO, 'scripts/install-egctl.sh')], {
-      cwd: REPO,
-      encoding: 'utf8',
-      stdio: ['ignore', 'pipe', 'pipe'],
-    }).trim();
-  } catch (err) {
-    throw new Error(
-      'egctl (Envoy Gateway) is missing and could not be built: run "bash scripts/install-egctl.sh" ' +
-        `(needs go and the Go module proxy; ~5 min) or set EGCTL_BIN: ${(err as { stderr?: string }).stderr ?? String(err)}`,
-      { cause: err },
-    );
-  }
-}
+/** egctl, from EGCTL_BIN or built by scripts/install-egctl.sh (a no-op when it is there). */
+const egctl = (): string =>
+  runSetupScript(
+    'install-egctl.sh',
+    "egctl (Envoy Gateway's CLI)",
+    'needs go and the Go module proxy, ~5 min; or set EGCTL_BIN',
+  );
 
 /**
  * The resources of a config dump's list: each is an Any there (`@type` first); in a bootstrap it is

@@ -7,12 +7,12 @@
  * built-in kinds' own validation) and stores nothing. A misspelt field, a wrong type or a rule a policy
  * breaks fails here, not on a user's cluster. New files under deploy/kubernetes/ are covered by name.
  */
-import { execFileSync } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
 import { startKubeCluster, type KubeCluster } from '../../support/kube-cluster.js';
+import { runSetupScript } from '../../support/setup-script.js';
 import { waitFor } from '../../support/wait-for.js';
 
 const REPO = resolve(import.meta.dirname, '../../..');
@@ -26,21 +26,8 @@ interface Obj {
 }
 
 /** The CRD directory scripts/install-crds.sh fills (a no-op when it is already there). */
-function crdDir(): string {
-  try {
-    return execFileSync('bash', [join(REPO, 'scripts/install-crds.sh')], {
-      cwd: REPO,
-      encoding: 'utf8',
-      stdio: ['ignore', 'pipe', 'pipe'],
-    }).trim();
-  } catch (err) {
-    throw new Error(
-      `the CRDs of deploy/kubernetes/ are missing and could not be fetched: run "bash scripts/install-crds.sh" ` +
-        `(needs go and the Go module proxy): ${(err as { stderr?: string }).stderr ?? String(err)}`,
-      { cause: err },
-    );
-  }
-}
+const crdDir = (): string =>
+  runSetupScript('install-crds.sh', 'the CRDs of deploy/kubernetes/', 'needs go and the Go module proxy');
 
 function documents(text: string): Obj[] {
   return parseAllDocuments(text)
