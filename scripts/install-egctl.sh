@@ -8,6 +8,7 @@
 # reachable here), ~5 min on 2 idle cores. Everything lives in the git-ignored .cache/egctl/ (the main
 # checkout's in a `git worktree`); only the binary is kept, so a re-run with it present does nothing.
 # EGCTL_BIN points at an existing egctl instead (no build). Prints the binary's path on stdout.
+# --check: print the path if egctl is there, fail if it is not (never build; what tests call).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ENVOY_GATEWAY_VERSION="${ENVOY_GATEWAY_VERSION:-v1.9.1}"
@@ -24,6 +25,10 @@ stamp="$root/bin/egctl.version"
 if [ -x "$bin" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$ENVOY_GATEWAY_VERSION" ]; then
   echo "$bin"
   exit 0
+fi
+if [ "${1:-}" = "--check" ]; then
+  echo "egctl $ENVOY_GATEWAY_VERSION is not built at $bin" >&2
+  exit 1
 fi
 command -v go >/dev/null 2>&1 || { echo "go is required to build egctl (https://go.dev/dl/)" >&2; exit 1; }
 export GOMODCACHE="$root/gomod" GOCACHE="$root/gobuild" GOFLAGS="-modcacherw" GOTOOLCHAIN=local GOBIN="$root/bin"

@@ -8,17 +8,20 @@ import { join, resolve } from 'node:path';
 
 const REPO = resolve(import.meta.dirname, '../..');
 
-/** `bash scripts/<script>`; `what` says what is missing in the error (e.g. "the CRDs of deploy/kubernetes/"). */
-export function runSetupScript(script: string, what: string, hint: string): string {
+/**
+ * `bash scripts/<script> [...args]`; `what` says what is missing in the error (e.g. "the CRDs of
+ * deploy/kubernetes/"), `hint` what setting it up takes.
+ */
+export function runSetupScript(script: string, what: string, hint: string, args: string[] = []): string {
   try {
-    return execFileSync('bash', [join(REPO, 'scripts', script)], {
+    return execFileSync('bash', [join(REPO, 'scripts', script), ...args], {
       cwd: REPO,
       encoding: 'utf8',
       stdio: ['ignore', 'pipe', 'pipe'],
     }).trim();
   } catch (err) {
     throw new Error(
-      `${what} is missing and could not be set up: run "bash scripts/${script}" (${hint}): ` +
+      `${what} is missing: run "bash scripts/${script}" (${hint}): ` +
         `${(err as { stderr?: string }).stderr ?? String(err)}`,
       { cause: err },
     );
