@@ -226,16 +226,28 @@ export function verdict(ok: boolean): string {
   return ok ? '**met**' : '**MISSED**';
 }
 
+/** A target's verdict, saying when no routing could have met it in this run (RoutingTarget.ceiling). */
+export function targetVerdict(t: { met: boolean; ceiling?: number; unreachable?: boolean }): string {
+  return !t.met && t.unreachable ? `${verdict(false)} (ceiling in this run: ${t.ceiling}x)` : verdict(t.met);
+}
+
 /** A section's "### Targets" block: one row per target, with its verdict. */
 export function targetsBlock(
-  rows: ReadonlyArray<{ name: string; value: string | number; target: string; met: boolean }>,
+  rows: ReadonlyArray<{
+    name: string;
+    value: string | number;
+    target: string;
+    met: boolean;
+    ceiling?: number;
+    unreachable?: boolean;
+  }>,
 ): string[] {
   return [
     '### Targets',
     '',
     table(
       ['target', 'measured', 'wanted', 'verdict'],
-      rows.map((x) => [x.name, x.value, x.target, verdict(x.met)]),
+      rows.map((x) => [x.name, x.value, x.target, targetVerdict(x)]),
     ),
     '',
   ];

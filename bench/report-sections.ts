@@ -25,6 +25,7 @@ import {
   runHeader,
   table,
   targetsBlock,
+  targetVerdict,
   verdict,
 } from './report-doc.js';
 
@@ -482,7 +483,7 @@ export function renderSummary(
     table(
       ['benchmark', 'target', 'measured', 'wanted', 'verdict'],
       [
-        ...targets.map((t) => [t.bench, t.name, t.value, t.target, verdict(t.met)]),
+        ...targets.map((t) => [t.bench, t.name, t.value, t.target, targetVerdict(t)]),
         ...incomplete.map((c) => [
           'scale',
           `${c.policy}: membership of ${c.workers} workers`,
@@ -494,9 +495,12 @@ export function renderSummary(
     ),
   );
   const missed = targets.filter((t) => !t.met).length + incomplete.length;
+  const unreachable = targets.filter((t) => !t.met && 'unreachable' in t && t.unreachable).length;
   lines.push(
     '',
-    missed === 0 ? 'Every target met.' : `${missed} target(s) missed: see "Analysis" below for the causes.`,
+    missed === 0
+      ? 'Every target met.'
+      : `${missed} target(s) missed${unreachable > 0 ? `, ${unreachable} of them beyond what any routing could reach in that run (the ceiling in the verdict)` : ''}: see "Analysis" below for the causes.`,
   );
   return lines.join('\n');
 }

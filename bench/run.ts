@@ -21,6 +21,10 @@
  * hit rates' range (bench/merge-cells.ts): one cell's hit rate moves by 5-10 points between runs here.
  * Those three measure every cell after a warm-up pass on the same stack (RoutingBenchOptions.warmUp);
  * `--no-warm-up` measures fresh processes instead.
+ *
+ * `npm run bench -- render` runs nothing: it publishes every section again from its last result in
+ * bench/results/ (what a change to a report is published with), the routing targets recomputed from
+ * the cells (routingTargets).
  */
 import {
   isOverheadScenario,
@@ -44,12 +48,13 @@ import {
   KV_VARIANTS,
   POLICY_VARIANTS,
   REPLICA_VARIANTS,
+  routingTargets,
   runRoutingBench,
   type PolicyVariant,
   type RoutingResult,
 } from './routing-bench.js';
 import { runScaleBench, type ScaleResult } from './scale-bench.js';
-import { runPdBench } from './pd-bench.js';
+import { runPdBench, type PdResult } from './pd-bench.js';
 import { PD_VARIANTS } from './pd-fleet.js';
 import { renderPd } from './report-pd.js';
 import { isWorkloadName, type WorkloadName } from './workloads.js';
@@ -66,7 +71,7 @@ const VARIANTS_OF: Readonly<Record<string, readonly PolicyVariant[]>> = {
 
 function usage(): never {
   process.stderr.write(
-    'usage: npm run bench -- <routing|overhead|scale|replicas|kv-events|pd|all> [--quick] ' +
+    'usage: npm run bench -- <routing|overhead|scale|replicas|kv-events|pd|all|render> [--quick] ' +
       '[--policies=a,b] [--workloads=a,b] (routing, replicas, kv-events) [--cpu] (overhead only) ' +
       '[--saturation] (replicas only: the pinned-replica throughput run alone) ' +
       "[--response-body-sample=N] (overhead only: the router's flag; 1 = every body watched) " +
@@ -207,8 +212,31 @@ async function runOne(
   log(`${name}: done in ${((performance.now() - t0) / 1000).toFixed(0)} s`);
 }
 
+/** `render`: every section from its last result, no benchmark run. */
+async function renderAll(): Promise<void> {
+  const routing = readResult<RoutingResult>('routing');
+  if (routing) {
+    routing.targets = routingTargets(routing.cells, routing.setup.workloads);
+    writeResult('routing', routing);
+    await publish('routing', renderRouting(routing));
+  }
+  const overhead = readResult<OverheadResult>('overhead');
+  if (overhead) await publish('overhead', renderOverhead(overhead));
+  const replicas = readResult<RoutingResult>('replicas');
+  const saturation = readResult<SaturationResult>(SATURATION_RESULT);
+  if (replicas || saturation) await publish('replicas', renderReplicas(replicas, saturation));
+  const kv = readResult<RoutingResult>('kv-events');
+  if (kv) await publish('kv-events', renderKvEvents(kv));
+  const pd = readResult<PdResult>('pd');
+  if (pd) await publish('pd', renderPd(pd));
+  const scale = readResult<ScaleResult>('scale');
+  if (scale) await publish('scale', renderScale(scale));
+  await publishSummary();
+}
+
 async function main(): Promise<void> {
   const args = process.argv.slice(2);
+  if (args.length === 1 && args[0] === 'render') return renderAll();
   const quick = args.includes('--quick');
   const listFlag = (flag: string): string[] | undefined =>
     args

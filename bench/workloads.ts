@@ -437,6 +437,21 @@ function evictionPressure(
   return items;
 }
 
+/**
+ * shared-prefix: the highest hit rate any routing can reach. A group's first prompt finds none of its
+ * system prompt cached (the warm-up pass used other seeds); every other prompt of the group at most
+ * all of it; questions are never shared.
+ */
+export function sharedPrefixHitCeiling(p: {
+  readonly promptsPerGroup: number;
+  readonly systemTokens: number;
+  readonly questionTokens: number;
+}): number {
+  return (
+    ((p.promptsPerGroup - 1) / p.promptsPerGroup) * (p.systemTokens / (p.systemTokens + p.questionTokens))
+  );
+}
+
 export function isWorkloadName(v: unknown): v is WorkloadName {
   return typeof v === 'string' && (WORKLOAD_NAMES as readonly string[]).includes(v);
 }
