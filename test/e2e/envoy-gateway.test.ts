@@ -134,6 +134,43 @@ describe('deploy/kubernetes/envoy-gateway.yaml through Envoy Gateway 1.9.1 (egct
     });
   });
 
+  it('why the ClientTrafficPolicy: without it a keyless long prompt is refused (413) even in full duplex', async () => {
+    // The prefix-affinity Lua filter reads the whole body of a request without x-session-id, and
+    // Envoy Gateway's default per-connection buffer is 32 KiB.
+    const start = MANIFEST.lastIndexOf('---', MANIFEST.indexOf('kind: ClientTrafficPolicy'));
+    const without = MANIFEST.slice(0, start) + MANIFEST.slice(MANIFEST.indexOf('---', start + 3));
+    expect(without).not.toContain('kind: ClientTrafficPolicy');
+    const router = await startTestRouter({ workers: workers.map((s) => s.url), policy: 'cache_aware' });
+    const envoy = await startEnvoy({
+      config: staticBootstrap(translate(CLUSTER + without), 'llm/inference-gateway/http', {
+        [ROUTER_SERVICE]: `127.0.0.1:${router.grpcPort}`,
+        [PLACEHOLDER_SERVICE]: `127.0.0.1:${placeholder.port}`,
+      }),
+    });
+    try {
+      const send = (headers: Record<string, string>) =>
+        fetch(`http://127.0.0.1:${envoy.listenerPort}/v1/completions`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', ...headers },
+          body: JSON.stringify({
+            model: 'sim-model',
+            prompt: 'long document. '.repeat(15_000),
+            max_tokens: 2,
+          }),
+        });
+      const keyless = await send({});
+      expect(keyless.status).toBe(413);
+      await keyless.text();
+      const withSession = await send({ 'x-session-id': 'one' }); // the filter does not read the body
+      expect(withSession.status).toBe(200);
+      await withSession.text();
+      await expectAllLoadsZero(router);
+    } finally {
+      await envoy.close();
+      await router.close();
+    }
+  });
+
   // The manifest's request body mode, and the other one its comment allows.
   describe.each(['FullDuplexStreamed', 'Buffered'])('run by the real Envoy, request body %s', (mode) => {
     let router: Router;
