@@ -341,6 +341,48 @@ describe('deploy/kubernetes/envoy-gateway.yaml through Envoy Gateway 1.9.1 (egct
     });
   });
 
+  it('P/D: the router runs the prefill leg and the gateway takes the decode leg to the decode worker', async () => {
+    const prefill = await startSimulator({ role: 'prefill', kvConnector: 'nixl', timeScale: 0 });
+    const decode = await startSimulator({ role: 'decode', kvConnector: 'nixl', timeScale: 0 });
+    const router = await startTestRouter({ mode: 'pd', prefill: [prefill.url], decode: [decode.url] });
+    const envoy = await startEnvoy({
+      config: staticBootstrap(t, 'llm/inference-gateway/http', {
+        [ROUTER_SERVICE]: `127.0.0.1:${router.grpcPort}`,
+        [PLACEHOLDER_SERVICE]: `127.0.0.1:${placeholder.port}`,
+      }),
+    });
+    try {
+      const url = `http://127.0.0.1:${envoy.listenerPort}`;
+      const chat = await fetch(`${url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({
+          model: 'sim-model',
+          messages: [{ role: 'user', content: 'disaggregated through the gateway' }],
+          max_tokens: 6,
+          stream: true,
+        }),
+      });
+      expect(chat.status, await chat.clone().text()).toBe(200);
+      expect(await chat.text()).toContain('data: [DONE]');
+      const completion = await fetch(`${url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'sim-model', prompt: 'prefill then decode', max_tokens: 3 }),
+      });
+      expect(completion.status, await completion.clone().text()).toBe(200);
+      await completion.text();
+      expect(prefill.records.map((r) => r.outcome)).toEqual(['ok', 'ok']);
+      expect(decode.records.map((r) => r.outcome)).toEqual(['ok', 'ok']);
+      expect(placeholder.records.length).toBe(0);
+      await expectAllLoadsZero(router);
+    } finally {
+      await envoy.close();
+      await router.close();
+      await Promise.all([prefill.close(), decode.close()]);
+    }
+  });
+
   describe('two router replicas behind the translated Envoy: affinity from the EnvoyPatchPolicy', () => {
     let routers: Router[] = [];
     let envoy: EnvoyHandle;
