@@ -71,6 +71,30 @@ afterAll(async () => {
   await Promise.all([...workers, placeholder].map((s) => s?.close()));
 });
 
+/** Envoy on the translation `tm`: the router Service's endpoints at `routers`, the placeholder's at its simulator. */
+function gatewayEnvoy(tm: Translation, routers: Router | Router[]): Promise<EnvoyHandle> {
+  return startEnvoy({
+    config: staticBootstrap(tm, 'llm/inference-gateway/http', {
+      [ROUTER_SERVICE]: [routers].flat().map((r) => `127.0.0.1:${r.grpcPort}`),
+      [PLACEHOLDER_SERVICE]: `127.0.0.1:${placeholder.port}`,
+    }),
+  });
+}
+
+/** POSTs `body` as JSON to `path` through the gateway (model sim-model unless the body names one). */
+function post(
+  envoy: EnvoyHandle,
+  path: string,
+  body: Record<string, unknown>,
+  headers: Record<string, string> = {},
+): Promise<Response> {
+  return fetch(`http://127.0.0.1:${envoy.listenerPort}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: JSON.stringify({ model: 'sim-model', ...body }),
+  });
+}
+
 const conditions = (kind: string, name: string): Json[] => {
   const list = (t.resources[kind] ?? []) as Json[];
   const obj = list.find((o) => o.metadata?.name === name);
@@ -141,23 +165,10 @@ describe('deploy/kubernetes/envoy-gateway.yaml through Envoy Gateway 1.9.1 (egct
     const without = MANIFEST.slice(0, start) + MANIFEST.slice(MANIFEST.indexOf('---', start + 3));
     expect(without).not.toContain('kind: ClientTrafficPolicy');
     const router = await startTestRouter({ workers: workers.map((s) => s.url), policy: 'cache_aware' });
-    const envoy = await startEnvoy({
-      config: staticBootstrap(translate(CLUSTER + without), 'llm/inference-gateway/http', {
-        [ROUTER_SERVICE]: `127.0.0.1:${router.grpcPort}`,
-        [PLACEHOLDER_SERVICE]: `127.0.0.1:${placeholder.port}`,
-      }),
-    });
+    const envoy = await gatewayEnvoy(translate(CLUSTER + without), router);
     try {
       const send = (headers: Record<string, string>) =>
-        fetch(`http://127.0.0.1:${envoy.listenerPort}/v1/completions`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json', ...headers },
-          body: JSON.stringify({
-            model: 'sim-model',
-            prompt: 'long document. '.repeat(15_000),
-            max_tokens: 2,
-          }),
-        });
+        post(envoy, '/v1/completions', { prompt: 'long document. '.repeat(15_000), max_tokens: 2 }, headers);
       const keyless = await send({});
       expect(keyless.status).toBe(413);
       await keyless.text();
@@ -175,7 +186,6 @@ describe('deploy/kubernetes/envoy-gateway.yaml through Envoy Gateway 1.9.1 (egct
   describe.each(['FullDuplexStreamed', 'Buffered'])('run by the real Envoy, request body %s', (mode) => {
     let router: Router;
     let envoy: EnvoyHandle;
-    let url: string;
     let tm: Translation;
 
     beforeAll(async () => {
@@ -186,13 +196,7 @@ describe('deploy/kubernetes/envoy-gateway.yaml through Envoy Gateway 1.9.1 (egct
       expect(manifest).toContain(`body: ${mode}`);
       tm = translate(CLUSTER + manifest);
       router = await startTestRouter({ workers: workers.map((s) => s.url), policy: 'cache_aware' });
-      envoy = await startEnvoy({
-        config: staticBootstrap(tm, 'llm/inference-gateway/http', {
-          [ROUTER_SERVICE]: `127.0.0.1:${router.grpcPort}`,
-          [PLACEHOLDER_SERVICE]: `127.0.0.1:${placeholder.port}`,
-        }),
-      });
-      url = `http://127.0.0.1:${envoy.listenerPort}`;
+      envoy = await gatewayEnvoy(tm, router);
     }, 60_000);
 
     afterAll(async () => {
@@ -202,33 +206,23 @@ describe('deploy/kubernetes/envoy-gateway.yaml through Envoy Gateway 1.9.1 (egct
 
     it('routes completions and streamed chats to the workers the router picks, a 220 KB prompt too', async () => {
       const before = workers.map((s) => s.records.length);
-      const completion = await fetch(`${url}/v1/completions`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ model: 'sim-model', prompt: 'Envoy Gateway says hello', max_tokens: 4 }),
+      const completion = await post(envoy, '/v1/completions', {
+        prompt: 'Envoy Gateway says hello',
+        max_tokens: 4,
       });
       expect(completion.status, await completion.clone().text()).toBe(200);
       expect(((await completion.json()) as Json).choices[0].text.length).toBeGreaterThan(0);
 
-      const chat = await fetch(`${url}/v1/chat/completions`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({
-          model: 'sim-model',
-          messages: [{ role: 'user', content: 'stream through the gateway' }],
-          max_tokens: 5,
-          stream: true,
-        }),
+      const chat = await post(envoy, '/v1/chat/completions', {
+        messages: [{ role: 'user', content: 'stream through the gateway' }],
+        max_tokens: 5,
+        stream: true,
       });
       expect(chat.status).toBe(200);
       expect(await chat.text()).toContain('data: [DONE]');
 
       const big = 'a long shared document line. '.repeat(7600); // ~220 KB
-      const long = await fetch(`${url}/v1/completions`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ model: 'sim-model', prompt: big, max_tokens: 2 }),
-      });
+      const long = await post(envoy, '/v1/completions', { prompt: big, max_tokens: 2 });
       expect(long.status, await long.clone().text()).toBe(200);
       await long.text();
 
@@ -265,12 +259,7 @@ describe('deploy/kubernetes/envoy-gateway.yaml through Envoy Gateway 1.9.1 (egct
             healthyThreshold: 1,
           },
         ];
-        const checked = await startEnvoy({
-          config: staticBootstrap(withCheck, 'llm/inference-gateway/http', {
-            [ROUTER_SERVICE]: `127.0.0.1:${router.grpcPort}`,
-            [PLACEHOLDER_SERVICE]: `127.0.0.1:${placeholder.port}`,
-          }),
-        });
+        const checked = await gatewayEnvoy(withCheck, router);
         try {
           const stat = async (name: string) =>
             Number(
@@ -279,10 +268,9 @@ describe('deploy/kubernetes/envoy-gateway.yaml through Envoy Gateway 1.9.1 (egct
               )?.[1],
             );
           await waitFor(async () => (await stat('attempt')) >= 3, { message: 'three health checks' });
-          const res = await fetch(`http://127.0.0.1:${checked.listenerPort}/v1/completions`, {
-            method: 'POST',
-            headers: { 'content-type': 'application/json' },
-            body: JSON.stringify({ model: 'sim-model', prompt: 'health-checked router', max_tokens: 2 }),
+          const res = await post(checked, '/v1/completions', {
+            prompt: 'health-checked router',
+            max_tokens: 2,
           });
           await res.text();
           return {
@@ -314,11 +302,7 @@ describe('deploy/kubernetes/envoy-gateway.yaml through Envoy Gateway 1.9.1 (egct
       await router.drain(0); // readiness off: the gRPC health service answers NOT_SERVING
       await waitFor(async () => !(await healthy()), { message: 'the router out of rotation in Envoy' });
       const before = workers.map((s) => s.records.length);
-      const res = await fetch(`${url}/v1/completions`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ model: 'sim-model', prompt: 'draining', max_tokens: 2 }),
-      });
+      const res = await post(envoy, '/v1/completions', { prompt: 'draining', max_tokens: 2 });
       expect(res.status).toBe(503);
       await res.text();
       expect(workers.map((s) => s.records.length)).toEqual(before);
@@ -328,11 +312,7 @@ describe('deploy/kubernetes/envoy-gateway.yaml through Envoy Gateway 1.9.1 (egct
       await router.close();
       const before = workers.map((s) => s.records.length);
       for (let i = 0; i < 5; i++) {
-        const res = await fetch(`${url}/v1/completions`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json' },
-          body: JSON.stringify({ model: 'sim-model', prompt: `down ${i}`, max_tokens: 2 }),
-        });
+        const res = await post(envoy, '/v1/completions', { prompt: `down ${i}`, max_tokens: 2 });
         expect(res.status).toBe(503);
         await res.text();
       }
@@ -345,30 +325,18 @@ describe('deploy/kubernetes/envoy-gateway.yaml through Envoy Gateway 1.9.1 (egct
     const prefill = await startSimulator({ role: 'prefill', kvConnector: 'nixl', timeScale: 0 });
     const decode = await startSimulator({ role: 'decode', kvConnector: 'nixl', timeScale: 0 });
     const router = await startTestRouter({ mode: 'pd', prefill: [prefill.url], decode: [decode.url] });
-    const envoy = await startEnvoy({
-      config: staticBootstrap(t, 'llm/inference-gateway/http', {
-        [ROUTER_SERVICE]: `127.0.0.1:${router.grpcPort}`,
-        [PLACEHOLDER_SERVICE]: `127.0.0.1:${placeholder.port}`,
-      }),
-    });
+    const envoy = await gatewayEnvoy(t, router);
     try {
-      const url = `http://127.0.0.1:${envoy.listenerPort}`;
-      const chat = await fetch(`${url}/v1/chat/completions`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({
-          model: 'sim-model',
-          messages: [{ role: 'user', content: 'disaggregated through the gateway' }],
-          max_tokens: 6,
-          stream: true,
-        }),
+      const chat = await post(envoy, '/v1/chat/completions', {
+        messages: [{ role: 'user', content: 'disaggregated through the gateway' }],
+        max_tokens: 6,
+        stream: true,
       });
       expect(chat.status, await chat.clone().text()).toBe(200);
       expect(await chat.text()).toContain('data: [DONE]');
-      const completion = await fetch(`${url}/v1/completions`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ model: 'sim-model', prompt: 'prefill then decode', max_tokens: 3 }),
+      const completion = await post(envoy, '/v1/completions', {
+        prompt: 'prefill then decode',
+        max_tokens: 3,
       });
       expect(completion.status, await completion.clone().text()).toBe(200);
       await completion.text();
@@ -391,12 +359,7 @@ describe('deploy/kubernetes/envoy-gateway.yaml through Envoy Gateway 1.9.1 (egct
       routers = await Promise.all(
         [0, 1].map(() => startTestRouter({ workers: workers.map((s) => s.url), policy: 'cache_aware' })),
       );
-      envoy = await startEnvoy({
-        config: staticBootstrap(t, 'llm/inference-gateway/http', {
-          [ROUTER_SERVICE]: routers.map((r) => `127.0.0.1:${r.grpcPort}`),
-          [PLACEHOLDER_SERVICE]: `127.0.0.1:${placeholder.port}`,
-        }),
-      });
+      envoy = await gatewayEnvoy(t, routers);
     }, 60_000);
 
     afterAll(async () => {
@@ -407,18 +370,18 @@ describe('deploy/kubernetes/envoy-gateway.yaml through Envoy Gateway 1.9.1 (egct
     /** One chat turn through the gateway; the index of the replica that routed it. */
     const turn = (session: string | undefined, system: string, question: string): Promise<number> =>
       replicaThatServed(routers, () =>
-        fetch(`http://127.0.0.1:${envoy.listenerPort}/v1/chat/completions`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json', ...(session ? { 'x-session-id': session } : {}) },
-          body: JSON.stringify({
-            model: 'sim-model',
+        post(
+          envoy,
+          '/v1/chat/completions',
+          {
             messages: [
               { role: 'system', content: system },
               { role: 'user', content: question },
             ],
             max_tokens: 2,
-          }),
-        }),
+          },
+          session ? { 'x-session-id': session } : {},
+        ),
       );
 
     it('every request of a session reaches one replica, and sessions spread over both', async () => {
