@@ -621,6 +621,14 @@ export const OPTIONS = [
   },
   {
     group: 'Load and cost model',
+    key: 'loraLoadMs',
+    flag: 'lora-load-ms',
+    type: 'number',
+    default: CACHE_AWARE.loraLoadMs,
+    help: "cache_aware cost: predicted time to load a request's LoRA adapter on a worker where it is neither running nor waiting (from vllm:lora_requests_info and this router's requests in flight) but a slot is free; workers whose max_lora slots are all taken by other adapters are skipped while another has room.",
+  },
+  {
+    group: 'Load and cost model',
     key: 'priorTtftFloorMs',
     flag: 'prior-ttft-floor-ms',
     type: 'number',

@@ -10,7 +10,8 @@
  *   health (passive outcomes + active checks), metrics and logs observe all of it; the admin server
  *   exposes it through the admin backend.
  *   load signals: the metrics scraper fills the load board; the timing wrapper learns per-worker
- *   response timing; cache_aware's cost mode reads both (role pools get them as `signals`).
+ *   response timing; the models of the requests in flight per worker (LoRA affinity); cache_aware's
+ *   cost mode reads them all (role pools get them as `signals`).
  *
  * Adding a component: a `build...` function here taking what it needs from `Components`, a field
  * in `Components`, and a step in router.ts's lifecycle list (if it starts or holds anything).
@@ -52,6 +53,8 @@ import { TimingEstimates } from '../load/timing-estimates.js';
 import { prefillLegLearner, withTiming } from '../load/timing-dispatcher.js';
 import { CharsPerToken } from '../load/chars-per-token.js';
 import { PrefillBacklog } from '../load/prefill-backlog.js';
+import { ModelInFlight, withModelInFlight } from '../load/model-in-flight.js';
+import { adapterState } from '../routing/lora-affinity.js';
 import { describeCost, type WorkerSignals } from '../routing/cost-model.js';
 import type { PrefixSource } from '../routing/prefix-source.js';
 import { loadView, registerLoadMetrics } from '../observability/load-metrics.js';
@@ -127,6 +130,7 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
   );
   const timing = buildTiming(config);
   const backlog = new PrefillBacklog();
+  const models = new ModelInFlight();
   const charsPerToken = config.charsPerTokenLearn
     ? new CharsPerToken({ prior: config.charsPerToken })
     : undefined;
@@ -138,6 +142,15 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
     timing: (w) => timing.fleetOf(w.role),
     backlog: (w) => backlog.of(w, clock()),
     foreignShare: (w) => board.foreignShare(w.url),
+    adapter: (w, model) => {
+      const f = board.fresh(w.url, clock())?.figures;
+      if (f?.lora === undefined) return undefined;
+      return adapterState(model, {
+        lora: f.lora,
+        ...(f.modelName === undefined ? {} : { baseModel: f.modelName }),
+        inFlight: models.of(w),
+      });
+    },
   };
   // The exact prefix source (KV events, when configured) ahead of each cache_aware policy's radix tree.
   const prefixSources: PrefixSource[] = exact.source !== undefined ? [exact.source] : [];
@@ -197,7 +210,7 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
     base,
     withHealth(
       withTiming(
-        dispatcher,
+        withModelInFlight(dispatcher, models),
         timing,
         clock,
         backlog,
@@ -329,6 +342,7 @@ function buildPools(
         prefixHomeMarginAlone: config.prefixHomeMarginAlone,
         prefixHomeMarginExact: config.prefixHomeMarginExact,
         prefixHomeKeyChars: config.prefixHomeKeyChars,
+        loraLoadMs: config.loraLoadMs,
         cacheReports: config.cacheReports,
         cacheFillOwnShare: config.cacheFillOwnShare,
       },

@@ -97,6 +97,12 @@ export class LoadBoard {
     return this.samples.get(url);
   }
 
+  /** The latest sample if it is fresh at `nowMs` (not older than `staleAfterMs`). */
+  fresh(url: string, nowMs: number): LoadSample | undefined {
+    const s = this.samples.get(url);
+    return s !== undefined && nowMs - s.takenAtMs <= this.staleAfterMs ? s : undefined;
+  }
+
   /** Drops URLs no longer in any pool (keeps the map bounded by the fleet). */
   retain(urls: ReadonlySet<string>): void {
     for (const url of this.samples.keys()) if (!urls.has(url)) this.samples.delete(url);

@@ -8,7 +8,14 @@
  *   kvUsage   vllm:kv_cache_usage_perc    | vllm:gpu_cache_usage_perc (vLLM < 0.10) | sglang:token_usage
  *   blockSize vllm:cache_config_info's `block_size` label
  *   numGpuBlocks  its `num_gpu_blocks` label (the worker's KV-cache capacity, in blocks)
- *   lora      vllm:lora_requests_info's `max_lora`, `running_lora_adapters`, `waiting_lora_adapters`
+ *   lora      vllm:lora_requests_info's `max_lora`, `running_lora_adapters`, `waiting_lora_adapters`,
+ *             from its LATEST series: vLLM sets the gauge to the current time under the labels of the
+ *             moment (`set_to_current_time()`), so every combination of adapters the worker has had
+ *             stays on the page as its own series; the one with the largest value is now (the
+ *             inference extension's endpoint picker reads it the same way). Page order is creation
+ *             order, not recency: a worker back to an earlier combination lists it before newer ones.
+ *   modelName the `model_name` label of the waiting/running samples (vLLM's served model name: the
+ *             base model; a request naming anything else on a LoRA-enabled worker is for an adapter)
  * A page with several samples of a figure (data-parallel engines, several `model_name`s) sums the
  * counts and takes the largest KV usage (the fullest engine is the one that will queue).
  *
@@ -60,6 +67,8 @@ export interface LoadFigures {
   /** KV-cache capacity in blocks (with blockSize: the most prompt tokens the worker can keep cached). */
   readonly numGpuBlocks?: number;
   readonly lora?: LoraInfo;
+  /** The served (base) model name from the load samples' `model_name` label, when they carry one. */
+  readonly modelName?: string;
   /** Lines the parser rejected. */
   readonly malformedLines: number;
 }
@@ -101,7 +110,11 @@ export function parseLoadFigures(
     if (Number.isInteger(n) && n > 0 && n <= 1e9) numGpuBlocks = n;
   }
   let lora: LoraInfo | undefined;
+  let loraAt = -Infinity;
   for (const s of families.get(names.lora) ?? []) {
+    const at = Number(s.value);
+    if (!(at >= loraAt)) continue; // NaN or older: not the current combination
+    loraAt = at;
     const l = s.labels ?? {};
     const maxLora = Number(l.max_lora);
     lora = {
@@ -109,6 +122,17 @@ export function parseLoadFigures(
       running: splitList(l.running_lora_adapters),
       waiting: splitList(l.waiting_lora_adapters),
     };
+  }
+  let modelName: string | undefined;
+  for (const name of [...names.waiting, ...names.running]) {
+    for (const s of families.get(name) ?? []) {
+      const m = s.labels?.model_name;
+      if (m !== undefined && m.length > 0) {
+        modelName = m;
+        break;
+      }
+    }
+    if (modelName !== undefined) break;
   }
   const waiting = firstOf(names.waiting, sum);
   const running = firstOf(names.running, sum);
@@ -120,6 +144,7 @@ export function parseLoadFigures(
     ...(blockSize === undefined ? {} : { blockSize }),
     ...(numGpuBlocks === undefined ? {} : { numGpuBlocks }),
     ...(lora === undefined ? {} : { lora }),
+    ...(modelName === undefined ? {} : { modelName }),
     malformedLines: malformed,
   };
 }

@@ -221,6 +221,7 @@ export function resolveCacheAwareOptions(
     'prefixHomeKeyChars must be an integer >= 1',
     o.prefixHomeKeyChars,
   );
+  check(finite(o.loraLoadMs) && o.loraLoadMs >= 0, 'loraLoadMs must be >= 0', o.loraLoadMs);
   return Object.freeze(o);
 }
 

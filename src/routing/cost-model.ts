@@ -100,6 +100,11 @@
  *
  * Filters, before scoring (a filtered candidate is skipped while at least one candidate passes; when
  * none passes they are all scored: a request is never refused because the fleet is busy):
+ * - LoRA (lora-affinity.ts), first: a request for a LoRA adapter skips the workers whose adapter
+ *   slots are all taken by other adapters (it would wait there until one drains) while any candidate
+ *   has the adapter active or a free slot; a free slot adds `loraLoadMs` to the prediction (the
+ *   adapter is loaded before the prefill), so a worker already running the adapter wins unless its
+ *   queue costs more than the load. The filters below apply among the candidates it keeps.
  * - overload: a FRESH scraped sample shows more than `overloadWaiting` queued requests or KV-cache
  *   usage above `overloadKvUsage`. Defaults 8 waiting and 0.9 usage, near the SGLang gateway's (8
  *   waiting, 0.8 usage); vLLM preempts sequences as its KV cache fills, so 0.9 is where a worker stops
@@ -164,6 +169,7 @@ import {
   prefixHome,
 } from './prefix-home.js';
 import { leastLoaded } from './tie-break.js';
+import type { AdapterState } from './lora-affinity.js';
 
 /** What the cost model reads per worker (the composition root binds the scraper's board and clock). */
 export interface WorkerSignals {
@@ -173,6 +179,8 @@ export interface WorkerSignals {
   backlog?(worker: Worker): Backlog;
   /** Share of the worker's recent load this router did not send, in [0, 1] (load-board.ts); 0 when absent. */
   foreignShare?(worker: Worker): number;
+  /** LoRA adapter `model`'s state on the worker (lora-affinity.ts); undefined = no opinion. */
+  adapter?(worker: Worker, model: string): AdapterState | undefined;
 }
 
 export interface CostModelOptions {
@@ -200,6 +208,8 @@ export interface CostModelOptions {
   prefixHomeMarginExact: number;
   /** Prefix home: characters of the prompt's start that key its home. Default 256. */
   prefixHomeKeyChars: number;
+  /** Predicted time to load a LoRA adapter into a free slot (lora-affinity.ts). Default 50. */
+  loraLoadMs: number;
 }
 
 export const DEFAULT_COST_MODEL_OPTIONS: Readonly<CostModelOptions> = Object.freeze({
@@ -215,6 +225,7 @@ export const DEFAULT_COST_MODEL_OPTIONS: Readonly<CostModelOptions> = Object.fre
   prefixHomeMarginAlone: DEFAULT_PREFIX_HOME_OPTIONS.marginAlone,
   prefixHomeMarginExact: DEFAULT_PREFIX_HOME_OPTIONS.marginExact,
   prefixHomeKeyChars: DEFAULT_PREFIX_HOME_OPTIONS.keyChars,
+  loraLoadMs: 50,
 });
 
 /** One candidate's prediction. */
@@ -242,6 +253,10 @@ export interface CostScore {
   readonly loadSource: LoadView['source'];
   /** Skipped by a filter (overload or imbalance). */
   readonly overloaded: boolean;
+  /** The request's LoRA adapter on this worker (lora-affinity.ts), when there is an opinion. */
+  readonly adapter?: AdapterState;
+  /** Included in prefillMs: the adapter's load into a free slot (`loraLoadMs`), else 0. */
+  readonly adapterLoadMs: number;
 }
 
 /** The inputs of one decision (decision header, debug log, timing feedback). */
@@ -252,6 +267,8 @@ export interface CostInputs {
   readonly runnerUp?: CostScore;
   /** Candidates skipped by the filters. */
   readonly skippedOverloaded: number;
+  /** Of the others, candidates skipped because every adapter slot there is taken (lora-affinity.ts). */
+  readonly skippedLora?: number;
   /** Candidates over the overload thresholds that were scored anyway (fewer than half passed). */
   readonly saturated?: number;
   /** Fewest queued prefills on any candidate (the weight of recomputed tokens). */
@@ -294,6 +311,8 @@ export function scoreCost(
   let sumAhead = 0;
   let anyIdle = false; // a candidate with nothing queued or running
   let hot = 0; // candidates over the overload thresholds
+  let loraFull = 0; // candidates whose adapter slots are all taken by other adapters
+  const adapterOf = input.model !== '' ? signals.adapter : undefined;
   for (let i = 0; i < workers.length; i++) {
     const worker = workers[i] as Worker;
     const load = signals.load(worker);
@@ -304,7 +323,9 @@ export function scoreCost(
     if (queued.requests < contention) contention = queued.requests;
     sumAhead += load.ahead;
     if (load.ahead <= 0) anyIdle = true;
-    const x = candidate(worker, load, est, queued, prefix ? promptTokens : 0, cachedTokens, options);
+    const adapter = adapterOf?.(worker, input.model);
+    if (adapter === 'full') loraFull += 1;
+    const x = candidate(worker, load, est, queued, prefix ? promptTokens : 0, cachedTokens, options, adapter);
     if (cacheFill !== undefined && options.costRecomputeWeight > 0 && x.recomputeMs > 0) {
       x.displaceMs = options.costRecomputeWeight * cacheFill(worker) * x.recomputeMs;
     }
@@ -318,23 +339,28 @@ export function scoreCost(
   // The overload filter singles out outliers; a saturated fleet is scored whole (see the header).
   const saturated = hot * 2 > c.length ? hot : 0;
   if (saturated > 0) for (const x of c) x.overloaded = false;
+  // LoRA first: full workers are out while any other candidate remains (never all of them).
+  const loraOut = loraFull > 0 && loraFull < c.length;
   let anyFit = false;
   for (const x of c) {
     if (x.totalAhead > cap || x.queuedPrefills >= idleQueue) x.overloaded = true;
-    if (!x.overloaded) anyFit = true;
+    if (loraOut && x.adapter === 'full') x.loraSkipped = true;
+    else if (!x.overloaded) anyFit = true;
     x.scoreMs = x.predictedMs + contention * x.recomputeMs + x.displaceMs + x.decodeMs;
   }
+  const out = (x: Candidate): boolean => x.loraSkipped || (anyFit && x.overloaded);
 
   let best = Infinity;
   let skipped = 0;
   for (const x of c) {
+    if (x.loraSkipped) continue;
     if (anyFit && x.overloaded) skipped += 1;
     else if (x.scoreMs < best) best = x.scoreMs;
   }
   const tied: number[] = [];
   for (let i = 0; i < c.length; i++) {
     const x = c[i] as Candidate;
-    if (!(anyFit && x.overloaded) && x.scoreMs <= best + TIE_MS) tied.push(i);
+    if (!out(x) && x.scoreMs <= best + TIE_MS) tied.push(i);
   }
   let chosenIndex = tied.length === 1 ? (tied[0] as number) : leastLoaded(workers, tied);
   // The pick does not hold the prompt's opening: seed or spill it where every replica would (prefix-home.ts).
@@ -356,7 +382,7 @@ export function scoreCost(
       homeOptions,
     )
   ) {
-    for (const x of c) x.eligible = !(anyFit && x.overloaded);
+    for (const x of c) x.eligible = !out(x);
     const bestScore = (c[chosenIndex] as Candidate).scoreMs;
     margin = homeMargin(homeOptions, meanForeignShare(signals, workers), prefix?.exact) * homeMarginScale;
     const marginMs = margin * (c[chosenIndex] as Candidate).recomputeMs;
@@ -376,7 +402,7 @@ export function scoreCost(
   let runnerUp: Candidate | undefined;
   for (let i = 0; i < c.length; i++) {
     const x = c[i] as Candidate;
-    if (i === chosenIndex || (anyFit && x.overloaded)) continue;
+    if (i === chosenIndex || out(x)) continue;
     if (runnerUp === undefined || x.scoreMs < runnerUp.scoreMs) runnerUp = x;
   }
   return {
@@ -384,6 +410,7 @@ export function scoreCost(
     chosen,
     ...(runnerUp ? { runnerUp } : {}),
     skippedOverloaded: skipped,
+    ...(loraOut ? { skippedLora: loraFull } : {}),
     ...(saturated > 0 ? { saturated } : {}),
     contention,
     bestMatchRate: promptTokens > 0 ? maxCached / promptTokens : 0,
@@ -409,6 +436,8 @@ interface Candidate extends CostScore {
   readonly label: string;
   /** Not skipped by a filter (set for the prefix-home rule). */
   eligible: boolean;
+  /** Skipped by the LoRA filter (every adapter slot taken, while another candidate has room). */
+  loraSkipped: boolean;
 }
 
 function candidate(
@@ -419,13 +448,15 @@ function candidate(
   promptTokens: number,
   cachedTokens: number,
   options: Readonly<CostModelOptions>,
+  adapter: AdapterState | undefined,
 ): Candidate {
   const uncachedTokens = Math.max(0, promptTokens - cachedTokens);
   const others = Math.max(0, load.ahead - queued.requests);
   const ahead = Math.min(others, load.waitingElsewhere ?? 0);
   const waitMs = queued.tokens * est.prefillMsPerToken + ahead * est.waitMsPerRequest;
   const recomputeMs = uncachedTokens * est.prefillMsPerToken;
-  const prefillMs = est.ttftFloorMs + recomputeMs;
+  const adapterLoadMs = adapter === undefined || adapter === 'active' ? 0 : options.loraLoadMs;
+  const prefillMs = est.ttftFloorMs + recomputeMs + adapterLoadMs;
   const overloaded =
     load.source === 'scraped' &&
     ((load.waiting ?? 0) > options.overloadWaiting || (load.kvUsage ?? 0) > options.overloadKvUsage);
@@ -449,6 +480,9 @@ function candidate(
     displaceMs: 0,
     label: worker.url,
     eligible: true,
+    loraSkipped: false,
+    ...(adapter === undefined ? {} : { adapter }),
+    adapterLoadMs,
   };
 }
 
@@ -489,6 +523,8 @@ export function describeCost(c: CostInputs): string {
     `uncached=${s.uncachedTokens}/${c.promptTokens}`,
   ];
   if (c.skippedOverloaded > 0) parts.push(`overloaded=${c.skippedOverloaded}`);
+  if (s.adapter !== undefined) parts.push(`lora=${s.adapter}`);
+  if (c.skippedLora !== undefined) parts.push(`lora_full=${c.skippedLora}`);
   if (c.saturated !== undefined) parts.push(`saturated=${c.saturated}`);
   if (c.contention > 0) parts.push(`contention=${c.contention}`);
   if (s.displaceMs > 0) parts.push(`displace_ms=${s.displaceMs.toFixed(1)}`);

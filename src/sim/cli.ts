@@ -9,6 +9,11 @@
  *     [--overhead-ms 5]
  *     [--prefill-ms-per-token 0.05] [--itl-ms 10] [--itl-growth 0.02] [--kv-transfer-ms-per-token 0.005]
  *     [--prefill-lanes 0] [--tokenizer DIR] [--kv-events tcp://*:5557] [--kv-events-replay tcp://*:5558]
+ *     [--max-loras N] [--lora-load-ms 50]
+ *
+ * `--max-loras N` serves LoRA adapters as vLLM with `--enable-lora --max-loras N`: a request naming any
+ * model other than `--model` runs with that adapter, at most N adapters at once, a load costing
+ * `--lora-load-ms`; `/metrics` carries `vllm:lora_requests_info`.
  *
  * `--kv-events ENDPOINT` publishes KV-cache events as vLLM does (PUB socket bound there, vLLM's default
  * `tcp://*:5557`; `--kv-events-replay` adds the replay ROUTER); the prefix cache then works on token
@@ -53,6 +58,8 @@ const { values } = parseArgs({
     tokenizer: { type: 'string' },
     'kv-events': { type: 'string' },
     'kv-events-replay': { type: 'string' },
+    'max-loras': { type: 'string' },
+    'lora-load-ms': { type: 'string' },
   },
   strict: true,
 });
@@ -85,6 +92,9 @@ const timing = defined<Partial<TimingModel>>({
 });
 const cacheBlocks = num('cache-blocks', values['cache-blocks']);
 
+if (values['lora-load-ms'] !== undefined && values['max-loras'] === undefined) {
+  throw new Error('--lora-load-ms needs --max-loras');
+}
 if (values['kv-events-replay'] !== undefined && values['kv-events'] === undefined) {
   throw new Error('--kv-events-replay needs --kv-events');
 }
@@ -106,6 +116,13 @@ const options: SimulatorOptions = defined<SimulatorOptions>({
   timing,
   cache: cacheBlocks === undefined ? undefined : { capacityBlocks: cacheBlocks },
   sharedBlockPool: values['shared-block-pool'],
+  lora:
+    values['max-loras'] === undefined
+      ? undefined
+      : (defined({
+          maxLoras: num('max-loras', values['max-loras']),
+          loadMs: num('lora-load-ms', values['lora-load-ms']),
+        }) as NonNullable<SimulatorOptions['lora']>),
   register:
     values.register === undefined
       ? undefined

@@ -21,11 +21,16 @@
  * `waiting` are computed on read (a scan of the at most maxRunningSeqs prefilling sequences), so no
  * timer fires when a booked prefill starts.
  *
+ * LoRA (`lora`, sim/lora-slots.ts): a sequence for an adapter starts only while the batch has a slot for
+ * its adapter (the queue passes over it until then, as vLLM's scheduler does), and one whose adapter
+ * is not loaded pays `loraLoadMs` before its prefill.
+ *
  * A zero duration (timeScale 0) uses setImmediate instead of a timer, so tests stream instantly but
  * still asynchronously. Every timer is unref()'d and tracked: cancel() and close() leave nothing behind.
  */
 import { interTokenMs, type TimingModel } from './timing-model.js';
 import { RunQueue } from './run-queue.js';
+import type { LoraSlots } from './lora-slots.js';
 
 export interface SequenceSpec {
   /**
@@ -40,6 +45,8 @@ export interface SequenceSpec {
   fits?(): boolean;
   /** Tokens to produce, >= 1. */
   readonly outputTokens: number;
+  /** The LoRA adapter the sequence runs with (absent: the base model). */
+  readonly adapter?: string;
   /** Called once per produced token (`index` from 0); `last` is true for the final one. */
   onToken(index: number, last: boolean): void;
 }
@@ -69,8 +76,15 @@ export class Engine {
   constructor(
     private readonly timing: Readonly<TimingModel>,
     private readonly timeScale: number,
+    /** LoRA adapter slots and the (already scaled) time to load an adapter; absent: LoRA off. */
+    private readonly lora?: { readonly slots: LoraSlots; readonly loadMs: number },
   ) {
-    this.queue = new RunQueue<EngineJob>(timing.maxRunningSeqs, (job) => job.spec.fits?.() ?? true);
+    const slots = lora?.slots;
+    this.queue = new RunQueue<EngineJob>(
+      timing.maxRunningSeqs,
+      (job) => job.spec.fits?.() ?? true,
+      slots ? (job) => slots.canStart(job.spec.adapter) : undefined,
+    );
     this.laneFreeAt = new Array<number>(timing.prefillLanes).fill(0);
   }
 
@@ -82,6 +96,14 @@ export class Engine {
   /** Sequences waiting for a slot or for their prefill to start: vLLM's `num_requests_waiting`. */
   get waiting(): number {
     return this.queue.waiting + this.prefillsNotStarted();
+  }
+
+  /** Adapters of the sequences waiting for a slot, in queue order, each once. */
+  waitingAdapters(): string[] {
+    const out = new Set<string>();
+    for (const job of this.queue.waitingItems())
+      if (job.spec.adapter !== undefined) out.add(job.spec.adapter);
+    return [...out];
   }
 
   private prefillsNotStarted(): number {
@@ -113,11 +135,11 @@ export class Engine {
       case 'prefill':
         this.clearJobTimers(job);
         this.prefilling.delete(job);
-        this.release();
+        this.release(job);
         break;
       case 'decode':
         this.decoding.delete(job);
-        this.release();
+        this.release(job);
         break;
       case 'done':
         break;
@@ -143,7 +165,8 @@ export class Engine {
   private startPrefill(job: EngineJob): void {
     job.state = 'prefill';
     this.prefilling.add(job);
-    const ms = this.bookLane(job, job.spec.admit());
+    const loaded = this.lora?.slots.start(job.spec.adapter) === true;
+    const ms = this.bookLane(job, job.spec.admit() + (loaded ? (this.lora?.loadMs ?? 0) : 0));
     if (ms > 0) job.timer = setTimeout(this.onPrefillDone, ms, job).unref();
     else job.immediate = setImmediate(this.onPrefillDone, job);
   }
@@ -175,7 +198,7 @@ export class Engine {
       this.decoding.add(job);
     }
     job.spec.onToken(0, last);
-    if (last) this.release();
+    if (last) this.release(job);
     else this.armStep();
   };
 
@@ -191,7 +214,7 @@ export class Engine {
         job.state = 'done';
       }
       job.spec.onToken(index, last);
-      if (last) this.release();
+      if (last) this.release(job);
     }
     this.armStep();
   };
@@ -203,8 +226,9 @@ export class Engine {
     else this.stepImmediate = setImmediate(this.onStep);
   }
 
-  private release(): void {
+  private release(job: EngineJob): void {
     if (this.closed) return;
+    this.lora?.slots.finish(job.spec.adapter);
     this.queue.finish();
     this.startWaiting();
     if (this.decoding.size === 0) this.clearStep();

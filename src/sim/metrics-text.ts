@@ -18,6 +18,19 @@ export interface SimulatorMetricsSnapshot {
   readonly generationTokens: number;
   /** Adds `vllm:cache_config_info` (an info gauge whose labels carry vLLM's CacheConfig). */
   readonly cacheConfig?: { readonly blockSize: number; readonly numGpuBlocks: number };
+  /**
+   * Adds `vllm:lora_requests_info`: one series per combination of running and waiting adapters (comma
+   * separated), valued with the time (epoch seconds) it was last current, as vLLM's
+   * `set_to_current_time()` leaves them.
+   */
+  readonly lora?: {
+    readonly maxLora: number;
+    readonly series: ReadonlyArray<{
+      readonly running: string;
+      readonly waiting: string;
+      readonly at: number;
+    }>;
+  };
 }
 
 export function escapeLabelValue(v: string): string {
@@ -56,6 +69,16 @@ export function metricsText(s: SimulatorMetricsSnapshot): string {
       `# HELP ${name} Information of the LLMEngine CacheConfig\n# TYPE ${name} gauge\n` +
       `${name}{block_size="${c.blockSize}",cache_dtype="auto",enable_prefix_caching="True",` +
       `num_gpu_blocks="${c.numGpuBlocks}"} 1.0\n`;
+  }
+  const l = s.lora;
+  if (l) {
+    const name = 'vllm:lora_requests_info';
+    out += `# HELP ${name} Running stats on lora requests.\n# TYPE ${name} gauge\n`;
+    for (const x of l.series) {
+      out +=
+        `${name}{max_lora="${l.maxLora}",running_lora_adapters="${escapeLabelValue(x.running)}",` +
+        `waiting_lora_adapters="${escapeLabelValue(x.waiting)}"} ${x.at}\n`;
+    }
   }
   return out;
 }

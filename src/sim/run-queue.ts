@@ -12,15 +12,21 @@
  * first served as vLLM's default scheduler: a head that does not fit blocks the items behind it, and a
  * head always starts when nothing runs (a prompt larger than the pool must not wait forever).
  *
+ * Optional `eligible(item)`: whether the item may be scheduled at all now (a LoRA request whose adapter
+ * has no slot: sim/lora-slots.ts). vLLM's scheduler passes over such a request and goes on with the
+ * ones behind it, so an ineligible item is skipped, not waited for; it starts once it is eligible and
+ * heads the eligible items.
+ *
  * Pure data structure: no timers, metrics or logging.
  */
 export class RunQueue<T> {
   private runningCount = 0;
-  private readonly waitingItems = new Set<T>();
+  private readonly items = new Set<T>();
 
   constructor(
     readonly maxRunning: number,
     private readonly fits: (item: T) => boolean = () => true,
+    private readonly eligible?: (item: T) => boolean,
   ) {
     if (!Number.isInteger(maxRunning) || maxRunning < 1) {
       throw new RangeError('maxRunning must be a positive integer');
@@ -32,16 +38,16 @@ export class RunQueue<T> {
   }
 
   get waiting(): number {
-    return this.waitingItems.size;
+    return this.items.size;
   }
 
   /** True when `item` got a slot and must start now; false when it was queued. */
   submit(item: T): boolean {
-    if (this.waitingItems.size === 0 && this.mayStart(item)) {
+    if (this.noEligibleWaiting() && this.mayStart(item) && (this.eligible?.(item) ?? true)) {
       this.runningCount++;
       return true;
     }
-    this.waitingItems.add(item);
+    this.items.add(item);
     return false;
   }
 
@@ -53,24 +59,39 @@ export class RunQueue<T> {
 
   /** The waiting head when it may start now (it then owns a slot), else undefined. */
   take(): T | undefined {
-    const next = this.waitingItems.values().next();
-    if (next.done || !this.mayStart(next.value)) return undefined;
-    this.waitingItems.delete(next.value);
-    this.runningCount++;
-    return next.value;
+    for (const item of this.items) {
+      if (this.eligible !== undefined && !this.eligible(item)) continue;
+      if (!this.mayStart(item)) return undefined;
+      this.items.delete(item);
+      this.runningCount++;
+      return item;
+    }
+    return undefined;
+  }
+
+  /** The waiting items, oldest first. */
+  waitingItems(): IterableIterator<T> {
+    return this.items.values();
   }
 
   /** Removes a waiting item. Returns false when it was not waiting (already running or unknown). */
   cancel(item: T): boolean {
-    return this.waitingItems.delete(item);
+    return this.items.delete(item);
   }
 
   /** Drops every waiting item and resets the running count (engine shutdown). */
   clear(): T[] {
-    const items = [...this.waitingItems];
-    this.waitingItems.clear();
+    const items = [...this.items];
+    this.items.clear();
     this.runningCount = 0;
     return items;
+  }
+
+  private noEligibleWaiting(): boolean {
+    if (this.items.size === 0) return true;
+    if (this.eligible === undefined) return false;
+    for (const item of this.items) if (this.eligible(item)) return false;
+    return true;
   }
 
   private mayStart(item: T): boolean {

@@ -36,6 +36,7 @@ import {
   type P2pAddresses,
 } from './kv-transfer.js';
 import { metricsText } from './metrics-text.js';
+import { LoraSlots } from './lora-slots.js';
 import {
   completionBody,
   errorBody,
@@ -86,6 +87,15 @@ export interface SimulatorOptions {
    * fixed LRU of that many blocks beside the running requests, and admission counts slots only.
    */
   sharedBlockPool?: boolean;
+  /**
+   * Serve LoRA adapters as vLLM with `--enable-lora --max-loras N` (lora-slots.ts): a request whose
+   * `model` is not the served model names an adapter; at most `maxLoras` adapters run at once (the
+   * others' requests wait, reported as waiting), an adapter not loaded costs `loadMs` (default 50,
+   * scaled by timeScale) before its prefill, and `/metrics` carries `vllm:lora_requests_info` as vLLM
+   * writes it (one series per combination of adapters seen, valued with the time it was last current).
+   * Default: LoRA off (every model name is served as the base model).
+   */
+  lora?: { maxLoras: number; loadMs?: number };
   /** P/D behaviour. Default 'nixl'. */
   kvConnector?: KvConnector;
   /** ZMQ self-registration (prefill/decode roles only; a regular worker never registers). */
@@ -155,6 +165,8 @@ export interface Simulator {
   readonly records: readonly RequestRecord[];
   readonly cache: PrefixCache;
   readonly tokenizer: SimTokenizer;
+  /** LoRA adapters loaded so far (0 without `lora`): what keeping an adapter's requests together saves. */
+  readonly loraLoads: number;
   /** The KV-event publisher's bound endpoints, when `kvEvents` is set. */
   readonly kvEvents: { endpoint: string; replayEndpoint: string | undefined } | undefined;
   /** Empties the prefix cache (vLLM's /reset_prefix_cache), publishing AllBlocksCleared. */
@@ -237,6 +249,9 @@ class SimulatorServer implements Simulator {
 
   private readonly server: Server;
   private readonly engine: Engine;
+  private readonly loraSlots: LoraSlots | undefined;
+  /** vllm:lora_requests_info's series, by their labels (running|waiting): the time each was last current. */
+  private readonly loraSeries = new Map<string, { running: string; waiting: string; at: number }>();
   private readonly timing: Readonly<TimingModel>;
   private readonly timeScale: number;
   private readonly defaultMaxTokens: number;
@@ -281,8 +296,38 @@ class SimulatorServer implements Simulator {
     if (opts.sharedBlockPool === true) this.cache.sharePool(this.kvUsage);
     this.tokenizer = opts.tokenizer ?? new CharTokenizer(this.cache.options.charsPerToken);
     this.maxModelLen = opts.maxModelLen ?? 131_072;
-    this.engine = new Engine(this.timing, this.timeScale);
+    if (opts.lora !== undefined) {
+      const loadMs = opts.lora.loadMs ?? 50;
+      if (!(loadMs >= 0) || !Number.isFinite(loadMs)) throw new RangeError('lora.loadMs must be >= 0');
+      this.loraSlots = new LoraSlots(opts.lora.maxLoras);
+      this.engine = new Engine(this.timing, this.timeScale, {
+        slots: this.loraSlots,
+        loadMs: loadMs * this.timeScale,
+      });
+    } else this.engine = new Engine(this.timing, this.timeScale);
     this.server = createServer({ keepAliveTimeout: 30_000 }, this.onRequest);
+  }
+
+  get loraLoads(): number {
+    return this.loraSlots?.loads ?? 0;
+  }
+
+  /** The current adapters as vLLM labels them, stamped now; older combinations keep their stamps. */
+  private loraInfo():
+    { maxLora: number; series: { running: string; waiting: string; at: number }[] } | undefined {
+    const slots = this.loraSlots;
+    if (slots === undefined) return undefined;
+    const running = slots.runningAdapters().join(',');
+    const waiting = this.engine.waitingAdapters().join(',');
+    const key = `${running}|${waiting}`;
+    this.loraSeries.delete(key);
+    this.loraSeries.set(key, { running, waiting, at: (performance.timeOrigin + performance.now()) / 1000 });
+    // vLLM keeps every combination; keep the page bounded (the current one is the newest entry).
+    for (const k of this.loraSeries.keys()) {
+      if (this.loraSeries.size <= 64) break;
+      this.loraSeries.delete(k);
+    }
+    return { maxLora: slots.maxLoras, series: [...this.loraSeries.values()] };
   }
 
   get bootstrapPort(): number | undefined {
@@ -550,6 +595,7 @@ class SimulatorServer implements Simulator {
             blockSize: this.cache.options.blockTokens,
             numGpuBlocks: this.cache.options.capacityBlocks,
           },
+          ...(this.loraSlots ? { lora: this.loraInfo() } : {}),
         });
         res.writeHead(200, {
           'content-type': 'text/plain; version=0.0.4; charset=utf-8',
@@ -765,8 +811,13 @@ class SimulatorServer implements Simulator {
         ? transferTtftMs(this.timing, prompt, this.timeScale)
         : prefillTtftMs(this.timing, prompt - cached, this.timeScale);
     };
+    const adapter =
+      this.loraSlots !== undefined && request.model !== undefined && request.model !== this.model
+        ? request.model
+        : undefined;
     ctx.job = this.engine.submit({
       admit,
+      ...(adapter === undefined ? {} : { adapter }),
       ...(this.cache.sharesPool ? { fits: () => this.fitsPool(keysOf(), request.maxTokens * choices) } : {}),
       outputTokens: request.maxTokens,
       onToken: (index, last) => {

@@ -47,13 +47,14 @@ describe('parseLoadFigures', () => {
         blockSize: 16,
         numGpuBlocks: 27000,
         lora: { maxLora: 4, running: ['sql', 'chat'], waiting: [] },
+        modelName: 'meta-llama/Llama-3.1-8B-Instruct',
         malformedLines: 0,
       },
     },
     {
       name: 'older vLLM: gpu_cache_usage_perc as the fallback KV usage',
       text: line('vllm:gpu_cache_usage_perc', '0.7') + line('vllm:num_requests_running', '1'),
-      want: { running: 1, kvUsage: 0.7, malformedLines: 0 },
+      want: { running: 1, kvUsage: 0.7, modelName: 'm', malformedLines: 0 },
     },
     {
       name: 'SGLang names',
@@ -61,7 +62,7 @@ describe('parseLoadFigures', () => {
         line('sglang:num_queue_reqs', '3') +
         line('sglang:num_running_reqs', '9') +
         line('sglang:token_usage', '0.5'),
-      want: { waiting: 3, running: 9, kvUsage: 0.5, malformedLines: 0 },
+      want: { waiting: 3, running: 9, kvUsage: 0.5, modelName: 'm', malformedLines: 0 },
     },
     {
       name: 'data-parallel engines: counts summed, the fullest KV cache',
@@ -80,12 +81,12 @@ describe('parseLoadFigures', () => {
         line('vllm:num_requests_waiting', 'NaN') +
         line('vllm:num_requests_running', '+Inf') +
         line('vllm:kv_cache_usage_perc', '-0.5'),
-      want: { malformedLines: 0 },
+      want: { modelName: 'm', malformedLines: 0 },
     },
     {
       name: 'huge values are clamped',
       text: line('vllm:num_requests_waiting', '1e308') + line('vllm:kv_cache_usage_perc', '7'),
-      want: { waiting: MAX_COUNT, kvUsage: 1, malformedLines: 0 },
+      want: { waiting: MAX_COUNT, kvUsage: 1, modelName: 'm', malformedLines: 0 },
     },
     {
       name: 'garbage page',
@@ -95,17 +96,59 @@ describe('parseLoadFigures', () => {
     {
       name: 'a malformed wanted line costs only itself',
       text: 'vllm:num_requests_waiting{engine="0" 2\n' + line('vllm:num_requests_running', '4'),
-      want: { running: 4, malformedLines: 1 },
+      want: { running: 4, modelName: 'm', malformedLines: 1 },
     },
     {
       name: 'a prefix of a wanted name is not that name',
       text: line('vllm:num_requests_waiting_by_reason', '9') + line('vllm:num_requests_waiting', '1'),
-      want: { waiting: 1, malformedLines: 0 },
+      want: { waiting: 1, modelName: 'm', malformedLines: 0 },
     },
     {
       name: 'no trailing newline, timestamps, escaped label values',
       text: 'vllm:num_requests_running{model_name="a \\"b\\"\\\\c"} 6 1700000000000',
-      want: { running: 6, malformedLines: 0 },
+      want: { running: 6, modelName: 'a "b"\\c', malformedLines: 0 },
+    },
+    {
+      // vLLM sets the gauge to the current time under the labels of the moment, so every combination
+      // the worker has had stays on the page, in creation order: here it went "" -> "a" -> "a,b" -> "a".
+      name: 'LoRA: the series with the latest time, not the last line',
+      text:
+        line(
+          'vllm:lora_requests_info',
+          '1733700000.5',
+          'max_lora="2",running_lora_adapters="",waiting_lora_adapters=""',
+        ) +
+        line(
+          'vllm:lora_requests_info',
+          '1733700009.25',
+          'max_lora="2",running_lora_adapters="a",waiting_lora_adapters=""',
+        ) +
+        line(
+          'vllm:lora_requests_info',
+          '1733700004.0',
+          'max_lora="2",running_lora_adapters="a,b",waiting_lora_adapters="c"',
+        ),
+      want: { lora: { maxLora: 2, running: ['a'], waiting: [] }, malformedLines: 0 },
+    },
+    {
+      name: 'LoRA: back to no adapter at all is the current state too',
+      text:
+        line(
+          'vllm:lora_requests_info',
+          '1733700001',
+          'max_lora="1",running_lora_adapters="a",waiting_lora_adapters="b"',
+        ) +
+        line(
+          'vllm:lora_requests_info',
+          '1733700002',
+          'max_lora="1",running_lora_adapters="",waiting_lora_adapters=""',
+        ) +
+        line(
+          'vllm:lora_requests_info',
+          'NaN',
+          'max_lora="1",running_lora_adapters="z",waiting_lora_adapters=""',
+        ),
+      want: { lora: { maxLora: 1, running: [], waiting: [] }, malformedLines: 0 },
     },
   ])('$name', ({ text, want }) => {
     expect(parseLoadFigures(text)).toEqual(want);

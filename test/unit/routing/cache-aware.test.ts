@@ -52,6 +52,7 @@ describe('cache_aware options', () => {
       prefixHomeMarginAlone: 0.5,
       prefixHomeMarginExact: 1,
       prefixHomeKeyChars: 256,
+      loraLoadMs: 50,
     });
     expect(resolveCacheAwareOptions({ cacheThreshold: undefined })).toEqual(DEFAULT_CACHE_AWARE_OPTIONS);
   });
@@ -59,6 +60,7 @@ describe('cache_aware options', () => {
   it.each([
     { cacheThreshold: 1.5 },
     { cacheThreshold: Number.NaN },
+    { loraLoadMs: -1 },
     { balanceAbsThreshold: -1 },
     { balanceRelThreshold: Infinity },
     { evictionIntervalMs: 0 },

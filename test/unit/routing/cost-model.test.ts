@@ -579,3 +579,78 @@ describe('cost model scoring (cache_aware default mode)', () => {
     expect(d.worker).toBe(workers[1]);
   });
 });
+
+describe('cost model: LoRA affinity', () => {
+  type State = 'active' | 'free_slot' | 'full' | undefined;
+  function lora(states: readonly State[], loads: readonly LoadView[] = []) {
+    const workers = makeWorkers(states.length);
+    const timing = new TimingEstimates();
+    const signals: WorkerSignals = {
+      load: (w) => loads[workers.indexOf(w)] ?? idle,
+      timing: (w) => timing.of(w),
+      adapter: (w, model) => (model === 'sql' ? states[workers.indexOf(w)] : undefined),
+    };
+    const policy = new CacheAwarePolicy({}, { signals });
+    for (const w of workers) policy.addWorker(w);
+    return { workers, policy };
+  }
+
+  it.each<{ name: string; states: State[]; loads?: LoadView[]; want: number; lora?: string }>([
+    {
+      name: 'the worker running the adapter over idle ones with a free slot',
+      states: ['free_slot', 'active', 'free_slot'],
+      want: 1,
+      lora: 'active',
+    },
+    {
+      name: 'a free slot over a worker whose slots are all taken',
+      states: ['full', 'free_slot'],
+      want: 1,
+      lora: 'free_slot',
+    },
+    { name: 'a worker without LoRA info over a full one', states: ['full', undefined], want: 1 },
+    {
+      name: 'the adapter is active on a worker with a queue: its load (50 ms) outweighs one request ahead (20 ms)',
+      states: ['active', 'free_slot'],
+      loads: [queuedElsewhere(1), idle],
+      want: 0,
+    },
+    {
+      name: '... but not a long one (4 requests ahead = 80 ms)',
+      states: ['active', 'free_slot'],
+      loads: [queuedElsewhere(4), idle],
+      want: 1,
+    },
+    {
+      name: 'a full worker stays out even when it is the only idle one',
+      states: ['full', 'active'],
+      loads: [idle, queuedElsewhere(6)],
+      want: 1,
+    },
+  ])('$name', ({ states, loads, want, lora: state }) => {
+    const { workers, policy } = lora(states, loads);
+    const d = policy.select(input(workers, { model: 'sql', text: TINY }));
+    expect(d.worker).toBe(workers[want]);
+    if (state !== undefined) expect(describeCost(d.cost!)).toContain(`lora=${state}`);
+  });
+
+  it('every worker full: the request is still routed (never refused), by load', () => {
+    const { workers, policy } = lora(['full', 'full'], [queuedElsewhere(3), idle]);
+    const d = policy.select(input(workers, { model: 'sql', text: TINY }));
+    expect(d.worker).toBe(workers[1]);
+    expect(d.cost?.skippedLora).toBeUndefined();
+  });
+
+  it('the decision header counts the workers the LoRA filter skipped', () => {
+    const { workers, policy } = lora(['full', 'full', 'free_slot']);
+    const d = policy.select(input(workers, { model: 'sql', text: TINY }));
+    expect(d.worker).toBe(workers[2]);
+    expect(describeCost(d.cost!)).toContain('lora_full=2');
+  });
+
+  it('a request for the base model ignores adapter slots', () => {
+    const { workers, policy } = lora(['free_slot', 'full'], [queuedElsewhere(1), idle]);
+    const d = policy.select(input(workers, { model: 'llama', text: TINY }));
+    expect(d.worker).toBe(workers[1]);
+  });
+});

@@ -76,3 +76,40 @@ describe('RunQueue', () => {
     expect(() => new RunQueue(n)).toThrow(RangeError);
   });
 });
+
+describe('RunQueue: ineligible items are passed over (LoRA without a slot), not waited for', () => {
+  it('an item that may not be scheduled lets the ones behind it start, and starts once it may', () => {
+    const blocked = new Set(['b']);
+    const q = new RunQueue<string>(
+      3,
+      () => true,
+      (x) => !blocked.has(x),
+    );
+    expect(q.submit('a')).toBe(true);
+    expect(q.submit('b')).toBe(false); // ineligible: waits
+    expect(q.submit('c')).toBe(true); // nothing eligible ahead of it: starts at once
+    expect([q.running, q.waiting]).toEqual([2, 1]);
+    expect(q.take()).toBeUndefined(); // b is still ineligible
+    blocked.clear();
+    expect(q.take()).toBe('b');
+    expect([q.running, q.waiting]).toEqual([3, 0]);
+  });
+
+  it('eligible items keep their order, and a full engine still blocks them', () => {
+    const q = new RunQueue<string>(
+      1,
+      () => true,
+      (x) => x !== 'x',
+    );
+    q.submit('a');
+    q.submit('x');
+    q.submit('b');
+    q.submit('c');
+    expect(q.take()).toBeUndefined(); // no slot
+    q.finish();
+    expect(q.take()).toBe('b');
+    q.finish();
+    expect(q.take()).toBe('c');
+    expect([...q.waitingItems()]).toEqual(['x']);
+  });
+});

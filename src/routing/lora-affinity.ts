@@ -1,0 +1,61 @@
+/**
+ * LoRA affinity: where a request for a LoRA adapter can start without waiting for the adapter.
+ *
+ * vLLM serves several LoRA adapters on one base model (`--enable-lora --max-loras N`); a request
+ * names the adapter as its `model`. An engine batch holds at most `max_loras` distinct adapters: a
+ * request whose adapter is already in the batch (running or waiting there) joins it for nothing; one
+ * whose adapter is not has it loaded into a free slot first (a copy from the CPU cache, or a read
+ * from disk the first time); and when every slot is taken by adapters with requests running, it
+ * waits in the queue until one of them drains (vLLM's scheduler skips it until then). A router that
+ * ignores this spreads each adapter over the whole fleet: every worker loads every adapter, and with
+ * more adapters than slots, requests queue behind other adapters' while a worker that runs theirs
+ * idles. The inference extension's endpoint picker has the same rule (active adapter first, then a
+ * worker with room).
+ *
+ * State of adapter `model` on one worker, from the worker's latest fresh `/metrics` sample
+ * (`vllm:lora_requests_info`: `max_lora`, running and waiting adapters; metrics-parse.ts) and the
+ * models of this router's requests in flight there (requests it sent since the sample count at once,
+ * so a burst for a new adapter gathers where its first request went instead of loading it
+ * everywhere before the next scrape):
+ *   active     the adapter is running or waiting there, or this router has a request for it there
+ *   free_slot  it is not, and fewer than `max_lora` distinct adapters are (loading it costs time)
+ *   full       every slot is taken by other adapters (the request would wait for one to drain)
+ *   undefined  no opinion: no fresh sample with LoRA info (LoRA off, a non-vLLM worker), no
+ *              `max_lora`, the request names the worker's base model (the samples' `model_name`), or
+ *              the base model is unknown and the adapter is not active there (an adapter cannot be
+ *              told from an alias of the base then)
+ * The cost model (cost-model.ts) adds `loraLoadMs` to a free slot's prediction and skips full workers
+ * while any candidate is not full; it never refuses a request because every worker is full.
+ *
+ * Pure: no timers, metrics or logging.
+ */
+import type { LoraInfo } from '../load/metrics-parse.js';
+
+export type AdapterState = 'active' | 'free_slot' | 'full';
+
+export interface AdapterFacts {
+  /** The worker's latest fresh LoRA sample (absent: no LoRA info). */
+  readonly lora?: LoraInfo;
+  /** The worker's served base model (the samples' `model_name`), when known. */
+  readonly baseModel?: string;
+  /** Models of this router's requests in flight on the worker, with their counts. */
+  readonly inFlight?: ReadonlyMap<string, number>;
+}
+
+export function adapterState(model: string, facts: AdapterFacts): AdapterState | undefined {
+  const lora = facts.lora;
+  const max = lora?.maxLora;
+  if (lora === undefined || max === undefined || max <= 0 || model === '') return undefined;
+  const base = facts.baseModel;
+  if (model === base) return undefined;
+  if (lora.running.includes(model) || lora.waiting.includes(model) || (facts.inFlight?.get(model) ?? 0) > 0) {
+    return 'active';
+  }
+  if (base === undefined) return undefined;
+  const used = new Set<string>(lora.running);
+  for (const a of lora.waiting) used.add(a);
+  if (facts.inFlight !== undefined) {
+    for (const [m, n] of facts.inFlight) if (n > 0 && m !== base && m !== '') used.add(m);
+  }
+  return used.size < max ? 'free_slot' : 'full';
+}
