@@ -501,6 +501,14 @@ export const OPTIONS = [
   },
   {
     group: 'Load and cost model',
+    key: 'metricLora',
+    flag: 'metric-lora',
+    type: 'string',
+    default: METRIC_NAMES.lora,
+    help: "Metric name of the LoRA adapters' info gauge (labels max_lora, running_lora_adapters, waiting_lora_adapters; vLLM's), read for cache_aware's LoRA affinity; '' = off (adapters then count as any other model).",
+  },
+  {
+    group: 'Load and cost model',
     key: 'overloadWaiting',
     flag: 'overload-waiting',
     type: 'number',

@@ -514,6 +514,7 @@ function buildScraper({ config, logger, pools, health, board, backlog, clock }: 
       waiting: config.metricWaiting,
       running: config.metricRunning,
       kvUsage: config.metricKvUsage,
+      lora: config.metricLora,
     },
     clock,
     onScrapeFailed: (url, reason) => logger.debug({ worker: url, reason }, 'metrics scrape failed'),

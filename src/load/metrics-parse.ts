@@ -8,7 +8,7 @@
  *   kvUsage   vllm:kv_cache_usage_perc    | vllm:gpu_cache_usage_perc (vLLM < 0.10) | sglang:token_usage
  *   blockSize vllm:cache_config_info's `block_size` label
  *   numGpuBlocks  its `num_gpu_blocks` label (the worker's KV-cache capacity, in blocks)
- *   lora      vllm:lora_requests_info's `max_lora`, `running_lora_adapters`, `waiting_lora_adapters`,
+ *   lora      (one name; '' = off) vllm:lora_requests_info's `max_lora`, `running_lora_adapters`, `waiting_lora_adapters`,
  *             from its LATEST series: vLLM sets the gauge to the current time under the labels of the
  *             moment (`set_to_current_time()`), so every combination of adapters the worker has had
  *             stays on the page as its own series; the one with the largest value is now (the
@@ -77,7 +77,10 @@ export function parseLoadFigures(
   text: string,
   names: Readonly<MetricNames> = DEFAULT_METRIC_NAMES,
 ): LoadFigures {
-  const wanted = [...names.waiting, ...names.running, ...names.kvUsage, names.cacheConfig, names.lora];
+  // An empty name turns its figure off (it would match every line).
+  const wanted = [...names.waiting, ...names.running, ...names.kvUsage, names.cacheConfig, names.lora].filter(
+    (n) => n.length > 0,
+  );
   const { families, malformed } = parseWanted(text, wanted);
   const values = (name: string): number[] => {
     const out: number[] = [];

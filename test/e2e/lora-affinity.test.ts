@@ -63,7 +63,7 @@ function modelsSince(from: readonly number[]): Map<string, Set<string>> {
 
 interface WorkerInfo {
   url: string;
-  loadSample: { lora?: { running: string[] } } | null;
+  loadSample: { running?: number; lora?: { running: string[] } } | null;
 }
 
 describe('LoRA affinity (cache_aware cost mode, vllm:lora_requests_info)', () => {

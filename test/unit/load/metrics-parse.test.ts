@@ -160,3 +160,20 @@ describe('parseLoadFigures', () => {
     expect(parseLoadFigures(text, names).waiting).toBe(5);
   });
 });
+
+describe('parseLoadFigures: a figure turned off', () => {
+  it('an empty LoRA metric name reads no LoRA info (and does not match every line)', () => {
+    const text =
+      line('vllm:num_requests_running', '2') +
+      line(
+        'vllm:lora_requests_info',
+        '1733700000',
+        'max_lora="1",running_lora_adapters="a",waiting_lora_adapters=""',
+      );
+    expect(parseLoadFigures(text, { ...DEFAULT_METRIC_NAMES, lora: '' })).toEqual({
+      running: 2,
+      modelName: 'm',
+      malformedLines: 0,
+    });
+  });
+});
