@@ -53,7 +53,7 @@ import { TimingEstimates } from '../load/timing-estimates.js';
 import { prefillLegLearner, withTiming } from '../load/timing-dispatcher.js';
 import { CharsPerToken } from '../load/chars-per-token.js';
 import { PrefillBacklog } from '../load/prefill-backlog.js';
-import { ModelInFlight, withModelInFlight } from '../load/model-in-flight.js';
+import { ModelInFlight, withModelInFlight, withPrefillModel } from '../load/model-in-flight.js';
 import { adapterState } from '../routing/lora-affinity.js';
 import { describeCost, type WorkerSignals } from '../routing/cost-model.js';
 import type { PrefixSource } from '../routing/prefix-source.js';
@@ -88,6 +88,8 @@ export interface Components {
   readonly timing: TimingEstimates;
   /** This router's prefills queued on each worker (cost mode). */
   readonly backlog: PrefillBacklog;
+  /** The models of this router's requests in flight on each worker (LoRA affinity). */
+  readonly models: ModelInFlight;
   /** Characters per token learned from the workers' usage (undefined with --no-chars-per-token-learn). */
   readonly charsPerToken: CharsPerToken | undefined;
   /** Present in pd mode. */
@@ -202,6 +204,7 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
     board,
     timing,
     backlog,
+    models,
     charsPerToken,
   };
   const prefillClient = config.mode === 'pd' ? new PrefillClient() : undefined;
@@ -253,6 +256,7 @@ type Base = Pick<
   | 'board'
   | 'timing'
   | 'backlog'
+  | 'models'
   | 'charsPerToken'
 >;
 
@@ -414,7 +418,7 @@ function buildDispatcher(c: Base & { prefillClient: PrefillClient | undefined })
     decisionHeader: config.decisionHeader,
     bootstrap: c.bootstrap,
     pd: {
-      prefillStarted: prefillLegLearner(c.timing, c.backlog, clock),
+      prefillStarted: withPrefillModel(prefillLegLearner(c.timing, c.backlog, clock), c.models),
       prefillEnded: (w, outcome, ms, status) => {
         health.recordOutcome(w, prefillHealthOutcome(outcome, status), clock());
         metrics.pdPrefillRequests.inc({ worker: w.url });

@@ -6,7 +6,8 @@
  *
  * `withModelInFlight` adds a request's model when its dispatch is made and removes it once, when the
  * dispatch finishes (finish is called exactly once per request, however it ends; the removal is
- * idempotent anyway). Counts that reach 0 are deleted, so the maps hold only what is in flight.
+ * idempotent anyway); `withPrefillModel` does the same on the prefill worker for the P/D prefill legs
+ * the router runs itself. Counts that reach 0 are deleted, so the maps hold only what is in flight.
  *
  * The class is a pure data structure (no timers, metrics or logging).
  */
@@ -39,6 +40,32 @@ export class ModelInFlight {
   of(worker: Worker): ReadonlyMap<string, number> {
     return this.byWorker.get(worker) ?? NONE;
   }
+}
+
+/**
+ * The P/D prefill legs the router runs itself (pd-dispatcher.ts `prefillStarted`): the model counts on
+ * the prefill worker from the leg's start to its end, around `inner`'s own start/end hook.
+ */
+export function withPrefillModel<D>(
+  inner: (
+    worker: Worker,
+    decision: D,
+    model: string,
+  ) => ((ok: boolean, durationMs: number) => void) | undefined,
+  models: ModelInFlight,
+): (worker: Worker, decision: D, model: string) => (ok: boolean, durationMs: number) => void {
+  return (worker, decision, model) => {
+    const ended = inner(worker, decision, model);
+    if (model !== '') models.add(worker, model);
+    let counted = model !== '';
+    return (ok, durationMs) => {
+      if (counted) {
+        counted = false;
+        models.done(worker, model);
+      }
+      ended?.(ok, durationMs);
+    };
+  };
 }
 
 /** Counts each routed inference request's model on its worker until the request ends. */

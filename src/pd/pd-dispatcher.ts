@@ -93,6 +93,8 @@ export interface PdObserver {
   prefillStarted?(
     worker: Worker,
     decision: Decision,
+    /** The request's model ('' when unknown): a LoRA adapter counts on the prefill worker while its leg runs. */
+    model: string,
   ): ((ok: boolean, durationMs: number) => void) | undefined;
   decodeRouted?(worker: Worker): void;
   /** A decode worker was chosen (and committed) but the request failed before reaching it. */
@@ -461,7 +463,11 @@ export class PdDispatcher implements Dispatcher {
     const body = Buffer.from(JSON.stringify(prefillBody(req.inference?.json ?? {}, prefillKvParams(ctx))));
     const started = performance.now();
     // Nothing between here and the try can throw: every started leg is ended exactly once.
-    const ended = this.opts.pd?.prefillStarted?.(ctx.prefill, reservation.decision);
+    const ended = this.opts.pd?.prefillStarted?.(
+      ctx.prefill,
+      reservation.decision,
+      req.inference?.model ?? '',
+    );
     try {
       const r = await this.opts.client.send(
         ctx.prefill,

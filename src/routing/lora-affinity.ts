@@ -27,6 +27,12 @@
  * The cost model (cost-model.ts) adds `loraLoadMs` to a free slot's prediction and skips full workers
  * while any candidate is not full; it never refuses a request because every worker is full.
  *
+ * Limit: vLLM labels its metrics with the FIRST `--served-model-name` only, so on a LoRA-enabled
+ * worker a request naming a second name of the base model is taken for an adapter that is not
+ * loaded: it pays `loraLoadMs` in the prediction and avoids workers whose slots are full (never
+ * refused; the same everywhere on a fleet of identical workers). Name the base model by its first
+ * served name, or turn the signal off with `--metric-lora ''`.
+ *
  * Pure: no timers, metrics or logging.
  */
 import type { LoraInfo } from '../load/metrics-parse.js';

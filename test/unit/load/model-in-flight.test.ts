@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { Dispatch, Dispatcher, RouteRequest } from '../../../src/extproc/dispatch.js';
-import { ModelInFlight, withModelInFlight } from '../../../src/load/model-in-flight.js';
+import { ModelInFlight, withModelInFlight, withPrefillModel } from '../../../src/load/model-in-flight.js';
 import { CacheAwarePolicy } from '../../../src/routing/cache-aware.js';
 import { input, makeWorkers } from '../routing/fixtures.js';
 
@@ -51,5 +51,30 @@ describe('ModelInFlight', () => {
     (d.dispatch(req(undefined), new AbortController()) as Dispatch).finish({ kind: 'response', status: 200 });
     expect(models.of(w0!).size).toBe(0);
     models.done(w0!, 'never-added'); // harmless
+  });
+});
+
+describe('withPrefillModel (P/D prefill legs)', () => {
+  it("counts the model on the prefill worker from the leg's start to its end, around the inner hook", () => {
+    const models = new ModelInFlight();
+    const heard: string[] = [];
+    const started = withPrefillModel((w, _d: string, model) => {
+      heard.push(`start ${model}`);
+      return (ok) => heard.push(`end ${ok}`);
+    }, models);
+    const end = started(w1!, 'decision', 'sql');
+    expect([...models.of(w1!)]).toEqual([['sql', 1]]);
+    end(true, 12);
+    end(false, 13); // a second end changes no count
+    expect(models.of(w1!).size).toBe(0);
+    expect(heard).toEqual(['start sql', 'end true', 'end false']);
+  });
+
+  it('a leg without a model, or an inner hook with nothing to end, still ends cleanly', () => {
+    const models = new ModelInFlight();
+    const end = withPrefillModel(() => undefined, models)(w1!, 'decision', '');
+    expect(models.of(w1!).size).toBe(0);
+    end(true, 1);
+    expect(models.of(w1!).size).toBe(0);
   });
 });
