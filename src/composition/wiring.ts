@@ -161,6 +161,8 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
     prefixSources,
     timing,
     ...(charsPerToken ? { charsPerToken: (model: string) => charsPerToken.of(model) } : {}),
+    // The model a worker serves, from its latest scraped page (any age: fixed for its lifetime).
+    servedModel: (w) => board.latest(w.url)?.figures.modelName,
     // The worker's KV-cache capacity from its latest scraped page (any age: it does not change).
     capacityTokens: (w) => {
       const f = board.latest(w.url)?.figures;
@@ -323,6 +325,7 @@ function buildPools(
     timing: TimingEstimates;
     capacityTokens: (w: Worker) => number | undefined;
     charsPerToken?: (model: string) => number;
+    servedModel: (w: Worker) => string | undefined;
   },
 ): RolePools {
   return new RolePools((role) => {
@@ -371,6 +374,7 @@ function buildPools(
         bootstrap?.untrack(w);
         load.timing.forget(w);
       },
+      servedModel: load.servedModel,
     });
   });
 }

@@ -36,7 +36,7 @@ export function choose(
   ctx: RoutingContext,
   exclude?: ReadonlySet<Worker>,
 ): Chosen | undefined {
-  let workers = pool.candidates();
+  let workers = pool.candidatesFor(ctx.model);
   if (exclude && exclude.size > 0) workers = workers.filter((w) => !exclude.has(w));
   if (workers.length === 0) return undefined;
   const input = new Selection(workers, ctx);

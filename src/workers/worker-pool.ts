@@ -9,6 +9,14 @@
  *   new url                    -> fresh Worker, policy.addWorker(new)
  * A request still holding the old Worker keeps its reference; its release only touches that object.
  *
+ * Served models (`candidatesFor`): a fleet may mix workers serving different models behind one router.
+ * When the pool is given each worker's served model (the `model_name` label of its scraped /metrics,
+ * vLLM's first `--served-model-name`), a request names a model, and some candidates are known to
+ * serve exactly that name, only those are candidates; otherwise (no worker known to serve the name:
+ * a LoRA adapter, a second served name, a worker not scraped yet, a single-model fleet whose
+ * workers all match) every candidate is, as before. So it only ever narrows on positive knowledge,
+ * and a fleet serving one model gets the same array back (the policies' per-array memos hold).
+ *
  * INVARIANT (Node's equivalent of the design's pool lock): callers run reconcile -> select ->
  * guard acquisition -> policy.routed in ONE synchronous step, with no `await` in between, so no
  * other request can observe or install a different snapshot in the middle (see routing/selector.ts).
@@ -35,6 +43,8 @@ export interface MemberSource {
 export interface PoolHooks {
   onAdded?(worker: Worker): void;
   onRemoved?(worker: Worker, reason: 'departed' | 'replaced'): void;
+  /** The model the worker serves, when known (see the header: `candidatesFor`). */
+  servedModel?(worker: Worker): string | undefined;
 }
 
 export class WorkerPool {
@@ -72,6 +82,17 @@ export class WorkerPool {
     for (const w of this.ordered) if (w.healthy) healthy++;
     this.selectable = healthy === this.ordered.length ? this.ordered : this.ordered.filter((w) => w.healthy);
     return this.selectable;
+  }
+
+  /** `candidates()` narrowed to the workers known to serve `model`, when any is (see the header). */
+  candidatesFor(model: string): readonly Worker[] {
+    const all = this.candidates();
+    const served = this.hooks.servedModel;
+    if (served === undefined || model === '') return all;
+    let matching = 0;
+    for (const w of all) if (served(w) === model) matching++;
+    if (matching === 0 || matching === all.length) return all;
+    return all.filter((w) => served(w) === model);
   }
 
   reconcile(): void {

@@ -11,7 +11,8 @@ import { startTestRouter } from './router-fixture.js';
 
 export interface StackOptions {
   workers?: number;
-  sim?: SimulatorOptions;
+  /** Every simulator's options, or each one's by its index. */
+  sim?: SimulatorOptions | ((index: number) => SimulatorOptions);
   router?: Partial<Config>;
   envoy?: EnvoyRenderOptions;
 }
@@ -32,7 +33,8 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
   let envoy: EnvoyHandle | undefined;
   try {
     for (let i = 0; i < (opts.workers ?? 2); i++) {
-      sims.push(await startSimulator({ timeScale: 0, ...opts.sim }));
+      const sim = typeof opts.sim === 'function' ? opts.sim(i) : opts.sim;
+      sims.push(await startSimulator({ timeScale: 0, ...sim }));
     }
     router = await startTestRouter({ workers: sims.map((s) => s.url), ...opts.router });
     envoy = await startEnvoy({ routers: [{ host: '127.0.0.1', port: router.grpcPort }], ...opts.envoy });

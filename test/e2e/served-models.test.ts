@@ -1,0 +1,81 @@
+/**
+ * End to end through a real Envoy: one router in front of a fleet that serves two models (two
+ * simulated vLLM workers each). Each worker's scraped /metrics names its model (`model_name`), and a
+ * request goes only to workers serving the model it names (workers/worker-pool.ts `candidatesFor`);
+ * a name no worker is known to serve (a LoRA adapter, a second served name) is routed as before.
+ */
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { startStack, type Stack } from '../support/stack.js';
+import { adminJson, expectAllLoadsZero } from '../support/router-fixture.js';
+import { waitFor } from '../support/wait-for.js';
+
+let stack: Stack;
+const MODELS = ['llama', 'llama', 'qwen', 'qwen'];
+
+beforeAll(async () => {
+  stack = await startStack({
+    workers: 4,
+    sim: (i) => ({ model: MODELS[i]!, timeScale: 1, timing: { baseItlMs: 5, overheadMs: 1 } }),
+    router: { policy: 'cache_aware', scrapeIntervalMs: 50, decisionHeader: true },
+  });
+  // Every worker scraped once: the router knows what each serves.
+  await waitFor(
+    async () =>
+      (await adminJson<{ loadSample: { modelName?: string } | null }[]>(stack.router, '/workers')).body.every(
+        (w) => w.loadSample?.modelName !== undefined,
+      ),
+    { timeoutMs: 10_000, message: 'every worker scraped' },
+  );
+});
+afterAll(async () => {
+  await stack?.close();
+});
+afterEach(async () => {
+  await expectAllLoadsZero(stack.router);
+  await Promise.all(stack.sims.map((s) => s.waitForIdle()));
+});
+
+async function complete(model: string, prompt: string): Promise<{ status: number; servedBy: string }> {
+  const res = await fetch(`${stack.url}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model, prompt, max_tokens: 4 }),
+  });
+  const body = (await res.json()) as { model?: string };
+  const decision = res.headers.get('x-vllm-router-decision') ?? '';
+  expect(body.model).toBe(model);
+  return { status: res.status, servedBy: /worker=(\S+?);/.exec(decision)?.[1] ?? '' };
+}
+
+const servers = (model: string): string[] =>
+  stack.sims.filter((_, i) => MODELS[i] === model).map((s) => s.url);
+
+describe('a fleet serving two models behind one router', () => {
+  it('each request reaches only workers serving its model, spread over them', async () => {
+    const results = await Promise.all(
+      Array.from({ length: 24 }, (_, i) =>
+        complete(i % 2 === 0 ? 'llama' : 'qwen', `${'abcdefghijklmnopqrstuvwx'[i]} question ${i}`).then(
+          (r) => ({ ...r, model: i % 2 === 0 ? 'llama' : 'qwen' }),
+        ),
+      ),
+    );
+    for (const r of results) {
+      expect(r.status).toBe(200);
+      expect(servers(r.model)).toContain(r.servedBy);
+    }
+    for (const model of ['llama', 'qwen']) {
+      expect(new Set(results.filter((r) => r.model === model).map((r) => r.servedBy))).toEqual(
+        new Set(servers(model)),
+      );
+    }
+  });
+
+  it('a model name no worker is known to serve is routed over the whole fleet, as before', async () => {
+    const results = await Promise.all(
+      Array.from({ length: 16 }, (_, i) =>
+        complete('some-adapter', `${'abcdefghijklmnop'[i]} adapter question`),
+      ),
+    );
+    expect(new Set(results.map((r) => r.servedBy))).toEqual(new Set(stack.sims.map((s) => s.url)));
+  });
+});
