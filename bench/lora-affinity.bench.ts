@@ -31,6 +31,7 @@
  */
 import { buildRouter, startRoutedStack } from './bench-stack.js';
 import { runClosedLoop, type RequestResult } from './drivers.js';
+import { TIMING } from './routing-bench.js';
 import { numericFlag } from './numeric-flag.js';
 import { percentile, round } from './stats.js';
 import { mulberry32, type BenchRequest } from './workloads.js';
@@ -93,14 +94,7 @@ for (let rep = 0; rep < repeats; rep++) {
         model: 'base',
         maxRecords: 0,
         timeScale: 1,
-        timing: {
-          overheadMs: 5,
-          prefillMsPerToken: 0.05,
-          baseItlMs: 10,
-          itlGrowthPerSeq: 0.02,
-          maxRunningSeqs: 64,
-          prefillLanes: 1,
-        },
+        timing: TIMING,
         lora: { maxLoras, loadMs },
       },
       router,

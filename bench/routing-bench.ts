@@ -389,7 +389,8 @@ export interface RoutingResult {
   targets: RoutingTarget[];
 }
 
-const TIMING: Partial<TimingModel> = {
+/** The simulators' timing in the routing runs (and bench/lora-affinity.bench.ts). */
+export const TIMING: Partial<TimingModel> = {
   overheadMs: 5,
   prefillMsPerToken: 0.05,
   baseItlMs: 10,
