@@ -104,7 +104,9 @@
  *   slots are all taken by other adapters (it would wait there until one drains) while any candidate
  *   has the adapter active or a free slot; a free slot adds `loraLoadMs` to the prediction (the
  *   adapter is loaded before the prefill), so a worker already running the adapter wins unless its
- *   queue costs more than the load. The filters below apply among the candidates it keeps.
+ *   queue costs more than the load; so does a worker with no LoRA opinion (no fresh sample) while
+ *   others have one. The filters below apply among the candidates it keeps, and their counts (the
+ *   mean load, the idle worker, the saturated share, the contention) are taken over those alone.
  * - overload: a FRESH scraped sample shows more than `overloadWaiting` queued requests or KV-cache
  *   usage above `overloadKvUsage`. Defaults 8 waiting and 0.9 usage, near the SGLang gateway's (8
  *   waiting, 0.8 usage); vLLM preempts sequences as its KV cache fills, so 0.9 is where a worker stops
@@ -257,6 +259,8 @@ export interface CostScore {
   readonly adapter?: AdapterState;
   /** Included in prefillMs: the adapter's load into a free slot (`loraLoadMs`), else 0. */
   readonly adapterLoadMs: number;
+  /** Skipped by the LoRA filter (every adapter slot taken by others, while another candidate has room). */
+  readonly loraSkipped: boolean;
 }
 
 /** The inputs of one decision (decision header, debug log, timing feedback). */
@@ -309,10 +313,20 @@ export function scoreCost(
   let maxCached = 0;
   let contention = Infinity;
   let sumAhead = 0;
-  let anyIdle = false; // a candidate with nothing queued or running
-  let hot = 0; // candidates over the overload thresholds
-  let loraFull = 0; // candidates whose adapter slots are all taken by other adapters
+  let anyIdle = false; // a kept candidate with nothing queued or running
+  let hot = 0; // kept candidates over the overload thresholds
+  let kept = 0; // candidates the LoRA filter keeps (all of them without it)
+  // LoRA first (lora-affinity.ts): full workers are out while any other candidate remains (never all
+  // of them), and the filters below count only the candidates it keeps.
   const adapterOf = input.model !== '' ? signals.adapter : undefined;
+  const adapters = adapterOf === undefined ? undefined : workers.map((w) => adapterOf(w, input.model));
+  let loraFull = 0;
+  let anyState = false; // some candidate has an opinion: the request names an adapter
+  for (const a of adapters ?? []) {
+    if (a === 'full') loraFull += 1;
+    if (a !== undefined) anyState = true;
+  }
+  const loraOut = loraFull > 0 && loraFull < workers.length;
   for (let i = 0; i < workers.length; i++) {
     const worker = workers[i] as Worker;
     const load = signals.load(worker);
@@ -320,32 +334,43 @@ export function scoreCost(
     const queued = signals.backlog?.(worker) ?? NO_BACKLOG;
     const cachedTokens = prefix ? (prefix.cached[i] as number) : 0;
     if (cachedTokens > maxCached) maxCached = cachedTokens;
-    if (queued.requests < contention) contention = queued.requests;
-    sumAhead += load.ahead;
-    if (load.ahead <= 0) anyIdle = true;
-    const adapter = adapterOf?.(worker, input.model);
-    if (adapter === 'full') loraFull += 1;
-    const x = candidate(worker, load, est, queued, prefix ? promptTokens : 0, cachedTokens, options, adapter);
+    const adapter = adapters?.[i];
+    const x = candidate(
+      worker,
+      load,
+      est,
+      queued,
+      prefix ? promptTokens : 0,
+      cachedTokens,
+      options,
+      adapter,
+      anyState,
+    );
     if (cacheFill !== undefined && options.costRecomputeWeight > 0 && x.recomputeMs > 0) {
       x.displaceMs = options.costRecomputeWeight * cacheFill(worker) * x.recomputeMs;
     }
-    if (x.overloaded) hot += 1;
     c[i] = x;
+    if (loraOut && adapter === 'full') {
+      x.loraSkipped = true;
+      continue;
+    }
+    kept += 1;
+    if (queued.requests < contention) contention = queued.requests;
+    sumAhead += load.ahead;
+    if (load.ahead <= 0) anyIdle = true;
+    if (x.overloaded) hot += 1;
   }
   if (!Number.isFinite(contention)) contention = 0;
-  const mean = sumAhead / Math.max(1, workers.length);
+  const mean = sumAhead / Math.max(1, kept);
   const cap = Math.max(mean * options.costBalanceRel, mean + options.costBalanceAbs);
   const idleQueue = anyIdle && options.costIdleQueue > 0 ? options.costIdleQueue : Infinity;
   // The overload filter singles out outliers; a saturated fleet is scored whole (see the header).
-  const saturated = hot * 2 > c.length ? hot : 0;
+  const saturated = hot * 2 > kept ? hot : 0;
   if (saturated > 0) for (const x of c) x.overloaded = false;
-  // LoRA first: full workers are out while any other candidate remains (never all of them).
-  const loraOut = loraFull > 0 && loraFull < c.length;
   let anyFit = false;
   for (const x of c) {
     if (x.totalAhead > cap || x.queuedPrefills >= idleQueue) x.overloaded = true;
-    if (loraOut && x.adapter === 'full') x.loraSkipped = true;
-    else if (!x.overloaded) anyFit = true;
+    if (!x.loraSkipped && !x.overloaded) anyFit = true;
     x.scoreMs = x.predictedMs + contention * x.recomputeMs + x.displaceMs + x.decodeMs;
   }
   const out = (x: Candidate): boolean => x.loraSkipped || (anyFit && x.overloaded);
@@ -449,13 +474,15 @@ function candidate(
   cachedTokens: number,
   options: Readonly<CostModelOptions>,
   adapter: AdapterState | undefined,
+  /** Some candidate has an adapter state: one without (no fresh sample) may have to load it too. */
+  anyState: boolean,
 ): Candidate {
   const uncachedTokens = Math.max(0, promptTokens - cachedTokens);
   const others = Math.max(0, load.ahead - queued.requests);
   const ahead = Math.min(others, load.waitingElsewhere ?? 0);
   const waitMs = queued.tokens * est.prefillMsPerToken + ahead * est.waitMsPerRequest;
   const recomputeMs = uncachedTokens * est.prefillMsPerToken;
-  const adapterLoadMs = adapter === undefined || adapter === 'active' ? 0 : options.loraLoadMs;
+  const adapterLoadMs = adapter === 'active' || (adapter === undefined && !anyState) ? 0 : options.loraLoadMs;
   const prefillMs = est.ttftFloorMs + recomputeMs + adapterLoadMs;
   const overloaded =
     load.source === 'scraped' &&
@@ -548,7 +575,7 @@ export function describeCost(c: CostInputs): string {
       `holder_running=${round2(h.running)}`,
       `holder_uncached=${h.uncachedTokens}`,
     );
-    if (h.overloaded) parts.push('holder_filtered=1');
+    if (h.overloaded || h.loraSkipped) parts.push('holder_filtered=1');
   }
   return parts.join('; ');
 }

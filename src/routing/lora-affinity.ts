@@ -17,9 +17,12 @@
  * models of this router's requests in flight there (requests it sent since the sample count at once,
  * so a burst for a new adapter gathers where its first request went instead of loading it
  * everywhere before the next scrape):
- *   active     the adapter is running or waiting there, or this router has a request for it there
- *   free_slot  it is not, and fewer than `max_lora` distinct adapters are (loading it costs time)
- *   full       every slot is taken by other adapters (the request would wait for one to drain)
+ *   active     the adapter is running there, or this router has a request for it there, or it is
+ *              waiting there while a slot is free (it is about to run)
+ *   free_slot  it is not, and fewer than `max_lora` distinct adapters run (loading it costs time)
+ *   full       every slot is taken by other adapters (the request would wait for one to drain),
+ *              including when the adapter itself is waiting there for a slot: the endpoint picker
+ *              counts a waiting adapter as active, which piles requests behind a starved one
  *   undefined  no opinion: no fresh sample with LoRA info (LoRA off, a non-vLLM worker), no
  *              `max_lora`, the request names the worker's base model (the samples' `model_name`), or
  *              the base model is unknown and the adapter is not active there (an adapter cannot be
@@ -30,8 +33,9 @@
  * Limit: vLLM labels its metrics with the FIRST `--served-model-name` only, so on a LoRA-enabled
  * worker a request naming a second name of the base model is taken for an adapter that is not
  * loaded: it pays `loraLoadMs` in the prediction and avoids workers whose slots are full (never
- * refused; the same everywhere on a fleet of identical workers). Name the base model by its first
- * served name, or turn the signal off with `--metric-lora ''`.
+ * refused; the same everywhere on a fleet of identical workers), and while such requests are in
+ * flight they count as taking a slot there. Name the base model by its first served name, or turn
+ * the signal off with `--metric-lora ''`.
  *
  * Pure: no timers, metrics or logging.
  */
@@ -54,14 +58,17 @@ export function adapterState(model: string, facts: AdapterFacts): AdapterState |
   if (lora === undefined || max === undefined || max <= 0 || model === '') return undefined;
   const base = facts.baseModel;
   if (model === base) return undefined;
-  if (lora.running.includes(model) || lora.waiting.includes(model) || (facts.inFlight?.get(model) ?? 0) > 0) {
-    return 'active';
+  if (lora.running.includes(model) || (facts.inFlight?.get(model) ?? 0) > 0) return 'active';
+  // Slots taken: the adapters running there, and those of this router's requests in flight there
+  // (when the base model is known, so its own requests are not taken for one).
+  const running = new Set<string>(lora.running);
+  if (base !== undefined && facts.inFlight !== undefined) {
+    for (const [m, n] of facts.inFlight) if (n > 0 && m !== base && m !== '') running.add(m);
   }
+  if (lora.waiting.includes(model)) return running.size < max ? 'active' : 'full';
   if (base === undefined) return undefined;
-  const used = new Set<string>(lora.running);
+  // Adapters waiting for a slot take one as soon as it frees, ahead of this request.
+  const used = new Set<string>(running);
   for (const a of lora.waiting) used.add(a);
-  if (facts.inFlight !== undefined) {
-    for (const [m, n] of facts.inFlight) if (n > 0 && m !== base && m !== '') used.add(m);
-  }
   return used.size < max ? 'free_slot' : 'full';
 }

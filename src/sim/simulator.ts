@@ -320,12 +320,18 @@ class SimulatorServer implements Simulator {
     const running = slots.runningAdapters().join(',');
     const waiting = this.engine.waitingAdapters().join(',');
     const key = `${running}|${waiting}`;
-    this.loraSeries.delete(key);
-    this.loraSeries.set(key, { running, waiting, at: (performance.timeOrigin + performance.now()) / 1000 });
-    // vLLM keeps every combination; keep the page bounded (the current one is the newest entry).
-    for (const k of this.loraSeries.keys()) {
-      if (this.loraSeries.size <= 64) break;
-      this.loraSeries.delete(k);
+    const at = (performance.timeOrigin + performance.now()) / 1000;
+    // As prometheus_client: a combination seen before keeps its place on the page (creation order)
+    // and only its value moves, so the current one is not necessarily the last line.
+    const seen = this.loraSeries.get(key);
+    if (seen !== undefined) seen.at = at;
+    else this.loraSeries.set(key, { running, waiting, at });
+    // vLLM keeps every combination; keep the page bounded by dropping the longest-unseen one.
+    while (this.loraSeries.size > 64) {
+      let oldest: string | undefined;
+      let oldestAt = Infinity;
+      for (const [k, v] of this.loraSeries) if (v.at < oldestAt) [oldest, oldestAt] = [k, v.at];
+      this.loraSeries.delete(oldest!);
     }
     return { maxLora: slots.maxLoras, series: [...this.loraSeries.values()] };
   }

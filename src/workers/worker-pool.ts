@@ -12,7 +12,8 @@
  * Served models (`candidatesFor`): a fleet may mix workers serving different models behind one router.
  * When the pool is given each worker's served model (the `model_name` label of its scraped /metrics,
  * vLLM's first `--served-model-name`), a request names a model, and some candidates are known to
- * serve exactly that name, only those are candidates; otherwise (no worker known to serve the name:
+ * serve exactly that name, only those are candidates (healthy ones; none when all of them are
+ * unhealthy: a 503 rather than another model's 404); otherwise (no worker known to serve the name:
  * a LoRA adapter, a second served name, a worker not scraped yet, a single-model fleet whose
  * workers all match) every candidate is, as before. So it only ever narrows on positive knowledge,
  * and a fleet serving one model gets the same array back (the policies' per-array memos hold).
@@ -89,9 +90,11 @@ export class WorkerPool {
     const all = this.candidates();
     const served = this.hooks.servedModel;
     if (served === undefined || model === '') return all;
+    // Knowledge comes from every member, healthy or not: when the workers serving a model are all
+    // unhealthy, its requests get no worker (a 503), not another model's (a 404 there).
     let matching = 0;
-    for (const w of all) if (served(w) === model) matching++;
-    if (matching === 0 || matching === all.length) return all;
+    for (const w of this.ordered) if (served(w) === model) matching++;
+    if (matching === 0 || matching === this.ordered.length) return all;
     return all.filter((w) => served(w) === model);
   }
 

@@ -608,7 +608,18 @@ describe('cost model: LoRA affinity', () => {
       want: 1,
       lora: 'free_slot',
     },
-    { name: 'a worker without LoRA info over a full one', states: ['full', undefined], want: 1 },
+    {
+      name: 'a worker without LoRA info over a full one, even when the full one is idle and it is not',
+      states: ['full', undefined],
+      loads: [idle, queuedElsewhere(3)],
+      want: 1,
+    },
+    {
+      name: 'a worker with no opinion (no fresh sample) may have to load the adapter too: the active one wins',
+      states: [undefined, 'active'],
+      want: 1,
+      lora: 'active',
+    },
     {
       name: 'the adapter is active on a worker with a queue: its load (50 ms) outweighs one request ahead (20 ms)',
       states: ['active', 'free_slot'],
@@ -648,9 +659,25 @@ describe('cost model: LoRA affinity', () => {
     expect(describeCost(d.cost!)).toContain('lora_full=2');
   });
 
-  it('a request for the base model ignores adapter slots', () => {
+  it('no adapter state anywhere (a base-model request: lora-affinity.ts): no LoRA filter, no load cost', () => {
     const { workers, policy } = lora(['free_slot', 'full'], [queuedElsewhere(1), idle]);
     const d = policy.select(input(workers, { model: 'llama', text: TINY }));
     expect(d.worker).toBe(workers[1]);
+  });
+
+  it('the other filters count only the workers the LoRA filter keeps', () => {
+    // Two full workers and the one running the adapter read their KV cache over the overload threshold:
+    // over all four that is a saturated fleet and the filter would be off (the adapter's worker, idle
+    // and with nothing to load, would win); over the two the LoRA filter keeps, one of two is over it,
+    // so the filter holds and the worker with a free slot gets the request.
+    const { workers, policy } = lora(
+      ['full', 'full', 'active', 'free_slot'],
+      [full(0), full(0), full(0), idle],
+    );
+    const d = policy.select(input(workers, { model: 'sql', text: TINY }));
+    expect(d.worker).toBe(workers[3]);
+    expect(d.cost?.saturated).toBeUndefined();
+    expect(d.cost?.skippedOverloaded).toBe(1);
+    expect(d.cost?.skippedLora).toBe(2);
   });
 });

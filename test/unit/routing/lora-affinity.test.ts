@@ -17,10 +17,16 @@ describe('adapterState', () => {
       want: 'active',
     },
     {
-      name: 'waiting there',
+      name: 'waiting there while a slot is free: about to run',
+      model: 'sql',
+      facts: { lora: lora(2, ['chat'], ['sql']), baseModel: base },
+      want: 'active',
+    },
+    {
+      name: 'waiting there for a slot other adapters hold: full, not active',
       model: 'sql',
       facts: { lora: lora(1, ['chat'], ['sql']), baseModel: base },
-      want: 'active',
+      want: 'full',
     },
     {
       name: 'in flight from this router since the sample',

@@ -66,7 +66,13 @@ describe('simulator: LoRA adapters (vLLM --max-loras)', () => {
     base.ac.abort();
     await Promise.all([sql.done, chat.done, base.done]);
     await sim.waitForIdle();
+    // Back to no adapter at all: that combination was the first one on the page (creation order, as
+    // prometheus_client keeps it), so only its value tells that it is current, and the parser reads it.
     await waitFor(async () => (await figures(sim)).lora?.running.length === 0);
+    const lines = (await getText(`${sim.url}/metrics`)).text.match(/^vllm:lora_requests_info\{.*$/gm) ?? [];
+    expect(lines[0]).toContain('running_lora_adapters="",waiting_lora_adapters=""');
+    expect(lines.length).toBeGreaterThanOrEqual(3);
+    expect((await figures(sim)).lora).toEqual({ maxLora: 1, running: [], waiting: [] });
   });
 
   it('without lora every model name is the base model: nothing waits, no LoRA metric', async () => {

@@ -58,3 +58,13 @@ describe('WorkerPool.candidatesFor (served models)', () => {
     expect(pool.candidatesFor('llama')).toBe(pool.candidates());
   });
 });
+
+describe('WorkerPool.candidatesFor when the workers serving a model are down', () => {
+  it("its requests get no worker (a 503) rather than another model's", () => {
+    const pool = mixedPool((w) => (port(w) < 8002 ? 'llama' : 'qwen'));
+    for (const w of pool.workers) if (port(w) < 8002) w.healthy = false;
+    expect(pool.candidatesFor('llama')).toEqual([]);
+    expect(pool.candidatesFor('qwen').map(port)).toEqual([8002, 8003]);
+    expect(route(pool, ctx('', 'llama'), 0)).toBeUndefined();
+  });
+});
