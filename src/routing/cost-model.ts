@@ -319,13 +319,16 @@ export function scoreCost(
   // LoRA first (lora-affinity.ts): full workers are out while any other candidate remains (never all
   // of them), and the filters below count only the candidates it keeps.
   const adapterOf = input.model !== '' ? signals.adapter : undefined;
-  const adapters = adapterOf === undefined ? undefined : workers.map((w) => adapterOf(w, input.model));
+  let adapters: (AdapterState | undefined)[] | undefined; // allocated only when some worker has an opinion
   let loraFull = 0;
-  let anyState = false; // some candidate has an opinion: the request names an adapter
-  for (const a of adapters ?? []) {
+  for (let i = 0; adapterOf !== undefined && i < workers.length; i++) {
+    const a = adapterOf(workers[i] as Worker, input.model);
+    if (a === undefined) continue;
+    adapters ??= new Array<AdapterState | undefined>(workers.length);
+    adapters[i] = a;
     if (a === 'full') loraFull += 1;
-    if (a !== undefined) anyState = true;
   }
+  const anyState = adapters !== undefined; // some candidate has an opinion: the request names an adapter
   const loraOut = loraFull > 0 && loraFull < workers.length;
   for (let i = 0; i < workers.length; i++) {
     const worker = workers[i] as Worker;
