@@ -215,7 +215,8 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
     base,
     withHealth(
       withTiming(
-        withModelInFlight(dispatcher, models),
+        // Only LoRA affinity reads the models in flight: with it off (--metric-lora ''), no wrapper.
+        config.metricLora === '' ? dispatcher : withModelInFlight(dispatcher, models),
         timing,
         clock,
         backlog,
@@ -422,7 +423,10 @@ function buildDispatcher(c: Base & { prefillClient: PrefillClient | undefined })
     decisionHeader: config.decisionHeader,
     bootstrap: c.bootstrap,
     pd: {
-      prefillStarted: withPrefillModel(prefillLegLearner(c.timing, c.backlog, clock), c.models),
+      prefillStarted:
+        config.metricLora === ''
+          ? prefillLegLearner(c.timing, c.backlog, clock)
+          : withPrefillModel(prefillLegLearner(c.timing, c.backlog, clock), c.models),
       prefillEnded: (w, outcome, ms, status) => {
         health.recordOutcome(w, prefillHealthOutcome(outcome, status), clock());
         metrics.pdPrefillRequests.inc({ worker: w.url });
