@@ -12,6 +12,7 @@ import { POLICY_NAMES } from './routing/policy.js';
 import { CACHE_AWARE_MODES, DEFAULT_CACHE_AWARE_OPTIONS as CACHE_AWARE } from './routing/cache-aware.js';
 import { DEFAULT_BREAKER_OPTIONS as BREAKER } from './health/circuit-breaker.js';
 import { DEFAULT_SCRAPE_OPTIONS as SCRAPE } from './load/metrics-scraper.js';
+import { DEFAULT_MODELS_INTERVAL_MS } from './discovery/models-poller.js';
 import { DEFAULT_METRIC_NAMES as METRIC_NAMES } from './load/metrics-parse.js';
 import { DEFAULT_STALE_AFTER_MS } from './load/load-board.js';
 import { DEFAULT_TIMING_PRIORS as PRIORS } from './load/timing-estimates.js';
@@ -160,6 +161,14 @@ export const OPTIONS = [
     type: 'string',
     default: '',
     help: 'Bind a ZMQ ROUTER socket for vLLM heartbeats, e.g. tcp://0.0.0.0:30001 (empty = off).',
+  },
+  {
+    group: 'Workers and discovery',
+    key: 'modelsIntervalMs',
+    flag: 'models-interval-ms',
+    type: 'int',
+    default: DEFAULT_MODELS_INTERVAL_MS,
+    help: "How often every worker's GET /v1/models list is read (and at once when a worker joins), so a request for a LoRA adapter or a second served name goes only to the workers serving it (and its base model's siblings); 0 = off: each worker serves the model_name label of its scraped metrics.",
   },
   {
     group: 'Workers and discovery',

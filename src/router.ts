@@ -141,6 +141,11 @@ function lifecycleSteps(
       close: () => c.scraper.close(),
     },
     {
+      name: 'models poller',
+      start: () => c.modelsPoller.start(),
+      close: () => c.modelsPoller.close(),
+    },
+    {
       name: 'registry janitor',
       start: () => {
         janitor = registryJanitor(c);

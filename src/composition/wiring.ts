@@ -12,6 +12,9 @@
  *   load signals: the metrics scraper fills the load board; the timing wrapper learns per-worker
  *   response timing; the models of the requests in flight per worker (LoRA affinity); cache_aware's
  *   cost mode reads them all (role pools get them as `signals`).
+ *   served models: the models poller (each worker's /v1/models) and the scraper (its metrics label)
+ *   fill the model catalog; the pools narrow each request's candidates to the workers serving its
+ *   model, and LoRA affinity tells base names from adapters with it.
  *
  * Adding a component: a `build...` function here taking what it needs from `Components`, a field
  * in `Components`, and a step in router.ts's lifecycle list (if it starts or holds anything).
@@ -42,7 +45,7 @@ import type { RoutingObserver } from '../routing/selector.js';
 import { resolveEndpoint, resolveHost } from '../workers/endpoint.js';
 import type { Role } from '../workers/role.js';
 import { RolePools } from '../workers/role-pools.js';
-import { WorkerPool } from '../workers/worker-pool.js';
+import { WorkerPool, type ModelKnowledge } from '../workers/worker-pool.js';
 import type { Worker } from '../workers/worker.js';
 import { DrainFlag } from './lifecycle.js';
 import { WarmUp } from './warm-up.js';
@@ -55,6 +58,8 @@ import { CharsPerToken } from '../load/chars-per-token.js';
 import { PrefillBacklog } from '../load/prefill-backlog.js';
 import { ModelInFlight, withModelInFlight, withPrefillModel } from '../load/model-in-flight.js';
 import { adapterState } from '../routing/lora-affinity.js';
+import { ModelCatalog } from '../workers/served-models.js';
+import { ModelsPoller } from '../discovery/models-poller.js';
 import { describeCost, type WorkerSignals } from '../routing/cost-model.js';
 import type { PrefixSource } from '../routing/prefix-source.js';
 import { loadView, registerLoadMetrics } from '../observability/load-metrics.js';
@@ -99,6 +104,9 @@ export interface Components {
   readonly grpc: ExtProcServer;
   readonly checker: HealthChecker;
   readonly scraper: MetricsScraper;
+  /** What each worker serves (its /v1/models list, else its metrics label). */
+  readonly catalog: ModelCatalog;
+  readonly modelsPoller: ModelsPoller;
   /** Present when --discovery-zmq is set. */
   readonly discovery: ZmqDiscovery | undefined;
   readonly admin: AdminServer;
@@ -109,6 +117,7 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
   const registry = new ServiceRegistry({ ttlMs: config.discoveryTtlMs, clock });
   const bootstrap = buildBootstrap(config, logger, () => metrics);
   const health = buildHealth(config, logger, bootstrap);
+  const catalog = new ModelCatalog();
   // The pools' hooks count into the metrics and the metrics read the pools at scrape time (only
   // then: never during construction), so the metrics are built first.
   const metrics = new RouterMetrics({
@@ -116,6 +125,7 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
     breakerState: (w) => breakerStateCode(health.view(w, clock()).breaker),
     treeChars: () => pools.treeSizes(),
     cacheReports: () => pools.cacheReports(),
+    servedModels: (w) => catalog.of(w.url),
     bootstrapReady: bootstrap
       ? (w) => (w.role === 'prefill' ? (bootstrap.isReady(w) ? 1 : 0) : undefined)
       : undefined,
@@ -147,9 +157,10 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
     adapter: (w, model) => {
       const f = board.fresh(w.url, clock())?.figures;
       if (f?.lora === undefined) return undefined;
+      const served = catalog.of(w.url);
       return adapterState(model, {
         lora: f.lora,
-        ...(f.modelName === undefined ? {} : { baseModel: f.modelName }),
+        ...(served === undefined ? {} : { baseModels: served.base }),
         inFlight: models.of(w),
       });
     },
@@ -161,8 +172,13 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
     prefixSources,
     timing,
     ...(charsPerToken ? { charsPerToken: (model: string) => charsPerToken.of(model) } : {}),
-    // The model a worker serves, from its latest scraped page (any age: fixed for its lifetime).
-    servedModel: (w) => board.latest(w.url)?.figures.modelName,
+    // What each worker serves: its /v1/models list, else its metrics label (served-models.ts).
+    models: {
+      get version() {
+        return catalog.version;
+      },
+      of: (w) => catalog.of(w.url),
+    },
     // The worker's KV-cache capacity from its latest scraped page (any age: it does not change).
     capacityTokens: (w) => {
       const f = board.latest(w.url)?.figures;
@@ -208,6 +224,7 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
     backlog,
     models,
     charsPerToken,
+    catalog,
   };
   const prefillClient = config.mode === 'pd' ? new PrefillClient() : undefined;
   const dispatcher = buildDispatcher({ ...base, prefillClient });
@@ -229,13 +246,21 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
     ),
   );
   const scraper = buildScraper(base);
-  addWarmUpConditions(warmUp, config, exact, scraper);
+  const modelsPoller = buildModelsPoller(base);
+  // A worker that joins (or re-registers) is asked what it serves at once, not at the next round;
+  // one that left is forgotten (the pools reconciled in the listener above).
+  registry.onChange(() => {
+    catalog.retain(new Set(Array.from(pools.workers(), (w) => w.url)));
+    modelsPoller.pollNew();
+  });
+  addWarmUpConditions(warmUp, config, exact, scraper, modelsPoller);
   return {
     ...base,
     prefillClient,
     grpc,
     checker: buildHealthChecker(base),
     scraper,
+    modelsPoller,
     discovery: buildDiscovery(base),
     admin: buildAdmin(base),
   };
@@ -261,6 +286,7 @@ type Base = Pick<
   | 'backlog'
   | 'models'
   | 'charsPerToken'
+  | 'catalog'
 >;
 
 /** Mooncake in pd mode: the bootstrap directory (pd/mooncake-bootstrap.ts); no I/O until a worker joins. */
@@ -326,7 +352,7 @@ function buildPools(
     timing: TimingEstimates;
     capacityTokens: (w: Worker) => number | undefined;
     charsPerToken?: (model: string) => number;
-    servedModel: (w: Worker) => string | undefined;
+    models: ModelKnowledge;
   },
 ): RolePools {
   return new RolePools((role) => {
@@ -375,7 +401,7 @@ function buildPools(
         bootstrap?.untrack(w);
         load.timing.forget(w);
       },
-      servedModel: load.servedModel,
+      models: load.models,
     });
   });
 }
@@ -490,6 +516,7 @@ function addWarmUpConditions(
   config: Readonly<Config>,
   exact: ExactPrefix,
   scraper: MetricsScraper,
+  modelsPoller: ModelsPoller,
 ): void {
   const subscriptions = exact.subscriptions;
   if (subscriptions !== undefined) {
@@ -497,6 +524,9 @@ function addWarmUpConditions(
   }
   if (config.scrapeIntervalMs > 0) {
     warmUp.add({ name: 'worker metrics scraped', ready: () => scraper.seenAll() });
+  }
+  if (config.modelsIntervalMs > 0) {
+    warmUp.add({ name: 'worker models listed', ready: () => modelsPoller.seenAll() });
   }
 }
 
@@ -512,7 +542,16 @@ function buildHealthChecker({ config, logger, pools, health, clock }: Base): Hea
   });
 }
 
-function buildScraper({ config, logger, pools, health, board, backlog, clock }: Base): MetricsScraper {
+function buildScraper({
+  config,
+  logger,
+  pools,
+  health,
+  board,
+  backlog,
+  clock,
+  catalog,
+}: Base): MetricsScraper {
   return new MetricsScraper({
     workers: () => pools.workers(),
     board,
@@ -530,6 +569,21 @@ function buildScraper({ config, logger, pools, health, board, backlog, clock }: 
     },
     clock,
     onScrapeFailed: (url, reason) => logger.debug({ worker: url, reason }, 'metrics scrape failed'),
+    // The metrics' model_name label: what the worker serves until (or unless) its /v1/models says.
+    onScraped: (url, figures) => catalog.recordLabel(url, figures.modelName),
+  });
+}
+
+function buildModelsPoller({ config, logger, pools, metrics, catalog }: Base): ModelsPoller {
+  return new ModelsPoller({
+    workers: () => pools.workers(),
+    catalog,
+    intervalMs: config.modelsIntervalMs,
+    timeoutMs: Math.max(1, config.scrapeTimeoutMs),
+    onPolled: (url, outcome, reason) => {
+      metrics.modelsPolls.inc({ outcome });
+      if (reason !== undefined) logger.debug({ worker: url, outcome, reason }, 'models list not read');
+    },
   });
 }
 
@@ -564,7 +618,14 @@ function buildAdmin(c: Base): AdminServer {
     drain: c.drain,
     warmUp: c.warmUp,
     bootstrap: c.bootstrap,
-    workerExtra: (w, now) => loadView(w, c.board, c.timing, now),
+    workerExtra: (w, now) => {
+      const served = c.catalog.of(w.url);
+      return {
+        ...loadView(w, c.board, c.timing, now),
+        servedModels:
+          served === undefined ? null : { base: served.base, adapters: Object.fromEntries(served.adapters) },
+      };
+    },
   });
   return new AdminServer(backend, {
     host: c.config.host,

@@ -27,9 +27,10 @@
  * of Node and uvicorn servers). close() is idempotent: stops the ticks, aborts scrapes in flight (their
  * results are dropped), waits for them, destroys the Agent. The tick timer is unref'd.
  */
-import { Agent, type Dispatcher } from 'undici';
+import type { Agent } from 'undici';
 import type { Worker } from '../workers/worker.js';
-import { LOOP_STALL_MS, timeoutWithLateness } from '../util/loop-stall.js';
+import { getPage, joinUrl, pageAgent, type PageHandle } from '../util/http-page.js';
+import { groupBy, KeyedReads } from '../util/keyed-reads.js';
 import type { LoadBoard } from './load-board.js';
 import {
   DEFAULT_METRIC_NAMES,
@@ -69,11 +70,7 @@ export interface MetricsScraperOptions {
 /** Defaults of config-schema.ts (`scrape-interval-ms`, `scrape-timeout-ms`, `scrape-concurrency`). */
 export const DEFAULT_SCRAPE_OPTIONS = Object.freeze({ intervalMs: 100, timeoutMs: 1000, concurrency: 16 });
 
-const KEEP_ALIVE_MS = 4_000;
 const MAX_BODY_BYTES = 4 * 1024 * 1024;
-
-/** Ends one scrape in flight (close()); its result is dropped. */
-type Abort = () => void;
 
 type Result =
   | { kind: 'ok'; figures: LoadFigures }
@@ -83,14 +80,10 @@ type Result =
 
 export class MetricsScraper {
   private readonly agent: Agent;
-  private readonly concurrency: number;
+  private readonly reads: KeyedReads;
   private readonly path: string;
   private readonly names: Readonly<MetricNames>;
   private readonly clock: () => number;
-  /** URLs with a scrape queued or in flight. */
-  private readonly busy = new Set<string>();
-  private readonly queue: Array<{ url: string; workers: Worker[] }> = [];
-  private readonly inflight = new Map<{ abort?: Abort }, Promise<void>>();
   private timer: NodeJS.Timeout | undefined;
   private closed = false;
   private closing: Promise<void> | undefined;
@@ -103,18 +96,11 @@ export class MetricsScraper {
       throw new RangeError('intervalMs must be >= 0');
     if (!Number.isFinite(opts.timeoutMs) || opts.timeoutMs <= 0)
       throw new RangeError('timeoutMs must be > 0');
-    this.concurrency = opts.concurrency ?? DEFAULT_SCRAPE_OPTIONS.concurrency;
-    if (!Number.isInteger(this.concurrency) || this.concurrency < 1) {
-      throw new RangeError('concurrency must be an integer >= 1');
-    }
+    this.reads = new KeyedReads(opts.concurrency ?? DEFAULT_SCRAPE_OPTIONS.concurrency);
     this.path = opts.path ?? '/metrics';
     this.names = opts.names ?? DEFAULT_METRIC_NAMES;
     this.clock = opts.clock ?? (() => performance.now());
-    this.agent = new Agent({
-      keepAliveTimeout: KEEP_ALIVE_MS,
-      keepAliveMaxTimeout: KEEP_ALIVE_MS,
-      connect: { timeout: opts.timeoutMs },
-    });
+    this.agent = pageAgent(opts.timeoutMs);
   }
 
   /** Starts ticking (no-op when intervalMs is 0, already started, or closed). */
@@ -127,7 +113,7 @@ export class MetricsScraper {
 
   /** Scrapes in flight right now. */
   get scrapesInFlight(): number {
-    return this.inflight.size;
+    return this.reads.inFlight;
   }
 
   /** Scrapes completed (any outcome) since start. */
@@ -148,23 +134,23 @@ export class MetricsScraper {
   /** Queues one round now (also what each tick does). */
   tick(): void {
     if (this.closed) return;
-    const byUrl = new Map<string, Worker[]>();
+    let byUrl: Map<string, Worker[]>;
     try {
-      for (const w of this.opts.workers()) {
-        const group = byUrl.get(w.url);
-        if (group) group.push(w);
-        else byUrl.set(w.url, [w]);
-      }
+      byUrl = groupBy(this.opts.workers(), (w) => w.url);
     } catch {
       return; // the pools could not be read this tick; the next one tries again
     }
     this.opts.board.retain(new Set(byUrl.keys()));
     for (const [url, workers] of byUrl) {
-      if (this.busy.has(url)) continue;
-      this.busy.add(url);
-      this.queue.push({ url, workers });
+      this.reads.add(url, async (handle) => {
+        try {
+          await this.scrape(url, workers, handle);
+        } finally {
+          this.scrapes += 1;
+          this.attempted.add(url);
+        }
+      });
     }
-    this.pump();
   }
 
   close(): Promise<void> {
@@ -172,30 +158,13 @@ export class MetricsScraper {
       this.closed = true;
       if (this.timer) clearInterval(this.timer);
       this.timer = undefined;
-      this.queue.length = 0;
-      for (const scrape of this.inflight.keys()) scrape.abort?.();
-      await Promise.all(this.inflight.values());
+      await this.reads.close();
       await this.agent.destroy();
     })();
     return this.closing;
   }
 
-  private pump(): void {
-    while (!this.closed && this.inflight.size < this.concurrency && this.queue.length > 0) {
-      const job = this.queue.shift()!;
-      const handle: { abort?: Abort } = {};
-      const done = this.scrape(job.url, job.workers, handle).finally(() => {
-        this.inflight.delete(handle);
-        this.busy.delete(job.url);
-        this.scrapes += 1;
-        this.attempted.add(job.url);
-        this.pump();
-      });
-      this.inflight.set(handle, done);
-    }
-  }
-
-  private async scrape(url: string, workers: Worker[], handle: { abort?: Abort }): Promise<void> {
+  private async scrape(url: string, workers: Worker[], handle: PageHandle): Promise<void> {
     const takenAtMs = this.clock();
     let localAtSample = 0;
     let queuedAtSample = 0;
@@ -224,79 +193,15 @@ export class MetricsScraper {
     }
   }
 
-  /**
-   * One GET through the Agent's low-level dispatch (no AbortSignal, no body stream: a scrape is a
-   * small page read whole, ~2x less CPU than `request()` measured in one process). Settles once: on
-   * the response's end, an error, the body passing MAX_BODY_BYTES, the timeout, or close()
-   * (`handle.abort`); whatever settles it first aborts the exchange if it is still running.
-   */
-  private fetch(baseUrl: string, handle: { abort?: Abort }): Promise<Result> {
-    return new Promise<Result>((resolve) => {
-      let settled = false;
-      let controller: Dispatcher.DispatchController | undefined;
-      let status = 0;
-      let size = 0;
-      const chunks: Buffer[] = [];
-      const finish = (result: Result, abortWith?: string): void => {
-        if (settled) return;
-        settled = true;
-        clearTimeout(timer);
-        handle.abort = undefined;
-        if (abortWith !== undefined && controller !== undefined && !controller.aborted) {
-          controller.abort(new Error(abortWith));
-        }
-        resolve(result);
-      };
-      const timer = timeoutWithLateness(this.opts.timeoutMs, (late) =>
-        finish(
-          late > LOOP_STALL_MS ? { kind: 'stalled' } : { kind: 'failed', reason: 'timeout' },
-          'metrics scrape timed out',
-        ),
-      );
-      handle.abort = () => finish({ kind: 'failed', reason: 'closed' }, 'metrics scraper closed');
-      let target: URL;
-      try {
-        target = new URL(joinUrl(baseUrl, this.path));
-      } catch (err) {
-        finish({ kind: 'failed', reason: (err as Error).message });
-        return;
-      }
-      const handler: Dispatcher.DispatchHandler = {
-        onRequestStart: (c) => {
-          controller = c;
-          if (settled) c.abort(new Error('metrics scrape already settled')); // timed out while queued
-        },
-        onResponseStart: (_c, statusCode) => {
-          status = statusCode;
-        },
-        onResponseData: (_c, chunk) => {
-          size += chunk.length;
-          if (size > MAX_BODY_BYTES)
-            finish({ kind: 'failed', reason: 'too_large' }, 'metrics page too large');
-          else if (status >= 200 && status < 300) chunks.push(chunk); // other bodies are read and dropped
-        },
-        onResponseEnd: () => {
-          if (status === 404 || status === 405) finish({ kind: 'absent' });
-          else if (status < 200 || status >= 300) finish({ kind: 'failed', reason: `status ${status}` });
-          else {
-            const text = Buffer.concat(chunks, size).toString('utf8');
-            finish({ kind: 'ok', figures: parseLoadFigures(text, this.names) });
-          }
-        },
-        onResponseError: (_c, err) => {
-          const code = (err as { code?: unknown }).code;
-          finish({ kind: 'failed', reason: typeof code === 'string' ? code : err.message });
-        },
-      };
-      try {
-        this.agent.dispatch(
-          { origin: target.origin, path: `${target.pathname}${target.search}`, method: 'GET' },
-          handler,
-        );
-      } catch (err) {
-        finish({ kind: 'failed', reason: (err as Error).message });
-      }
-    });
+  private async fetch(baseUrl: string, handle: PageHandle): Promise<Result> {
+    const page = await getPage(
+      this.agent,
+      joinUrl(baseUrl, this.path),
+      this.opts.timeoutMs,
+      MAX_BODY_BYTES,
+      handle,
+    );
+    return page.kind === 'ok' ? { kind: 'ok', figures: parseLoadFigures(page.text, this.names) } : page;
   }
 }
 
@@ -311,8 +216,4 @@ export function scrapeBase(url: string, workers: readonly Worker[]): string {
   const u = new URL(url);
   u.port = String(port);
   return u.toString();
-}
-
-function joinUrl(base: string, path: string): string {
-  return base.replace(/\/+$/, '') + (path.startsWith('/') ? path : `/${path}`);
 }

@@ -9,6 +9,10 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
 import type { Worker } from '../workers/worker.js';
 import type { Role } from '../workers/role.js';
 import type { CacheReportCounts } from '../routing/cache-report.js';
+import type { ServedModels } from '../workers/served-models.js';
+
+/** The most served-model series exported per worker (a worker may list thousands of adapters). */
+const MAX_MODEL_SERIES_PER_WORKER = 256;
 
 export interface MetricsOptions {
   /** Live workers of every pool, read at scrape time. */
@@ -21,6 +25,8 @@ export interface MetricsOptions {
   breakerState?: (worker: Worker) => number;
   /** Mooncake: 1 when the prefill worker's bootstrap server answered, 0 when not, undefined = n/a. */
   bootstrapReady?: (worker: Worker) => number | undefined;
+  /** What each worker serves (workers/served-models.ts), for vllm_router_worker_served_model. */
+  servedModels?: (worker: Worker) => ServedModels | undefined;
   /** Collect Node process metrics (CPU, heap, event loop lag). */
   processMetrics?: boolean;
 }
@@ -44,6 +50,7 @@ export class RouterMetrics {
   readonly pdErrors: Counter<'error_type'>;
   readonly pdPrefillDuration: Histogram<'outcome'>;
   readonly pdBootstrapQueries: Counter<'outcome'>;
+  readonly modelsPolls: Counter<'outcome'>;
 
   constructor(opts: MetricsOptions) {
     const registers = [this.registry];
@@ -250,6 +257,37 @@ export class RouterMetrics {
       labelNames: ['outcome'] as const,
       registers,
     });
+    this.modelsPolls = new Counter({
+      name: 'vllm_router_models_polls_total',
+      help: "Reads of the workers' GET /v1/models, by outcome: listed, absent (404/405: the metrics label is used), invalid (not a model list), failed.",
+      labelNames: ['outcome'] as const,
+      registers,
+    });
+    const servedModels = opts.servedModels;
+    if (servedModels) {
+      new Gauge({
+        name: 'vllm_router_worker_served_model',
+        help: 'Models a worker is known to serve (1 per model; parent: the base model of a LoRA adapter, empty for a base model), from its /v1/models list or its metrics label; requests for a model go only to the workers serving it when any is known to.',
+        labelNames: ['role', 'worker', 'generation', 'model', 'parent'] as const,
+        registers,
+        collect() {
+          this.reset();
+          for (const w of workers()) {
+            const s = servedModels(w);
+            if (s === undefined) continue;
+            let n = 0;
+            for (const model of s.base) {
+              if (n++ >= MAX_MODEL_SERIES_PER_WORKER) break;
+              this.set({ ...labels(w), model, parent: '' }, 1);
+            }
+            for (const [model, parent] of s.adapters) {
+              if (n++ >= MAX_MODEL_SERIES_PER_WORKER) break;
+              this.set({ ...labels(w), model, parent }, 1);
+            }
+          }
+        },
+      });
+    }
     const bootstrapReady = opts.bootstrapReady;
     if (bootstrapReady) {
       new Gauge({

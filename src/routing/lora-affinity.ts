@@ -24,18 +24,18 @@
  *              including when the adapter itself is waiting there for a slot: the endpoint picker
  *              counts a waiting adapter as active, which piles requests behind a starved one
  *   undefined  no opinion: no fresh sample with LoRA info (LoRA off, a non-vLLM worker), no
- *              `max_lora`, the request names the worker's base model (the samples' `model_name`), or
- *              the base model is unknown and the adapter is not active there (an adapter cannot be
- *              told from an alias of the base then)
+ *              `max_lora`, the request names one of the worker's base model names (its /v1/models
+ *              list, else the samples' `model_name`: workers/served-models.ts), or the base model is
+ *              unknown and the adapter is not active there (an adapter cannot be told from an alias
+ *              of the base then)
  * The cost model (cost-model.ts) adds `loraLoadMs` to a free slot's prediction and skips full workers
  * while any candidate is not full; it never refuses a request because every worker is full.
  *
- * Limit: vLLM labels its metrics with the FIRST `--served-model-name` only, so on a LoRA-enabled
- * worker a request naming a second name of the base model is taken for an adapter that is not
- * loaded: it pays `loraLoadMs` in the prediction and avoids workers whose slots are full (never
- * refused; the same everywhere on a fleet of identical workers), and while such requests are in
- * flight they count as taking a slot there. Name the base model by its first served name, or turn
- * the signal off with `--metric-lora ''`.
+ * A second `--served-model-name` of the base model is known only from the worker's /v1/models list
+ * (vLLM labels its metrics with the FIRST name): with the list off (`--models-interval-ms 0`), a
+ * request naming a second name on a LoRA-enabled worker is taken for an adapter that is not loaded:
+ * it pays `loraLoadMs` in the prediction and avoids workers whose slots are full (never refused; the
+ * same everywhere on a fleet of identical workers).
  *
  * Pure: no timers, metrics or logging.
  */
@@ -46,8 +46,8 @@ export type AdapterState = 'active' | 'free_slot' | 'full';
 export interface AdapterFacts {
   /** The worker's latest fresh LoRA sample (absent: no LoRA info). */
   readonly lora?: LoraInfo;
-  /** The worker's served base model (the samples' `model_name`), when known. */
-  readonly baseModel?: string;
+  /** The worker's base model names (served-models.ts), when known. */
+  readonly baseModels?: readonly string[];
   /** Models of this router's requests in flight on the worker, with their counts. */
   readonly inFlight?: ReadonlyMap<string, number>;
 }
@@ -56,14 +56,14 @@ export function adapterState(model: string, facts: AdapterFacts): AdapterState |
   const lora = facts.lora;
   const max = lora?.maxLora;
   if (lora === undefined || max === undefined || max <= 0 || model === '') return undefined;
-  const base = facts.baseModel;
-  if (model === base) return undefined;
+  const base = facts.baseModels;
+  if (base !== undefined && base.includes(model)) return undefined;
   if (lora.running.includes(model) || (facts.inFlight?.get(model) ?? 0) > 0) return 'active';
   // Slots taken: the adapters running there, and those of this router's requests in flight there
   // (when the base model is known, so its own requests are not taken for one).
   const running = new Set<string>(lora.running);
   if (base !== undefined && facts.inFlight !== undefined) {
-    for (const [m, n] of facts.inFlight) if (n > 0 && m !== base && m !== '') running.add(m);
+    for (const [m, n] of facts.inFlight) if (n > 0 && m !== '' && !base.includes(m)) running.add(m);
   }
   if (lora.waiting.includes(model)) return running.size < max ? 'active' : 'full';
   if (base === undefined) return undefined;

@@ -9,11 +9,14 @@
  *     [--overhead-ms 5]
  *     [--prefill-ms-per-token 0.05] [--itl-ms 10] [--itl-growth 0.02] [--kv-transfer-ms-per-token 0.005]
  *     [--prefill-lanes 0] [--tokenizer DIR] [--kv-events tcp://*:5557] [--kv-events-replay tcp://*:5558]
- *     [--max-loras N] [--lora-load-ms 50]
+ *     [--max-loras N] [--lora-load-ms 50] [--lora-modules a,b] [--aliases name,..] [--strict-models]
  *
  * `--max-loras N` serves LoRA adapters as vLLM with `--enable-lora --max-loras N`: a request naming any
  * model other than `--model` runs with that adapter, at most N adapters at once, a load costing
- * `--lora-load-ms`; `/metrics` carries `vllm:lora_requests_info`.
+ * `--lora-load-ms`; `/metrics` carries `vllm:lora_requests_info`. `--lora-modules` lists adapters in
+ * GET /v1/models (vLLM `--lora-modules`), `--aliases` more served names of the base model (vLLM
+ * `--served-model-name m alias..`), and `--strict-models` answers a request for any other model with
+ * vLLM's 404 ("The model `x` does not exist.").
  *
  * `--kv-events ENDPOINT` publishes KV-cache events as vLLM does (PUB socket bound there, vLLM's default
  * `tcp://*:5557`; `--kv-events-replay` adds the replay ROUTER); the prefix cache then works on token
@@ -60,6 +63,9 @@ const { values } = parseArgs({
     'kv-events-replay': { type: 'string' },
     'max-loras': { type: 'string' },
     'lora-load-ms': { type: 'string' },
+    'lora-modules': { type: 'string' },
+    aliases: { type: 'string' },
+    'strict-models': { type: 'boolean' },
   },
   strict: true,
 });
@@ -92,9 +98,17 @@ const timing = defined<Partial<TimingModel>>({
 });
 const cacheBlocks = num('cache-blocks', values['cache-blocks']);
 
-if (values['lora-load-ms'] !== undefined && values['max-loras'] === undefined) {
-  throw new Error('--lora-load-ms needs --max-loras');
+for (const flag of ['lora-load-ms', 'lora-modules'] as const) {
+  if (values[flag] !== undefined && values['max-loras'] === undefined)
+    throw new Error(`--${flag} needs --max-loras`);
 }
+const list = (v: string | undefined): string[] | undefined =>
+  v === undefined
+    ? undefined
+    : v
+        .split(',')
+        .map((x) => x.trim())
+        .filter((x) => x !== '');
 if (values['kv-events-replay'] !== undefined && values['kv-events'] === undefined) {
   throw new Error('--kv-events-replay needs --kv-events');
 }
@@ -109,6 +123,8 @@ const options: SimulatorOptions = defined<SimulatorOptions>({
   port: num('port', values.port),
   role: role as SimulatorRole,
   model: values.model,
+  aliases: list(values.aliases),
+  strictModels: values['strict-models'],
   id: values.id,
   kvConnector: connector as KvConnector,
   timeScale: num('time-scale', values['time-scale']),
@@ -122,6 +138,7 @@ const options: SimulatorOptions = defined<SimulatorOptions>({
       : (defined({
           maxLoras: num('max-loras', values['max-loras']),
           loadMs: num('lora-load-ms', values['lora-load-ms']),
+          modules: list(values['lora-modules']),
         }) as NonNullable<SimulatorOptions['lora']>),
   register:
     values.register === undefined

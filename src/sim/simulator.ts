@@ -74,6 +74,17 @@ export interface SimulatorOptions {
   role?: SimulatorRole;
   /** Served model name (GET /v1/models, metrics label, responses when the request names none). */
   model?: string;
+  /**
+   * More served names of the base model after `model` (vLLM `--served-model-name model alias..`):
+   * listed by GET /v1/models, never taken for an adapter; the metrics label stays `model`.
+   */
+  aliases?: string[];
+  /**
+   * Answer a request for a model it does not serve with vLLM's 404 NotFoundError ("The model `x`
+   * does not exist."): served are `model`, `aliases` and, with LoRA, `lora.modules`. Default false:
+   * any name is served (as the base model, or with LoRA on as an adapter).
+   */
+  strictModels?: boolean;
   /** Output tokens when the request has no max_tokens. Default 16. */
   defaultMaxTokens?: number;
   /** Multiplies every simulated delay. Default 1; 0 = no delays at all. */
@@ -93,9 +104,10 @@ export interface SimulatorOptions {
    * others' requests wait, reported as waiting), an adapter not loaded costs `loadMs` (default 50,
    * scaled by timeScale) before its prefill, and `/metrics` carries `vllm:lora_requests_info` as vLLM
    * writes it (one series per combination of adapters seen, valued with the time it was last current).
+   * `modules`: adapters GET /v1/models lists (vLLM `--lora-modules`), with `model` as their parent.
    * Default: LoRA off (every model name is served as the base model).
    */
-  lora?: { maxLoras: number; loadMs?: number };
+  lora?: { maxLoras: number; loadMs?: number; modules?: string[] };
   /** P/D behaviour. Default 'nixl'. */
   kvConnector?: KvConnector;
   /** ZMQ self-registration (prefill/decode roles only; a regular worker never registers). */
@@ -239,6 +251,8 @@ class SimulatorServer implements Simulator {
   readonly host: string;
   readonly role: SimulatorRole;
   readonly model: string;
+  /** Every served base name: `model`, then the aliases. */
+  private readonly baseNames: readonly string[];
   readonly cache: PrefixCache;
   readonly kvUsage: KvBlockUsage;
   readonly tokenizer: SimTokenizer;
@@ -278,6 +292,7 @@ class SimulatorServer implements Simulator {
     this.host = opts.host ?? '127.0.0.1';
     this.role = opts.role ?? 'regular';
     this.model = opts.model ?? 'sim-model';
+    this.baseNames = [this.model, ...(opts.aliases ?? []).filter((a) => a !== this.model)];
     this.defaultMaxTokens = opts.defaultMaxTokens ?? 16;
     this.timeScale = opts.timeScale ?? 1;
     this.connector = opts.kvConnector ?? 'nixl';
@@ -584,7 +599,24 @@ class SimulatorServer implements Simulator {
           200,
           JSON.stringify({
             object: 'list',
-            data: [{ id: this.model, object: 'model', created: 0, owned_by: 'vllm', root: this.model }],
+            data: [
+              ...this.baseNames.map((id) => ({
+                id,
+                object: 'model',
+                created: 0,
+                owned_by: 'vllm',
+                root: this.model,
+                parent: null,
+              })),
+              ...(this.opts.lora?.modules ?? []).map((id) => ({
+                id,
+                object: 'model',
+                created: 0,
+                owned_by: 'vllm',
+                root: `/adapters/${id}`,
+                parent: this.model,
+              })),
+            ],
           }),
         );
       case '/metrics': {
@@ -632,6 +664,11 @@ class SimulatorServer implements Simulator {
       clearTimeout(timer);
       this.sideTimers.delete(timer);
     });
+  }
+
+  /** A base name, or (LoRA on) a listed adapter. */
+  private serves(model: string): boolean {
+    return this.baseNames.includes(model) || (this.opts.lora?.modules?.includes(model) ?? false);
   }
 
   private sendError(res: ServerResponse, status: number, message: string): void {
@@ -727,6 +764,9 @@ class SimulatorServer implements Simulator {
     );
     if (!parsed.ok) return this.finishError(ctx, 400, parsed.error);
     const request = parsed.request;
+    if (this.opts.strictModels === true && request.model !== undefined && !this.serves(request.model)) {
+      return this.finishError(ctx, 404, `The model \`${request.model}\` does not exist.`);
+    }
 
     let fromRemotePrefill = false;
     if (this.connector === 'p2pnccl' || this.role === 'decode') {
@@ -818,7 +858,7 @@ class SimulatorServer implements Simulator {
         : prefillTtftMs(this.timing, prompt - cached, this.timeScale);
     };
     const adapter =
-      this.loraSlots !== undefined && request.model !== undefined && request.model !== this.model
+      this.loraSlots !== undefined && request.model !== undefined && !this.baseNames.includes(request.model)
         ? request.model
         : undefined;
     ctx.job = this.engine.submit({

@@ -9,14 +9,15 @@
  *   new url                    -> fresh Worker, policy.addWorker(new)
  * A request still holding the old Worker keeps its reference; its release only touches that object.
  *
- * Served models (`candidatesFor`): a fleet may mix workers serving different models behind one router.
- * When the pool is given each worker's served model (the `model_name` label of its scraped /metrics,
- * vLLM's first `--served-model-name`), a request names a model, and some candidates are known to
- * serve exactly that name, only those are candidates (healthy ones; none when all of them are
- * unhealthy: a 503 rather than another model's 404); otherwise (no worker known to serve the name:
- * a LoRA adapter, a second served name, a worker not scraped yet, a single-model fleet whose
- * workers all match) every candidate is, as before. So it only ever narrows on positive knowledge,
- * and a fleet serving one model gets the same array back (the policies' per-array memos hold).
+ * Served models (`candidatesFor`): a fleet may mix workers serving different models, and LoRA adapters
+ * on them, behind one router. When the pool is told what each worker serves (served-models.ts: its
+ * `/v1/models` list, else its metrics' `model_name` label) and some workers are known to serve the
+ * request's model (as a base name, or as an adapter, with its base model's siblings), only those
+ * (healthy ones; none when all of them are unhealthy: a 503 rather than another model's 404) are
+ * candidates; when nothing is known of the name, or every member serves it, every candidate is, as
+ * before. The narrowed array is memoized per model until membership, health or what the workers serve
+ * changes, so the policies' per-array memos hold, and a fleet serving one model gets the candidates
+ * array itself back.
  *
  * INVARIANT (Node's equivalent of the design's pool lock): callers run reconcile -> select ->
  * guard acquisition -> policy.routed in ONE synchronous step, with no `await` in between, so no
@@ -25,6 +26,7 @@
 import type { Role } from './role.js';
 import { Worker } from './worker.js';
 import type { Policy } from '../routing/policy.js';
+import { servingRule, type ServedModels } from './served-models.js';
 
 /** What the pool needs from a registry entry. */
 export interface MemberEntry {
@@ -44,9 +46,19 @@ export interface MemberSource {
 export interface PoolHooks {
   onAdded?(worker: Worker): void;
   onRemoved?(worker: Worker, reason: 'departed' | 'replaced'): void;
-  /** The model the worker serves, when known (see the header: `candidatesFor`). */
-  servedModel?(worker: Worker): string | undefined;
+  /** What each worker serves, when known (see the header: `candidatesFor`). */
+  readonly models?: ModelKnowledge;
 }
+
+/** What the pool reads of the workers' served models (served-models.ts `ModelCatalog`, bound to URLs). */
+export interface ModelKnowledge {
+  /** Changes whenever what some worker serves does. */
+  readonly version: number;
+  of(worker: Worker): ServedModels | undefined;
+}
+
+/** The most models whose narrowed candidates are remembered at once (request models are client input). */
+const MODEL_MEMO_SIZE = 64;
 
 export class WorkerPool {
   private readonly byUrl = new Map<string, Worker>();
@@ -54,6 +66,11 @@ export class WorkerPool {
   private lastSnapshot: readonly MemberEntry[] | undefined;
   /** The last candidates array handed out; reused while membership and health are unchanged. */
   private selectable: readonly Worker[] = [];
+  /** candidatesFor's last answer per model, valid for one candidates array and knowledge version. */
+  private readonly byModel = new Map<
+    string,
+    { all: readonly Worker[]; version: number; workers: readonly Worker[] }
+  >();
 
   constructor(
     readonly role: Role,
@@ -88,14 +105,19 @@ export class WorkerPool {
   /** `candidates()` narrowed to the workers known to serve `model`, when any is (see the header). */
   candidatesFor(model: string): readonly Worker[] {
     const all = this.candidates();
-    const served = this.hooks.servedModel;
-    if (served === undefined || model === '') return all;
+    const models = this.hooks.models;
+    if (models === undefined || model === '') return all;
+    const version = models.version;
+    const memo = this.byModel.get(model);
+    if (memo !== undefined && memo.all === all && memo.version === version) return memo.workers;
     // Knowledge comes from every member, healthy or not: when the workers serving a model are all
     // unhealthy, its requests get no worker (a 503), not another model's (a 404 there).
-    let matching = 0;
-    for (const w of this.ordered) if (served(w) === model) matching++;
-    if (matching === 0 || matching === this.ordered.length) return all;
-    return all.filter((w) => served(w) === model);
+    const serves = servingRule(model, this.ordered, (w) => models.of(w));
+    let workers = all;
+    if (serves !== undefined && !this.ordered.every(serves)) workers = all.filter(serves);
+    if (this.byModel.size >= MODEL_MEMO_SIZE && memo === undefined) this.byModel.clear();
+    this.byModel.set(model, { all, version, workers });
+    return workers;
   }
 
   reconcile(): void {

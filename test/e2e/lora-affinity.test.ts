@@ -10,7 +10,7 @@
  * Both end with every load back to 0 and the simulators idle.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { startStack, type Stack } from '../support/stack.js';
+import { postThrough, startStack, type Stack } from '../support/stack.js';
 import { adminJson, expectAllLoadsZero } from '../support/router-fixture.js';
 import { waitFor } from '../support/wait-for.js';
 import type { Simulator } from '../../src/sim/simulator.js';
@@ -39,15 +39,9 @@ afterEach(async () => {
 });
 
 async function complete(model: string, prompt: string): Promise<{ worker: string; decision: string }> {
-  const res = await fetch(`${stack.url}/v1/completions`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ model, prompt, max_tokens: 8, stream: true }),
-  });
-  expect(res.status).toBe(200);
-  await res.text();
-  const decision = res.headers.get('x-vllm-router-decision') ?? '';
-  return { worker: /worker=(\S+?);/.exec(decision)?.[1] ?? '', decision };
+  const r = await postThrough(stack, { model, prompt, max_tokens: 8, stream: true });
+  expect(r.status).toBe(200);
+  return { worker: r.worker, decision: r.decision };
 }
 
 /** The models each simulator served among its records from index `from[i]` on. */

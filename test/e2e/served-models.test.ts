@@ -5,7 +5,7 @@
  * a name no worker is known to serve (a LoRA adapter, a second served name) is routed as before.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { startStack, type Stack } from '../support/stack.js';
+import { postThrough, startStack, type Stack } from '../support/stack.js';
 import { adminJson, expectAllLoadsZero } from '../support/router-fixture.js';
 import { waitFor } from '../support/wait-for.js';
 
@@ -36,15 +36,9 @@ afterEach(async () => {
 });
 
 async function complete(model: string, prompt: string): Promise<{ status: number; servedBy: string }> {
-  const res = await fetch(`${stack.url}/v1/completions`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ model, prompt, max_tokens: 4 }),
-  });
-  const body = (await res.json()) as { model?: string };
-  const decision = res.headers.get('x-vllm-router-decision') ?? '';
-  expect(body.model).toBe(model);
-  return { status: res.status, servedBy: /worker=(\S+?);/.exec(decision)?.[1] ?? '' };
+  const r = await postThrough(stack, { model, prompt, max_tokens: 4 });
+  expect((JSON.parse(r.text) as { model?: string }).model).toBe(model);
+  return { status: r.status, servedBy: r.worker };
 }
 
 const servers = (model: string): string[] =>

@@ -1,6 +1,6 @@
 /**
  * Starts the router in-process on free ports for tests, with quiet logs and no background checks
- * (no active health checks, no metric scrapes: a test that needs them turns them on).
+ * (no active health checks, no metric scrapes, no /v1/models reads: a test that needs them turns them on).
  */
 import { expect } from 'vitest';
 import { pino } from 'pino';
@@ -9,7 +9,13 @@ import { startRouter, type Router, type RouterDeps } from '../../src/router.js';
 import { waitFor } from './wait-for.js';
 
 export function testConfig(overrides: Partial<Config> = {}): Config {
-  return loopbackConfig({ logLevel: 'silent', healthCheckIntervalMs: 0, scrapeIntervalMs: 0, ...overrides });
+  return loopbackConfig({
+    logLevel: 'silent',
+    healthCheckIntervalMs: 0,
+    scrapeIntervalMs: 0,
+    modelsIntervalMs: 0,
+    ...overrides,
+  });
 }
 
 export async function startTestRouter(

@@ -59,3 +59,29 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     },
   };
 }
+
+/** One answer through the stack's Envoy, with the router's decision (needs `decisionHeader: true`). */
+export interface RoutedAnswer {
+  readonly status: number;
+  readonly text: string;
+  /** The `x-vllm-router-decision` header. */
+  readonly decision: string;
+  /** The worker URL the decision names ('' without one). */
+  readonly worker: string;
+}
+
+/** POSTs `body` as JSON to `path` (default /v1/completions) through Envoy and reads the whole answer. */
+export async function postThrough(
+  stack: Stack,
+  body: Record<string, unknown>,
+  path = '/v1/completions',
+): Promise<RoutedAnswer> {
+  const res = await fetch(`${stack.url}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+  const text = await res.text();
+  const decision = res.headers.get('x-vllm-router-decision') ?? '';
+  return { status: res.status, text, decision, worker: /worker=(\S+?);/.exec(decision)?.[1] ?? '' };
+}

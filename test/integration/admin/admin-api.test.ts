@@ -111,6 +111,8 @@ describe('POST/GET/DELETE /workers', () => {
           ttftSamples: 0,
           chunkSamples: 0,
         },
+        // Neither its /v1/models (off in tests) nor its metrics label known yet.
+        servedModels: null,
       },
     ]);
 

@@ -63,12 +63,24 @@ describe('warm-up', () => {
     expect(await health.check(EXTPROC_SERVICE)).toBe('SERVING');
   });
 
-  it("is not ready until every worker's /metrics has been scraped once", async () => {
-    // A worker whose /metrics answers only when the test says so.
+  it.each([
+    {
+      page: '/metrics',
+      waitsFor: 'worker metrics scraped',
+      config: { scrapeIntervalMs: 50 },
+      body: '# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{model_name="m"} 0\n',
+    },
+    {
+      page: '/v1/models',
+      waitsFor: 'worker models listed',
+      config: { modelsIntervalMs: 60_000 },
+      body: '{"object":"list","data":[{"id":"m"}]}',
+    },
+  ])("is not ready until every worker's $page has been read once", async ({ waitsFor, config, body }) => {
+    // A worker whose pages answer only when the test says so.
     const held: http.ServerResponse[] = [];
     let release = false;
-    const answer = (res: http.ServerResponse) =>
-      res.end('# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{model_name="m"} 0\n');
+    const answer = (res: http.ServerResponse) => res.end(body);
     const worker = http.createServer((req, res) => (release ? answer(res) : held.push(res)));
     await new Promise<void>((r) => worker.listen(0, '127.0.0.1', () => r()));
     cleanups.push(() => new Promise<void>((r) => worker.close(() => r())));
@@ -76,15 +88,15 @@ describe('warm-up', () => {
     const port = (worker.address() as net.AddressInfo).port;
     const router = await startTestRouter({
       workers: [`http://127.0.0.1:${port}`],
-      scrapeIntervalMs: 50,
+      ...config,
       scrapeTimeoutMs: 600_000,
       warmupTimeoutMs: 600_000,
     });
     cleanups.push(() => router.close());
-    await waitFor(() => held.length > 0, { message: 'first scrape arrived' });
+    await waitFor(() => held.length > 0, { message: 'first read arrived' });
     const before = await adminJson<{ warmingUp?: string[] }>(router, '/readyz');
     expect(before.status).toBe(503);
-    expect(before.body.warmingUp).toEqual(['worker metrics scraped']);
+    expect(before.body.warmingUp).toEqual([waitsFor]);
     release = true;
     held.splice(0).forEach(answer);
     await waitFor(async () => (await adminJson(router, '/readyz')).status === 200, {

@@ -13,43 +13,43 @@ describe('adapterState', () => {
     {
       name: 'running there',
       model: 'sql',
-      facts: { lora: lora(2, ['sql']), baseModel: base },
+      facts: { lora: lora(2, ['sql']), baseModels: [base] },
       want: 'active',
     },
     {
       name: 'waiting there while a slot is free: about to run',
       model: 'sql',
-      facts: { lora: lora(2, ['chat'], ['sql']), baseModel: base },
+      facts: { lora: lora(2, ['chat'], ['sql']), baseModels: [base] },
       want: 'active',
     },
     {
       name: 'waiting there for a slot other adapters hold: full, not active',
       model: 'sql',
-      facts: { lora: lora(1, ['chat'], ['sql']), baseModel: base },
+      facts: { lora: lora(1, ['chat'], ['sql']), baseModels: [base] },
       want: 'full',
     },
     {
       name: 'in flight from this router since the sample',
       model: 'sql',
-      facts: { lora: lora(1, ['chat']), baseModel: base, inFlight: new Map([['sql', 1]]) },
+      facts: { lora: lora(1, ['chat']), baseModels: [base], inFlight: new Map([['sql', 1]]) },
       want: 'active',
     },
     {
       name: 'a free slot',
       model: 'sql',
-      facts: { lora: lora(2, ['chat']), baseModel: base },
+      facts: { lora: lora(2, ['chat']), baseModels: [base] },
       want: 'free_slot',
     },
     {
       name: 'no adapter at all yet',
       model: 'sql',
-      facts: { lora: lora(1, []), baseModel: base },
+      facts: { lora: lora(1, []), baseModels: [base] },
       want: 'free_slot',
     },
     {
       name: 'every slot taken by others (running and waiting count)',
       model: 'sql',
-      facts: { lora: lora(2, ['chat'], ['code']), baseModel: base },
+      facts: { lora: lora(2, ['chat'], ['code']), baseModels: [base] },
       want: 'full',
     },
     {
@@ -57,7 +57,7 @@ describe('adapterState', () => {
       model: 'sql',
       facts: {
         lora: lora(2, ['chat']),
-        baseModel: base,
+        baseModels: [base],
         inFlight: new Map([
           ['code', 2],
           [base, 5],
@@ -68,17 +68,17 @@ describe('adapterState', () => {
     {
       name: 'a request for the base model has no adapter',
       model: base,
-      facts: { lora: lora(1, ['chat']), baseModel: base },
+      facts: { lora: lora(1, ['chat']), baseModels: [base] },
       want: undefined,
     },
-    { name: 'LoRA off (no sample)', model: 'sql', facts: { baseModel: base }, want: undefined },
+    { name: 'LoRA off (no sample)', model: 'sql', facts: { baseModels: [base] }, want: undefined },
     {
       name: 'no max_lora label',
       model: 'sql',
-      facts: { lora: lora(undefined, ['chat']), baseModel: base },
+      facts: { lora: lora(undefined, ['chat']), baseModels: [base] },
       want: undefined,
     },
-    { name: 'max_lora 0', model: 'sql', facts: { lora: lora(0, []), baseModel: base }, want: undefined },
+    { name: 'max_lora 0', model: 'sql', facts: { lora: lora(0, []), baseModels: [base] }, want: undefined },
     {
       name: 'base model unknown: an unlisted name may be an alias of the base',
       model: 'sql',
@@ -92,9 +92,25 @@ describe('adapterState', () => {
       want: 'active',
     },
     {
+      name: "a second served name of the base model (from the worker's /v1/models list)",
+      model: 'llama-chat',
+      facts: { lora: lora(1, ['chat']), baseModels: [base, 'llama-chat'] },
+      want: undefined,
+    },
+    {
+      name: "this router's requests for a second base name take no adapter slot",
+      model: 'sql',
+      facts: {
+        lora: lora(1, []),
+        baseModels: [base, 'llama-chat'],
+        inFlight: new Map([['llama-chat', 3]]),
+      },
+      want: 'free_slot',
+    },
+    {
       name: 'no model in the request',
       model: '',
-      facts: { lora: lora(1, []), baseModel: base },
+      facts: { lora: lora(1, []), baseModels: [base] },
       want: undefined,
     },
   ])('$name', ({ model, facts, want }) => {

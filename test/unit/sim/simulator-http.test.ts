@@ -29,6 +29,50 @@ describe('simulator HTTP', () => {
     expect(s.records).toHaveLength(0); // only generation requests are recorded
   });
 
+  it('lists every served name and LoRA adapter in /v1/models as vLLM does', async () => {
+    const s = await sim({
+      model: 'llama',
+      aliases: ['llama-chat'],
+      lora: { maxLoras: 2, modules: ['sql-lora'] },
+    });
+    const models = JSON.parse((await getText(`${s.url}/v1/models`)).text) as {
+      object: string;
+      data: { id: string; parent: string | null }[];
+    };
+    expect(models.object).toBe('list');
+    expect(models.data.map((m) => [m.id, m.parent])).toEqual([
+      ['llama', null],
+      ['llama-chat', null],
+      ['sql-lora', 'llama'],
+    ]);
+  });
+
+  it.each([
+    { strict: true, model: 'mistral', status: 404 },
+    { strict: true, model: 'llama-chat', status: 200 },
+    { strict: true, model: 'sql-lora', status: 200 },
+    { strict: false, model: 'mistral', status: 200 },
+  ])('strictModels $strict: a request for $model gets $status', async ({ strict, model, status }) => {
+    const s = await sim({
+      model: 'llama',
+      aliases: ['llama-chat'],
+      lora: { maxLoras: 2, loadMs: 0, modules: ['sql-lora'] },
+      strictModels: strict,
+    });
+    const r = await postJson(`${s.url}/v1/completions`, { model, prompt: 'hi', max_tokens: 2 });
+    expect(r.status).toBe(status);
+    if (status === 404) {
+      expect(r.json).toEqual({
+        error: {
+          message: 'The model `mistral` does not exist.',
+          type: 'NotFoundError',
+          param: null,
+          code: 404,
+        },
+      });
+    }
+  });
+
   it('answers a non-streaming completion with usage and records it', async () => {
     const s = await sim({ defaultMaxTokens: 5 });
     const prompt = blockPrompt('a', 2) + 'tail';

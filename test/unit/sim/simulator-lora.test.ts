@@ -90,4 +90,23 @@ describe('simulator: LoRA adapters (vLLM --max-loras)', () => {
     await Promise.all([a.done, b.done]);
     await sim.waitForIdle();
   });
+
+  it('a second served name is the base model, not an adapter: it takes no slot', async () => {
+    s = await startSimulator({
+      model: 'base',
+      aliases: ['base-chat'],
+      lora: { maxLoras: 1, loadMs: 0 },
+      timeScale: 1,
+      timing: { overheadMs: 0, prefillMsPerToken: 0, baseItlMs: 600_000 },
+    });
+    const sim = s;
+    const alias = hold(sim, 'base-chat');
+    const sql = hold(sim, 'sql');
+    await waitFor(async () => (await figures(sim)).running === 2);
+    expect((await figures(sim)).lora).toEqual({ maxLora: 1, running: ['sql'], waiting: [] });
+    alias.ac.abort();
+    sql.ac.abort();
+    await Promise.all([alias.done, sql.done]);
+    await sim.waitForIdle();
+  });
 });

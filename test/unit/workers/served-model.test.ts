@@ -1,30 +1,41 @@
 /**
- * A fleet mixing models behind one router: the pool narrows candidates to the workers known to serve
- * the request's model (WorkerPool.candidatesFor), and only on that positive knowledge.
+ * A fleet mixing models (and LoRA adapters) behind one router: the pool narrows candidates to the
+ * workers known to serve the request's model (WorkerPool.candidatesFor), and only on that positive
+ * knowledge (served-models.ts).
  */
 import { describe, expect, it } from 'vitest';
 import { createPolicy } from '../../../src/routing/create-policy.js';
 import type { Worker } from '../../../src/workers/worker.js';
 import { WorkerPool } from '../../../src/workers/worker-pool.js';
+import { ModelCatalog, type ServedModels } from '../../../src/workers/served-models.js';
 import { ctx, harness, register, route } from './pool-harness.js';
 
 const PORTS = [8000, 8001, 8002, 8003];
 
-function mixedPool(served: (w: Worker) => string | undefined): WorkerPool {
+const port = (w: Worker): number => Number(new URL(w.url).port);
+
+/** A pool of four workers whose served models come from `catalog` (labels set from `label`). */
+function mixedPool(label: (port: number) => string | undefined, catalog = new ModelCatalog()): WorkerPool {
   const h = harness();
   for (const p of PORTS) register(h.registry, 'regular', p);
   const pool = new WorkerPool('regular', createPolicy('round_robin', {}), h.registry, {
-    servedModel: served,
+    models: {
+      get version() {
+        return catalog.version;
+      },
+      of: (w) => catalog.of(w.url),
+    },
   });
   pool.reconcile();
+  for (const w of pool.workers) catalog.recordLabel(w.url, label(port(w)));
   return pool;
 }
 
-const port = (w: Worker): number => Number(new URL(w.url).port);
+const byPort = (pool: WorkerPool, p: number): Worker => pool.workers.find((w) => port(w) === p)!;
 
 describe('WorkerPool.candidatesFor (served models)', () => {
   it('routes each model only to the workers serving it (round robin within them)', () => {
-    const pool = mixedPool((w) => (port(w) < 8002 ? 'llama' : 'qwen'));
+    const pool = mixedPool((p) => (p < 8002 ? 'llama' : 'qwen'));
     const seen = { llama: new Set<number>(), qwen: new Set<number>() };
     for (const model of ['llama', 'qwen'] as const) {
       for (let i = 0; i < 8; i++) {
@@ -41,15 +52,15 @@ describe('WorkerPool.candidatesFor (served models)', () => {
     { name: 'a model no worker is known to serve (an adapter, an alias): every candidate', model: 'sql' },
     { name: 'no model in the request: every candidate', model: '' },
   ])('$name', ({ model }) => {
-    const pool = mixedPool((w) => (port(w) < 8002 ? 'llama' : 'qwen'));
+    const pool = mixedPool((p) => (p < 8002 ? 'llama' : 'qwen'));
     expect(pool.candidatesFor(model)).toBe(pool.candidates());
   });
 
   it('workers not scraped yet do not narrow anything until some worker is known to serve the model', () => {
-    let known = false;
-    const pool = mixedPool((w) => (known && port(w) === 8003 ? 'qwen' : undefined));
+    const catalog = new ModelCatalog();
+    const pool = mixedPool(() => undefined, catalog);
     expect(pool.candidatesFor('qwen')).toBe(pool.candidates());
-    known = true;
+    catalog.recordLabel(byPort(pool, 8003).url, 'qwen');
     expect(pool.candidatesFor('qwen').map(port)).toEqual([8003]);
   });
 
@@ -59,9 +70,61 @@ describe('WorkerPool.candidatesFor (served models)', () => {
   });
 });
 
+describe('WorkerPool.candidatesFor from /v1/models lists', () => {
+  const llama: ServedModels = { base: ['llama', 'llama-chat'], adapters: new Map([['sql-lora', 'llama']]) };
+  const qwen: ServedModels = { base: ['qwen'], adapters: new Map([['med-lora', 'qwen']]) };
+
+  function listedPool(): { pool: WorkerPool; catalog: ModelCatalog } {
+    const catalog = new ModelCatalog();
+    const pool = mixedPool((p) => (p < 8002 ? 'llama' : 'qwen'), catalog);
+    for (const w of pool.workers) catalog.recordListed(w.url, port(w) < 8002 ? llama : qwen);
+    return { pool, catalog };
+  }
+
+  it.each([
+    ['an adapter goes to the workers of its base model', 'sql-lora', [8000, 8001]],
+    ["another base model's adapter", 'med-lora', [8002, 8003]],
+    ['a second served name goes where it is served, not everywhere', 'llama-chat', [8000, 8001]],
+  ])('%s', (_name, model, ports) => {
+    const { pool } = listedPool();
+    expect(pool.candidatesFor(model).map(port)).toEqual(ports);
+  });
+
+  it("an adapter registered on one worker may go to its base model's siblings, never another model's", () => {
+    const { pool, catalog } = listedPool();
+    catalog.recordListed(byPort(pool, 8001).url, { base: ['llama'], adapters: new Map() });
+    catalog.recordListed(byPort(pool, 8000).url, {
+      base: ['llama'],
+      adapters: new Map([['new-lora', 'llama']]),
+    });
+    expect(pool.candidatesFor('new-lora').map(port)).toEqual([8000, 8001]);
+  });
+
+  it('answers with one array per model until what the workers serve or their health changes', () => {
+    const { pool, catalog } = listedPool();
+    const first = pool.candidatesFor('sql-lora');
+    expect(pool.candidatesFor('sql-lora')).toBe(first);
+    catalog.recordListed(byPort(pool, 8002).url, {
+      base: ['qwen'],
+      adapters: new Map([['sql-lora', 'llama']]),
+    });
+    const second = pool.candidatesFor('sql-lora');
+    expect(second).not.toBe(first);
+    expect(second.map(port)).toEqual([8000, 8001, 8002]);
+    byPort(pool, 8000).healthy = false;
+    expect(pool.candidatesFor('sql-lora').map(port)).toEqual([8001, 8002]);
+  });
+
+  it('any number of distinct model names in requests keeps answering right (the memo is bounded)', () => {
+    const { pool } = listedPool();
+    for (let i = 0; i < 500; i++) expect(pool.candidatesFor(`client-${i}`)).toBe(pool.candidates());
+    expect(pool.candidatesFor('sql-lora').map(port)).toEqual([8000, 8001]);
+  });
+});
+
 describe('WorkerPool.candidatesFor when the workers serving a model are down', () => {
   it("its requests get no worker (a 503) rather than another model's", () => {
-    const pool = mixedPool((w) => (port(w) < 8002 ? 'llama' : 'qwen'));
+    const pool = mixedPool((p) => (p < 8002 ? 'llama' : 'qwen'));
     for (const w of pool.workers) if (port(w) < 8002) w.healthy = false;
     expect(pool.candidatesFor('llama')).toEqual([]);
     expect(pool.candidatesFor('qwen').map(port)).toEqual([8002, 8003]);

@@ -1,0 +1,167 @@
+/**
+ * What each worker serves: its base model names and LoRA adapters, and which workers can take a
+ * request for a given model (worker-pool.ts `candidatesFor`).
+ *
+ * Sources, per worker URL:
+ * - its `GET /v1/models` list (discovery/models-poller.ts), as vLLM writes it: one entry per
+ *   `--served-model-name` (`parent` null) and one per LoRA adapter it has registered (`--lora-modules`
+ *   or loaded at run time with `/v1/load_lora_adapter`), whose `parent` is the base model it runs on;
+ * - else the `model_name` label of its scraped `/metrics` (vLLM labels its metrics with the FIRST
+ *   served name only): one base name, no adapters.
+ *
+ * Who can serve model M (`servingRule`), from what the members are known to serve:
+ * - some member lists M as a base name: those members;
+ * - else some member lists M as an adapter: those members, and the members serving its parent base
+ *   model (an adapter registered at run time on one worker can be loaded on its siblings: a
+ *   resolver plugin or the same `/v1/load_lora_adapter` call; another base model's worker cannot run
+ *   it at all);
+ * - else nothing is known of M (every member may: the request keeps the whole pool).
+ * A member that lists nothing (not polled yet, no /v1/models, no label) is excluded once others are
+ * known to serve M: it positively serves something else only when it lists something, but the rule
+ * never routes a request to a worker that merely might serve it while one that does is known.
+ *
+ * Pure: no timers, metrics or logging. `version` changes whenever some worker's knowledge does, so
+ * callers can memoize decisions derived from it.
+ */
+
+export interface ServedModels {
+  /** Base model names (vLLM's `--served-model-name` values; the first is its metrics label). */
+  readonly base: readonly string[];
+  /** LoRA adapter name -> the base model it runs on. */
+  readonly adapters: ReadonlyMap<string, string>;
+}
+
+/** The most entries read from one list (a worker with thousands of adapters is cut, not refused). */
+export const MAX_LISTED_MODELS = 4096;
+
+const NO_ADAPTERS: ReadonlyMap<string, string> = new Map();
+
+/**
+ * Parses an OpenAI-style model list (`{"object":"list","data":[{"id":..,"parent":..},..]}`). An entry
+ * with a string `parent` is an adapter; one without is a base model. Undefined when the text is not
+ * such a list (the caller counts it as a failed poll and keeps what it knew).
+ */
+export function parseModelList(text: string): ServedModels | undefined {
+  let doc: unknown;
+  try {
+    doc = JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+  if (typeof doc !== 'object' || doc === null) return undefined;
+  const data = (doc as { data?: unknown }).data;
+  if (!Array.isArray(data)) return undefined;
+  const base: string[] = [];
+  const adapters = new Map<string, string>();
+  for (const entry of data.slice(0, MAX_LISTED_MODELS)) {
+    if (typeof entry !== 'object' || entry === null) continue;
+    const { id, parent } = entry as { id?: unknown; parent?: unknown };
+    if (typeof id !== 'string' || id === '') continue;
+    if (typeof parent === 'string' && parent !== '' && parent !== id) adapters.set(id, parent);
+    else if (!base.includes(id)) base.push(id);
+  }
+  return { base, adapters: adapters.size > 0 ? adapters : NO_ADAPTERS };
+}
+
+interface Entry {
+  listed?: ServedModels;
+  label?: string;
+  /** What `of` returns: `listed`, else one built from `label` (kept, so reads allocate nothing). */
+  view?: ServedModels;
+}
+
+/** Per worker URL: what it serves (see the header). */
+export class ModelCatalog {
+  private readonly byUrl = new Map<string, Entry>();
+  private changes = 0;
+
+  /** Changes whenever what some worker serves does. */
+  get version(): number {
+    return this.changes;
+  }
+
+  /** The worker's `/v1/models` list (undefined: it has none; the label, if any, is used again). */
+  recordListed(url: string, served: ServedModels | undefined): void {
+    const e = this.entry(url);
+    if (served === undefined ? e.listed === undefined : same(e.listed, served)) return;
+    if (served === undefined) delete e.listed;
+    else e.listed = served;
+    this.refresh(e);
+  }
+
+  /** The `model_name` label of the worker's scraped metrics. */
+  recordLabel(url: string, label: string | undefined): void {
+    const e = this.entry(url);
+    if (e.label === label) return;
+    if (label === undefined || label === '') delete e.label;
+    else e.label = label;
+    this.refresh(e);
+  }
+
+  of(url: string): ServedModels | undefined {
+    return this.byUrl.get(url)?.view;
+  }
+
+  /** Forgets the workers not in `urls` (departed). */
+  retain(urls: ReadonlySet<string>): void {
+    for (const url of this.byUrl.keys()) {
+      if (urls.has(url)) continue;
+      this.byUrl.delete(url);
+      this.changes += 1;
+    }
+  }
+
+  private entry(url: string): Entry {
+    let e = this.byUrl.get(url);
+    if (e === undefined) {
+      e = {};
+      this.byUrl.set(url, e);
+    }
+    return e;
+  }
+
+  private refresh(e: Entry): void {
+    const view = e.listed ?? (e.label !== undefined ? { base: [e.label], adapters: NO_ADAPTERS } : undefined);
+    if (view === undefined) delete e.view;
+    else e.view = view;
+    this.changes += 1;
+  }
+}
+
+/**
+ * Which of `members` can serve `model` (see the header), or undefined when nothing is known of it.
+ * `of` gives a member's served models.
+ */
+export function servingRule<W>(
+  model: string,
+  members: readonly W[],
+  of: (member: W) => ServedModels | undefined,
+): ((member: W) => boolean) | undefined {
+  if (model === '') return undefined;
+  let asBase = false;
+  let parents: Set<string> | undefined;
+  for (const m of members) {
+    const s = of(m);
+    if (s === undefined) continue;
+    if (s.base.includes(model)) {
+      asBase = true;
+      break;
+    }
+    const parent = s.adapters.get(model);
+    if (parent !== undefined) (parents ??= new Set()).add(parent);
+  }
+  if (asBase) return (m) => of(m)?.base.includes(model) === true;
+  if (parents === undefined) return undefined;
+  const family = parents;
+  return (m) => {
+    const s = of(m);
+    return s !== undefined && (s.adapters.has(model) || s.base.some((b) => family.has(b)));
+  };
+}
+
+function same(a: ServedModels | undefined, b: ServedModels): boolean {
+  if (a === undefined || a.base.length !== b.base.length || a.adapters.size !== b.adapters.size) return false;
+  for (let i = 0; i < a.base.length; i++) if (a.base[i] !== b.base[i]) return false;
+  for (const [k, v] of b.adapters) if (a.adapters.get(k) !== v) return false;
+  return true;
+}
