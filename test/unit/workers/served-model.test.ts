@@ -48,6 +48,20 @@ describe('WorkerPool.candidatesFor (served models)', () => {
     expect([...seen.qwen].sort()).toEqual([8002, 8003]);
   });
 
+  it("requests for the two models alternating still spread over each model's workers (one cursor per model)", () => {
+    const pool = mixedPool((p) => (p < 8002 ? 'llama' : 'qwen'));
+    const seen = { llama: [] as number[], qwen: [] as number[] };
+    for (let i = 0; i < 8; i++) {
+      for (const model of ['llama', 'qwen'] as const) {
+        const r = route(pool, ctx('', model), 0);
+        seen[model].push(port(r!.decision.worker));
+        r!.guard.release();
+      }
+    }
+    expect(seen.llama).toEqual([8000, 8001, 8000, 8001, 8000, 8001, 8000, 8001]);
+    expect(seen.qwen).toEqual([8002, 8003, 8002, 8003, 8002, 8003, 8002, 8003]);
+  });
+
   it.each([
     { name: 'a model no worker is known to serve (an adapter, an alias): every candidate', model: 'sql' },
     { name: 'no model in the request: every candidate', model: '' },
