@@ -168,7 +168,7 @@ export const OPTIONS = [
     flag: 'models-interval-ms',
     type: 'int',
     default: DEFAULT_MODELS_INTERVAL_MS,
-    help: "How often every worker's GET /v1/models list is read (and at once when a worker joins), so a request for a LoRA adapter or a second served name goes only to the workers serving it (and its base model's siblings); 0 = off: each worker serves the model_name label of its scraped metrics.",
+    help: "How often every worker's GET /v1/models list is read (and at once when a worker joins; timeout --scrape-timeout-ms), so a request for a LoRA adapter or a second served name goes only to the workers serving it (and its base model's siblings); 0 = off, or a worker without the list (404; a 401 from vllm serve --api-key counts as failed): its metrics' model_name label names the one model it serves.",
   },
   {
     group: 'Workers and discovery',

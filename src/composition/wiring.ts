@@ -179,6 +179,7 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
       },
       of: (w) => catalog.of(w.url),
     },
+    replaced: (w) => catalog.forget(w.url),
     // The worker's KV-cache capacity from its latest scraped page (any age: it does not change).
     capacityTokens: (w) => {
       const f = board.latest(w.url)?.figures;
@@ -353,6 +354,8 @@ function buildPools(
     capacityTokens: (w: Worker) => number | undefined;
     charsPerToken?: (model: string) => number;
     models: ModelKnowledge;
+    /** A worker was replaced by a new generation at its URL (a new process may serve other models). */
+    replaced: (w: Worker) => void;
   },
 ): RolePools {
   return new RolePools((role) => {
@@ -400,6 +403,7 @@ function buildPools(
         health.forget(w);
         bootstrap?.untrack(w);
         load.timing.forget(w);
+        if (reason === 'replaced') load.replaced(w);
       },
       models: load.models,
     });

@@ -6,15 +6,18 @@
  * Schedule: every `intervalMs` (config `models-interval-ms`, default 5000; 0 = off) every member URL is
  * read again (the list changes only when an adapter is loaded or unloaded at run time), and a URL never
  * read (a worker that joined, or re-registered at its URL: a new process may serve other models) is read
- * at once when `pollNew()` is called (the registry changed). At most
+ * when `pollNew()` is called (the registry changed): at once, or right after the read of that URL
+ * already running ends. At most
  * `concurrency` reads run at once, one per URL, each bounded by `timeoutMs` and 1 MiB.
  * Outcomes: a list is recorded on the catalog; a 404 / 405 records that the worker has none (its metrics
- * label is used again); anything else (a failure, a timeout, a body that is not a model list) keeps
+ * label is used again); anything else (a failure, a timeout, a body that is not a model list or is an
+ * empty one; a 401 from a server started with `--api-key`, whose list needs the key) keeps
  * what was known, since a worker's models do not change because one read failed, and is reported
  * through `onPolled` (the router counts outcomes on /metrics). No health effect: the health checks
  * and the metrics scraper judge the worker.
  *
- * The catalog forgets departed workers through its owner (composition/wiring.ts, on registry changes).
+ * The catalog forgets departed and re-registered workers through its owner (composition/wiring.ts:
+ * registry changes and the pools' `replaced` hook).
  *
  * close() is idempotent: stops the timer, aborts the reads in flight (their results are dropped),
  * waits for them, destroys the Agent. The timer is unref'd.
@@ -50,6 +53,8 @@ export class ModelsPoller {
   private readonly reads: KeyedReads;
   /** `url generation` of the members read at least once (any outcome). */
   private readonly attempted = new Set<string>();
+  /** URLs that pollNew found busy with a read started before it: looked at again once it ends. */
+  private readonly recheck = new Set<string>();
   private timer: NodeJS.Timeout | undefined;
   private closed = false;
   private closing: Promise<void> | undefined;
@@ -59,7 +64,9 @@ export class ModelsPoller {
       throw new RangeError('intervalMs must be >= 0');
     if (!Number.isFinite(opts.timeoutMs) || opts.timeoutMs <= 0)
       throw new RangeError('timeoutMs must be > 0');
-    this.reads = new KeyedReads(opts.concurrency ?? 4);
+    this.reads = new KeyedReads(opts.concurrency ?? 4, (url, err) =>
+      opts.onPolled?.(url, 'failed', `error: ${(err as Error)?.message ?? String(err)}`),
+    );
     this.agent = pageAgent(opts.timeoutMs);
   }
 
@@ -115,13 +122,16 @@ export class ModelsPoller {
     }
     for (const [url, keys] of byUrl) {
       if (!all && keys.every((k) => this.attempted.has(k))) continue;
-      this.reads.add(url, async (handle) => {
+      const queued = this.reads.add(url, async (handle) => {
         try {
           await this.read(url, handle);
         } finally {
           for (const k of keys) this.attempted.add(k);
+          // A new generation that joined while this read ran (it may have read the old process).
+          if (this.recheck.delete(url)) setImmediate(() => this.round(false));
         }
       });
+      if (!queued && !all) this.recheck.add(url);
     }
   }
 

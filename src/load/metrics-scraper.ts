@@ -96,7 +96,9 @@ export class MetricsScraper {
       throw new RangeError('intervalMs must be >= 0');
     if (!Number.isFinite(opts.timeoutMs) || opts.timeoutMs <= 0)
       throw new RangeError('timeoutMs must be > 0');
-    this.reads = new KeyedReads(opts.concurrency ?? DEFAULT_SCRAPE_OPTIONS.concurrency);
+    this.reads = new KeyedReads(opts.concurrency ?? DEFAULT_SCRAPE_OPTIONS.concurrency, (url, err) =>
+      opts.onScrapeFailed?.(url, `error: ${(err as Error)?.message ?? String(err)}`),
+    );
     this.path = opts.path ?? '/metrics';
     this.names = opts.names ?? DEFAULT_METRIC_NAMES;
     this.clock = opts.clock ?? (() => performance.now());

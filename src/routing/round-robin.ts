@@ -1,35 +1,41 @@
 /**
- * round_robin: the candidate at `cursor mod n`, with one cursor per requested model.
+ * round_robin: the candidate at `cursor mod n`, with one cursor per candidate list.
  *
  * select() only reads the cursor; routed() advances it, so a selection that is abandoned (e.g. the
- * guard could not be taken) does not skip a worker, and select() stays pure. When the candidate list
- * changes size (a worker turns unhealthy), `mod n` keeps the cursor in range; the rotation simply
- * continues over the new list.
+ * guard could not be taken) does not skip a worker, and select() stays pure.
  *
- * Per model: in a fleet mixing models, each model's candidates are the workers serving it
- * (workers/worker-pool.ts `candidatesFor`), and one shared cursor would pin alternating traffic (a
- * request for model A, one for B, ...: A sees only even cursor values, so with two workers always
- * the first). The model names are client input, so at most MAX_CURSORS are kept; past that they all
- * start over from 0.
+ * Per candidate list: in a fleet mixing models, each model's candidates are the workers serving it
+ * (workers/worker-pool.ts `candidatesFor` hands back one array per model until membership, health or
+ * what the workers serve changes), and one shared cursor would pin alternating traffic (a request
+ * for model A, one for B, ...: A sees only even cursor values, so with two workers always the first).
+ * A list seen for the first time starts where the shared count of routed requests is, not at 0, so
+ * lists that appear together (a hundred adapters with a request each, a candidate list rebuilt when
+ * a worker's health changes) do not all start on their first worker. A single-model fleet has one
+ * list and rotates exactly as one cursor did. The cursors live in a WeakMap keyed by the lists: a
+ * list the pool dropped takes its cursor with it.
  */
+import type { Worker } from '../workers/worker.js';
 import type { Decision, Policy, SelectionInput } from './policy.js';
-
-const MAX_CURSORS = 256;
 
 export class RoundRobinPolicy implements Policy {
   readonly name = 'round_robin' as const;
-  private readonly cursors = new Map<string, number>();
+  private readonly cursors = new WeakMap<readonly Worker[], number>();
+  /** Requests routed so far (where a new list's cursor starts). */
+  private routedCount = 0;
 
   select(input: SelectionInput): Decision {
     const workers = input.workers;
-    const worker = workers[(this.cursors.get(input.model) ?? 0) % workers.length];
+    const worker = workers[this.cursorOf(workers) % workers.length];
     if (worker === undefined) throw new RangeError('round_robin: no candidate workers');
     return { worker, branch: 'round_robin' };
   }
 
   routed(_decision: Decision, input: SelectionInput): void {
-    const cursor = this.cursors.get(input.model);
-    if (cursor === undefined && this.cursors.size >= MAX_CURSORS) this.cursors.clear();
-    this.cursors.set(input.model, ((cursor ?? 0) + 1) % Number.MAX_SAFE_INTEGER);
+    this.cursors.set(input.workers, (this.cursorOf(input.workers) + 1) % Number.MAX_SAFE_INTEGER);
+    this.routedCount = (this.routedCount + 1) % Number.MAX_SAFE_INTEGER;
+  }
+
+  private cursorOf(workers: readonly Worker[]): number {
+    return this.cursors.get(workers) ?? this.routedCount;
   }
 }

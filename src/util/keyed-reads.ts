@@ -15,7 +15,11 @@ export class KeyedReads {
   private readonly running = new Map<PageHandle, Promise<void>>();
   private closed = false;
 
-  constructor(private readonly concurrency: number) {
+  constructor(
+    private readonly concurrency: number,
+    /** A read threw instead of reporting its outcome (a bug): told here, never left unhandled. */
+    private readonly onError: (key: string, err: unknown) => void = () => undefined,
+  ) {
     if (!Number.isInteger(concurrency) || concurrency < 1) {
       throw new RangeError('concurrency must be an integer >= 1');
     }
@@ -53,7 +57,13 @@ export class KeyedReads {
       const { key, read } = this.queue.shift()!;
       const handle: PageHandle = {};
       const done = read(handle)
-        .catch(() => undefined) // a read reports its own outcome; a throw must not wedge the key
+        .catch((err: unknown) => {
+          try {
+            this.onError(key, err);
+          } catch {
+            // the error hook itself failed: nothing left to tell
+          }
+        }) // a throw must not wedge the key nor go unhandled
         .finally(() => {
           this.running.delete(handle);
           this.busy.delete(key);

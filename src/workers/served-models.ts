@@ -39,7 +39,7 @@ const NO_ADAPTERS: ReadonlyMap<string, string> = new Map();
 /**
  * Parses an OpenAI-style model list (`{"object":"list","data":[{"id":..,"parent":..},..]}`). An entry
  * with a string `parent` is an adapter; one without is a base model. Undefined when the text is not
- * such a list (the caller counts it as a failed poll and keeps what it knew).
+ * such a list, or an empty one (the caller counts it as invalid and keeps what it knew).
  */
 export function parseModelList(text: string): ServedModels | undefined {
   let doc: unknown;
@@ -50,7 +50,7 @@ export function parseModelList(text: string): ServedModels | undefined {
   }
   if (typeof doc !== 'object' || doc === null) return undefined;
   const data = (doc as { data?: unknown }).data;
-  if (!Array.isArray(data)) return undefined;
+  if (!Array.isArray(data) || data.length === 0) return undefined; // an empty list says nothing
   const base: string[] = [];
   const adapters = new Map<string, string>();
   for (const entry of data.slice(0, MAX_LISTED_MODELS)) {
@@ -70,9 +70,14 @@ interface Entry {
   view?: ServedModels;
 }
 
-/** Per worker URL: what it serves (see the header). */
+/**
+ * Per worker URL: what it serves (see the header). Once told the current members (`retain`), it
+ * ignores what is recorded for any other URL: a read that was in flight when its worker left must
+ * not bring it back.
+ */
 export class ModelCatalog {
   private readonly byUrl = new Map<string, Entry>();
+  private members: ReadonlySet<string> | undefined;
   private changes = 0;
 
   /** Changes whenever what some worker serves does. */
@@ -82,6 +87,7 @@ export class ModelCatalog {
 
   /** The worker's `/v1/models` list (undefined: it has none; the label, if any, is used again). */
   recordListed(url: string, served: ServedModels | undefined): void {
+    if (this.members !== undefined && !this.members.has(url)) return;
     const e = this.entry(url);
     if (served === undefined ? e.listed === undefined : same(e.listed, served)) return;
     if (served === undefined) delete e.listed;
@@ -91,6 +97,7 @@ export class ModelCatalog {
 
   /** The `model_name` label of the worker's scraped metrics. */
   recordLabel(url: string, label: string | undefined): void {
+    if (this.members !== undefined && !this.members.has(url)) return;
     const e = this.entry(url);
     if (e.label === label) return;
     if (label === undefined || label === '') delete e.label;
@@ -102,13 +109,19 @@ export class ModelCatalog {
     return this.byUrl.get(url)?.view;
   }
 
-  /** Forgets the workers not in `urls` (departed). */
+  /** The current members: forgets the others (departed) and ignores records for them from now on. */
   retain(urls: ReadonlySet<string>): void {
+    this.members = urls;
     for (const url of this.byUrl.keys()) {
       if (urls.has(url)) continue;
       this.byUrl.delete(url);
       this.changes += 1;
     }
+  }
+
+  /** Forgets what `url` serves (a new process there may serve something else). */
+  forget(url: string): void {
+    if (this.byUrl.delete(url)) this.changes += 1;
   }
 
   private entry(url: string): Entry {

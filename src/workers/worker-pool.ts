@@ -66,10 +66,10 @@ export class WorkerPool {
   private lastSnapshot: readonly MemberEntry[] | undefined;
   /** The last candidates array handed out; reused while membership and health are unchanged. */
   private selectable: readonly Worker[] = [];
-  /** candidatesFor's last answer per model, valid for one candidates array and knowledge version. */
+  /** candidatesFor's last answer per model, valid for one member list, candidates array and knowledge version. */
   private readonly byModel = new Map<
     string,
-    { all: readonly Worker[]; version: number; workers: readonly Worker[] }
+    { members: readonly Worker[]; all: readonly Worker[]; version: number; workers: readonly Worker[] }
   >();
 
   constructor(
@@ -109,14 +109,17 @@ export class WorkerPool {
     if (models === undefined || model === '') return all;
     const version = models.version;
     const memo = this.byModel.get(model);
-    if (memo !== undefined && memo.all === all && memo.version === version) return memo.workers;
+    // The rule reads every member (a down one too): a member leaving while down changes no candidate.
+    if (memo !== undefined && memo.members === this.ordered && memo.all === all && memo.version === version) {
+      return memo.workers;
+    }
     // Knowledge comes from every member, healthy or not: when the workers serving a model are all
     // unhealthy, its requests get no worker (a 503), not another model's (a 404 there).
     const serves = servingRule(model, this.ordered, (w) => models.of(w));
     let workers = all;
     if (serves !== undefined && !this.ordered.every(serves)) workers = all.filter(serves);
     if (this.byModel.size >= MODEL_MEMO_SIZE && memo === undefined) this.byModel.clear();
-    this.byModel.set(model, { all, version, workers });
+    this.byModel.set(model, { members: this.ordered, all, version, workers });
     return workers;
   }
 

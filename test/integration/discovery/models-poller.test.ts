@@ -134,6 +134,7 @@ describe('ModelsPoller', () => {
     p.start();
     await waitFor(() => outcomes.length === 1);
     p.pollNew(); // nothing new: no read
+    expect(p.readsInFlight).toBe(0);
     workers.push(workerAt(b.url));
     p.pollNew();
     await waitFor(() => catalog.of(b.url) !== undefined, { message: 'the new worker read' });
@@ -146,10 +147,60 @@ describe('ModelsPoller', () => {
     expect(p.seenAll()).toBe(true);
   });
 
+  it('a worker re-registered while its read runs is read again once that read ends', async () => {
+    const held: ServerResponse[] = [];
+    let listed = 'llama';
+    const s = await serve((_req, res) => {
+      held.push(res);
+    });
+    const answer = (res: ServerResponse) => res.end(JSON.stringify({ data: [{ id: listed }] }));
+    const workers = [workerAt(s.url, 1)];
+    const { p, catalog, outcomes } = poller(() => workers);
+    p.start();
+    await waitFor(() => held.length === 1, { message: 'the first read arrived' });
+    workers[0] = workerAt(s.url, 2); // the old process died; a new one serves another model
+    p.pollNew(); // the URL's read is still running: looked at again when it ends
+    answer(held[0]!); // the old read ends with the old process's list
+    await waitFor(() => held.length === 2, { message: 'the new generation read' });
+    expect(catalog.of(s.url)?.base).toEqual(['llama']);
+    listed = 'qwen';
+    answer(held[1]!);
+    await waitFor(() => outcomes.length === 2);
+    expect(catalog.of(s.url)?.base).toEqual(['qwen']);
+    expect(p.seenAll()).toBe(true);
+  });
+
+  it('a read whose report throws is told as a failure, and the worker is read again later', async () => {
+    const a = await sim({ model: 'llama' });
+    const seen: Array<[ModelsPollOutcome, string | undefined]> = [];
+    let throwOnce = true;
+    const p = new ModelsPoller({
+      workers: () => [workerAt(a.url)],
+      catalog: new ModelCatalog(),
+      intervalMs: 3_600_000,
+      timeoutMs: 1_000,
+      onPolled: (_url, outcome, reason) => {
+        seen.push([outcome, reason]);
+        if (throwOnce) {
+          throwOnce = false;
+          throw new Error('observer bug');
+        }
+      },
+    });
+    pollers.push(p);
+    p.start();
+    await waitFor(() => seen.length === 2);
+    expect(seen).toEqual([
+      ['listed', undefined],
+      ['failed', 'error: observer bug'],
+    ]);
+    expect(p.seenAll()).toBe(true);
+  });
+
   it('a hung worker times out without holding the others; close() ends every read', async () => {
     const hung = await serve(() => undefined); // never answers
     const ok = await sim({ model: 'llama' });
-    const { p, catalog, outcomes } = poller(() => [workerAt(hung.url), workerAt(ok.url)], 3_600_000, 300);
+    const { p, catalog, outcomes } = poller(() => [workerAt(hung.url), workerAt(ok.url)], 3_600_000, 1_000);
     p.start();
     await waitFor(() => catalog.of(ok.url) !== undefined, { message: 'the healthy worker read' });
     await waitFor(() => outcomes.length === 2, { message: 'the hung read timed out' });

@@ -48,7 +48,7 @@ describe('WorkerPool.candidatesFor (served models)', () => {
     expect([...seen.qwen].sort()).toEqual([8002, 8003]);
   });
 
-  it("requests for the two models alternating still spread over each model's workers (one cursor per model)", () => {
+  it("requests for the two models alternating still spread over each model's workers (a cursor per model)", () => {
     const pool = mixedPool((p) => (p < 8002 ? 'llama' : 'qwen'));
     const seen = { llama: [] as number[], qwen: [] as number[] };
     for (let i = 0; i < 8; i++) {
@@ -58,8 +58,32 @@ describe('WorkerPool.candidatesFor (served models)', () => {
         r!.guard.release();
       }
     }
-    expect(seen.llama).toEqual([8000, 8001, 8000, 8001, 8000, 8001, 8000, 8001]);
-    expect(seen.qwen).toEqual([8002, 8003, 8002, 8003, 8002, 8003, 8002, 8003]);
+    // Each model takes its workers in turn: every two consecutive requests went to both.
+    for (const [model, ports] of Object.entries(seen)) {
+      for (let i = 0; i + 1 < ports.length; i += 2) {
+        expect(new Set(ports.slice(i, i + 2)), model).toEqual(
+          new Set(model === 'llama' ? [8000, 8001] : [8002, 8003]),
+        );
+      }
+    }
+  });
+
+  it('many adapters with one request each per round spread over their workers, not all onto one', () => {
+    const catalog = new ModelCatalog();
+    const pool = mixedPool(() => 'llama', catalog);
+    const adapters = Array.from({ length: 100 }, (_, i) => `lora-${i}`);
+    for (const w of pool.workers) {
+      catalog.recordListed(w.url, { base: ['llama'], adapters: new Map(adapters.map((a) => [a, 'llama'])) });
+    }
+    for (let round = 0; round < 3; round++) {
+      const perWorker = new Map<number, number>();
+      for (const model of adapters) {
+        const r = route(pool, ctx('', model), 0);
+        perWorker.set(port(r!.decision.worker), (perWorker.get(port(r!.decision.worker)) ?? 0) + 1);
+        r!.guard.release();
+      }
+      expect([...perWorker.values()].sort()).toEqual([25, 25, 25, 25]);
+    }
   });
 
   it.each([
@@ -129,7 +153,7 @@ describe('WorkerPool.candidatesFor from /v1/models lists', () => {
     expect(pool.candidatesFor('sql-lora').map(port)).toEqual([8001, 8002]);
   });
 
-  it('any number of distinct model names in requests keeps answering right (the memo is bounded)', () => {
+  it('any number of distinct model names in requests keeps answering right', () => {
     const { pool } = listedPool();
     for (let i = 0; i < 500; i++) expect(pool.candidatesFor(`client-${i}`)).toBe(pool.candidates());
     expect(pool.candidatesFor('sql-lora').map(port)).toEqual([8000, 8001]);
@@ -137,6 +161,30 @@ describe('WorkerPool.candidatesFor from /v1/models lists', () => {
 });
 
 describe('WorkerPool.candidatesFor when the workers serving a model are down', () => {
+  it('a down worker that then leaves the pool takes its model away, even with nothing else changed', () => {
+    const h = harness();
+    register(h.registry, 'regular', 8000);
+    register(h.registry, 'regular', 8001);
+    const catalog = new ModelCatalog();
+    const pool = new WorkerPool('regular', createPolicy('round_robin', {}), h.registry, {
+      models: {
+        get version() {
+          return catalog.version;
+        },
+        of: (w) => catalog.of(w.url),
+      },
+    });
+    pool.reconcile();
+    catalog.recordLabel(byPort(pool, 8000).url, 'llama');
+    catalog.recordLabel(byPort(pool, 8001).url, 'qwen');
+    byPort(pool, 8001).healthy = false;
+    expect(pool.candidatesFor('qwen')).toEqual([]); // its only server is down: a 503
+    // It leaves (the catalog is not told): the candidates array stays the same one, the version too.
+    h.registry.deregister('regular', byPort(pool, 8001).url);
+    pool.reconcile();
+    expect(pool.candidatesFor('qwen').map(port)).toEqual([8000]); // nobody known to serve it: the pool
+  });
+
   it("its requests get no worker (a 503) rather than another model's", () => {
     const pool = mixedPool((p) => (p < 8002 ? 'llama' : 'qwen'));
     for (const w of pool.workers) if (port(w) < 8002) w.healthy = false;

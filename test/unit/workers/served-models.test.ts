@@ -70,6 +70,7 @@ describe('parseModelList', () => {
     ['no data array', '{"object":"list"}'],
     ['data not an array', '{"data":{"id":"x"}}'],
     ['null', 'null'],
+    ['an empty list (says nothing: the metrics label stays)', '{"object":"list","data":[]}'],
   ])('%s: undefined (a failed poll)', (_name, text) => {
     expect(parseModelList(text)).toBeUndefined();
   });
@@ -109,13 +110,25 @@ describe('ModelCatalog', () => {
     expect(c.of('http://a')?.base).toEqual(['llama']);
   });
 
-  it('forgets departed workers', () => {
+  it('forgets departed workers, and a read that ends after one left does not bring it back', () => {
     const c = new ModelCatalog();
     c.recordLabel('http://a', 'x');
     c.recordLabel('http://b', 'y');
     c.retain(new Set(['http://b']));
     expect(c.of('http://a')).toBeUndefined();
     expect(c.of('http://b')?.base).toEqual(['y']);
+    c.recordLabel('http://a', 'x'); // a scrape that was in flight when it left
+    c.recordListed('http://a', parseModelList(VLLM_LIST));
+    expect(c.of('http://a')).toBeUndefined();
+  });
+
+  it('forgets a worker replaced at its URL (a new process may serve other models)', () => {
+    const c = new ModelCatalog();
+    c.recordListed('http://a', parseModelList(VLLM_LIST));
+    const v = c.version;
+    c.forget('http://a');
+    expect(c.of('http://a')).toBeUndefined();
+    expect(c.version).toBeGreaterThan(v);
   });
 });
 
