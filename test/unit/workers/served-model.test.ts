@@ -14,10 +14,14 @@ const PORTS = [8000, 8001, 8002, 8003];
 
 const port = (w: Worker): number => Number(new URL(w.url).port);
 
-/** A pool of four workers whose served models come from `catalog` (labels set from `label`). */
-function mixedPool(label: (port: number) => string | undefined, catalog = new ModelCatalog()): WorkerPool {
-  const h = harness();
-  for (const p of PORTS) register(h.registry, 'regular', p);
+/** A pool of workers on `ports` whose served models come from `catalog` (labels set from `label`). */
+function mixedPool(
+  label: (port: number) => string | undefined,
+  catalog = new ModelCatalog(),
+  ports = PORTS,
+  h = harness(),
+): WorkerPool {
+  for (const p of ports) register(h.registry, 'regular', p);
   const pool = new WorkerPool('regular', createPolicy('round_robin', {}), h.registry, {
     models: {
       get version() {
@@ -163,20 +167,7 @@ describe('WorkerPool.candidatesFor from /v1/models lists', () => {
 describe('WorkerPool.candidatesFor when the workers serving a model are down', () => {
   it('a down worker that then leaves the pool takes its model away, even with nothing else changed', () => {
     const h = harness();
-    register(h.registry, 'regular', 8000);
-    register(h.registry, 'regular', 8001);
-    const catalog = new ModelCatalog();
-    const pool = new WorkerPool('regular', createPolicy('round_robin', {}), h.registry, {
-      models: {
-        get version() {
-          return catalog.version;
-        },
-        of: (w) => catalog.of(w.url),
-      },
-    });
-    pool.reconcile();
-    catalog.recordLabel(byPort(pool, 8000).url, 'llama');
-    catalog.recordLabel(byPort(pool, 8001).url, 'qwen');
+    const pool = mixedPool((p) => (p === 8000 ? 'llama' : 'qwen'), new ModelCatalog(), [8000, 8001], h);
     byPort(pool, 8001).healthy = false;
     expect(pool.candidatesFor('qwen')).toEqual([]); // its only server is down: a 503
     // It leaves (the catalog is not told): the candidates array stays the same one, the version too.
