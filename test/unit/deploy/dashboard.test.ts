@@ -12,7 +12,12 @@ import { dashboard, exprs, metricNames, panels } from '../../support/dashboard.j
 
 /** Names a scrape can return: the router's registry (every metric, incl. optional ones) + the simulator's. */
 async function knownMetricNames(): Promise<Set<string>> {
-  const m = new RouterMetrics({ workers: () => [], treeChars: () => [], processMetrics: false });
+  const m = new RouterMetrics({
+    workers: () => [],
+    treeChars: () => [],
+    servedModels: () => undefined,
+    processMetrics: false,
+  });
   const names = new Set<string>();
   for (const metric of await m.registry.getMetricsAsJSON()) {
     names.add(metric.name);
