@@ -22,9 +22,9 @@
  * close() is idempotent: stops the timer, aborts the reads in flight (their results are dropped),
  * waits for them, destroys the Agent. The timer is unref'd.
  */
-import type { Agent } from 'undici';
-import { getPage, joinUrl, pageAgent, type PageHandle } from '../util/http-page.js';
-import { groupBy, KeyedReads } from '../util/keyed-reads.js';
+import { joinUrl, type PageHandle } from '../util/http-page.js';
+import { groupBy } from '../util/keyed-reads.js';
+import { PagePoller } from '../util/page-poller.js';
 import { parseModelList, type ModelCatalog } from '../workers/served-models.js';
 import type { Worker } from '../workers/worker.js';
 
@@ -48,44 +48,30 @@ export const DEFAULT_MODELS_INTERVAL_MS = 5_000;
 
 const MAX_BODY_BYTES = 1024 * 1024;
 
-export class ModelsPoller {
-  private readonly agent: Agent;
-  private readonly reads: KeyedReads;
+export class ModelsPoller extends PagePoller {
   /** `url generation` of the members read at least once (any outcome). */
   private readonly attempted = new Set<string>();
   /** URLs that pollNew found busy with a read started before it: looked at again once it ends. */
   private readonly recheck = new Set<string>();
-  private timer: NodeJS.Timeout | undefined;
-  private closed = false;
-  private closing: Promise<void> | undefined;
 
   constructor(private readonly opts: ModelsPollerOptions) {
-    if (!Number.isFinite(opts.intervalMs) || opts.intervalMs < 0)
-      throw new RangeError('intervalMs must be >= 0');
-    if (!Number.isFinite(opts.timeoutMs) || opts.timeoutMs <= 0)
-      throw new RangeError('timeoutMs must be > 0');
-    this.reads = new KeyedReads(opts.concurrency ?? 4, (url, err) =>
-      opts.onPolled?.(url, 'failed', `error: ${(err as Error)?.message ?? String(err)}`),
-    );
-    this.agent = pageAgent(opts.timeoutMs);
-  }
-
-  /** Starts polling (no-op when intervalMs is 0, already started, or closed). */
-  start(): void {
-    if (this.timer || this.closed || this.opts.intervalMs === 0) return;
-    this.round(true);
-    this.timer = setInterval(() => this.round(true), this.opts.intervalMs);
-    this.timer.unref();
+    super({
+      intervalMs: opts.intervalMs,
+      timeoutMs: opts.timeoutMs,
+      concurrency: opts.concurrency ?? 4,
+      maxBytes: MAX_BODY_BYTES,
+      onReadError: (url, reason) => opts.onPolled?.(url, 'failed', reason),
+    });
   }
 
   /** Reads the members never read yet (a worker joined). No-op before start() or after close(). */
   pollNew(): void {
-    if (this.timer !== undefined) this.round(false);
+    if (this.started) this.queue(false);
   }
 
   /** Every current member has been read once, with any outcome (warm-up). True when polling is off. */
   seenAll(): boolean {
-    if (this.opts.intervalMs === 0) return true;
+    if (this.off) return true;
     for (const w of this.opts.workers()) if (!this.attempted.has(memberKey(w))) return false;
     return true;
   }
@@ -95,18 +81,12 @@ export class ModelsPoller {
     return this.reads.inFlight;
   }
 
-  close(): Promise<void> {
-    this.closing ??= (async () => {
-      this.closed = true;
-      if (this.timer) clearInterval(this.timer);
-      this.timer = undefined;
-      await this.reads.close();
-      await this.agent.destroy();
-    })();
-    return this.closing;
+  protected round(): void {
+    this.queue(true);
   }
 
-  private round(all: boolean): void {
+  /** Queues a read of every member (`all`) or of those never read. */
+  private queue(all: boolean): void {
     if (this.closed) return;
     let byUrl: Map<string, string[]>;
     try {
@@ -128,7 +108,7 @@ export class ModelsPoller {
         } finally {
           for (const k of keys) this.attempted.add(k);
           // A new generation that joined while this read ran (it may have read the old process).
-          if (this.recheck.delete(url)) setImmediate(() => this.round(false));
+          if (this.recheck.delete(url)) setImmediate(() => this.queue(false));
         }
       });
       if (!queued && !all) this.recheck.add(url);
@@ -136,13 +116,7 @@ export class ModelsPoller {
   }
 
   private async read(url: string, handle: PageHandle): Promise<void> {
-    const page = await getPage(
-      this.agent,
-      joinUrl(url, '/v1/models'),
-      this.opts.timeoutMs,
-      MAX_BODY_BYTES,
-      handle,
-    );
+    const page = await this.readPage(joinUrl(url, '/v1/models'), handle);
     if (this.closed) return;
     switch (page.kind) {
       case 'ok': {

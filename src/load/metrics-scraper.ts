@@ -27,10 +27,10 @@
  * of Node and uvicorn servers). close() is idempotent: stops the ticks, aborts scrapes in flight (their
  * results are dropped), waits for them, destroys the Agent. The tick timer is unref'd.
  */
-import type { Agent } from 'undici';
 import type { Worker } from '../workers/worker.js';
-import { getPage, joinUrl, pageAgent, type PageHandle } from '../util/http-page.js';
-import { groupBy, KeyedReads } from '../util/keyed-reads.js';
+import { joinUrl, type PageHandle } from '../util/http-page.js';
+import { groupBy } from '../util/keyed-reads.js';
+import { PagePoller } from '../util/page-poller.js';
 import type { LoadBoard } from './load-board.js';
 import {
   DEFAULT_METRIC_NAMES,
@@ -78,39 +78,25 @@ type Result =
   | { kind: 'failed'; reason: string }
   | { kind: 'stalled' };
 
-export class MetricsScraper {
-  private readonly agent: Agent;
-  private readonly reads: KeyedReads;
+export class MetricsScraper extends PagePoller {
   private readonly path: string;
   private readonly names: Readonly<MetricNames>;
   private readonly clock: () => number;
-  private timer: NodeJS.Timeout | undefined;
-  private closed = false;
-  private closing: Promise<void> | undefined;
   private scrapes = 0;
   /** URLs whose first scrape completed (any outcome): warm-up's "every worker seen". */
   private readonly attempted = new Set<string>();
 
   constructor(private readonly opts: MetricsScraperOptions) {
-    if (!Number.isFinite(opts.intervalMs) || opts.intervalMs < 0)
-      throw new RangeError('intervalMs must be >= 0');
-    if (!Number.isFinite(opts.timeoutMs) || opts.timeoutMs <= 0)
-      throw new RangeError('timeoutMs must be > 0');
-    this.reads = new KeyedReads(opts.concurrency ?? DEFAULT_SCRAPE_OPTIONS.concurrency, (url, err) =>
-      opts.onScrapeFailed?.(url, `error: ${(err as Error)?.message ?? String(err)}`),
-    );
+    super({
+      intervalMs: opts.intervalMs,
+      timeoutMs: opts.timeoutMs,
+      concurrency: opts.concurrency ?? DEFAULT_SCRAPE_OPTIONS.concurrency,
+      maxBytes: MAX_BODY_BYTES,
+      onReadError: (url, reason) => opts.onScrapeFailed?.(url, reason),
+    });
     this.path = opts.path ?? '/metrics';
     this.names = opts.names ?? DEFAULT_METRIC_NAMES;
     this.clock = opts.clock ?? (() => performance.now());
-    this.agent = pageAgent(opts.timeoutMs);
-  }
-
-  /** Starts ticking (no-op when intervalMs is 0, already started, or closed). */
-  start(): void {
-    if (this.timer || this.closed || this.opts.intervalMs === 0) return;
-    this.tick();
-    this.timer = setInterval(() => this.tick(), this.opts.intervalMs);
-    this.timer.unref();
   }
 
   /** Scrapes in flight right now. */
@@ -128,7 +114,7 @@ export class MetricsScraper {
    * picture comes from the workers). True when scraping is off.
    */
   seenAll(): boolean {
-    if (this.opts.intervalMs === 0) return true;
+    if (this.off) return true;
     for (const w of this.opts.workers()) if (!this.attempted.has(w.url)) return false;
     return true;
   }
@@ -155,15 +141,8 @@ export class MetricsScraper {
     }
   }
 
-  close(): Promise<void> {
-    this.closing ??= (async () => {
-      this.closed = true;
-      if (this.timer) clearInterval(this.timer);
-      this.timer = undefined;
-      await this.reads.close();
-      await this.agent.destroy();
-    })();
-    return this.closing;
+  protected round(): void {
+    this.tick();
   }
 
   private async scrape(url: string, workers: Worker[], handle: PageHandle): Promise<void> {
@@ -196,13 +175,7 @@ export class MetricsScraper {
   }
 
   private async fetch(baseUrl: string, handle: PageHandle): Promise<Result> {
-    const page = await getPage(
-      this.agent,
-      joinUrl(baseUrl, this.path),
-      this.opts.timeoutMs,
-      MAX_BODY_BYTES,
-      handle,
-    );
+    const page = await this.readPage(joinUrl(baseUrl, this.path), handle);
     return page.kind === 'ok' ? { kind: 'ok', figures: parseLoadFigures(page.text, this.names) } : page;
   }
 }
