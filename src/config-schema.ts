@@ -168,7 +168,15 @@ export const OPTIONS = [
     flag: 'models-interval-ms',
     type: 'int',
     default: DEFAULT_MODELS_INTERVAL_MS,
-    help: "How often every worker's GET /v1/models list is read (and at once when a worker joins; timeout --scrape-timeout-ms), so a request for a LoRA adapter or a second served name goes only to the workers serving it (and its base model's siblings); 0 = off, or a worker without the list (404; a 401 from vllm serve --api-key counts as failed): its metrics' model_name label names the one model it serves.",
+    help: "How often every worker's GET /v1/models list is read (and at once when a worker joins; timeout --scrape-timeout-ms), so a request for a LoRA adapter or a second served name goes only to the workers serving it (and its base model's siblings); 0 = off, or a worker without the list (404; a 401 from vllm serve --api-key without --worker-api-key counts as failed): its metrics' model_name label names the one model it serves.",
+  },
+  {
+    group: 'Workers and discovery',
+    key: 'workerApiKey',
+    flag: 'worker-api-key',
+    type: 'string',
+    default: '',
+    help: "The workers' API key (vllm serve --api-key), sent as a bearer token on the router's own reads of their /v1/models (empty = none; clients' requests keep their own Authorization). Env: VLLM_ROUTER_WORKER_API_KEY.",
   },
   {
     group: 'Workers and discovery',

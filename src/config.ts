@@ -80,6 +80,8 @@ export function parseConfig(argv: readonly string[], env: NodeJS.ProcessEnv = pr
     }
   }
   if (env.VLLM_ROUTER_ADMIN_TOKEN && !values['admin-token']) config.adminToken = env.VLLM_ROUTER_ADMIN_TOKEN;
+  if (env.VLLM_ROUTER_WORKER_API_KEY && !values['worker-api-key'])
+    config.workerApiKey = env.VLLM_ROUTER_WORKER_API_KEY;
   for (const o of specs) {
     const v = values[o.flag];
     if (o.type === 'bool') {

@@ -584,6 +584,7 @@ function buildModelsPoller({ config, logger, pools, metrics, catalog }: Base): M
     catalog,
     intervalMs: config.modelsIntervalMs,
     timeoutMs: Math.max(1, config.scrapeTimeoutMs),
+    ...(config.workerApiKey !== '' ? { apiKey: config.workerApiKey } : {}),
     onPolled: (url, outcome, reason) => {
       metrics.modelsPolls.inc({ outcome });
       if (reason !== undefined) logger.debug({ worker: url, outcome, reason }, 'models list not read');

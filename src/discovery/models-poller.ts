@@ -11,7 +11,8 @@
  * `concurrency` reads run at once, one per URL, each bounded by `timeoutMs` and 1 MiB.
  * Outcomes: a list is recorded on the catalog; a 404 / 405 records that the worker has none (its metrics
  * label is used again); anything else (a failure, a timeout, a body that is not a model list or is an
- * empty one; a 401 from a server started with `--api-key`, whose list needs the key) keeps
+ * empty one; a 401 from a server started with `--api-key` when `apiKey` (`--worker-api-key`) is not
+ * its key) keeps
  * what was known, since a worker's models do not change because one read failed, and is reported
  * through `onPolled` (the router counts outcomes on /metrics). No health effect: the health checks
  * and the metrics scraper judge the worker.
@@ -40,6 +41,8 @@ export interface ModelsPollerOptions {
   readonly timeoutMs: number;
   /** Reads in flight at once. Default 4. */
   readonly concurrency?: number;
+  /** The workers' API key (vllm serve --api-key): sent as `Authorization: Bearer <key>`. */
+  readonly apiKey?: string;
   /** One read ended (`reason`: the failure, for debug logs). */
   readonly onPolled?: (url: string, outcome: ModelsPollOutcome, reason?: string) => void;
 }
@@ -61,6 +64,7 @@ export class ModelsPoller extends PagePoller {
       concurrency: opts.concurrency ?? 4,
       maxBytes: MAX_BODY_BYTES,
       onReadError: (url, reason) => opts.onPolled?.(url, 'failed', reason),
+      ...(opts.apiKey ? { headers: { authorization: `Bearer ${opts.apiKey}` } } : {}),
     });
   }
 

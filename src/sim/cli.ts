@@ -10,13 +10,15 @@
  *     [--prefill-ms-per-token 0.05] [--itl-ms 10] [--itl-growth 0.02] [--kv-transfer-ms-per-token 0.005]
  *     [--prefill-lanes 0] [--tokenizer DIR] [--kv-events tcp://*:5557] [--kv-events-replay tcp://*:5558]
  *     [--max-loras N] [--lora-load-ms 50] [--lora-modules a,b] [--aliases name,..] [--strict-models]
+ *     [--api-key KEY]
  *
  * `--max-loras N` serves LoRA adapters as vLLM with `--enable-lora --max-loras N`: a request naming any
  * model other than `--model` runs with that adapter, at most N adapters at once, a load costing
  * `--lora-load-ms`; `/metrics` carries `vllm:lora_requests_info`. `--lora-modules` lists adapters in
  * GET /v1/models (vLLM `--lora-modules`), `--aliases` more served names of the base model (vLLM
  * `--served-model-name m alias..`), and `--strict-models` answers a request for any other model with
- * vLLM's 404 ("The model `x` does not exist.").
+ * vLLM's 404 ("The model `x` does not exist."). `--api-key KEY` wants `Authorization: Bearer KEY` on
+ * every /v1 request, as `vllm serve --api-key`.
  *
  * `--kv-events ENDPOINT` publishes KV-cache events as vLLM does (PUB socket bound there, vLLM's default
  * `tcp://*:5557`; `--kv-events-replay` adds the replay ROUTER); the prefix cache then works on token
@@ -66,6 +68,7 @@ const { values } = parseArgs({
     'lora-modules': { type: 'string' },
     aliases: { type: 'string' },
     'strict-models': { type: 'boolean' },
+    'api-key': { type: 'string' },
   },
   strict: true,
 });
@@ -125,6 +128,7 @@ const options: SimulatorOptions = defined<SimulatorOptions>({
   model: values.model,
   aliases: list(values.aliases),
   strictModels: values['strict-models'],
+  apiKey: values['api-key'],
   id: values.id,
   kvConnector: connector as KvConnector,
   timeScale: num('time-scale', values['time-scale']),

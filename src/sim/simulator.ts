@@ -85,6 +85,11 @@ export interface SimulatorOptions {
    * any name is served (as the base model, or with LoRA on as an adapter).
    */
   strictModels?: boolean;
+  /**
+   * As `vllm serve --api-key`: every request under /v1 needs `Authorization: Bearer <key>`, else a 401
+   * `{"error":"Unauthorized"}` (/health, /metrics and /tokenize stay open, as in vLLM).
+   */
+  apiKey?: string;
   /** Output tokens when the request has no max_tokens. Default 16. */
   defaultMaxTokens?: number;
   /** Multiplies every simulated delay. Default 1; 0 = no delays at all. */
@@ -570,6 +575,10 @@ class SimulatorServer implements Simulator {
     const url = req.url ?? '/';
     const q = url.indexOf('?');
     const path = q < 0 ? url : url.slice(0, q);
+    const key = this.opts.apiKey;
+    if (key !== undefined && path.startsWith('/v1') && req.headers.authorization !== `Bearer ${key}`) {
+      return sendJson(res, 401, JSON.stringify({ error: 'Unauthorized' }));
+    }
     if (path === '/v1/completions' || path === '/v1/chat/completions') {
       if (req.method === 'POST') return this.handleGeneration(req, res, path);
       return this.sendError(res, 405, `method ${req.method ?? ''} not allowed`);

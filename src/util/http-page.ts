@@ -45,6 +45,8 @@ export function getPage(
   timeoutMs: number,
   maxBytes: number,
   handle: PageHandle,
+  /** Extra request headers (e.g. the workers' API key). */
+  headers?: Readonly<Record<string, string>>,
 ): Promise<PageResult> {
   return new Promise<PageResult>((resolve) => {
     let settled = false;
@@ -101,7 +103,12 @@ export function getPage(
     };
     try {
       agent.dispatch(
-        { origin: target.origin, path: `${target.pathname}${target.search}`, method: 'GET' },
+        {
+          origin: target.origin,
+          path: `${target.pathname}${target.search}`,
+          method: 'GET',
+          ...(headers ? { headers } : {}),
+        },
         handler,
       );
     } catch (err) {

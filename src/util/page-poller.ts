@@ -21,6 +21,8 @@ export interface PagePollerSettings {
   readonly maxBytes: number;
   /** A read threw instead of reporting its outcome. */
   readonly onReadError: (url: string, reason: string) => void;
+  /** Request headers of every read (e.g. the workers' API key). */
+  readonly headers?: Readonly<Record<string, string>>;
 }
 
 export abstract class PagePoller {
@@ -75,6 +77,13 @@ export abstract class PagePoller {
   protected abstract round(): void;
 
   protected readPage(url: string, handle: PageHandle): Promise<PageResult> {
-    return getPage(this.agent, url, this.settings.timeoutMs, this.settings.maxBytes, handle);
+    return getPage(
+      this.agent,
+      url,
+      this.settings.timeoutMs,
+      this.settings.maxBytes,
+      handle,
+      this.settings.headers,
+    );
   }
 }

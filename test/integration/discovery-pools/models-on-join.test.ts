@@ -44,4 +44,27 @@ describe('models of a worker that joins', () => {
     expect(view?.servedModels).toEqual({ base: ['llama', 'llama-chat'], adapters: { 'sql-lora': 'llama' } });
     expect(sim.records).toHaveLength(0); // no generation request was needed to learn it
   });
+
+  it('reach workers started with --api-key when the router has their key (--worker-api-key)', async () => {
+    const sim = await startSimulator({
+      timeScale: 0,
+      model: 'llama',
+      aliases: ['llama-chat'],
+      apiKey: 'secret',
+    });
+    cleanups.push(() => sim.close());
+    const listed = async (workerApiKey: string): Promise<View['servedModels']> => {
+      const router = await startTestRouter({ workers: [sim.url], modelsIntervalMs: 60_000, workerApiKey });
+      try {
+        await waitFor(async () => (await adminJson<{ status: string }>(router, '/readyz')).status === 200, {
+          message: 'ready (the first read done)',
+        });
+        return (await adminJson<View[]>(router, '/workers')).body[0]!.servedModels;
+      } finally {
+        await router.close();
+      }
+    };
+    expect(await listed('secret')).toEqual({ base: ['llama', 'llama-chat'], adapters: {} });
+    expect(await listed('')).toBeNull(); // a 401: nothing known (no metrics label either: scrapes off here)
+  });
 });

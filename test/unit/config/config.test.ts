@@ -139,6 +139,14 @@ describe('YAML file', () => {
 });
 
 describe('environment', () => {
+  it("VLLM_ROUTER_WORKER_API_KEY sets the workers' API key unless the flag is given", () => {
+    expect(parse([]).workerApiKey).toBe('');
+    expect(parse([], { VLLM_ROUTER_WORKER_API_KEY: 'env-key' }).workerApiKey).toBe('env-key');
+    expect(
+      parse(['--worker-api-key', 'flag-key'], { VLLM_ROUTER_WORKER_API_KEY: 'env-key' }).workerApiKey,
+    ).toBe('flag-key');
+  });
+
   it('VLLM_ROUTER_ADMIN_TOKEN sets the admin token unless the flag is given', () => {
     expect(parse([], { VLLM_ROUTER_ADMIN_TOKEN: 'env-token' }).adminToken).toBe('env-token');
     expect(parse(['--admin-token', 'flag-token'], { VLLM_ROUTER_ADMIN_TOKEN: 'env-token' }).adminToken).toBe(

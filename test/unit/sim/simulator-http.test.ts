@@ -47,6 +47,22 @@ describe('simulator HTTP', () => {
     ]);
   });
 
+  it('with apiKey, as vllm serve --api-key: /v1 needs the bearer token, /health and /metrics stay open', async () => {
+    const s = await sim({ apiKey: 'k1' });
+    const models = (headers: Record<string, string>) =>
+      request(`${s.url}/v1/models`, { headers }).then(async (r) => ({
+        status: r.statusCode,
+        body: await r.body.text(),
+      }));
+    expect(await models({})).toEqual({ status: 401, body: '{"error":"Unauthorized"}' });
+    expect((await models({ authorization: 'Bearer nope' })).status).toBe(401);
+    expect((await models({ authorization: 'Bearer k1' })).status).toBe(200);
+    const r = await postJson(`${s.url}/v1/completions`, { prompt: 'hi', max_tokens: 2 });
+    expect(r.status).toBe(401);
+    expect((await getText(`${s.url}/health`)).status).toBe(200);
+    expect((await getText(`${s.url}/metrics`)).status).toBe(200);
+  });
+
   it.each([
     { strict: true, model: 'mistral', status: 404 },
     { strict: true, model: 'llama-chat', status: 200 },
