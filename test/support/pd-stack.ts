@@ -21,8 +21,10 @@ export interface PdStack {
 export async function startPdStack(opts: {
   prefill?: number;
   decode?: number;
-  prefillSim?: SimulatorOptions;
-  decodeSim?: SimulatorOptions;
+  /** Every prefill simulator's options, or each one's by its index. */
+  prefillSim?: SimulatorOptions | ((index: number) => SimulatorOptions);
+  /** Every decode simulator's options, or each one's by its index. */
+  decodeSim?: SimulatorOptions | ((index: number) => SimulatorOptions);
   router?: Partial<Config>;
   /**
    * Prefill simulators listen (HTTP and bootstrap) on ports from freePorts, below the kernel's
@@ -46,13 +48,18 @@ export async function startPdStack(opts: {
           timeScale: 0,
           ...(port === undefined ? {} : { port }),
           ...(bootstrapPort === undefined || connector !== 'mooncake' ? {} : { bootstrapPort }),
-          ...opts.prefillSim,
+          ...(typeof opts.prefillSim === 'function' ? opts.prefillSim(i) : opts.prefillSim),
         }),
       );
     }
     for (let i = 0; i < (opts.decode ?? 1); i++) {
       decode.push(
-        await startSimulator({ role: 'decode', kvConnector: connector, timeScale: 0, ...opts.decodeSim }),
+        await startSimulator({
+          role: 'decode',
+          kvConnector: connector,
+          timeScale: 0,
+          ...(typeof opts.decodeSim === 'function' ? opts.decodeSim(i) : opts.decodeSim),
+        }),
       );
     }
     router = await startTestRouter({
