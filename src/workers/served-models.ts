@@ -12,9 +12,11 @@
  * Who can serve model M (`servingRule`), from what the members are known to serve:
  * - some member lists M as a base name: those members;
  * - else some member lists M as an adapter: those members, and the members serving its parent base
- *   model (an adapter registered at run time on one worker can be loaded on its siblings: a
- *   resolver plugin or the same `/v1/load_lora_adapter` call; another base model's worker cannot run
- *   it at all);
+ *   model (a resolver plugin loads it there on demand, and a vLLM resolver registers adapters as they
+ *   are first used, so the workers that list one are merely those that served it first; another base
+ *   model's worker cannot run it at all). As in the Gateway API inference extension, the workers of a
+ *   base model are taken as interchangeable: an adapter loaded at run time on some of them only
+ *   (`/v1/load_lora_adapter` without a resolver) gets a 404 from the others;
  * - else nothing is known of M (every member may: the request keeps the whole pool).
  * A member that lists nothing (not polled yet, no /v1/models, no label) is excluded once others are
  * known to serve M: it positively serves something else only when it lists something, but the rule
