@@ -30,11 +30,6 @@ export class KeyedReads {
     return this.running.size;
   }
 
-  /** A read for `key` is queued or running. */
-  has(key: string): boolean {
-    return this.busy.has(key);
-  }
-
   /** Queues `read` for `key` unless one is queued or running already (then false), and starts what fits. */
   add(key: string, read: Read): boolean {
     if (this.closed || this.busy.has(key)) return false;
