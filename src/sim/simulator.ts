@@ -609,22 +609,8 @@ class SimulatorServer implements Simulator {
           JSON.stringify({
             object: 'list',
             data: [
-              ...this.baseNames.map((id) => ({
-                id,
-                object: 'model',
-                created: 0,
-                owned_by: 'vllm',
-                root: this.model,
-                parent: null,
-              })),
-              ...(this.opts.lora?.modules ?? []).map((id) => ({
-                id,
-                object: 'model',
-                created: 0,
-                owned_by: 'vllm',
-                root: `/adapters/${id}`,
-                parent: this.model,
-              })),
+              ...this.baseNames.map((id) => modelCard(id, this.model, null)),
+              ...(this.opts.lora?.modules ?? []).map((id) => modelCard(id, `/adapters/${id}`, this.model)),
             ],
           }),
         );
@@ -1084,4 +1070,9 @@ export async function startSimulator(opts: SimulatorOptions = {}): Promise<Simul
     throw err;
   }
   return sim;
+}
+
+/** One entry of GET /v1/models as vLLM writes it (`parent`: null for a served name, the base model for an adapter). */
+function modelCard(id: string, root: string, parent: string | null): Record<string, unknown> {
+  return { id, object: 'model', created: 0, owned_by: 'vllm', root, parent };
 }
