@@ -6,7 +6,7 @@
  * - on `eviction-pressure`, exact (`cache_aware exact`) TTFT p90 <= 0.5x and output tokens/s >= 1.15x
  *   of approximate.
  */
-import { workloadsAndTargets, type RenderedSection } from './report-sections.js';
+import { stepBudgetNote, workloadsAndTargets, type RenderedSection } from './report-sections.js';
 import { findCell, type RoutingCell, type RoutingResult, type RoutingTarget } from './routing-bench.js';
 import {
   hitRateText,
@@ -74,8 +74,9 @@ export function renderKvEvents(r: RoutingResult): RenderedSection {
       'one fresh stack per cell), except that every simulator, in every cell, tokenizes with the fixture ' +
       `tokenizer (\`${kv?.tokenizer ?? 'test/fixtures/tokenizer'}\`, vocabulary 512, ~1.8 characters per ` +
       'token), keeps its prefix cache in 16-token blocks and publishes KV events (BlockStored, BlockRemoved ' +
-      `on eviction) with a replay endpoint; cache capacity and prefill cost per token are scaled by ` +
-      `${kv?.tokenRatio ?? 'n/a'} so a cache holds the same share of the working set as in the routing run. ` +
+      `on eviction) with a replay endpoint; cache capacity, prefill cost per token and the step budget are ` +
+      `scaled by ${kv?.tokenRatio ?? 'n/a'} so a cache holds the same share of the working set as in the ` +
+      `routing run; ${stepBudgetNote(r.setup.timing)}. ` +
       'Variants differ only in what the router knows: `cache_aware` (default cost mode) has only its ' +
       'approximate prefix tree; `cache_aware exact` is the same policy with `--kv-event-source` for every ' +
       'worker and `--tokenizer` (the cost model then uses the exact cached tokens); `kv_aware` is the ' +

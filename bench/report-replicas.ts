@@ -5,7 +5,7 @@
  * targets: two replicas keep >= 97% of one replica's hit rate with exact events, >= 85% without; then
  * router throughput per host with replicas pinned to cores (bench/replica-saturation.ts), its own run.
  */
-import type { RenderedSection } from './report-sections.js';
+import { stepBudgetNote, type RenderedSection } from './report-sections.js';
 import type { SaturationResult } from './replica-saturation.js';
 import { findCell, type RoutingCell, type RoutingResult } from './routing-bench.js';
 import {
@@ -102,7 +102,8 @@ function routingPart(r: RoutingResult): string[] {
   const workloads = [...new Set(r.cells.map((c) => c.workload))];
   const lines: string[] = [runHeader(r.info), ''];
   lines.push(
-    `Setup as in "Routing quality" (${r.setup.workers} simulated workers, concurrency ${r.setup.concurrency}), ` +
+    `Setup as in "Routing quality" (${r.setup.workers} simulated workers, concurrency ${r.setup.concurrency}; ` +
+      `${stepBudgetNote(r.setup.timing)}), ` +
       `with 1, 2 or 4 router replicas (${r.setup.routerProcess === false ? 'in-process' : 'each its own process'}, each with its own state, sharing nothing) behind one Envoy ` +
       'that round-robins ext_proc streams over them. Every simulator tokenizes with the fixture tokenizer and ' +
       'publishes KV events in every cell (as in "Exact prefix routing from KV events"). `cache_aware xN`: ' +

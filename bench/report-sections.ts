@@ -11,6 +11,7 @@ import {
 } from './overhead-bench.js';
 import { BOUND_LABEL, findCell, type RoutingResult } from './routing-bench.js';
 import type { ScaleResult } from './scale-bench.js';
+import type { TimingModel } from '../src/sim/timing-model.js';
 import { renderBarChart } from './svg-chart.js';
 import {
   hitRateText,
@@ -49,7 +50,7 @@ export function renderRouting(r: RoutingResult): RenderedSection {
       `(streaming, SSE parsed at the client). Simulator: TTFT = ${t.overheadMs} ms + ${t.prefillMsPerToken} ms x ` +
       `uncached prompt tokens on ${t.prefillLanes} prefill lane per worker (prefill capacity is finite), decode ` +
       `${t.baseItlMs} ms per step +${(t.itlGrowthPerSeq ?? 0) * 100}% per extra running sequence, at most ` +
-      `${t.maxRunningSeqs} running; time scale ${r.setup.timeScale}. Prefix cache per worker (blocks of 16 ` +
+      `${t.maxRunningSeqs} running; ${stepBudgetNote(t)}; time scale ${r.setup.timeScale}. Prefix cache per worker (blocks of 16 ` +
       `tokens, LRU): ${Object.entries(r.setup.cacheBlocks)
         .map(([w, b]) => `${w} ${b}`)
         .join(
@@ -167,6 +168,16 @@ export function renderRouting(r: RoutingResult): RenderedSection {
 }
 
 /** The seeded workloads' parameters, then the targets table (routing and kv-events sections). */
+/** Whether the simulators' prefill stalled their decode steps in a run (timing-model.ts `maxNumBatchedTokens`). */
+export function stepBudgetNote(t: Partial<TimingModel>): string {
+  const budget = t.maxNumBatchedTokens ?? 0;
+  return budget > 0
+    ? `prefill and decode share each engine step as in vLLM (a decode step taken while a prefill computes ` +
+        `carries up to ${budget} of its tokens, \`--max-num-batched-tokens\`, so an uncached prompt stalls ` +
+        'every sequence decoding on its worker)'
+    : 'prefill never delays a decode step (a run from before the simulator modelled the shared step)';
+}
+
 export function workloadsAndTargets(r: RoutingResult): string[] {
   return [
     'Workloads (seeded, `bench/workloads.ts`):',

@@ -14,7 +14,9 @@
  *
  * Simulator profile (why these numbers): prefill is the dominant, CAPACITY-bounded cost (one prefill
  * lane per worker, 0.05 ms per uncached token: a 2176-token miss holds the lane ~114 ms, a hit ~12 ms),
- * decode is 10 ms per step +2% per extra running sequence. Per-worker cache 1024 blocks (16,384 tokens):
+ * decode is 10 ms per step +2% per extra running sequence, and a step taken while the lane computes
+ * carries up to 2048 prefill tokens (vLLM's step budget: an uncached prompt stalls every sequence
+ * decoding on its worker). Per-worker cache 1024 blocks (16,384 tokens):
  * ~7 shared-prefix groups of 2048 tokens, while the workload has 32 groups (4096 blocks), so a worker
  * that sees every group thrashes its LRU and one that sees a quarter of them keeps them. long-prompt
  * uses 8192 blocks (two 220 KB documents).
@@ -30,7 +32,8 @@
  * with the fixture tokenizer (test/fixtures/tokenizer), keeps its prefix cache in token blocks and
  * publishes KV events with a replay endpoint, in every cell, so the variants differ only in what the
  * router knows: variants with `kvEvents` subscribe to every simulator (exact index), the others keep
- * the approximate tree. Cache capacity and prefill cost per token are scaled by KV_TOKEN_RATIO. The
+ * the approximate tree. Cache capacity, prefill cost per token and the step budget are scaled by
+ * KV_TOKEN_RATIO. The
  * simulators' tokenizer is warmed with the workload before its cells (warmSimTokenizer).
  *
  * Peers (`peers: true`, `npm run bench -- routing` outside CI): the reference router and the SGLang
@@ -397,6 +400,9 @@ export const TIMING: Partial<TimingModel> = {
   itlGrowthPerSeq: 0.02,
   maxRunningSeqs: 64,
   prefillLanes: 1,
+  // Prefill and decode share each engine step, as in vLLM (its default budget for the OpenAI server on
+  // GPUs under 70 GiB): an uncached prompt stalls the sequences decoding beside it. Since 2026-12-05.
+  maxNumBatchedTokens: 2048,
 };
 
 function workloadOptions(quick: boolean, seed: number): Record<WorkloadName, WorkloadOptions> {
@@ -523,8 +529,14 @@ export async function runRoutingBench(opts: RoutingBenchOptions = {}): Promise<R
   const kvRun = opts.kvEvents ?? false;
   const blocks = scaleBlocks({ ...cacheBlocks(quick), ...opts.cacheBlocks }, kvRun ? KV_TOKEN_RATIO : 1);
   const pooled = new Set(opts.sharedBlockPool ?? SHARED_POOL_WORKLOADS);
+  // KV runs count ~2.2x more tokens per character: each costs that much less, and a step carries that
+  // many more, so a prompt costs the same time and stalls decoding as long as in the routing run.
   const timing = kvRun
-    ? { ...TIMING, prefillMsPerToken: TIMING.prefillMsPerToken! / KV_TOKEN_RATIO }
+    ? {
+        ...TIMING,
+        prefillMsPerToken: TIMING.prefillMsPerToken! / KV_TOKEN_RATIO,
+        maxNumBatchedTokens: Math.round(TIMING.maxNumBatchedTokens! * KV_TOKEN_RATIO),
+      }
     : TIMING;
   if (!kvRun && variants.some((v) => v.kvEvents)) {
     throw new Error('variants with kvEvents need a run with kvEvents (simulators publishing)');

@@ -8,7 +8,8 @@
  *     [--transfer-mode READ|WRITE] [--cache-blocks 4096] [--shared-block-pool] [--max-running 64]
  *     [--overhead-ms 5]
  *     [--prefill-ms-per-token 0.05] [--itl-ms 10] [--itl-growth 0.02] [--kv-transfer-ms-per-token 0.005]
- *     [--prefill-lanes 0] [--tokenizer DIR] [--kv-events tcp://*:5557] [--kv-events-replay tcp://*:5558]
+ *     [--prefill-lanes 0] [--max-num-batched-tokens 0] [--tokenizer DIR]
+ *     [--kv-events tcp://*:5557] [--kv-events-replay tcp://*:5558]
  *     [--max-loras N] [--lora-load-ms 50] [--lora-modules a,b] [--aliases name,..] [--strict-models]
  *     [--api-key KEY]
  *
@@ -60,6 +61,7 @@ const { values } = parseArgs({
     'itl-growth': { type: 'string' },
     'kv-transfer-ms-per-token': { type: 'string' },
     'prefill-lanes': { type: 'string' },
+    'max-num-batched-tokens': { type: 'string' },
     tokenizer: { type: 'string' },
     'kv-events': { type: 'string' },
     'kv-events-replay': { type: 'string' },
@@ -98,6 +100,7 @@ const timing = defined<Partial<TimingModel>>({
   maxRunningSeqs: num('max-running', values['max-running']),
   kvTransferMsPerToken: num('kv-transfer-ms-per-token', values['kv-transfer-ms-per-token']),
   prefillLanes: num('prefill-lanes', values['prefill-lanes']),
+  maxNumBatchedTokens: num('max-num-batched-tokens', values['max-num-batched-tokens']),
 });
 const cacheBlocks = num('cache-blocks', values['cache-blocks']);
 

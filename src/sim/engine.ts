@@ -13,6 +13,11 @@
  * starts when that lane is free and ends `admit()` ms later, so prefills on one worker queue behind
  * each other (bounded prefill throughput). A cancelled prefill keeps its booking (the compute was
  * already scheduled); lanes only affect the delay to the first token, never the slot accounting.
+ * With a step token budget (timing.maxNumBatchedTokens > 0) prefill and decode share the engine, as
+ * in vLLM, whose every step runs one token of each decoding sequence and the prefill chunks that fit
+ * the budget: each decode step armed while prefill compute is booked lasts that much longer, by at
+ * most the budget's worth of prefill (timing-model.ts `prefillChunkMs`). The prefills themselves keep
+ * their lane's pace.
  *
  * Reported counts follow vLLM's scheduler, not the slot accounting: a sequence whose prefill has not
  * started yet (queued behind another prefill on its lane, as vLLM keeps a request in its waiting queue
@@ -28,7 +33,7 @@
  * A zero duration (timeScale 0) uses setImmediate instead of a timer, so tests stream instantly but
  * still asynchronously. Every timer is unref()'d and tracked: cancel() and close() leave nothing behind.
  */
-import { interTokenMs, type TimingModel } from './timing-model.js';
+import { interTokenMs, prefillChunkMs, type TimingModel } from './timing-model.js';
 import { RunQueue } from './run-queue.js';
 import type { LoraSlots } from './lora-slots.js';
 
@@ -38,6 +43,12 @@ export interface SequenceSpec {
    * (already scaled). The simulator does its prefix-cache lookup here, at scheduling time, like vLLM.
    */
   admit(): number;
+  /**
+   * The part of `admit()`'s delay that is prefill compute (called right after it): what the decode
+   * steps running beside it carry when the timing model has a step token budget
+   * (`maxNumBatchedTokens`). Absent: all of it.
+   */
+  computeMs?(): number;
   /**
    * Whether the sequence's KV blocks fit in the block pool now (shared-pool simulators; checked while
    * it heads the waiting queue). Absent: always.
@@ -58,6 +69,9 @@ export class EngineJob {
   produced = 0;
   /** Date.now() at which the prefill starts computing (its lane is free); 0 without lanes. */
   prefillStartAt = 0;
+  /** Date.now() window of its prefill compute, the end of its lane booking (lanes only). */
+  computeStartAt = 0;
+  computeEndAt = 0;
   timer: NodeJS.Timeout | undefined;
   immediate: NodeJS.Immediate | undefined;
   constructor(readonly spec: SequenceSpec) {}
@@ -166,7 +180,13 @@ export class Engine {
     job.state = 'prefill';
     this.prefilling.add(job);
     const loaded = this.lora?.slots.start(job.spec.adapter) === true;
-    const ms = this.bookLane(job, job.spec.admit() + (loaded ? (this.lora?.loadMs ?? 0) : 0));
+    const admitMs = job.spec.admit();
+    const computeMs = Math.min(admitMs, job.spec.computeMs?.() ?? admitMs);
+    const ms = this.bookLane(job, admitMs + (loaded ? (this.lora?.loadMs ?? 0) : 0));
+    if (this.laneFreeAt.length > 0) {
+      job.computeEndAt = Date.now() + ms;
+      job.computeStartAt = job.computeEndAt - computeMs;
+    }
     if (ms > 0) job.timer = setTimeout(this.onPrefillDone, ms, job).unref();
     else job.immediate = setImmediate(this.onPrefillDone, job);
   }
@@ -221,9 +241,22 @@ export class Engine {
 
   private armStep(): void {
     if (this.closed || this.decoding.size === 0 || this.stepTimer || this.stepImmediate) return;
-    const ms = interTokenMs(this.timing, this.queue.running, this.timeScale);
+    const ms =
+      interTokenMs(this.timing, this.queue.running, this.timeScale) +
+      prefillChunkMs(this.timing, this.prefillAheadMs(), this.timeScale);
     if (ms > 0) this.stepTimer = setTimeout(this.onStep, ms).unref();
     else this.stepImmediate = setImmediate(this.onStep);
+  }
+
+  /** Prefill compute still booked on the worker, per lane, ms (0 without lanes or a step budget). */
+  private prefillAheadMs(): number {
+    const lanes = this.laneFreeAt.length;
+    if (lanes === 0 || this.timing.maxNumBatchedTokens === 0) return 0;
+    const now = Date.now();
+    let ms = 0;
+    for (const job of this.prefilling)
+      ms += Math.max(0, job.computeEndAt - Math.max(now, job.computeStartAt));
+    return ms / lanes;
   }
 
   private release(job: EngineJob): void {

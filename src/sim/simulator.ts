@@ -50,7 +50,13 @@ import { KvBlockUsage, type KvHold } from './kv-usage.js';
 import { PrefixCache, type PrefixCacheOptions } from './prefix-cache.js';
 import { parseGenerationRequest, type GenerationRequest } from './sim-request.js';
 import { CharTokenizer, type SimTokenizer } from './sim-tokenizer.js';
-import { prefillTtftMs, resolveTimingModel, transferTtftMs, type TimingModel } from './timing-model.js';
+import {
+  prefillComputeMs,
+  prefillTtftMs,
+  resolveTimingModel,
+  transferTtftMs,
+  type TimingModel,
+} from './timing-model.js';
 import { isTokenizationPath, serveTokenization } from './tokenize-api.js';
 import { ZmqRegistrar } from './zmq-registrar.js';
 import { KvEventPublisher, type KvEventPublisherOptions, type SimKvEvent } from './kv-event-publisher.js';
@@ -858,6 +864,9 @@ class SimulatorServer implements Simulator {
         : undefined;
     ctx.job = this.engine.submit({
       admit,
+      // A KV transfer (P/D decode) computes nothing; a local prefill computes its uncached tokens.
+      computeMs: () =>
+        remote ? 0 : prefillComputeMs(this.timing, record.promptTokens - record.cachedTokens, this.timeScale),
       ...(adapter === undefined ? {} : { adapter }),
       ...(this.cache.sharesPool ? { fits: () => this.fitsPool(keysOf(), request.maxTokens * choices) } : {}),
       outputTokens: request.maxTokens,

@@ -16,6 +16,12 @@
  *   THROUGHPUT is bounded: N / (overhead + uncached tokens x per-token time) per ms. This is what
  *   makes cache hits raise throughput (not just lower TTFT) and what makes a prefill hotspot hurt,
  *   as on a real GPU where a long prefill delays every other prefill. Benchmarks use 1.
+ * - Prefill and decode on one engine: with `maxNumBatchedTokens` > 0 (vLLM's step token budget; needs
+ *   prefill lanes) a decode step taken while prefill compute is booked on the worker carries up to
+ *   that many prefill tokens and lasts `min(booked compute, budget x prefillMsPerToken)` longer, so an
+ *   uncached prompt stalls every sequence decoding on its worker, as chunked prefill does in vLLM. 0
+ *   (default) keeps decode independent of prefill. Benchmarks use 2048 (vLLM's default budget for the
+ *   OpenAI server on GPUs under 70 GiB).
  * - Every duration is multiplied by `timeScale`; timeScale 0 means "no delays at all".
  *
  * Defaults are loosely a small model on one GPU: 5 ms overhead, 0.05 ms per prefill token (20k tok/s),
@@ -39,6 +45,13 @@ export interface TimingModel {
   kvTransferMsPerToken: number;
   /** Prefills that compute at once; more queue FIFO. 0 = unbounded (each prefill independent). Default 0. */
   prefillLanes: number;
+  /**
+   * vLLM's `--max-num-batched-tokens`, the token budget of one engine step that prefill chunks share
+   * with the decoding sequences (needs prefillLanes > 0): while a prefill computes, every decode step
+   * also carries up to this many of its tokens and lasts that much longer. 0 = prefill never delays a
+   * decode step (prefill on hardware of its own). Default 0.
+   */
+  maxNumBatchedTokens: number;
 }
 
 export const DEFAULT_TIMING_MODEL: Readonly<TimingModel> = Object.freeze({
@@ -49,6 +62,7 @@ export const DEFAULT_TIMING_MODEL: Readonly<TimingModel> = Object.freeze({
   maxRunningSeqs: 64,
   kvTransferMsPerToken: 0.005,
   prefillLanes: 0,
+  maxNumBatchedTokens: 0,
 });
 
 /** Merges overrides onto the defaults and validates them. */
@@ -65,12 +79,24 @@ export function resolveTimingModel(overrides: Partial<TimingModel> = {}): Readon
   if (!Number.isInteger(t.prefillLanes)) {
     throw new RangeError('timing prefillLanes must be an integer >= 0');
   }
+  if (!Number.isInteger(t.maxNumBatchedTokens)) {
+    throw new RangeError('timing maxNumBatchedTokens must be an integer >= 0');
+  }
   return Object.freeze(t);
 }
 
 /** Time to first token for a locally computed prefill. */
 export function prefillTtftMs(t: Readonly<TimingModel>, uncachedTokens: number, timeScale: number): number {
   return (t.overheadMs + Math.max(0, uncachedTokens) * t.prefillMsPerToken) * timeScale;
+}
+
+/** The compute part of `prefillTtftMs`: the uncached tokens alone (what a shared step carries). */
+export function prefillComputeMs(
+  t: Readonly<TimingModel>,
+  uncachedTokens: number,
+  timeScale: number,
+): number {
+  return Math.max(0, uncachedTokens) * t.prefillMsPerToken * timeScale;
 }
 
 /** Time to first token for a P/D decode whose KV cache is transferred from a prefill worker. */
@@ -81,4 +107,13 @@ export function transferTtftMs(t: Readonly<TimingModel>, promptTokens: number, t
 /** Duration of one decode step (one token for every running sequence) with `running` sequences. */
 export function interTokenMs(t: Readonly<TimingModel>, running: number, timeScale: number): number {
   return t.baseItlMs * (1 + t.itlGrowthPerSeq * Math.max(0, running - 1)) * timeScale;
+}
+
+/**
+ * How much longer a decode step lasts while prefill compute is still booked `prefillAheadMs` (scaled)
+ * on the worker: the prefill chunk it carries, at most `maxNumBatchedTokens` tokens' worth.
+ */
+export function prefillChunkMs(t: Readonly<TimingModel>, prefillAheadMs: number, timeScale: number): number {
+  if (t.maxNumBatchedTokens === 0 || prefillAheadMs <= 0) return 0;
+  return Math.min(prefillAheadMs, t.maxNumBatchedTokens * t.prefillMsPerToken * timeScale);
 }

@@ -147,6 +147,62 @@ describe('Engine (fake clock)', () => {
     expect([engine.running, engine.waiting]).toEqual([0, 0]);
   });
 
+  describe('a step token budget (maxNumBatchedTokens): prefill stalls the decode batch, as in vLLM', () => {
+    // 0.05 ms per prefill token: a budget of 2000 tokens carries at most 100 ms of prefill per step.
+    const timing = (maxNumBatchedTokens: number, prefillLanes = 1) =>
+      resolveTimingModel({
+        prefillLanes,
+        maxNumBatchedTokens,
+        baseItlMs: 10,
+        itlGrowthPerSeq: 0,
+        prefillMsPerToken: 0.05,
+      });
+
+    /** Times of A's tokens while B (admitted right after it) prefills `computeMs` of its 5 + computeMs ms. */
+    async function decodeBeside(t: ReturnType<typeof timing>, computeMs: number): Promise<number[]> {
+      const engine = new Engine(t, 1);
+      const start = Date.now();
+      const at: number[] = [];
+      engine.submit({
+        admit: () => 5,
+        computeMs: () => 0,
+        outputTokens: 5,
+        onToken: () => at.push(Date.now() - start),
+      });
+      engine.submit({
+        admit: () => 5 + computeMs,
+        computeMs: () => computeMs,
+        outputTokens: 1,
+        onToken: () => undefined,
+      });
+      await vi.advanceTimersByTimeAsync(1000);
+      engine.close();
+      return at;
+    }
+
+    it('without a budget the decode steps keep their pace', async () => {
+      expect(await decodeBeside(timing(0), 200)).toEqual([5, 15, 25, 35, 45]);
+    });
+
+    it("each step while the neighbour's 200 ms prefill computes carries at most the budget's 100 ms of it", async () => {
+      // B's compute runs 10..210 (its lane is free at 5, its 5 ms overhead first): the step armed at 5
+      // carries 100 ms of it, the one armed at 115 the 95 ms left, then the pace is back.
+      expect(await decodeBeside(timing(2000), 200)).toEqual([5, 115, 220, 230, 240]);
+    });
+
+    it('a prefill shorter than the budget stalls one step by its own length', async () => {
+      expect(await decodeBeside(timing(2000), 40)).toEqual([5, 55, 65, 75, 85]);
+    });
+
+    it('a KV transfer (no compute) and a fully cached prompt stall nothing', async () => {
+      expect(await decodeBeside(timing(2000), 0)).toEqual([5, 15, 25, 35, 45]);
+    });
+
+    it('without prefill lanes the budget has no effect', async () => {
+      expect(await decodeBeside(timing(2000, 0), 200)).toEqual([5, 15, 25, 35, 45]);
+    });
+  });
+
   it('without prefill lanes every admitted sequence is running', () => {
     const engine = new Engine(resolveTimingModel({ maxRunningSeqs: 2 }), 1);
     for (let i = 0; i < 3; i++) engine.submit({ admit: () => 50, outputTokens: 2, onToken: () => undefined });

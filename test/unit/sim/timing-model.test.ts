@@ -2,6 +2,8 @@ import { describe, expect, it } from 'vitest';
 import {
   DEFAULT_TIMING_MODEL,
   interTokenMs,
+  prefillChunkMs,
+  prefillComputeMs,
   prefillTtftMs,
   resolveTimingModel,
   transferTtftMs,
@@ -45,15 +47,40 @@ describe('timing model', () => {
     expect(interTokenMs(t, running, 0)).toBe(0);
   });
 
+  it.each([
+    { budget: 0, ahead: 500, scale: 1, ms: 0 },
+    { budget: 2048, ahead: 0, scale: 1, ms: 0 },
+    { budget: 2048, ahead: 40, scale: 1, ms: 40 },
+    { budget: 2048, ahead: 500, scale: 1, ms: 102.4 },
+    { budget: 2048, ahead: 500, scale: 0.5, ms: 51.2 },
+    { budget: 512, ahead: 500, scale: 1, ms: 25.6 },
+  ])(
+    'a decode step beside $ahead ms of booked prefill, budget $budget tokens, x$scale: +$ms ms',
+    ({ budget, ahead, scale, ms }) => {
+      const tb = resolveTimingModel({ prefillMsPerToken: 0.05, maxNumBatchedTokens: budget });
+      expect(prefillChunkMs(tb, ahead, scale)).toBeCloseTo(ms, 9);
+    },
+  );
+
+  it('the compute part of a prefill is its uncached tokens, without the fixed overhead', () => {
+    expect(prefillComputeMs(t, 1000, 1)).toBeCloseTo(50, 9);
+    expect(prefillTtftMs(t, 1000, 1) - prefillComputeMs(t, 1000, 1)).toBeCloseTo(t.overheadMs, 9);
+    expect(prefillComputeMs(t, -5, 1)).toBe(0);
+  });
+
   it('has the documented defaults', () => {
     expect(resolveTimingModel()).toEqual(DEFAULT_TIMING_MODEL);
     expect(DEFAULT_TIMING_MODEL.maxRunningSeqs).toBe(64);
   });
 
-  it.each([{ overheadMs: -1 }, { baseItlMs: Number.NaN }, { maxRunningSeqs: 0 }, { maxRunningSeqs: 1.5 }])(
-    'rejects %o',
-    (o) => {
-      expect(() => resolveTimingModel(o)).toThrow(RangeError);
-    },
-  );
+  it.each([
+    { overheadMs: -1 },
+    { baseItlMs: Number.NaN },
+    { maxRunningSeqs: 0 },
+    { maxRunningSeqs: 1.5 },
+    { maxNumBatchedTokens: 2.5 },
+    { maxNumBatchedTokens: -1 },
+  ])('rejects %o', (o) => {
+    expect(() => resolveTimingModel(o)).toThrow(RangeError);
+  });
 });
