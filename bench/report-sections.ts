@@ -167,7 +167,6 @@ export function renderRouting(r: RoutingResult): RenderedSection {
   return { markdown: lines.join('\n'), assets };
 }
 
-/** The seeded workloads' parameters, then the targets table (routing and kv-events sections). */
 /** Whether the simulators' prefill stalled their decode steps in a run (timing-model.ts `maxNumBatchedTokens`). */
 export function stepBudgetNote(t: Partial<TimingModel>): string {
   const budget = t.maxNumBatchedTokens ?? 0;
@@ -178,6 +177,7 @@ export function stepBudgetNote(t: Partial<TimingModel>): string {
     : 'prefill never delays a decode step (a run from before the simulator modelled the shared step)';
 }
 
+/** The seeded workloads' parameters, then the targets table (routing and kv-events sections). */
 export function workloadsAndTargets(r: RoutingResult): string[] {
   return [
     'Workloads (seeded, `bench/workloads.ts`):',

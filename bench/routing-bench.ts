@@ -33,8 +33,8 @@
  * publishes KV events with a replay endpoint, in every cell, so the variants differ only in what the
  * router knows: variants with `kvEvents` subscribe to every simulator (exact index), the others keep
  * the approximate tree. Cache capacity, prefill cost per token and the step budget are scaled by
- * KV_TOKEN_RATIO. The
- * simulators' tokenizer is warmed with the workload before its cells (warmSimTokenizer).
+ * KV_TOKEN_RATIO. The simulators' tokenizer is warmed with the workload before its cells
+ * (warmSimTokenizer).
  *
  * Peers (`peers: true`, `npm run bench -- routing` outside CI): the reference router and the SGLang
  * gateway (bench/peers.ts) in front of a fresh set of the same simulators, with their cache_aware and

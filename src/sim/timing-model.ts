@@ -87,7 +87,7 @@ export function resolveTimingModel(overrides: Partial<TimingModel> = {}): Readon
 
 /** Time to first token for a locally computed prefill. */
 export function prefillTtftMs(t: Readonly<TimingModel>, uncachedTokens: number, timeScale: number): number {
-  return (t.overheadMs + Math.max(0, uncachedTokens) * t.prefillMsPerToken) * timeScale;
+  return t.overheadMs * timeScale + prefillComputeMs(t, uncachedTokens, timeScale);
 }
 
 /** The compute part of `prefillTtftMs`: the uncached tokens alone (what a shared step carries). */
