@@ -24,8 +24,8 @@
  * Workload specifics: `hot-burst` runs at its own concurrency (the whole burst at once). `external-load`
  * first starts closed-loop background clients straight to the first half of the workers (not through
  * the router; marked with a header), waits until every busy worker has recorded its first background
- * requests (an event, not a sleep), then runs the router's traffic and stops the background when it
- * ends. Its hit rate and processed counts cover the router's traffic only (client-side usage frames;
+ * requests, lets them run `externalSettleMs` (default 1 s: the busy half reaches its steady state and
+ * shows it on its /metrics), then runs the router's traffic and stops the background when it ends. Its hit rate and processed counts cover the router's traffic only (client-side usage frames;
  * records without the background header).
  *
  * KV runs (`kvEvents: true`: `npm run bench -- kv-events` and `replicas`): every simulator tokenizes
@@ -41,6 +41,7 @@
  * round_robin, measured exactly like this router's cells (no Envoy in front of them: they are proxies).
  */
 import { appendFileSync } from 'node:fs';
+import { setTimeout as delay } from 'node:timers/promises';
 import path from 'node:path';
 import type { Config } from '../src/config.js';
 import type { PolicyName } from '../src/routing/policy.js';
@@ -460,6 +461,7 @@ function workloadOptions(quick: boolean, seed: number): Record<WorkloadName, Wor
       externalPool: 16,
       externalPromptTokens: 256,
       externalOutputTokens: 32,
+      externalSettleMs: 200,
     },
     'eviction-pressure': {
       seed,
@@ -740,6 +742,8 @@ async function measureCell(
       }),
     );
     await Promise.all(busy.map((s) => s.waitForRequests(ext.concurrencyPerWorker)));
+    // Steady state before the router's traffic (ExternalLoad.settleMs): the busy half full and on its /metrics.
+    if (ext.settleMs > 0) await delay(ext.settleMs);
   }
   const cvs: number[] = [];
   const sampler = setInterval(() => {

@@ -27,8 +27,8 @@
  *   burst on the one worker that holds the prefix.
  * - `external-load`: shared-prefix traffic (16 groups x 16, 1024-token system prompts) for the router,
  *   plus `external`: background requests (unique 1024-token prompts, 128 output tokens, not streamed)
- *   that a benchmark sends straight to half of the workers while the router's traffic runs, so the
- *   router meets load it did not cause. `external.requests` is a pool the driver cycles through.
+ *   that a benchmark sends straight to half of the workers while the router's traffic runs (starting
+ *   `externalSettleMs` before it), so the router meets load it did not cause. `external.requests` is a pool the driver cycles through.
  *
  * - `eviction-pressure` (the shape of llm-d's exact-vs-approximate prefix benchmark): T tenants (default
  *   48), each with its own long context (a 3072-token system message) that it re-visits V times (default
@@ -95,6 +95,14 @@ export interface ExternalLoad {
   readonly requests: readonly BenchRequest[];
   /** Header that marks a background request (so benchmarks can tell it from routed traffic). */
   readonly header: string;
+  /**
+   * How long the direct clients run before the router's traffic starts, ms: the busy half is then in
+   * its steady state (KV pool full, requests waiting) and has shown it on its /metrics, as a fleet
+   * under someone else's load does. Without it the router's first burst raced the background's start:
+   * the workers' last scrape still read idle, and in 2 of 6 runs ~30 of the burst's requests went to
+   * the workers about to fill, where they waited ~2.5 s for KV blocks (bench/routing-bench.ts).
+   */
+  readonly settleMs: number;
 }
 
 export const EXTERNAL_HEADER = 'x-bench-external';
@@ -128,6 +136,8 @@ export interface WorkloadOptions {
   externalPool?: number;
   externalPromptTokens?: number;
   externalOutputTokens?: number;
+  /** Milliseconds the direct clients run before the router's traffic starts (default 1000). */
+  externalSettleMs?: number;
   /** eviction-pressure */
   tenants?: number;
   visitsPerTenant?: number;
@@ -269,6 +279,9 @@ export function generateWorkload(name: WorkloadName, opts: WorkloadOptions = {})
       const pool = positiveInt('externalPool', opts.externalPool ?? 256);
       const ext = positiveInt('externalPromptTokens', opts.externalPromptTokens ?? 1024) * CHARS_PER_TOKEN;
       const extOut = positiveInt('externalOutputTokens', opts.externalOutputTokens ?? 128);
+      const settleMs = opts.externalSettleMs ?? 1000;
+      if (!Number.isInteger(settleMs) || settleMs < 0)
+        throw new Error(`externalSettleMs must be a non-negative integer, got ${settleMs}`);
       const bg: Common = { ...c, stream: false, outputTokens: extOut };
       const background = Array.from({ length: pool }, (_, i) => ({
         ...completion(bg, `external ${i} ${randomText(c.rng, ext)}`.slice(0, ext), {}),
@@ -279,6 +292,7 @@ export function generateWorkload(name: WorkloadName, opts: WorkloadOptions = {})
         concurrencyPerWorker: perWorker,
         requests: background,
         header: EXTERNAL_HEADER,
+        settleMs,
       };
       params = {
         groups,
@@ -289,6 +303,7 @@ export function generateWorkload(name: WorkloadName, opts: WorkloadOptions = {})
         externalPerWorker: perWorker,
         externalPromptTokens: ext / 4,
         externalOutputTokens: extOut,
+        externalSettleMs: settleMs,
       };
       break;
     }

@@ -175,7 +175,18 @@ describe('generateWorkload', () => {
     expect(w.requests.every((r) => r.stream && r.path === '/v1/completions')).toBe(true);
     expect(new Set(w.requests.map((r) => r.group)).size).toBe(4);
     const ext = w.external!;
-    expect(ext).toMatchObject({ workerFraction: 0.5, concurrencyPerWorker: 2, header: EXTERNAL_HEADER });
+    // The direct clients run 1 s before the router's traffic by default (steady state on /metrics).
+    expect(ext).toMatchObject({
+      workerFraction: 0.5,
+      concurrencyPerWorker: 2,
+      header: EXTERNAL_HEADER,
+      settleMs: 1000,
+    });
+    expect(w.params).toMatchObject({ externalSettleMs: 1000 });
+    expect(generateWorkload('external-load', { ...small, externalSettleMs: 0 }).external!.settleMs).toBe(0);
+    expect(() => generateWorkload('external-load', { ...small, externalSettleMs: -1 })).toThrow(
+      /externalSettleMs/,
+    );
     expect(ext.requests).toHaveLength(4);
     expect(ext.requests.map((r) => r.index)).toEqual([0, 1, 2, 3]);
     for (const r of ext.requests) {
