@@ -25,7 +25,8 @@
  * first starts closed-loop background clients straight to the first half of the workers (not through
  * the router; marked with a header), waits until every busy worker has recorded its first background
  * requests, lets them run `externalSettleMs` (default 1 s: the busy half reaches its steady state and
- * shows it on its /metrics), then runs the router's traffic and stops the background when it ends. Its hit rate and processed counts cover the router's traffic only (client-side usage frames;
+ * shows it on its /metrics), then runs the router's traffic and stops the background when it ends.
+ * Its hit rate and processed counts cover the router's traffic only (client-side usage frames;
  * records without the background header).
  *
  * KV runs (`kvEvents: true`: `npm run bench -- kv-events` and `replicas`): every simulator tokenizes
@@ -742,7 +743,7 @@ async function measureCell(
       }),
     );
     await Promise.all(busy.map((s) => s.waitForRequests(ext.concurrencyPerWorker)));
-    // Steady state before the router's traffic (ExternalLoad.settleMs): the busy half full and on its /metrics.
+    // Steady state before the router's traffic (ExternalLoad.settleMs): the busy half full, on /metrics.
     if (ext.settleMs > 0) await delay(ext.settleMs);
   }
   const cvs: number[] = [];

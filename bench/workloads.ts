@@ -28,7 +28,8 @@
  * - `external-load`: shared-prefix traffic (16 groups x 16, 1024-token system prompts) for the router,
  *   plus `external`: background requests (unique 1024-token prompts, 128 output tokens, not streamed)
  *   that a benchmark sends straight to half of the workers while the router's traffic runs (starting
- *   `externalSettleMs` before it), so the router meets load it did not cause. `external.requests` is a pool the driver cycles through.
+ *   `externalSettleMs` before it), so the router meets load it did not cause. `external.requests` is
+ *   a pool the driver cycles through.
  *
  * - `eviction-pressure` (the shape of llm-d's exact-vs-approximate prefix benchmark): T tenants (default
  *   48), each with its own long context (a 3072-token system message) that it re-visits V times (default
