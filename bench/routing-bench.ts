@@ -865,6 +865,7 @@ function dumpDecisions(
         warm,
         start: r.startMs,
         group: q?.group,
+        user: q?.user,
         round: q?.round,
         prompt: r.promptTokens,
         cached: r.cachedTokens,
