@@ -841,11 +841,11 @@ async function measureCell(
 
 /**
  * `BENCH_DUMP_DECISIONS=<file>`: one JSON line per completed request of every pass (warm-up passes
- * marked `warm: true`) with its workload group, user and round, the prompt and cached tokens the worker
- * reported, its TTFT and, when the variant's router sends it (`"router": {"decisionHeader": true}`),
- * the `x-vllm-router-decision` header: the chosen worker, the branch and the cost model's inputs. How
- * a routing loss is traced to the decisions behind it (e.g. the requests the router expected to hit
- * that missed: docs/benchmarks.md, Analysis).
+ * marked `warm: true`) with its workload group, user and round, the prompt and cached tokens the
+ * worker reported, its TTFT and, when the variant's router sends it
+ * (`"router": {"decisionHeader": true}`), the `x-vllm-router-decision` header: the chosen worker,
+ * the branch and the cost model's inputs. How a routing loss is traced to the decisions behind it
+ * (e.g. the requests the router expected to hit that missed: docs/benchmarks.md, Analysis).
  */
 function dumpDecisions(
   label: string,
