@@ -19,9 +19,11 @@
  *    strips a client's `x-envoy-upstream-rq-timeout-ms`, and the rendered config has no route
  *    timeout option, so the regular run has no Envoy-timeout fault.)
  * Chaos, every `chaosIntervalMs` (default 1 s), on a worker no other action holds (at most 2 at once,
- * and never the last free worker of a role): either kill it and restart it on the same port after
+ * and never the last free worker of a role), in turn: kill it and restart it on the same port after
  * 0.1-2x the TTL (so sometimes it expires and re-registers as a new generation), or stop its
- * heartbeats for 0.5-2.5x the TTL (it expires, then re-registers).
+ * heartbeats for 0.5-2.5x the TTL (it expires, then re-registers). The kinds alternate rather than
+ * follow a coin, and the run goes on (at most a minute more) until one of each has completed: on a
+ * loaded CI host a short run once fit only silences.
  *
  * The router runs with active health checks (1 s) and circuit breakers (2 s cool-down) on, so their
  * reactions to the chaos are part of the run (`no_workers` in `routerOutcomes` counts the requests
@@ -501,12 +503,15 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
       }
     };
 
-    // With replicas the run also lasts until the replica chaos has crashed one replica and drained one
-    // (at most a minute more): on a starved machine the first restart can take most of a short run.
+    // The run also lasts (at most a minute more) until the worker chaos has completed a restart and a
+    // heartbeat pause, and with replicas until the replica chaos has crashed one replica and drained
+    // one: on a starved machine the first actions can take most of a short run.
     const running = (): boolean => {
       const now = performance.now();
       if (now < deadline) return true;
-      return r.replicated && (r.kills === 0 || r.drains === 0) && now < deadline + 60_000;
+      if (now >= deadline + 60_000) return false;
+      if (f.restarts === 0 || f.heartbeatPauses === 0) return true;
+      return r.replicated && (r.kills === 0 || r.drains === 0);
     };
     let seq = 0;
     const clients = Array.from({ length: concurrency }, async () => {
@@ -515,6 +520,7 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
 
     // ---- chaos ----
     const actions = new Set<Promise<void>>();
+    let chaosActions = 0;
     const chaosTimer = setInterval(() => {
       const free = f.workers.filter((w) => !w.busy);
       if (f.workers.length - free.length >= 2) return;
@@ -523,7 +529,7 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
       const w = pick(rand, candidates);
       w.busy = true;
       const action =
-        rand() < 0.5
+        chaosActions++ % 2 === 0
           ? killAndRestart(f, w, randomInt(rand, 100, 2 * ttlMs))
           : silence(f, w, randomInt(rand, ttlMs / 2, 2.5 * ttlMs));
       const p = action.finally(() => {
