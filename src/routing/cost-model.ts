@@ -255,6 +255,8 @@ export interface CostScore {
   readonly loadSource: LoadView['source'];
   /** Skipped by a filter (overload or imbalance). */
   readonly overloaded: boolean;
+  /** Which filter skipped it (the first that applies), when one did. */
+  readonly filteredBy?: CostFilter;
   /** The request's LoRA adapter on this worker (lora-affinity.ts), when there is an opinion. */
   readonly adapter?: AdapterState;
   /** Included in prefillMs: the adapter's load into a free slot (`loraLoadMs`), else 0. */
@@ -262,6 +264,9 @@ export interface CostScore {
   /** Skipped by the LoRA filter (every adapter slot taken by others, while another candidate has room). */
   readonly loraSkipped: boolean;
 }
+
+/** The filters of the header, in the order they are checked (LoRA first). */
+export type CostFilter = 'lora' | 'overload' | 'imbalance' | 'idle_queue';
 
 /** The inputs of one decision (decision header, debug log, timing feedback). */
 export interface CostInputs {
@@ -372,11 +377,17 @@ export function scoreCost(
   if (saturated > 0) for (const x of c) x.overloaded = false;
   let anyFit = false;
   for (const x of c) {
+    if (x.loraSkipped) x.filteredBy = 'lora';
+    else if (x.overloaded) x.filteredBy = 'overload';
+    else if (x.totalAhead > cap) x.filteredBy = 'imbalance';
+    else if (x.queuedPrefills >= idleQueue) x.filteredBy = 'idle_queue';
     if (x.totalAhead > cap || x.queuedPrefills >= idleQueue) x.overloaded = true;
     if (!x.loraSkipped && !x.overloaded) anyFit = true;
     x.scoreMs = x.predictedMs + contention * x.recomputeMs + x.displaceMs + x.decodeMs;
   }
   const out = (x: Candidate): boolean => x.loraSkipped || (anyFit && x.overloaded);
+  // Nobody passed: every candidate is scored, so only the LoRA filter skipped anyone.
+  if (!anyFit) for (const x of c) if (x.filteredBy !== 'lora') x.filteredBy = undefined;
 
   let best = Infinity;
   let skipped = 0;
@@ -453,6 +464,7 @@ export function scoreCost(
 interface Candidate extends CostScore {
   scoreMs: number;
   overloaded: boolean;
+  filteredBy?: CostFilter;
   /** Everything ahead (blended), for the imbalance filter. */
   readonly totalAhead: number;
   /** Prefills queued ahead: this router's not yet at their first token + the scraped queue of others. */
@@ -508,6 +520,7 @@ function candidate(
     recomputeMs,
     decodeMs: load.ahead * est.interChunkMs * options.costDecodeWeight,
     displaceMs: 0,
+    filteredBy: undefined,
     label: worker.url,
     eligible: true,
     loraSkipped: false,
@@ -537,7 +550,8 @@ export function costBranch(c: CostInputs): 'cache_hit' | 'imbalance' | 'low_matc
 
 /**
  * `predicted_ms=..; wait_ms=..; ahead=..; running=..; uncached=../..; runner_up=..` for the decision
- * header, and `holder=..; holder_score_ms=..` when the worker holding most of the prompt lost.
+ * header, and `holder=..; holder_score_ms=..` when the worker holding most of the prompt lost, with
+ * `holder_filtered=overload|imbalance|idle_queue|lora` when a filter skipped it rather than its score.
  */
 export function describeCost(c: CostInputs): string {
   const s = c.chosen;
@@ -578,7 +592,7 @@ export function describeCost(c: CostInputs): string {
       `holder_running=${round2(h.running)}`,
       `holder_uncached=${h.uncachedTokens}`,
     );
-    if (h.overloaded || h.loraSkipped) parts.push('holder_filtered=1');
+    if (h.filteredBy !== undefined) parts.push(`holder_filtered=${h.filteredBy}`);
   }
   return parts.join('; ');
 }

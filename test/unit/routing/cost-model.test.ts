@@ -348,6 +348,30 @@ describe('cost model scoring (cache_aware default mode)', () => {
     expect(hit.cost?.holder).toBeUndefined();
   });
 
+  it('names the filter that skipped the holder (overload, imbalance, idle queue)', () => {
+    const lost = (loads: LoadView[]) => {
+      const workers = makeWorkers(loads.length);
+      const policy = policyFor(workers, loads);
+      policy.routed({ worker: workers[0]!, branch: 'seed' }, input(workers, { text: MID }), 1);
+      const d = policy.select(input(workers, { text: `${MID} Q?` }));
+      expect(d.worker).not.toBe(workers[0]);
+      expect(d.cost?.holder?.worker).toBe(workers[0]);
+      return { filter: d.cost?.holder?.filteredBy, text: describeCost(d.cost!) };
+    };
+    // Its KV cache reads near full while the others' do not.
+    const overload = lost([full(1), scraped(1), scraped(1), scraped(1)]);
+    expect(overload.filter).toBe('overload');
+    expect(overload.text).toContain('holder_filtered=overload');
+    // 20 ahead against a mean of 10: above both 1.5x the mean and the mean + 8.
+    expect(lost([scraped(20), scraped(0)]).text).toContain('holder_filtered=imbalance');
+    // Two prefills queued (someone else's) while the other worker is idle.
+    expect(lost([queuedElsewhere(2), idle]).text).toContain('holder_filtered=idle_queue');
+    // Lost on score alone (6 queued elsewhere cost more than its cache saves): no filter named.
+    const score = lost([queuedElsewhere(6), scraped(1)]);
+    expect(score.filter).toBeUndefined();
+    expect(score.text).not.toContain('holder_filtered');
+  });
+
   it('says when the overload filter was ignored because most of the fleet is over it', () => {
     const workers = makeWorkers(4);
     const policy = policyFor(workers, [full(1), full(1), full(1), scraped(1)]);
