@@ -255,8 +255,6 @@ export interface CostScore {
   readonly loadSource: LoadView['source'];
   /** Skipped by a filter (overload or imbalance). */
   readonly overloaded: boolean;
-  /** Which filter skipped it (the first that applies), when one did. */
-  readonly filteredBy?: CostFilter;
   /** The request's LoRA adapter on this worker (lora-affinity.ts), when there is an opinion. */
   readonly adapter?: AdapterState;
   /** Included in prefillMs: the adapter's load into a free slot (`loraLoadMs`), else 0. */
@@ -265,7 +263,7 @@ export interface CostScore {
   readonly loraSkipped: boolean;
 }
 
-/** The filters of the header, in the order they are checked (LoRA first). */
+/** The filter that skipped a candidate (see the header: LoRA, overload, imbalance, the idle queue). */
 export type CostFilter = 'lora' | 'overload' | 'imbalance' | 'idle_queue';
 
 /** The inputs of one decision (decision header, debug log, timing feedback). */
@@ -291,6 +289,8 @@ export interface CostInputs {
   readonly homeMargin?: number;
   /** The best-scored candidate holding the most of the prompt, when it was not chosen (why the cache lost). */
   readonly holder?: CostScore;
+  /** The filter that skipped that holder, when one did (else its score lost). */
+  readonly holderFilter?: CostFilter;
 }
 
 const TIE_MS = 1e-6;
@@ -377,17 +377,11 @@ export function scoreCost(
   if (saturated > 0) for (const x of c) x.overloaded = false;
   let anyFit = false;
   for (const x of c) {
-    if (x.loraSkipped) x.filteredBy = 'lora';
-    else if (x.overloaded) x.filteredBy = 'overload';
-    else if (x.totalAhead > cap) x.filteredBy = 'imbalance';
-    else if (x.queuedPrefills >= idleQueue) x.filteredBy = 'idle_queue';
     if (x.totalAhead > cap || x.queuedPrefills >= idleQueue) x.overloaded = true;
     if (!x.loraSkipped && !x.overloaded) anyFit = true;
     x.scoreMs = x.predictedMs + contention * x.recomputeMs + x.displaceMs + x.decodeMs;
   }
   const out = (x: Candidate): boolean => x.loraSkipped || (anyFit && x.overloaded);
-  // Nobody passed: every candidate is scored, so only the LoRA filter skipped anyone.
-  if (!anyFit) for (const x of c) if (x.filteredBy !== 'lora') x.filteredBy = undefined;
 
   let best = Infinity;
   let skipped = 0;
@@ -457,14 +451,22 @@ export function scoreCost(
     ...(home ? { home } : {}),
     ...(margin !== undefined ? { homeMargin: margin } : {}),
     ...(holder ? { holder } : {}),
+    ...(holder && out(holder) ? { holderFilter: filterOf(holder, cap, idleQueue) } : {}),
   };
+}
+
+/** Which filter skipped a candidate that `out` took out (the first that applies, in this order). */
+function filterOf(x: Candidate, cap: number, idleQueue: number): CostFilter {
+  if (x.loraSkipped) return 'lora';
+  if (x.totalAhead > cap) return 'imbalance';
+  if (x.queuedPrefills >= idleQueue) return 'idle_queue';
+  return 'overload';
 }
 
 /** A CostScore while it is being built (filters and the score are set once every candidate is known). */
 interface Candidate extends CostScore {
   scoreMs: number;
   overloaded: boolean;
-  filteredBy?: CostFilter;
   /** Everything ahead (blended), for the imbalance filter. */
   readonly totalAhead: number;
   /** Prefills queued ahead: this router's not yet at their first token + the scraped queue of others. */
@@ -520,7 +522,6 @@ function candidate(
     recomputeMs,
     decodeMs: load.ahead * est.interChunkMs * options.costDecodeWeight,
     displaceMs: 0,
-    filteredBy: undefined,
     label: worker.url,
     eligible: true,
     loraSkipped: false,
@@ -592,7 +593,7 @@ export function describeCost(c: CostInputs): string {
       `holder_running=${round2(h.running)}`,
       `holder_uncached=${h.uncachedTokens}`,
     );
-    if (h.filteredBy !== undefined) parts.push(`holder_filtered=${h.filteredBy}`);
+    if (c.holderFilter !== undefined) parts.push(`holder_filtered=${c.holderFilter}`);
   }
   return parts.join('; ');
 }

@@ -356,7 +356,7 @@ describe('cost model scoring (cache_aware default mode)', () => {
       const d = policy.select(input(workers, { text: `${MID} Q?` }));
       expect(d.worker).not.toBe(workers[0]);
       expect(d.cost?.holder?.worker).toBe(workers[0]);
-      return { filter: d.cost?.holder?.filteredBy, text: describeCost(d.cost!) };
+      return { filter: d.cost?.holderFilter, text: describeCost(d.cost!) };
     };
     // Its KV cache reads near full while the others' do not.
     const overload = lost([full(1), scraped(1), scraped(1), scraped(1)]);
