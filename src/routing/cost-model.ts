@@ -253,7 +253,7 @@ export interface CostScore {
   readonly cachedTokens: number;
   readonly uncachedTokens: number;
   readonly loadSource: LoadView['source'];
-  /** Skipped by a filter (overload or imbalance). */
+  /** Over the overload thresholds, the imbalance band or the idle queue (which one: `filterOf`). */
   readonly overloaded: boolean;
   /** The request's LoRA adapter on this worker (lora-affinity.ts), when there is an opinion. */
   readonly adapter?: AdapterState;
