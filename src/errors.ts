@@ -6,7 +6,7 @@
  * Code namespaces, one per subclass:
  *   RouterError (request/router-error.ts)   user-facing, with an HTTP status and an OpenAI error
  *       type, sent as an ImmediateResponse: invalid_json, invalid_body, invalid_content_type,
- *       missing_model, invalid_prompt, invalid_messages, body_too_large, no_workers,
+ *       missing_model, invalid_prompt, invalid_messages, invalid_input, body_too_large, no_workers,
  *       prefill_failed, prefill_timeout, client_cancelled, internal_error
  *   AdminInputError (admin/admin-server.ts) a RouterError of the admin API (ADMIN_ERROR_STATUS):
  *       invalid_registration 400, dns_failed 400, unauthorized 401, forbidden 403 (the peer),

@@ -49,7 +49,7 @@ import type { Worker } from '../workers/worker.js';
 import type { PrefillBacklog } from './prefill-backlog.js';
 import type { TimingEstimates, TtftFeatures } from './timing-estimates.js';
 import type { CharsPerToken } from './chars-per-token.js';
-import { cachedTokensIn, promptTokensIn } from './usage-tokens.js';
+import { cachedTokensIn, inputTokensIn, promptTokensIn } from './usage-tokens.js';
 
 interface Learners {
   readonly timing: TimingEstimates;
@@ -168,10 +168,13 @@ function usageLearner(
   const feedback = d.cacheFeedback;
   const inference = req.inference;
   if ((learner === undefined && feedback === undefined) || inference === undefined) return undefined;
+  // A continued response's prompt holds stored turns the routing text does not: nothing to learn.
+  if (inference.previousResponseId !== undefined) return undefined;
+  const tokensIn = inference.kind === 'responses' ? inputTokensIn : promptTokensIn;
   let done = false;
   return (status, chunk) => {
     if (done || status < 200 || status >= 300) return;
-    const tokens = promptTokensIn(chunk);
+    const tokens = tokensIn(chunk);
     if (tokens === undefined) return;
     done = true;
     learner?.observe(inference.model, inference.text.length, tokens);

@@ -16,10 +16,16 @@ function isSpace(b: number): boolean {
 }
 
 const CACHED_KEY = Buffer.from('"cached_tokens"');
+const INPUT_KEY = Buffer.from('"input_tokens"');
 
 /** The value of the chunk's last `"prompt_tokens": N`, or undefined when it has none (or it is cut). */
 export function promptTokensIn(chunk: Buffer): number | undefined {
   return lastValueOf(chunk, KEY);
+}
+
+/** The same for a /v1/responses body or event, whose usage says `"input_tokens": N`. */
+export function inputTokensIn(chunk: Buffer): number | undefined {
+  return lastValueOf(chunk, INPUT_KEY);
 }
 
 /**

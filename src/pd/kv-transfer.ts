@@ -143,9 +143,16 @@ export function parallelSizes(w: Worker): Json {
   return out;
 }
 
-/** The prefill leg's body: generate one token, no streaming, keep KV for the decode worker. */
-export function prefillBody(request: Readonly<Json>, kv: Json | undefined): Json {
-  const body: Json = { ...request, max_tokens: 1, stream: false };
+/**
+ * The prefill leg's body: generate one token, no streaming, keep KV for the decode worker. A
+ * /v1/responses leg (`responses`) limits `max_output_tokens` (it has no `max_tokens`) and is neither
+ * stored nor run in the background: vLLM keeps stored responses in the prefill worker's memory for
+ * good, and only the decode worker's answer is the client's response.
+ */
+export function prefillBody(request: Readonly<Json>, kv: Json | undefined, responses = false): Json {
+  const body: Json = responses
+    ? { ...request, max_output_tokens: 1, stream: false, store: false, background: false }
+    : { ...request, max_tokens: 1, stream: false };
   if ('max_completion_tokens' in request) body.max_completion_tokens = 1;
   if ('max_output_tokens' in request) body.max_output_tokens = 1;
   delete body.min_tokens;

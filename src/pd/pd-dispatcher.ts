@@ -1,9 +1,9 @@
 /**
  * Prefill/decode disaggregation (design sections 5-7).
  *
- * For /v1/completions and /v1/chat/completions: reconcile and choose BOTH roles in one synchronous
- * step before any network I/O (an empty role -> 503 naming the counts, nothing created). Then, by
- * dispatch mode:
+ * For /v1/completions, /v1/chat/completions and /v1/responses: reconcile and choose BOTH roles in
+ * one synchronous step before any network I/O (an empty role -> 503 naming the counts, nothing
+ * created). Then, by dispatch mode:
  *
  *   sequential  prefill guard taken; the router POSTs the prefill leg itself; the guard is released
  *               when that call ends in any way (a failed leg is retried on another prefill worker up to
@@ -28,7 +28,10 @@
  *               worker and Envoy routes to decode, where a sidecar runs the prefill; the prefill guard is
  *               released at the first response byte, the decode guard at end of stream.
  *
- * Other paths go to a decode worker unchanged (the pass-through dispatcher).
+ * A /v1/responses prefill leg asks for `max_output_tokens` 1 and is not stored (kv-transfer.ts
+ * prefillBody); the decode leg names the response after its worker (routing/response-affinity.ts).
+ * Other paths, and a /v1/responses request that continues a stored response, go to a decode worker
+ * unchanged (the pass-through dispatcher).
  */
 import type { Cancellation, Dispatch, Dispatcher, RequestEnd, RouteRequest } from '../extproc/dispatch.js';
 import {
@@ -39,7 +42,13 @@ import {
   REQUEST_ID_HEADER,
 } from '../extproc/headers.js';
 import { RouterError } from '../request/router-error.js';
-import { describeDecision, noWorkers, routingContext } from '../routing/pool-dispatcher.js';
+import {
+  describeDecision,
+  namedResponseBody,
+  noWorkers,
+  routingContext,
+} from '../routing/pool-dispatcher.js';
+import { responseIdFor } from '../routing/response-affinity.js';
 import {
   choose,
   commit,
@@ -137,7 +146,10 @@ export class PdDispatcher implements Dispatcher {
 
   dispatch(req: RouteRequest, cancel: Cancellation): Dispatch | Promise<Dispatch> {
     const inf = req.inference;
-    if (!inf) return this.opts.passthrough.dispatch(req, cancel);
+    // A request that continues a stored response needs that response on every worker that builds its
+    // prompt: only the decode worker stored it (prefill legs are not stored), so the decode worker
+    // serves it alone (routing/response-affinity.ts).
+    if (!inf || inf.previousResponseId !== undefined) return this.opts.passthrough.dispatch(req, cancel);
     const { prefillPool, decodePool } = this.opts;
     // --- one synchronous step: reconcile both roles, choose both, before any I/O ---
     prefillPool.reconcile();
@@ -460,7 +472,9 @@ export class PdDispatcher implements Dispatcher {
     leg: PrefillLegOptions = {},
   ): Promise<PrefillResult> {
     const guard = reservation.guard;
-    const body = Buffer.from(JSON.stringify(prefillBody(req.inference?.json ?? {}, prefillKvParams(ctx))));
+    const inf = req.inference;
+    const json = prefillBody(inf?.json ?? {}, prefillKvParams(ctx), inf?.kind === 'responses');
+    const body = Buffer.from(JSON.stringify(json));
     const started = performance.now();
     // Nothing between here and the try can throw: every started leg is ended exactly once.
     const ended = this.opts.pd?.prefillStarted?.(
@@ -524,6 +538,13 @@ export class PdDispatcher implements Dispatcher {
     const { cachedTokens, onFinish } = extra;
     const worker = decision.worker;
     const setHeaders: Record<string, string> = { [DESTINATION_HEADER]: worker.endpoint };
+    let rewritten: Buffer | undefined;
+    if (body) {
+      if (req.inference?.namesFreeResponse) body.request_id = responseIdFor(worker);
+      rewritten = Buffer.from(JSON.stringify(body));
+    } else {
+      rewritten = namedResponseBody(req, worker);
+    }
     if (requestId) setHeaders[REQUEST_ID_HEADER] = requestId;
     const rewriter = req.inference?.stream && cachedTokens ? new SseUsageRewriter(cachedTokens) : undefined;
     const decisionHeader = this.opts.decisionHeader;
@@ -533,7 +554,7 @@ export class PdDispatcher implements Dispatcher {
       worker,
       decision,
       setHeaders,
-      body: body ? Buffer.from(JSON.stringify(body)) : undefined,
+      body: rewritten,
       failure: extra.failure,
       responseHeaders: decisionHeader
         ? () => ({

@@ -5,13 +5,14 @@
  */
 import { badRequest, RouterError } from './router-error.js';
 import { chatPromptText, completionPromptText } from './prompt-text.js';
+import { responsesMessages } from './responses-input.js';
 import { exceedsDepth } from './json-depth.js';
 import { joinLongTexts, parseLongStringBody } from './json-body.js';
 import type { RoutingText } from '../util/piece-text.js';
 
 export { exceedsDepth } from './json-depth.js';
 
-export type InferenceKind = 'completions' | 'chat';
+export type InferenceKind = 'completions' | 'chat' | 'responses';
 
 /** Which kind of inference endpoint a path is, or undefined for everything else. */
 export function inferenceKind(method: string, path: string): InferenceKind | undefined {
@@ -20,6 +21,7 @@ export function inferenceKind(method: string, path: string): InferenceKind | und
   const p = q === -1 ? path : path.slice(0, q);
   if (p === '/v1/completions') return 'completions';
   if (p === '/v1/chat/completions') return 'chat';
+  if (p === '/v1/responses') return 'responses';
   return undefined;
 }
 
@@ -34,6 +36,19 @@ export interface InferenceRequest {
    * long body's long texts are joined into strings on the first read (json-body.ts).
    */
   readonly json: Readonly<Record<string, unknown>>;
+  /**
+   * The body as the code that reads the prompt sees it (the tokenizer, request/request-tokens.ts):
+   * `json` itself, except for /v1/responses, whose `instructions` and `input` it gives as the chat
+   * `messages` vLLM renders them to (request/responses-input.ts).
+   */
+  readonly promptBody: Readonly<Record<string, unknown>>;
+  /** /v1/responses: the `previous_response_id` the request continues, when it names one. */
+  readonly previousResponseId?: string;
+  /**
+   * /v1/responses whose response the worker stores (`store` not false) and whose `request_id` the
+   * client left unset: the router may name the response (routing/response-affinity.ts).
+   */
+  readonly namesFreeResponse: boolean;
 }
 
 /** Maximum nesting accepted before JSON.parse: protects the parser's stack from hostile bodies. */
@@ -63,20 +78,41 @@ export function parseInferenceRequest(
   if (obj.stream !== undefined && typeof obj.stream !== 'boolean') {
     throw badRequest('invalid_body', '"stream" must be a boolean');
   }
-  const routingText =
-    kind === 'completions' ? completionPromptText(obj.prompt) : chatPromptText(obj.messages);
-  if (routingText === undefined) {
-    throw kind === 'completions'
-      ? badRequest(
-          'invalid_prompt',
-          '"prompt" must be a string, an array of strings, or an array of token ids (or of arrays of them)',
-        )
-      : badRequest(
-          'invalid_messages',
-          '"messages" must be a non-empty array of {role: string, content: string | content parts}',
-        );
+  const routingText = promptText(kind, obj);
+  if (routingText === undefined) throw invalidPrompt(kind);
+  if (
+    kind === 'responses' &&
+    obj.previous_response_id != null &&
+    typeof obj.previous_response_id !== 'string'
+  ) {
+    throw badRequest('invalid_body', '"previous_response_id" must be a string');
   }
   return new ParsedInferenceRequest(kind, obj.model, obj.stream === true, routingText, obj, pieces);
+}
+
+function promptText(kind: InferenceKind, obj: Record<string, unknown>): RoutingText | undefined {
+  if (kind === 'completions') return completionPromptText(obj.prompt);
+  if (kind === 'chat') return chatPromptText(obj.messages);
+  return chatPromptText(responsesMessages(obj));
+}
+
+function invalidPrompt(kind: InferenceKind): RouterError {
+  if (kind === 'completions') {
+    return badRequest(
+      'invalid_prompt',
+      '"prompt" must be a string, an array of strings, or an array of token ids (or of arrays of them)',
+    );
+  }
+  if (kind === 'chat') {
+    return badRequest(
+      'invalid_messages',
+      '"messages" must be a non-empty array of {role: string, content: string | content parts}',
+    );
+  }
+  return badRequest(
+    'invalid_input',
+    '"input" must be a string or a non-empty array of input items (messages, function calls, function call outputs), and "instructions" a string',
+  );
 }
 
 /**
@@ -100,6 +136,21 @@ class ParsedInferenceRequest implements InferenceRequest {
       this.pieces = false;
     }
     return this.body;
+  }
+
+  get promptBody(): Readonly<Record<string, unknown>> {
+    if (this.kind !== 'responses') return this.json;
+    const json = this.json;
+    return { ...json, messages: responsesMessages(json) };
+  }
+
+  get namesFreeResponse(): boolean {
+    return this.kind === 'responses' && this.body.store !== false && this.body.request_id === undefined;
+  }
+
+  get previousResponseId(): string | undefined {
+    const id = this.body.previous_response_id;
+    return typeof id === 'string' && id.length > 0 ? id : undefined;
   }
 }
 

@@ -13,6 +13,7 @@ export type RouterErrorCode =
   | 'missing_model'
   | 'invalid_prompt'
   | 'invalid_messages'
+  | 'invalid_input'
   | 'body_too_large'
   | 'no_workers'
   | 'prefill_failed'

@@ -9,9 +9,11 @@ import { RouterError } from '../request/router-error.js';
 import type { InferenceRequest } from '../request/inference-request.js';
 import type { RoutingText } from '../util/piece-text.js';
 import type { WorkerPool } from '../workers/worker-pool.js';
+import type { Worker } from '../workers/worker.js';
 import { choose, reserve, type RoutingContext, type RoutingObserver } from './selector.js';
 import type { Decision } from './policy.js';
 import { describeCost } from './cost-model.js';
+import { followedResponseId, holderToken, responseIdFor, withRequestId } from './response-affinity.js';
 
 export interface PoolDispatcherOptions {
   readonly pool: WorkerPool;
@@ -34,11 +36,13 @@ export class PoolDispatcher implements Dispatcher {
     // would survive young-generation GCs and wait for a full one).
     const { decision, guard, feedback } = reserve(pool, chosen, observer, clock());
     const decisionHeader = this.opts.decisionHeader;
+    const body = namedResponseBody(req, decision.worker);
     return {
       worker: decision.worker,
       decision,
       ...(feedback !== undefined ? { cacheFeedback: feedback } : {}),
       setHeaders: { [DESTINATION_HEADER]: decision.worker.endpoint },
+      ...(body !== undefined ? { body } : {}),
       responseHeaders: decisionHeader
         ? () => ({ [DECISION_HEADER]: describeDecision(pool.policy.name, decision) })
         : undefined,
@@ -51,9 +55,23 @@ export class PoolDispatcher implements Dispatcher {
 
 const readsNoBody = (): boolean => false;
 
+/**
+ * A /v1/responses body with the response id the router chose for `worker` (routing/response-affinity.ts),
+ * or undefined when the request is not one the router names.
+ */
+export function namedResponseBody(req: RouteRequest, worker: Worker): Buffer | undefined {
+  if (req.inference?.namesFreeResponse !== true || req.body === undefined) return undefined;
+  return withRequestId(req.body, responseIdFor(worker));
+}
+
 export function routingContext(req: RouteRequest): RoutingContext {
   const inf = req.inference;
-  return inf ? new InferenceRoutingContext(inf, req.headers) : { model: '', text: '', headers: req.headers };
+  const followed = followedResponseId(req.path, inf?.previousResponseId);
+  const holder = followed !== undefined ? holderToken(followed) : undefined;
+  if (inf) return new InferenceRoutingContext(inf, req.headers, holder);
+  return holder !== undefined
+    ? { model: '', text: '', headers: req.headers, holder }
+    : { model: '', text: '', headers: req.headers };
 }
 
 /**
@@ -67,13 +85,14 @@ class InferenceRoutingContext implements RoutingContext {
   constructor(
     private readonly inf: InferenceRequest,
     readonly headers: Readonly<Record<string, string>>,
+    readonly holder: string | undefined,
   ) {
     this.model = inf.model;
     this.text = inf.text;
   }
 
   get body(): Readonly<Record<string, unknown>> {
-    return this.inf.json;
+    return this.inf.promptBody;
   }
 }
 

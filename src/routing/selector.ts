@@ -8,12 +8,18 @@ import type { WorkerPool } from '../workers/worker-pool.js';
 import type { CacheFeedback, Decision, SelectionInput } from './policy.js';
 import type { Worker } from '../workers/worker.js';
 import type { RoutingText } from '../util/piece-text.js';
+import { holderAmong } from './response-affinity.js';
 
 export interface RoutingContext {
   readonly model: string;
   readonly text: RoutingText;
   readonly headers: Readonly<Record<string, string>>;
   readonly body?: Readonly<Record<string, unknown>>;
+  /**
+   * The token of the worker holding the response this request follows (routing/response-affinity.ts):
+   * when that worker is a candidate, it is the only one, and the decision's branch says so.
+   */
+  readonly holder?: string;
 }
 
 export interface RoutingObserver {
@@ -39,9 +45,18 @@ export function choose(
   let workers = pool.candidatesFor(ctx.model);
   if (exclude && exclude.size > 0) workers = workers.filter((w) => !exclude.has(w));
   if (workers.length === 0) return undefined;
+  const holder = ctx.holder !== undefined ? holderAmong(workers, ctx.holder) : undefined;
+  if (holder !== undefined) {
+    // The policy still sees the choice (its tree learns the prompt, its counters move).
+    const input = new Selection([holder], ctx);
+    return { decision: { ...pool.policy.select(input), branch: RESPONSE_AFFINITY }, input };
+  }
   const input = new Selection(workers, ctx);
   return { decision: pool.policy.select(input), input };
 }
+
+/** The decision branch of a request sent to the worker holding the response it follows. */
+export const RESPONSE_AFFINITY = 'response_affinity';
 
 /**
  * The body is read only by the policies that need it (SelectionInput.body). A class: a getter in an

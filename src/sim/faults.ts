@@ -3,9 +3,10 @@
  *
  * Each injected fault applies to the next `count` matching requests, oldest injection first. A fault
  * without a `path` filter matches only the generation endpoints (`/v1/completions`,
- * `/v1/chat/completions`), so a router's background health checks or metric scrapes never consume
- * faults meant for traffic; with `path`, it matches any request whose path contains that substring
- * (e.g. `{ path: '/health' }` to fail health checks).
+ * `/v1/chat/completions`, `/v1/responses`), so a router's background health checks or metric scrapes
+ * never consume faults meant for traffic; with `path`, it matches any request whose path contains that
+ * substring (e.g. `{ path: '/health' }` to fail health checks; `{ path: '/v1/responses' }` also matches
+ * `GET /v1/responses/{id}` and `POST /v1/responses/{id}/cancel`, `{ path: '/cancel' }` only the latter).
  */
 
 export type Fault =
@@ -36,7 +37,7 @@ interface Entry {
 }
 
 export function isGenerationPath(path: string): boolean {
-  return path === '/v1/completions' || path === '/v1/chat/completions';
+  return path === '/v1/completions' || path === '/v1/chat/completions' || path === '/v1/responses';
 }
 
 export class FaultQueue {

@@ -22,6 +22,11 @@ export function tokenText(index: number): string {
   return WORDS[index % WORDS.length]!;
 }
 
+/** The JSON string literal of token `index`'s text (precomputed: per-token event builders concat it). */
+export function tokenJson(index: number): string {
+  return WORDS_JSON[index % WORDS_JSON.length]!;
+}
+
 export function outputText(tokens: number): string {
   let out = '';
   for (let i = 0; i < tokens; i++) out += WORDS[i % WORDS.length];

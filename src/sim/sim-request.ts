@@ -13,9 +13,11 @@
  *
  * Returns `{ error }` (a user-facing 400 message) instead of throwing.
  */
+import type { ResponsesTurn } from './responses-request.js';
 import { renderChatTemplate } from './sim-tokenizer.js';
 
-export type GenerationKind = 'completion' | 'chat';
+/** `responses`: a chat generation asked for through the Responses API (responses-request.ts). */
+export type GenerationKind = 'completion' | 'chat' | 'responses';
 
 export interface GenerationRequest {
   readonly kind: GenerationKind;
@@ -26,12 +28,14 @@ export interface GenerationRequest {
   readonly includeUsage: boolean;
   readonly model: string | undefined;
   readonly kvTransferParams: Readonly<Record<string, unknown>> | undefined;
+  /** Kind `responses` only: the turn's conversation, id and storage. */
+  readonly turn?: ResponsesTurn;
 }
 
 export type ParseResult = { ok: true; request: GenerationRequest } | { ok: false; error: string };
 
 export function parseGenerationRequest(
-  kind: GenerationKind,
+  kind: 'completion' | 'chat',
   body: unknown,
   defaultMaxTokens: number,
   charsPerToken: number,

@@ -5,7 +5,10 @@
  * fault injection (faults.ts), a "hold the stream until released" control (stream-hold.ts) and a record
  * of every generation request for tests.
  *
- * Endpoints: POST /v1/completions, POST /v1/chat/completions (JSON or SSE), GET /health, GET /v1/models,
+ * Endpoints: POST /v1/completions, POST /v1/chat/completions, POST /v1/responses (JSON or SSE; a Responses
+ * request is a chat generation with another input and output shape, see responses-request.ts and
+ * responses-format.ts), GET /v1/responses/{id} and POST /v1/responses/{id}/cancel (the in-memory
+ * response store, responses-store.ts), GET /health, GET /v1/models,
  * GET /load (`{"server_load": in-flight generation requests}`, what vLLM's load endpoint counts),
  * GET /metrics (vLLM names, see metrics-text.ts), POST /tokenize and POST /detokenize (vLLM's shapes, through
  * the pluggable tokenizer of sim-tokenizer.ts; see tokenize-api.ts).
@@ -18,7 +21,8 @@
  * delay timer, marks an unfinished request 'aborted' (or 'reset' when the simulator cut the socket) and
  * decrements the in-flight count, so nothing outlives a request.
  *
- * Records cover generation requests only (not health checks or scrapes) and keep the latest
+ * Records cover generation requests only (not health checks or scrapes; the Responses store's id paths
+ * go to `responseLookups` instead) and keep the latest
  * `maxRecords` (default 1000; each record holds the parsed body, so 8 simulators x 1000 x an 8 KB
  * prompt stay under ~100 MB) so long benchmarks do not grow without bound; `waitForRequests` counts
  * every request ever recorded.
@@ -40,15 +44,34 @@ import { LoraSlots } from './lora-slots.js';
 import {
   completionBody,
   errorBody,
+  outputText,
   responseId,
   SSE_DONE,
   StreamFormatter,
   usageOf,
   type ResponseIdentity,
 } from './openai-format.js';
+import {
+  newMessageItemId,
+  parseResponsesRequest,
+  responsesGeneration,
+  type ResponsesTurn,
+} from './responses-request.js';
+import {
+  completedResponse,
+  responsesUsage,
+  ResponsesStreamFormatter,
+  type ResponseHead,
+} from './responses-format.js';
+import { ResponseStore } from './responses-store.js';
 import { KvBlockUsage, type KvHold } from './kv-usage.js';
 import { PrefixCache, type PrefixCacheOptions } from './prefix-cache.js';
-import { parseGenerationRequest, type GenerationRequest } from './sim-request.js';
+import {
+  parseGenerationRequest,
+  type GenerationKind,
+  type GenerationRequest,
+  type ParseResult,
+} from './sim-request.js';
 import { CharTokenizer, type SimTokenizer } from './sim-tokenizer.js';
 import {
   prefillComputeMs,
@@ -121,6 +144,12 @@ export interface SimulatorOptions {
   lora?: { maxLoras: number; loadMs?: number; modules?: string[] };
   /** P/D behaviour. Default 'nixl'. */
   kvConnector?: KvConnector;
+  /**
+   * Decode role: started as vLLM's `kv_both` instance (NIXL's usual role), which prefills a request
+   * that carries no `kv_transfer_params` itself and serves it whole. Default false: such a request is
+   * a routing mistake and gets a 400 (`decode worker requires kv_transfer_params`).
+   */
+  kvBoth?: boolean;
   /** ZMQ self-registration (prefill/decode roles only; a regular worker never registers). */
   register?: { zmq: string; intervalMs?: number; zmqAddress?: string; extra?: Record<string, unknown> };
   /** Name used in records, logs and NIXL `remote_engine_id`. Default `<role>-<host:port>`. */
@@ -137,6 +166,11 @@ export interface SimulatorOptions {
    * waitForRequests counts every recorded request regardless.
    */
   maxRecords?: number;
+  /**
+   * Responses kept for `previous_response_id` and GET /v1/responses/{id} (responses-store.ts; the
+   * oldest is dropped beyond it). Default 10,000; 0 stores none.
+   */
+  maxStoredResponses?: number;
   /**
    * What POST /tokenize and /detokenize use. Default: CharTokenizer with the prefix cache's
    * charsPerToken (ids consistent with the simulator's token counts).
@@ -170,6 +204,19 @@ export interface RequestRecord {
   p2p?: P2pAddresses;
   /** Prefill role: the DP rank that served it (`X-data-parallel-rank`, default 0). */
   dpRank?: number;
+  /** POST /v1/responses: the response id (the body's `request_id`, else `resp_<hex>`), once parsed. */
+  responseId?: string;
+}
+
+/** One request to the Responses store's id paths (GET /v1/responses/{id}, POST .../cancel). */
+export interface ResponseLookupRecord {
+  method: string;
+  path: string;
+  /** The id in the path. */
+  responseId: string;
+  /** 200 (found), 404 (not in this simulator's store), 400 (cancel of a finished response), 405. */
+  status: number;
+  atMs: number;
 }
 
 export interface Simulator {
@@ -186,6 +233,13 @@ export interface Simulator {
   /** Prefill role, mooncake / nixl: engine id per DP rank (fresh per start). */
   readonly engineIds: readonly string[];
   readonly records: readonly RequestRecord[];
+  /**
+   * Requests to GET /v1/responses/{id} and POST /v1/responses/{id}/cancel, the latest `maxRecords`
+   * (they are not generation requests, so not in `records`): which simulator a lookup reached.
+   */
+  readonly responseLookups: readonly ResponseLookupRecord[];
+  /** Whether this simulator's response store holds `id` (a completed response stored with `store`). */
+  hasResponse(id: string): boolean;
   readonly cache: PrefixCache;
   readonly tokenizer: SimTokenizer;
   /** LoRA adapters loaded so far (0 without `lora`): what keeping an adapter's requests together saves. */
@@ -268,6 +322,7 @@ class SimulatorServer implements Simulator {
   readonly kvUsage: KvBlockUsage;
   readonly tokenizer: SimTokenizer;
   readonly records: RequestRecord[] = [];
+  readonly responseLookups: ResponseLookupRecord[] = [];
   id = '';
   port = 0;
   zmqAddress: string | undefined;
@@ -284,6 +339,7 @@ class SimulatorServer implements Simulator {
   private readonly maxRecords: number;
   private readonly maxModelLen: number;
   private readonly faults = new FaultQueue();
+  private readonly responses: ResponseStore;
   private readonly holds = new HoldQueue();
   private readonly sideTimers = new Set<NodeJS.Timeout>();
   private registrar: ZmqRegistrar | undefined;
@@ -316,6 +372,7 @@ class SimulatorServer implements Simulator {
     if (!Number.isInteger(this.maxRecords) || this.maxRecords < 0) {
       throw new RangeError('maxRecords must be an integer >= 0');
     }
+    this.responses = new ResponseStore(opts.maxStoredResponses);
     this.timing = resolveTimingModel(opts.timing);
     this.cache = new PrefixCache(opts.cache);
     this.kvUsage = new KvBlockUsage(this.cache.options.blockTokens, this.cache.options.capacityBlocks);
@@ -453,6 +510,10 @@ class SimulatorServer implements Simulator {
     return new Promise((resolve, reject) => this.idleWaiters.push({ n: 0, resolve, reject }));
   }
 
+  hasResponse(id: string): boolean {
+    return this.responses.has(id);
+  }
+
   findRecord(requestId: string): RequestRecord | undefined {
     for (let i = this.records.length - 1; i >= 0; i--) {
       if (this.records[i]!.requestId === requestId) return this.records[i];
@@ -585,7 +646,7 @@ class SimulatorServer implements Simulator {
     if (key !== undefined && path.startsWith('/v1') && req.headers.authorization !== `Bearer ${key}`) {
       return sendJson(res, 401, JSON.stringify({ error: 'Unauthorized' }));
     }
-    if (path === '/v1/completions' || path === '/v1/chat/completions') {
+    if (path === '/v1/completions' || path === '/v1/chat/completions' || path === '/v1/responses') {
       if (req.method === 'POST') return this.handleGeneration(req, res, path);
       return this.sendError(res, 405, `method ${req.method ?? ''} not allowed`);
     }
@@ -595,6 +656,7 @@ class SimulatorServer implements Simulator {
   };
 
   private answerSimple(req: IncomingMessage, res: ServerResponse, path: string): void {
+    if (path.startsWith(RESPONSE_PATH_PREFIX)) return this.answerResponseLookup(req, res, path);
     if (req.method === 'POST' && isTokenizationPath(path)) {
       return serveTokenization(req, res, path, this.tokenizer, this.maxModelLen, MAX_BODY_BYTES);
     }
@@ -665,6 +727,38 @@ class SimulatorServer implements Simulator {
       clearTimeout(timer);
       this.sideTimers.delete(timer);
     });
+  }
+
+  /**
+   * GET /v1/responses/{id}: the stored response; POST /v1/responses/{id}/cancel: vLLM's 400 for a
+   * response that is not running in the background (every stored one here). 404 when not stored.
+   */
+  private answerResponseLookup(req: IncomingMessage, res: ServerResponse, path: string): void {
+    req.resume();
+    const rest = path.slice(RESPONSE_PATH_PREFIX.length);
+    const cancel = rest.endsWith('/cancel');
+    const id = decodePathSegment(cancel ? rest.slice(0, -'/cancel'.length) : rest);
+    if (id === undefined || id === '' || id.includes('/'))
+      return this.sendError(res, 404, `no route ${path}`);
+    const method = req.method ?? '';
+    let status: number;
+    const stored = this.responses.get(id);
+    if (method !== (cancel ? 'POST' : 'GET')) {
+      status = 405;
+      this.sendError(res, status, `method ${method} not allowed`);
+    } else if (stored === undefined) {
+      status = 404;
+      this.sendError(res, status, `Response with id '${id}' not found.`);
+    } else if (cancel) {
+      status = 400;
+      this.sendError(res, status, 'Cannot cancel a synchronous response.');
+    } else {
+      status = 200;
+      sendJson(res, status, stored.json);
+    }
+    if (this.maxRecords === 0) return;
+    this.responseLookups.push({ method, path, responseId: id, status, atMs: Date.now() });
+    if (this.responseLookups.length > this.maxRecords) this.responseLookups.shift();
   }
 
   /** A base name, or (LoRA on) a listed adapter. */
@@ -756,21 +850,22 @@ class SimulatorServer implements Simulator {
       ctx.resetAfter = fault.resetAfterChunks;
     }
 
-    const kind = ctx.path === '/v1/chat/completions' ? 'chat' : 'completion';
-    const parsed = parseGenerationRequest(
-      kind,
-      body,
-      this.defaultMaxTokens,
-      this.cache.options.charsPerToken,
-    );
-    if (!parsed.ok) return this.finishError(ctx, 400, parsed.error);
+    const kind = generationKind(ctx.path);
+    const parsed: { ok: true; request: GenerationRequest } | { ok: false; error: string; status?: number } =
+      kind === 'responses'
+        ? this.parseResponses(body, record)
+        : parseGenerationRequest(kind, body, this.defaultMaxTokens, this.cache.options.charsPerToken);
+    if (!parsed.ok) return this.finishError(ctx, parsed.status ?? 400, parsed.error);
     const request = parsed.request;
     if (this.opts.strictModels === true && request.model !== undefined && !this.serves(request.model)) {
       return this.finishError(ctx, 404, `The model \`${request.model}\` does not exist.`);
     }
 
     let fromRemotePrefill = false;
-    if (this.connector === 'p2pnccl' || this.role === 'decode') {
+    // kv_both: a decode worker serves a request without KV params whole, as a regular worker would.
+    const local =
+      this.role === 'decode' && this.opts.kvBoth === true && request.kvTransferParams === undefined;
+    if (!local && (this.connector === 'p2pnccl' || this.role === 'decode')) {
       const check = checkDecodeRequest(this.connector, request.kvTransferParams, requestId);
       if (check.ok && check.peer) record.p2p = check.peer;
       if (this.role === 'decode') {
@@ -782,7 +877,7 @@ class SimulatorServer implements Simulator {
 
     const enter = (): void => this.enterEngine(ctx, record, request, fromRemotePrefill);
     const go =
-      this.role === 'decode' && (this.connector === 'mooncake' || this.connector === 'nixl')
+      fromRemotePrefill && (this.connector === 'mooncake' || this.connector === 'nixl')
         ? (): void => {
             ctx.kvFetch = new AbortController();
             void fetchRemoteKv(this.connector, request.kvTransferParams, ctx.kvFetch.signal).then(
@@ -802,16 +897,40 @@ class SimulatorServer implements Simulator {
     } else go();
   }
 
+  /**
+   * A Responses body as a chat generation: 400 when invalid, 404 when `previous_response_id` is not
+   * in this simulator's store (vLLM's message), else the conversation rendered (responses-request.ts).
+   */
+  private parseResponses(
+    body: unknown,
+    record: RequestRecord,
+  ): ParseResult | { ok: false; status: number; error: string } {
+    const parsed = parseResponsesRequest(body, this.defaultMaxTokens);
+    if (!parsed.ok) return parsed;
+    record.responseId = parsed.input.id;
+    const previousId = parsed.input.previousResponseId;
+    const previous = previousId === undefined ? undefined : this.responses.get(previousId);
+    if (previousId !== undefined && previous === undefined) {
+      return { ok: false, status: 404, error: `Response with id '${previousId}' not found.` };
+    }
+    return responsesGeneration(parsed.input, previous);
+  }
+
   private enterEngine(ctx: Ctx, record: RequestRecord, request: GenerationRequest, remote: boolean): void {
     if (ctx.res.destroyed) return;
+    const turn = request.turn;
     const ident: ResponseIdentity = {
       kind: request.kind,
-      id: responseId(request.kind, record.requestId),
+      id: turn?.id ?? responseId(request.kind, record.requestId),
       created: Math.floor(Date.now() / 1000),
       model: request.model ?? this.model,
     };
     const choices = request.prompts.length;
-    const formatter = request.stream ? new StreamFormatter(ident) : undefined;
+    const formatter = !request.stream
+      ? undefined
+      : turn
+        ? new ResponsesStreamFormatter(responseHead(turn, ident, request.maxTokens), newMessageItemId())
+        : new StreamFormatter(ident);
     ctx.gate = this.holds.take(ctx.path, request.stream);
     if (formatter) {
       record.status = 200;
@@ -821,10 +940,18 @@ class SimulatorServer implements Simulator {
       });
       ctx.res.flushHeaders();
       if (ctx.gate?.afterChunks === 0) ctx.gate.engage();
+      // vLLM sends response.created and response.in_progress before the request reaches the engine.
+      if (formatter instanceof ResponsesStreamFormatter) {
+        ctx.res.cork();
+        const sent = formatter.opening().every((e) => this.writeChunk(ctx, e));
+        ctx.res.uncork();
+        if (!sent) return;
+      }
     } else ctx.gate?.engage(); // a JSON answer is held whole
     let blocks = 0;
     let keys: CacheKeys | undefined;
-    const keysOf = (): CacheKeys => (keys ??= this.cacheKeys(record.body, request.prompts));
+    // A Responses turn keys the cache by its conversation as a chat body: the ids a chat request gets.
+    const keysOf = (): CacheKeys => (keys ??= this.cacheKeys(turn?.chatBody ?? record.body, request.prompts));
     const admit = (): number => {
       let prompt = 0;
       let cached = 0;
@@ -890,15 +1017,40 @@ class SimulatorServer implements Simulator {
     ctx: Ctx,
     record: RequestRecord,
     request: GenerationRequest,
-    f: StreamFormatter,
+    f: StreamFormatter | ResponsesStreamFormatter,
     index: number,
     last: boolean,
   ): void {
     if (index === 0) record.firstByteMs = Date.now();
     // One syscall per step even when a step writes several events (role chunk, usage, [DONE], end).
     ctx.res.cork();
-    this.writeStepChunks(ctx, record, request, f, index, last);
+    if (f instanceof ResponsesStreamFormatter)
+      this.writeResponsesStep(ctx, record, request.turn!, f, index, last);
+    else this.writeStepChunks(ctx, record, request, f, index, last);
     ctx.res.uncork();
+  }
+
+  /**
+   * One step of a streamed Responses answer: the item's opening events first, its closing ones last.
+   * The turn is stored when its generation ends (before response.completed, even while a hold keeps it).
+   */
+  private writeResponsesStep(
+    ctx: Ctx,
+    record: RequestRecord,
+    turn: ResponsesTurn,
+    f: ResponsesStreamFormatter,
+    index: number,
+    last: boolean,
+  ): void {
+    if (index === 0 && !f.itemOpening().every((e) => this.writeChunk(ctx, e))) return;
+    if (!this.writeChunk(ctx, f.delta(index))) return;
+    if (!last) return;
+    const text = outputText(record.completionTokens);
+    const usage = responsesUsage(record.promptTokens, record.completionTokens, record.cachedTokens);
+    const response = f.completed(text, usage);
+    this.storeResponse(turn, JSON.stringify(response), text);
+    if (!f.closing(text, response).every((e) => this.writeChunk(ctx, e))) return;
+    this.endStream(ctx, record);
   }
 
   private writeStepChunks(
@@ -920,6 +1072,11 @@ class SimulatorServer implements Simulator {
       if (!this.writeChunk(ctx, f.usageChunk(usage))) return;
     }
     if (!this.writeChunk(ctx, SSE_DONE)) return;
+    this.endStream(ctx, record);
+  }
+
+  /** Ends a stream whose last event is written (or queued behind a hold). */
+  private endStream(ctx: Ctx, record: RequestRecord): void {
     const end = (): void => {
       if (ctx.resetting) return; // a held write replayed on release hit an injected reset
       this.finishOk(ctx, record);
@@ -927,6 +1084,11 @@ class SimulatorServer implements Simulator {
     };
     if (ctx.gate) ctx.gate.run(end);
     else end();
+  }
+
+  /** Keeps a completed Responses turn for follow-ups and GET, unless it asked for `store: false`. */
+  private storeResponse(turn: ResponsesTurn, json: string, text: string): void {
+    if (turn.store) this.responses.put(turn.id, { json, messages: turn.messages, outputText: text });
   }
 
   /** Writes one SSE event; returns false when an injected reset cut the socket after it. */
@@ -970,8 +1132,18 @@ class SimulatorServer implements Simulator {
       });
       if (kv && this.connector === 'nixl') this.side?.grantBlocks(engineId, blockIds);
     }
-    const usage = usageOf(record.promptTokens, record.completionTokens, record.cachedTokens);
-    const body = completionBody(ident, request.prompts.length, request.maxTokens, usage, kv);
+    let body: string;
+    const turn = request.turn;
+    if (turn) {
+      const text = outputText(record.completionTokens);
+      const usage = responsesUsage(record.promptTokens, record.completionTokens, record.cachedTokens);
+      const head = responseHead(turn, ident, request.maxTokens);
+      body = JSON.stringify(completedResponse(head, newMessageItemId(), text, usage, kv));
+      this.storeResponse(turn, body, text);
+    } else {
+      const usage = usageOf(record.promptTokens, record.completionTokens, record.cachedTokens);
+      body = completionBody(ident, request.prompts.length, request.maxTokens, usage, kv);
+    }
     record.firstByteMs = Date.now();
     record.status = 200;
     this.finishOk(ctx, record);
@@ -1039,6 +1211,34 @@ class SimulatorServer implements Simulator {
       else keep.push(w);
     }
     this.requestWaiters = keep;
+  }
+}
+
+const RESPONSE_PATH_PREFIX = '/v1/responses/';
+
+function generationKind(path: string): GenerationKind {
+  if (path === '/v1/chat/completions') return 'chat';
+  return path === '/v1/responses' ? 'responses' : 'completion';
+}
+
+function responseHead(turn: ResponsesTurn, ident: ResponseIdentity, maxTokens: number): ResponseHead {
+  return {
+    id: turn.id,
+    createdAt: ident.created,
+    model: ident.model,
+    previousResponseId: turn.previousResponseId,
+    store: turn.store,
+    instructions: turn.instructions,
+    maxOutputTokens: maxTokens,
+  };
+}
+
+/** A percent-encoded path segment; undefined when malformed. */
+function decodePathSegment(segment: string): string | undefined {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    return undefined;
   }
 }
 

@@ -5,7 +5,7 @@ import {
   MIN_SAMPLE_CHARS,
   MIN_SAMPLES,
 } from '../../../src/load/chars-per-token.js';
-import { cachedTokensIn, promptTokensIn } from '../../../src/load/usage-tokens.js';
+import { cachedTokensIn, inputTokensIn, promptTokensIn } from '../../../src/load/usage-tokens.js';
 
 describe('CharsPerToken', () => {
   it('keeps the prior until a model has MIN_SAMPLES samples, then the ratio of the sums', () => {
@@ -66,6 +66,16 @@ describe('CharsPerToken', () => {
     expect(() => new CharsPerToken({ prior: Number.NaN })).toThrow(RangeError);
     expect(() => new CharsPerToken({ prior: 4, decay: 0 })).toThrow(RangeError);
     expect(() => new CharsPerToken({ prior: 4, decay: 1.5 })).toThrow(RangeError);
+  });
+});
+
+describe('inputTokensIn', () => {
+  it('reads the usage of a /v1/responses event, and not a chat usage', () => {
+    const completed =
+      'event: response.completed\ndata: {"response":{"usage":{"input_tokens":512,"input_tokens_details":{"cached_tokens":496},"output_tokens":8}}}\n\n';
+    expect(inputTokensIn(Buffer.from(completed))).toBe(512);
+    expect(cachedTokensIn(Buffer.from(completed))).toBe(496);
+    expect(inputTokensIn(Buffer.from('{"usage":{"prompt_tokens":5,"completion_tokens":1}}'))).toBeUndefined();
   });
 });
 

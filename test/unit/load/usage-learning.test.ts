@@ -74,6 +74,33 @@ describe('withTiming: characters per token from usage', () => {
     expect(learned.of('m')).toBe(3);
   });
 
+  it("learns from a /v1/responses stream's input_tokens, unless it continues a stored response", () => {
+    const learned = new CharsPerToken({ prior: 4 });
+    const d = withTiming(inner, new TimingEstimates(), () => 0, undefined, 1, 4, learned);
+    const completed = Buffer.from(
+      'event: response.completed\ndata: {"type":"response.completed","response":{"usage":{"input_tokens":900,"output_tokens":4}}}\n\n',
+    );
+    const responses = (previous?: string): RouteRequest => ({
+      method: 'POST',
+      path: '/v1/responses',
+      headers: {},
+      inference: {
+        stream: true,
+        model: 'm',
+        text: TEXT,
+        kind: 'responses',
+        ...(previous !== undefined ? { previousResponseId: previous } : {}),
+      } as RouteRequest['inference'],
+    });
+    // A continued response's input holds earlier turns the routing text does not: not a sample.
+    for (let i = 0; i < MIN_SAMPLES; i++)
+      respond(d.dispatch(responses('resp_1'), new AbortController()) as Dispatch, 200, [completed]);
+    expect(learned.view()).toEqual([]);
+    for (let i = 0; i < MIN_SAMPLES; i++)
+      respond(d.dispatch(responses(), new AbortController()) as Dispatch, 200, [completed]);
+    expect(learned.of('m')).toBe(2);
+  });
+
   it('without a learner, a non-streamed response is never watched (nothing to learn)', () => {
     const d = withTiming(inner, new TimingEstimates(), () => 0, undefined, 1);
     expect(respond(d.dispatch(req(false), new AbortController()) as Dispatch, 200, [USAGE(5)])).toBe(false);

@@ -74,6 +74,19 @@ describe('prefill leg body', () => {
     });
     expect(request.max_tokens).toBe(100); // the original is not mutated
   });
+  it('limits a /v1/responses leg by max_output_tokens, and keeps it out of the response store', () => {
+    const responses = { model: 'm', input: 'x', max_output_tokens: 50, stream: true, background: true };
+    expect(prefillBody(responses, { do_remote_decode: true }, true)).toEqual({
+      model: 'm',
+      input: 'x',
+      max_output_tokens: 1,
+      stream: false,
+      store: false,
+      background: false,
+      kv_transfer_params: { do_remote_decode: true },
+    });
+    expect(prefillBody({ model: 'm', input: 'x' }, undefined, true)).toMatchObject({ max_output_tokens: 1 });
+  });
   it('adds max_tokens even when the client sent none, and no kv params for P2P NCCL', () => {
     expect(prefillBody({ model: 'm', messages: [] }, undefined)).toEqual({
       model: 'm',

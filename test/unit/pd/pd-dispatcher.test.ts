@@ -15,9 +15,12 @@ import { RouterError } from '../../../src/request/router-error.js';
 import type { Worker } from '../../../src/workers/worker.js';
 import type { PdDispatchMode } from '../../../src/pd/kv-transfer.js';
 import { harness, register } from '../workers/pool-harness.js';
+import { parseInferenceRequest } from '../../../src/request/inference-request.js';
+import { holderToken, responseIdFor, workerToken } from '../../../src/routing/response-affinity.js';
 
 interface Call {
   worker: Worker;
+  body: Buffer;
   requestId: string;
   signal: AbortSignal;
   resolve(r: PrefillResult): void;
@@ -31,13 +34,13 @@ class ScriptedClient {
   send(
     worker: Worker,
     _path: string,
-    _body: Buffer,
+    body: Buffer,
     _headers: Readonly<Record<string, string>>,
     requestId: string,
     signal: AbortSignal,
   ): Promise<PrefillResult> {
     return new Promise((resolve, reject) => {
-      this.calls.push({ worker, requestId, signal, resolve, reject });
+      this.calls.push({ worker, body, requestId, signal, resolve, reject });
       for (const w of this.waiters.splice(0)) w();
       signal.addEventListener('abort', () => reject(new PrefillError('aborted', 'aborted')), { once: true });
     });
@@ -66,6 +69,8 @@ const REQ: RouteRequest = {
     stream: false,
     text: 'hello',
     json: { model: 'm', prompt: 'hello', max_tokens: 4 },
+    promptBody: { model: 'm', prompt: 'hello', max_tokens: 4 },
+    namesFreeResponse: false,
   },
 };
 
@@ -212,6 +217,56 @@ describe('PdDispatcher: sequential', () => {
     d.finish({ kind: 'response', status: 200 });
     expect(s.client.calls).toHaveLength(0);
     expect(s.loads().decode).toEqual([0]);
+  });
+});
+
+describe('PdDispatcher: /v1/responses', () => {
+  const responsesRequest = (body: Record<string, unknown>): RouteRequest => {
+    const raw = Buffer.from(JSON.stringify(body));
+    return {
+      method: 'POST',
+      path: '/v1/responses',
+      headers: {},
+      body: raw,
+      inference: parseInferenceRequest('responses', undefined, raw),
+    };
+  };
+
+  it('runs a prefill leg that stores nothing, and names the response after the decode worker', async () => {
+    const s = setup();
+    const req = responsesRequest({ model: 'm', input: 'hi', max_output_tokens: 64, stream: true });
+    const pending = s.dispatcher.dispatch(req, new AbortController()) as Promise<Dispatch>;
+    const call = await s.client.call(1);
+    expect(JSON.parse(call.body.toString())).toMatchObject({
+      input: 'hi',
+      max_output_tokens: 1,
+      stream: false,
+      store: false,
+    });
+    call.resolve(OK);
+    const d = await pending;
+    const decodeBody = JSON.parse((d.body as Buffer).toString());
+    expect(decodeBody).toMatchObject({ input: 'hi', max_output_tokens: 64, stream: true });
+    expect(holderToken(decodeBody.request_id)).toBe(workerToken(d.worker));
+    d.finish({ kind: 'response', status: 200 });
+    expect(s.loads()).toEqual({ prefill: [0, 0], decode: [0] });
+  });
+
+  it('sends a request that continues a stored response to its decode worker alone', () => {
+    const s = setup({ decode: 3 });
+    const holder = s.decodePool.workers[2]!;
+    const previous = responseIdFor(holder);
+    for (let i = 0; i < 3; i++) {
+      const d = s.dispatcher.dispatch(
+        responsesRequest({ model: 'm', input: `turn ${i}`, previous_response_id: previous }),
+        new AbortController(),
+      ) as Dispatch;
+      expect(d.worker).toBe(holder);
+      expect(holderToken(JSON.parse((d.body as Buffer).toString()).request_id)).toBe(workerToken(holder));
+      d.finish({ kind: 'response', status: 200 });
+    }
+    expect(s.client.calls).toHaveLength(0);
+    expect(s.loads()).toEqual({ prefill: [0, 0], decode: [0, 0, 0] });
   });
 });
 

@@ -31,6 +31,21 @@ describe('SseUsageRewriter', () => {
     expect(out.endsWith('data: [DONE]\n\n')).toBe(true);
   });
 
+  it("rewrites a /v1/responses stream's response.completed event, keeping its event line", () => {
+    const delta = `event: response.output_text.delta\ndata: ${JSON.stringify({ type: 'response.output_text.delta', delta: 'a' })}\n\n`;
+    const completed = `event: response.completed\ndata: ${JSON.stringify({
+      type: 'response.completed',
+      response: { id: 'resp_1', usage: { input_tokens: 100, input_tokens_details: { cached_tokens: 100 } } },
+    })}\n\n`;
+    const rw = new SseUsageRewriter(() => 32);
+    expect(rw.transform(Buffer.from(delta), false)).toBeUndefined();
+    const out = run(rw, [completed.slice(0, 30), completed.slice(30)]);
+    expect(out.startsWith('event: response.completed\ndata: {')).toBe(true);
+    expect(JSON.parse(out.slice(out.indexOf('data: ') + 6)).response.usage.input_tokens_details).toEqual({
+      cached_tokens: 32,
+    });
+  });
+
   it('removes cached_tokens when the prefill worker reported none', () => {
     const out = run(new SseUsageRewriter(() => undefined), [usage, 'data: [DONE]\n\n']);
     expect(out).toContain('"prompt_tokens_details":{}');

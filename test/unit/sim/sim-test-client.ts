@@ -53,6 +53,19 @@ export async function postStream(
   return { status: res.statusCode, headers: res.headers, events: sseEvents(await res.body.text()) };
 }
 
+/** Reads a streamed body until it ends or the server cuts it: what arrived, and whether it was cut. */
+export async function readUntilCut(
+  body: AsyncIterable<unknown>,
+): Promise<{ received: string; cut: boolean }> {
+  let received = '';
+  try {
+    for await (const chunk of body) received += String(chunk);
+  } catch {
+    return { received, cut: true };
+  }
+  return { received, cut: false };
+}
+
 /** A 64-char-block prompt: `n` distinct blocks tagged `tag`. */
 export function blockPrompt(tag: string, n: number): string {
   let out = '';

@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { request } from 'undici';
 import { startSimulator, type Simulator, type SimulatorOptions } from '../../../src/sim/simulator.js';
-import { getText, postJson, postStream, sseEvents } from './sim-test-client.js';
+import { readUntilCut, getText, postJson, postStream, sseEvents } from './sim-test-client.js';
 
 const open: Simulator[] = [];
 async function sim(opts: SimulatorOptions = {}): Promise<Simulator> {
@@ -77,14 +77,8 @@ describe('simulator fault injection', () => {
     s.injectFault({ resetAfterChunks: n });
     const res = await post(`${s.url}${path}`, body);
     expect(res.statusCode).toBe(200);
-    let received = '';
-    let failed = false;
-    try {
-      for await (const chunk of res.body) received += String(chunk);
-    } catch {
-      failed = true;
-    }
-    expect(failed).toBe(true);
+    const { received, cut } = await readUntilCut(res.body);
+    expect(cut).toBe(true);
     expect(sseEvents(received)).toHaveLength(n);
     await s.waitForIdle();
     expect(s.records[0]).toMatchObject({ outcome: 'reset', completionTokens: tokens });

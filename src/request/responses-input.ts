@@ -1,0 +1,92 @@
+/**
+ * The chat messages a `POST /v1/responses` body stands for (pure), the way vLLM builds its prompt
+ * from one (vllm/entrypoints/openai/responses): `instructions` first, as a `system` message, then
+ * `input`, which is a string (one `user` message) or a list of items:
+ *
+ *   {type?: 'message', role, content}        content a string, or parts: `input_text` / `output_text`
+ *                                             become text parts, any other part (`input_image`,
+ *                                             `input_file`, ...) keeps its type as a non-text part
+ *   {type: 'function_call', call_id, name, arguments}   an assistant message with one tool call
+ *   {type: 'function_call_output', call_id, output}     a `tool` message
+ *   {type: 'reasoning' | 'item_reference' | ...}        left out (no prompt text of its own here)
+ *
+ * vLLM renders these messages with the model's chat template, as it renders /v1/chat/completions, so a
+ * conversation sent either way shares its prompt prefix, its prefix-cache blocks and its routing text.
+ * What `previous_response_id` adds (the stored earlier turns) lives on the worker that stored it and
+ * is not part of this: such a request is routed to that worker (routing/response-affinity.ts).
+ *
+ * Returns undefined when `input` is missing or of the wrong shape (the caller reports a 400).
+ */
+import { PieceText } from '../util/piece-text.js';
+
+type Message = Record<string, unknown>;
+
+/** A string value, or a long one the body parser kept in pieces (request/json-body.ts). */
+function isText(v: unknown): v is string | PieceText {
+  return typeof v === 'string' || v instanceof PieceText;
+}
+
+export function responsesMessages(body: Readonly<Record<string, unknown>>): Message[] | undefined {
+  const { instructions, input } = body;
+  if (instructions !== undefined && instructions !== null && !isText(instructions)) return undefined;
+  const out: Message[] = [];
+  if (isText(instructions) && instructions.length > 0) {
+    out.push({ role: 'system', content: instructions });
+  }
+  if (isText(input)) {
+    out.push({ role: 'user', content: input });
+    return out;
+  }
+  if (!Array.isArray(input) || input.length === 0) return undefined;
+  for (const item of input) {
+    if (typeof item !== 'object' || item === null || Array.isArray(item)) return undefined;
+    const message = itemMessage(item as Record<string, unknown>);
+    if (message === undefined) return undefined;
+    if (message !== SKIP) out.push(message);
+  }
+  return out.length > 0 ? out : undefined;
+}
+
+const SKIP: Message = Object.freeze({});
+
+/** One input item as a chat message, SKIP when it has no prompt text, undefined when malformed. */
+function itemMessage(item: Record<string, unknown>): Message | undefined {
+  const type = item.type ?? 'message';
+  if (type === 'message') {
+    if (typeof item.role !== 'string') return undefined;
+    const content = messageContent(item.content);
+    return content === undefined ? undefined : { role: item.role, content };
+  }
+  if (type === 'function_call') {
+    if (typeof item.name !== 'string' || typeof item.arguments !== 'string') return undefined;
+    const call = {
+      id: item.call_id,
+      type: 'function',
+      function: { name: item.name, arguments: item.arguments },
+    };
+    return { role: 'assistant', content: null, tool_calls: [call] };
+  }
+  if (type === 'function_call_output') {
+    if (!isText(item.output)) return undefined;
+    return { role: 'tool', tool_call_id: item.call_id, content: item.output };
+  }
+  return typeof type === 'string' ? SKIP : undefined;
+}
+
+function messageContent(content: unknown): unknown {
+  if (isText(content)) return content;
+  if (!Array.isArray(content)) return undefined;
+  const parts: unknown[] = [];
+  for (const part of content) {
+    if (typeof part !== 'object' || part === null) return undefined;
+    const { type, text } = part as { type?: unknown; text?: unknown };
+    if (typeof type !== 'string') return undefined;
+    if (type === 'input_text' || type === 'output_text' || type === 'text') {
+      if (!isText(text)) return undefined;
+      parts.push({ type: 'text', text });
+    } else {
+      parts.push({ type });
+    }
+  }
+  return parts;
+}
