@@ -51,6 +51,8 @@ export interface InferenceRequest {
   readonly namesFreeResponse: boolean;
 }
 
+const JSON_CONTENT_TYPE = /^application\/(.+\+)?json\b/i;
+
 /** Maximum nesting accepted before JSON.parse: protects the parser's stack from hostile bodies. */
 export const MAX_JSON_DEPTH = 64;
 
@@ -59,7 +61,7 @@ export function parseInferenceRequest(
   contentType: string | undefined,
   body: Buffer,
 ): InferenceRequest {
-  if (contentType !== undefined && !/^application\/(.+\+)?json\b/i.test(contentType.trim())) {
+  if (contentType !== undefined && !JSON_CONTENT_TYPE.test(contentType.trim())) {
     throw new RouterError(
       'invalid_content_type',
       415,
@@ -152,6 +154,26 @@ class ParsedInferenceRequest implements InferenceRequest {
     const id = this.body.previous_response_id;
     return typeof id === 'string' && id.length > 0 ? id : undefined;
   }
+}
+
+/**
+ * The `model` a JSON request body names, for the endpoints the router does not parse otherwise
+ * (`/v1/embeddings`, `/v1/rerank`, `/pooling`, `/tokenize`, ...), so a fleet that mixes models sends
+ * them to the workers serving it too. Undefined for a body that is not a JSON object naming one: such
+ * a request goes on unparsed (the worker answers it), never rejected here.
+ */
+export function bodyModel(contentType: string | undefined, body: Buffer): string | undefined {
+  if (body.length === 0) return undefined;
+  if (contentType !== undefined && !JSON_CONTENT_TYPE.test(contentType.trim())) return undefined;
+  let value: unknown;
+  try {
+    value = parseJsonBody(body).value;
+  } catch {
+    return undefined;
+  }
+  if (typeof value !== 'object' || value === null) return undefined;
+  const model = (value as { model?: unknown }).model;
+  return typeof model === 'string' && model.length > 0 ? model : undefined;
 }
 
 /**

@@ -6,7 +6,7 @@
 import type { Dispatch, Dispatcher, RouteRequest } from '../extproc/dispatch.js';
 import { DESTINATION_HEADER, DECISION_HEADER } from '../extproc/headers.js';
 import { RouterError } from '../request/router-error.js';
-import type { InferenceRequest } from '../request/inference-request.js';
+import { bodyModel, type InferenceRequest } from '../request/inference-request.js';
 import type { RoutingText } from '../util/piece-text.js';
 import type { WorkerPool } from '../workers/worker-pool.js';
 import type { Worker } from '../workers/worker.js';
@@ -64,14 +64,20 @@ export function namedResponseBody(req: RouteRequest, worker: Worker): Buffer | u
   return withRequestId(req.body, responseIdFor(worker));
 }
 
+/**
+ * What the policy and the pool's candidate filter see of a request: an inference request's model and
+ * routing text; for any other request with a JSON body, the model it names (request/inference-request.ts
+ * bodyModel), so it goes to the workers serving that model; the holder of the response it follows.
+ */
 export function routingContext(req: RouteRequest): RoutingContext {
   const inf = req.inference;
   const followed = followedResponseId(req.path, inf?.previousResponseId);
   const holder = followed !== undefined ? holderToken(followed) : undefined;
   if (inf) return new InferenceRoutingContext(inf, req.headers, holder);
+  const model = req.body !== undefined ? (bodyModel(req.headers['content-type'], req.body) ?? '') : '';
   return holder !== undefined
-    ? { model: '', text: '', headers: req.headers, holder }
-    : { model: '', text: '', headers: req.headers };
+    ? { model, text: '', headers: req.headers, holder }
+    : { model, text: '', headers: req.headers };
 }
 
 /**

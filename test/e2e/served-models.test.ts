@@ -73,3 +73,43 @@ describe('a fleet serving two models behind one router', () => {
     expect(new Set(results.map((r) => r.servedBy))).toEqual(new Set(stack.sims.map((s) => s.url)));
   });
 });
+
+describe('the other OpenAI endpoints in a fleet serving two models', () => {
+  it("a JSON body's model sends /tokenize and /v1/responses to the workers serving it", async () => {
+    const results = await Promise.all(
+      Array.from({ length: 16 }, (_, i) => {
+        const model = i % 2 === 0 ? 'llama' : 'qwen';
+        const [path, body] =
+          i % 4 < 2
+            ? ['/tokenize', { model, prompt: `tokenize me ${i}` }]
+            : ['/v1/responses', { model, input: `respond ${i}`, max_output_tokens: 2 }];
+        return postThrough(stack, body, path).then((r) => ({ ...r, model }));
+      }),
+    );
+    for (const r of results) {
+      expect(r.status).toBe(200);
+      expect(servers(r.model)).toContain(r.worker);
+    }
+  });
+
+  it('a body that names no model, or is not JSON, is routed over the whole fleet and answered by a worker', async () => {
+    const plain = async (i: number) => {
+      const res = await fetch(`${stack.url}/tokenize`, {
+        method: 'POST',
+        headers: { 'content-type': 'text/plain' },
+        body: `plain ${i}`,
+      });
+      await res.arrayBuffer();
+      return /worker=([^;]+)/.exec(res.headers.get('x-vllm-router-decision') ?? '')?.[1];
+    };
+    const servedBy = await Promise.all(
+      Array.from({ length: 16 }, (_, i) =>
+        i % 2 === 0
+          ? postThrough(stack, { prompt: `no model ${i}` }, '/tokenize').then((r) => r.worker)
+          : plain(i),
+      ),
+    );
+    // Every one reached a worker (which answered it): the router rejects nothing it does not parse.
+    expect(new Set(servedBy)).toEqual(new Set(stack.sims.map((s) => s.url)));
+  });
+});

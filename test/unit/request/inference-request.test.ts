@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import {
+  bodyModel,
   exceedsDepth,
   inferenceKind,
   parseInferenceRequest,
@@ -210,5 +211,26 @@ describe('exceedsDepth (brackets outside strings)', () => {
       const max = rand(5);
       expect(exceedsDepth(text, max), text).toBe(reference(text, max));
     }
+  });
+});
+
+describe('bodyModel', () => {
+  it.each<[string, string | undefined, string, string | undefined]>([
+    ['an embeddings body', 'application/json', '{"model":"e5","input":["a","b"]}', 'e5'],
+    ['no content type', undefined, '{"input":"x","model":"m"}', 'm'],
+    ['a nested model only', 'application/json', '{"input":{"model":"inner"}}', undefined],
+    ['an empty model', 'application/json', '{"model":""}', undefined],
+    ['a non-string model', 'application/json', '{"model":7}', undefined],
+    ['a form body', 'multipart/form-data; boundary=x', '--x\r\nmodel\r\n', undefined],
+    ['invalid JSON', 'application/json', '{"model":', undefined],
+    ['an array', 'application/json', '[{"model":"m"}]', undefined],
+    ['an empty body', 'application/json', '', undefined],
+  ])('%s -> %s', (_name, contentType, body, model) => {
+    expect(bodyModel(contentType, Buffer.from(body))).toBe(model);
+  });
+
+  it('reads the model of a long body without failing on its size', () => {
+    const body = JSON.stringify({ model: 'e5', input: ['x'.repeat(300_000)] });
+    expect(bodyModel('application/json', Buffer.from(body))).toBe('e5');
   });
 });
