@@ -27,6 +27,7 @@ import { ServiceRegistry } from '../discovery/service-registry.js';
 import { ZmqDiscovery } from '../discovery/zmq-discovery.js';
 import type { Dispatcher } from '../extproc/dispatch.js';
 import { ExtProcServer } from '../extproc/server.js';
+import { modelListAnswer, type ModelListOptions } from '../routing/model-list.js';
 import { breakerStateCode } from '../health/circuit-breaker.js';
 import { withHealth } from '../health/health-dispatcher.js';
 import { prefillHealthOutcome } from '../request/request-end.js';
@@ -471,12 +472,21 @@ function buildDispatcher(c: Base & { prefillClient: PrefillClient | undefined })
   });
 }
 
-function buildGrpcServer({ config, logger, metrics }: Base, dispatcher: Dispatcher): ExtProcServer {
+function buildGrpcServer(
+  { config, logger, metrics, pools, catalog }: Base,
+  dispatcher: Dispatcher,
+): ExtProcServer {
+  const models: ModelListOptions = {
+    memberUrls: () => Array.from(pools.workers(), (w) => w.url),
+    cardsOf: (urls) => catalog.cardsOf(urls),
+    ...(config.workerApiKey !== '' ? { apiKey: config.workerApiKey } : {}),
+  };
   return new ExtProcServer({
     host: config.host,
     port: config.grpcPort,
     logger,
     dispatcher,
+    answer: (method, path, headers) => modelListAnswer(models, method, path, headers),
     maxBodyBytes: config.maxBodyBytes,
     onStreamsChanged: (n) => metrics.streamsActive.set(n),
     onConnectionClose: (reason) => metrics.grpcConnectionCloses.inc({ reason }),

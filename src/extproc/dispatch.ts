@@ -69,6 +69,14 @@ export interface Cancellation {
   readonly signal: AbortSignal;
 }
 
+/** A request the router answers itself, without a worker (the session sends it as JSON). */
+export interface LocalAnswer {
+  readonly status: number;
+  readonly body: unknown;
+  /** The ImmediateResponse's `details` suffix (`vllm_router_<details>`). */
+  readonly details: string;
+}
+
 export interface Dispatcher {
   dispatch(req: RouteRequest, cancel: Cancellation): Dispatch | Promise<Dispatch>;
   /** Route label for metrics. */

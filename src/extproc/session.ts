@@ -28,10 +28,11 @@
  * exactly once.
  */
 import type { Logger } from 'pino';
-import type { Dispatch, Dispatcher, RouteRequest } from './dispatch.js';
+import type { Dispatch, Dispatcher, LocalAnswer, RouteRequest } from './dispatch.js';
 import {
   constantReply,
   errorReply,
+  jsonImmediate,
   requestHeadersReply,
   requestTrailersReply,
   responseHeadersReply,
@@ -74,6 +75,15 @@ export interface SessionDeps {
   readonly logger: Logger;
   readonly maxBodyBytes: number;
   readonly onEnd?: (summary: SessionSummary) => void;
+  /**
+   * A request the router answers itself, without a worker (routing/model-list.ts): asked for every
+   * request that is not an inference request, before it would be dispatched.
+   */
+  readonly answer?: (
+    method: string,
+    path: string,
+    headers: Readonly<Record<string, string>>,
+  ) => LocalAnswer | undefined;
   /** Called when a session ends; used by graceful drain. */
   readonly onClose?: () => void;
 }
@@ -267,6 +277,13 @@ export class Session {
 
   /** Parse, dispatch, and answer the message that completed the request (phase: dispatching). */
   private route_(body: Buffer | undefined, routedOn: 'headers' | 'body'): void | Promise<void> {
+    const local =
+      this.kind === undefined ? this.deps.answer?.(this.method, this.path, this.headers) : undefined;
+    if (local !== undefined) {
+      this.send(jsonImmediate(local.status, local.body, local.details));
+      this.end({ kind: 'answered', status: local.status });
+      return;
+    }
     let result: Dispatch | Promise<Dispatch>;
     try {
       const req: RouteRequest = {

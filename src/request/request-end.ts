@@ -28,6 +28,8 @@
  *   2xx response whose body the router skipped  unwatched(status)               unwatched    success
  *     (extproc/response-body-mode.ts), stream
  *     ended: complete or cut, it cannot tell
+ *   router answered a request for itself (its   answered(status)                answered     -
+ *     fleet's GET /v1/models), no worker asked
  *   the router closing (drain timed out) ended  released(status?)               released     cancelled
  *     a routed stream itself with gRPC OK: Envoy
  *     carries on without it, the response goes on
@@ -58,7 +60,9 @@ export type RequestEnd =
    * response ended: Envoy carries on without it, so the response goes on to the client
    * (extproc/server.ts `close`). `status` if the response headers had come.
    */
-  | { readonly kind: 'released'; readonly status?: number };
+  | { readonly kind: 'released'; readonly status?: number }
+  /** The router answered the request itself, as a worker would (routing/model-list.ts): no worker saw it. */
+  | { readonly kind: 'answered'; readonly status: number };
 
 /** How far routing got when the request ended. */
 export type RoutingStage =
@@ -77,7 +81,8 @@ export type Outcome =
   | 'cancelled' // ended after response headers, before end-of-stream (client abort, upstream reset)
   | 'abandoned' // ended before the router routed it
   | 'unwatched' // 2xx response whose body the router skipped: ended, complete or cut (unknown)
-  | 'released'; // routed, handed back to Envoy by the router closing: the response went on without it
+  | 'released' // routed, handed back to Envoy by the router closing: the response went on without it
+  | 'answered'; // the router answered for the fleet itself (GET /v1/models)
 
 export type HealthOutcome = 'success' | 'server_error' | 'no_response' | 'prefill_failed' | 'cancelled';
 
@@ -97,6 +102,8 @@ export function requestOutcome(end: RequestEnd, stage: RoutingStage): Outcome {
       return 'unwatched';
     case 'released':
       return 'released';
+    case 'answered':
+      return 'answered';
   }
 }
 
@@ -114,6 +121,8 @@ export function healthOutcome(end: RequestEnd): HealthOutcome {
       return end.status >= 500 ? 'server_error' : 'success';
     case 'released':
       return 'cancelled'; // the router let go: says nothing about this worker
+    case 'answered':
+      return 'cancelled'; // no worker was asked (never routed: not fed to any breaker)
   }
 }
 

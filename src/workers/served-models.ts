@@ -31,7 +31,12 @@ export interface ServedModels {
   readonly base: readonly string[];
   /** LoRA adapter name -> the base model it runs on. */
   readonly adapters: ReadonlyMap<string, string>;
+  /** The list's entries as the worker wrote them (a `/v1/models` list only; none from a label). */
+  readonly cards?: readonly ModelCard[];
 }
+
+/** One entry of an OpenAI model list (`id`, `object`, `owned_by`, `root`, `parent`, `max_model_len`, ...). */
+export type ModelCard = Readonly<Record<string, unknown>>;
 
 /** The most entries read from one list (a worker with thousands of adapters is cut, not refused). */
 export const MAX_LISTED_MODELS = 4096;
@@ -55,14 +60,16 @@ export function parseModelList(text: string): ServedModels | undefined {
   if (!Array.isArray(data) || data.length === 0) return undefined; // an empty list says nothing
   const base: string[] = [];
   const adapters = new Map<string, string>();
+  const cards: ModelCard[] = [];
   for (const entry of data.slice(0, MAX_LISTED_MODELS)) {
-    if (typeof entry !== 'object' || entry === null) continue;
+    if (typeof entry !== 'object' || entry === null || Array.isArray(entry)) continue;
     const { id, parent } = entry as { id?: unknown; parent?: unknown };
     if (typeof id !== 'string' || id === '') continue;
+    cards.push(entry as ModelCard);
     if (typeof parent === 'string' && parent !== '' && parent !== id) adapters.set(id, parent);
     else if (!base.includes(id)) base.push(id);
   }
-  return { base, adapters: adapters.size > 0 ? adapters : NO_ADAPTERS };
+  return { base, adapters: adapters.size > 0 ? adapters : NO_ADAPTERS, cards };
 }
 
 interface Entry {
@@ -109,6 +116,22 @@ export class ModelCatalog {
 
   of(url: string): ServedModels | undefined {
     return this.byUrl.get(url)?.view;
+  }
+
+  /**
+   * Every model the workers at `urls` list, one card per id (the first listed wins), in the order met:
+   * the fleet's own model list. Undefined when none of them has a list (only labels, or nothing).
+   */
+  cardsOf(urls: Iterable<string>): ModelCard[] | undefined {
+    const byId = new Map<string, ModelCard>();
+    let listed = false;
+    for (const url of urls) {
+      const cards = this.byUrl.get(url)?.listed?.cards;
+      if (cards === undefined) continue;
+      listed = true;
+      for (const card of cards) if (!byId.has(card.id as string)) byId.set(card.id as string, card);
+    }
+    return listed ? [...byId.values()] : undefined;
   }
 
   /** The current members: forgets the others (departed) and ignores records for them from now on. */

@@ -9,7 +9,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { SimulatorOptions } from '../../src/sim/simulator.js';
 import { postThrough, startStack, type Stack } from '../support/stack.js';
-import { adminJson, expectAllLoadsZero } from '../support/router-fixture.js';
+import { adminJson, expectAllLoadsZero, metricsText } from '../support/router-fixture.js';
 import { waitFor } from '../support/wait-for.js';
 
 let stack: Stack;
@@ -90,5 +90,27 @@ describe('a fleet of two base models with LoRA adapters', () => {
     const r = await complete('mistral', 'hello');
     expect(r.status).toBe(404);
     expect(stack.sims.map((s) => s.url)).toContain(r.servedBy);
+  });
+});
+
+describe("the fleet's model list", () => {
+  it('GET /v1/models lists every model the fleet serves, answered by the router for the fleet', async () => {
+    // Each worker lists only its own models; passed on, the answer would depend on the worker reached.
+    const expected = ['llama', 'llama-chat', 'med-lora', 'qwen', 'sql-lora'];
+    for (let i = 0; i < 4; i++) {
+      const res = await fetch(`${stack.url}/v1/models`);
+      expect(res.status).toBe(200);
+      const body = (await res.json()) as {
+        object: string;
+        data: Array<{ id: string; object: string; parent: string | null }>;
+      };
+      expect(body.object).toBe('list');
+      expect(body.data.map((m) => m.id).sort()).toEqual(expected);
+      expect(body.data.find((m) => m.id === 'sql-lora')?.parent).toBe('llama');
+      expect(body.data.every((m) => m.object === 'model')).toBe(true);
+    }
+    expect(await metricsText(stack.router)).toMatch(
+      /vllm_router_requests_total\{route="other",outcome="answered"\} 4/,
+    );
   });
 });

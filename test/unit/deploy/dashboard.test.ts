@@ -73,7 +73,7 @@ describe('Grafana dashboard', () => {
     ['router cache hit rate', 'vllm_router_cache_misses_total', /vllm_router_cache_hits_total/],
     ['worker cache hit rate', 'vllm:prefix_cache_queries_total', /vllm:prefix_cache_hits_total/],
     ['P/D prefill leg latency', 'vllm_router_pd_prefill_duration_seconds_bucket', /histogram_quantile/],
-    ['errors by outcome', 'vllm_router_requests_total', /outcome!="ok"/],
+    ['errors by outcome', 'vllm_router_requests_total', /outcome!~"ok\|answered"/],
     ['P/D errors', 'vllm_router_pd_errors_total', /error_type/],
     ['discovery events', 'vllm_router_discovery_updates_total', /event/],
     ['rejected registrations', 'vllm_router_discovery_rejected_total', /reason/],

@@ -33,6 +33,15 @@ const unwatched = (status: number): RequestEnd => ({ kind: 'unwatched', status }
 const released = (status?: number): RequestEnd => ({ kind: 'released', status });
 
 const WAYS: Way[] = [
+  // The router answered for the fleet itself (GET /v1/models): no worker was asked.
+  {
+    way: 'answered by the router',
+    end: { kind: 'answered', status: 200 },
+    stage: 'dispatching',
+    outcome: 'answered',
+    health: 'cancelled',
+    failure: false,
+  },
   // The router skipped the response body (mode override): the stream ended, complete or cut.
   {
     way: 'unwatched 200 (body skipped, stream ended)',
@@ -268,6 +277,7 @@ describe('request end: one record, every projection', () => {
       'abandoned',
       'unwatched',
       'released',
+      'answered',
     ];
     expect(new Set(WAYS.map((w) => w.outcome))).toEqual(new Set(all));
   });

@@ -110,6 +110,21 @@ describe('ModelCatalog', () => {
     expect(c.of('http://a')?.base).toEqual(['llama']);
   });
 
+  it("gives the fleet's model list: every listed card once, the first worker's card for an id", () => {
+    const c = new ModelCatalog();
+    c.recordLabel('http://labelled', 'mistral');
+    expect(c.cardsOf(['http://labelled', 'http://unknown'])).toBeUndefined(); // no list: nothing to say
+    c.recordListed('http://a', parseModelList(VLLM_LIST));
+    const qwen = { id: 'qwen', object: 'model', owned_by: 'vllm', root: 'Qwen/Qwen3-8B', parent: null };
+    const other = { ...JSON.parse(VLLM_LIST).data[0], created: 1 }; // llama again, listed later
+    c.recordListed('http://b', parseModelList(JSON.stringify({ object: 'list', data: [other, qwen] })));
+    const cards = c.cardsOf(['http://labelled', 'http://a', 'http://b'])!;
+    expect(cards.map((x) => x.id)).toEqual(['llama', 'llama-chat', 'sql-lora', 'qwen']);
+    expect(cards[0]).toEqual(JSON.parse(VLLM_LIST).data[0]);
+    expect(cards[3]).toEqual(qwen);
+    expect(c.cardsOf(['http://b'])!.map((x) => x.id)).toEqual(['llama', 'qwen']);
+  });
+
   it('forgets departed workers, and a read that ends after one left does not bring it back', () => {
     const c = new ModelCatalog();
     c.recordLabel('http://a', 'x');
