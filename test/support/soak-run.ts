@@ -3,8 +3,8 @@
  * workers, a concurrent streaming load, and faults, for a bounded duration. Shared by `npm run soak` (bench/soak.ts) and the
  * short CI version (test/e2e/soak.test.ts).
  *
- * Load: `concurrency` client loops (default 32) send completions and chat completions through Envoy
- * until the deadline; 70% stream. Each prompt starts with a unique tag (`soak<n>`) so a simulator
+ * Load: `concurrency` client loops (default 32) send completions, chat completions (30%) and Responses
+ * API requests (15%) through Envoy until the deadline; 70% stream. Each prompt starts with a unique tag (`soak<n>`) so a simulator
  * record can be traced back to its client.
  *
  * Faults, per request (seeded PRNG):
@@ -365,7 +365,11 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
     const one = async (n: number): Promise<ClientOutcome> => {
       const tag = `soak${n}`;
       const stream = rand() < 0.7;
-      const chat = rand() < 0.3;
+      // One draw for the kind: chat 30%, Responses API 15% (its body is rewritten: the response id),
+      // completions the rest.
+      const kind = rand();
+      const chat = kind < 0.3;
+      const responses = kind >= 0.85;
       const maxTokens = randomInt(rand, 4, 24);
       const text = `${tag} ${PREFIXES[randomInt(rand, 0, PREFIXES.length - 1)]} question ${rand()}`;
       const headers: Record<string, string> = { 'content-type': 'application/json' };
@@ -392,7 +396,10 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
           : undefined;
       const body = chat
         ? { model: 'sim-model', messages: [{ role: 'user', content: text }], max_tokens: maxTokens, stream }
-        : { model: 'sim-model', prompt: text, max_tokens: maxTokens, stream };
+        : responses
+          ? { model: 'sim-model', input: text, max_output_tokens: maxTokens, stream }
+          : { model: 'sim-model', prompt: text, max_tokens: maxTokens, stream };
+      const path = chat ? '/v1/chat/completions' : responses ? '/v1/responses' : '/v1/completions';
 
       const ac = new AbortController();
       let clientAborted = false;
@@ -419,7 +426,7 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
       counts.sent++;
       inFlight.add(tag);
       try {
-        const res = await fetch(`${url}${chat ? '/v1/chat/completions' : '/v1/completions'}`, {
+        const res = await fetch(`${url}${path}`, {
           method: 'POST',
           headers,
           body: JSON.stringify(body),
@@ -463,7 +470,13 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
           violation(`${tag}: no end after ${SAFETY_TIMEOUT_MS} ms`);
           return 'stuck';
         }
-        const complete = stream ? all.includes('data: [DONE]') : all.includes('"choices"');
+        const complete = responses
+          ? stream
+            ? all.includes('event: response.completed')
+            : completedResponse(all)
+          : stream
+            ? all.includes('data: [DONE]')
+            : all.includes('"choices"');
         if (complete) {
           counts.ok++;
           return 'ok';
@@ -909,10 +922,24 @@ async function silence(f: SoakFleet, w: FleetWorker, ms: number): Promise<void> 
 }
 
 /** The `soak<n>` tag that starts a request's prompt (completions) or first message (chat). */
+/** A whole non-streamed Responses API answer. */
+function completedResponse(text: string): boolean {
+  try {
+    return (JSON.parse(text) as { status?: unknown }).status === 'completed';
+  } catch {
+    return false;
+  }
+}
+
 function tagOf(body: unknown): string | undefined {
   if (typeof body !== 'object' || body === null) return undefined;
-  const b = body as { prompt?: unknown; messages?: Array<{ content?: unknown }> };
-  const text = typeof b.prompt === 'string' ? b.prompt : b.messages?.[0]?.content;
+  const b = body as { prompt?: unknown; input?: unknown; messages?: Array<{ content?: unknown }> };
+  const text =
+    typeof b.prompt === 'string'
+      ? b.prompt
+      : typeof b.input === 'string'
+        ? b.input
+        : b.messages?.[0]?.content;
   if (typeof text !== 'string') return undefined;
   const space = text.indexOf(' ');
   return text.startsWith('soak') && space > 0 ? text.slice(0, space) : undefined;
