@@ -1,5 +1,23 @@
 /** Small HTTP helpers for the simulator tests (undici against a real server on port 0). */
 import { request } from 'undici';
+import { afterEach } from 'vitest';
+import { startSimulator, type Simulator, type SimulatorOptions } from '../../../src/sim/simulator.js';
+
+/**
+ * For a test file's top level: a function that starts a simulator (no delays unless `timeScale` is
+ * given) and closes it after the test that started it.
+ */
+export function simulatorsClosedAfterEach(): (opts?: SimulatorOptions) => Promise<Simulator> {
+  const open: Simulator[] = [];
+  afterEach(async () => {
+    await Promise.all(open.splice(0).map((s) => s.close()));
+  });
+  return async (opts = {}) => {
+    const s = await startSimulator({ timeScale: 0, ...opts });
+    open.push(s);
+    return s;
+  };
+}
 
 export interface JsonResponse {
   status: number;

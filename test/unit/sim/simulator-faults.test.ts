@@ -1,17 +1,15 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { request } from 'undici';
-import { startSimulator, type Simulator, type SimulatorOptions } from '../../../src/sim/simulator.js';
-import { readUntilCut, getText, postJson, postStream, sseEvents } from './sim-test-client.js';
+import {
+  readUntilCut,
+  getText,
+  postJson,
+  postStream,
+  sseEvents,
+  simulatorsClosedAfterEach,
+} from './sim-test-client.js';
 
-const open: Simulator[] = [];
-async function sim(opts: SimulatorOptions = {}): Promise<Simulator> {
-  const s = await startSimulator({ timeScale: 0, ...opts });
-  open.push(s);
-  return s;
-}
-afterEach(async () => {
-  await Promise.all(open.splice(0).map((s) => s.close()));
-});
+const sim = simulatorsClosedAfterEach();
 
 const STREAM = { prompt: 'hello', max_tokens: 5, stream: true };
 const STALL = { timeScale: 1, timing: { overheadMs: 0, prefillMsPerToken: 0, baseItlMs: 600_000 } };

@@ -3,21 +3,13 @@
  * a held response stops at its hold point, stays open (in flight, no end) until release(), then
  * runs to its normal end with every event in order.
  */
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { request } from 'undici';
-import { startSimulator, type Simulator } from '../../../src/sim/simulator.js';
+import { startSimulator } from '../../../src/sim/simulator.js';
 import { Hold, HoldQueue } from '../../../src/sim/stream-hold.js';
-import { sseEvents } from './sim-test-client.js';
+import { sseEvents, simulatorsClosedAfterEach } from './sim-test-client.js';
 
-const open: Simulator[] = [];
-async function sim(): Promise<Simulator> {
-  const s = await startSimulator({ timeScale: 0 });
-  open.push(s);
-  return s;
-}
-afterEach(async () => {
-  await Promise.all(open.splice(0).map((s) => s.close()));
-});
+const sim = simulatorsClosedAfterEach();
 
 function post(url: string, body: unknown, signal?: AbortSignal) {
   return request(url, {

@@ -1,17 +1,8 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { request } from 'undici';
-import { startSimulator, type Simulator, type SimulatorOptions } from '../../../src/sim/simulator.js';
-import { blockPrompt, getText, postJson, postStream } from './sim-test-client.js';
+import { blockPrompt, getText, postJson, postStream, simulatorsClosedAfterEach } from './sim-test-client.js';
 
-const open: Simulator[] = [];
-async function sim(opts: SimulatorOptions = {}): Promise<Simulator> {
-  const s = await startSimulator({ timeScale: 0, ...opts });
-  open.push(s);
-  return s;
-}
-afterEach(async () => {
-  await Promise.all(open.splice(0).map((s) => s.close()));
-});
+const sim = simulatorsClosedAfterEach();
 
 /** Never produces a second token on its own: first token immediately, then a step 10 minutes later. */
 const STALL = { timeScale: 1, timing: { overheadMs: 0, prefillMsPerToken: 0, baseItlMs: 600_000 } };

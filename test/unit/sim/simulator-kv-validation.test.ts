@@ -3,20 +3,12 @@
  * Mooncake fetches remote_bootstrap_addr + "/query" and pulls transfer_id from remote_engine_id; NIXL
  * reads exactly the blocks and engine id the prefill returned. Wrong values fail the request.
  */
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { request } from 'undici';
-import { startSimulator, type Simulator, type SimulatorOptions } from '../../../src/sim/simulator.js';
-import { postJson } from './sim-test-client.js';
+import { type Simulator } from '../../../src/sim/simulator.js';
+import { postJson, simulatorsClosedAfterEach } from './sim-test-client.js';
 
-const open: Simulator[] = [];
-async function sim(opts: SimulatorOptions): Promise<Simulator> {
-  const s = await startSimulator({ timeScale: 0, ...opts });
-  open.push(s);
-  return s;
-}
-afterEach(async () => {
-  await Promise.all(open.splice(0).map((s) => s.close()));
-});
+const sim = simulatorsClosedAfterEach();
 
 const PROMPT = 'the quick brown fox '.repeat(10);
 

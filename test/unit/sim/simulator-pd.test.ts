@@ -1,16 +1,7 @@
-import { afterEach, describe, expect, it } from 'vitest';
-import { startSimulator, type Simulator, type SimulatorOptions } from '../../../src/sim/simulator.js';
-import { blockPrompt, postJson, postStream } from './sim-test-client.js';
+import { describe, expect, it } from 'vitest';
+import { blockPrompt, postJson, postStream, simulatorsClosedAfterEach } from './sim-test-client.js';
 
-const open: Simulator[] = [];
-async function sim(opts: SimulatorOptions = {}): Promise<Simulator> {
-  const s = await startSimulator({ timeScale: 0, ...opts });
-  open.push(s);
-  return s;
-}
-afterEach(async () => {
-  await Promise.all(open.splice(0).map((s) => s.close()));
-});
+const sim = simulatorsClosedAfterEach();
 
 const PROMPT = blockPrompt('pd', 3) + 'question?'; // 48 + 3 = 51 tokens
 const NIXL_PREFILL = {

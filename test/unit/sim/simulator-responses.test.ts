@@ -3,22 +3,14 @@
  * serves it: one chat generation path, vLLM's response and event shapes, the per-process store behind
  * previous_response_id, and the P/D roles.
  */
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { request } from 'undici';
 import OpenAI from 'openai';
-import { startSimulator, type Simulator, type SimulatorOptions } from '../../../src/sim/simulator.js';
+import { type Simulator } from '../../../src/sim/simulator.js';
 import { outputText } from '../../../src/sim/openai-format.js';
-import { readUntilCut, blockPrompt, postJson } from './sim-test-client.js';
+import { readUntilCut, blockPrompt, postJson, simulatorsClosedAfterEach } from './sim-test-client.js';
 
-const open: Simulator[] = [];
-async function sim(opts: SimulatorOptions = {}): Promise<Simulator> {
-  const s = await startSimulator({ timeScale: 0, ...opts });
-  open.push(s);
-  return s;
-}
-afterEach(async () => {
-  await Promise.all(open.splice(0).map((s) => s.close()));
-});
+const sim = simulatorsClosedAfterEach();
 
 interface Usage {
   input_tokens: number;
