@@ -123,6 +123,8 @@ function invalidPrompt(kind: InferenceKind): RouterError {
  * V8's old space, and with it the whole parsed body past every young-generation GC.
  */
 class ParsedInferenceRequest implements InferenceRequest {
+  private asChat: Readonly<Record<string, unknown>> | undefined;
+
   constructor(
     readonly kind: InferenceKind,
     readonly model: string,
@@ -142,8 +144,9 @@ class ParsedInferenceRequest implements InferenceRequest {
 
   get promptBody(): Readonly<Record<string, unknown>> {
     if (this.kind !== 'responses') return this.json;
-    const json = this.json;
-    return { ...json, messages: responsesMessages(json) };
+    // Built once, on the first read (the policies that tokenize), from the joined body.
+    this.asChat ??= { ...this.json, messages: responsesMessages(this.json) };
+    return this.asChat;
   }
 
   get namesFreeResponse(): boolean {
@@ -151,6 +154,7 @@ class ParsedInferenceRequest implements InferenceRequest {
   }
 
   get previousResponseId(): string | undefined {
+    if (this.kind !== 'responses') return undefined;
     const id = this.body.previous_response_id;
     return typeof id === 'string' && id.length > 0 ? id : undefined;
   }
