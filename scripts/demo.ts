@@ -1,6 +1,6 @@
 /**
  * `npm run demo`: Envoy + the router + 4 simulated vLLM workers on loopback, a mixed workload sent
- * through Envoy, and a summary. `npm run demo -- --keep` leaves the stack running until Ctrl-C;
+ * through Envoy, a Responses API conversation chained by previous_response_id, and a summary. `npm run demo -- --keep` leaves the stack running until Ctrl-C;
  * `npm run demo -- --pd` runs prefill/decode disaggregation (2 prefill + 2 decode workers that
  * register over ZMQ like vLLM does).
  */
@@ -40,7 +40,10 @@ async function main(): Promise<void> {
   if (pd) {
     const zmq = router.discoveryEndpoint as string;
     for (const role of ['prefill', 'prefill', 'decode', 'decode'] as const) {
-      sims.push(await startSimulator({ role, timing, register: { zmq, intervalMs: 1000 } }));
+      // Decode workers as vLLM's usual NIXL `kv_both` instances: they serve a request without KV
+      // params whole (a Responses API follow-up, which only the decode worker holding it can build).
+      const kvBoth = role === 'decode';
+      sims.push(await startSimulator({ role, timing, kvBoth, register: { zmq, intervalMs: 1000 } }));
     }
     while (router.pools.prefill.size < 2 || router.pools.decode.size < 2) {
       router.pools.prefill.reconcile();
@@ -95,6 +98,7 @@ async function main(): Promise<void> {
     }),
   );
   const seconds = (performance.now() - started) / 1000;
+  const chain = await responsesChain(base, 4);
   // Loads drop when Envoy closes each ext_proc stream: wait for it (up to 10 s on a busy machine).
   const loadsDeadline = performance.now() + 10_000;
   while (router.workers().some((w) => w.load !== 0) && performance.now() < loadsDeadline)
@@ -103,6 +107,11 @@ async function main(): Promise<void> {
   console.log(`Sent ${total} requests through Envoy in ${seconds.toFixed(2)} s`);
   console.log(`  HTTP status: ${[...statuses].map(([s, n]) => `${s} x${n}`).join(', ')}`);
   console.log(`  Routing decisions: ${[...branches].map(([b, n]) => `${b} x${n}`).join(', ')}`);
+  const holders = new Set(chain.workers);
+  console.log(
+    `  Responses API: ${chain.statuses.length} turns chained by previous_response_id, HTTP ${chain.statuses.join(' ')}, ` +
+      `served by ${holders.size === 1 ? `one worker (${[...holders][0]})` : `${holders.size} workers`}`,
+  );
   console.log('  Per worker (role, url, requests served, load now, prefix-cache hit tokens):');
   for (const w of router.workers()) {
     const sim = sims.find((s) => s.url === w.url && s.role === w.role);
@@ -132,8 +141,42 @@ async function main(): Promise<void> {
     });
   }
   await shutdown();
-  const failed = [...statuses].filter(([s]) => s !== 200).reduce((n, [, c]) => n + c, 0);
+  const failed =
+    [...statuses].filter(([s]) => s !== 200).reduce((n, [, c]) => n + c, 0) +
+    chain.statuses.filter((s) => s !== 200).length;
   process.exit(allZero && failed === 0 ? 0 : 1);
+}
+
+/**
+ * One conversation on the Responses API: each turn names the previous one, so it must reach the worker
+ * that stored it (the router names the worker in the response id). The worker that answered each turn.
+ */
+async function responsesChain(
+  base: string,
+  turns: number,
+): Promise<{ statuses: number[]; workers: string[] }> {
+  const statuses: number[] = [];
+  const workers: string[] = [];
+  let previous: string | undefined;
+  for (let t = 0; t < turns; t++) {
+    const res = await fetch(`${base}/v1/responses`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        model: 'sim-model',
+        instructions: 'You are a concise assistant.',
+        input: `Turn ${t}: and then?`,
+        max_output_tokens: 8,
+        ...(previous !== undefined ? { previous_response_id: previous } : {}),
+      }),
+    });
+    const body = (await res.json().catch(() => ({}))) as { id?: string };
+    statuses.push(res.status);
+    // The decode (or regular) worker: the header's first `worker=`, not `prefill_worker=`.
+    workers.push(/(?:^|; )worker=([^;]+)/.exec(res.headers.get('x-vllm-router-decision') ?? '')?.[1] ?? '?');
+    if (res.status === 200 && typeof body.id === 'string') previous = body.id;
+  }
+  return { statuses, workers };
 }
 
 main().catch((err) => {

@@ -1,7 +1,7 @@
 /**
  * The README's first command, `npm run demo` (scripts/demo.ts): Envoy, the router and simulated vLLM
- * workers on loopback, 48 requests through Envoy, a summary, and exit 0 only when every request got a
- * 200 and every worker's load is back to 0. Run as a user runs it, as a child process, regular and
+ * workers on loopback, 48 requests and a 4-turn Responses API conversation through Envoy, a summary,
+ * and exit 0 only when every request got a 200 and every worker's load is back to 0. Run as a user runs it, as a child process, regular and
  * prefill/decode (`-- --pd`: workers that register over ZMQ). Envoy missing: the demo fails with its
  * install hint, and so does this test.
  */
@@ -43,6 +43,10 @@ describe('npm run demo', () => {
         const { code, output } = await runDemo(args);
         expect(code, output).toBe(0);
         expect(output).toMatch(/HTTP status: 200 x48\n/);
+        // Every turn of the chained Responses API conversation reached the worker holding the last one.
+        expect(output).toMatch(
+          /Responses API: 4 turns chained by previous_response_id, HTTP 200 200 200 200, served by one worker/,
+        );
         expect(output).toContain('All loads back to 0: yes');
       },
       DEMO_LIMIT_MS + 10_000,
