@@ -84,6 +84,16 @@ export async function readUntilCut(
   return { received, cut: false };
 }
 
+/** The kv_transfer_params a router sends with a NIXL prefill leg (what a prefill simulator accepts). */
+export const NIXL_PREFILL = {
+  do_remote_decode: true,
+  do_remote_prefill: false,
+  remote_engine_id: null,
+  remote_block_ids: null,
+  remote_host: null,
+  remote_port: null,
+};
+
 /** A 64-char-block prompt: `n` distinct blocks tagged `tag`. */
 export function blockPrompt(tag: string, n: number): string {
   let out = '';

@@ -1,17 +1,15 @@
 import { describe, expect, it } from 'vitest';
-import { blockPrompt, postJson, postStream, simulatorsClosedAfterEach } from './sim-test-client.js';
+import {
+  blockPrompt,
+  NIXL_PREFILL,
+  postJson,
+  postStream,
+  simulatorsClosedAfterEach,
+} from './sim-test-client.js';
 
 const sim = simulatorsClosedAfterEach();
 
 const PROMPT = blockPrompt('pd', 3) + 'question?'; // 48 + 3 = 51 tokens
-const NIXL_PREFILL = {
-  do_remote_decode: true,
-  do_remote_prefill: false,
-  remote_engine_id: null,
-  remote_block_ids: null,
-  remote_host: null,
-  remote_port: null,
-};
 
 describe('simulator P/D roles', () => {
   it('prefill (nixl) returns kv_transfer_params', async () => {

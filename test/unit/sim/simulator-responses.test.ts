@@ -8,7 +8,13 @@ import { request } from 'undici';
 import OpenAI from 'openai';
 import { type Simulator } from '../../../src/sim/simulator.js';
 import { outputText } from '../../../src/sim/openai-format.js';
-import { readUntilCut, blockPrompt, postJson, simulatorsClosedAfterEach } from './sim-test-client.js';
+import {
+  readUntilCut,
+  blockPrompt,
+  postJson,
+  simulatorsClosedAfterEach,
+  NIXL_PREFILL,
+} from './sim-test-client.js';
 
 const sim = simulatorsClosedAfterEach();
 
@@ -447,14 +453,6 @@ describe('simulator /v1/responses', () => {
 });
 
 describe('simulator /v1/responses P/D roles', () => {
-  const NIXL_PREFILL = {
-    do_remote_decode: true,
-    do_remote_prefill: false,
-    remote_engine_id: null,
-    remote_block_ids: null,
-    remote_host: null,
-    remote_port: null,
-  };
   const INPUT = blockPrompt('pd', 3);
 
   it('a decode worker rejects a responses request without kv_transfer_params as it rejects chat', async () => {
