@@ -120,6 +120,14 @@ export const OPTIONS = [
     default: false,
     help: 'Add x-vllm-router-decision (policy, branch, match rate, worker) to responses.',
   },
+  {
+    group: 'Server',
+    key: 'fallbackEndpoints',
+    flag: 'fallback-endpoints',
+    type: 'int',
+    default: 0,
+    help: "Also name up to this many other workers after the chosen one in x-gateway-destination-endpoint and the envoy.lb metadata (ip:port,ip:port,...: the endpoint-picker protocol's fallback endpoints), for a gateway whose load balancer walks the list on retries (Envoy's override_host policy with a route retry_policy). Keep 0 with an ORIGINAL_DST cluster: it takes one endpoint only. Whatever the setting, a response Envoy reports served elsewhere (envoy.lb x-gateway-destination-endpoint-served) moves the request's load to that worker and counts a failure for the one chosen.",
+  },
   // Workers & discovery
   {
     group: 'Workers and discovery',

@@ -11,6 +11,7 @@ import { RouterBaseError } from './errors.js';
 
 export type { Config };
 import { parseKvEventSettings } from './kv-events/kv-event-config.js';
+import { MAX_FALLBACK_ENDPOINTS } from './routing/fallback-endpoints.js';
 
 /** Invalid settings: startup fails (the CLI exits 2 with the message). */
 export class ConfigError extends RouterBaseError<'invalid_config'> {
@@ -148,6 +149,9 @@ function validate(c: Config): void {
   if (c.cacheThreshold > 1) throw new ConfigError('--cache-threshold must be within [0, 1]');
   if (c.responseBodySample < 1) throw new ConfigError('--response-body-sample must be >= 1');
   if (c.responseBodyWatchMax < 1) throw new ConfigError('--response-body-watch-max must be >= 1');
+  if (c.fallbackEndpoints > MAX_FALLBACK_ENDPOINTS) {
+    throw new ConfigError(`--fallback-endpoints must be <= ${MAX_FALLBACK_ENDPOINTS}`);
+  }
   try {
     parseKvEventSettings(c);
   } catch (err) {

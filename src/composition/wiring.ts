@@ -438,6 +438,7 @@ function buildDispatcher(c: Base & { prefillClient: PrefillClient | undefined })
     observer,
     clock,
     decisionHeader: config.decisionHeader,
+    fallbackEndpoints: config.fallbackEndpoints,
   });
   if (c.prefillClient === undefined) return passthrough;
   return new PdDispatcher({
@@ -490,6 +491,8 @@ function buildGrpcServer(
     maxBodyBytes: config.maxBodyBytes,
     onStreamsChanged: (n) => metrics.streamsActive.set(n),
     onConnectionClose: (reason) => metrics.grpcConnectionCloses.inc({ reason }),
+    onFailover: (routed, _served, adopted) =>
+      metrics.failovers.inc({ worker: routed.url, adopted: adopted ? 'true' : 'false' }),
     onEnd: (s) => {
       metrics.requests.inc({ route: s.route, outcome: s.outcome });
       metrics.requestDuration.observe({ route: s.route, outcome: s.outcome }, s.durationMs / 1000);

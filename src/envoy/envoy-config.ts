@@ -60,7 +60,75 @@ export interface EnvoyRenderOptions {
    * (`hash_balance_factor`) spills a hot opening to the next replica. See PREFIX_KEY_LUA.
    */
   replicaPrefixKey?: boolean;
+  /**
+   * Fallback endpoints (the router's `--fallback-endpoints`): `vllm_workers` becomes a cluster of these
+   * known workers with Envoy's override_host policy on `x-gateway-destination-endpoint` (each attempt
+   * takes the next endpoint of the list), which reports the endpoint that served in the `envoy.lb`
+   * metadata (`x-gateway-destination-endpoint-served`, forwarded to the router), and the route retries
+   * a request a worker refused or reset before answering `retries` times.
+   */
+  fallback?: { workers: Array<{ host: string; port: number }>; retries: number };
 }
+
+/**
+ * A `vllm_workers` cluster of known workers on Envoy's override_host policy (`EnvoyRenderOptions.fallback`;
+ * InferencePool gateways route this way): the host comes from the router's destination header (or
+ * `source`: its `envoy.lb` metadata), one endpoint of the list per attempt, and the endpoint that
+ * served is written back to the `envoy.lb` metadata for the router.
+ */
+export function overrideHostCluster(
+  workers: ReadonlyArray<{ host: string; port: number }>,
+  source: { header: string } | { metadata: Yaml } = { header: 'x-gateway-destination-endpoint' },
+): Yaml {
+  return {
+    type: 'STATIC',
+    load_assignment: {
+      cluster_name: 'vllm_workers',
+      endpoints: [
+        {
+          lb_endpoints: workers.map((w) => ({
+            endpoint: { address: { socket_address: { address: w.host, port_value: w.port } } },
+          })),
+        },
+      ],
+    },
+    load_balancing_policy: {
+      policies: [
+        {
+          typed_extension_config: {
+            name: 'envoy.load_balancing_policies.override_host',
+            typed_config: {
+              '@type':
+                'type.googleapis.com/envoy.extensions.load_balancing_policies.override_host.v3.OverrideHost',
+              override_host_sources: [source],
+              selected_host_key: {
+                key: 'envoy.lb',
+                path: [{ key: 'x-gateway-destination-endpoint-served' }],
+              },
+              // Once the list is used up: Envoy's own choice (the router still moves the load there).
+              fallback_policy: {
+                policies: [
+                  {
+                    typed_extension_config: {
+                      name: 'envoy.load_balancing_policies.least_request',
+                      typed_config: {
+                        '@type':
+                          'type.googleapis.com/envoy.extensions.load_balancing_policies.least_request.v3.LeastRequest',
+                      },
+                    },
+                  },
+                ],
+              },
+            },
+          },
+        },
+      ],
+    },
+  };
+}
+
+/** A retry on another endpoint of the list: the worker refused the connection or reset the request. */
+export const FALLBACK_RETRY_ON = 'connect-failure,refused-stream,reset-before-request';
 
 /** The header the prefix-key Lua filter sets (and the route strips before the worker). */
 export const PREFIX_KEY_HEADER = 'x-vllm-router-prefix-key';
@@ -213,6 +281,21 @@ export function renderEnvoyConfig(opts: EnvoyRenderOptions = {}): string {
         ],
       },
     });
+  }
+  if (opts.fallback) {
+    const i = clusters.findIndex((c) => c.name === 'vllm_workers');
+    const old = clusters[i] as Yaml;
+    delete old.type;
+    delete old.lb_policy;
+    delete old.original_dst_lb_config;
+    clusters[i] = { ...old, ...overrideHostCluster(opts.fallback.workers) };
+    // Envoy's default allows 3 retries in flight per cluster: a worker that dies under load fails
+    // over many requests at once.
+    for (const t of (clusters[i] as Yaml).circuit_breakers.thresholds as Yaml[]) t.max_retries = 1024;
+    const route = (hcm.route_config.virtual_hosts[0].routes as Yaml[])[0] as Yaml;
+    route.route.retry_policy = { retry_on: FALLBACK_RETRY_ON, num_retries: opts.fallback.retries };
+    const metadata = extProc.typed_config.metadata_options as Yaml;
+    metadata.forwarding_namespaces = { untyped: ['envoy.lb'] };
   }
   if (opts.staticUpstream) {
     const workers = clusters.find((c) => c.name === 'vllm_workers') as Yaml;

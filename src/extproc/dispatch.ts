@@ -32,6 +32,11 @@ export interface Dispatch {
   readonly cacheFeedback?: CacheFeedback;
   /** Headers to set on the upstream request (destination, request id, ...). */
   readonly setHeaders: HeaderSet;
+  /**
+   * Workers named after `worker` in the destination list (routing/fallback-endpoints.ts), which the
+   * gateway may serve the request on instead; absent or empty: `worker` alone.
+   */
+  readonly fallbacks?: readonly Worker[];
   /** Replacement request body, when the dispatcher rewrote it. */
   readonly body?: Buffer;
   /** Extra response headers (e.g. the decision header); called once. */
@@ -79,5 +84,11 @@ export interface LocalAnswer {
 
 export interface Dispatcher {
   dispatch(req: RouteRequest, cancel: Cancellation): Dispatch | Promise<Dispatch>;
-  /** Route label for metrics. */
+  /**
+   * The gateway served `from`'s request on `endpoint` instead (a fallback endpoint, or its own load
+   * balancer's choice once the list ran out): a Dispatch holding the request's load on that worker,
+   * or undefined when no worker of the pool has that endpoint. `req` carries the request line and
+   * headers only (the body is gone by then). The caller then finishes `from` (`failed_over`).
+   */
+  adopt?(req: RouteRequest, from: Dispatch, endpoint: string): Dispatch | undefined;
 }

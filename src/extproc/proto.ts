@@ -56,6 +56,15 @@ export type RequestKind =
   | 'request_trailers'
   | 'response_trailers';
 
+/** google.protobuf.Struct as protobufjs decodes it (its bundled well-known types: camelCase fields). */
+export interface DecodedStruct {
+  fields?: Record<string, { stringValue?: string; structValue?: DecodedStruct } | undefined>;
+}
+/** envoy.config.core.v3.Metadata: the namespaces the filter's `forwarding_namespaces` lists. */
+export interface MetadataContext {
+  filter_metadata?: Record<string, DecodedStruct | undefined>;
+}
+
 export interface ProcessingRequest {
   request?: RequestKind;
   request_headers?: HttpHeaders;
@@ -64,6 +73,7 @@ export interface ProcessingRequest {
   response_body?: HttpBody;
   request_trailers?: HttpTrailers;
   response_trailers?: HttpTrailers;
+  metadata_context?: MetadataContext | null;
   observability_mode?: boolean;
   protocol_config?: ProtocolConfiguration;
 }

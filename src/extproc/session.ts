@@ -47,6 +47,7 @@ import {
   type HeaderMap,
   type HttpBody,
   type HttpHeaders,
+  type MetadataContext,
   type ProcessingRequest,
   type ProcessingResponse,
 } from './proto.js';
@@ -55,6 +56,8 @@ import { UNTRUSTED_REQUEST_HEADERS } from './headers.js';
 import { inferenceKind, parseInferenceRequest, type InferenceKind } from '../request/inference-request.js';
 import { RouterError } from '../request/router-error.js';
 import { requestOutcome, type Outcome, type RequestEnd, type RoutingStage } from '../request/request-end.js';
+import type { Worker } from '../workers/worker.js';
+import { servedEndpoint } from './served-endpoint.js';
 
 export type SessionPhase =
   'request_headers' | 'request_body' | 'dispatching' | 'response_headers' | 'response_body' | 'done';
@@ -86,6 +89,11 @@ export interface SessionDeps {
   ) => LocalAnswer | undefined;
   /** Called when a session ends; used by graceful drain. */
   readonly onClose?: () => void;
+  /**
+   * The gateway served the request on `served` instead of the routed worker (served-endpoint.ts);
+   * `adopted`: a worker of the pool has that endpoint and now holds the request's load.
+   */
+  readonly onFailover?: (routed: Worker, served: string, adopted: boolean) => void;
 }
 
 type Stream = ServerCall<ProcessingResponse>;
@@ -117,6 +125,8 @@ export class Session {
   private bodyChunks: Buffer[] = [];
   private bodyBytes = 0;
   private dispatch: Dispatch | undefined;
+  /** A destination was handed to Envoy (the dispatch may since have been replaced, or dropped). */
+  private routedOnce = false;
   private status: number | undefined;
   /** False once the router told Envoy to skip the response body (response-body-mode.ts). */
   private bodyWatched = true;
@@ -214,7 +224,7 @@ export class Session {
     if (msg.request_headers) return this.onRequestHeaders(msg.request_headers);
     if (msg.request_body) return this.onRequestBody(msg.request_body);
     if (msg.request_trailers) return this.onRequestTrailers();
-    if (msg.response_headers) return this.onResponseHeaders(msg.response_headers);
+    if (msg.response_headers) return this.onResponseHeaders(msg.response_headers, msg.metadata_context);
     if (msg.response_body) return this.onResponseBody(msg.response_body);
     if (msg.response_trailers) return this.onResponseTrailers();
   }
@@ -315,6 +325,7 @@ export class Session {
       return;
     }
     this.dispatch = dispatch;
+    this.routedOnce = true;
     dispatch.failure?.catch((err) => this.onLegFailure(err));
     this.advance('dispatching', 'response_headers', 'dispatch');
     const replies =
@@ -333,12 +344,16 @@ export class Session {
     return parseInferenceRequest(this.kind as InferenceKind, this.headers['content-type'], body);
   }
 
-  private onResponseHeaders(h: HttpHeaders): void {
+  private onResponseHeaders(h: HttpHeaders, metadata: MetadataContext | null | undefined): void {
     // Envoy's own local reply before the request was routed (e.g. its 413 above its buffer limit):
     // pass it through unchanged. Nothing was dispatched, so there is no guard to release.
     const from: readonly SessionPhase[] = ['request_headers', 'request_body', 'response_headers'];
     if (!this.advance(from, 'response_body', 'response_headers')) return;
     this.bodyChunks = [];
+    const served = metadata ? servedEndpoint(metadata) : undefined;
+    if (served !== undefined && this.dispatch !== undefined && served !== this.dispatch.worker.endpoint) {
+      this.failOver(this.dispatch, served);
+    }
     const status = Number(headerRecord(h.headers)[':status'] ?? 0);
     this.status = status;
     const d = this.dispatch;
@@ -383,6 +398,28 @@ export class Session {
     if (this.phase === 'response_body' || this.phase === 'response_headers') {
       this.end({ kind: 'response', status: this.status ?? 0 });
     }
+  }
+
+  /**
+   * The gateway served the request on another endpoint than the routed worker's (a fallback of the
+   * destination list, routing/fallback-endpoints.ts): the routed worker refused or reset it. Its
+   * part ends (`failed_over`: its guard released, a failure on its health), and the request goes on
+   * under a dispatch holding its load on the served worker, when the pool has one at that endpoint.
+   */
+  private failOver(routed: Dispatch, served: string): void {
+    const req: RouteRequest = { method: this.method, path: this.path, headers: this.headers };
+    let next: Dispatch | undefined;
+    try {
+      next = this.deps.dispatcher.adopt?.(req, routed, served);
+    } finally {
+      routed.finish({ kind: 'failed_over', served });
+      this.dispatch = next;
+    }
+    this.deps.onFailover?.(routed.worker, served, next !== undefined);
+    this.deps.logger.warn(
+      { worker: routed.worker.url, served, adopted: next !== undefined, path: this.path },
+      'the gateway served the request on another endpoint: the routed worker refused or reset it',
+    );
   }
 
   /** observability_mode: Envoy does not wait for replies; only track the lifecycle. */
@@ -441,8 +478,11 @@ export class Session {
   /** The one cleanup path. */
   private end(how: RequestEnd, err?: RouterError): void {
     if (this.ended) return;
-    const stage: RoutingStage =
-      this.dispatch !== undefined ? 'routed' : this.phase === 'dispatching' ? 'dispatching' : 'unrouted';
+    const stage: RoutingStage = this.routedOnce
+      ? 'routed'
+      : this.phase === 'dispatching'
+        ? 'dispatching'
+        : 'unrouted';
     this.ended = true;
     this.phase = 'done';
     // Only an in-flight dispatch (a prefill leg) listens; abort() builds a DOMException with a stack

@@ -24,6 +24,10 @@ export function withHealth(inner: Dispatcher, health: PassiveHealth, clock: () =
       const d = inner.dispatch(req, cancel);
       return d instanceof Promise ? d.then((x) => recording(x, health, clock)) : recording(d, health, clock);
     },
+    adopt(req: RouteRequest, from: Dispatch, endpoint: string): Dispatch | undefined {
+      const d = inner.adopt?.(req, from, endpoint);
+      return d && recording(d, health, clock);
+    },
   };
 }
 

@@ -92,5 +92,9 @@ export function withModelInFlight(inner: Dispatcher, models: ModelInFlight): Dis
       const d = inner.dispatch(req, cancel);
       return d instanceof Promise ? d.then((x) => track(x, req)) : track(d, req);
     },
+    adopt(req: RouteRequest, from: Dispatch, endpoint: string): Dispatch | undefined {
+      const d = inner.adopt?.(req, from, endpoint);
+      return d && track(d, req);
+    },
   };
 }

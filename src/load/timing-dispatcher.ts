@@ -150,6 +150,10 @@ export function withTiming(
         ? d.then((x) => timed(queued(x, req, l), req, l))
         : timed(queued(d, req, l), req, l);
     },
+    adopt(req: RouteRequest, from: Dispatch, endpoint: string): Dispatch | undefined {
+      const d = inner.adopt?.(req, from, endpoint);
+      return d && timed(queued(d, req, l), req, l);
+    },
   };
 }
 

@@ -45,6 +45,7 @@ export class RouterMetrics {
   readonly discoveryEvents: Counter<'role' | 'event'>;
   readonly discoveryRejected: Counter<'reason'>;
   readonly poolChanges: Counter<'role' | 'change'>;
+  readonly failovers: Counter<'worker' | 'adopted'>;
   readonly pdPrefillRequests: Counter<'worker'>;
   readonly pdDecodeRequests: Counter<'worker'>;
   readonly pdErrors: Counter<'error_type'>;
@@ -224,6 +225,12 @@ export class RouterMetrics {
       name: 'vllm_router_pool_changes_total',
       help: 'Persistent pool membership changes: added, departed, replaced.',
       labelNames: ['role', 'change'] as const,
+      registers,
+    });
+    this.failovers = new Counter({
+      name: 'vllm_router_failovers_total',
+      help: 'Requests the gateway served on another endpoint than the worker chosen (it refused or reset them; a fallback endpoint, --fallback-endpoints, took over), by the worker chosen; adopted="false" when no worker of the pool had the endpoint that served.',
+      labelNames: ['worker', 'adopted'] as const,
       registers,
     });
     this.pdPrefillRequests = new Counter({

@@ -144,6 +144,15 @@ export class PdDispatcher implements Dispatcher {
 
   constructor(private readonly opts: PdDispatcherOptions) {}
 
+  /**
+   * The gateway served a request on another decode worker than the one chosen (its own load
+   * balancer, or a fallback endpoint of a pass-through request): the decode pool's dispatcher moves
+   * the load there. The prefill leg, if any, has ended already.
+   */
+  adopt(req: RouteRequest, from: Dispatch, endpoint: string): Dispatch | undefined {
+    return this.opts.passthrough.adopt?.(req, from, endpoint);
+  }
+
   dispatch(req: RouteRequest, cancel: Cancellation): Dispatch | Promise<Dispatch> {
     const inf = req.inference;
     // A request that continues a stored response needs that response on every worker that builds its
@@ -289,7 +298,7 @@ export class PdDispatcher implements Dispatcher {
       prefill: prefill.decision,
       failure: leg,
       onFinish: (end) => {
-        if (end.kind !== 'response') legAbort.abort();
+        if (cutsLeg(end)) legAbort.abort();
       },
     });
   }
@@ -454,9 +463,9 @@ export class PdDispatcher implements Dispatcher {
         prefill: prefillDecision,
         failure,
         onFinish: (end) => {
-          if (end.kind !== 'response') legAbort.abort();
+          if (cutsLeg(end)) legAbort.abort();
           // A failed decode may mean stale engine ids (a restarted prefill instance): ask again.
-          else if (end.status >= 500) opts.bootstrap?.recheck(prefillWorker);
+          else if (end.kind === 'response' && end.status >= 500) opts.bootstrap?.recheck(prefillWorker);
         },
       },
     );
@@ -568,6 +577,15 @@ export class PdDispatcher implements Dispatcher {
       },
     };
   }
+}
+
+/**
+ * Whether the decode dispatch's end cuts a prefill leg still running beside it: the request is over
+ * before its response ended (cancelled, rejected, ...). Not a response, and not a decode the gateway
+ * served on another endpoint (`failed_over`): the request goes on there.
+ */
+function cutsLeg(end: RequestEnd): boolean {
+  return end.kind !== 'response' && end.kind !== 'failed_over';
 }
 
 function prefillFailure(e: PrefillError, worker: Worker): RouterError {

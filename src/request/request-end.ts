@@ -33,6 +33,11 @@
  *   the router closing (drain timed out) ended  released(status?)               released     cancelled
  *     a routed stream itself with gRPC OK: Envoy
  *     carries on without it, the response goes on
+ *   the gateway served the request on a         failed_over(served)             (no end: the server_error
+ *     fallback endpoint (the routed worker          request goes on, its load
+ *     refused or reset it; routing/fallback-        moves to the served worker)
+ *     endpoints.ts): ends the routed worker's
+ *     part only
  *
  * Health: `success` and the failures (`server_error`, `prefill_failed`) feed the worker's circuit
  * breaker; `cancelled` and `no_response` are neutral (see health/worker-health.ts for why a stream
@@ -62,7 +67,13 @@ export type RequestEnd =
    */
   | { readonly kind: 'released'; readonly status?: number }
   /** The router answered the request itself, as a worker would (routing/model-list.ts): no worker saw it. */
-  | { readonly kind: 'answered'; readonly status: number };
+  | { readonly kind: 'answered'; readonly status: number }
+  /**
+   * Not an end of the request: the gateway reported that another endpoint of the destination list
+   * served it (extproc/served-endpoint.ts). Ends the routed worker's part (its guard, its health: it
+   * refused or reset the request); the request goes on under a dispatch for the served worker.
+   */
+  | { readonly kind: 'failed_over'; readonly served: string };
 
 /** How far routing got when the request ended. */
 export type RoutingStage =
@@ -104,6 +115,8 @@ export function requestOutcome(end: RequestEnd, stage: RoutingStage): Outcome {
       return 'released';
     case 'answered':
       return 'answered';
+    case 'failed_over':
+      return 'no_response'; // never a session's end; for the routed worker: routed, no response
   }
 }
 
@@ -123,6 +136,8 @@ export function healthOutcome(end: RequestEnd): HealthOutcome {
       return 'cancelled'; // the router let go: says nothing about this worker
     case 'answered':
       return 'cancelled'; // no worker was asked (never routed: not fed to any breaker)
+    case 'failed_over':
+      return 'server_error'; // the gateway gave up on this worker before it answered
   }
 }
 

@@ -14,6 +14,9 @@ import { choose, reserve, type RoutingContext, type RoutingObserver } from './se
 import type { Decision } from './policy.js';
 import { describeCost } from './cost-model.js';
 import { followedResponseId, holderToken, responseIdFor, withRequestId } from './response-affinity.js';
+import { destinationList, fallbackWorkers } from './fallback-endpoints.js';
+import { LoadGuard } from '../workers/load-guard.js';
+import type { HeaderSet } from '../extproc/mutations.js';
 
 export interface PoolDispatcherOptions {
   readonly pool: WorkerPool;
@@ -21,6 +24,8 @@ export interface PoolDispatcherOptions {
   readonly clock: () => number;
   /** Add `x-vllm-router-decision` to responses. */
   readonly decisionHeader: boolean;
+  /** Other workers named after the chosen one in the destination list (`--fallback-endpoints`). */
+  readonly fallbackEndpoints?: number;
 }
 
 export class PoolDispatcher implements Dispatcher {
@@ -29,29 +34,72 @@ export class PoolDispatcher implements Dispatcher {
   dispatch(req: RouteRequest): Dispatch {
     const { pool, observer, clock } = this.opts;
     pool.reconcile();
-    const chosen = choose(pool, routingContext(req));
+    const ctx = routingContext(req);
+    const chosen = choose(pool, ctx);
     if (!chosen) throw noWorkers([pool]);
     // Only the decision and the guard outlive this call: the reservation's input holds the prompt
     // and the parsed body, which must not stay reachable for the whole response (a 220 KB prompt
     // would survive young-generation GCs and wait for a full one).
     const { decision, guard, feedback } = reserve(pool, chosen, observer, clock());
-    const decisionHeader = this.opts.decisionHeader;
     const body = namedResponseBody(req, decision.worker);
+    // A body named for the chosen worker (a stored response's id) is no body for another one.
+    const count = body === undefined ? (this.opts.fallbackEndpoints ?? 0) : 0;
+    const fallbacks =
+      count > 0
+        ? fallbackWorkers(
+            pool.candidatesFor(ctx.model),
+            decision.worker,
+            count,
+            decision.cost?.runnerUp?.worker,
+          )
+        : [];
     return {
       worker: decision.worker,
       decision,
       ...(feedback !== undefined ? { cacheFeedback: feedback } : {}),
-      setHeaders: { [DESTINATION_HEADER]: decision.worker.endpoint },
+      setHeaders: { [DESTINATION_HEADER]: destinationList(decision.worker, fallbacks) },
+      ...(fallbacks.length > 0 ? { fallbacks } : {}),
       ...(body !== undefined ? { body } : {}),
-      responseHeaders: decisionHeader
-        ? () => ({ [DECISION_HEADER]: describeDecision(pool.policy.name, decision) })
-        : undefined,
+      responseHeaders: this.decisionReply(decision),
       // Routing reads no response chunk: Envoy may skip the body (extproc/response-body-mode.ts).
       watchResponseBody: readsNoBody,
       finish: () => guard.release(),
     };
   }
+
+  /**
+   * The gateway served the request on `endpoint`, not on the worker this dispatcher chose (a
+   * fallback endpoint, routing/fallback-endpoints.ts): the request's load moves to that worker for the
+   * rest of its response. The policy is not told (it recorded its own choice; a failed worker's
+   * prefix entries go when the worker does). Decision branch `failover`.
+   */
+  adopt(_req: RouteRequest, _from: Dispatch, endpoint: string): Dispatch | undefined {
+    const { pool, observer } = this.opts;
+    const worker = pool.workers.find((w) => w.endpoint === endpoint);
+    if (worker === undefined) return undefined;
+    const guard = new LoadGuard(worker);
+    const decision: Decision = { worker, branch: FAILOVER };
+    observer.decided?.(pool, decision);
+    return {
+      worker,
+      decision,
+      setHeaders: {},
+      responseHeaders: this.decisionReply(decision),
+      watchResponseBody: readsNoBody,
+      finish: () => guard.release(),
+    };
+  }
+
+  private decisionReply(decision: Decision): (() => HeaderSet) | undefined {
+    const policy = this.opts.pool.policy.name;
+    return this.opts.decisionHeader
+      ? () => ({ [DECISION_HEADER]: describeDecision(policy, decision) })
+      : undefined;
+  }
 }
+
+/** The decision branch of a request the gateway served on another endpoint than the one chosen. */
+export const FAILOVER = 'failover';
 
 const readsNoBody = (): boolean => false;
 

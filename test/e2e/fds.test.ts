@@ -33,7 +33,11 @@ import { startStack, type Stack } from '../support/stack.js';
 import { expectAllLoadsZero, metricsText, startTestRouter } from '../support/router-fixture.js';
 import { waitFor } from '../support/wait-for.js';
 import { startEnvoy, findEnvoy } from '../../src/envoy/envoy-process.js';
-import { renderEnvoyConfig, type EnvoyRenderOptions } from '../../src/envoy/envoy-config.js';
+import {
+  overrideHostCluster,
+  renderEnvoyConfig,
+  type EnvoyRenderOptions,
+} from '../../src/envoy/envoy-config.js';
 import { startSimulator, type Simulator } from '../../src/sim/simulator.js';
 import {
   BodySendMode,
@@ -321,7 +325,7 @@ describe('what Envoy 1.40 sends in FDS', () => {
   // Two ways a gateway can follow the router's `envoy.lb` metadata with the header lookup off:
   // ORIGINAL_DST with `metadata_key` (any ip:port), and the override_host load-balancing policy on a
   // cluster of known endpoints (how Istio's InferencePool support does it). The router knows only
-  // worker B; Envoy's override_host cluster holds A and B with a round-robin fallback, so a request
+  // worker B; Envoy's override_host cluster holds A and B with a least-request fallback, so a request
   // that landed on A would prove the metadata was ignored.
   const metadataKey = { key: LB_METADATA_NAMESPACE, path: [{ key: DESTINATION_HEADER }] };
   it.each([
@@ -335,46 +339,11 @@ describe('what Envoy 1.40 sends in FDS', () => {
     ],
     [
       'override_host policy',
-      (a: Simulator, b: Simulator): Yaml => ({
-        type: 'STATIC',
-        load_assignment: {
-          cluster_name: 'vllm_workers',
-          endpoints: [
-            {
-              lb_endpoints: [a, b].map((s) => ({
-                endpoint: { address: { socket_address: { address: '127.0.0.1', port_value: s.port } } },
-              })),
-            },
-          ],
-        },
-        load_balancing_policy: {
-          policies: [
-            {
-              typed_extension_config: {
-                name: 'envoy.load_balancing_policies.override_host',
-                typed_config: {
-                  '@type':
-                    'type.googleapis.com/envoy.extensions.load_balancing_policies.override_host.v3.OverrideHost',
-                  override_host_sources: [{ metadata: metadataKey }],
-                  fallback_policy: {
-                    policies: [
-                      {
-                        typed_extension_config: {
-                          name: 'envoy.load_balancing_policies.round_robin',
-                          typed_config: {
-                            '@type':
-                              'type.googleapis.com/envoy.extensions.load_balancing_policies.round_robin.v3.RoundRobin',
-                          },
-                        },
-                      },
-                    ],
-                  },
-                },
-              },
-            },
-          ],
-        },
-      }),
+      (a: Simulator, b: Simulator): Yaml =>
+        overrideHostCluster(
+          [a, b].map((x) => ({ host: '127.0.0.1', port: x.port })),
+          { metadata: metadataKey },
+        ),
     ],
   ])('routes on the envoy.lb dynamic metadata alone (%s)', async (_name, workersCluster) => {
     const a = await startSimulator({ timeScale: 0 });

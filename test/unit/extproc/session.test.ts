@@ -53,6 +53,7 @@ interface Harness {
   worker: Worker;
   ends: RequestEnd[];
   summaries: SessionSummary[];
+  failovers: Array<{ routed: string; served: string; adopted: boolean }>;
   closes: number;
   signal: () => AbortSignal | undefined;
   /** Lets the chain (and a resolved dispatch) run to completion. */
@@ -60,7 +61,10 @@ interface Harness {
 }
 
 function harness(
-  opts: { dispatch?: (req: RouteRequest, d: () => Dispatch) => Dispatch | Promise<Dispatch> } = {},
+  opts: {
+    dispatch?: (req: RouteRequest, d: () => Dispatch) => Dispatch | Promise<Dispatch>;
+    adopt?: Dispatcher['adopt'];
+  } = {},
 ) {
   const worker = new Worker({
     role: 'regular',
@@ -75,6 +79,7 @@ function harness(
     worker,
     ends: [],
     summaries: [],
+    failovers: [],
     closes: 0,
     signal: () => undefined,
     settle: () => new Promise((resolve) => setImmediate(resolve)),
@@ -96,12 +101,14 @@ function harness(
       h.signal = () => cancel.signal;
       return opts.dispatch ? opts.dispatch(req, makeDispatch) : makeDispatch();
     },
+    ...(opts.adopt ? { adopt: opts.adopt } : {}),
   };
   h.session = new Session(stream as unknown as ServerCall<ProcessingResponse>, {
     dispatcher,
     logger: pino({ level: 'silent' }),
     maxBodyBytes: 10_000,
     onEnd: (s) => h.summaries.push(s),
+    onFailover: (routed, served, adopted) => h.failovers.push({ routed: routed.url, served, adopted }),
     onClose: () => {
       h.closes += 1;
     },
@@ -579,5 +586,97 @@ describe('Session: skipping the response body (mode_override)', () => {
     h.stream.cancel();
     await h.settle();
     expect(h.worker.load).toBe(0);
+  });
+});
+
+/** Response headers with the gateway's `envoy.lb` report of the endpoint that served them. */
+function servedBy(endpoint: string, status = 200): ProcessingRequest {
+  return {
+    ...responseHeaders(status),
+    metadata_context: {
+      filter_metadata: {
+        'envoy.lb': { fields: { 'x-gateway-destination-endpoint-served': { stringValue: endpoint } } },
+      },
+    },
+  };
+}
+
+describe('Session: the gateway served the request on another endpoint (fallback)', () => {
+  const other = new Worker({
+    role: 'regular',
+    url: 'http://10.0.0.2:8000',
+    endpoint: '10.0.0.2:8000',
+    generation: 1,
+  });
+
+  function failingOver() {
+    const adoptedEnds: RequestEnd[] = [];
+    const asked: string[] = [];
+    const h = harness({
+      adopt: (req, from, endpoint) => {
+        asked.push(`${req.method} ${req.path} from ${from.worker.endpoint} to ${endpoint}`);
+        if (endpoint !== other.endpoint) return undefined;
+        const guard = new LoadGuard(other);
+        return {
+          worker: other,
+          decision: { worker: other, branch: 'failover' },
+          setHeaders: {},
+          finish: (end) => {
+            adoptedEnds.push(end);
+            guard.release();
+          },
+        };
+      },
+    });
+    return { h, adoptedEnds, asked };
+  }
+
+  it("ends the routed worker's part as failed_over and holds the load on the served worker to the end", async () => {
+    const { h, adoptedEnds, asked } = failingOver();
+    h.stream.deliver(
+      requestHeaders('POST', '/v1/completions'),
+      requestBody(COMPLETION),
+      servedBy(other.endpoint),
+    );
+    await h.settle();
+    expect(asked).toEqual([`POST /v1/completions from ${h.worker.endpoint} to ${other.endpoint}`]);
+    expect(h.ends).toEqual([{ kind: 'failed_over', served: other.endpoint }]);
+    expect([h.worker.load, other.load]).toEqual([0, 1]);
+    expect(h.failovers).toEqual([{ routed: h.worker.url, served: other.endpoint, adopted: true }]);
+    h.stream.deliver(responseBody('data: [DONE]\n\n', true));
+    await h.settle();
+    expect(adoptedEnds).toEqual([{ kind: 'response', status: 200 }]);
+    expect(h.summaries.map((x) => [x.outcome, x.worker])).toEqual([['ok', other.url]]);
+    expect([h.worker.load, other.load]).toEqual([0, 0]);
+  });
+
+  it('the same endpoint as routed changes nothing', async () => {
+    const { h, asked } = failingOver();
+    h.stream.deliver(
+      requestHeaders('POST', '/v1/completions'),
+      requestBody(COMPLETION),
+      servedBy(h.worker.endpoint),
+    );
+    h.stream.deliver(responseBody('data: [DONE]\n\n', true));
+    await h.settle();
+    expect(asked).toEqual([]);
+    expect(h.ends).toEqual([{ kind: 'response', status: 200 }]);
+    expect(h.failovers).toEqual([]);
+  });
+
+  it('an endpoint no worker has: the routed part still ends; the response is routed, with no load to hold', async () => {
+    const { h } = failingOver();
+    h.stream.deliver(
+      requestHeaders('POST', '/v1/completions'),
+      requestBody(COMPLETION),
+      servedBy('10.9.9.9:1'),
+    );
+    await h.settle();
+    expect(h.ends).toEqual([{ kind: 'failed_over', served: '10.9.9.9:1' }]);
+    expect(h.failovers).toEqual([{ routed: h.worker.url, served: '10.9.9.9:1', adopted: false }]);
+    h.stream.cancel();
+    await h.settle();
+    expect(h.summaries.map((x) => x.outcome)).toEqual(['cancelled']);
+    expect([h.worker.load, other.load]).toEqual([0, 0]);
   });
 });

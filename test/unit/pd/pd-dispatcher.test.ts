@@ -302,6 +302,26 @@ describe('PdDispatcher: concurrent', () => {
     await expect(d.failure).rejects.toMatchObject({ code: 'client_cancelled' });
     expect(s.loads()).toEqual({ prefill: [0], decode: [0] });
   });
+
+  it('a decode the gateway served on another decode worker keeps the leg; the load moves there', async () => {
+    const s = setup({ mode: 'concurrent', prefill: 1, decode: 2 });
+    const d = s.dispatcher.dispatch(REQ, new AbortController()) as Dispatch;
+    const call = await s.client.call(1);
+    const other = s.decodePool.workers.find((w) => w !== d.worker) as Worker;
+    const req = { method: 'POST', path: '/v1/completions', headers: {} };
+    const adopted = s.dispatcher.adopt(req, d, other.endpoint) as Dispatch;
+    d.finish({ kind: 'failed_over', served: other.endpoint });
+    expect(call.signal.aborted).toBe(false);
+    expect(adopted.worker).toBe(other);
+    expect(s.loads()).toEqual({
+      prefill: [1],
+      decode: s.decodePool.workers.map((w) => (w === other ? 1 : 0)),
+    });
+    call.resolve(OK);
+    await d.failure;
+    adopted.finish({ kind: 'response', status: 200 });
+    expect(s.loads()).toEqual({ prefill: [0], decode: [0, 0] });
+  });
 });
 
 describe('PdDispatcher: sidecar', () => {

@@ -33,6 +33,16 @@ const unwatched = (status: number): RequestEnd => ({ kind: 'unwatched', status }
 const released = (status?: number): RequestEnd => ({ kind: 'released', status });
 
 const WAYS: Way[] = [
+  // The gateway served the request on a fallback endpoint: the routed worker's part ends (it refused
+  // or reset the request); the request itself goes on under the served worker.
+  {
+    way: "failed over (the routed worker's part)",
+    end: { kind: 'failed_over', served: '10.0.0.2:8000' },
+    stage: 'routed',
+    outcome: 'no_response',
+    health: 'server_error',
+    failure: true,
+  },
   // The router answered for the fleet itself (GET /v1/models): no worker was asked.
   {
     way: 'answered by the router',
