@@ -22,6 +22,11 @@ export interface RouteRequest {
   readonly inference?: InferenceRequest;
   /** The raw request body, when there was one. */
   readonly body?: Buffer;
+  /**
+   * The endpoints the gateway allows for this request (the endpoint-picker protocol's subset hint,
+   * extproc/lb-metadata.ts): the worker Envoy is sent to must be one of them. Absent: any.
+   */
+  readonly subset?: ReadonlySet<string>;
 }
 
 export interface Dispatch {

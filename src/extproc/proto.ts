@@ -58,7 +58,13 @@ export type RequestKind =
 
 /** google.protobuf.Struct as protobufjs decodes it (its bundled well-known types: camelCase fields). */
 export interface DecodedStruct {
-  fields?: Record<string, { stringValue?: string; structValue?: DecodedStruct } | undefined>;
+  fields?: Record<string, DecodedValue | undefined>;
+}
+/** google.protobuf.Value as protobufjs decodes it (only the kinds the router reads). */
+export interface DecodedValue {
+  stringValue?: string;
+  structValue?: DecodedStruct;
+  listValue?: { values?: Array<DecodedValue | undefined> };
 }
 /** envoy.config.core.v3.Metadata: the namespaces the filter's `forwarding_namespaces` lists. */
 export interface MetadataContext {

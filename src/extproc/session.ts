@@ -57,7 +57,7 @@ import { inferenceKind, parseInferenceRequest, type InferenceKind } from '../req
 import { RouterError } from '../request/router-error.js';
 import { requestOutcome, type Outcome, type RequestEnd, type RoutingStage } from '../request/request-end.js';
 import type { Worker } from '../workers/worker.js';
-import { servedEndpoint } from './served-endpoint.js';
+import { endpointSubset, servedEndpoint } from './lb-metadata.js';
 
 export type SessionPhase =
   'request_headers' | 'request_body' | 'dispatching' | 'response_headers' | 'response_body' | 'done';
@@ -90,7 +90,7 @@ export interface SessionDeps {
   /** Called when a session ends; used by graceful drain. */
   readonly onClose?: () => void;
   /**
-   * The gateway served the request on `served` instead of the routed worker (served-endpoint.ts);
+   * The gateway served the request on `served` instead of the routed worker (lb-metadata.ts);
    * `adopted`: a worker of the pool has that endpoint and now holds the request's load.
    */
   readonly onFailover?: (routed: Worker, served: string, adopted: boolean) => void;
@@ -122,6 +122,8 @@ export class Session {
   private route = 'other';
   private kind: InferenceKind | undefined;
   private headers: Record<string, string> = {};
+  /** The gateway's endpoint subset for this request, when it sent one (lb-metadata.ts). */
+  private subset: ReadonlySet<string> | undefined;
   private bodyChunks: Buffer[] = [];
   private bodyBytes = 0;
   private dispatch: Dispatch | undefined;
@@ -221,7 +223,10 @@ export class Session {
       this.responseMode = msg.protocol_config.response_body_mode === fds ? 'full_duplex' : 'per_message';
     }
     if (msg.observability_mode) return this.observe(msg);
-    if (msg.request_headers) return this.onRequestHeaders(msg.request_headers);
+    if (msg.request_headers) {
+      if (msg.metadata_context) this.subset = endpointSubset(msg.metadata_context);
+      return this.onRequestHeaders(msg.request_headers);
+    }
     if (msg.request_body) return this.onRequestBody(msg.request_body);
     if (msg.request_trailers) return this.onRequestTrailers();
     if (msg.response_headers) return this.onResponseHeaders(msg.response_headers, msg.metadata_context);
@@ -302,6 +307,7 @@ export class Session {
         headers: this.headers,
         body,
         inference: this.kind && routedOn === 'body' ? this.parse(body as Buffer) : undefined,
+        ...(this.subset !== undefined ? { subset: this.subset } : {}),
       };
       if (this.kind && routedOn === 'headers') {
         throw new RouterError('invalid_body', 400, `${this.path} needs a JSON request body`);

@@ -46,6 +46,7 @@ import {
   describeDecision,
   namedResponseBody,
   noWorkers,
+  outsideSubset,
   routingContext,
 } from '../routing/pool-dispatcher.js';
 import { responseIdFor } from '../routing/response-affinity.js';
@@ -168,6 +169,7 @@ export class PdDispatcher implements Dispatcher {
     const d = choose(decodePool, ctx);
     if (!p || !d) {
       this.opts.pd?.error?.('no_workers');
+      if (p && req.subset !== undefined) throw outsideSubset(decodePool, req.subset);
       throw noWorkers([prefillPool, decodePool]);
     }
     const mode = this.modeFor(p.decision.worker);

@@ -70,7 +70,7 @@ export type RequestEnd =
   | { readonly kind: 'answered'; readonly status: number }
   /**
    * Not an end of the request: the gateway reported that another endpoint of the destination list
-   * served it (extproc/served-endpoint.ts). Ends the routed worker's part (its guard, its health: it
+   * served it (extproc/lb-metadata.ts). Ends the routed worker's part (its guard, its health: it
    * refused or reset the request); the request goes on under a dispatch for the served worker.
    */
   | { readonly kind: 'failed_over'; readonly served: string };

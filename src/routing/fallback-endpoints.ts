@@ -4,7 +4,7 @@
  * list on retries (Envoy's `override_host` policy: each attempt takes the next endpoint) sends a
  * request the chosen worker could not take (refused connection, reset) to the next one, instead of
  * answering the client with a 503. The router learns which endpoint served from the response's
- * `envoy.lb` metadata (extproc/served-endpoint.ts) and moves the request's load there.
+ * `envoy.lb` metadata (extproc/lb-metadata.ts) and moves the request's load there.
  *
  * Which workers: the cost model's runner-up when it scored one (the next best place for this very
  * prompt), then the least loaded of the other candidates by (load, processed, index), the order every

@@ -10,7 +10,7 @@ import { bodyModel, type InferenceRequest } from '../request/inference-request.j
 import type { RoutingText } from '../util/piece-text.js';
 import type { WorkerPool } from '../workers/worker-pool.js';
 import type { Worker } from '../workers/worker.js';
-import { choose, reserve, type RoutingContext, type RoutingObserver } from './selector.js';
+import { candidates, choose, reserve, type RoutingContext, type RoutingObserver } from './selector.js';
 import type { Decision } from './policy.js';
 import { describeCost } from './cost-model.js';
 import { followedResponseId, holderToken, responseIdFor, withRequestId } from './response-affinity.js';
@@ -36,7 +36,7 @@ export class PoolDispatcher implements Dispatcher {
     pool.reconcile();
     const ctx = routingContext(req);
     const chosen = choose(pool, ctx);
-    if (!chosen) throw noWorkers([pool]);
+    if (!chosen) throw req.subset !== undefined ? outsideSubset(pool, req.subset) : noWorkers([pool]);
     // Only the decision and the guard outlive this call: the reservation's input holds the prompt
     // and the parsed body, which must not stay reachable for the whole response (a 220 KB prompt
     // would survive young-generation GCs and wait for a full one).
@@ -46,12 +46,7 @@ export class PoolDispatcher implements Dispatcher {
     const count = body === undefined ? (this.opts.fallbackEndpoints ?? 0) : 0;
     const fallbacks =
       count > 0
-        ? fallbackWorkers(
-            pool.candidatesFor(ctx.model),
-            decision.worker,
-            count,
-            decision.cost?.runnerUp?.worker,
-          )
+        ? fallbackWorkers(candidates(pool, ctx), decision.worker, count, decision.cost?.runnerUp?.worker)
         : [];
     return {
       worker: decision.worker,
@@ -121,11 +116,15 @@ export function routingContext(req: RouteRequest): RoutingContext {
   const inf = req.inference;
   const followed = followedResponseId(req.path, inf?.previousResponseId);
   const holder = followed !== undefined ? holderToken(followed) : undefined;
-  if (inf) return new InferenceRoutingContext(inf, req.headers, holder);
+  if (inf) return new InferenceRoutingContext(inf, req.headers, holder, req.subset);
   const model = req.body !== undefined ? (bodyModel(req.headers['content-type'], req.body) ?? '') : '';
-  return holder !== undefined
-    ? { model, text: '', headers: req.headers, holder }
-    : { model, text: '', headers: req.headers };
+  return {
+    model,
+    text: '',
+    headers: req.headers,
+    ...(holder !== undefined ? { holder } : {}),
+    ...(req.subset !== undefined ? { subset: req.subset } : {}),
+  };
 }
 
 /**
@@ -140,6 +139,7 @@ class InferenceRoutingContext implements RoutingContext {
     private readonly inf: InferenceRequest,
     readonly headers: Readonly<Record<string, string>>,
     readonly holder: string | undefined,
+    readonly subset: ReadonlySet<string> | undefined,
   ) {
     this.model = inf.model;
     this.text = inf.text;
@@ -148,6 +148,17 @@ class InferenceRoutingContext implements RoutingContext {
   get body(): Readonly<Record<string, unknown>> {
     return this.inf.promptBody;
   }
+}
+
+/** 503 for a request none of whose allowed endpoints (the gateway's subset) is a selectable worker. */
+export function outsideSubset(pool: WorkerPool, subset: ReadonlySet<string>): RouterError {
+  return new RouterError(
+    'no_workers',
+    503,
+    `No workers available: none of the ${pool.candidates().length} selectable ${pool.role} workers is ` +
+      `among the ${subset.size} endpoints the gateway allows (x-gateway-destination-endpoint-subset)`,
+    'service_unavailable',
+  );
 }
 
 /** 503 naming every needed pool's size (and how many are selectable, when some are not). */

@@ -20,6 +20,11 @@ export interface RoutingContext {
    * when that worker is a candidate, it is the only one, and the decision's branch says so.
    */
   readonly holder?: string;
+  /**
+   * The endpoints the gateway allows (RouteRequest.subset): regular and decode workers outside it are
+   * not candidates. A prefill leg is the router's own request, not the gateway's: prefill pools ignore it.
+   */
+  readonly subset?: ReadonlySet<string>;
 }
 
 export interface RoutingObserver {
@@ -42,8 +47,7 @@ export function choose(
   ctx: RoutingContext,
   exclude?: ReadonlySet<Worker>,
 ): Chosen | undefined {
-  let workers = pool.candidatesFor(ctx.model);
-  if (exclude && exclude.size > 0) workers = workers.filter((w) => !exclude.has(w));
+  const workers = candidates(pool, ctx, exclude);
   if (workers.length === 0) return undefined;
   const holder = ctx.holder !== undefined ? holderAmong(workers, ctx.holder) : undefined;
   if (holder !== undefined) {
@@ -53,6 +57,20 @@ export function choose(
   }
   const input = new Selection(workers, ctx);
   return { decision: pool.policy.select(input), input };
+}
+
+/** The workers a request may go to in this pool: serving its model, healthy, allowed, not excluded. */
+export function candidates(
+  pool: WorkerPool,
+  ctx: RoutingContext,
+  exclude?: ReadonlySet<Worker>,
+): readonly Worker[] {
+  let workers = pool.candidatesFor(ctx.model);
+  if (exclude && exclude.size > 0) workers = workers.filter((w) => !exclude.has(w));
+  const subset = ctx.subset;
+  if (subset !== undefined && pool.role !== 'prefill')
+    workers = workers.filter((w) => subset.has(w.endpoint));
+  return workers;
 }
 
 /** The decision branch of a request sent to the worker holding the response it follows. */

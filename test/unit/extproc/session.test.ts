@@ -680,3 +680,46 @@ describe('Session: the gateway served the request on another endpoint (fallback)
     expect([h.worker.load, other.load]).toEqual([0, 0]);
   });
 });
+
+describe("Session: the gateway's endpoint subset", () => {
+  it('is read from the request headers message and handed to the dispatcher', async () => {
+    const seen: Array<ReadonlySet<string> | undefined> = [];
+    const h = harness({
+      dispatch: (req, d) => {
+        seen.push(req.subset);
+        return d();
+      },
+    });
+    const first: ProcessingRequest = {
+      ...requestHeaders('POST', '/v1/completions'),
+      metadata_context: {
+        filter_metadata: {
+          'envoy.lb.subset_hint': {
+            fields: {
+              'x-gateway-destination-endpoint-subset': {
+                listValue: { values: [{ stringValue: h.worker.endpoint }, { stringValue: '10.0.0.9:8000' }] },
+              },
+            },
+          },
+        },
+      },
+    };
+    h.stream.deliver(first, requestBody(COMPLETION), responseHeaders(200, true));
+    await h.settle();
+    expect(seen).toEqual([new Set([h.worker.endpoint, '10.0.0.9:8000'])]);
+    // Without one, the dispatcher is told nothing.
+    const plain = harness({
+      dispatch: (req, d) => {
+        seen.push(req.subset);
+        return d();
+      },
+    });
+    plain.stream.deliver(requestHeaders('POST', '/v1/completions'), requestBody(COMPLETION));
+    await plain.settle();
+    expect(seen).toHaveLength(2);
+    expect(seen[1]).toBeUndefined();
+    plain.stream.cancel();
+    await plain.settle();
+    expect([h.worker.load, plain.worker.load]).toEqual([0, 0]);
+  });
+});

@@ -395,3 +395,27 @@ describe('PdDispatcher: an open decode response does not keep the request alive'
     expect(s.loads()).toEqual({ prefill: [0], decode: [0] });
   });
 });
+
+describe("PdDispatcher: the gateway's endpoint subset", () => {
+  it('narrows the decode workers, never the prefill leg; none allowed is a 503 that says so', async () => {
+    const s = setup({ mode: 'concurrent', prefill: 1, decode: 2 });
+    const allowed = s.decodePool.workers[1] as Worker;
+    for (let n = 0; n < 3; n++) {
+      const d = s.dispatcher.dispatch({ ...REQ, subset: new Set([allowed.endpoint]) }, new AbortController());
+      const call = await s.client.call(n + 1);
+      expect((d as Dispatch).worker).toBe(allowed);
+      call.resolve(OK);
+      await (d as Dispatch).failure;
+      (d as Dispatch).finish({ kind: 'response', status: 200 });
+    }
+    expect(() =>
+      s.dispatcher.dispatch({ ...REQ, subset: new Set(['10.9.9.9:1']) }, new AbortController()),
+    ).toThrow(
+      expect.objectContaining({
+        status: 503,
+        message: expect.stringContaining('endpoints the gateway allows'),
+      }),
+    );
+    expect(s.loads()).toEqual({ prefill: [0], decode: [0, 0] });
+  });
+});

@@ -143,3 +143,36 @@ describe('PoolDispatcher with fallback endpoints', () => {
     expect(s.dispatcher.adopt(req, routed, '10.9.9.9:1')).toBeUndefined();
   });
 });
+
+describe("PoolDispatcher with the gateway's endpoint subset", () => {
+  const withSubset = (req: RouteRequest, subset: string[]): RouteRequest => ({
+    ...req,
+    subset: new Set(subset),
+  });
+
+  it('chooses among the allowed endpoints only, and names fallbacks among them', () => {
+    const s = setup(2);
+    const allowed = ['10.0.0.1:8001', '10.0.0.1:8002'];
+    for (let n = 0; n < 4; n++) {
+      const d = s.dispatcher.dispatch(withSubset(s.completion(), allowed));
+      expect(allowed).toContain(d.worker.endpoint);
+      expect(d.setHeaders[DESTINATION_HEADER]?.split(',').sort()).toEqual(allowed);
+      d.finish({ kind: 'response', status: 200 });
+    }
+    expect(s.pool.workers.find((w) => w.endpoint === '10.0.0.1:8000')?.processed).toBe(0);
+  });
+
+  it('a subset with no selectable worker is a JSON 503 that says so', () => {
+    const s = setup(0);
+    for (const subset of [['10.9.9.9:1'], []]) {
+      expect(() => s.dispatcher.dispatch(withSubset(s.completion(), subset))).toThrow(
+        expect.objectContaining({
+          status: 503,
+          code: 'no_workers',
+          message: expect.stringContaining('x-gateway-destination-endpoint-subset'),
+        }),
+      );
+    }
+    expect(loads(s)).toEqual([0, 0, 0]);
+  });
+});

@@ -1,13 +1,18 @@
 /**
- * Fallback endpoints through real Envoy: the router names a second worker after the chosen one
- * (`--fallback-endpoints 1`), Envoy's override_host policy walks that list on a retry, and reports the
- * endpoint that served in the `envoy.lb` metadata, which moves the request's load to it.
+ * The endpoint-picker protocol's metadata from the data plane, through real Envoy 1.40:
  *
- * One of the two workers the router knows is dead (its port refuses connections) and the router
- * does not know it yet (no health checks, no scrapes), as in the seconds after a worker crashes.
+ * - Fallback endpoints: the router names a second worker after the chosen one
+ *   (`--fallback-endpoints 1`), Envoy's override_host policy walks that list on a retry, and reports
+ *   the endpoint that served in the `envoy.lb` metadata, which moves the request's load to it. One of
+ *   the two workers the router knows is dead (its port refuses connections) and the router does not
+ *   know it yet (no health checks, no scrapes), as in the seconds after a worker crashes.
+ * - The endpoint subset: a filter before ext_proc sets `envoy.lb.subset_hint`, and the router
+ *   chooses among those endpoints only.
  */
 import { afterEach, describe, expect, it } from 'vitest';
+import { parse, stringify } from 'yaml';
 import { startEnvoy, type EnvoyHandle } from '../../src/envoy/envoy-process.js';
+import { renderEnvoyConfig } from '../../src/envoy/envoy-config.js';
 import type { Router } from '../../src/router.js';
 import { startSimulator, type Simulator } from '../../src/sim/simulator.js';
 import { expectAllLoadsZero, metricsText, startTestRouter } from '../support/router-fixture.js';
@@ -16,12 +21,14 @@ import { freePort } from '../support/free-ports.js';
 let envoy: EnvoyHandle | undefined;
 let router: Router | undefined;
 let live: Simulator | undefined;
+let extra: Simulator | undefined;
 
 afterEach(async () => {
   await envoy?.close();
   await router?.close();
   await live?.close();
-  envoy = router = live = undefined;
+  await extra?.close();
+  envoy = router = live = extra = undefined;
 });
 
 async function stack(
@@ -145,3 +152,61 @@ function workerOf(decision: string): string {
 function branchOf(decision: string): string {
   return /branch=([^;\s]+)/.exec(decision)?.[1] ?? '';
 }
+
+describe("the gateway's endpoint subset (envoy.lb.subset_hint, real Envoy)", () => {
+  type Yaml = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+
+  /** Envoy with a set_metadata filter before ext_proc that allows `subset` only. */
+  async function withSubset(routerPort: number, subset: string[]): Promise<string> {
+    const doc = parse(renderEnvoyConfig({ routers: [{ host: '127.0.0.1', port: routerPort }] })) as Yaml;
+    const hcm = doc.static_resources.listeners[0].filter_chains[0].filters[0].typed_config as Yaml;
+    const filters = hcm.http_filters as Yaml[];
+    const extProc = filters.find((f) => f.name === 'envoy.filters.http.ext_proc') as Yaml;
+    extProc.typed_config.metadata_options.forwarding_namespaces = { untyped: ['envoy.lb.subset_hint'] };
+    filters.splice(filters.indexOf(extProc), 0, {
+      name: 'envoy.filters.http.set_metadata',
+      typed_config: {
+        '@type': 'type.googleapis.com/envoy.extensions.filters.http.set_metadata.v3.Config',
+        metadata: [
+          {
+            metadata_namespace: 'envoy.lb.subset_hint',
+            value: { 'x-gateway-destination-endpoint-subset': subset },
+          },
+        ],
+      },
+    });
+    envoy = await startEnvoy({ config: stringify(doc) });
+    return `http://127.0.0.1:${envoy.listenerPort}`;
+  }
+
+  it('every request goes to a worker of the subset; a subset with none of them gets a JSON 503', async () => {
+    live = await startSimulator({ timeScale: 0 });
+    extra = await startSimulator({ timeScale: 0 });
+    router = await startTestRouter({ workers: [live.url, extra.url], policy: 'round_robin' });
+    const url = await withSubset(router.grpcPort, [`127.0.0.1:${extra.port}`]);
+    for (let n = 0; n < 4; n++) {
+      const res = await fetch(`${url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'sim-model', prompt: `subset ${n}`, max_tokens: 2 }),
+      });
+      expect(res.status, await res.text()).toBe(200);
+    }
+    expect([live.records.length, extra.records.length]).toEqual([0, 4]);
+    await expectAllLoadsZero(router);
+    await envoy?.close();
+
+    const none = await withSubset(router.grpcPort, ['10.255.255.1:8000']);
+    const res = await fetch(`${none}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'sim-model', prompt: 'outside', max_tokens: 2 }),
+    });
+    expect(res.status).toBe(503);
+    const body = (await res.json()) as { error: { code: string; message: string } };
+    expect(body.error.code).toBe('no_workers');
+    expect(body.error.message).toContain('x-gateway-destination-endpoint-subset');
+    expect([live.records.length, extra.records.length]).toEqual([0, 4]);
+    await expectAllLoadsZero(router);
+  });
+});
