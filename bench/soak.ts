@@ -1,6 +1,6 @@
 /**
  * `npm run soak -- [--duration-s 120] [--mode regular|pd|both] [--concurrency 32] [--seed 7] [--kv-events]
- *   [--replicas N [--fail-open]]`
+ *   [--replicas N [--fail-open]] [--fallback]`
  *
  * Each mode runs for --duration-s (so `both`, the default, takes about twice that).
  *
@@ -14,6 +14,8 @@
  * `--replicas N` (N >= 2): N router replicas as child processes behind Envoy (health
  * checks, session affinity), and a replica chaos that crashes (SIGKILL) or drains (SIGTERM) one every
  * 4 s and starts it again; `--fail-open` renders Envoy with `failure_mode_allow` and its fallback.
+ * `--fallback`: regular mode with fallback endpoints (Envoy's override_host policy, one retry, the
+ * router's `--fallback-endpoints 1`); the summary counts the failovers.
  */
 import { parseArgs } from 'node:util';
 import { runSoak, soakViolations } from '../test/support/soak-run.js';
@@ -29,14 +31,16 @@ const { values } = parseArgs({
     'kv-events': { type: 'boolean', default: false },
     replicas: { type: 'string', default: '1' },
     'fail-open': { type: 'boolean', default: false },
+    fallback: { type: 'boolean', default: false },
   },
 });
 const replicas = Number(values.replicas);
 const durationS = Number(values['duration-s']);
 const modes = values.mode === 'both' ? (['regular', 'pd'] as const) : [values.mode as 'regular' | 'pd'];
-if (!(durationS > 0) || !(replicas >= 1) || modes.some((m) => m !== 'regular' && m !== 'pd')) {
+const badFallback = values.fallback && modes.some((m) => m !== 'regular');
+if (!(durationS > 0) || !(replicas >= 1) || modes.some((m) => m !== 'regular' && m !== 'pd') || badFallback) {
   process.stderr.write(
-    'usage: npm run soak -- [--duration-s N] [--mode regular|pd|both] [--kv-events] [--replicas N [--fail-open]]\n',
+    'usage: npm run soak -- [--duration-s N] [--mode regular|pd|both] [--kv-events] [--replicas N [--fail-open]] [--fallback (with --mode regular)]\n',
   );
   process.exit(2);
 }
@@ -62,6 +66,7 @@ for (const mode of modes) {
     kvEvents: values['kv-events'],
     replicas,
     failOpen: values['fail-open'],
+    fallback: values.fallback,
     log: (line) => process.stderr.write(`  ${mode} ${line}\n`),
   });
   const violations = soakViolations(summary, {

@@ -6,6 +6,8 @@
  * state, never on durations. The third run routes on KV events (exact mode) through the same chaos:
  * killed publishers, restarts on the same endpoints, re-registrations as new generations; once the
  * fleet is quiet, the router's index of every worker must hold exactly as many blocks as its cache.
+ * The fourth names a fallback endpoint with every request (Envoy's override_host policy, one retry):
+ * requests routed to a killed worker fail over to the next one, and their load must follow.
  * The last three run two router replicas (child processes behind Envoy's health checks and session
  * hashing) and crash (SIGKILL) and drain (SIGTERM) them in turn under that load: fail-closed, only
  * requests in flight at a crash may fail; fail-open, none; every restarted replica rebuilds its KV
@@ -30,21 +32,51 @@ const REPLICA_DURATION_S = 16;
 const LIMITS = { heap: 1024 * 1024, rss: 4 * 1024 * 1024 };
 
 const RUNS = [
-  { name: 'regular', mode: 'regular', kvEvents: false, replicas: 1, failOpen: false },
-  { name: 'pd', mode: 'pd', kvEvents: false, replicas: 1, failOpen: false },
-  { name: 'regular, KV events', mode: 'regular', kvEvents: true, replicas: 1, failOpen: false },
+  { name: 'regular', mode: 'regular', kvEvents: false, replicas: 1, failOpen: false, fallback: false },
+  { name: 'pd', mode: 'pd', kvEvents: false, replicas: 1, failOpen: false, fallback: false },
+  {
+    name: 'regular, KV events',
+    mode: 'regular',
+    kvEvents: true,
+    replicas: 1,
+    failOpen: false,
+    fallback: false,
+  },
+  {
+    name: 'regular, fallback endpoints',
+    mode: 'regular',
+    kvEvents: false,
+    replicas: 1,
+    failOpen: false,
+    fallback: true,
+  },
   {
     name: 'two replicas, KV events, fail-closed',
     mode: 'regular',
     kvEvents: true,
     replicas: 2,
     failOpen: false,
+    fallback: false,
   },
-  { name: 'two replicas, fail-open', mode: 'regular', kvEvents: false, replicas: 2, failOpen: true },
-  { name: 'P/D, two replicas, fail-closed', mode: 'pd', kvEvents: false, replicas: 2, failOpen: false },
+  {
+    name: 'two replicas, fail-open',
+    mode: 'regular',
+    kvEvents: false,
+    replicas: 2,
+    failOpen: true,
+    fallback: false,
+  },
+  {
+    name: 'P/D, two replicas, fail-closed',
+    mode: 'pd',
+    kvEvents: false,
+    replicas: 2,
+    failOpen: false,
+    fallback: false,
+  },
 ] as const;
 
-describe.each(RUNS)('chaos soak ($name, short)', ({ mode, kvEvents, replicas, failOpen }) => {
+describe.each(RUNS)('chaos soak ($name, short)', ({ mode, kvEvents, replicas, failOpen, fallback }) => {
   it('ends with every load at 0, the router alive, every client answered, and the books balanced', async () => {
     const s = await runSoak({
       mode,
@@ -54,6 +86,7 @@ describe.each(RUNS)('chaos soak ($name, short)', ({ mode, kvEvents, replicas, fa
       kvEvents,
       replicas,
       failOpen,
+      fallback,
       replicaChaosIntervalMs: 2500,
     });
     // On failure, the replica chaos's timeline and Envoy's view of the router cluster come with it.
@@ -67,6 +100,8 @@ describe.each(RUNS)('chaos soak ($name, short)', ({ mode, kvEvents, replicas, fa
     expect(s.restarts).toBeGreaterThan(0);
     expect(s.heartbeatPauses).toBeGreaterThan(0);
     if (mode === 'pd') expect(s.timeouts.envoyMessageTimeouts).toBeGreaterThan(0);
+    // Requests routed to a killed worker were served by their fallback endpoint, and their load moved.
+    if (fallback) expect(s.failovers).toBeGreaterThan(0);
     // The books: every ext_proc stream Envoy opened was counted once by the router, plus at most one
     // per stream Envoy retried after a reset (the first attempt may have reached it). A replica's
     // counts die with it, so with replicas only the end state is checked.

@@ -109,6 +109,12 @@ export interface SoakOptions {
   replicaChaosIntervalMs?: number;
   /** Envoy fails open (`failure_mode_allow`, fallback to its own balancing over the workers). */
   failOpen?: boolean;
+  /**
+   * Fallback endpoints: Envoy's worker cluster is the override_host policy over the fleet's fixed
+   * ports with one retry, and the router names one fallback endpoint (`--fallback-endpoints 1`), so a
+   * request routed to a killed worker is served by the next one and its load follows (`failovers`).
+   */
+  fallback?: boolean;
 }
 
 export interface SoakSummary {
@@ -159,6 +165,8 @@ export interface SoakSummary {
   };
   /** Envoy's view of its connections to the router (reconnects, resets). */
   envoyRouterCluster: Record<string, number>;
+  /** With `fallback`: requests the router saw served on another endpoint than the one it chose. */
+  failovers?: number;
   /**
    * With `kvEvents`: once the fleet is quiet, the router's index of each worker against the blocks
    * the worker's cache holds (`mismatches` must be empty), and the event counters over the run.
@@ -254,6 +262,7 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
   const kv = opts.kvEvents === true ? await kvFleet(size) : undefined;
   const replicaCount = opts.replicas ?? 1;
   const failOpen = opts.failOpen === true;
+  const fallback = opts.fallback === true;
 
   let routers: SoakRouters | undefined;
   let envoy: EnvoyHandle | undefined;
@@ -262,7 +271,10 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
   const memory: Array<{ t: number; heap: number; rss: number }> = [];
   let memTimer: NodeJS.Timeout | undefined;
   try {
-    routers = await SoakRouters.start(routerArgs(opts.mode, ttlMs, kv, replicaCount > 1), replicaCount);
+    routers = await SoakRouters.start(
+      routerArgs(opts.mode, ttlMs, kv, replicaCount > 1, fallback),
+      replicaCount,
+    );
     const r = routers;
     const inFlight = new Set<string>();
     fleet = await SoakFleet.start({
@@ -292,6 +304,9 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
         : {}),
       ...(failOpen
         ? { failOpen: { fallbackWorkers: f.workers.map((w) => ({ host: '127.0.0.1', port: w.port })) } }
+        : {}),
+      ...(fallback
+        ? { fallback: { workers: f.workers.map((w) => ({ host: '127.0.0.1', port: w.port })), retries: 1 } }
         : {}),
     });
     const e = envoy;
@@ -670,6 +685,8 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
         outcomes[k] = (outcomes[k] ?? 0) + v;
     }
     const routerTotal = Object.values(outcomes).reduce((a, b) => a + b, 0);
+    let failovers = 0;
+    if (fallback) for (const x of live) failovers += await r.metricSum(x, 'vllm_router_failovers_total');
     const alive =
       live.length === replicaCount && (await Promise.all(live.map((x) => r.alive(x)))).every(Boolean);
 
@@ -729,6 +746,7 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
           }
         : {}),
       envoyRouterCluster,
+      ...(fallback ? { failovers } : {}),
       ...(kvIndex !== undefined ? { kvIndex } : {}),
       accounting: {
         sent: counts.sent,
@@ -818,9 +836,11 @@ function routerArgs(
   ttlMs: number,
   kv: SoakFleetKvEvents | undefined,
   replicated: boolean,
+  fallback: boolean,
 ): string[] {
   return [
     ...['--mode', mode, '--discovery-ttl-ms', String(ttlMs)],
+    ...(fallback ? ['--fallback-endpoints', '1'] : []),
     // P/D workers self-register over ZMQ with one router; replicas get heartbeats on their admin API.
     ...(mode === 'pd' && !replicated ? ['--discovery-zmq', 'tcp://127.0.0.1:0'] : []),
     ...['--health-check-interval-ms', '1000', '--health-check-timeout-ms', '500', '--cb-cooldown-ms', '2000'],
