@@ -37,11 +37,6 @@ export interface Dispatch {
   readonly cacheFeedback?: CacheFeedback;
   /** Headers to set on the upstream request (destination, request id, ...). */
   readonly setHeaders: HeaderSet;
-  /**
-   * Workers named after `worker` in the destination list (routing/fallback-endpoints.ts), which the
-   * gateway may serve the request on instead; absent or empty: `worker` alone.
-   */
-  readonly fallbacks?: readonly Worker[];
   /** Replacement request body, when the dispatcher rewrote it. */
   readonly body?: Buffer;
   /** Extra response headers (e.g. the decision header); called once. */

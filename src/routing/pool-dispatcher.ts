@@ -53,7 +53,6 @@ export class PoolDispatcher implements Dispatcher {
       decision,
       ...(feedback !== undefined ? { cacheFeedback: feedback } : {}),
       setHeaders: { [DESTINATION_HEADER]: destinationList(decision.worker, fallbacks) },
-      ...(fallbacks.length > 0 ? { fallbacks } : {}),
       ...(body !== undefined ? { body } : {}),
       responseHeaders: this.decisionReply(decision),
       // Routing reads no response chunk: Envoy may skip the body (extproc/response-body-mode.ts).
