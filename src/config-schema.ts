@@ -15,6 +15,7 @@ import { DEFAULT_SCRAPE_OPTIONS as SCRAPE } from './load/metrics-scraper.js';
 import { DEFAULT_MODELS_INTERVAL_MS } from './discovery/models-poller.js';
 import { DEFAULT_METRIC_NAMES as METRIC_NAMES } from './load/metrics-parse.js';
 import { DEFAULT_STALE_AFTER_MS } from './load/load-board.js';
+import { DEFAULT_SATURATION as SATURATION } from './load/saturation.js';
 import { DEFAULT_TIMING_PRIORS as PRIORS } from './load/timing-estimates.js';
 import { DEFAULT_RESPONSE_BODY_SAMPLE, DEFAULT_RESPONSE_BODY_WATCH_MAX } from './load/timing-dispatcher.js';
 
@@ -127,6 +128,31 @@ export const OPTIONS = [
     type: 'int',
     default: 0,
     help: "Also name up to this many other workers after the chosen one in x-gateway-destination-endpoint and the envoy.lb metadata (ip:port,ip:port,...: the endpoint-picker protocol's fallback endpoints), for a gateway whose load balancer walks the list on retries (Envoy's override_host policy with a route retry_policy). Keep 0 with an ORIGINAL_DST cluster: it takes one endpoint only. Whatever the setting, a response Envoy reports served elsewhere (envoy.lb x-gateway-destination-endpoint-served) moves the request's load to that worker and counts a failure for the one chosen.",
+  },
+  // Admission
+  {
+    group: 'Admission',
+    key: 'objective',
+    flag: 'objective',
+    type: 'list',
+    default: [],
+    help: "NAME=PRIORITY (repeatable): a request objective (the Gateway API Inference Extension's InferenceObjective) that the x-gateway-inference-objective request header may name, and its integer priority. A request whose objective has a negative priority is sheddable: while every worker it could go to is saturated, it gets a JSON 429 (pool_saturated) instead of a worker. An absent or unknown objective has priority 0, never shed. Saturation is read from the scraped metrics: with --scrape-interval-ms 0 nothing is shed.",
+  },
+  {
+    group: 'Admission',
+    key: 'saturationWaiting',
+    flag: 'saturation-waiting',
+    type: 'int',
+    default: SATURATION.waiting,
+    help: "A worker has no room for a sheddable request while its fresh scraped waiting queue (or, when larger, the part of it other clients put there plus this router's prefills queued on it now) is above this. A worker without a fresh sample has no room either.",
+  },
+  {
+    group: 'Admission',
+    key: 'saturationKvUsage',
+    flag: 'saturation-kv-usage',
+    type: 'number',
+    default: SATURATION.kvUsage,
+    help: 'A worker has no room for a sheddable request while its scraped KV-cache usage (0..1) is above this.',
   },
   // Workers & discovery
   {

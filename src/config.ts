@@ -12,6 +12,7 @@ import { RouterBaseError } from './errors.js';
 export type { Config };
 import { parseKvEventSettings } from './kv-events/kv-event-config.js';
 import { MAX_FALLBACK_ENDPOINTS } from './routing/fallback-endpoints.js';
+import { parseObjectiveSpecs } from './routing/objectives.js';
 
 /** Invalid settings: startup fails (the CLI exits 2 with the message). */
 export class ConfigError extends RouterBaseError<'invalid_config'> {
@@ -151,6 +152,11 @@ function validate(c: Config): void {
   if (c.responseBodyWatchMax < 1) throw new ConfigError('--response-body-watch-max must be >= 1');
   if (c.fallbackEndpoints > MAX_FALLBACK_ENDPOINTS) {
     throw new ConfigError(`--fallback-endpoints must be <= ${MAX_FALLBACK_ENDPOINTS}`);
+  }
+  try {
+    parseObjectiveSpecs(c.objective);
+  } catch (err) {
+    throw new ConfigError((err as Error).message, { cause: err });
   }
   try {
     parseKvEventSettings(c);

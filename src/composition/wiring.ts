@@ -44,7 +44,7 @@ import type { PolicyName } from '../routing/policy.js';
 import { PoolDispatcher } from '../routing/pool-dispatcher.js';
 import type { RoutingObserver } from '../routing/selector.js';
 import { resolveEndpoint, resolveHost } from '../workers/endpoint.js';
-import type { Role } from '../workers/role.js';
+import { ROLES, type Role } from '../workers/role.js';
 import { RolePools } from '../workers/role-pools.js';
 import { WorkerPool, type ModelKnowledge } from '../workers/worker-pool.js';
 import type { Worker } from '../workers/worker.js';
@@ -57,6 +57,9 @@ import { TimingEstimates } from '../load/timing-estimates.js';
 import { prefillLegLearner, withTiming } from '../load/timing-dispatcher.js';
 import { CharsPerToken } from '../load/chars-per-token.js';
 import { PrefillBacklog } from '../load/prefill-backlog.js';
+import { saturated } from '../load/saturation.js';
+import { withAdmission } from '../routing/admission.js';
+import { ObjectiveTable, parseObjectiveSpecs } from '../routing/objectives.js';
 import { ModelInFlight, withModelInFlight, withPrefillModel } from '../load/model-in-flight.js';
 import { adapterState } from '../routing/lora-affinity.js';
 import { ModelCatalog } from '../workers/served-models.js';
@@ -130,6 +133,7 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
     bootstrapReady: bootstrap
       ? (w) => (w.role === 'prefill' ? (bootstrap.isReady(w) ? 1 : 0) : undefined)
       : undefined,
+    ...(config.scrapeIntervalMs > 0 ? { poolSaturated: () => poolSaturation(pools, saturation) } : {}),
     processMetrics: true,
   });
   const board = new LoadBoard(config.loadStaleMs);
@@ -166,6 +170,8 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
       });
     },
   };
+  const limits = { waiting: config.saturationWaiting, kvUsage: config.saturationKvUsage };
+  const saturation = (workers: readonly Worker[]): boolean => saturated(workers, signals, limits);
   // The exact prefix source (KV events, when configured) ahead of each cache_aware policy's radix tree.
   const prefixSources: PrefixSource[] = exact.source !== undefined ? [exact.source] : [];
   const pools = buildPools(config, registry, metrics, health, exact, bootstrap, {
@@ -232,19 +238,23 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
   const dispatcher = buildDispatcher({ ...base, prefillClient });
   const grpc = buildGrpcServer(
     base,
-    withHealth(
-      withTiming(
-        // Only LoRA affinity reads the models in flight: with it off (--metric-lora ''), no wrapper.
-        config.metricLora === '' ? dispatcher : withModelInFlight(dispatcher, models),
-        timing,
+    admission(
+      base,
+      saturation,
+      withHealth(
+        withTiming(
+          // Only LoRA affinity reads the models in flight: with it off (--metric-lora ''), no wrapper.
+          config.metricLora === '' ? dispatcher : withModelInFlight(dispatcher, models),
+          timing,
+          clock,
+          backlog,
+          config.responseBodySample,
+          config.responseBodyWatchMax,
+          base.charsPerToken,
+        ),
+        health,
         clock,
-        backlog,
-        config.responseBodySample,
-        config.responseBodyWatchMax,
-        base.charsPerToken,
       ),
-      health,
-      clock,
     ),
   );
   const scraper = buildScraper(base);
@@ -471,6 +481,41 @@ function buildDispatcher(c: Base & { prefillClient: PrefillClient | undefined })
       error: (type) => metrics.pdErrors.inc({ error_type: type }),
     },
   });
+}
+
+/**
+ * Sheds sheddable requests (--objective with a negative priority) while their workers are saturated
+ * (routing/admission.ts). Saturation is read from scraped samples: with scraping off, nothing is shed.
+ */
+function admission(
+  { config, pools, metrics, logger }: Base,
+  saturation: (workers: readonly Worker[]) => boolean,
+  inner: Dispatcher,
+): Dispatcher {
+  if (config.scrapeIntervalMs === 0) return inner;
+  return withAdmission(inner, {
+    objectives: new ObjectiveTable(parseObjectiveSpecs(config.objective)),
+    pool: config.mode === 'pd' ? pools.byRole.decode : pools.byRole.regular,
+    ...(config.mode === 'pd' ? { prefillPool: pools.byRole.prefill } : {}),
+    saturated: saturation,
+    shed: (objective, priority, role) => {
+      metrics.shed.inc({ objective, role });
+      if (logger.isLevelEnabled('debug')) logger.debug({ objective, priority, role }, 'request shed');
+    },
+  });
+}
+
+/** Per pool with workers: whether none of its selectable workers has room (vllm_router_pool_saturated). */
+function poolSaturation(
+  pools: RolePools,
+  saturation: (workers: readonly Worker[]) => boolean,
+): Array<[Role, boolean]> {
+  const out: Array<[Role, boolean]> = [];
+  for (const role of ROLES) {
+    const pool = pools.byRole[role];
+    if (pool.size > 0) out.push([role, saturation(pool.candidates())]);
+  }
+  return out;
 }
 
 function buildGrpcServer(

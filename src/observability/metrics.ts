@@ -27,6 +27,11 @@ export interface MetricsOptions {
   bootstrapReady?: (worker: Worker) => number | undefined;
   /** What each worker serves (workers/served-models.ts), for vllm_router_worker_served_model. */
   servedModels?: (worker: Worker) => ServedModels | undefined;
+  /**
+   * Whether every selectable worker of a pool is saturated (load/saturation.ts), for
+   * vllm_router_pool_saturated; read at scrape time. Absent: not exported (scraping off).
+   */
+  poolSaturated?: () => Iterable<[Role, boolean]>;
   /** Collect Node process metrics (CPU, heap, event loop lag). */
   processMetrics?: boolean;
 }
@@ -46,6 +51,7 @@ export class RouterMetrics {
   readonly discoveryRejected: Counter<'reason'>;
   readonly poolChanges: Counter<'role' | 'change'>;
   readonly failovers: Counter<'worker' | 'adopted'>;
+  readonly shed: Counter<'objective' | 'role'>;
   readonly pdPrefillRequests: Counter<'worker'>;
   readonly pdDecodeRequests: Counter<'worker'>;
   readonly pdErrors: Counter<'error_type'>;
@@ -233,6 +239,25 @@ export class RouterMetrics {
       labelNames: ['worker', 'adopted'] as const,
       registers,
     });
+    this.shed = new Counter({
+      name: 'vllm_router_requests_shed_total',
+      help: 'Sheddable requests (their x-gateway-inference-objective has a negative priority, --objective) answered 429 while every worker they could go to was saturated, by objective and by the role of the saturated pool.',
+      labelNames: ['objective', 'role'] as const,
+      registers,
+    });
+    const poolSaturated = opts.poolSaturated;
+    if (poolSaturated) {
+      new Gauge({
+        name: 'vllm_router_pool_saturated',
+        help: '1 while no selectable worker of the pool has room (a fresh scraped sample within --saturation-waiting and --saturation-kv-usage): sheddable requests are shed; else 0. Pools without workers are not listed.',
+        labelNames: ['role'] as const,
+        registers,
+        collect() {
+          this.reset();
+          for (const [role, full] of poolSaturated()) this.set({ role }, full ? 1 : 0);
+        },
+      });
+    }
     this.pdPrefillRequests = new Counter({
       name: 'vllm_router_pd_prefill_requests_total',
       help: 'Prefill legs sent, by worker.',

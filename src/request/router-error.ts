@@ -16,6 +16,7 @@ export type RouterErrorCode =
   | 'invalid_input'
   | 'body_too_large'
   | 'no_workers'
+  | 'pool_saturated'
   | 'prefill_failed'
   | 'prefill_timeout'
   | 'client_cancelled'

@@ -72,6 +72,11 @@ describe('flags', () => {
     ],
     ['a comma list', ['--prefill', 'http://a:1, http://b:2,'], { prefill: ['http://a:1', 'http://b:2'] }],
     [
+      'request objectives, a negative priority included',
+      ['--objective', 'batch=-1', '--objective', 'realtime=5', '--saturation-kv-usage', '0.9'],
+      { objective: ['batch=-1', 'realtime=5'], saturationKvUsage: 0.9, saturationWaiting: 5 },
+    ],
+    [
       'a grace setting',
       ['--close-grace-ms', '250', '--drain-grace-ms', '0'],
       { closeGraceMs: 250, drainGraceMs: 0 },
@@ -91,6 +96,8 @@ describe('flags', () => {
     ['a worker URL with a path', ['--worker', 'http://a:1/v1'], /must not have a path/],
     ['an https worker URL', ['--decode', 'https://a:1'], /must use http/],
     ['a bad ZMQ bind', ['--discovery-zmq', 'ipc:///tmp/x'], /tcp:\/\/host:port/],
+    ['an objective without a priority', ['--objective', 'batch'], /expected NAME=PRIORITY/],
+    ['an objective given twice', ['--objective', 'a=-1,a=2'], /"a" given twice/],
   ])('rejects %s with a ConfigError', (_what, argv, message) => {
     expect(() => parseConfig(argv, {})).toThrow(ConfigError);
     expect(() => parseConfig(argv, {})).toThrow(message);

@@ -16,6 +16,7 @@ async function knownMetricNames(): Promise<Set<string>> {
     workers: () => [],
     treeChars: () => [],
     servedModels: () => undefined,
+    poolSaturated: () => [],
     processMetrics: false,
   });
   const names = new Set<string>();

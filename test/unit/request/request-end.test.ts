@@ -177,6 +177,14 @@ const WAYS: Way[] = [
     failure: false,
   },
   {
+    way: 'sheddable request shed while its workers were saturated (429)',
+    end: rejected(429, 'pool_saturated'),
+    stage: 'unrouted',
+    outcome: 'shed',
+    health: 'cancelled',
+    failure: false,
+  },
+  {
     way: 'prefill failed (502)',
     end: rejected(502, 'prefill_failed'),
     stage: 'dispatching',
@@ -280,6 +288,7 @@ describe('request end: one record, every projection', () => {
       'upstream_4xx',
       'upstream_5xx',
       'rejected',
+      'shed',
       'no_workers',
       'error',
       'no_response',

@@ -1,0 +1,54 @@
+/**
+ * Request objectives: the Gateway API Inference Extension's InferenceObjective, as the endpoint picker
+ * reads it. A client (or the gateway, from its auth policy) names an objective in the request header
+ * `x-gateway-inference-objective`; the objective carries an integer priority. A request whose
+ * objective has a NEGATIVE priority is sheddable: while every worker it could go to is saturated
+ * (load/saturation.ts), the router answers it with a JSON 429 instead of adding it to a queue
+ * (routing/admission.ts). Priority 0 and above is never shed. An absent header, or a name the table
+ * does not know, has priority 0: the endpoint picker's default objective.
+ *
+ * The table comes from `--objective NAME=PRIORITY` (repeatable; `objective:` in the YAML file).
+ * Pure: no timers, metrics or logging.
+ */
+
+/** The request header naming the request's objective (the endpoint picker's). */
+export const OBJECTIVE_HEADER = 'x-gateway-inference-objective';
+
+/** The priority of an absent or unknown objective. */
+export const DEFAULT_PRIORITY = 0;
+
+export class ObjectiveTable {
+  private readonly priorities: ReadonlyMap<string, number>;
+
+  constructor(priorities: ReadonlyMap<string, number> = new Map()) {
+    this.priorities = new Map(priorities);
+  }
+
+  /** True when some objective is sheddable (a negative priority): only then is saturation checked. */
+  get sheds(): boolean {
+    for (const p of this.priorities.values()) if (p < 0) return true;
+    return false;
+  }
+
+  /** The priority of objective `name` (DEFAULT_PRIORITY when absent or unknown). */
+  priority(name: string | undefined): number {
+    if (name === undefined) return DEFAULT_PRIORITY;
+    return this.priorities.get(name) ?? DEFAULT_PRIORITY;
+  }
+}
+
+/** Parses `NAME=PRIORITY` specs (an integer priority; a name given once); throws a RangeError naming a bad one. */
+export function parseObjectiveSpecs(specs: readonly string[]): Map<string, number> {
+  const out = new Map<string, number>();
+  for (const spec of specs) {
+    const eq = spec.lastIndexOf('=');
+    const name = eq > 0 ? spec.slice(0, eq).trim() : '';
+    const raw = eq > 0 ? spec.slice(eq + 1).trim() : '';
+    if (name === '' || !/^[+-]?\d{1,9}$/.test(raw)) {
+      throw new RangeError(`--objective: expected NAME=PRIORITY (an integer), got "${spec}"`);
+    }
+    if (out.has(name)) throw new RangeError(`--objective: objective "${name}" given twice`);
+    out.set(name, Number(raw));
+  }
+  return out;
+}

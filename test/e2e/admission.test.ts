@@ -1,0 +1,161 @@
+/**
+ * End to end through a real Envoy: request objectives (`x-gateway-inference-objective`) and shedding.
+ * The router knows three objectives: `batch` (priority -1, sheddable), `realtime` (5) and the default
+ * (an absent header, priority 0). Both workers are kept saturated by DIRECT clients (more requests
+ * waiting than --saturation-waiting), a load only their scraped /metrics shows:
+ * - a batch request gets a JSON 429 `pool_saturated` from the router, and no worker sees it;
+ * - a realtime request and one without an objective are still routed (they queue on a worker);
+ * - once one worker has room again, batch requests are routed there.
+ * Ends with every load back to 0, the direct clients aborted and the simulators idle.
+ */
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { startStack, type Stack } from '../support/stack.js';
+import { adminJson, expectAllLoadsZero, metricsText } from '../support/router-fixture.js';
+import { waitFor } from '../support/wait-for.js';
+import type { Simulator } from '../../src/sim/simulator.js';
+
+let stack: Stack;
+
+beforeAll(async () => {
+  stack = await startStack({
+    workers: 2,
+    // Two sequences run at once per worker: the rest of the direct load waits, as in a full vLLM.
+    sim: { timeScale: 1, timing: { baseItlMs: 30, overheadMs: 1, maxRunningSeqs: 2 } },
+    // loadStaleMs: a scrape gap on a starved machine must not make the samples stale mid-test
+    // (a stale sample counts as no room: staleness has its own unit tests).
+    router: {
+      scrapeIntervalMs: 50,
+      loadStaleMs: 60_000,
+      decisionHeader: true,
+      objective: ['batch=-1', 'realtime=5'],
+    },
+  });
+});
+afterAll(async () => {
+  await stack?.close();
+});
+afterEach(async () => {
+  await expectAllLoadsZero(stack.router);
+  await Promise.all(stack.sims.map((s) => s.waitForIdle()));
+});
+
+/** Starts `n` endless streaming requests straight at the simulator (not through Envoy or the router). */
+async function directLoad(sim: Simulator, n: number): Promise<AbortController> {
+  const ac = new AbortController();
+  for (let i = 0; i < n; i++) {
+    void fetch(`${sim.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        model: 'sim-model',
+        prompt: `batch job ${i}`,
+        max_tokens: 100_000,
+        stream: true,
+      }),
+      signal: ac.signal,
+    })
+      .then((res) => res.body?.pipeTo(new WritableStream(), { signal: ac.signal }))
+      .catch(() => undefined);
+  }
+  await waitFor(() => sim.inFlight() >= n, { timeoutMs: 10_000, message: 'direct load in flight' });
+  return ac;
+}
+
+function chat(objective: string | undefined, signal?: AbortSignal): Promise<Response> {
+  return fetch(`${stack.url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: {
+      'content-type': 'application/json',
+      ...(objective === undefined ? {} : { 'x-gateway-inference-objective': objective }),
+    },
+    body: JSON.stringify({
+      model: 'sim-model',
+      messages: [{ role: 'user', content: 'Summarise the report.' }],
+      max_tokens: 3,
+      stream: true,
+    }),
+    ...(signal ? { signal } : {}),
+  });
+}
+
+interface WorkerInfo {
+  url: string;
+  loadSample: { waiting?: number } | null;
+}
+
+const gauge = async (): Promise<string | undefined> =>
+  /vllm_router_pool_saturated\{role="regular"\} (\d)/.exec(await metricsText(stack.router))?.[1];
+
+describe('request objectives: sheddable requests while the workers are saturated', () => {
+  it('answers a batch request 429 while every worker is saturated, and routes the others', async () => {
+    const [a, b] = stack.sims as [Simulator, Simulator];
+    const directA = await directLoad(a, 10);
+    const directB = await directLoad(b, 10);
+    const admitted = new AbortController();
+    try {
+      await waitFor(async () => (await gauge()) === '1', {
+        timeoutMs: 10_000,
+        message: 'a scrape showing both workers saturated',
+      });
+      const seenBefore = a.inFlight() + b.inFlight();
+
+      const shed = await chat('batch');
+      expect(shed.status).toBe(429);
+      expect(shed.headers.get('content-type')).toContain('application/json');
+      const body = (await shed.json()) as { error: { code: string; type: string; message: string } };
+      expect(body.error.code).toBe('pool_saturated');
+      expect(body.error.message).toContain('objective "batch" (priority -1)');
+      // No worker saw it.
+      expect(a.inFlight() + b.inFlight()).toBe(seenBefore);
+
+      // A realtime request and one without an objective are routed: they wait in a worker's queue.
+      const pending = [chat('realtime', admitted.signal), chat(undefined, admitted.signal)].map((p) =>
+        p.catch(() => undefined),
+      );
+      await waitFor(() => a.inFlight() + b.inFlight() === seenBefore + 2, {
+        timeoutMs: 10_000,
+        message: 'the realtime and default requests reached the workers',
+      });
+      expect(stack.router.workers().reduce((n, w) => n + w.load, 0)).toBe(2);
+      admitted.abort();
+      await Promise.all(pending);
+
+      const metrics = await metricsText(stack.router);
+      expect(metrics).toMatch(/vllm_router_requests_shed_total\{objective="batch",role="regular"\} 1\b/);
+      expect(metrics).toMatch(/vllm_router_requests_total\{route="chat",outcome="shed"\} 1\b/);
+    } finally {
+      admitted.abort();
+      directA.abort();
+      directB.abort();
+    }
+    await waitFor(() => a.inFlight() + b.inFlight() === 0, {
+      timeoutMs: 10_000,
+      message: 'direct load aborted',
+    });
+  });
+
+  it('routes batch requests again once a worker has room', async () => {
+    const [a, b] = stack.sims as [Simulator, Simulator];
+    const directA = await directLoad(a, 10);
+    try {
+      // A scrape shows a saturated; b idles, so the pool has room and the batch requests go to b.
+      await waitFor(
+        async () => {
+          const view = await adminJson<WorkerInfo[]>(stack.router, '/workers');
+          return (view.body.find((w) => w.url === a.url)?.loadSample?.waiting ?? 0) > 5;
+        },
+        { timeoutMs: 10_000, message: 'a scrape showing a saturated' },
+      );
+      expect(await gauge()).toBe('0');
+      for (let i = 0; i < 3; i++) {
+        const res = await chat('batch');
+        expect(res.status).toBe(200);
+        await res.text();
+        expect(res.headers.get('x-vllm-router-decision')).toContain(`worker=${b.url}`);
+      }
+    } finally {
+      directA.abort();
+    }
+    await waitFor(() => a.inFlight() === 0, { timeoutMs: 10_000, message: 'direct load aborted' });
+  });
+});

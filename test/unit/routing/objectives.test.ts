@@ -1,0 +1,62 @@
+/** Request objectives (routing/objectives.ts): NAME=PRIORITY specs and the priority of a header value. */
+import { describe, expect, it } from 'vitest';
+import { ObjectiveTable, parseObjectiveSpecs } from '../../../src/routing/objectives.js';
+
+describe('parseObjectiveSpecs', () => {
+  it('reads names and integer priorities, negative ones included', () => {
+    expect(parseObjectiveSpecs(['batch=-1', 'realtime=100', ' standard = 0 ', 'a=b=+2'])).toEqual(
+      new Map([
+        ['batch', -1],
+        ['realtime', 100],
+        ['standard', 0],
+        ['a=b', 2],
+      ]),
+    );
+  });
+
+  it.each(['batch', '=1', 'batch=', 'batch=low', 'batch=1.5', 'batch=-1e3', 'batch=99999999999'])(
+    'rejects %j with the expected spelling',
+    (spec) => {
+      expect(() => parseObjectiveSpecs([spec])).toThrow(/--objective: expected NAME=PRIORITY/);
+    },
+  );
+
+  it('rejects a name given twice', () => {
+    expect(() => parseObjectiveSpecs(['batch=-1', 'batch=-2'])).toThrow(/"batch" given twice/);
+  });
+});
+
+describe('ObjectiveTable', () => {
+  it('gives known objectives their priority, absent and unknown ones 0', () => {
+    const t = new ObjectiveTable(
+      new Map([
+        ['batch', -1],
+        ['realtime', 10],
+      ]),
+    );
+    expect(t.priority('batch')).toBe(-1);
+    expect(t.priority('realtime')).toBe(10);
+    expect(t.priority('other')).toBe(0);
+    expect(t.priority(undefined)).toBe(0);
+  });
+
+  it('sheds only when some objective has a negative priority', () => {
+    expect(new ObjectiveTable().sheds).toBe(false);
+    expect(
+      new ObjectiveTable(
+        new Map([
+          ['a', 0],
+          ['b', 5],
+        ]),
+      ).sheds,
+    ).toBe(false);
+    expect(
+      new ObjectiveTable(
+        new Map([
+          ['a', 0],
+          ['b', -5],
+        ]),
+      ).sheds,
+    ).toBe(true);
+  });
+});
