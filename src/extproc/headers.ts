@@ -3,6 +3,10 @@ export const DESTINATION_HEADER = 'x-gateway-destination-endpoint';
 export const PREFILLER_HEADER = 'x-prefiller-host-port';
 export const REQUEST_ID_HEADER = 'x-request-id';
 export const DECISION_HEADER = 'x-vllm-router-decision';
+/** The request's objective (the endpoint picker's; routing/objectives.ts). */
+export const OBJECTIVE_HEADER = 'x-gateway-inference-objective';
+/** The model the gateway asks the request to be served as (the endpoint picker's; request/model-rewrite.ts). */
+export const MODEL_REWRITE_HEADER = 'x-gateway-model-name-rewrite';
 /** Dynamic metadata namespace read by endpoint-picker gateways (and our Envoy config). */
 export const LB_METADATA_NAMESPACE = 'envoy.lb';
 

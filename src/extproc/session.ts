@@ -55,6 +55,7 @@ import type { ServerCall } from './grpc-server.js';
 import { UNTRUSTED_REQUEST_HEADERS } from './headers.js';
 import { inferenceKind, parseInferenceRequest, type InferenceKind } from '../request/inference-request.js';
 import { RouterError } from '../request/router-error.js';
+import { MODEL_REWRITE_HEADER, withModel } from '../request/model-rewrite.js';
 import { requestOutcome, type Outcome, type RequestEnd, type RoutingStage } from '../request/request-end.js';
 import type { Worker } from '../workers/worker.js';
 import { endpointSubset, servedEndpoint } from './lb-metadata.js';
@@ -300,6 +301,11 @@ export class Session {
       return;
     }
     let result: Dispatch | Promise<Dispatch>;
+    // The gateway asked for another model (request/model-rewrite.ts): everything below reads the
+    // rewritten body, and Envoy gets it unless the dispatcher writes one of its own.
+    const target = body !== undefined ? this.headers[MODEL_REWRITE_HEADER] : undefined;
+    const renamed = target ? withModel(body as Buffer, target) : undefined;
+    if (renamed !== undefined) body = renamed;
     try {
       const req: RouteRequest = {
         method: this.method,
@@ -316,15 +322,23 @@ export class Session {
     } catch (err) {
       return this.reject(asRouterError(err, this.deps.logger));
     }
-    if (!isPromise(result)) return this.routed(result, routedOn, body);
+    if (!isPromise(result)) return this.routed(result, routedOn, body, renamed);
     return result.then(
-      (dispatch) => this.routed(dispatch, routedOn, body),
+      (dispatch) => this.routed(dispatch, routedOn, body, renamed),
       (err) => this.reject(asRouterError(err, this.deps.logger)),
     );
   }
 
-  /** Answers the message that completed the request with the dispatch's routing. */
-  private routed(dispatch: Dispatch, routedOn: 'headers' | 'body', body: Buffer | undefined): void {
+  /**
+   * Answers the message that completed the request with the dispatch's routing. `renamed`: the body
+   * with the model the gateway asked for, sent when the dispatcher did not rewrite the body itself.
+   */
+  private routed(
+    dispatch: Dispatch,
+    routedOn: 'headers' | 'body',
+    body: Buffer | undefined,
+    renamed?: Buffer,
+  ): void {
     if (this.ended) {
       // The stream went away while we were dispatching (e.g. during a prefill leg).
       dispatch.finish({ kind: 'cancelled', afterHeaders: false });
@@ -334,14 +348,15 @@ export class Session {
     this.routedOnce = true;
     dispatch.failure?.catch((err) => this.onLegFailure(err));
     this.advance('dispatching', 'response_headers', 'dispatch');
+    const replacement = dispatch.body ?? renamed;
     const replies =
-      routedReplyCache.get(this.requestMode, routedOn, dispatch.setHeaders, dispatch.body) ??
+      routedReplyCache.get(this.requestMode, routedOn, dispatch.setHeaders, replacement) ??
       routedReplies(
         this.requestMode,
         routedOn,
-        routingFor(dispatch.setHeaders, dispatch.worker.endpoint, dispatch.body),
+        routingFor(dispatch.setHeaders, dispatch.worker.endpoint, replacement),
         body,
-        dispatch.body,
+        replacement,
       );
     for (const reply of replies) this.send(reply);
   }

@@ -11,8 +11,7 @@
  * Pure: no timers, metrics or logging.
  */
 
-/** The request header naming the request's objective (the endpoint picker's). */
-export const OBJECTIVE_HEADER = 'x-gateway-inference-objective';
+export { OBJECTIVE_HEADER } from '../extproc/headers.js';
 
 /** The priority of an absent or unknown objective. */
 export const DEFAULT_PRIORITY = 0;

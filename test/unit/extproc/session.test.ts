@@ -723,3 +723,66 @@ describe("Session: the gateway's endpoint subset", () => {
     expect([h.worker.load, plain.worker.load]).toEqual([0, 0]);
   });
 });
+
+describe("Session: the gateway's model-name rewrite (x-gateway-model-name-rewrite)", () => {
+  it('routes and forwards the request as the model the gateway names', async () => {
+    const seen: string[] = [];
+    const h = harness({
+      dispatch: (req, d) => {
+        seen.push(req.inference?.model ?? '', JSON.parse(String(req.body)).model as string);
+        return d();
+      },
+    });
+    h.stream.deliver(
+      requestHeaders('POST', '/v1/completions', { 'x-gateway-model-name-rewrite': 'food-review-2' }),
+      requestBody({ ...COMPLETION, model: 'food-review' }),
+      responseHeaders(200, true),
+    );
+    await h.settle();
+    // The dispatcher (the policy, a P/D prefill leg) sees the target model ...
+    expect(seen).toEqual(['food-review-2', 'food-review-2']);
+    // ... and so does the worker: Envoy gets the rewritten body, with its length.
+    const reply = h.stream.replies.find((r) => r.request_body !== undefined);
+    const mutated = reply?.request_body?.response?.body_mutation?.body;
+    expect(JSON.parse(String(mutated))).toEqual({ ...COMPLETION, model: 'food-review-2' });
+    expect(setHeader(reply, 'content-length')).toBe(String(mutated?.length));
+    expect(h.summaries.map((s) => s.outcome)).toEqual(['ok']);
+    expect(h.worker.load).toBe(0);
+  });
+
+  it("keeps the dispatcher's own body rewrite, which was built from the renamed body", async () => {
+    const h = harness({
+      dispatch: (req, d) => ({
+        ...d(),
+        body: Buffer.from(JSON.stringify({ ...JSON.parse(String(req.body)), x: 1 })),
+      }),
+    });
+    h.stream.deliver(
+      requestHeaders('POST', '/v1/completions', { 'x-gateway-model-name-rewrite': 'b' }),
+      requestBody({ ...COMPLETION, model: 'a' }),
+      responseHeaders(200, true),
+    );
+    await h.settle();
+    const mutated = h.stream.replies.find((r) => r.request_body)?.request_body?.response?.body_mutation?.body;
+    expect(JSON.parse(String(mutated))).toEqual({ ...COMPLETION, model: 'b', x: 1 });
+  });
+
+  it('leaves a body that is not a JSON object to its own error, and a request without the header alone', async () => {
+    const bad = harness();
+    bad.stream.deliver(
+      requestHeaders('POST', '/v1/completions', { 'x-gateway-model-name-rewrite': 'b' }),
+      requestBody('{"model":'),
+    );
+    await bad.settle();
+    expect(bad.stream.replies.at(-1)?.immediate_response?.status.code).toBe(400);
+    const plain = harness();
+    plain.stream.deliver(
+      requestHeaders('POST', '/v1/completions'),
+      requestBody(COMPLETION),
+      responseHeaders(200, true),
+    );
+    await plain.settle();
+    const reply = plain.stream.replies.find((r) => r.request_body !== undefined);
+    expect(reply?.request_body?.response?.body_mutation).toBeFalsy();
+  });
+});
