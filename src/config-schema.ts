@@ -154,6 +154,14 @@ export const OPTIONS = [
     default: SATURATION.kvUsage,
     help: 'A worker has no room for a sheddable request while its scraped KV-cache usage (0..1) is above this.',
   },
+  {
+    group: 'Admission',
+    key: 'inferencePool',
+    flag: 'inference-pool',
+    type: 'string',
+    default: '',
+    help: "Also read the objectives from Kubernetes: the InferenceObjectives (inference.networking.x-k8s.io/v1alpha2) whose poolRef names this InferencePool, listed and watched in --service-discovery-namespace (else the kubeconfig's or service account's namespace) with --service-discovery-kubeconfig's credentials (RBAC: get, list, watch on inferenceobjectives; deploy/kubernetes/rbac.yaml). Their priorities (unset: 0) win over --objective of the same name. '' = off.",
+  },
   // Workers & discovery
   {
     group: 'Workers and discovery',

@@ -15,7 +15,8 @@
 import { parsePrefillArg, parseWorkerUrl, type Config } from './config.js';
 import { RegistryJanitor } from './discovery/registry-janitor.js';
 import type { KubeDiscovery, KubeDiscoveryHooks } from './discovery/kube-discovery.js';
-import { createKubeDiscovery } from './discovery/kube-source-config.js';
+import { createKubeDiscovery, createKubeObjectives } from './discovery/kube-source-config.js';
+import type { KubeObjectives, KubeObjectivesHooks } from './discovery/kube-objectives.js';
 import type { ServiceRegistry } from './discovery/service-registry.js';
 import type { RouterMetrics } from './observability/metrics.js';
 import { createLogger, type Logger } from './observability/logger.js';
@@ -32,6 +33,8 @@ export interface RouterDeps {
   clock?: () => number;
   /** Observers of the Kubernetes source (tests wait on its events). */
   kubeDiscoveryHooks?: KubeDiscoveryHooks;
+  /** Observers of the InferenceObjective watch (--inference-pool). */
+  kubeObjectivesHooks?: KubeObjectivesHooks;
 }
 
 export interface Router {
@@ -162,6 +165,7 @@ function lifecycleSteps(
       close: () => c.discovery?.close(),
     },
     config.serviceDiscovery && kubeDiscoveryStep(c, deps),
+    config.inferencePool !== '' && kubeObjectivesStep(c, deps),
     {
       name: 'admin server',
       start: async () => {
@@ -235,6 +239,40 @@ function kubeDiscoveryStep(c: Components, deps: RouterDeps): LifecycleStep {
         c.warmUp.add({ name: 'kubernetes pods listed', ready: () => source.synced() });
     },
     close: () => kube?.close(),
+  };
+}
+
+/**
+ * --inference-pool: the pool's InferenceObjectives from Kubernetes into the objective table
+ * (discovery/kube-objectives.ts). Readiness waits for the first list, so no sheddable request slips
+ * through before the objectives are known.
+ */
+function kubeObjectivesStep(c: Components, deps: RouterDeps): LifecycleStep {
+  let source: KubeObjectives | undefined;
+  return {
+    name: 'kubernetes inference objectives',
+    start: () => {
+      const hooks = deps.kubeObjectivesHooks ?? {};
+      const kube = createKubeObjectives(c.config, {
+        ...hooks,
+        onChange: (objectives) => {
+          c.objectives.setWatched(objectives);
+          c.logger.info(
+            { pool: c.config.inferencePool, objectives: Object.fromEntries(objectives) },
+            'inference objectives changed',
+          );
+          hooks.onChange?.(objectives);
+        },
+        onError: (phase, err, retryInMs) => {
+          c.logger.warn({ phase, err, retryInMs }, 'inference objectives: list or watch failed');
+          hooks.onError?.(phase, err, retryInMs);
+        },
+      });
+      source = kube;
+      kube.start();
+      c.warmUp.add({ name: 'inference objectives listed', ready: () => kube.synced() });
+    },
+    close: () => source?.close(),
   };
 }
 

@@ -111,6 +111,8 @@ export interface Components {
   /** What each worker serves (its /v1/models list, else its metrics label). */
   readonly catalog: ModelCatalog;
   readonly modelsPoller: ModelsPoller;
+  /** The request objectives' priorities (--objective; --inference-pool adds Kubernetes' in its lifecycle step). */
+  readonly objectives: ObjectiveTable;
   /** Present when --discovery-zmq is set. */
   readonly discovery: ZmqDiscovery | undefined;
   readonly admin: AdminServer;
@@ -134,6 +136,7 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
       ? (w) => (w.role === 'prefill' ? (bootstrap.isReady(w) ? 1 : 0) : undefined)
       : undefined,
     ...(config.scrapeIntervalMs > 0 ? { poolSaturated: () => poolSaturation(pools, saturation) } : {}),
+    objectives: () => objectives.entries(),
     processMetrics: true,
   });
   const board = new LoadBoard(config.loadStaleMs);
@@ -236,10 +239,12 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
   };
   const prefillClient = config.mode === 'pd' ? new PrefillClient() : undefined;
   const dispatcher = buildDispatcher({ ...base, prefillClient });
+  const objectives = new ObjectiveTable(parseObjectiveSpecs(config.objective), config.inferencePool !== '');
   const grpc = buildGrpcServer(
     base,
     admission(
       base,
+      objectives,
       saturation,
       withHealth(
         withTiming(
@@ -270,6 +275,7 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
     ...base,
     prefillClient,
     grpc,
+    objectives,
     checker: buildHealthChecker(base),
     scraper,
     modelsPoller,
@@ -489,12 +495,13 @@ function buildDispatcher(c: Base & { prefillClient: PrefillClient | undefined })
  */
 function admission(
   { config, pools, metrics, logger }: Base,
+  objectives: ObjectiveTable,
   saturation: (workers: readonly Worker[]) => boolean,
   inner: Dispatcher,
 ): Dispatcher {
   if (config.scrapeIntervalMs === 0) return inner;
   return withAdmission(inner, {
-    objectives: new ObjectiveTable(parseObjectiveSpecs(config.objective)),
+    objectives,
     pool: config.mode === 'pd' ? pools.byRole.decode : pools.byRole.regular,
     ...(config.mode === 'pd' ? { prefillPool: pools.byRole.prefill } : {}),
     saturated: saturation,

@@ -1,40 +1,13 @@
 /**
- * KubePodWatcher: keeps an exact view of the pods matching one label selector (in one namespace or all),
- * through the official client (@kubernetes/client-node): LIST, then WATCH from the list's resourceVersion.
- *
- * Why not the client's own ListWatch informer: after a watch ends without an error it re-watches from the
- * last resourceVersion without listing, and after an error it stops for good (the caller must restart it).
- * A DELETED event lost in that gap is how a dead pod stayed routed for 22 hours in production-stack #1091.
- * This loop therefore RELISTS on every reconnect, whatever ended the watch:
- *   - the server closed it (its `timeoutSeconds`) or the client-side resync timer did (`resyncMs`, default
- *     5 min, +-10% jitter so a fleet of routers does not relist in step): a periodic full resync;
- *   - a `410 Gone` (resourceVersion too old, as an ERROR event in the stream or as the watch's status);
- *   - any other error or a dropped connection.
- * Each LIST replaces the whole view (`handler.synced(pods)`): whatever was deleted while no watch was
- * running is absent from it, so the consumer drops it. Lists are paged (`limit` 500, `continue`); an expired
- * continue token (410) restarts the list.
- * Failures (list or watch that could not start) retry with exponential backoff: 250 ms doubling to 5 s,
- * +-20% jitter, reset after a list succeeds. A watch that ends normally relists at once.
- *
- * Every timer is unref()ed; close() is idempotent, aborts the watch and stops the loop (a list in flight is
- * left to finish, its result ignored).
+ * KubePodWatcher: keeps an exact view of the pods matching one label selector (in one namespace or all):
+ * a KubeListWatch (kube-list-watch.ts: LIST, then WATCH, relisting on every reconnect) over pods.
  */
-import { CoreV1Api, Watch, type KubeConfig, type V1Pod, type V1PodList } from '@kubernetes/client-node';
+import { CoreV1Api, type KubeConfig, type V1Pod } from '@kubernetes/client-node';
+import { KubeListWatch, type ListWatchHandler, type WatchEventType } from './kube-list-watch.js';
 
-export type PodWatchEventType = 'ADDED' | 'MODIFIED' | 'DELETED';
-
-export interface PodWatchHandler {
-  /** A fresh LIST: the complete current set, replacing everything reported before. */
-  synced(pods: V1Pod[]): void;
-  /** A watch event after the last `synced`. */
-  event(type: PodWatchEventType, pod: V1Pod): void;
-  /** A list or watch failed; the next attempt starts in `retryInMs`. */
-  failed?(err: unknown, phase: 'list' | 'watch', retryInMs: number): void;
-  /** A watch ended; a relist follows. `reason`: 'resync' | 'closed_by_server' | 'gone' | 'error'. */
-  watchEnded?(reason: WatchEndReason): void;
-}
-
-export type WatchEndReason = 'resync' | 'closed_by_server' | 'gone' | 'error';
+export { DEFAULT_KUBE_RESYNC_MS, type WatchEndReason } from './kube-list-watch.js';
+export type PodWatchEventType = WatchEventType;
+export type PodWatchHandler = ListWatchHandler<V1Pod>;
 
 export interface KubePodWatcherOptions {
   kubeConfig: KubeConfig;
@@ -52,199 +25,17 @@ export interface KubePodWatcherOptions {
   pageSize?: number;
 }
 
-export const DEFAULT_KUBE_RESYNC_MS = 300_000;
-
-interface HttpError {
-  code?: unknown;
-  statusCode?: unknown;
-}
-
-function statusOf(err: unknown): number | undefined {
-  const e = err as HttpError | undefined;
-  const code = typeof e?.statusCode === 'number' ? e.statusCode : e?.code;
-  return typeof code === 'number' ? code : undefined;
-}
-
-export class KubePodWatcher {
-  private readonly opts: KubePodWatcherOptions;
-  private readonly api: CoreV1Api;
-  private readonly watch: Watch;
-  private readonly resyncMs: number;
-  private readonly maxBackoffMs: number;
-  private readonly initialBackoffMs: number;
-  private backoffMs: number;
-  private closed = false;
-  private running: Promise<void> | undefined;
-  private controller: AbortController | undefined;
-  /** Resolves the current wait (backoff sleep or watch) early, on close. */
-  private wake: (() => void) | undefined;
-  private lists = 0;
-
+export class KubePodWatcher extends KubeListWatch<V1Pod> {
   constructor(opts: KubePodWatcherOptions) {
-    this.opts = opts;
-    this.api = opts.kubeConfig.makeApiClient(CoreV1Api);
-    this.watch = new Watch(opts.kubeConfig);
-    this.resyncMs = opts.resyncMs ?? DEFAULT_KUBE_RESYNC_MS;
-    this.initialBackoffMs = opts.initialBackoffMs ?? 250;
-    this.maxBackoffMs = opts.maxBackoffMs ?? 5000;
-    this.backoffMs = this.initialBackoffMs;
-    if (!(this.resyncMs > 0)) throw new RangeError(`resyncMs must be > 0, got ${this.resyncMs}`);
-  }
-
-  /** Completed LISTs so far (the first one plus every relist). */
-  get listCount(): number {
-    return this.lists;
-  }
-
-  /** Starts the loop (idempotent). Returns at once; the first `synced` call reports the initial list. */
-  start(): void {
-    if (this.running !== undefined || this.closed) return;
-    this.running = this.loop();
-  }
-
-  /** Idempotent: stops the loop and aborts the watch. */
-  async close(): Promise<void> {
-    this.closed = true;
-    this.controller?.abort();
-    this.controller = undefined;
-    this.wake?.();
-    await this.running;
-  }
-
-  private get path(): string {
-    const ns = this.opts.namespace;
-    return ns === undefined ? '/api/v1/pods' : `/api/v1/namespaces/${encodeURIComponent(ns)}/pods`;
-  }
-
-  private async loop(): Promise<void> {
-    while (!this.closed) {
-      let list: { pods: V1Pod[]; resourceVersion: string };
-      try {
-        list = await this.listAll();
-      } catch (err) {
-        if (this.closed) return;
-        await this.fail(err, 'list');
-        continue;
-      }
-      if (this.closed) return;
-      this.lists++;
-      this.backoffMs = this.initialBackoffMs;
-      this.opts.handler.synced(list.pods);
-      const ended = await this.watchFrom(list.resourceVersion);
-      if (this.closed) return;
-      if (ended.error !== undefined) {
-        await this.fail(ended.error, 'watch');
-      } else {
-        this.opts.handler.watchEnded?.(ended.reason);
-      }
-    }
-  }
-
-  private async fail(err: unknown, phase: 'list' | 'watch'): Promise<void> {
-    const delay = Math.round(this.backoffMs * (0.8 + 0.4 * Math.random()));
-    this.backoffMs = Math.min(this.maxBackoffMs, this.backoffMs * 2);
-    this.opts.handler.failed?.(err, phase, delay);
-    if (phase === 'watch') this.opts.handler.watchEnded?.(statusOf(err) === 410 ? 'gone' : 'error');
-    await this.sleep(delay);
-  }
-
-  private sleep(ms: number): Promise<void> {
-    return new Promise((resolve) => {
-      const done = (): void => {
-        clearTimeout(timer);
-        this.wake = undefined;
-        resolve();
-      };
-      const timer = setTimeout(done, ms);
-      timer.unref();
-      this.wake = done;
-    });
-  }
-
-  private async listAll(): Promise<{ pods: V1Pod[]; resourceVersion: string }> {
-    const pods: V1Pod[] = [];
-    let cont: string | undefined;
-    const limit = this.opts.pageSize ?? 500;
-    const labelSelector = this.opts.labelSelector || undefined;
-    for (;;) {
-      let page: V1PodList;
-      try {
-        page =
-          this.opts.namespace === undefined
-            ? await this.api.listPodForAllNamespaces({ labelSelector, limit, _continue: cont })
-            : await this.api.listNamespacedPod({
-                namespace: this.opts.namespace,
-                labelSelector,
-                limit,
-                _continue: cont,
-              });
-      } catch (err) {
-        // An expired continue token: start the list over (a consistent snapshot needs one RV).
-        if (cont !== undefined && statusOf(err) === 410) {
-          pods.length = 0;
-          cont = undefined;
-          continue;
-        }
-        throw err;
-      }
-      pods.push(...page.items);
-      cont = page.metadata?._continue || undefined;
-      if (cont === undefined) return { pods, resourceVersion: page.metadata?.resourceVersion ?? '' };
-      if (this.closed) return { pods, resourceVersion: '' };
-    }
-  }
-
-  /** One watch; resolves when it ends (never rejects). */
-  private watchFrom(resourceVersion: string): Promise<{ reason: WatchEndReason; error?: unknown }> {
-    return new Promise((resolve) => {
-      let settled = false;
-      let reason: WatchEndReason = 'closed_by_server';
-      const resyncMs = Math.round(this.resyncMs * (0.9 + 0.2 * Math.random()));
-      const finish = (error?: unknown): void => {
-        if (settled) return;
-        settled = true;
-        clearTimeout(resync);
-        this.wake = undefined;
-        this.controller?.abort();
-        this.controller = undefined;
-        resolve(error === undefined || error === null ? { reason } : { reason: 'error', error });
-      };
-      const resync = setTimeout(() => {
-        reason = 'resync';
-        finish();
-      }, resyncMs);
-      resync.unref();
-      this.wake = () => finish();
-      this.watch
-        .watch(
-          this.path,
-          {
-            resourceVersion,
-            labelSelector: this.opts.labelSelector || undefined,
-            allowWatchBookmarks: true,
-            // The server ends the watch a little after the client-side resync would: a backstop.
-            timeoutSeconds: Math.ceil(resyncMs / 1000) + 5,
-          },
-          (type: string, obj: unknown) => {
-            if (settled) return;
-            if (type === 'ADDED' || type === 'MODIFIED' || type === 'DELETED') {
-              this.opts.handler.event(type, obj as V1Pod);
-            } else if (type === 'ERROR') {
-              // A Status object, typically 410 Gone (resourceVersion too old): relist now.
-              reason = statusOf(obj) === 410 ? 'gone' : 'error';
-              finish();
-            }
-            // BOOKMARK: only moves the resourceVersion, which this loop never reuses.
-          },
-          (err: unknown) => finish(err),
-        )
-        .then(
-          (controller) => {
-            if (settled) controller.abort();
-            else this.controller = controller;
-          },
-          (err: unknown) => finish(err),
-        );
+    const api = opts.kubeConfig.makeApiClient(CoreV1Api);
+    const ns = opts.namespace;
+    super({
+      ...opts,
+      path: ns === undefined ? '/api/v1/pods' : `/api/v1/namespaces/${encodeURIComponent(ns)}/pods`,
+      list: (page) =>
+        ns === undefined
+          ? api.listPodForAllNamespaces(page)
+          : api.listNamespacedPod({ namespace: ns, ...page }),
     });
   }
 }

@@ -9,6 +9,7 @@ import type { Config } from '../config.js';
 import type { Logger } from 'pino';
 import { parseLabelSelector, type RoleRule } from './kube-pod-membership.js';
 import { KubeDiscovery, type KubeDiscoveryHooks } from './kube-discovery.js';
+import { KubeObjectives, type KubeObjectivesHooks } from './kube-objectives.js';
 import type { ServiceRegistry } from './service-registry.js';
 
 type KubeSettings = Pick<
@@ -73,5 +74,24 @@ export function createKubeDiscovery(
         hooks.onChange?.(change);
       },
     },
+  });
+}
+
+/**
+ * The InferenceObjective watch of --inference-pool, not started: in --service-discovery-namespace, else
+ * the namespace of the kubeconfig's context (in a pod: the service account's), else `default`.
+ */
+export function createKubeObjectives(config: Readonly<Config>, hooks: KubeObjectivesHooks): KubeObjectives {
+  const kubeConfig = loadKubeConfig(config.serviceDiscoveryKubeconfig);
+  const namespace =
+    config.serviceDiscoveryNamespace ||
+    kubeConfig.getContextObject(kubeConfig.getCurrentContext())?.namespace ||
+    'default';
+  return new KubeObjectives({
+    kubeConfig,
+    namespace,
+    pool: config.inferencePool,
+    hooks,
+    resyncMs: config.serviceDiscoveryResyncMs,
   });
 }

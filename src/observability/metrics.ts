@@ -32,6 +32,8 @@ export interface MetricsOptions {
    * vllm_router_pool_saturated; read at scrape time. Absent: not exported (scraping off).
    */
   poolSaturated?: () => Iterable<[Role, boolean]>;
+  /** The request objectives the router knows and their priorities (routing/objectives.ts). */
+  objectives?: () => Iterable<[string, number]>;
   /** Collect Node process metrics (CPU, heap, event loop lag). */
   processMetrics?: boolean;
 }
@@ -255,6 +257,19 @@ export class RouterMetrics {
         collect() {
           this.reset();
           for (const [role, full] of poolSaturated()) this.set({ role }, full ? 1 : 0);
+        },
+      });
+    }
+    const objectives = opts.objectives;
+    if (objectives) {
+      new Gauge({
+        name: 'vllm_router_objective_priority',
+        help: 'The priority of each request objective the router knows (--objective, and the InferenceObjectives of --inference-pool): x-gateway-inference-objective naming one with a negative priority makes a request sheddable.',
+        labelNames: ['objective'] as const,
+        registers,
+        collect() {
+          this.reset();
+          for (const [objective, priority] of objectives()) this.set({ objective }, priority);
         },
       });
     }

@@ -34,7 +34,8 @@ export interface AdmissionOptions {
 }
 
 export function withAdmission(inner: Dispatcher, opts: AdmissionOptions): Dispatcher {
-  if (!opts.objectives.sheds) return inner;
+  // Nothing can be shed: no wrapper (a watched table may gain a sheddable objective at any time).
+  if (!opts.objectives.sheds && !opts.objectives.watched) return inner;
   const admitted: Dispatcher = {
     dispatch(req: RouteRequest, cancel: Cancellation): Dispatch | Promise<Dispatch> {
       const objective = req.headers[OBJECTIVE_HEADER];

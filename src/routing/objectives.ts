@@ -7,7 +7,9 @@
  * (routing/admission.ts). Priority 0 and above is never shed. An absent header, or a name the table
  * does not know, has priority 0: the endpoint picker's default objective.
  *
- * The table comes from `--objective NAME=PRIORITY` (repeatable; `objective:` in the YAML file).
+ * The table comes from `--objective NAME=PRIORITY` (repeatable; `objective:` in the YAML file) and,
+ * with `--inference-pool`, from the pool's InferenceObjective resources in Kubernetes
+ * (discovery/kube-objectives.ts), which win over a flag of the same name.
  * Pure: no timers, metrics or logging.
  */
 
@@ -17,22 +19,43 @@ export { OBJECTIVE_HEADER } from '../extproc/headers.js';
 export const DEFAULT_PRIORITY = 0;
 
 export class ObjectiveTable {
-  private readonly priorities: ReadonlyMap<string, number>;
+  private readonly configured: ReadonlyMap<string, number>;
+  private live: ReadonlyMap<string, number> = new Map();
 
-  constructor(priorities: ReadonlyMap<string, number> = new Map()) {
-    this.priorities = new Map(priorities);
+  /**
+   * `configured`: the `--objective` flags. `watched`: objectives also come from Kubernetes
+   * (discovery/kube-objectives.ts, `setWatched`), so the set may change at any time.
+   */
+  constructor(
+    configured: ReadonlyMap<string, number> = new Map(),
+    readonly watched = false,
+  ) {
+    this.configured = new Map(configured);
+  }
+
+  /** The watched objectives, the whole set (replacing the last one); they win over configured ones. */
+  setWatched(objectives: ReadonlyMap<string, number>): void {
+    this.live = new Map(objectives);
   }
 
   /** True when some objective is sheddable (a negative priority): only then is saturation checked. */
   get sheds(): boolean {
-    for (const p of this.priorities.values()) if (p < 0) return true;
+    for (const [name, p] of this.configured) if ((this.live.get(name) ?? p) < 0) return true;
+    for (const p of this.live.values()) if (p < 0) return true;
     return false;
+  }
+
+  /** Every known objective and its priority (configured, overridden by watched ones). */
+  entries(): Map<string, number> {
+    const out = new Map(this.configured);
+    for (const [name, p] of this.live) out.set(name, p);
+    return out;
   }
 
   /** The priority of objective `name` (DEFAULT_PRIORITY when absent or unknown). */
   priority(name: string | undefined): number {
     if (name === undefined) return DEFAULT_PRIORITY;
-    return this.priorities.get(name) ?? DEFAULT_PRIORITY;
+    return this.live.get(name) ?? this.configured.get(name) ?? DEFAULT_PRIORITY;
   }
 }
 

@@ -12,6 +12,8 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startStack, type Stack } from '../support/stack.js';
 import { adminJson, expectAllLoadsZero, metricsText } from '../support/router-fixture.js';
 import { waitFor } from '../support/wait-for.js';
+import { directLoad } from '../support/direct-load.js';
+import { objectiveChat } from '../support/objective-chat.js';
 import type { Simulator } from '../../src/sim/simulator.js';
 
 let stack: Stack;
@@ -39,44 +41,8 @@ afterEach(async () => {
   await Promise.all(stack.sims.map((s) => s.waitForIdle()));
 });
 
-/** Starts `n` endless streaming requests straight at the simulator (not through Envoy or the router). */
-async function directLoad(sim: Simulator, n: number): Promise<AbortController> {
-  const ac = new AbortController();
-  for (let i = 0; i < n; i++) {
-    void fetch(`${sim.url}/v1/completions`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({
-        model: 'sim-model',
-        prompt: `batch job ${i}`,
-        max_tokens: 100_000,
-        stream: true,
-      }),
-      signal: ac.signal,
-    })
-      .then((res) => res.body?.pipeTo(new WritableStream(), { signal: ac.signal }))
-      .catch(() => undefined);
-  }
-  await waitFor(() => sim.inFlight() >= n, { timeoutMs: 10_000, message: 'direct load in flight' });
-  return ac;
-}
-
-function chat(objective: string | undefined, signal?: AbortSignal): Promise<Response> {
-  return fetch(`${stack.url}/v1/chat/completions`, {
-    method: 'POST',
-    headers: {
-      'content-type': 'application/json',
-      ...(objective === undefined ? {} : { 'x-gateway-inference-objective': objective }),
-    },
-    body: JSON.stringify({
-      model: 'sim-model',
-      messages: [{ role: 'user', content: 'Summarise the report.' }],
-      max_tokens: 3,
-      stream: true,
-    }),
-    ...(signal ? { signal } : {}),
-  });
-}
+const chat = (objective: string | undefined, signal?: AbortSignal): Promise<Response> =>
+  objectiveChat(stack.url, objective, signal);
 
 interface WorkerInfo {
   url: string;

@@ -12,6 +12,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startStack, type Stack } from '../support/stack.js';
 import { adminJson, expectAllLoadsZero, metricsText } from '../support/router-fixture.js';
 import { waitFor } from '../support/wait-for.js';
+import { directLoad } from '../support/direct-load.js';
 import type { Simulator } from '../../src/sim/simulator.js';
 
 let stack: Stack;
@@ -50,30 +51,6 @@ interface WorkerInfo {
 }
 
 const workersView = async () => (await adminJson<WorkerInfo[]>(stack.router, '/workers')).body;
-
-/** Starts `n` long streaming requests straight at the simulator (not through Envoy or the router). */
-async function directLoad(sim: Simulator, n: number): Promise<AbortController> {
-  const ac = new AbortController();
-  const started = sim.running();
-  for (let i = 0; i < n; i++) {
-    void fetch(`${sim.url}/v1/completions`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({
-        model: 'sim-model',
-        prompt: `batch job ${i}`,
-        max_tokens: 100_000,
-        stream: true,
-      }),
-      signal: ac.signal,
-    })
-      // Keep reading (a cancelled body would end the request); the abort ends it.
-      .then((res) => res.body?.pipeTo(new WritableStream(), { signal: ac.signal }))
-      .catch(() => undefined);
-  }
-  await waitFor(() => sim.running() >= started + n, { timeoutMs: 10_000, message: 'direct load running' });
-  return ac;
-}
 
 async function chat(content: string, maxTokens: number): Promise<{ worker: string; decision: string }> {
   const res = await fetch(`${stack.url}/v1/chat/completions`, {

@@ -8,8 +8,7 @@
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startStack, type Stack } from '../support/stack.js';
-import { adminJson, expectAllLoadsZero } from '../support/router-fixture.js';
-import { waitFor } from '../support/wait-for.js';
+import { expectAllLoadsZero, waitAllScraped } from '../support/router-fixture.js';
 
 let stack: Stack;
 const MODELS = ['food-review-1', 'food-review-2'];
@@ -21,13 +20,7 @@ beforeAll(async () => {
     router: { scrapeIntervalMs: 50, decisionHeader: true },
   });
   // Every worker scraped once: the router knows what each serves.
-  await waitFor(
-    async () =>
-      (await adminJson<{ loadSample: { modelName?: string } | null }[]>(stack.router, '/workers')).body.every(
-        (w) => w.loadSample?.modelName !== undefined,
-      ),
-    { timeoutMs: 10_000, message: 'every worker scraped' },
-  );
+  await waitAllScraped(stack.router);
 });
 afterAll(async () => {
   await stack?.close();

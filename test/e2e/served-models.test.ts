@@ -6,8 +6,7 @@
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { postThrough, startStack, type Stack } from '../support/stack.js';
-import { adminJson, expectAllLoadsZero } from '../support/router-fixture.js';
-import { waitFor } from '../support/wait-for.js';
+import { expectAllLoadsZero, waitAllScraped } from '../support/router-fixture.js';
 
 let stack: Stack;
 const MODELS = ['llama', 'llama', 'qwen', 'qwen'];
@@ -19,13 +18,7 @@ beforeAll(async () => {
     router: { policy: 'cache_aware', scrapeIntervalMs: 50, decisionHeader: true },
   });
   // Every worker scraped once: the router knows what each serves.
-  await waitFor(
-    async () =>
-      (await adminJson<{ loadSample: { modelName?: string } | null }[]>(stack.router, '/workers')).body.every(
-        (w) => w.loadSample?.modelName !== undefined,
-      ),
-    { timeoutMs: 10_000, message: 'every worker scraped' },
-  );
+  await waitAllScraped(stack.router);
 });
 afterAll(async () => {
   await stack?.close();

@@ -48,3 +48,14 @@ export async function adminJson<T = unknown>(
 export async function metricsText(router: Router): Promise<string> {
   return (await fetch(`http://127.0.0.1:${router.adminPort}/metrics`)).text();
 }
+
+/** Waits until every worker has been scraped once: the router knows what each serves (its model). */
+export async function waitAllScraped(router: Router): Promise<void> {
+  await waitFor(
+    async () =>
+      (await adminJson<{ loadSample: { modelName?: string } | null }[]>(router, '/workers')).body.every(
+        (w) => w.loadSample?.modelName !== undefined,
+      ),
+    { timeoutMs: 10_000, message: 'every worker scraped' },
+  );
+}

@@ -10,30 +10,13 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parseAllDocuments } from 'yaml';
 import { startKubeCluster, type KubeCluster } from '../../support/kube-cluster.js';
-import { runSetupScript } from '../../support/setup-script.js';
-import { waitFor } from '../../support/wait-for.js';
+import { documents, installCrds, publishedCrds, type KubeObject } from '../../support/kube-crds.js';
 
 const REPO = resolve(import.meta.dirname, '../../..');
 const MANIFESTS = join(REPO, 'deploy/kubernetes');
 
-interface Obj {
-  apiVersion: string;
-  kind: string;
-  metadata: { name: string; namespace?: string };
-  [key: string]: unknown;
-}
-
-/** The CRD directory scripts/install-crds.sh fills (a no-op when it is already there). */
-const crdDir = (): string =>
-  runSetupScript('install-crds.sh', 'the CRDs of deploy/kubernetes/', 'needs go and the Go module proxy');
-
-function documents(text: string): Obj[] {
-  return parseAllDocuments(text)
-    .map((d) => d.toJS() as Obj | null)
-    .filter((o): o is Obj => o !== null && typeof o === 'object' && typeof o.kind === 'string');
-}
+type Obj = KubeObject;
 
 let cluster: KubeCluster;
 /** apiVersion + kind -> the resource's collection path (without a namespace) and whether it is namespaced. */
@@ -68,52 +51,9 @@ async function dryRunCreate(o: Obj): Promise<{ status: number; message: string }
 }
 
 beforeAll(async () => {
-  const dir = crdDir();
+  const crds = publishedCrds();
   cluster = await startKubeCluster();
-  const crds = readdirSync(dir)
-    .filter((f) => f.endsWith('.yaml'))
-    .flatMap((f) => documents(readFileSync(join(dir, f), 'utf8')))
-    .filter((o) => o.kind === 'CustomResourceDefinition');
-  for (const crd of crds) {
-    const res = await cluster.api('POST', '/apis/apiextensions.k8s.io/v1/customresourcedefinitions', crd);
-    if (res.status !== 201)
-      throw new Error(`CRD ${crd.metadata.name}: ${res.status} ${JSON.stringify(res.body)}`);
-  }
-  // Established, and listed by the group's discovery document (which a controller updates a moment
-  // later): resourceOf() reads the resource names from there.
-  for (const crd of crds) {
-    const spec = crd.spec as {
-      group: string;
-      names: { kind: string };
-      versions: Array<{ name: string; served: boolean }>;
-    };
-    for (const v of spec.versions.filter((x) => x.served)) {
-      await waitFor(
-        async () => {
-          const res = await cluster.api('GET', `/apis/${spec.group}/${v.name}`);
-          const list = (res.body as { resources?: Array<{ kind: string }> }).resources ?? [];
-          return res.status === 200 && list.some((r) => r.kind === spec.names.kind);
-        },
-        {
-          timeoutMs: 60_000,
-          intervalMs: 100,
-          message: `${spec.names.kind} ${spec.group}/${v.name} discoverable`,
-        },
-      );
-    }
-    await waitFor(
-      async () => {
-        const res = await cluster.api(
-          'GET',
-          `/apis/apiextensions.k8s.io/v1/customresourcedefinitions/${crd.metadata.name}`,
-        );
-        const conditions = (res.body as { status?: { conditions?: Array<{ type: string; status: string }> } })
-          .status?.conditions;
-        return conditions?.some((c) => c.type === 'Established' && c.status === 'True') === true;
-      },
-      { timeoutMs: 60_000, intervalMs: 100, message: `CRD ${crd.metadata.name} established` },
-    );
-  }
+  await installCrds(cluster, crds);
   // The manifests' namespaces, for real: a dry run into a namespace that does not exist is refused.
   for (const name of ['llm', 'istio-system']) {
     const ns = await cluster.api('POST', '/api/v1/namespaces', {

@@ -17,6 +17,7 @@ async function knownMetricNames(): Promise<Set<string>> {
     treeChars: () => [],
     servedModels: () => undefined,
     poolSaturated: () => [],
+    objectives: () => [],
     processMetrics: false,
   });
   const names = new Set<string>();

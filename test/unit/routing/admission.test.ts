@@ -142,6 +142,21 @@ describe('withAdmission', () => {
   });
 });
 
+describe('withAdmission with objectives watched from Kubernetes', () => {
+  it('stays in place while nothing sheds, and sheds once a watched objective turns negative', () => {
+    const objectives = new ObjectiveTable(new Map(), true);
+    const s = setup(objectives);
+    expect(s.dispatcher).not.toBe(s.inner);
+    for (const w of s.pool.workers) s.busy.add(w);
+    const d = s.dispatcher.dispatch(completion('bulk'), cancel) as Dispatch;
+    d.finish({ kind: 'response', status: 200 });
+    objectives.setWatched(new Map([['bulk', -2]]));
+    expect(shedError(s.dispatcher, completion('bulk')).code).toBe('pool_saturated');
+    expect(s.shed).toEqual([['bulk', -2, 'regular']]);
+    expect(loads(s.pool)).toEqual([0, 0]);
+  });
+});
+
 describe('withAdmission in P/D mode', () => {
   function pd() {
     const h = harness();

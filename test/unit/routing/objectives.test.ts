@@ -59,4 +59,46 @@ describe('ObjectiveTable', () => {
       ).sheds,
     ).toBe(true);
   });
+
+  it('takes watched objectives over configured ones of the same name, the whole set at a time', () => {
+    const t = new ObjectiveTable(
+      new Map([
+        ['batch', 5],
+        ['flag', -2],
+      ]),
+      true,
+    );
+    expect(t.watched).toBe(true);
+    t.setWatched(
+      new Map([
+        ['batch', -1],
+        ['chat', 0],
+      ]),
+    );
+    expect([t.priority('batch'), t.priority('flag'), t.priority('chat')]).toEqual([-1, -2, 0]);
+    expect(t.entries()).toEqual(
+      new Map([
+        ['batch', -1],
+        ['flag', -2],
+        ['chat', 0],
+      ]),
+    );
+    // A new set replaces the last: batch falls back to its flag.
+    t.setWatched(new Map());
+    expect(t.priority('batch')).toBe(5);
+  });
+
+  it('sheds when a watched objective is negative, or a configured one not overridden by a watched one', () => {
+    const t = new ObjectiveTable(new Map([['batch', -1]]), true);
+    expect(t.sheds).toBe(true);
+    t.setWatched(new Map([['batch', 1]]));
+    expect(t.sheds).toBe(false);
+    t.setWatched(
+      new Map([
+        ['batch', 1],
+        ['bulk', -4],
+      ]),
+    );
+    expect(t.sheds).toBe(true);
+  });
 });
