@@ -95,13 +95,18 @@ export function streamedBody(body: Buffer, endOfStream: boolean): BodyMutation {
 
 /** A JSON ImmediateResponse carrying a RouterError. */
 export function errorReply(err: RouterError): ProcessingResponse {
-  return jsonImmediate(err.status, err.toJSON(), err.code);
+  return jsonImmediate(err.status, err.toJSON(), err.code, err.headers);
 }
 
-export function jsonImmediate(status: number, body: unknown, details: string): ProcessingResponse {
+export function jsonImmediate(
+  status: number,
+  body: unknown,
+  details: string,
+  headers?: Readonly<Record<string, string>>,
+): ProcessingResponse {
   const immediate: ImmediateResponse = {
     status: { code: status },
-    headers: headerMutation({ 'content-type': 'application/json' }),
+    headers: headerMutation({ ...headers, 'content-type': 'application/json' }),
     body: Buffer.from(JSON.stringify(body)),
     details: `vllm_router_${details}`,
   };

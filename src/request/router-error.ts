@@ -28,6 +28,8 @@ export class RouterError<C extends string = RouterErrorCode> extends RouterBaseE
     readonly status: number,
     message: string,
     readonly type: string = status >= 500 ? 'server_error' : 'invalid_request_error',
+    /** Extra response headers (e.g. `retry-after` on a 429), beside the JSON content type. */
+    readonly headers?: Readonly<Record<string, string>>,
   ) {
     super(code, message);
   }

@@ -7,7 +7,7 @@
  * request, the prefill pool. The client gets a JSON 429 (`pool_saturated`) naming its objective:
  * it may retry later, and the requests that matter more keep the room. Other requests, and every
  * request while some candidate has room, go to the wrapped dispatcher unchanged; so do requests with
- * no candidate at all, which get the router's own 503 there.
+ * no candidate at all, which get the router's own 503 there. The 429 carries `retry-after: 1`.
  *
  * The check reads the candidates the pools would offer this request (its model, the gateway's
  * subset): a sheddable request for a model whose workers are all busy is shed even if other models'
@@ -75,6 +75,9 @@ function saturatedRole(req: RouteRequest, opts: AdmissionOptions): string | unde
   return undefined;
 }
 
+/** Seconds a shed request's client is told to wait (`retry-after`): ten scrapes at the default interval. */
+export const RETRY_AFTER_S = 1;
+
 /** 429 for a sheddable request while every worker it could go to is saturated. */
 export function poolSaturated(objective: string, priority: number, role: string): RouterError {
   return new RouterError(
@@ -83,5 +86,7 @@ export function poolSaturated(objective: string, priority: number, role: string)
     `Every ${role} worker this request could go to is saturated; requests of objective "${objective}" ` +
       `(priority ${priority}) are shed until one has room. Retry later.`,
     'rate_limit_error',
+    // OpenAI's clients wait this long before they retry a 429 (theirs back off from 0.5 s without it).
+    { 'retry-after': String(RETRY_AFTER_S) },
   );
 }

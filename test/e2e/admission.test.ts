@@ -68,6 +68,8 @@ describe('request objectives: sheddable requests while the workers are saturated
       const shed = await chat('batch');
       expect(shed.status).toBe(429);
       expect(shed.headers.get('content-type')).toContain('application/json');
+      // OpenAI's clients wait this long before they retry.
+      expect(shed.headers.get('retry-after')).toBe('1');
       const body = (await shed.json()) as { error: { code: string; type: string; message: string } };
       expect(body.error.code).toBe('pool_saturated');
       expect(body.error.message).toContain('objective "batch" (priority -1)');
@@ -102,6 +104,14 @@ describe('request objectives: sheddable requests while the workers are saturated
 
   it('routes batch requests again once a worker has room', async () => {
     const [a, b] = stack.sims as [Simulator, Simulator];
+    // Samples taken after the last test's direct load ended (an older one would still show it).
+    await waitFor(
+      async () =>
+        (await adminJson<WorkerInfo[]>(stack.router, '/workers')).body.every(
+          (w) => w.loadSample?.waiting === 0,
+        ),
+      { timeoutMs: 10_000, message: 'both workers idle in their samples' },
+    );
     const directA = await directLoad(a, 10);
     try {
       // A scrape shows a saturated; b idles, so the pool has room and the batch requests go to b.

@@ -73,6 +73,7 @@ describe('withAdmission', () => {
     expect(err.status).toBe(429);
     expect(err.code).toBe('pool_saturated');
     expect(err.toJSON().error.message).toMatch(/objective "batch" \(priority -1\)/);
+    expect(err.headers).toEqual({ 'retry-after': '1' });
     expect(s.shed).toEqual([['batch', -1, 'regular']]);
     expect(loads(s.pool)).toEqual([0, 0]);
     expect(s.pool.workers.map((w) => w.processed)).toEqual([0, 0]);
