@@ -6,6 +6,7 @@
  *
  *   npx tsx bench/admission.bench.ts                 2 interleaved runs per arm (~1 min)
  *   --repeats 2 --requests 300 --batch-concurrency 64 --interactive-concurrency 8 --backoff-ms 100
+ *   --saturation-waiting 5 (the router's --saturation-waiting)
  *
  * Stack: 4 simulated workers in this process (the routing benchmark's timing, but at most 8 sequences
  * running per worker, so a flood queues as on a full vLLM), the router in this process with its
@@ -15,8 +16,9 @@
  *   and sends again, as a batch processor backs off;
  * - interactive: `--interactive-concurrency` closed-loop clients without an objective (priority 0),
  *   256-token prompts, 16 output tokens, `--requests` in all; the run ends when they are done.
- * Arms: `no_shedding` (no objective configured: batch has priority 0) and `shedding`
- * (`--objective batch=-1`). Per run: interactive time to first token (p50 / p90 / p99) and output
+ * Arms: `no_shedding` (no objective configured: batch has priority 0), `shedding`
+ * (`--objective batch=-1`) and `flow_control` (the same and `--flow-control`: requests wait in the
+ * router while the fleet is saturated, interactive ones first). Per run: interactive time to first token (p50 / p90 / p99) and output
  * tokens/s, batch requests completed per second and shed.
  */
 import { startEnvoy, type EnvoyHandle } from '../src/envoy/envoy-process.js';
@@ -32,12 +34,14 @@ const requests = numericFlag('requests', 300);
 const batchConcurrency = numericFlag('batch-concurrency', 64);
 const interactiveConcurrency = numericFlag('interactive-concurrency', 8);
 const backoffMs = numericFlag('backoff-ms', 100);
+const saturationWaiting = numericFlag('saturation-waiting', 5);
 const WORKERS = 4;
 const log = (m: string): void => void process.stderr.write(`${m}\n`);
 const BATCH_PROMPT = 'summarise this archived record for the nightly report '.repeat(52);
 const CHAT_PROMPT = 'a user asks a short question about the service '.repeat(28);
 
-type Arm = 'no_shedding' | 'shedding';
+type Arm = 'no_shedding' | 'shedding' | 'flow_control';
+const ARMS: readonly Arm[] = ['no_shedding', 'shedding', 'flow_control'];
 
 interface RunResult {
   arm: Arm;
@@ -95,7 +99,9 @@ async function runOnce(arm: Arm, run: number): Promise<RunResult> {
       Object.freeze(
         loopbackConfig({
           workers: cluster.sims.map((s) => s.url),
-          objective: arm === 'shedding' ? ['batch=-1'] : [],
+          objective: arm === 'no_shedding' ? [] : ['batch=-1'],
+          flowControl: arm === 'flow_control',
+          saturationWaiting,
           logLevel: 'error',
         }),
       ),
@@ -177,7 +183,7 @@ async function runOnce(arm: Arm, run: number): Promise<RunResult> {
 async function main(): Promise<void> {
   const runs: RunResult[] = [];
   for (let r = 1; r <= repeats; r++) {
-    for (const arm of ['no_shedding', 'shedding'] as const) {
+    for (const arm of ARMS) {
       const res = await runOnce(arm, r);
       log(JSON.stringify(res));
       runs.push(res);
@@ -188,7 +194,7 @@ async function main(): Promise<void> {
     return Math.round((xs.reduce((a, b) => a + b, 0) / xs.length) * 10) / 10;
   };
   const summary = Object.fromEntries(
-    (['no_shedding', 'shedding'] as const).map((arm) => [
+    ARMS.map((arm) => [
       arm,
       {
         interactiveTtftP50Ms: mean(arm, (x) => x.interactive.ttftP50Ms),
@@ -198,8 +204,14 @@ async function main(): Promise<void> {
       },
     ]),
   );
-  const ratio = (k: keyof (typeof summary)['shedding']): number =>
-    Math.round((summary.shedding![k] / summary.no_shedding![k]) * 1000) / 1000;
+  const ratio = (arm: Arm, k: keyof (typeof summary)['shedding']): number =>
+    Math.round((summary[arm]![k] / summary.no_shedding![k]) * 1000) / 1000;
+  const vsNone = (arm: Arm) => ({
+    interactiveTtftP50: ratio(arm, 'interactiveTtftP50Ms'),
+    interactiveTtftP90: ratio(arm, 'interactiveTtftP90Ms'),
+    interactiveTokensPerS: ratio(arm, 'interactiveTokensPerS'),
+    batchCompletedPerS: ratio(arm, 'batchCompletedPerS'),
+  });
   process.stdout.write(
     `${JSON.stringify(
       {
@@ -207,14 +219,11 @@ async function main(): Promise<void> {
         batchConcurrency,
         interactiveConcurrency,
         backoffMs,
+        saturationWaiting,
         repeats,
         summary,
-        sheddingVsNone: {
-          interactiveTtftP50: ratio('interactiveTtftP50Ms'),
-          interactiveTtftP90: ratio('interactiveTtftP90Ms'),
-          interactiveTokensPerS: ratio('interactiveTokensPerS'),
-          batchCompletedPerS: ratio('batchCompletedPerS'),
-        },
+        sheddingVsNone: vsNone('shedding'),
+        flowControlVsNone: vsNone('flow_control'),
         runs,
       },
       null,

@@ -153,6 +153,10 @@ function validate(c: Config): void {
   if (c.fallbackEndpoints > MAX_FALLBACK_ENDPOINTS) {
     throw new ConfigError(`--fallback-endpoints must be <= ${MAX_FALLBACK_ENDPOINTS}`);
   }
+  if (c.flowControl && c.scrapeIntervalMs === 0) {
+    throw new ConfigError('--flow-control needs the scraped metrics (--scrape-interval-ms > 0)');
+  }
+  if (c.flowPollMs === 0) throw new ConfigError('--flow-poll-ms must be > 0');
   try {
     parseObjectiveSpecs(c.objective);
   } catch (err) {

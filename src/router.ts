@@ -173,6 +173,12 @@ function lifecycleSteps(
       },
       close: () => c.admin.close(),
     },
+    c.flow !== undefined && {
+      // Closed before the workers' picture goes: held requests are answered 503 at once.
+      name: 'flow control',
+      start: () => undefined,
+      close: () => c.flow?.close(),
+    },
     {
       // Last: every source of the fleet's picture has started; readiness turns on when they report.
       name: 'warm-up',

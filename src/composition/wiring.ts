@@ -57,7 +57,8 @@ import { TimingEstimates } from '../load/timing-estimates.js';
 import { prefillLegLearner, withTiming } from '../load/timing-dispatcher.js';
 import { CharsPerToken } from '../load/chars-per-token.js';
 import { PrefillBacklog } from '../load/prefill-backlog.js';
-import { saturated } from '../load/saturation.js';
+import { hasRoom, saturated } from '../load/saturation.js';
+import { FlowControl } from '../routing/flow-control.js';
 import { withAdmission } from '../routing/admission.js';
 import { ObjectiveTable, parseObjectiveSpecs } from '../routing/objectives.js';
 import { ModelInFlight, withModelInFlight, withPrefillModel } from '../load/model-in-flight.js';
@@ -113,6 +114,8 @@ export interface Components {
   readonly modelsPoller: ModelsPoller;
   /** The request objectives' priorities (--objective; --inference-pool adds Kubernetes' in its lifecycle step). */
   readonly objectives: ObjectiveTable;
+  /** --flow-control: the requests held while their pool is saturated. */
+  readonly flow: FlowControl | undefined;
   /** Present when --discovery-zmq is set. */
   readonly discovery: ZmqDiscovery | undefined;
   readonly admin: AdminServer;
@@ -137,8 +140,11 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
       : undefined,
     ...(config.scrapeIntervalMs > 0 ? { poolSaturated: () => poolSaturation(pools, saturation) } : {}),
     objectives: () => objectives.entries(),
+    ...(config.flowControl ? { flowHeld: () => held.flow?.held ?? 0 } : {}),
     processMetrics: true,
   });
+  // --flow-control (built with the dispatchers below; the metrics read it at scrape time).
+  const held: { flow?: FlowControl } = {};
   const board = new LoadBoard(config.loadStaleMs);
   const exact = createExactPrefix(
     config,
@@ -175,6 +181,7 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
   };
   const limits = { waiting: config.saturationWaiting, kvUsage: config.saturationKvUsage };
   const saturation = (workers: readonly Worker[]): boolean => saturated(workers, signals, limits);
+  const room = { hasRoom: (w: Worker): boolean => hasRoom(w, signals, limits), saturated: saturation };
   // The exact prefix source (KV events, when configured) ahead of each cache_aware policy's radix tree.
   const prefixSources: PrefixSource[] = exact.source !== undefined ? [exact.source] : [];
   const pools = buildPools(config, registry, metrics, health, exact, bootstrap, {
@@ -240,28 +247,27 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
   const prefillClient = config.mode === 'pd' ? new PrefillClient() : undefined;
   const dispatcher = buildDispatcher({ ...base, prefillClient });
   const objectives = new ObjectiveTable(parseObjectiveSpecs(config.objective), config.inferencePool !== '');
-  const grpc = buildGrpcServer(
+  const admitted = admission(
     base,
-    admission(
-      base,
-      objectives,
-      saturation,
-      withHealth(
-        withTiming(
-          // Only LoRA affinity reads the models in flight: with it off (--metric-lora ''), no wrapper.
-          config.metricLora === '' ? dispatcher : withModelInFlight(dispatcher, models),
-          timing,
-          clock,
-          backlog,
-          config.responseBodySample,
-          config.responseBodyWatchMax,
-          base.charsPerToken,
-        ),
-        health,
+    objectives,
+    room,
+    withHealth(
+      withTiming(
+        // Only LoRA affinity reads the models in flight: with it off (--metric-lora ''), no wrapper.
+        config.metricLora === '' ? dispatcher : withModelInFlight(dispatcher, models),
+        timing,
         clock,
+        backlog,
+        config.responseBodySample,
+        config.responseBodyWatchMax,
+        base.charsPerToken,
       ),
+      health,
+      clock,
     ),
   );
+  if (admitted.flow) held.flow = admitted.flow;
+  const grpc = buildGrpcServer(base, admitted.dispatcher);
   const scraper = buildScraper(base);
   const modelsPoller = buildModelsPoller(base);
   // A worker that joins (or re-registers) is asked what it serves at once, not at the next round;
@@ -276,6 +282,7 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
     prefillClient,
     grpc,
     objectives,
+    flow: held.flow,
     checker: buildHealthChecker(base),
     scraper,
     modelsPoller,
@@ -491,25 +498,46 @@ function buildDispatcher(c: Base & { prefillClient: PrefillClient | undefined })
 
 /**
  * Sheds sheddable requests (--objective with a negative priority) while their workers are saturated
- * (routing/admission.ts). Saturation is read from scraped samples: with scraping off, nothing is shed.
+ * (routing/admission.ts), or, with --flow-control, holds every request while its pool is saturated
+ * (routing/flow-control.ts). Saturation is read from scraped samples: with scraping off, neither.
  */
 function admission(
-  { config, pools, metrics, logger }: Base,
+  { config, pools, metrics, logger, clock }: Base,
   objectives: ObjectiveTable,
-  saturation: (workers: readonly Worker[]) => boolean,
+  room: { hasRoom: (w: Worker) => boolean; saturated: (workers: readonly Worker[]) => boolean },
   inner: Dispatcher,
-): Dispatcher {
-  if (config.scrapeIntervalMs === 0) return inner;
-  return withAdmission(inner, {
-    objectives,
+): { dispatcher: Dispatcher; flow?: FlowControl } {
+  if (config.scrapeIntervalMs === 0) return { dispatcher: inner };
+  const needs = {
     pool: config.mode === 'pd' ? pools.byRole.decode : pools.byRole.regular,
     ...(config.mode === 'pd' ? { prefillPool: pools.byRole.prefill } : {}),
-    saturated: saturation,
+  };
+  if (config.flowControl) {
+    const flow = new FlowControl(inner, {
+      objectives,
+      ...needs,
+      hasRoom: room.hasRoom,
+      clock,
+      ttlMs: config.flowQueueTtlMs,
+      maxQueued: config.flowQueueMax,
+      pollMs: config.flowPollMs,
+      observer: {
+        released: (waitedMs) => metrics.flowWait.observe(waitedMs / 1000),
+        refused: (reason, objective) => metrics.flowRefused.inc({ reason, objective }),
+      },
+    });
+    return { dispatcher: flow, flow };
+  }
+  const dispatcher = withAdmission(inner, {
+    objectives,
+    ...needs,
+    saturated: room.saturated,
     shed: (objective, priority, role) => {
       metrics.shed.inc({ objective, role });
       if (logger.isLevelEnabled('debug')) logger.debug({ objective, priority, role }, 'request shed');
     },
   });
+  return { dispatcher };
 }
 
 /** Per pool with workers: whether none of its selectable workers has room (vllm_router_pool_saturated). */

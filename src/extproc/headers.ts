@@ -5,6 +5,8 @@ export const REQUEST_ID_HEADER = 'x-request-id';
 export const DECISION_HEADER = 'x-vllm-router-decision';
 /** The request's objective (the endpoint picker's; routing/objectives.ts). */
 export const OBJECTIVE_HEADER = 'x-gateway-inference-objective';
+/** The request's flow for fairness among requests of one priority (the endpoint picker's; routing/flow-queue.ts). */
+export const FAIRNESS_HEADER = 'x-gateway-inference-fairness-id';
 /** The model the gateway asks the request to be served as (the endpoint picker's; request/model-rewrite.ts). */
 export const MODEL_REWRITE_HEADER = 'x-gateway-model-name-rewrite';
 /** Dynamic metadata namespace read by endpoint-picker gateways (and our Envoy config). */

@@ -32,6 +32,8 @@ export interface MetricsOptions {
    * vllm_router_pool_saturated; read at scrape time. Absent: not exported (scraping off).
    */
   poolSaturated?: () => Iterable<[Role, boolean]>;
+  /** --flow-control: the requests held now (routing/flow-control.ts). */
+  flowHeld?: () => number;
   /** The request objectives the router knows and their priorities (routing/objectives.ts). */
   objectives?: () => Iterable<[string, number]>;
   /** Collect Node process metrics (CPU, heap, event loop lag). */
@@ -54,6 +56,8 @@ export class RouterMetrics {
   readonly poolChanges: Counter<'role' | 'change'>;
   readonly failovers: Counter<'worker' | 'adopted'>;
   readonly shed: Counter<'objective' | 'role'>;
+  readonly flowRefused: Counter<'reason' | 'objective'>;
+  readonly flowWait: Histogram;
   readonly pdPrefillRequests: Counter<'worker'>;
   readonly pdDecodeRequests: Counter<'worker'>;
   readonly pdErrors: Counter<'error_type'>;
@@ -257,6 +261,29 @@ export class RouterMetrics {
         collect() {
           this.reset();
           for (const [role, full] of poolSaturated()) this.set({ role }, full ? 1 : 0);
+        },
+      });
+    }
+    this.flowRefused = new Counter({
+      name: 'vllm_router_flow_refused_total',
+      help: '--flow-control: requests refused by reason (queue_full: --flow-queue-max held already; queue_timeout: held --flow-queue-ttl-ms) and objective.',
+      labelNames: ['reason', 'objective'] as const,
+      registers,
+    });
+    this.flowWait = new Histogram({
+      name: 'vllm_router_flow_wait_seconds',
+      help: '--flow-control: how long requests were held before they were let go.',
+      buckets: [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
+      registers,
+    });
+    const flowHeld = opts.flowHeld;
+    if (flowHeld) {
+      new Gauge({
+        name: 'vllm_router_flow_held',
+        help: '--flow-control: requests held in the router now, waiting for a saturated pool to have room.',
+        registers,
+        collect() {
+          this.set(flowHeld());
         },
       });
     }

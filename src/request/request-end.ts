@@ -20,7 +20,9 @@
  *   router answered 4xx itself (bad input)      rejected(4xx)                   rejected     cancelled
  *   router answered 503 no_workers              rejected(503, no_workers)       no_workers   cancelled
  *   router shed a sheddable request (429,       rejected(429, pool_saturated)   shed         cancelled
- *     routing/admission.ts)
+ *     routing/admission.ts), or refused one
+ *     flow control could not hold (queue_full,
+ *     queue_timeout: routing/flow-control.ts)
  *   router answered another 5xx (prefill, bug)  rejected(5xx)                   error        cancelled
  *   stream ended before the router routed it    cancelled(before headers)       abandoned    -
  *   stream ended during the dispatch (prefill)  cancelled(before headers)       no_response  no_response
@@ -88,7 +90,7 @@ export type Outcome =
   | 'upstream_4xx'
   | 'upstream_5xx'
   | 'rejected' // the router answered 4xx itself (bad input)
-  | 'shed' // the router answered 429 to a sheddable request while its workers were saturated
+  | 'shed' // the router answered 429 (503) to a request while its workers were saturated
   | 'no_workers' // 503 from the router
   | 'error' // other router-generated 5xx (prefill failure, internal)
   | 'no_response' // routed, but the stream ended before response headers (Envoy local reply, abort)
@@ -107,7 +109,9 @@ export function requestOutcome(end: RequestEnd, stage: RoutingStage): Outcome {
       if (stage !== 'routed') return 'abandoned'; // Envoy's local reply to a request we never routed
       return end.status >= 500 ? 'upstream_5xx' : end.status >= 400 ? 'upstream_4xx' : 'ok';
     case 'rejected':
-      if (end.code === 'pool_saturated') return 'shed';
+      if (end.code === 'pool_saturated' || end.code === 'queue_full' || end.code === 'queue_timeout') {
+        return 'shed';
+      }
       if (end.status === undefined || end.status < 500) return 'rejected';
       return end.code === 'no_workers' ? 'no_workers' : 'error';
     case 'cancelled':

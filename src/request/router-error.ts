@@ -17,6 +17,8 @@ export type RouterErrorCode =
   | 'body_too_large'
   | 'no_workers'
   | 'pool_saturated'
+  | 'queue_full'
+  | 'queue_timeout'
   | 'prefill_failed'
   | 'prefill_timeout'
   | 'client_cancelled'

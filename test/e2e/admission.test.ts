@@ -12,7 +12,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startStack, type Stack } from '../support/stack.js';
 import { adminJson, expectAllLoadsZero, metricsText } from '../support/router-fixture.js';
 import { waitFor } from '../support/wait-for.js';
-import { directLoad } from '../support/direct-load.js';
+import { directLoad, SATURABLE_SIM } from '../support/direct-load.js';
 import { objectiveChat } from '../support/objective-chat.js';
 import type { Simulator } from '../../src/sim/simulator.js';
 
@@ -21,8 +21,7 @@ let stack: Stack;
 beforeAll(async () => {
   stack = await startStack({
     workers: 2,
-    // Two sequences run at once per worker: the rest of the direct load waits, as in a full vLLM.
-    sim: { timeScale: 1, timing: { baseItlMs: 30, overheadMs: 1, maxRunningSeqs: 2 } },
+    sim: SATURABLE_SIM,
     // loadStaleMs: a scrape gap on a starved machine must not make the samples stale mid-test
     // (a stale sample counts as no room: staleness has its own unit tests).
     router: {

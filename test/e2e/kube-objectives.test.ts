@@ -20,7 +20,7 @@ import { installCrds, publishedCrds } from '../support/kube-crds.js';
 import { expectAllLoadsZero, metricsText, startTestRouter } from '../support/router-fixture.js';
 import { EventLog } from '../support/event-log.js';
 import { waitFor } from '../support/wait-for.js';
-import { directLoad } from '../support/direct-load.js';
+import { directLoad, SATURABLE_SIM } from '../support/direct-load.js';
 import { objectiveChat } from '../support/objective-chat.js';
 
 type Objectives = ReadonlyMap<string, number>;
@@ -74,10 +74,7 @@ beforeAll(async () => {
   await createObjective('elsewhere', 'other-pool', -5);
 
   for (let i = 0; i < 2; i++) {
-    // Two sequences run at once per worker: the rest of the direct load waits, as in a full vLLM.
-    sims.push(
-      await startSimulator({ timeScale: 1, timing: { baseItlMs: 30, overheadMs: 1, maxRunningSeqs: 2 } }),
-    );
+    sims.push(await startSimulator(SATURABLE_SIM));
   }
   router = await startTestRouter(
     {

@@ -2,8 +2,17 @@
  * Load a router never sees: endless streaming requests sent straight at a simulated vLLM worker (not
  * through Envoy or the router), as a batch job or another router would. Its /metrics shows them.
  */
-import type { Simulator } from '../../src/sim/simulator.js';
+import type { Simulator, SimulatorOptions } from '../../src/sim/simulator.js';
 import { waitFor } from './wait-for.js';
+
+/**
+ * Simulator options for the saturation tests: real pacing (30 ms per token) and two sequences running
+ * at once, so the rest of a direct load waits (reported as waiting), as in a full vLLM.
+ */
+export const SATURABLE_SIM: SimulatorOptions = {
+  timeScale: 1,
+  timing: { baseItlMs: 30, overheadMs: 1, maxRunningSeqs: 2 },
+};
 
 /** Starts `n` such requests on `sim` and waits until it holds them; abort the controller to end them. */
 export async function directLoad(sim: Simulator, n: number): Promise<AbortController> {

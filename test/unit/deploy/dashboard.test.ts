@@ -18,6 +18,7 @@ async function knownMetricNames(): Promise<Set<string>> {
     servedModels: () => undefined,
     poolSaturated: () => [],
     objectives: () => [],
+    flowHeld: () => 0,
     processMetrics: false,
   });
   const names = new Set<string>();

@@ -1,0 +1,210 @@
+/**
+ * Flow control (routing/flow-control.ts): requests wait in the router while their pool is saturated
+ * and are let go as room appears, the highest priority first; a client that goes away, a full queue
+ * and a request held too long are answered without any worker; loads end at 0.
+ */
+import { describe, expect, it } from 'vitest';
+import type { Cancellation, Dispatch, RouteRequest } from '../../../src/extproc/dispatch.js';
+import { parseInferenceRequest } from '../../../src/request/inference-request.js';
+import { RouterError } from '../../../src/request/router-error.js';
+import { FlowControl } from '../../../src/routing/flow-control.js';
+import { ObjectiveTable } from '../../../src/routing/objectives.js';
+import { PoolDispatcher } from '../../../src/routing/pool-dispatcher.js';
+import type { Worker } from '../../../src/workers/worker.js';
+import { harness, register } from '../workers/pool-harness.js';
+
+const OBJECTIVES = new ObjectiveTable(
+  new Map([
+    ['batch', -1],
+    ['realtime', 10],
+  ]),
+);
+
+function completion(objective?: string, fairness?: string): RouteRequest {
+  const raw = Buffer.from(JSON.stringify({ model: 'm', prompt: 'hi' }));
+  return {
+    method: 'POST',
+    path: '/v1/completions',
+    headers: {
+      ...(objective === undefined ? {} : { 'x-gateway-inference-objective': objective }),
+      ...(fairness === undefined ? {} : { 'x-gateway-inference-fairness-id': fairness }),
+    },
+    body: raw,
+    inference: parseInferenceRequest('completions', undefined, raw),
+  };
+}
+
+const cancellation = (): Cancellation & { abort(): void } => {
+  const ac = new AbortController();
+  return { signal: ac.signal, abort: () => ac.abort() };
+};
+
+/** Two workers; `full` holds the workers without room. The poll timer never fires on its own. */
+function setup(opts: { maxQueued?: number; ttlMs?: number } = {}) {
+  const h = harness();
+  for (const port of [8000, 8001]) register(h.registry, 'regular', port);
+  const pool = h.pool('regular', 'round_robin');
+  pool.reconcile();
+  const full = new Set<Worker>(pool.workers);
+  const refused: string[] = [];
+  const waits: number[] = [];
+  const routed: string[] = [];
+  const inner = new PoolDispatcher({ pool, observer: {}, clock: h.clock.read, decisionHeader: false });
+  const flow = new FlowControl(
+    {
+      dispatch: (req) => {
+        routed.push(req.headers['x-gateway-inference-objective'] ?? '-');
+        return inner.dispatch(req);
+      },
+      adopt: (req, from, endpoint) => inner.adopt(req, from, endpoint),
+    },
+    {
+      objectives: OBJECTIVES,
+      pool,
+      hasRoom: (w) => !full.has(w),
+      clock: h.clock.read,
+      ttlMs: opts.ttlMs ?? 30_000,
+      maxQueued: opts.maxQueued ?? 100,
+      pollMs: 3_600_000,
+      observer: {
+        released: (ms) => waits.push(ms),
+        refused: (reason, objective) => refused.push(`${reason}:${objective}`),
+      },
+    },
+  );
+  return { h, pool, full, flow, refused, waits, routed };
+}
+
+const loads = (s: { pool: { workers: readonly Worker[] } }): number[] => s.pool.workers.map((w) => w.load);
+const settle = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
+
+async function rejection(p: Promise<Dispatch>): Promise<RouterError> {
+  try {
+    await p;
+  } catch (err) {
+    if (err instanceof RouterError) return err;
+    throw err;
+  }
+  throw new Error('resolved');
+}
+
+describe('FlowControl', () => {
+  it('routes at once while a worker has room and nothing is held', () => {
+    const s = setup();
+    s.full.clear();
+    const d = s.flow.dispatch(completion('batch'), cancellation()) as Dispatch;
+    expect(d.worker).toBeDefined();
+    expect(s.flow.held).toBe(0);
+    d.finish({ kind: 'response', status: 200 });
+    expect(loads(s)).toEqual([0, 0]);
+  });
+
+  it('holds requests while saturated and lets them go as room appears, highest priority first', async () => {
+    const s = setup();
+    const order: string[] = [];
+    const held = ['batch', undefined, 'realtime', 'batch', undefined].map((o) => {
+      const p = s.flow.dispatch(completion(o), cancellation()) as Promise<Dispatch>;
+      return p.then((d) => {
+        order.push(o ?? '-');
+        return d;
+      });
+    });
+    expect(s.flow.held).toBe(5);
+    expect(loads(s)).toEqual([0, 0]);
+    // Still saturated: nothing goes.
+    s.flow.pump();
+    expect(s.flow.held).toBe(5);
+    // One worker has room: one request per round (a worker's room is read again after each).
+    s.full.delete(s.pool.workers[0] as Worker);
+    s.h.clock.advance(40);
+    s.flow.pump();
+    expect(s.flow.held).toBe(4);
+    s.full.clear();
+    s.flow.pump();
+    s.flow.pump();
+    s.flow.pump();
+    const ds = await Promise.all(held);
+    expect(order).toEqual(['realtime', '-', '-', 'batch', 'batch']);
+    expect(s.waits[0]).toBe(40);
+    for (const d of ds) d.finish({ kind: 'response', status: 200 });
+    expect(loads(s)).toEqual([0, 0]);
+  });
+
+  it('keeps arrival order: a request arriving while others are held waits behind them', async () => {
+    const s = setup();
+    const first = s.flow.dispatch(completion(), cancellation()) as Promise<Dispatch>;
+    s.full.clear();
+    // Room now, but one is held: the newcomer queues behind it.
+    const second = s.flow.dispatch(completion('realtime'), cancellation());
+    expect(second).toBeInstanceOf(Promise);
+    s.flow.pump();
+    s.flow.pump();
+    for (const d of await Promise.all([first, second])) d.finish({ kind: 'response', status: 200 });
+    expect(s.routed).toEqual(['realtime', '-']);
+    expect(loads(s)).toEqual([0, 0]);
+  });
+
+  it('drops a held request whose client goes away: no worker sees it', async () => {
+    const s = setup();
+    const c = cancellation();
+    const p = s.flow.dispatch(completion('batch'), c) as Promise<Dispatch>;
+    c.abort();
+    const err = await rejection(p);
+    expect(err.code).toBe('client_cancelled');
+    expect(s.flow.held).toBe(0);
+    s.full.clear();
+    s.flow.pump();
+    expect(s.routed).toEqual([]);
+    expect(loads(s)).toEqual([0, 0]);
+  });
+
+  it('answers a request held too long: 429 for a sheddable objective, 503 for others, with retry-after', async () => {
+    const s = setup({ ttlMs: 1000 });
+    const batch = s.flow.dispatch(completion('batch'), cancellation()) as Promise<Dispatch>;
+    const plain = s.flow.dispatch(completion(), cancellation()) as Promise<Dispatch>;
+    s.h.clock.advance(999);
+    s.flow.pump();
+    expect(s.flow.held).toBe(2);
+    s.h.clock.advance(1);
+    s.flow.pump();
+    const [b, p] = await Promise.all([rejection(batch), rejection(plain)]);
+    expect([b.status, b.code, p.status, p.code]).toEqual([429, 'queue_timeout', 503, 'queue_timeout']);
+    expect(b.headers).toEqual({ 'retry-after': '1' });
+    expect(s.refused.sort()).toEqual(['queue_timeout:', 'queue_timeout:batch']);
+    expect(loads(s)).toEqual([0, 0]);
+  });
+
+  it('refuses one more than --flow-queue-max at once with a 429', async () => {
+    const s = setup({ maxQueued: 2 });
+    const held = [
+      s.flow.dispatch(completion(), cancellation()) as Promise<Dispatch>,
+      s.flow.dispatch(completion(), cancellation()) as Promise<Dispatch>,
+    ];
+    let err: unknown;
+    try {
+      s.flow.dispatch(completion('realtime'), cancellation());
+    } catch (e) {
+      err = e;
+    }
+    expect((err as RouterError).code).toBe('queue_full');
+    expect((err as RouterError).status).toBe(429);
+    // Closing answers the held ones (503) and routes nothing.
+    s.flow.close();
+    for (const p of held) expect((await rejection(p)).status).toBe(503);
+    await settle();
+    expect(s.routed).toEqual([]);
+    expect(loads(s)).toEqual([0, 0]);
+  });
+
+  it('passes adopt through to the wrapped dispatcher', () => {
+    const s = setup();
+    s.full.clear();
+    const routed = s.flow.dispatch(completion(), cancellation()) as Dispatch;
+    const other = s.pool.workers.find((w) => w !== routed.worker) as Worker;
+    const adopted = s.flow.adopt?.(completion(), routed, other.endpoint) as Dispatch;
+    expect(adopted.worker).toBe(other);
+    routed.finish({ kind: 'failed_over', served: other.endpoint });
+    adopted.finish({ kind: 'response', status: 200 });
+    expect(loads(s)).toEqual([0, 0]);
+  });
+});
