@@ -160,7 +160,7 @@ export const OPTIONS = [
     flag: 'flow-control',
     type: 'bool',
     default: false,
-    help: "Hold requests in the router while every worker of their pool is saturated (see --saturation-waiting), and let them go as room appears, highest objective priority first, taking turns between x-gateway-inference-fairness-id values within a priority: the endpoint picker's flow control. Replaces shedding at arrival: sheddable requests are held too, behind the others. Needs the scraped metrics (--scrape-interval-ms > 0).",
+    help: "Hold a request in the router while every worker it could go to (its model's) is saturated (see --saturation-waiting), and let held requests go as their workers get room, highest objective priority first, taking turns between x-gateway-inference-fairness-id values within a priority: the endpoint picker's flow control. Replaces shedding at arrival: sheddable requests are held too, behind the others. Needs the scraped metrics (--scrape-interval-ms > 0).",
   },
   {
     group: 'Admission',

@@ -7,23 +7,26 @@
  * requests queued there delays every interactive request behind it; held here, an interactive request
  * goes before every batch request still waiting.
  *
- * - A request is held only while the pool is saturated or others are held (arrival order is kept);
- *   otherwise it goes to the wrapped dispatcher at once, as without flow control.
+ * - A request is held only while the workers it could go to (its model's, inside the gateway's subset;
+ *   in P/D the decode workers and, for an inference request, the prefill workers too) are all
+ *   saturated, or others for its model are held (their arrival order is kept); otherwise it goes to the
+ *   wrapped dispatcher at once, as without flow control. A request for a model whose workers have room
+ *   never waits behind another model's saturated workers.
  * - Holding is Envoy waiting for the ext_proc reply: `--flow-queue-ttl-ms` (default 30 s) must stay
  *   below the filter's `message_timeout` (90 s in the shipped configs). A request held that long gets a
  *   JSON 429 (a sheddable objective) or 503 (others) `queue_timeout`, with `retry-after`.
  * - At most `--flow-queue-max` requests are held; one more gets a 429 `queue_full` at once.
  * - A client that goes away while held is dropped from the queue: nothing was loaded or sent.
- * - Room is read on a timer every `pollMs` while anything is held. One round lets go at most one
- *   request per worker with room (of the pool with the fewest), then reads room again: with the cost
+ * - Room is read on a timer every `pollMs` while anything is held. A round lets go, best first, the
+ *   held requests whose workers have room, at most one per worker with room in the pool (of the pool
+ *   with the fewest), reading room again after each: with the cost
  *   model (the default policy) the router's own queued prefills count on top of each sample at once
  *   (load/saturation.ts); with other policies a worker's room shows only in its next scrape, so a
  *   round's budget bounds how far one sample's room is handed out.
  * - Sheddable requests are held too (flow control replaces shedding at arrival), behind everything
  *   of a higher priority.
  *
- * Saturation here is the pool's (every selectable worker of the role), not per model: one queue per
- * router, as the endpoint picker keeps one per pool.
+ * One queue per router, as the endpoint picker keeps one per pool; room is read per request.
  */
 import type { Cancellation, Dispatch, Dispatcher, RouteRequest } from '../extproc/dispatch.js';
 import { RouterError } from '../request/router-error.js';
@@ -33,6 +36,8 @@ import { FAIRNESS_HEADER } from '../extproc/headers.js';
 import { OBJECTIVE_HEADER, type ObjectiveTable } from './objectives.js';
 import { FlowQueue, type QueuedRequest } from './flow-queue.js';
 import { RETRY_AFTER_S } from './admission.js';
+import { routingContext } from './pool-dispatcher.js';
+import { candidates, type RoutingContext } from './selector.js';
 
 export interface FlowControlOptions {
   readonly objectives: ObjectiveTable;
@@ -63,6 +68,8 @@ interface Held {
   readonly req: RouteRequest;
   readonly cancel: Cancellation;
   readonly objective: string;
+  /** What the pools' candidate filter reads of the request (its model, the gateway's subset). */
+  readonly ctx: RoutingContext;
   resolve(d: Dispatch | Promise<Dispatch>): void;
   reject(err: unknown): void;
   onAbort?: () => void;
@@ -70,6 +77,8 @@ interface Held {
 
 export class FlowControl implements Dispatcher {
   private readonly queue = new FlowQueue<Held>();
+  /** Requests held per model: a request for a model with requests held waits behind them. */
+  private readonly heldByModel = new Map<string, number>();
   private timer: NodeJS.Timeout | undefined;
   private closed = false;
   readonly adopt: Dispatcher['adopt'];
@@ -87,7 +96,11 @@ export class FlowControl implements Dispatcher {
   }
 
   dispatch(req: RouteRequest, cancel: Cancellation): Dispatch | Promise<Dispatch> {
-    if (this.queue.size === 0 && !this.saturatedFor(req)) return this.inner.dispatch(req, cancel);
+    const ctx = routingContext(req);
+    if (!this.heldByModel.has(ctx.model)) {
+      this.reconcile();
+      if (this.roomFor(ctx, req)) return this.inner.dispatch(req, cancel);
+    }
     const objective = req.headers[OBJECTIVE_HEADER] ?? '';
     if (this.closed) throw closing();
     if (this.queue.size >= this.opts.maxQueued) {
@@ -95,43 +108,58 @@ export class FlowControl implements Dispatcher {
       throw queueFull(this.opts.maxQueued);
     }
     return new Promise<Dispatch>((resolve, reject) => {
-      const held: Held = { req, cancel, objective, resolve, reject };
+      const held: Held = { req, cancel, objective, ctx, resolve, reject };
       const entry: QueuedRequest<Held> = {
         item: held,
         priority: this.opts.objectives.priority(req.headers[OBJECTIVE_HEADER]),
         flow: req.headers[FAIRNESS_HEADER] ?? '',
         queuedAt: this.opts.clock(),
       };
-      this.queue.push(entry);
       const signal = cancel.signal;
       if (signal.aborted) {
-        this.queue.remove(entry);
         reject(cancelled());
         return;
       }
+      this.queue.push(entry);
+      this.count(held, 1);
       held.onAbort = () => {
-        if (this.queue.remove(entry)) reject(cancelled());
+        if (!this.queue.remove(entry)) return;
+        this.count(held, -1);
+        reject(cancelled());
       };
       signal.addEventListener('abort', held.onAbort, { once: true });
       this.schedule();
     });
   }
 
-  /** Lets held requests go while there is room (called on the timer; exposed for tests). */
+  /** Lets held requests go while their workers have room (called on the timer; exposed for tests). */
   pump(): void {
     if (this.timer !== undefined) clearTimeout(this.timer);
     this.timer = undefined;
     const now = this.opts.clock();
     for (const e of this.queue.expired(now - this.opts.ttlMs)) {
-      this.forget(e.item);
+      this.leave(e.item);
       this.opts.observer?.refused?.('queue_timeout', e.item.objective);
       e.item.reject(queueTimeout(e.priority, this.opts.ttlMs));
     }
+    this.reconcile();
     let budget = this.roomy();
-    while (this.queue.size > 0 && budget > 0 && this.roomy() > 0) {
+    // Room per model within one pick (a release changes the room of its workers: read again).
+    const memo = new Map<string, boolean>();
+    const ready = (e: QueuedRequest<Held>): boolean => {
+      const { ctx, req } = e.item;
+      if (ctx.subset !== undefined) return this.roomFor(ctx, req);
+      const key = `${req.inference !== undefined ? 'i' : 'o'}${ctx.model}`;
+      let room = memo.get(key);
+      if (room === undefined) memo.set(key, (room = this.roomFor(ctx, req)));
+      return room;
+    };
+    while (budget > 0 && this.queue.size > 0) {
+      const e = this.queue.take(ready);
+      if (e === undefined) break;
       budget--;
-      const e = this.queue.pop() as QueuedRequest<Held>;
-      this.forget(e.item);
+      memo.clear();
+      this.leave(e.item);
       this.opts.observer?.released?.(now - e.queuedAt);
       try {
         e.item.resolve(this.inner.dispatch(e.item.req, e.item.cancel));
@@ -148,7 +176,7 @@ export class FlowControl implements Dispatcher {
     if (this.timer !== undefined) clearTimeout(this.timer);
     this.timer = undefined;
     for (const e of this.queue.drain()) {
-      this.forget(e.item);
+      this.leave(e.item);
       e.item.reject(closing());
     }
   }
@@ -159,21 +187,38 @@ export class FlowControl implements Dispatcher {
     this.timer.unref();
   }
 
-  private forget(held: Held): void {
+  /** A held request leaves the queue (let go, expired, or the router closing). */
+  private leave(held: Held): void {
     if (held.onAbort) held.cancel.signal.removeEventListener('abort', held.onAbort);
+    this.count(held, -1);
+  }
+
+  private count(held: Held, delta: 1 | -1): void {
+    const model = held.ctx.model;
+    const n = (this.heldByModel.get(model) ?? 0) + delta;
+    if (n > 0) this.heldByModel.set(model, n);
+    else this.heldByModel.delete(model);
+  }
+
+  private reconcile(): void {
+    this.opts.pool.reconcile();
+    this.opts.prefillPool?.reconcile();
   }
 
   /**
-   * Whether a pool the request needs has no selectable worker with room. A pool without selectable
-   * workers is not saturated: the dispatcher answers 503.
+   * Whether the request's workers have room: some candidate of each pool it needs has. A pool with no
+   * candidate for it counts as room: the dispatcher answers it (503).
    */
-  private saturatedFor(req: RouteRequest): boolean {
-    const { pool, prefillPool } = this.opts;
-    if (this.room(pool) === 0) return true;
-    return prefillPool !== undefined && req.inference !== undefined && this.room(prefillPool) === 0;
+  private roomFor(ctx: RoutingContext, req: RouteRequest): boolean {
+    const { pool, prefillPool, hasRoom } = this.opts;
+    const decode = candidates(pool, ctx);
+    if (decode.length > 0 && !decode.some(hasRoom)) return false;
+    if (prefillPool === undefined || req.inference === undefined) return true;
+    const prefill = candidates(prefillPool, ctx);
+    return prefill.length === 0 || prefill.some(hasRoom);
   }
 
-  /** Workers with room in the pool with the fewest (P/D: prefill or decode). */
+  /** Selectable workers with room, in the pool with the fewest (P/D: prefill or decode): a round's budget. */
   private roomy(): number {
     const { pool, prefillPool } = this.opts;
     const room = this.room(pool);
@@ -182,7 +227,6 @@ export class FlowControl implements Dispatcher {
 
   /** Selectable workers with room; Infinity for a pool without any (its requests get the 503). */
   private room(pool: WorkerPool): number {
-    pool.reconcile();
     const workers = pool.candidates();
     if (workers.length === 0) return Infinity;
     let n = 0;

@@ -5,9 +5,8 @@
  * and each flow's requests leave in arrival order. So a priority band is never starved by another of
  * the same priority that sends more, and a lower band waits while a higher one has requests.
  *
- * Pure data structure: times passed in; no timers, metrics or logging. All operations are O(1) but
- * `remove` and `expired` (O(requests of the flow / of the queue)), and a new priority band
- * (O(bands), a handful).
+ * Pure data structure: times passed in; no timers, metrics or logging. `push` and `pop` are O(1) (a
+ * new priority band: O(bands), a handful); `take`, `remove` and `expired` scan the requests.
  */
 
 export interface QueuedRequest<T> {
@@ -44,10 +43,21 @@ export class FlowQueue<T> {
 
   /** The next request to let go (see the header), removed; undefined when empty. */
   pop(): QueuedRequest<T> | undefined {
+    return this.take(() => true);
+  }
+
+  /**
+   * The next request to let go among those `accept` takes (see the header: the highest priority,
+   * flows in turn; within a flow the oldest accepted one, so a request that cannot go yet does not
+   * hold back a later one that can), removed; undefined when `accept` takes none.
+   */
+  take(accept: (entry: QueuedRequest<T>) => boolean): QueuedRequest<T> | undefined {
     for (const p of this.priorities) {
       const band = this.bands.get(p) as Map<string, QueuedRequest<T>[]>;
       for (const [key, flow] of band) {
-        const entry = flow.shift() as QueuedRequest<T>;
+        const at = flow.findIndex(accept);
+        if (at < 0) continue;
+        const [entry] = flow.splice(at, 1) as [QueuedRequest<T>];
         // The flow's turn is over: to the back of the band, or gone when it has nothing left.
         band.delete(key);
         if (flow.length > 0) band.set(key, flow);

@@ -7,7 +7,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startStack, type Stack } from '../support/stack.js';
-import { expectAllLoadsZero, metricsText } from '../support/router-fixture.js';
+import { adminJson, expectAllLoadsZero, metricsText, waitAllScraped } from '../support/router-fixture.js';
 import { waitFor } from '../support/wait-for.js';
 import { directLoad, SATURABLE_SIM } from '../support/direct-load.js';
 import { objectiveChat } from '../support/objective-chat.js';
@@ -76,5 +76,70 @@ describe('flow control: requests wait in the router while every worker is satura
     await waitFor(() => a.inFlight() + b.inFlight() === 0, { timeoutMs: 10_000, message: 'all done' });
     await expectAllLoadsZero(stack.router);
     await Promise.all(stack.sims.map((s) => s.waitForIdle()));
+  });
+});
+
+describe('flow control in a fleet of two models', () => {
+  let mixed: Stack;
+  beforeAll(async () => {
+    mixed = await startStack({
+      workers: 2,
+      sim: (i) => ({ ...SATURABLE_SIM, model: i === 0 ? 'llama' : 'qwen' }),
+      router: { scrapeIntervalMs: 50, loadStaleMs: 60_000, flowControl: true, decisionHeader: true },
+    });
+    await waitAllScraped(mixed.router);
+  });
+  afterAll(async () => {
+    await mixed?.close();
+  });
+
+  const chat = (model: string): Promise<Response> =>
+    fetch(`${mixed.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        model,
+        messages: [{ role: 'user', content: 'Hi' }],
+        max_tokens: 2,
+        stream: true,
+      }),
+    });
+
+  it("holds a request for the saturated model's worker only: the other model's requests go at once", async () => {
+    const [llama, qwen] = mixed.sims as [Simulator, Simulator];
+    const direct = await directLoad(llama, 10, 'llama');
+    let held: Promise<Response>;
+    try {
+      await waitFor(
+        async () =>
+          (
+            await adminJson<Array<{ url: string; loadSample: { waiting?: number } | null }>>(
+              mixed.router,
+              '/workers',
+            )
+          ).body.some((w) => w.url === llama.url && (w.loadSample?.waiting ?? 0) > 5),
+        { timeoutMs: 10_000, message: "a scrape showing llama's worker saturated" },
+      );
+      held = chat('llama');
+      await waitFor(async () => /^vllm_router_flow_held 1$/m.test(await metricsText(mixed.router)), {
+        timeoutMs: 10_000,
+        message: 'the llama request held',
+      });
+      // qwen's worker has room: its requests are served while the llama one waits.
+      for (let i = 0; i < 3; i++) {
+        const res = await chat('qwen');
+        expect(res.status).toBe(200);
+        await res.text();
+        expect(res.headers.get('x-vllm-router-decision')).toContain(`worker=${qwen.url}`);
+      }
+      expect(/^vllm_router_flow_held 1$/m.test(await metricsText(mixed.router))).toBe(true);
+    } finally {
+      direct.abort();
+    }
+    const res = await held;
+    expect(res.status).toBe(200);
+    await res.text();
+    await waitFor(() => llama.inFlight() === 0, { timeoutMs: 10_000, message: 'all done' });
+    await expectAllLoadsZero(mixed.router);
   });
 });

@@ -15,7 +15,7 @@ export const SATURABLE_SIM: SimulatorOptions = {
 };
 
 /** Starts `n` such requests on `sim` and waits until it holds them; abort the controller to end them. */
-export async function directLoad(sim: Simulator, n: number): Promise<AbortController> {
+export async function directLoad(sim: Simulator, n: number, model = 'sim-model'): Promise<AbortController> {
   const ac = new AbortController();
   const before = sim.inFlight();
   for (let i = 0; i < n; i++) {
@@ -23,7 +23,7 @@ export async function directLoad(sim: Simulator, n: number): Promise<AbortContro
       method: 'POST',
       headers: { 'content-type': 'application/json' },
       body: JSON.stringify({
-        model: 'sim-model',
+        model,
         prompt: `batch job ${i}`,
         max_tokens: 100_000,
         stream: true,

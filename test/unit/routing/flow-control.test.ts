@@ -12,6 +12,9 @@ import { ObjectiveTable } from '../../../src/routing/objectives.js';
 import { PoolDispatcher } from '../../../src/routing/pool-dispatcher.js';
 import type { Worker } from '../../../src/workers/worker.js';
 import { harness, register } from '../workers/pool-harness.js';
+import { WorkerPool } from '../../../src/workers/worker-pool.js';
+import { createPolicy } from '../../../src/routing/create-policy.js';
+import { ModelCatalog } from '../../../src/workers/served-models.js';
 
 const OBJECTIVES = new ObjectiveTable(
   new Map([
@@ -20,8 +23,8 @@ const OBJECTIVES = new ObjectiveTable(
   ]),
 );
 
-function completion(objective?: string, fairness?: string): RouteRequest {
-  const raw = Buffer.from(JSON.stringify({ model: 'm', prompt: 'hi' }));
+function completion(objective?: string, fairness?: string, model = 'm'): RouteRequest {
+  const raw = Buffer.from(JSON.stringify({ model, prompt: 'hi' }));
   return {
     method: 'POST',
     path: '/v1/completions',
@@ -206,5 +209,94 @@ describe('FlowControl', () => {
     routed.finish({ kind: 'failed_over', served: other.endpoint });
     adopted.finish({ kind: 'response', status: 200 });
     expect(loads(s)).toEqual([0, 0]);
+  });
+
+  it('reads room per model: a model whose workers have room never waits behind another model', async () => {
+    // Workers 8000 (llama) and 8001 (qwen); llama's worker is saturated.
+    const h = harness();
+    for (const port of [8000, 8001]) register(h.registry, 'regular', port);
+    const catalog = new ModelCatalog();
+    const pool = new WorkerPool('regular', createPolicy('round_robin', {}), h.registry, {
+      models: {
+        get version() {
+          return catalog.version;
+        },
+        of: (w) => catalog.of(w.url),
+      },
+    });
+    pool.reconcile();
+    const [llamaWorker, qwenWorker] = pool.workers as [Worker, Worker];
+    catalog.recordLabel(llamaWorker.url, 'llama');
+    catalog.recordLabel(qwenWorker.url, 'qwen');
+    const full = new Set<Worker>([llamaWorker]);
+    const inner = new PoolDispatcher({ pool, observer: {}, clock: h.clock.read, decisionHeader: false });
+    const flow = new FlowControl(inner, {
+      objectives: OBJECTIVES,
+      pool,
+      hasRoom: (w) => !full.has(w),
+      clock: h.clock.read,
+      ttlMs: 30_000,
+      maxQueued: 100,
+      pollMs: 3_600_000,
+    });
+    const llama = flow.dispatch(completion(undefined, undefined, 'llama'), cancellation());
+    expect(llama).toBeInstanceOf(Promise);
+    // qwen's worker has room: routed at once, though a llama request is held.
+    const qwen = flow.dispatch(completion(undefined, undefined, 'qwen'), cancellation()) as Dispatch;
+    expect(qwen.worker).toBe(qwenWorker);
+    // A round lets go only what has room: the llama request stays while its worker is full ...
+    const llamaBatch = flow.dispatch(completion('batch', undefined, 'llama'), cancellation());
+    flow.pump();
+    expect(flow.held).toBe(2);
+    // ... and goes once it has room, the best first.
+    full.clear();
+    flow.pump();
+    flow.pump();
+    const [a, b] = (await Promise.all([llama, llamaBatch])) as [Dispatch, Dispatch];
+    expect([a.worker, b.worker]).toEqual([llamaWorker, llamaWorker]);
+    for (const d of [qwen, a, b]) d.finish({ kind: 'response', status: 200 });
+    expect(pool.workers.map((w) => w.load)).toEqual([0, 0]);
+  });
+
+  it('lets a later request of another flow go when the earlier ones cannot', async () => {
+    const h = harness();
+    for (const port of [8000, 8001]) register(h.registry, 'regular', port);
+    const catalog = new ModelCatalog();
+    const pool = new WorkerPool('regular', createPolicy('round_robin', {}), h.registry, {
+      models: {
+        get version() {
+          return catalog.version;
+        },
+        of: (w) => catalog.of(w.url),
+      },
+    });
+    pool.reconcile();
+    const [llamaWorker, qwenWorker] = pool.workers as [Worker, Worker];
+    catalog.recordLabel(llamaWorker.url, 'llama');
+    catalog.recordLabel(qwenWorker.url, 'qwen');
+    const full = new Set<Worker>([llamaWorker, qwenWorker]);
+    const inner = new PoolDispatcher({ pool, observer: {}, clock: h.clock.read, decisionHeader: false });
+    const flow = new FlowControl(inner, {
+      objectives: OBJECTIVES,
+      pool,
+      hasRoom: (w) => !full.has(w),
+      clock: h.clock.read,
+      ttlMs: 30_000,
+      maxQueued: 100,
+      pollMs: 3_600_000,
+    });
+    const first = flow.dispatch(completion('realtime', 't', 'llama'), cancellation()) as Promise<Dispatch>;
+    const later = flow.dispatch(completion(undefined, 't', 'qwen'), cancellation()) as Promise<Dispatch>;
+    full.delete(qwenWorker);
+    flow.pump();
+    // The higher-priority llama request cannot go (its worker is full); the qwen one can.
+    expect(flow.held).toBe(1);
+    const q = await later;
+    expect(q.worker).toBe(qwenWorker);
+    full.clear();
+    flow.pump();
+    const l = await first;
+    for (const d of [q, l]) d.finish({ kind: 'response', status: 200 });
+    expect(pool.workers.map((w) => w.load)).toEqual([0, 0]);
   });
 });

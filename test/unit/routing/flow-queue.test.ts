@@ -80,4 +80,23 @@ describe('FlowQueue', () => {
     expect(q.size).toBe(0);
     expect(q.pop()).toBeUndefined();
   });
+
+  it('takes the best request a predicate accepts, leaving the others in order', () => {
+    const q = new FlowQueue<string>();
+    for (const r of [
+      req('hi-llama', 5),
+      req('lo-qwen-1', -1, 'f'),
+      req('lo-llama', -1, 'f'),
+      req('lo-qwen-2', -1, 'g'),
+    ])
+      q.push(r);
+    const qwen = (e: QueuedRequest<string>): boolean => e.item.includes('qwen');
+    expect(q.take(qwen)?.item).toBe('lo-qwen-1');
+    // Flow f had its turn: g's request comes before f's next accepted one.
+    q.push(req('lo-qwen-3', -1, 'f'));
+    expect(q.take(qwen)?.item).toBe('lo-qwen-2');
+    expect(q.take(qwen)?.item).toBe('lo-qwen-3');
+    expect(q.take(qwen)).toBeUndefined();
+    expect(drainOrder(q)).toEqual(['hi-llama', 'lo-llama']);
+  });
 });
