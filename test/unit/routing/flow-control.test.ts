@@ -11,10 +11,7 @@ import { FlowControl } from '../../../src/routing/flow-control.js';
 import { ObjectiveTable } from '../../../src/routing/objectives.js';
 import { PoolDispatcher } from '../../../src/routing/pool-dispatcher.js';
 import type { Worker } from '../../../src/workers/worker.js';
-import { harness, register } from '../workers/pool-harness.js';
-import { WorkerPool } from '../../../src/workers/worker-pool.js';
-import { createPolicy } from '../../../src/routing/create-policy.js';
-import { ModelCatalog } from '../../../src/workers/served-models.js';
+import { harness, register, servingPool } from '../workers/pool-harness.js';
 
 const OBJECTIVES = new ObjectiveTable(
   new Map([
@@ -76,6 +73,25 @@ function setup(opts: { maxQueued?: number; ttlMs?: number } = {}) {
     },
   );
   return { h, pool, full, flow, refused, waits, routed };
+}
+
+/** Workers 8000 (serving llama) and 8001 (qwen) behind flow control; `full` holds those without room. */
+function twoModels() {
+  const h = harness();
+  const pool = servingPool(h, [8000, 8001], (port) => (port === 8000 ? 'llama' : 'qwen'));
+  const [llamaWorker, qwenWorker] = pool.workers as [Worker, Worker];
+  const full = new Set<Worker>();
+  const inner = new PoolDispatcher({ pool, observer: {}, clock: h.clock.read, decisionHeader: false });
+  const flow = new FlowControl(inner, {
+    objectives: OBJECTIVES,
+    pool,
+    hasRoom: (w) => !full.has(w),
+    clock: h.clock.read,
+    ttlMs: 30_000,
+    maxQueued: 100,
+    pollMs: 3_600_000,
+  });
+  return { pool, flow, full, llamaWorker, qwenWorker };
 }
 
 const loads = (s: { pool: { workers: readonly Worker[] } }): number[] => s.pool.workers.map((w) => w.load);
@@ -212,33 +228,8 @@ describe('FlowControl', () => {
   });
 
   it('reads room per model: a model whose workers have room never waits behind another model', async () => {
-    // Workers 8000 (llama) and 8001 (qwen); llama's worker is saturated.
-    const h = harness();
-    for (const port of [8000, 8001]) register(h.registry, 'regular', port);
-    const catalog = new ModelCatalog();
-    const pool = new WorkerPool('regular', createPolicy('round_robin', {}), h.registry, {
-      models: {
-        get version() {
-          return catalog.version;
-        },
-        of: (w) => catalog.of(w.url),
-      },
-    });
-    pool.reconcile();
-    const [llamaWorker, qwenWorker] = pool.workers as [Worker, Worker];
-    catalog.recordLabel(llamaWorker.url, 'llama');
-    catalog.recordLabel(qwenWorker.url, 'qwen');
-    const full = new Set<Worker>([llamaWorker]);
-    const inner = new PoolDispatcher({ pool, observer: {}, clock: h.clock.read, decisionHeader: false });
-    const flow = new FlowControl(inner, {
-      objectives: OBJECTIVES,
-      pool,
-      hasRoom: (w) => !full.has(w),
-      clock: h.clock.read,
-      ttlMs: 30_000,
-      maxQueued: 100,
-      pollMs: 3_600_000,
-    });
+    const { pool, flow, full, llamaWorker, qwenWorker } = twoModels();
+    full.add(llamaWorker);
     const llama = flow.dispatch(completion(undefined, undefined, 'llama'), cancellation());
     expect(llama).toBeInstanceOf(Promise);
     // qwen's worker has room: routed at once, though a llama request is held.
@@ -259,32 +250,8 @@ describe('FlowControl', () => {
   });
 
   it('lets a later request of another flow go when the earlier ones cannot', async () => {
-    const h = harness();
-    for (const port of [8000, 8001]) register(h.registry, 'regular', port);
-    const catalog = new ModelCatalog();
-    const pool = new WorkerPool('regular', createPolicy('round_robin', {}), h.registry, {
-      models: {
-        get version() {
-          return catalog.version;
-        },
-        of: (w) => catalog.of(w.url),
-      },
-    });
-    pool.reconcile();
-    const [llamaWorker, qwenWorker] = pool.workers as [Worker, Worker];
-    catalog.recordLabel(llamaWorker.url, 'llama');
-    catalog.recordLabel(qwenWorker.url, 'qwen');
-    const full = new Set<Worker>([llamaWorker, qwenWorker]);
-    const inner = new PoolDispatcher({ pool, observer: {}, clock: h.clock.read, decisionHeader: false });
-    const flow = new FlowControl(inner, {
-      objectives: OBJECTIVES,
-      pool,
-      hasRoom: (w) => !full.has(w),
-      clock: h.clock.read,
-      ttlMs: 30_000,
-      maxQueued: 100,
-      pollMs: 3_600_000,
-    });
+    const { pool, flow, full, llamaWorker, qwenWorker } = twoModels();
+    full.add(llamaWorker).add(qwenWorker);
     const first = flow.dispatch(completion('realtime', 't', 'llama'), cancellation()) as Promise<Dispatch>;
     const later = flow.dispatch(completion(undefined, 't', 'qwen'), cancellation()) as Promise<Dispatch>;
     full.delete(qwenWorker);

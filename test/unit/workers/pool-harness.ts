@@ -14,6 +14,7 @@ import { choose, reserve, type Reservation, type RoutingContext } from '../../..
 import type { Role } from '../../../src/workers/role.js';
 import type { Worker } from '../../../src/workers/worker.js';
 import { WorkerPool, type MemberSource } from '../../../src/workers/worker-pool.js';
+import { ModelCatalog } from '../../../src/workers/served-models.js';
 
 export const TTL_MS = 5000;
 
@@ -118,4 +119,29 @@ export function workerByUrl(pool: WorkerPool, url: string): Worker {
 export function treeIds(pool: WorkerPool): string[] {
   const policy = pool.policy as { treeChars?: () => Map<string, number> };
   return [...(policy.treeChars?.().keys() ?? [])].sort();
+}
+
+/**
+ * A round-robin pool of `role` workers on `ports` whose served models come from `catalog`, each
+ * labelled `label(port)` (as its scraped metrics would name its model).
+ */
+export function servingPool(
+  h: Harness,
+  ports: readonly number[],
+  label: (port: number) => string | undefined,
+  catalog = new ModelCatalog(),
+  role: Role = 'regular',
+): WorkerPool {
+  for (const p of ports) register(h.registry, role, p);
+  const pool = new WorkerPool(role, createPolicy('round_robin', {}), h.registry, {
+    models: {
+      get version() {
+        return catalog.version;
+      },
+      of: (w) => catalog.of(w.url),
+    },
+  });
+  pool.reconcile();
+  for (const w of pool.workers) catalog.recordLabel(w.url, label(Number(new URL(w.url).port)));
+  return pool;
 }

@@ -4,11 +4,10 @@
  * knowledge (served-models.ts).
  */
 import { describe, expect, it } from 'vitest';
-import { createPolicy } from '../../../src/routing/create-policy.js';
 import type { Worker } from '../../../src/workers/worker.js';
 import { WorkerPool } from '../../../src/workers/worker-pool.js';
 import { ModelCatalog, type ServedModels } from '../../../src/workers/served-models.js';
-import { ctx, harness, register, route } from './pool-harness.js';
+import { ctx, harness, route, servingPool } from './pool-harness.js';
 
 const PORTS = [8000, 8001, 8002, 8003];
 
@@ -21,18 +20,7 @@ function mixedPool(
   ports = PORTS,
   h = harness(),
 ): WorkerPool {
-  for (const p of ports) register(h.registry, 'regular', p);
-  const pool = new WorkerPool('regular', createPolicy('round_robin', {}), h.registry, {
-    models: {
-      get version() {
-        return catalog.version;
-      },
-      of: (w) => catalog.of(w.url),
-    },
-  });
-  pool.reconcile();
-  for (const w of pool.workers) catalog.recordLabel(w.url, label(port(w)));
-  return pool;
+  return servingPool(h, ports, label, catalog);
 }
 
 const byPort = (pool: WorkerPool, p: number): Worker => pool.workers.find((w) => port(w) === p)!;
