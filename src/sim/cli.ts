@@ -11,7 +11,7 @@
  *     [--prefill-lanes 0] [--max-num-batched-tokens 0] [--tokenizer DIR]
  *     [--kv-events tcp://*:5557] [--kv-events-replay tcp://*:5558]
  *     [--max-loras N] [--lora-load-ms 50] [--lora-modules a,b] [--aliases name,..] [--strict-models]
- *     [--api-key KEY]
+ *     [--api-key KEY] [--scheduling-policy fcfs|priority]
  *
  * `--max-loras N` serves LoRA adapters as vLLM with `--enable-lora --max-loras N`: a request naming any
  * model other than `--model` runs with that adapter, at most N adapters at once, a load costing
@@ -19,7 +19,9 @@
  * GET /v1/models (vLLM `--lora-modules`), `--aliases` more served names of the base model (vLLM
  * `--served-model-name m alias..`), and `--strict-models` answers a request for any other model with
  * vLLM's 404 ("The model `x` does not exist."). `--api-key KEY` wants `Authorization: Bearer KEY` on
- * every /v1 request, as `vllm serve --api-key`.
+ * every /v1 request, as `vllm serve --api-key`. `--scheduling-policy priority` orders the requests
+ * waiting for a running slot by their body's `priority` (lower first), as vLLM's; with the default
+ * `fcfs`, a request whose `priority` is not 0 gets vLLM's 400.
  *
  * `--kv-events ENDPOINT` publishes KV-cache events as vLLM does (PUB socket bound there, vLLM's default
  * `tcp://*:5557`; `--kv-events-replay` adds the replay ROUTER); the prefix cache then works on token
@@ -71,6 +73,7 @@ const { values } = parseArgs({
     aliases: { type: 'string' },
     'strict-models': { type: 'boolean' },
     'api-key': { type: 'string' },
+    'scheduling-policy': { type: 'string' },
   },
   strict: true,
 });
@@ -88,6 +91,10 @@ function defined<T extends object>(o: T): Partial<T> {
 
 const role = values.role ?? 'regular';
 if (role !== 'regular' && role !== 'prefill' && role !== 'decode') throw new Error(`bad --role ${role}`);
+const schedulingPolicy = values['scheduling-policy'] ?? 'fcfs';
+if (schedulingPolicy !== 'fcfs' && schedulingPolicy !== 'priority') {
+  throw new Error(`bad --scheduling-policy ${schedulingPolicy} (fcfs or priority)`);
+}
 const connector = values['kv-connector'] ?? 'nixl';
 if (!(KV_CONNECTORS as readonly string[]).includes(connector))
   throw new Error(`bad --kv-connector ${connector}`);
@@ -131,6 +138,7 @@ const options: SimulatorOptions = defined<SimulatorOptions>({
   model: values.model,
   aliases: list(values.aliases),
   strictModels: values['strict-models'],
+  schedulingPolicy,
   apiKey: values['api-key'],
   id: values.id,
   kvConnector: connector as KvConnector,

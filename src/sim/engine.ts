@@ -1,8 +1,8 @@
 /**
  * The simulated vLLM engine loop: admission, prefill, and batched decode steps.
  *
- * A submitted sequence waits FIFO for a running slot, and on a shared block pool for its KV blocks
- * (`spec.fits`; run-queue.ts). Once admitted, its prefill takes `spec.admit()` ms (computed by the
+ * A submitted sequence waits FIFO (by priority first, when it has one) for a running slot, and on a
+ * shared block pool for its KV blocks (`spec.fits`; run-queue.ts). Once admitted, its prefill takes `spec.admit()` ms (computed by the
  * caller from timing-model.ts); the first token is produced when the prefill ends. The sequence then
  * joins the decode batch: ONE engine timer per simulator fires every `interTokenMs(running)` and
  * produces one token for every decoding sequence (continuous batching).
@@ -58,6 +58,11 @@ export interface SequenceSpec {
   readonly outputTokens: number;
   /** The LoRA adapter the sequence runs with (absent: the base model). */
   readonly adapter?: string;
+  /**
+   * vLLM's request `priority` (lower goes first) under `--scheduling-policy priority`: the waiting
+   * queue is ordered by it, then by arrival (run-queue.ts). Absent: 0.
+   */
+  readonly priority?: number;
   /** Called once per produced token (`index` from 0); `last` is true for the final one. */
   onToken(index: number, last: boolean): void;
 }
@@ -98,6 +103,7 @@ export class Engine {
       timing.maxRunningSeqs,
       (job) => job.spec.fits?.() ?? true,
       slots ? (job) => slots.canStart(job.spec.adapter) : undefined,
+      (job) => job.spec.priority ?? 0,
     );
     this.laneFreeAt = new Array<number>(timing.prefillLanes).fill(0);
   }

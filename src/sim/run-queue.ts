@@ -1,5 +1,6 @@
 /**
- * Admission control of the simulated engine: at most `maxRunning` sequences run; the rest wait FIFO.
+ * Admission control of the simulated engine: at most `maxRunning` sequences run; the rest wait FIFO
+ * (or by priority, below).
  *
  * `submit` either takes a free slot (returns true: the caller starts the sequence now) or appends the
  * item to the waiting queue. `finish` frees the slot of a running sequence; `take` then hands out the
@@ -17,16 +18,25 @@
  * ones behind it, so an ineligible item is skipped, not waited for; it starts once it is eligible and
  * heads the eligible items.
  *
+ * Optional `priority(item)`: vLLM's `--scheduling-policy priority`, whose waiting queue is ordered by
+ * (priority, arrival): a lower value goes first, equal values first come, first served. Without it
+ * every item has priority 0 (vLLM's default `fcfs`). The items wait in one insertion-ordered Set per
+ * priority, the levels kept sorted (a handful in practice), so append, cancel and pop-front stay cheap.
+ *
  * Pure data structure: no timers, metrics or logging.
  */
 export class RunQueue<T> {
   private runningCount = 0;
-  private readonly items = new Set<T>();
+  private waitingCount = 0;
+  /** Waiting items per priority, in arrival order; `order` holds the priorities, ascending. */
+  private readonly levels = new Map<number, Set<T>>();
+  private readonly order: number[] = [];
 
   constructor(
     readonly maxRunning: number,
     private readonly fits: (item: T) => boolean = () => true,
     private readonly eligible?: (item: T) => boolean,
+    private readonly priority?: (item: T) => number,
   ) {
     if (!Number.isInteger(maxRunning) || maxRunning < 1) {
       throw new RangeError('maxRunning must be a positive integer');
@@ -38,7 +48,7 @@ export class RunQueue<T> {
   }
 
   get waiting(): number {
-    return this.items.size;
+    return this.waitingCount;
   }
 
   /** True when `item` got a slot and must start now; false when it was queued. */
@@ -47,7 +57,7 @@ export class RunQueue<T> {
       this.runningCount++;
       return true;
     }
-    this.items.add(item);
+    this.enqueue(item);
     return false;
   }
 
@@ -59,38 +69,62 @@ export class RunQueue<T> {
 
   /** The waiting head when it may start now (it then owns a slot), else undefined. */
   take(): T | undefined {
-    for (const item of this.items) {
+    for (const item of this.waitingItems()) {
       if (this.eligible !== undefined && !this.eligible(item)) continue;
       if (!this.mayStart(item)) return undefined;
-      this.items.delete(item);
+      this.cancel(item);
       this.runningCount++;
       return item;
     }
     return undefined;
   }
 
-  /** The waiting items, oldest first. */
-  waitingItems(): IterableIterator<T> {
-    return this.items.values();
+  /** The waiting items in the order they would start: by priority, then oldest first. */
+  *waitingItems(): IterableIterator<T> {
+    for (const p of this.order) yield* this.levels.get(p) as Set<T>;
   }
 
   /** Removes a waiting item. Returns false when it was not waiting (already running or unknown). */
   cancel(item: T): boolean {
-    return this.items.delete(item);
+    const p = this.priority?.(item) ?? 0;
+    const level = this.levels.get(p);
+    if (level === undefined || !level.delete(item)) return false;
+    this.waitingCount--;
+    if (level.size === 0) {
+      this.levels.delete(p);
+      this.order.splice(this.order.indexOf(p), 1);
+    }
+    return true;
   }
 
   /** Drops every waiting item and resets the running count (engine shutdown). */
   clear(): T[] {
-    const items = [...this.items];
-    this.items.clear();
+    const items = [...this.waitingItems()];
+    this.levels.clear();
+    this.order.length = 0;
+    this.waitingCount = 0;
     this.runningCount = 0;
     return items;
   }
 
+  private enqueue(item: T): void {
+    const p = this.priority?.(item) ?? 0;
+    let level = this.levels.get(p);
+    if (level === undefined) {
+      level = new Set<T>();
+      this.levels.set(p, level);
+      let at = this.order.length;
+      while (at > 0 && (this.order[at - 1] as number) > p) at--;
+      this.order.splice(at, 0, p);
+    }
+    level.add(item);
+    this.waitingCount++;
+  }
+
   private noEligibleWaiting(): boolean {
-    if (this.items.size === 0) return true;
+    if (this.waitingCount === 0) return true;
     if (this.eligible === undefined) return false;
-    for (const item of this.items) if (this.eligible(item)) return false;
+    for (const item of this.waitingItems()) if (this.eligible(item)) return false;
     return true;
   }
 

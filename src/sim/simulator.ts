@@ -14,7 +14,8 @@
  * the pluggable tokenizer of sim-tokenizer.ts; see tokenize-api.ts).
  *
  * Request life cycle: body read -> record pushed (waitForRequests sees it) -> fault (if any) -> parse /
- * P/D checks (400 on failure) -> optional injected delay -> engine: wait for a slot, then at admission
+ * priority / P/D checks (400 on failure) -> optional injected delay -> engine: wait for a slot (by
+ * `priority` first under `schedulingPolicy: 'priority'`), then at admission
  * the prefix-cache lookup fixes prompt/cached tokens and the TTFT, then tokens. A streaming response
  * sends its headers when the request enters the engine (as vLLM's StreamingResponse does) and one SSE
  * chunk per token per choice. `res.on('close')` is the single end path: it cancels the engine job and any
@@ -115,6 +116,13 @@ export interface SimulatorOptions {
    */
   strictModels?: boolean;
   /**
+   * vLLM's `--scheduling-policy`. `priority`: requests wait for a running slot by their body's
+   * `priority` (lower first), then by arrival (run-queue.ts). `fcfs` (default): first come, first
+   * served, and a request with a `priority` other than 0 gets vLLM's 400 ("Got priority N but
+   * Priority scheduling is not enabled.").
+   */
+  schedulingPolicy?: SchedulingPolicy;
+  /**
    * As `vllm serve --api-key`: every request under /v1 needs `Authorization: Bearer <key>`, else a 401
    * `{"error":"Unauthorized"}` (/health, /metrics and /tokenize stay open, as in vLLM).
    */
@@ -184,6 +192,22 @@ export interface SimulatorOptions {
    * BlockStored, evictions as BlockRemoved, and AllBlocksCleared at start and on resetPrefixCache().
    */
   kvEvents?: KvEventPublisherOptions;
+}
+
+export type SchedulingPolicy = 'fcfs' | 'priority';
+
+/**
+ * The body's `priority` as vLLM takes it (an integer, default 0), or the 400 message: not an integer,
+ * or not 0 while the policy is `fcfs`.
+ */
+export function requestPriority(body: unknown, policy: SchedulingPolicy): number | { error: string } {
+  const raw = isObj(body) ? body.priority : undefined;
+  if (raw === undefined || raw === null) return 0;
+  if (typeof raw !== 'number' || !Number.isSafeInteger(raw)) return { error: 'priority must be an integer' };
+  if (raw !== 0 && policy !== 'priority') {
+    return { error: `Got priority ${raw} but Priority scheduling is not enabled.` };
+  }
+  return raw;
 }
 
 export interface RequestRecord {
@@ -860,6 +884,8 @@ class SimulatorServer implements Simulator {
     if (this.opts.strictModels === true && request.model !== undefined && !this.serves(request.model)) {
       return this.finishError(ctx, 404, `The model \`${request.model}\` does not exist.`);
     }
+    const priority = requestPriority(body, this.opts.schedulingPolicy ?? 'fcfs');
+    if (typeof priority !== 'number') return this.finishError(ctx, 400, priority.error);
 
     let fromRemotePrefill = false;
     // kv_both: a decode worker serves a request without KV params whole, as a regular worker would.
@@ -875,7 +901,7 @@ class SimulatorServer implements Simulator {
     }
     if (badRank) return this.finishError(ctx, 400, 'X-data-parallel-rank out of range');
 
-    const enter = (): void => this.enterEngine(ctx, record, request, fromRemotePrefill);
+    const enter = (): void => this.enterEngine(ctx, record, request, fromRemotePrefill, priority);
     const go =
       fromRemotePrefill && (this.connector === 'mooncake' || this.connector === 'nixl')
         ? (): void => {
@@ -916,7 +942,13 @@ class SimulatorServer implements Simulator {
     return responsesGeneration(parsed.input, previous);
   }
 
-  private enterEngine(ctx: Ctx, record: RequestRecord, request: GenerationRequest, remote: boolean): void {
+  private enterEngine(
+    ctx: Ctx,
+    record: RequestRecord,
+    request: GenerationRequest,
+    remote: boolean,
+    priority: number,
+  ): void {
     if (ctx.res.destroyed) return;
     const turn = request.turn;
     const ident: ResponseIdentity = {
@@ -995,6 +1027,7 @@ class SimulatorServer implements Simulator {
       computeMs: () =>
         remote ? 0 : prefillComputeMs(this.timing, record.promptTokens - record.cachedTokens, this.timeScale),
       ...(adapter === undefined ? {} : { adapter }),
+      ...(priority === 0 ? {} : { priority }),
       ...(this.cache.sharesPool ? { fits: () => this.fitsPool(keysOf(), request.maxTokens * choices) } : {}),
       outputTokens: request.maxTokens,
       onToken: (index, last) => {

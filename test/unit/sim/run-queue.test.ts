@@ -113,3 +113,35 @@ describe('RunQueue: ineligible items are passed over (LoRA without a slot), not 
     expect([...q.waitingItems()]).toEqual(['x']);
   });
 });
+
+describe('RunQueue: priority scheduling (vLLM --scheduling-policy priority)', () => {
+  const prio: Record<string, number> = { batch1: 1, batch2: 1, chat: -1, late: -1, zero: 0 };
+  const queue = () => new RunQueue<string>(1, undefined, undefined, (x) => prio[x] ?? 0);
+
+  it('hands out the lowest priority first, first come first served within one priority', () => {
+    const q = queue();
+    expect(q.submit('zero')).toBe(true); // nothing waits: runs at once whatever its priority
+    for (const x of ['batch1', 'chat', 'batch2', 'late']) expect(q.submit(x)).toBe(false);
+    expect([...q.waitingItems()]).toEqual(['chat', 'late', 'batch1', 'batch2']);
+    const order: string[] = [];
+    for (let i = 0; i < 4; i++) {
+      q.finish();
+      order.push(q.take() as string);
+    }
+    expect(order).toEqual(['chat', 'late', 'batch1', 'batch2']);
+    expect(q.waiting).toBe(0);
+  });
+
+  it('cancels from any priority; clear() returns them in start order', () => {
+    const q = queue();
+    q.submit('zero');
+    ['batch1', 'chat', 'batch2'].forEach((x) => q.submit(x));
+    expect(q.cancel('chat')).toBe(true);
+    expect(q.cancel('chat')).toBe(false);
+    expect(q.waiting).toBe(2);
+    q.submit('late');
+    expect(q.clear()).toEqual(['late', 'batch1', 'batch2']);
+    expect(q.waiting).toBe(0);
+    expect(q.running).toBe(0);
+  });
+});
