@@ -60,7 +60,8 @@ import { PrefillBacklog } from '../load/prefill-backlog.js';
 import { hasRoom, saturated } from '../load/saturation.js';
 import { FlowControl } from '../routing/flow-control.js';
 import { withAdmission } from '../routing/admission.js';
-import { ObjectiveTable, parseObjectiveSpecs } from '../routing/objectives.js';
+import { OBJECTIVE_HEADER, ObjectiveTable, parseObjectiveSpecs } from '../routing/objectives.js';
+import { vllmPriority } from '../request/worker-priority.js';
 import { ModelInFlight, withModelInFlight, withPrefillModel } from '../load/model-in-flight.js';
 import { adapterState } from '../routing/lora-affinity.js';
 import { ModelCatalog } from '../workers/served-models.js';
@@ -267,7 +268,7 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
     ),
   );
   if (admitted.flow) held.flow = admitted.flow;
-  const grpc = buildGrpcServer(base, admitted.dispatcher);
+  const grpc = buildGrpcServer(base, admitted.dispatcher, objectives);
   const scraper = buildScraper(base);
   const modelsPoller = buildModelsPoller(base);
   // A worker that joins (or re-registers) is asked what it serves at once, not at the next round;
@@ -556,6 +557,7 @@ function poolSaturation(
 function buildGrpcServer(
   { config, logger, metrics, pools, catalog }: Base,
   dispatcher: Dispatcher,
+  objectives: ObjectiveTable,
 ): ExtProcServer {
   const models: ModelListOptions = {
     memberUrls: () => Array.from(pools.workers(), (w) => w.url),
@@ -568,6 +570,9 @@ function buildGrpcServer(
     logger,
     dispatcher,
     answer: (method, path, headers) => modelListAnswer(models, method, path, headers),
+    ...(config.forwardPriority
+      ? { workerPriority: (headers) => vllmPriority(objectives.priority(headers[OBJECTIVE_HEADER])) }
+      : {}),
     maxBodyBytes: config.maxBodyBytes,
     onStreamsChanged: (n) => metrics.streamsActive.set(n),
     onConnectionClose: (reason) => metrics.grpcConnectionCloses.inc({ reason }),

@@ -56,6 +56,7 @@ import { UNTRUSTED_REQUEST_HEADERS } from './headers.js';
 import { inferenceKind, parseInferenceRequest, type InferenceKind } from '../request/inference-request.js';
 import { RouterError } from '../request/router-error.js';
 import { MODEL_REWRITE_HEADER, withModel } from '../request/model-rewrite.js';
+import { withPriority } from '../request/worker-priority.js';
 import { requestOutcome, type Outcome, type RequestEnd, type RoutingStage } from '../request/request-end.js';
 import type { Worker } from '../workers/worker.js';
 import { endpointSubset, servedEndpoint } from './lb-metadata.js';
@@ -95,6 +96,11 @@ export interface SessionDeps {
    * `adopted`: a worker of the pool has that endpoint and now holds the request's load.
    */
   readonly onFailover?: (routed: Worker, served: string, adopted: boolean) => void;
+  /**
+   * `--forward-priority`: the vLLM `priority` an inference request's body must carry, from its
+   * headers (request/worker-priority.ts; 0 = none). Absent: bodies keep what the client wrote.
+   */
+  readonly workerPriority?: (headers: Readonly<Record<string, string>>) => number;
 }
 
 type Stream = ServerCall<ProcessingResponse>;
@@ -301,11 +307,18 @@ export class Session {
       return;
     }
     let result: Dispatch | Promise<Dispatch>;
-    // The gateway asked for another model (request/model-rewrite.ts): everything below reads the
-    // rewritten body, and Envoy gets it unless the dispatcher writes one of its own.
-    const target = body !== undefined ? this.headers[MODEL_REWRITE_HEADER] : undefined;
-    const renamed = target ? withModel(body as Buffer, target) : undefined;
-    if (renamed !== undefined) body = renamed;
+    // The gateway asked for another model (request/model-rewrite.ts), and the objective's priority
+    // goes to the worker (request/worker-priority.ts): everything below reads the edited body, and
+    // Envoy gets it unless the dispatcher writes one of its own (then built from it).
+    let edited: Buffer | undefined;
+    if (body !== undefined) {
+      const target = this.headers[MODEL_REWRITE_HEADER];
+      edited = target ? withModel(body, target) : undefined;
+      const priority = this.kind !== undefined ? this.deps.workerPriority?.(this.headers) : undefined;
+      const prioritised = priority !== undefined ? withPriority(edited ?? body, priority) : undefined;
+      edited = prioritised ?? edited;
+      if (edited !== undefined) body = edited;
+    }
     try {
       const req: RouteRequest = {
         method: this.method,
@@ -322,22 +335,23 @@ export class Session {
     } catch (err) {
       return this.reject(asRouterError(err, this.deps.logger));
     }
-    if (!isPromise(result)) return this.routed(result, routedOn, body, renamed);
+    if (!isPromise(result)) return this.routed(result, routedOn, body, edited);
     return result.then(
-      (dispatch) => this.routed(dispatch, routedOn, body, renamed),
+      (dispatch) => this.routed(dispatch, routedOn, body, edited),
       (err) => this.reject(asRouterError(err, this.deps.logger)),
     );
   }
 
   /**
-   * Answers the message that completed the request with the dispatch's routing. `renamed`: the body
-   * with the model the gateway asked for, sent when the dispatcher did not rewrite the body itself.
+   * Answers the message that completed the request with the dispatch's routing. `edited`: the body
+   * with the model the gateway asked for or the worker priority, sent when the dispatcher did not
+   * rewrite the body itself.
    */
   private routed(
     dispatch: Dispatch,
     routedOn: 'headers' | 'body',
     body: Buffer | undefined,
-    renamed?: Buffer,
+    edited?: Buffer,
   ): void {
     if (this.ended) {
       // The stream went away while we were dispatching (e.g. during a prefill leg).
@@ -348,7 +362,7 @@ export class Session {
     this.routedOnce = true;
     dispatch.failure?.catch((err) => this.onLegFailure(err));
     this.advance('dispatching', 'response_headers', 'dispatch');
-    const replacement = dispatch.body ?? renamed;
+    const replacement = dispatch.body ?? edited;
     const replies =
       routedReplyCache.get(this.requestMode, routedOn, dispatch.setHeaders, replacement) ??
       routedReplies(

@@ -22,6 +22,7 @@ import {
 } from '../../support/extproc-client.js';
 
 const COMPLETION = { model: 'm', prompt: 'hello', max_tokens: 4, stream: true };
+const CHAT = { model: 'm', messages: [{ role: 'user', content: 'hi' }], stream: true };
 
 class TestStream extends Duplex {
   readonly replies: ProcessingResponse[] = [];
@@ -64,6 +65,7 @@ function harness(
   opts: {
     dispatch?: (req: RouteRequest, d: () => Dispatch) => Dispatch | Promise<Dispatch>;
     adopt?: Dispatcher['adopt'];
+    workerPriority?: (headers: Readonly<Record<string, string>>) => number;
   } = {},
 ) {
   const worker = new Worker({
@@ -112,6 +114,7 @@ function harness(
     onClose: () => {
       h.closes += 1;
     },
+    ...(opts.workerPriority ? { workerPriority: opts.workerPriority } : {}),
   });
   return h;
 }
@@ -784,5 +787,87 @@ describe("Session: the gateway's model-name rewrite (x-gateway-model-name-rewrit
     await plain.settle();
     const reply = plain.stream.replies.find((r) => r.request_body !== undefined);
     expect(reply?.request_body?.response?.body_mutation).toBeFalsy();
+  });
+});
+
+describe("Session: the objective's priority to the worker (--forward-priority)", () => {
+  // As wired: vLLM's priority is the objective's negated (request/worker-priority.ts).
+  const table: Record<string, number> = { interactive: 1, batch: -2 };
+  const workerPriority = (h: Readonly<Record<string, string>>) =>
+    -(table[h['x-gateway-inference-objective'] ?? ''] ?? 0) || 0;
+  const sentBody = (h: ReturnType<typeof harness>) => {
+    const mutated = h.stream.replies.find((r) => r.request_body !== undefined)?.request_body?.response
+      ?.body_mutation?.body;
+    return mutated === undefined ? undefined : (JSON.parse(String(mutated)) as Record<string, unknown>);
+  };
+
+  it('writes the priority into the body the dispatcher and the worker see, with the model rewrite too', async () => {
+    const seen: unknown[] = [];
+    const h = harness({
+      workerPriority,
+      dispatch: (req, d) => {
+        seen.push(req.inference?.json.priority, req.inference?.model);
+        return d();
+      },
+    });
+    h.stream.deliver(
+      requestHeaders('POST', '/v1/completions', {
+        'x-gateway-inference-objective': 'batch',
+        'x-gateway-model-name-rewrite': 'b',
+      }),
+      requestBody({ ...COMPLETION, model: 'a' }),
+      responseHeaders(200, true),
+    );
+    await h.settle();
+    expect(seen).toEqual([2, 'b']); // a P/D prefill leg is built from this body: it carries it too
+    expect(sentBody(h)).toEqual({ ...COMPLETION, model: 'b', priority: 2 });
+    expect(h.worker.load).toBe(0);
+  });
+
+  it("replaces the client's own priority, and removes it when the request has no objective", async () => {
+    const mine = harness({ workerPriority });
+    mine.stream.deliver(
+      requestHeaders('POST', '/v1/chat/completions', { 'x-gateway-inference-objective': 'interactive' }),
+      requestBody({ ...CHAT, priority: 7 }),
+      responseHeaders(200, true),
+    );
+    await mine.settle();
+    expect(sentBody(mine)).toEqual({ ...CHAT, priority: -1 });
+    const none = harness({ workerPriority });
+    none.stream.deliver(
+      requestHeaders('POST', '/v1/chat/completions'),
+      requestBody({ ...CHAT, priority: -100 }),
+      responseHeaders(200, true),
+    );
+    await none.settle();
+    expect(sentBody(none)).toEqual(CHAT);
+  });
+
+  it('leaves alone a body without priority and objective, non-inference requests, and everything when off', async () => {
+    const plain = harness({ workerPriority });
+    plain.stream.deliver(
+      requestHeaders('POST', '/v1/completions'),
+      requestBody(COMPLETION),
+      responseHeaders(200, true),
+    );
+    await plain.settle();
+    expect(sentBody(plain)).toBeUndefined();
+    const embeddings = harness({ workerPriority });
+    embeddings.stream.deliver(
+      requestHeaders('POST', '/v1/embeddings', { 'x-gateway-inference-objective': 'batch' }),
+      requestBody({ model: 'a', input: 'x' }),
+      responseHeaders(200, true),
+    );
+    await embeddings.settle();
+    expect(sentBody(embeddings)).toBeUndefined();
+    const off = harness();
+    off.stream.deliver(
+      requestHeaders('POST', '/v1/completions', { 'x-gateway-inference-objective': 'batch' }),
+      requestBody({ ...COMPLETION, priority: 3 }),
+      responseHeaders(200, true),
+    );
+    await off.settle();
+    expect(sentBody(off)).toBeUndefined();
+    expect([plain.worker.load, embeddings.worker.load, off.worker.load]).toEqual([0, 0, 0]);
   });
 });

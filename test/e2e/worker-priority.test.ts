@@ -1,0 +1,120 @@
+/**
+ * End to end through a real Envoy: `--forward-priority` with a worker started as vLLM's
+ * `--scheduling-policy priority` (the simulator, one running sequence at a time). While one long
+ * request runs, requests of the batch objective, of no objective, and of the interactive objective
+ * queue at the worker in that order; once the long one ends, the worker serves the interactive one
+ * first and the batch ones last, because the router wrote each objective's priority into its body. A
+ * client's own `priority` does not let it jump the queue: the router replaces it. Without the flag the
+ * bodies keep what the client sent, and the same worker takes them first come, first served.
+ * Ends with every load back to 0.
+ */
+import { afterEach, describe, expect, it } from 'vitest';
+import type { Simulator } from '../../src/sim/simulator.js';
+import { startStack, type Stack } from '../support/stack.js';
+import { expectAllLoadsZero } from '../support/router-fixture.js';
+import { waitFor } from '../support/wait-for.js';
+
+let stack: Stack | undefined;
+afterEach(async () => {
+  if (stack) {
+    await expectAllLoadsZero(stack.router);
+    await stack.close();
+  }
+  stack = undefined;
+});
+
+const start = (forwardPriority: boolean) =>
+  startStack({
+    workers: 1,
+    sim: {
+      model: 'm',
+      schedulingPolicy: 'priority',
+      timeScale: 1,
+      timing: { overheadMs: 0, prefillMsPerToken: 0, baseItlMs: 1, maxRunningSeqs: 1 },
+    },
+    router: { objective: ['interactive=1', 'batch=-1'], forwardPriority },
+  });
+
+async function chat(
+  s: Stack,
+  name: string,
+  opts: { objective?: string; priority?: number; maxTokens?: number; signal?: AbortSignal } = {},
+): Promise<number> {
+  try {
+    const r = await fetch(`${s.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        ...(opts.objective ? { 'x-gateway-inference-objective': opts.objective } : {}),
+      },
+      body: JSON.stringify({
+        model: 'm',
+        messages: [{ role: 'user', content: name }],
+        max_tokens: opts.maxTokens ?? 2,
+        stream: true,
+        ...(opts.priority === undefined ? {} : { priority: opts.priority }),
+      }),
+      ...(opts.signal ? { signal: opts.signal } : {}),
+    });
+    await r.text();
+    return r.status;
+  } catch {
+    return 0; // aborted by the test
+  }
+}
+
+const named = (sim: Simulator, name: string) =>
+  sim.records.find((r) => JSON.stringify(r.body).includes(`"content":"${name}"`));
+
+/** Sends the queued requests one by one (each reaches the worker before the next), then frees the worker. */
+async function queueBehindLongRequest(
+  s: Stack,
+  queued: [string, { objective?: string; priority?: number }][],
+): Promise<{ order: string[]; statuses: number[] }> {
+  const sim = s.sims[0]!;
+  const long = new AbortController();
+  const blocker = chat(s, 'long', { maxTokens: 1_000_000, signal: long.signal });
+  await waitFor(() => named(sim, 'long')?.firstByteMs !== undefined);
+  const order: string[] = [];
+  const done: Promise<number>[] = [];
+  for (const [name, opts] of queued) {
+    done.push(
+      chat(s, name, opts).then((status) => {
+        order.push(name);
+        return status;
+      }),
+    );
+    await waitFor(() => named(sim, name) !== undefined);
+  }
+  long.abort(); // the worker's one running slot frees; the queue goes in the worker's order
+  await blocker;
+  return { order, statuses: await Promise.all(done) };
+}
+
+describe('--forward-priority: the objective priority orders the worker queue', () => {
+  it("serves the interactive objective first and batch last; a client's own priority is replaced", async () => {
+    stack = await start(true);
+    const { order, statuses } = await queueBehindLongRequest(stack, [
+      ['batch-1', { objective: 'batch' }],
+      ['batch-2', { objective: 'batch' }],
+      ['pushy', { priority: -50 }], // no objective: the router removes the priority it claims
+      ['interactive', { objective: 'interactive' }],
+    ]);
+    expect(statuses).toEqual([200, 200, 200, 200]);
+    expect(order).toEqual(['interactive', 'pushy', 'batch-1', 'batch-2']);
+    const sim = stack.sims[0]!;
+    const priorityOf = (name: string) => (named(sim, name)?.body as { priority?: number }).priority;
+    expect(['batch-1', 'pushy', 'interactive'].map(priorityOf)).toEqual([1, undefined, -1]);
+  });
+
+  it('off: bodies go as the client sent them, first come first served', async () => {
+    stack = await start(false);
+    const { order, statuses } = await queueBehindLongRequest(stack, [
+      ['batch-1', { objective: 'batch' }],
+      ['plain', {}],
+      ['interactive', { objective: 'interactive' }],
+    ]);
+    expect(statuses).toEqual([200, 200, 200]);
+    expect(order).toEqual(['batch-1', 'plain', 'interactive']);
+  });
+});
