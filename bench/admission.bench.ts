@@ -14,12 +14,18 @@
  * - batch: `--batch-concurrency` closed-loop clients sending `x-gateway-inference-objective: batch`,
  *   512-token prompts, 64 output tokens; a client whose request is shed (429) waits `--backoff-ms`
  *   and sends again, as a batch processor backs off;
- * - interactive: `--interactive-concurrency` closed-loop clients without an objective (priority 0),
+ * - interactive: `--interactive-concurrency` closed-loop clients sending
+ *   `x-gateway-inference-objective: interactive` (priority 0 unless an arm configures it),
  *   256-token prompts, 16 output tokens, `--requests` in all; the run ends when they are done.
  * Arms: `no_shedding` (no objective configured: batch has priority 0), `shedding`
- * (`--objective batch=-1`) and `flow_control` (the same and `--flow-control`: requests wait in the
- * router while the fleet is saturated, interactive ones first). Per run: interactive time to first token (p50 / p90 / p99) and output
- * tokens/s, batch requests completed per second and shed.
+ * (`--objective batch=-1`), `flow_control` (the same and `--flow-control`: requests wait in the
+ * router while the fleet is saturated, interactive ones first), `worker_priority` (workers as vLLM
+ * `--scheduling-policy priority`, the router with `--objective interactive=1 --forward-priority`: no
+ * request is shed or held, the workers' queues serve interactive requests first) and
+ * `shedding_worker_priority` (both: `--objective batch=-1 --objective interactive=1
+ * --forward-priority`). Per run: interactive time to first token (p50 / p90 / p99) and output
+ * tokens/s, batch requests completed per second and shed. `--arms a,b` runs only those (and
+ * no_shedding, the baseline).
  */
 import { startEnvoy, type EnvoyHandle } from '../src/envoy/envoy-process.js';
 import { loopbackConfig } from '../src/config.js';
@@ -40,8 +46,25 @@ const log = (m: string): void => void process.stderr.write(`${m}\n`);
 const BATCH_PROMPT = 'summarise this archived record for the nightly report '.repeat(52);
 const CHAT_PROMPT = 'a user asks a short question about the service '.repeat(28);
 
-type Arm = 'no_shedding' | 'shedding' | 'flow_control';
-const ARMS: readonly Arm[] = ['no_shedding', 'shedding', 'flow_control'];
+/** Per arm: the router's objectives, flow control, and priority passed to priority-scheduling workers. */
+const ARM_SETUP = {
+  no_shedding: { objective: [], flowControl: false, forwardPriority: false },
+  shedding: { objective: ['batch=-1'], flowControl: false, forwardPriority: false },
+  flow_control: { objective: ['batch=-1'], flowControl: true, forwardPriority: false },
+  worker_priority: { objective: ['interactive=1'], flowControl: false, forwardPriority: true },
+  shedding_worker_priority: {
+    objective: ['batch=-1', 'interactive=1'],
+    flowControl: false,
+    forwardPriority: true,
+  },
+} as const;
+type Arm = keyof typeof ARM_SETUP;
+const armsAt = process.argv.indexOf('--arms');
+const armsFlag = armsAt === -1 ? undefined : process.argv[armsAt + 1];
+const ARMS = (armsFlag?.split(',') ?? Object.keys(ARM_SETUP)) as Arm[];
+for (const a of ARMS)
+  if (!(a in ARM_SETUP)) throw new Error(`unknown arm ${a}: ${Object.keys(ARM_SETUP).join(', ')}`);
+if (!ARMS.includes('no_shedding')) ARMS.unshift('no_shedding'); // every ratio is against it
 
 interface RunResult {
   arm: Arm;
@@ -94,13 +117,18 @@ async function runOnce(arm: Arm, run: number): Promise<RunResult> {
   let router: Router | undefined;
   let envoy: EnvoyHandle | undefined;
   try {
-    cluster = await startCluster(WORKERS, { timing: { ...TIMING, maxRunningSeqs: 8 } });
+    const setup = ARM_SETUP[arm];
+    cluster = await startCluster(WORKERS, {
+      timing: { ...TIMING, maxRunningSeqs: 8 },
+      ...(setup.forwardPriority ? { schedulingPolicy: 'priority' as const } : {}),
+    });
     router = await startRouter(
       Object.freeze(
         loopbackConfig({
           workers: cluster.sims.map((s) => s.url),
-          objective: arm === 'no_shedding' ? [] : ['batch=-1'],
-          flowControl: arm === 'flow_control',
+          objective: [...setup.objective],
+          flowControl: setup.flowControl,
+          forwardPriority: setup.forwardPriority,
           saturationWaiting,
           logLevel: 'error',
         }),
@@ -139,7 +167,7 @@ async function runOnce(arm: Arm, run: number): Promise<RunResult> {
         while (next < requests) {
           const i = next++;
           try {
-            const r = await send(url, `${i} ${CHAT_PROMPT}`, 16, undefined);
+            const r = await send(url, `${i} ${CHAT_PROMPT}`, 16, 'interactive');
             if (r.status === 200 && r.ttftMs !== undefined) {
               ttfts.push(r.ttftMs);
               tokens += r.tokens;
@@ -204,7 +232,7 @@ async function main(): Promise<void> {
       },
     ]),
   );
-  const ratio = (arm: Arm, k: keyof (typeof summary)['shedding']): number =>
+  const ratio = (arm: Arm, k: keyof (typeof summary)['no_shedding']): number =>
     Math.round((summary[arm]![k] / summary.no_shedding![k]) * 1000) / 1000;
   const vsNone = (arm: Arm) => ({
     interactiveTtftP50: ratio(arm, 'interactiveTtftP50Ms'),
@@ -222,8 +250,7 @@ async function main(): Promise<void> {
         saturationWaiting,
         repeats,
         summary,
-        sheddingVsNone: vsNone('shedding'),
-        flowControlVsNone: vsNone('flow_control'),
+        vsNoShedding: Object.fromEntries(ARMS.filter((a) => a !== 'no_shedding').map((a) => [a, vsNone(a)])),
         runs,
       },
       null,
