@@ -8,6 +8,7 @@ import { chatPromptText, completionPromptText } from './prompt-text.js';
 import { responsesMessages } from './responses-input.js';
 import { exceedsDepth } from './json-depth.js';
 import { joinLongTexts, parseLongStringBody } from './json-body.js';
+import { formBoundary, formField } from './multipart-field.js';
 import type { RoutingText } from '../util/piece-text.js';
 
 export { exceedsDepth } from './json-depth.js';
@@ -162,12 +163,19 @@ class ParsedInferenceRequest implements InferenceRequest {
 
 /**
  * The `model` a JSON request body names, for the endpoints the router does not parse otherwise
- * (`/v1/embeddings`, `/v1/rerank`, `/pooling`, `/tokenize`, ...), so a fleet that mixes models sends
- * them to the workers serving it too. Undefined for a body that is not a JSON object naming one: such
- * a request goes on unparsed (the worker answers it), never rejected here.
+ * (`/v1/embeddings`, `/v1/rerank`, `/pooling`, `/tokenize`, ...), or the `model` field of a
+ * `multipart/form-data` body (vLLM's `/v1/audio/transcriptions` and `/v1/audio/translations`;
+ * multipart-field.ts), so a fleet that mixes models sends them to the workers serving it too.
+ * Undefined for a body that names none: such a request goes on unparsed (the worker answers it), never
+ * rejected here.
  */
 export function bodyModel(contentType: string | undefined, body: Buffer): string | undefined {
   if (body.length === 0) return undefined;
+  const boundary = formBoundary(contentType);
+  if (boundary !== undefined) {
+    const model = formField(body, boundary, 'model');
+    return model !== undefined && model.length > 0 ? model : undefined;
+  }
   if (contentType !== undefined && !JSON_CONTENT_TYPE.test(contentType.trim())) return undefined;
   let value: unknown;
   try {

@@ -11,7 +11,8 @@
  * response store, responses-store.ts), GET /health, GET /v1/models,
  * GET /load (`{"server_load": in-flight generation requests}`, what vLLM's load endpoint counts),
  * GET /metrics (vLLM names, see metrics-text.ts), POST /tokenize and POST /detokenize (vLLM's shapes, through
- * the pluggable tokenizer of sim-tokenizer.ts; see tokenize-api.ts).
+ * the pluggable tokenizer of sim-tokenizer.ts; see tokenize-api.ts), POST /v1/audio/transcriptions and
+ * /v1/audio/translations (multipart forms, no engine time; audio-api.ts).
  *
  * Request life cycle: body read -> record pushed (waitForRequests sees it) -> fault (if any) -> parse /
  * priority / P/D checks (400 on failure) -> optional injected delay -> engine: wait for a slot (by
@@ -32,6 +33,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { randomUUID } from 'node:crypto';
 import { Engine, type EngineJob } from './engine.js';
+import { isAudioPath, serveAudio } from './audio-api.js';
 import { FaultQueue, type Fault, type FaultOptions } from './faults.js';
 import { HoldQueue, type HoldOptions, type OutputGate, type StreamHold } from './stream-hold.js';
 import {
@@ -681,6 +683,10 @@ class SimulatorServer implements Simulator {
 
   private answerSimple(req: IncomingMessage, res: ServerResponse, path: string): void {
     if (path.startsWith(RESPONSE_PATH_PREFIX)) return this.answerResponseLookup(req, res, path);
+    if (req.method === 'POST' && isAudioPath(path)) {
+      const strict = this.opts.strictModels === true;
+      return serveAudio(req, res, this.model, strict ? (m) => this.serves(m) : undefined, MAX_BODY_BYTES);
+    }
     if (req.method === 'POST' && isTokenizationPath(path)) {
       return serveTokenization(req, res, path, this.tokenizer, this.maxModelLen, MAX_BODY_BYTES);
     }
