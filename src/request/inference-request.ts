@@ -4,7 +4,7 @@
  * this boundary with any other type.
  */
 import { badRequest, RouterError } from './router-error.js';
-import { chatPromptText, completionPromptText } from './prompt-text.js';
+import { chatPromptText, completionPromptText, saltedText } from './prompt-text.js';
 import { responsesMessages } from './responses-input.js';
 import { exceedsDepth } from './json-depth.js';
 import { joinLongTexts, parseLongStringBody } from './json-body.js';
@@ -81,8 +81,9 @@ export function parseInferenceRequest(
   if (obj.stream !== undefined && typeof obj.stream !== 'boolean') {
     throw badRequest('invalid_body', '"stream" must be a boolean');
   }
-  const routingText = promptText(kind, obj);
-  if (routingText === undefined) throw invalidPrompt(kind);
+  const prompt = promptText(kind, obj);
+  if (prompt === undefined) throw invalidPrompt(kind);
+  const routingText = saltedText(prompt, obj.cache_salt);
   if (
     kind === 'responses' &&
     obj.previous_response_id != null &&

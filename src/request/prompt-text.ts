@@ -13,8 +13,15 @@
  * PieceText keeps its pieces, and a chat text longer than PIECE_CHARS is built in pieces of about that
  * size, so no routing text is ever one string above V8's large-object size.
  *
+ * A request with a `cache_salt` (vLLM's per-tenant prefix-cache isolation: the salt enters the hash of
+ * the prompt's first block, so no block is shared with a request of another salt, or of none) gets
+ * its text opened by a short marker of the salt (`saltedText`), so the prefix tree shares nothing
+ * between salts either, and a tenant's prefix is neither predicted where another tenant's identical
+ * prompt is cached nor dropped when that other tenant's request reports a miss there.
+ *
  * Returns undefined when the field is missing or of the wrong type (the caller reports a 400).
  */
+import { hash32 } from '../util/hash32.js';
 import { PieceText, RoutingTextBuilder, type RoutingText } from '../util/piece-text.js';
 
 /** Size of the pieces a long chat text is built in (UTF-16 code units; 64 KB even as two-byte text). */
@@ -66,4 +73,14 @@ function appendContent(out: RoutingTextBuilder, content: unknown): boolean {
     else return false;
   }
   return true;
+}
+
+/**
+ * `text` opened by a marker of `salt` (64 bits of hash: a salt of up to 1 KB costs a few characters);
+ * `text` itself when there is no salt (absent, empty or not a string, as vLLM ignores).
+ */
+export function saltedText(text: RoutingText, salt: unknown): RoutingText {
+  if (typeof salt !== 'string' || salt.length === 0) return text;
+  const marker = `\u0000salt:${hash32(salt).toString(36)}.${hash32(`\u0001${salt}`).toString(36)}\u0000`;
+  return typeof text === 'string' ? marker + text : new PieceText([marker, ...text.pieces]);
 }

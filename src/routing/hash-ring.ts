@@ -15,17 +15,9 @@
  * (O(P log P), P = members * virtualNodes; membership changes are rare next to lookups, which are a
  * binary search). Pure: no timers, metrics or logging.
  */
-import { fmix32 } from '../util/fmix32.js';
+import { hash32 } from '../util/hash32.js';
 
-/** 32-bit FNV-1a over UTF-16 code units, then the murmur3 finalizer for avalanche. Unsigned. */
-export function hash32(s: string): number {
-  let h = 0x811c9dc5;
-  for (let i = 0; i < s.length; i++) {
-    h ^= s.charCodeAt(i);
-    h = Math.imul(h, 0x01000193);
-  }
-  return fmix32(h);
-}
+export { hash32 };
 
 export interface RingHit {
   readonly id: string;

@@ -69,7 +69,7 @@
  * Pure: no timers, metrics or logging.
  */
 import { fmix32 } from '../util/fmix32.js';
-import { hash32 } from './hash-ring.js';
+import { hash32 } from '../util/hash32.js';
 import { flatText, type RoutingText } from '../util/piece-text.js';
 
 export interface PrefixHomeOptions {

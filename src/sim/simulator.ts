@@ -579,9 +579,13 @@ class SimulatorServer implements Simulator {
         };
       }
     }
+    // vLLM salts a request's first block with its cache_salt, so no block is shared across salts: the
+    // text-keyed cache gets the same by opening the salted prompts with the salt.
+    const salt = isObj(body) && typeof body.cache_salt === 'string' ? body.cache_salt : '';
+    const texts = salt === '' ? prompts : prompts.map((p) => `\u0000${salt}\u0000${p}`);
     return {
-      texts: prompts,
-      prompts: prompts.map((p) => ({ hashes: this.cache.hashText(p), tokens: this.cache.tokensOf(p) })),
+      texts,
+      prompts: texts.map((p) => ({ hashes: this.cache.hashText(p), tokens: this.cache.tokensOf(p) })),
     };
   }
 

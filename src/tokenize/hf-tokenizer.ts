@@ -55,7 +55,7 @@ import { join } from 'node:path';
 import { Tokenizer } from '@huggingface/tokenizers';
 import { Template } from '@huggingface/jinja';
 import { flatCopy } from '../routing/flat-string.js';
-import { hash32 } from '../routing/hash-ring.js';
+import { hash32 } from '../util/hash32.js';
 import { ByteLevelBpe } from './byte-level-bpe.js';
 
 export interface ChatRenderOptions {

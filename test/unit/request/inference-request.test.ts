@@ -234,3 +234,44 @@ describe('bodyModel', () => {
     expect(bodyModel('application/json', Buffer.from(body))).toBe('e5');
   });
 });
+
+describe('cache_salt in the routing text (request/prompt-text.ts saltedText)', () => {
+  const chat = (extra: Record<string, unknown>) =>
+    parseInferenceRequest(
+      'chat',
+      'application/json',
+      Buffer.from(
+        JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'same prompt' }], ...extra }),
+      ),
+    ).text.toString();
+
+  it('opens the text with a marker of the salt: equal salts share it, others share nothing past it', () => {
+    const plain = chat({});
+    const a = chat({ cache_salt: 'tenant-a' });
+    expect(a.endsWith(plain)).toBe(true);
+    expect(chat({ cache_salt: 'tenant-a' })).toBe(a);
+    const b = chat({ cache_salt: 'tenant-b' });
+    expect(b).not.toBe(a);
+    let common = 0;
+    while (a[common] === b[common]) common++;
+    expect(common).toBeLessThan(8);
+    // a long salt costs a few characters, not its length
+    expect(chat({ cache_salt: 'x'.repeat(1024) }).length - plain.length).toBeLessThan(32);
+  });
+
+  it('ignores an empty or non-string salt, as vLLM does', () => {
+    expect(chat({ cache_salt: '' })).toBe(chat({}));
+    expect(chat({ cache_salt: 7 })).toBe(chat({}));
+  });
+
+  it('keeps a long text in pieces', () => {
+    const long = 'word '.repeat(60_000);
+    const req = parseInferenceRequest(
+      'completions',
+      'application/json',
+      Buffer.from(JSON.stringify({ model: 'm', prompt: long, cache_salt: 's' })),
+    );
+    expect(typeof req.text).not.toBe('string');
+    expect(req.text.toString().endsWith(long)).toBe(true);
+  });
+});

@@ -114,6 +114,23 @@ describe('simulator HTTP', () => {
     expect(rec.endMs).toBeGreaterThanOrEqual(rec.startMs);
   });
 
+  it('shares no cached block across cache_salt values, as vLLM salts the first block', async () => {
+    const s = await sim();
+    const shared = blockPrompt('sys', 4);
+    const ask = async (salt: string | undefined, q: string) =>
+      (
+        await postJson(`${s.url}/v1/completions`, {
+          prompt: shared + blockPrompt(q, 1),
+          ...(salt === undefined ? {} : { cache_salt: salt }),
+        })
+      ).json.usage as { prompt_tokens_details: { cached_tokens: number } };
+    await ask('tenant-a', 'q1');
+    expect((await ask('tenant-b', 'q2')).prompt_tokens_details.cached_tokens).toBe(0);
+    expect((await ask(undefined, 'q3')).prompt_tokens_details.cached_tokens).toBe(0);
+    expect((await ask('tenant-a', 'q4')).prompt_tokens_details.cached_tokens).toBeGreaterThanOrEqual(64);
+    expect((await ask('tenant-b', 'q5')).prompt_tokens_details.cached_tokens).toBeGreaterThanOrEqual(64);
+  });
+
   it('counts prefix-cache hits across requests', async () => {
     const s = await sim();
     const shared = blockPrompt('sys', 4);
