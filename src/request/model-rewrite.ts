@@ -8,22 +8,14 @@
  * The body is parsed and written again (only requests that carry the header pay for it). A body that
  * is not a JSON object is left as it is: its own parse reports the error.
  */
-import { exceedsDepth } from './json-depth.js';
-import { MAX_JSON_DEPTH } from './inference-request.js';
+import { jsonObject } from './json-object.js';
 
 export { MODEL_REWRITE_HEADER } from '../extproc/headers.js';
 
 /** `body` with its top-level `model` set to `model`; undefined when the body is not a JSON object. */
 export function withModel(body: Buffer, model: string): Buffer | undefined {
-  let json: unknown;
-  try {
-    const text = body.toString('utf8');
-    if (exceedsDepth(text, MAX_JSON_DEPTH)) return undefined;
-    json = JSON.parse(text);
-  } catch {
-    return undefined;
-  }
-  if (typeof json !== 'object' || json === null || Array.isArray(json)) return undefined;
-  (json as Record<string, unknown>).model = model;
+  const json = jsonObject(body);
+  if (json === undefined) return undefined;
+  json.model = model;
   return Buffer.from(JSON.stringify(json));
 }

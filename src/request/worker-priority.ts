@@ -10,8 +10,7 @@
  * Only inference requests whose body changes pay for a parse and a write: a body that must end up
  * without a priority and does not mention one is returned unchanged without being parsed.
  */
-import { exceedsDepth } from './json-depth.js';
-import { MAX_JSON_DEPTH } from './inference-request.js';
+import { jsonObject } from './json-object.js';
 
 /** vLLM's `priority` for an objective's priority (0 stays 0). */
 export function vllmPriority(objectivePriority: number): number {
@@ -26,16 +25,8 @@ const PRIORITY_KEY = Buffer.from('"priority"');
  */
 export function withPriority(body: Buffer, priority: number): Buffer | undefined {
   if (priority === 0 && body.indexOf(PRIORITY_KEY) === -1) return undefined;
-  let json: unknown;
-  try {
-    const text = body.toString('utf8');
-    if (exceedsDepth(text, MAX_JSON_DEPTH)) return undefined;
-    json = JSON.parse(text);
-  } catch {
-    return undefined;
-  }
-  if (typeof json !== 'object' || json === null || Array.isArray(json)) return undefined;
-  const obj = json as Record<string, unknown>;
+  const obj = jsonObject(body);
+  if (obj === undefined) return undefined;
   if (priority === 0) {
     if (!('priority' in obj)) return undefined;
     delete obj.priority;

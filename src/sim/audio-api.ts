@@ -8,6 +8,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { errorBody } from './openai-format.js';
+import { readBody } from './read-body.js';
 
 export function isAudioPath(path: string): boolean {
   return path === '/v1/audio/transcriptions' || path === '/v1/audio/translations';
@@ -21,17 +22,10 @@ export function serveAudio(
   serves: ((model: string) => boolean) | undefined,
   maxBodyBytes: number,
 ): void {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  req.on('data', (c: Buffer) => {
-    size += c.length;
-    if (size <= maxBodyBytes) chunks.push(c);
-  });
-  req.on('error', () => undefined); // an abort surfaces as res 'close'
-  req.on('end', () => {
-    if (size > maxBodyBytes) return send(res, 413, errorBody(413, 'request body too large'));
-    void answer(Buffer.concat(chunks), req.headers['content-type'] ?? '', defaultModel, serves).then(
-      ({ status, body }) => send(res, status, body),
+  readBody(req, maxBodyBytes, (body) => {
+    if (body === undefined) return send(res, 413, errorBody(413, 'request body too large'));
+    void answer(body, req.headers['content-type'] ?? '', defaultModel, serves).then(({ status, body }) =>
+      send(res, status, body),
     );
   });
 }

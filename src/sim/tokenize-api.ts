@@ -24,6 +24,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { errorBody } from './openai-format.js';
+import { readBody } from './read-body.js';
 import type { SimTokenizer } from './sim-tokenizer.js';
 
 export interface TokenizeApiResult {
@@ -106,21 +107,14 @@ export function serveTokenization(
   maxModelLen: number,
   maxBodyBytes: number,
 ): void {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  req.on('data', (c: Buffer) => {
-    size += c.length;
-    if (size <= maxBodyBytes) chunks.push(c);
-  });
-  req.on('error', () => undefined); // an abort surfaces as res 'close'
-  req.on('end', () => {
+  readBody(req, maxBodyBytes, (raw) => {
     if (res.destroyed) return;
     let result: TokenizeApiResult;
-    if (size > maxBodyBytes) result = { status: 413, body: errorBody(413, 'request body too large') };
+    if (raw === undefined) result = { status: 413, body: errorBody(413, 'request body too large') };
     else {
       let body: unknown;
       try {
-        body = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+        body = JSON.parse(raw.toString('utf8'));
       } catch {
         result = bad('invalid JSON body');
       }

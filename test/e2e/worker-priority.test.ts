@@ -5,7 +5,8 @@
  * queue at the worker in that order; once the long one ends, the worker serves the interactive one
  * first and the batch ones last, because the router wrote each objective's priority into its body. A
  * client's own `priority` does not let it jump the queue: the router replaces it. Without the flag the
- * bodies keep what the client sent, and the same worker takes them first come, first served.
+ * bodies keep what the client sent, and the same worker takes them first come, first served. In P/D
+ * mode both legs carry the priority (each worker orders its own queue).
  * Ends with every load back to 0.
  */
 import { afterEach, describe, expect, it } from 'vitest';
@@ -13,6 +14,7 @@ import type { Simulator } from '../../src/sim/simulator.js';
 import { startStack, type Stack } from '../support/stack.js';
 import { expectAllLoadsZero } from '../support/router-fixture.js';
 import { waitFor } from '../support/wait-for.js';
+import { startPdStack } from '../support/pd-stack.js';
 
 let stack: Stack | undefined;
 afterEach(async () => {
@@ -116,5 +118,35 @@ describe('--forward-priority: the objective priority orders the worker queue', (
     ]);
     expect(statuses).toEqual([200, 200, 200]);
     expect(order).toEqual(['batch-1', 'plain', 'interactive']);
+  });
+});
+
+describe('--forward-priority in P/D mode', () => {
+  it('sends the priority on the prefill leg and on the decode request', async () => {
+    const sim = { schedulingPolicy: 'priority' as const };
+    const pd = await startPdStack({
+      prefillSim: sim,
+      decodeSim: sim,
+      router: { objective: ['batch=-1'], forwardPriority: true },
+    });
+    try {
+      const res = await fetch(`${pd.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-gateway-inference-objective': 'batch' },
+        body: JSON.stringify({
+          model: 'm',
+          messages: [{ role: 'user', content: 'pd batch' }],
+          max_tokens: 3,
+        }),
+      });
+      expect(res.status, await res.text()).toBe(200);
+      const legs = [...pd.prefill, ...pd.decode].map(
+        (s) => (s.records.at(-1)?.body as { priority?: number } | undefined)?.priority,
+      );
+      expect(legs).toEqual([1, 1]);
+      await expectAllLoadsZero(pd.router);
+    } finally {
+      await pd.close();
+    }
   });
 });
