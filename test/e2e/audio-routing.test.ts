@@ -64,6 +64,18 @@ describe('audio uploads in a mixed fleet', () => {
     },
   );
 
+  it('routes a recording of realistic size (8 MB, model after the file)', async () => {
+    const big = new Uint8Array(8 * 1024 * 1024).map((_, i) =>
+      i % 7 === 0 ? 0x0d : i % 5 === 0 ? 0x2d : i % 251,
+    );
+    const r = await upload('/v1/audio/transcriptions', [
+      ['file', new Blob([big], { type: 'audio/wav' })],
+      ['model', 'whisper-large-v3'],
+    ]);
+    expect(r.status, r.text).toBe(200);
+    expect(JSON.parse(r.text)).toEqual({ text: `whisper-large-v3 heard ${big.length} bytes of audio` });
+  });
+
   it('still routes JSON bodies by their model next to it', async () => {
     const res = await fetch(`${stack.url}/v1/chat/completions`, {
       method: 'POST',
