@@ -21,11 +21,11 @@
  * (`--objective batch=-1`), `flow_control` (the same and `--flow-control`: requests wait in the
  * router while the fleet is saturated, interactive ones first), `worker_priority` (workers as vLLM
  * `--scheduling-policy priority`, the router with `--objective interactive=1 --forward-priority`: no
- * request is shed or held, the workers' queues serve interactive requests first) and
+ * request is shed or held, the workers' queues serve interactive requests first),
  * `shedding_worker_priority` (both: `--objective batch=-1 --objective interactive=1
- * --forward-priority`). Per run: interactive time to first token (p50 / p90 / p99) and output
- * tokens/s, batch requests completed per second and shed. `--arms a,b` runs only those (and
- * no_shedding, the baseline).
+ * --forward-priority`) and `flow_control_worker_priority` (the same and `--flow-control`). Per run:
+ * interactive time to first token (p50 / p90 / p99) and output tokens/s, batch requests completed per
+ * second and shed. `--arms a,b` runs only those (and no_shedding, the baseline).
  */
 import { startEnvoy, type EnvoyHandle } from '../src/envoy/envoy-process.js';
 import { loopbackConfig } from '../src/config.js';
@@ -55,6 +55,11 @@ const ARM_SETUP = {
   shedding_worker_priority: {
     objective: ['batch=-1', 'interactive=1'],
     flowControl: false,
+    forwardPriority: true,
+  },
+  flow_control_worker_priority: {
+    objective: ['batch=-1', 'interactive=1'],
+    flowControl: true,
     forwardPriority: true,
   },
 } as const;
