@@ -817,6 +817,14 @@ export const OPTIONS = [
     default: 1,
     help: 'Sequential mode: retries of a failed prefill on another prefill worker.',
   },
+  {
+    group: 'Prefill/decode',
+    key: 'pdLocalPrefillTokens',
+    flag: 'pd-local-prefill-tokens',
+    type: 'int',
+    default: 0,
+    help: "Selective disaggregation: an inference request whose prompt is at most this many tokens (estimated from its characters, as the cost model does) skips the prefill leg and goes whole to a decode worker, which prefills it itself: a short prompt's KV transfer and extra hop cost more than its prefill. The decode workers must serve a request without kv_transfer_params (vLLM's kv_role kv_both, NIXL's usual role). 0 = every request is disaggregated.",
+  },
   // Health
   {
     group: 'Health',

@@ -67,7 +67,7 @@ import { adapterState } from '../routing/lora-affinity.js';
 import { ModelCatalog } from '../workers/served-models.js';
 import { ModelsPoller } from '../discovery/models-poller.js';
 import { describeCost, type WorkerSignals } from '../routing/cost-model.js';
-import type { PrefixSource } from '../routing/prefix-source.js';
+import { tokensFromChars, type PrefixSource } from '../routing/prefix-source.js';
 import { loadView, registerLoadMetrics } from '../observability/load-metrics.js';
 
 export interface WiringDeps {
@@ -478,6 +478,15 @@ function buildDispatcher(c: Base & { prefillClient: PrefillClient | undefined })
     prefillRetries: config.prefillRetries,
     decisionHeader: config.decisionHeader,
     bootstrap: c.bootstrap,
+    ...(config.pdLocalPrefillTokens > 0
+      ? {
+          localPrefill: {
+            maxTokens: config.pdLocalPrefillTokens,
+            tokensOf: (chars: number, model: string) =>
+              tokensFromChars(chars, c.charsPerToken?.of(model) ?? config.charsPerToken),
+          },
+        }
+      : {}),
     pd: {
       prefillStarted:
         config.metricLora === ''
@@ -489,6 +498,7 @@ function buildDispatcher(c: Base & { prefillClient: PrefillClient | undefined })
         if (ms !== undefined) metrics.pdPrefillDuration.observe({ outcome }, ms / 1000);
       },
       decodeRouted: (w) => metrics.pdDecodeRequests.inc({ worker: w.url }),
+      localPrefill: () => metrics.pdLocalPrefills.inc(),
       // A decode worker chosen for a request whose prefill failed never sees it: a neutral outcome
       // frees a half-open probe slot it may hold.
       decodeAbandoned: (w) => health.recordOutcome(w, 'cancelled', clock()),

@@ -60,6 +60,7 @@ export class RouterMetrics {
   readonly flowWait: Histogram;
   readonly pdPrefillRequests: Counter<'worker'>;
   readonly pdDecodeRequests: Counter<'worker'>;
+  readonly pdLocalPrefills: Counter;
   readonly pdErrors: Counter<'error_type'>;
   readonly pdPrefillDuration: Histogram<'outcome'>;
   readonly pdBootstrapQueries: Counter<'outcome'>;
@@ -310,6 +311,11 @@ export class RouterMetrics {
       name: 'vllm_router_pd_decode_requests_total',
       help: 'Decode legs routed, by worker.',
       labelNames: ['worker'] as const,
+      registers,
+    });
+    this.pdLocalPrefills = new Counter({
+      name: 'vllm_router_pd_local_prefills_total',
+      help: 'Inference requests short enough (--pd-local-prefill-tokens) to go whole to a decode worker, without a prefill leg.',
       registers,
     });
     this.pdErrors = new Counter({

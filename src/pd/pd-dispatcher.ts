@@ -107,6 +107,8 @@ export interface PdObserver {
     model: string,
   ): ((ok: boolean, durationMs: number) => void) | undefined;
   decodeRouted?(worker: Worker): void;
+  /** A request short enough went whole to a decode worker, without a prefill leg (`localPrefill`). */
+  localPrefill?(): void;
   /** A decode worker was chosen (and committed) but the request failed before reaching it. */
   decodeAbandoned?(worker: Worker): void;
   error?(type: string): void;
@@ -127,6 +129,14 @@ export interface PdDispatcherOptions {
   readonly decisionHeader: boolean;
   /** Mooncake: engine ids per prefill instance; instances not ready are never selected. */
   readonly bootstrap?: BootstrapDirectory;
+  /**
+   * Selective disaggregation (`--pd-local-prefill-tokens`): a request whose prompt is at most
+   * `maxTokens` (by `tokensOf`, an estimate from its routing text) goes whole to a decode worker.
+   */
+  readonly localPrefill?: {
+    readonly maxTokens: number;
+    tokensOf(chars: number, model: string): number;
+  };
 }
 
 /** One prefill attempt's identity: request id, connector context, extra headers, DP-rank release. */
@@ -160,6 +170,12 @@ export class PdDispatcher implements Dispatcher {
     // prompt: only the decode worker stored it (prefill legs are not stored), so the decode worker
     // serves it alone (routing/response-affinity.ts).
     if (!inf || inf.previousResponseId !== undefined) return this.opts.passthrough.dispatch(req, cancel);
+    // A short prompt costs its decode worker less to prefill than a KV transfer and a second hop.
+    const local = this.opts.localPrefill;
+    if (local !== undefined && local.tokensOf(inf.text.length, inf.model) <= local.maxTokens) {
+      this.opts.pd?.localPrefill?.();
+      return this.opts.passthrough.dispatch(req, cancel);
+    }
     const { prefillPool, decodePool } = this.opts;
     // --- one synchronous step: reconcile both roles, choose both, before any I/O ---
     prefillPool.reconcile();

@@ -74,7 +74,15 @@ const REQ: RouteRequest = {
   },
 };
 
-function setup(opts: { mode?: PdDispatchMode; prefill?: number; decode?: number; retries?: number } = {}) {
+function setup(
+  opts: {
+    mode?: PdDispatchMode;
+    prefill?: number;
+    decode?: number;
+    retries?: number;
+    localMax?: number;
+  } = {},
+) {
   const h = harness();
   for (let i = 0; i < (opts.prefill ?? 2); i++) register(h.registry, 'prefill', 8000 + i);
   for (let i = 0; i < (opts.decode ?? 1); i++) register(h.registry, 'decode', 9000 + i);
@@ -93,6 +101,7 @@ function setup(opts: { mode?: PdDispatchMode; prefill?: number; decode?: number;
       durations.push(ms);
     },
     decodeRouted: (w) => events.push(`decodeRouted:${w.url}`),
+    localPrefill: () => events.push('localPrefill'),
     decodeAbandoned: (w) => events.push(`decodeAbandoned:${w.url}`),
     error: (type) => events.push(`error:${type}`),
   };
@@ -115,6 +124,9 @@ function setup(opts: { mode?: PdDispatchMode; prefill?: number; decode?: number;
     prefillTimeoutMs: 1000,
     prefillRetries: opts.retries ?? 1,
     decisionHeader: false,
+    ...(opts.localMax !== undefined
+      ? { localPrefill: { maxTokens: opts.localMax, tokensOf: (chars: number) => Math.ceil(chars / 4) } }
+      : {}),
   });
   prefillPool.reconcile();
   decodePool.reconcile();
@@ -417,5 +429,38 @@ describe("PdDispatcher: the gateway's endpoint subset", () => {
       }),
     );
     expect(s.loads()).toEqual({ prefill: [0], decode: [0, 0] });
+  });
+});
+
+describe('PdDispatcher: selective disaggregation (localPrefill)', () => {
+  const withPrompt = (prompt: string): RouteRequest => ({
+    ...REQ,
+    inference: {
+      ...REQ.inference!,
+      text: prompt,
+      json: { model: 'm', prompt },
+      promptBody: { model: 'm', prompt },
+    },
+  });
+
+  it('sends a prompt of at most maxTokens to a decode worker whole; one token more gets its leg', async () => {
+    const s = setup({ localMax: 2 });
+    const d = (await s.dispatcher.dispatch(withPrompt('12345678'), new AbortController())) as Dispatch;
+    expect(s.client.calls).toHaveLength(0);
+    expect(d.worker).toBe(s.decodePool.workers[0]);
+    expect(d.body).toBeUndefined(); // the body goes as the client sent it: no kv_transfer_params
+    expect(s.loads()).toEqual({ prefill: [0, 0], decode: [1] });
+    expect(s.events).toEqual(['localPrefill']);
+    d.finish({ kind: 'response', status: 200 });
+
+    const pending = s.dispatcher.dispatch(
+      withPrompt('123456789'),
+      new AbortController(),
+    ) as Promise<Dispatch>;
+    (await s.client.call(1)).resolve(OK);
+    const leg = await pending;
+    expect(JSON.parse((leg.body as Buffer).toString()).kv_transfer_params).toBeDefined();
+    leg.finish({ kind: 'response', status: 200 });
+    expect(s.loads()).toEqual({ prefill: [0, 0], decode: [0] });
   });
 });

@@ -1,0 +1,55 @@
+/**
+ * End to end through a real Envoy: selective disaggregation (`--pd-local-prefill-tokens`). A request
+ * whose prompt is short goes whole to a decode worker (started as vLLM's `kv_both`, so it prefills a
+ * request without KV-transfer parameters itself): no prefill leg, no transfer. A long prompt still
+ * gets its prefill leg. The metric counts the local ones. Ends with every load back to 0.
+ */
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { startPdStack, type PdStack } from '../support/pd-stack.js';
+import { expectAllLoadsZero, metricsText } from '../support/router-fixture.js';
+
+let s: PdStack;
+beforeAll(async () => {
+  s = await startPdStack({ decodeSim: { kvBoth: true }, router: { pdLocalPrefillTokens: 64 } });
+});
+afterAll(async () => {
+  await s?.close();
+});
+afterEach(async () => {
+  await expectAllLoadsZero(s.router);
+});
+
+async function chat(content: string, stream: boolean): Promise<string> {
+  const res = await fetch(`${s.url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content }], max_tokens: 3, stream }),
+  });
+  const text = await res.text();
+  expect(res.status, text).toBe(200);
+  return text;
+}
+
+const local = async () =>
+  Number(/^vllm_router_pd_local_prefills_total (\S+)$/m.exec(await metricsText(s.router))?.[1] ?? NaN);
+
+describe('--pd-local-prefill-tokens', () => {
+  it.each([false, true])('serves a short prompt on the decode worker alone (stream: %s)', async (stream) => {
+    const before = { prefill: s.prefill[0]!.records.length, local: await local() };
+    await chat('What time is it?', stream);
+    expect(s.prefill[0]!.records.length).toBe(before.prefill); // no prefill leg
+    const decoded = s.decode[0]!.records.at(-1)!;
+    expect((decoded.body as { kv_transfer_params?: unknown }).kv_transfer_params).toBeUndefined();
+    expect(decoded.promptTokens).toBeGreaterThan(0);
+    expect(await local()).toBe(before.local + 1);
+  });
+
+  it('still disaggregates a long prompt', async () => {
+    const before = { prefill: s.prefill[0]!.records.length, local: await local() };
+    await chat('Summarise this report for the board. '.repeat(40), false);
+    expect(s.prefill[0]!.records.length).toBe(before.prefill + 1);
+    const decoded = s.decode[0]!.records.at(-1)!;
+    expect((decoded.body as { kv_transfer_params?: unknown }).kv_transfer_params).toBeDefined();
+    expect(await local()).toBe(before.local);
+  });
+});
