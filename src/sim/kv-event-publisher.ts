@@ -80,12 +80,12 @@ export class KvEventPublisher {
   }
 
   async start(): Promise<{ endpoint: string; replayEndpoint: string | undefined }> {
-    await this.pub.bind(this.opts.endpoint ?? 'tcp://127.0.0.1:0');
+    await bindRetrying(this.pub, this.opts.endpoint ?? 'tcp://127.0.0.1:0');
     this.endpoint = this.pub.lastEndpoint as string;
     if (this.opts.replayEndpoint !== undefined) {
       const router = new zmq.Router({ linger: 0 });
       this.replay = router;
-      await router.bind(this.opts.replayEndpoint);
+      await bindRetrying(router, this.opts.replayEndpoint);
       this.replayEndpoint = router.lastEndpoint as string;
       this.replayLoop = this.serveReplay(router);
     }
@@ -204,3 +204,24 @@ export class KvEventPublisher {
     }
   }
 }
+
+/**
+ * Binds `endpoint`, retrying for a while when its port is still in use: a simulator restarted on the
+ * same endpoints (as a vLLM pod behind a fixed `--kv-event-source`) may bind before libzmq's I/O
+ * thread has closed the old process's listening socket (close() returns before that; the chaos soak
+ * once failed on it with "Address already in use").
+ */
+async function bindRetrying(socket: zmq.Publisher | zmq.Router, endpoint: string): Promise<void> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      await socket.bind(endpoint);
+      return;
+    } catch (err) {
+      if ((err as { code?: string }).code !== 'EADDRINUSE' || attempt >= BIND_ATTEMPTS) throw err;
+      await new Promise((resolve) => setTimeout(resolve, BIND_RETRY_MS));
+    }
+  }
+}
+
+const BIND_ATTEMPTS = 40;
+const BIND_RETRY_MS = 25;
