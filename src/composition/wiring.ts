@@ -25,7 +25,7 @@ import { AdminServer } from '../admin/admin-server.js';
 import { parseCidrList, type CidrMatcher } from '../discovery/cidr.js';
 import { ServiceRegistry } from '../discovery/service-registry.js';
 import { ZmqDiscovery } from '../discovery/zmq-discovery.js';
-import type { Dispatcher } from '../extproc/dispatch.js';
+import type { Dispatcher, RouteRequest } from '../extproc/dispatch.js';
 import { ExtProcServer } from '../extproc/server.js';
 import { modelListAnswer, type ModelListOptions } from '../routing/model-list.js';
 import { breakerStateCode } from '../health/circuit-breaker.js';
@@ -266,6 +266,7 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
       health,
       clock,
     ),
+    dispatcher instanceof PdDispatcher ? (req) => dispatcher.needsPrefill(req) : undefined,
   );
   if (admitted.flow) held.flow = admitted.flow;
   const grpc = buildGrpcServer(base, admitted.dispatcher, objectives);
@@ -517,11 +518,14 @@ function admission(
   objectives: ObjectiveTable,
   room: { hasRoom: (w: Worker) => boolean; saturated: (workers: readonly Worker[]) => boolean },
   inner: Dispatcher,
+  /** P/D: whether a request gets a prefill leg (PdDispatcher.needsPrefill), so only then is that pool read. */
+  needsPrefill?: (req: RouteRequest) => boolean,
 ): { dispatcher: Dispatcher; flow?: FlowControl } {
   if (config.scrapeIntervalMs === 0) return { dispatcher: inner };
   const needs = {
     pool: config.mode === 'pd' ? pools.byRole.decode : pools.byRole.regular,
     ...(config.mode === 'pd' ? { prefillPool: pools.byRole.prefill } : {}),
+    ...(needsPrefill !== undefined ? { needsPrefill } : {}),
   };
   if (config.flowControl) {
     const flow = new FlowControl(inner, {

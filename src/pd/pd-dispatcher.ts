@@ -166,14 +166,11 @@ export class PdDispatcher implements Dispatcher {
 
   dispatch(req: RouteRequest, cancel: Cancellation): Dispatch | Promise<Dispatch> {
     const inf = req.inference;
-    // A request that continues a stored response needs that response on every worker that builds its
-    // prompt: only the decode worker stored it (prefill legs are not stored), so the decode worker
-    // serves it alone (routing/response-affinity.ts).
-    if (!inf || inf.previousResponseId !== undefined) return this.opts.passthrough.dispatch(req, cancel);
-    // A short prompt costs its decode worker less to prefill than a KV transfer and a second hop.
-    const local = this.opts.localPrefill;
-    if (local !== undefined && local.tokensOf(inf.text.length, inf.model) <= local.maxTokens) {
-      this.opts.pd?.localPrefill?.();
+    // No prefill leg (needsPrefill): not an inference request, a stored response's follow-up (only
+    // the decode worker stored it; prefill legs are not stored), or a prompt short enough to prefill
+    // on the decode worker (counted).
+    if (!inf || !this.needsPrefill(req)) {
+      if (inf && inf.previousResponseId === undefined) this.opts.pd?.localPrefill?.();
       return this.opts.passthrough.dispatch(req, cancel);
     }
     const { prefillPool, decodePool } = this.opts;
@@ -193,6 +190,20 @@ export class PdDispatcher implements Dispatcher {
     if (mode === 'concurrent') return this.concurrent(req, p, d);
     if (mode === 'overlapped') return this.overlapped(req, p, d, cancel.signal);
     return this.sequential(req, p, d, cancel.signal);
+  }
+
+  /**
+   * Whether the request gets a prefill leg: an inference request, except one that continues a stored
+   * response (only its decode worker stored it, so that worker serves it alone:
+   * routing/response-affinity.ts) and, with `localPrefill`, one whose prompt is short enough that its
+   * decode worker prefills it for less than a KV transfer and a second hop costs. Admission reads it
+   * too, so it weighs only the pools a request will use.
+   */
+  needsPrefill(req: RouteRequest): boolean {
+    const inf = req.inference;
+    if (inf === undefined || inf.previousResponseId !== undefined) return false;
+    const local = this.opts.localPrefill;
+    return local === undefined || local.tokensOf(inf.text.length, inf.model) > local.maxTokens;
   }
 
   /** Mooncake: prefill instances whose bootstrap server has not answered (selection exclusion). */

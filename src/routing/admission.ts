@@ -27,6 +27,8 @@ export interface AdmissionOptions {
   readonly pool: WorkerPool;
   /** P/D mode: the prefill pool an inference request's prefill leg needs. */
   readonly prefillPool?: WorkerPool;
+  /** P/D mode: whether the request gets a prefill leg (pd-dispatcher.ts `needsPrefill`); default: an inference request. */
+  needsPrefill?(req: RouteRequest): boolean;
   /** Whether none of these workers has room (load/saturation.ts `saturated`). */
   saturated(workers: readonly Worker[]): boolean;
   /** A request was shed (metrics, logs). */
@@ -62,10 +64,8 @@ export function withAdmission(inner: Dispatcher, opts: AdmissionOptions): Dispat
 /** The role of the first pool the request needs whose candidates are all saturated, if any. */
 function saturatedRole(req: RouteRequest, opts: AdmissionOptions): string | undefined {
   const ctx = routingContext(req);
-  const pools =
-    opts.prefillPool !== undefined && req.inference !== undefined
-      ? [opts.prefillPool, opts.pool]
-      : [opts.pool];
+  const prefill = opts.prefillPool !== undefined && (opts.needsPrefill?.(req) ?? req.inference !== undefined);
+  const pools = prefill ? [opts.prefillPool as WorkerPool, opts.pool] : [opts.pool];
   for (const pool of pools) {
     pool.reconcile();
     const workers = candidates(pool, ctx);

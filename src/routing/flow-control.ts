@@ -45,6 +45,8 @@ export interface FlowControlOptions {
   readonly pool: WorkerPool;
   /** P/D mode: the prefill pool, which inference requests need too. */
   readonly prefillPool?: WorkerPool;
+  /** P/D mode: whether the request gets a prefill leg (pd-dispatcher.ts `needsPrefill`); default: an inference request. */
+  needsPrefill?(req: RouteRequest): boolean;
   /** Whether this worker has room for one more request (load/saturation.ts `hasRoom`). */
   hasRoom(worker: Worker): boolean;
   readonly clock: () => number;
@@ -213,7 +215,8 @@ export class FlowControl implements Dispatcher {
     const { pool, prefillPool, hasRoom } = this.opts;
     const decode = candidates(pool, ctx);
     if (decode.length > 0 && !decode.some(hasRoom)) return false;
-    if (prefillPool === undefined || req.inference === undefined) return true;
+    if (prefillPool === undefined || !(this.opts.needsPrefill?.(req) ?? req.inference !== undefined))
+      return true;
     const prefill = candidates(prefillPool, ctx);
     return prefill.length === 0 || prefill.some(hasRoom);
   }

@@ -159,7 +159,7 @@ describe('withAdmission with objectives watched from Kubernetes', () => {
 });
 
 describe('withAdmission in P/D mode', () => {
-  function pd() {
+  function pd(needsPrefill?: (req: RouteRequest) => boolean) {
     const h = harness();
     register(h.registry, 'prefill', 9000);
     register(h.registry, 'decode', 9100);
@@ -177,6 +177,7 @@ describe('withAdmission in P/D mode', () => {
       objectives: OBJECTIVES,
       pool: decode,
       prefillPool: prefill,
+      ...(needsPrefill ? { needsPrefill } : {}),
       saturated: (workers) => workers.every((w) => busy.has(w)),
       shed: (_o, _p, role) => shed.push(role),
     });
@@ -191,6 +192,17 @@ describe('withAdmission in P/D mode', () => {
     const err = shedError(s.dispatcher, completion('batch'));
     expect(err.message).toMatch(/Every prefill worker/);
     expect(s.shed).toEqual(['prefill']);
+  });
+
+  it('reads only the decode pool for an inference request the P/D dispatcher serves without a leg (a short prompt)', () => {
+    const s = pd(() => false);
+    s.busy.add(s.prefill.workers[0] as Worker);
+    const d = s.dispatcher.dispatch(completion('batch'), cancel) as Dispatch;
+    expect(d.worker).toBe(s.decode.workers[0]);
+    d.finish({ kind: 'response', status: 200 });
+    expect(s.shed).toEqual([]);
+    s.busy.add(s.decode.workers[0] as Worker);
+    expect(shedError(s.dispatcher, completion('batch')).message).toMatch(/Every decode worker/);
   });
 
   it('reads only the decode pool for a request that has no prefill leg', () => {
