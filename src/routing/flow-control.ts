@@ -8,7 +8,7 @@
  * goes before every batch request still waiting.
  *
  * - A request is held only while the workers it could go to (its model's, inside the gateway's subset;
- *   in P/D the decode workers and, for an inference request, the prefill workers too) are all
+ *   in P/D the decode workers and, for a request with a prefill leg, the prefill workers too) are all
  *   saturated, or others for its model are held (their arrival order is kept); otherwise it goes to the
  *   wrapped dispatcher at once, as without flow control. A request for a model whose workers have room
  *   never waits behind another model's saturated workers.
