@@ -4,8 +4,9 @@
  * the objective its `x-gateway-inference-objective` header names has a negative priority
  * (routing/objectives.ts); it is shed when every candidate worker of a pool it needs is saturated
  * (load/saturation.ts): the regular pool, or in P/D mode the decode pool and, for a request with a
- * prefill leg (pd-dispatcher.ts `needsPrefill`), the prefill pool. The client gets a JSON 429 (`pool_saturated`) naming its objective:
- * it may retry later, and the requests that matter more keep the room. Other requests, and every
+ * prefill leg (pd-dispatcher.ts `needsPrefill`), the prefill pool. The client gets a JSON 429
+ * (`pool_saturated`) naming its objective: it may retry later, and the requests that matter more
+ * keep the room. Other requests, and every
  * request while some candidate has room, go to the wrapped dispatcher unchanged; so do requests with
  * no candidate at all, which get the router's own 503 there. The 429 carries `retry-after: 1`.
  *
