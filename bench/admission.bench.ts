@@ -34,6 +34,7 @@ import { startCluster, type SimulatorCluster } from '../src/sim/cluster.js';
 import { pino } from 'pino';
 import { TIMING } from './routing-bench.js';
 import { numericFlag } from './numeric-flag.js';
+import { armMean, quantile, runInterleaved } from './arm-runs.js';
 
 const repeats = numericFlag('repeats', 2);
 const requests = numericFlag('requests', 300);
@@ -110,11 +111,6 @@ async function send(
     tokens += frames;
   }
   return { status: 200, tokens: Math.max(0, tokens - 1), ...(ttftMs !== undefined ? { ttftMs } : {}) };
-}
-
-function quantile(sorted: readonly number[], q: number): number {
-  if (sorted.length === 0) return NaN;
-  return Math.round(sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]! * 10) / 10;
 }
 
 async function runOnce(arm: Arm, run: number): Promise<RunResult> {
@@ -214,18 +210,8 @@ async function runOnce(arm: Arm, run: number): Promise<RunResult> {
 }
 
 async function main(): Promise<void> {
-  const runs: RunResult[] = [];
-  for (let r = 1; r <= repeats; r++) {
-    for (const arm of ARMS) {
-      const res = await runOnce(arm, r);
-      log(JSON.stringify(res));
-      runs.push(res);
-    }
-  }
-  const mean = (arm: Arm, f: (x: RunResult) => number): number => {
-    const xs = runs.filter((x) => x.arm === arm).map(f);
-    return Math.round((xs.reduce((a, b) => a + b, 0) / xs.length) * 10) / 10;
-  };
+  const runs = await runInterleaved(ARMS, repeats, runOnce, log);
+  const mean = (arm: Arm, f: (x: RunResult) => number): number => armMean(runs, arm, f);
   const summary = Object.fromEntries(
     ARMS.map((arm) => [
       arm,

@@ -23,6 +23,7 @@ import { pino } from 'pino';
 import { benchRouterConfig } from './bench-stack.js';
 import { TIMING } from './routing-bench.js';
 import { numericFlag } from './numeric-flag.js';
+import { armMean, quantile, runInterleaved } from './arm-runs.js';
 
 const repeats = numericFlag('repeats', 2);
 const requests = numericFlag('requests', 200);
@@ -61,11 +62,6 @@ async function chat(url: string, content: string): Promise<number> {
       ttft = performance.now() - started;
   }
   return ttft;
-}
-
-function quantile(sorted: readonly number[], q: number): number {
-  if (sorted.length === 0) return NaN;
-  return Math.round(sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]! * 10) / 10;
 }
 
 async function runOnce(arm: Arm, run: number): Promise<RunResult> {
@@ -148,18 +144,8 @@ async function runOnce(arm: Arm, run: number): Promise<RunResult> {
 }
 
 async function main(): Promise<void> {
-  const runs: RunResult[] = [];
-  for (let r = 1; r <= repeats; r++) {
-    for (const arm of ARMS) {
-      const res = await runOnce(arm, r);
-      log(JSON.stringify(res));
-      runs.push(res);
-    }
-  }
-  const mean = (arm: Arm, f: (x: RunResult) => number): number => {
-    const xs = runs.filter((x) => x.arm === arm).map(f);
-    return Math.round((xs.reduce((a, b) => a + b, 0) / xs.length) * 10) / 10;
-  };
+  const runs = await runInterleaved(ARMS, repeats, runOnce, log);
+  const mean = (arm: Arm, f: (x: RunResult) => number): number => armMean(runs, arm, f);
   const summary = Object.fromEntries(
     ARMS.map((arm) => [
       arm,
