@@ -608,6 +608,14 @@ export const OPTIONS = [
   },
   {
     group: 'Load and cost model',
+    key: 'metricSleepState',
+    flag: 'metric-sleep-state',
+    type: 'string',
+    default: METRIC_NAMES.sleepState,
+    help: "Metric name of vLLM's sleep-mode gauge (label sleep_state: awake, weights_offloaded, discard_all). A worker whose scraped page says it is asleep (POST /sleep) gets no request until a page says it is awake again, and its cached prefixes are forgotten; '' = off.",
+  },
+  {
+    group: 'Load and cost model',
     key: 'overloadWaiting',
     flag: 'overload-waiting',
     type: 'number',

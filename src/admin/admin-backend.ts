@@ -172,7 +172,7 @@ export function workerViews(
       load: w.load,
       processed: w.processed,
       healthy: w.healthy,
-      health: (({ active, breaker }) => ({ active, breaker }))(health.view(w, now)),
+      health: (({ active, breaker, asleep }) => ({ active, breaker, asleep }))(health.view(w, now)),
       expiresInMs:
         expires === undefined || expires === Infinity ? null : Math.max(0, Math.round(expires - now)),
       ...(Object.keys(w.metadata).length ? { metadata: w.metadata } : {}),

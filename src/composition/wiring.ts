@@ -126,7 +126,9 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
   const { logger, clock } = deps;
   const registry = new ServiceRegistry({ ttlMs: config.discoveryTtlMs, clock });
   const bootstrap = buildBootstrap(config, logger, () => metrics);
-  const health = buildHealth(config, logger, bootstrap);
+  // A worker put to sleep has an empty KV cache: its pool's policy forgets what it thought it held
+  // (the pools are built below; health changes only ever concern their members).
+  const health = buildHealth(config, logger, bootstrap, (w) => pools.byRole[w.role].policy.cacheCleared?.(w));
   const catalog = new ModelCatalog();
   // The pools' hooks count into the metrics and the metrics read the pools at scrape time (only
   // then: never during construction), so the metrics are built first.
@@ -337,6 +339,7 @@ function buildHealth(
   config: Readonly<Config>,
   logger: Logger,
   bootstrap: BootstrapDirectory | undefined,
+  cacheCleared: (w: Worker) => void,
 ): WorkerHealth {
   return new WorkerHealth({
     checkFailureThreshold: config.healthFailureThreshold,
@@ -348,6 +351,8 @@ function buildHealth(
     },
     onChange: (w, view, previous) => {
       logger.info({ worker: w.id, ...view, previous }, 'worker health changed');
+      // vLLM's sleep empties the prefix cache (and publishes AllBlocksCleared for the exact index).
+      if (view.asleep && !previous.asleep) cacheCleared(w);
       // A prefill instance going down or coming back (active health, breaker opening or leaving open)
       // may be a restarted process with new engine ids: asked again before it takes Mooncake traffic.
       const open = (v: typeof view): boolean => v.breaker === 'open';
@@ -682,6 +687,7 @@ function buildScraper({
       running: config.metricRunning,
       kvUsage: config.metricKvUsage,
       lora: config.metricLora,
+      sleepState: config.metricSleepState,
     },
     clock,
     onScrapeFailed: (url, reason) => logger.debug({ worker: url, reason }, 'metrics scrape failed'),

@@ -1,7 +1,7 @@
 /**
  * Health state of every Worker, combining two signals into the one field selection reads:
  *
- *   worker.healthy = active === 'healthy' && breaker.allows(now)
+ *   worker.healthy = active === 'healthy' && !asleep && breaker.allows(now)
  *
  * - Active checks (health-checker.ts, `GET /health`): a worker turns unhealthy after
  *   `checkFailureThreshold` consecutive failed checks (config `health-failure-threshold`, 3) and
@@ -21,6 +21,12 @@
  * (CircuitBreaker.probeNow): a restarted worker is back in selection within one or two check intervals
  * (one when only the breaker kept it out, `checkSuccessThreshold` when the checks had failed too),
  * instead of after the cool-down; a failed probe request opens the breaker again.
+ *
+ * Sleep mode: vLLM's `POST /sleep` offloads or discards the weights and empties the KV cache while
+ * the process keeps answering /health and /metrics (with an idle queue: it would look like the best
+ * worker). A scraped page that says so (`recordSleep`, load/metrics-parse.ts `asleep`) takes the worker
+ * out of selection until a page says it is awake again; it is a state the worker reports exactly, so
+ * no threshold applies, and it is neither a failed check nor a breaker event.
  *
  * Metric scrapes (load/metrics-scraper.ts) are a second active signal, counted on their own with the
  * same thresholds (`recordCheck(..., 'metrics')`): a failed scrape is one failed check of that source,
@@ -69,6 +75,8 @@ export type CheckSource = 'health' | 'metrics';
 export interface WorkerHealthView {
   readonly active: ActiveHealth;
   readonly breaker: BreakerState;
+  /** vLLM's sleep mode, as the worker's last scraped page said. */
+  readonly asleep: boolean;
   /** What `worker.healthy` is set to. */
   readonly selectable: boolean;
 }
@@ -98,6 +106,7 @@ interface State {
   checkSuccesses: number;
   readonly breaker: CircuitBreaker;
   view: WorkerHealthView;
+  asleep: boolean;
   /** The metric-scrape source, counted like the checks but apart from them. */
   readonly scrape: { active: ActiveHealth; failures: number; successes: number };
 }
@@ -105,6 +114,7 @@ interface State {
 const FRESH_VIEW: WorkerHealthView = Object.freeze({
   active: 'healthy',
   breaker: 'closed',
+  asleep: false,
   selectable: true,
 });
 
@@ -150,6 +160,14 @@ export class WorkerHealth {
       s.checkFailures += 1;
       if (s.active === 'healthy' && s.checkFailures >= this.checkFailureThreshold) s.active = 'unhealthy';
     }
+    this.sync(worker, s, now);
+  }
+
+  /** What the worker's latest scraped page says of sleep mode (a page without the gauge: awake). */
+  recordSleep(worker: Worker, asleep: boolean, now: number): void {
+    const s = asleep ? this.state(worker) : this.states.get(worker);
+    if (s === undefined || s.asleep === asleep) return; // never seen and awake: nothing to change
+    s.asleep = asleep;
     this.sync(worker, s, now);
   }
 
@@ -229,6 +247,7 @@ export class WorkerHealth {
         checkSuccesses: 0,
         breaker: new CircuitBreaker(this.opts.breaker),
         view: FRESH_VIEW,
+        asleep: false,
         scrape: { active: 'healthy', failures: 0, successes: 0 },
       };
       this.states.set(worker, s);
@@ -241,8 +260,10 @@ export class WorkerHealth {
     const breaker = s.breaker.state(now);
     const active: ActiveHealth =
       s.active === 'healthy' && s.scrape.active === 'healthy' ? 'healthy' : 'unhealthy';
-    const selectable = active === 'healthy' && s.breaker.allows(now);
+    const asleep = s.asleep;
+    const selectable = active === 'healthy' && !asleep && s.breaker.allows(now);
     worker.healthy = selectable;
+    worker.asleep = asleep;
 
     const next = s.breaker.nextChangeAt();
     if (next === undefined) this.pending.delete(worker);
@@ -252,8 +273,14 @@ export class WorkerHealth {
     }
 
     const prev = s.view;
-    if (prev.active === active && prev.breaker === breaker && prev.selectable === selectable) return;
-    s.view = Object.freeze({ active, breaker, selectable });
+    if (
+      prev.active === active &&
+      prev.breaker === breaker &&
+      prev.asleep === asleep &&
+      prev.selectable === selectable
+    )
+      return;
+    s.view = Object.freeze({ active, breaker, asleep, selectable });
     this.opts.onChange?.(worker, s.view, prev);
   }
 }

@@ -16,6 +16,11 @@
  *             order, not recency: a worker back to an earlier combination lists it before newer ones.
  *   modelName the `model_name` label of the waiting/running samples (vLLM's served model name: the
  *             base model; a request naming anything else on a LoRA-enabled worker is for an adapter)
+ *   asleep    (one name; '' = off) vllm:engine_sleep_state: one series per engine and `sleep_state`
+ *             (`awake`, `weights_offloaded`, `discard_all`), each 0 or 1. The worker is asleep when any
+ *             engine's `awake` series is 0 or any of its other states is 1 (vLLM's sleep mode puts
+ *             every engine to sleep together; a request reaching a sleeping engine crashes it on
+ *             vLLM releases without a guard). Absent (SGLang, vLLM before the gauge): awake.
  * A page with several samples of a figure (data-parallel engines, several `model_name`s) sums the
  * counts and takes the largest KV usage (the fullest engine is the one that will queue).
  *
@@ -38,6 +43,7 @@ export interface MetricNames {
   readonly kvUsage: readonly string[];
   readonly cacheConfig: string;
   readonly lora: string;
+  readonly sleepState: string;
 }
 
 export const DEFAULT_METRIC_NAMES: Readonly<MetricNames> = Object.freeze({
@@ -46,6 +52,7 @@ export const DEFAULT_METRIC_NAMES: Readonly<MetricNames> = Object.freeze({
   kvUsage: ['vllm:kv_cache_usage_perc', 'vllm:gpu_cache_usage_perc', 'sglang:token_usage'],
   cacheConfig: 'vllm:cache_config_info',
   lora: 'vllm:lora_requests_info',
+  sleepState: 'vllm:engine_sleep_state',
 });
 
 /** Counts beyond this are clamped (no real engine queues a million requests). */
@@ -69,6 +76,8 @@ export interface LoadFigures {
   readonly lora?: LoraInfo;
   /** The served (base) model name from the load samples' `model_name` label, when they carry one. */
   readonly modelName?: string;
+  /** Whether the engine is in vLLM's sleep mode; undefined when the page has no sleep-state gauge. */
+  readonly asleep?: boolean;
   /** Lines the parser rejected. */
   readonly malformedLines: number;
 }
@@ -78,9 +87,14 @@ export function parseLoadFigures(
   names: Readonly<MetricNames> = DEFAULT_METRIC_NAMES,
 ): LoadFigures {
   // An empty name turns its figure off (it would match every line).
-  const wanted = [...names.waiting, ...names.running, ...names.kvUsage, names.cacheConfig, names.lora].filter(
-    (n) => n.length > 0,
-  );
+  const wanted = [
+    ...names.waiting,
+    ...names.running,
+    ...names.kvUsage,
+    names.cacheConfig,
+    names.lora,
+    names.sleepState,
+  ].filter((n) => n.length > 0);
   const { families, malformed } = parseWanted(text, wanted);
   const values = (name: string): number[] => {
     const out: number[] = [];
@@ -137,6 +151,7 @@ export function parseLoadFigures(
     }
     if (modelName !== undefined) break;
   }
+  const asleep = names.sleepState === '' ? undefined : sleeping(families.get(names.sleepState));
   const waiting = firstOf(names.waiting, sum);
   const running = firstOf(names.running, sum);
   const kvUsage = firstOf(names.kvUsage, max);
@@ -148,6 +163,7 @@ export function parseLoadFigures(
     ...(numGpuBlocks === undefined ? {} : { numGpuBlocks }),
     ...(lora === undefined ? {} : { lora }),
     ...(modelName === undefined ? {} : { modelName }),
+    ...(asleep === undefined ? {} : { asleep }),
     malformedLines: malformed,
   };
 }
@@ -203,6 +219,19 @@ function parseWanted(
     }
     return { families, malformed };
   }
+}
+
+/** The sleep-state gauge's verdict (see the header); undefined without a readable series. */
+function sleeping(samples: Samples | undefined): boolean | undefined {
+  let seen = false;
+  for (const s of samples ?? []) {
+    const state = s.labels?.sleep_state;
+    const v = Number(s.value);
+    if (state === undefined || !Number.isFinite(v)) continue;
+    seen = true;
+    if (state === 'awake' ? v === 0 : v >= 1) return true;
+  }
+  return seen ? false : undefined;
 }
 
 function finiteNonNegative(raw: string | undefined): number | undefined {

@@ -15,7 +15,8 @@
  * at SEND time (see load-board.ts for why), reads at most 4 MiB of body and parses it (metrics-parse.ts).
  * Outcomes:
  * - 2xx: the sample is recorded (even one without load figures: the board then falls back to in-flight
- *   counts) and `health.recordCheck(worker, true, now, 'metrics')`.
+ *   counts), `health.recordCheck(worker, true, now, 'metrics')`, and `health.recordSleep` with what
+ *   the page says of vLLM's sleep mode (an asleep worker leaves selection until a page says awake).
  * - 404 / 405: the worker exports no metrics. Not a health failure (nothing is recorded; routing uses
  *   in-flight counts for it).
  * - any other status, a connect error, a reset, a timeout, an oversized body: a failed check of the
@@ -41,6 +42,8 @@ import {
 
 export interface ScrapeHealthTarget {
   recordCheck(worker: Worker, ok: boolean, now: number, source: 'metrics'): void;
+  /** What the page says of vLLM's sleep mode (worker-health.ts); a page without the gauge: awake. */
+  recordSleep?(worker: Worker, asleep: boolean, now: number): void;
 }
 
 export interface MetricsScraperOptions {
@@ -159,7 +162,10 @@ export class MetricsScraper extends PagePoller {
     switch (result.kind) {
       case 'ok':
         this.opts.board.record(url, { takenAtMs, localAtSample, queuedAtSample, figures: result.figures });
-        for (const w of workers) this.opts.health?.recordCheck(w, true, now, 'metrics');
+        for (const w of workers) {
+          this.opts.health?.recordCheck(w, true, now, 'metrics');
+          this.opts.health?.recordSleep?.(w, result.figures.asleep === true, now);
+        }
         this.opts.onScraped?.(url, result.figures);
         return;
       case 'absent':

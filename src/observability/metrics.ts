@@ -93,12 +93,22 @@ export class RouterMetrics {
     });
     new Gauge({
       name: 'vllm_router_worker_health',
-      help: '1 if the worker is selectable (healthy, breaker not open), else 0.',
+      help: '1 if the worker is selectable (healthy, breaker not open, awake), else 0.',
       labelNames: ['role', 'worker', 'generation'] as const,
       registers,
       collect() {
         this.reset();
         for (const w of workers()) this.set(labels(w), w.healthy ? 1 : 0);
+      },
+    });
+    new Gauge({
+      name: 'vllm_router_worker_asleep',
+      help: "1 while the worker's scraped metrics say vLLM's sleep mode has it asleep (no requests), else 0.",
+      labelNames: ['role', 'worker', 'generation'] as const,
+      registers,
+      collect() {
+        this.reset();
+        for (const w of workers()) this.set(labels(w), w.asleep ? 1 : 0);
       },
     });
     const breakerState = opts.breakerState;

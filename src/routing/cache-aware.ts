@@ -414,6 +414,14 @@ export class CacheAwarePolicy implements Policy {
     for (const tree of this.trees.values()) tree.removeTenant(worker.id);
   }
 
+  cacheCleared(worker: Worker): void {
+    if (!this.members.has(worker.id)) return;
+    for (const tree of this.trees.values()) {
+      tree.removeTenant(worker.id);
+      tree.addTenant(worker.id);
+    }
+  }
+
   /** Evicts every tenant of every model tree down to maxTreeSize; drops empty trees. Returns chars evicted. */
   maintain(_nowMs: number): number {
     let evicted = 0;

@@ -143,6 +143,10 @@ export class KvAwarePolicy implements Policy {
     this.approximate.removeWorker(worker);
   }
 
+  cacheCleared(worker: Worker): void {
+    this.approximate.cacheCleared(worker);
+  }
+
   /** The fallback tree's eviction interval (cache_aware's evictionIntervalMs). */
   get maintenanceIntervalMs(): number {
     return this.approximate.maintenanceIntervalMs;

@@ -59,6 +59,8 @@ export interface Policy {
   routed?(decision: Decision, input: SelectionInput, nowMs: number): CacheFeedback | undefined | void;
   addWorker?(worker: Worker): void;
   removeWorker?(worker: Worker): void;
+  /** The worker's KV cache was emptied (vLLM's sleep mode): forget what it was thought to hold. */
+  cacheCleared?(worker: Worker): void;
   /** Periodic maintenance (cache eviction); called by the composition root's timer. */
   maintain?(nowMs: number): void;
   /** How often maintain() wants to run (milliseconds); required with maintain(). */

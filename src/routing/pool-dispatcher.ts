@@ -164,7 +164,10 @@ export function outsideSubset(pool: WorkerPool, subset: ReadonlySet<string>): Ro
 export function noWorkers(pools: readonly WorkerPool[]): RouterError {
   const parts = pools.map((p) => {
     const healthy = p.candidates().length;
-    return `${p.size} ${p.role}${healthy < p.size ? ` (${healthy} healthy)` : ''}`;
+    let asleep = 0;
+    for (const w of p.workers) if (w.asleep) asleep++;
+    const sleeping = asleep > 0 ? `, ${asleep} asleep` : '';
+    return `${p.size} ${p.role}${healthy < p.size ? ` (${healthy} healthy${sleeping})` : ''}`;
   });
   return new RouterError(
     'no_workers',

@@ -23,6 +23,8 @@ export interface SimulatorMetricsSnapshot {
    * separated), valued with the time (epoch seconds) it was last current, as vLLM's
    * `set_to_current_time()` leaves them.
    */
+  /** `vllm:engine_sleep_state` (engine 0): 0 awake, 1 weights offloaded, 2 all discarded. Default 0. */
+  readonly sleepLevel?: number;
   readonly lora?: {
     readonly maxLora: number;
     readonly series: ReadonlyArray<{
@@ -61,6 +63,22 @@ export function metricsText(s: SimulatorMetricsSnapshot): string {
   let out = '';
   for (const [name, type, help, value] of rows) {
     out += `# HELP ${name} ${help}\n# TYPE ${name} ${type}\n${name}${label} ${value}\n`;
+  }
+  {
+    const name = 'vllm:engine_sleep_state';
+    const level = s.sleepLevel ?? 0;
+    out +=
+      `# HELP ${name} Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is ` +
+      `awake; weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2.\n` +
+      `# TYPE ${name} gauge\n`;
+    const states: [string, boolean][] = [
+      ['awake', level === 0],
+      ['weights_offloaded', level === 1],
+      ['discard_all', level === 2],
+    ];
+    for (const [state, on] of states) {
+      out += `${name}{engine="0",model_name="${escapeLabelValue(s.model)}",sleep_state="${state}"} ${on ? '1.0' : '0.0'}\n`;
+    }
   }
   const c = s.cacheConfig;
   if (c) {

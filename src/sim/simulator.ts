@@ -274,6 +274,18 @@ export interface Simulator {
   readonly kvEvents: { endpoint: string; replayEndpoint: string | undefined } | undefined;
   /** Empties the prefix cache (vLLM's /reset_prefix_cache), publishing AllBlocksCleared. */
   resetPrefixCache(): Promise<void>;
+  /**
+   * vLLM's sleep mode (`POST /sleep?level=N`, `POST /wake_up`, `GET /is_sleeping`, the
+   * `vllm:engine_sleep_state` gauge): sleep empties the prefix cache (AllBlocksCleared) and, while
+   * asleep, a generation request gets a 503 and is counted in `requestsWhileAsleep` (vLLM's engine
+   * has no such guard on most releases: the request crashes it).
+   */
+  sleep(level?: 1 | 2): Promise<void>;
+  wakeUp(): void;
+  /** 0 awake, else the sleep level. */
+  readonly sleepLevel: number;
+  /** Generation requests that arrived while asleep. */
+  readonly requestsWhileAsleep: number;
   /** Generation requests whose response has not ended. */
   inFlight(): number;
   /** Engine counters (vLLM's num_requests_running / num_requests_waiting). */
@@ -380,6 +392,8 @@ class SimulatorServer implements Simulator {
   private generationTokensTotal = 0;
   private nextBlockId = 0;
   private closing: Promise<void> | undefined;
+  sleepLevel = 0;
+  requestsWhileAsleep = 0;
 
   constructor(private readonly opts: SimulatorOptions) {
     this.host = opts.host ?? '127.0.0.1';
@@ -560,6 +574,16 @@ class SimulatorServer implements Simulator {
     await this.kvPublisher?.publish([{ type: 'cleared' }]);
   }
 
+  async sleep(level: 1 | 2 = 1): Promise<void> {
+    // vLLM's AsyncLLM.sleep resets the prefix cache before the engine sleeps.
+    await this.resetPrefixCache();
+    this.sleepLevel = level;
+  }
+
+  wakeUp(): void {
+    this.sleepLevel = 0;
+  }
+
   /**
    * The request's prompts as the prefix cache keys them, computed once (a shared-pool admission check
    * and the lookup both need them): the token ids when KV events are on and the one prompt tokenizes,
@@ -695,6 +719,7 @@ class SimulatorServer implements Simulator {
       return serveTokenization(req, res, path, this.tokenizer, this.maxModelLen, MAX_BODY_BYTES);
     }
     if (isTokenizationPath(path)) return this.sendError(res, 405, `method ${req.method ?? ''} not allowed`);
+    if (path === '/sleep' || path === '/wake_up') return this.answerSleep(req, res, path);
     if (req.method !== 'GET' && req.method !== 'HEAD') {
       return this.sendError(res, path === '/health' ? 405 : 404, `no route ${req.method ?? ''} ${path}`);
     }
@@ -704,6 +729,8 @@ class SimulatorServer implements Simulator {
         return;
       case '/load':
         return sendJson(res, 200, JSON.stringify({ server_load: this.inFlightCount }));
+      case '/is_sleeping':
+        return sendJson(res, 200, JSON.stringify({ is_sleeping: this.sleepLevel > 0 }));
       case '/v1/models':
         return sendJson(
           res,
@@ -731,6 +758,7 @@ class SimulatorServer implements Simulator {
             numGpuBlocks: this.cache.options.capacityBlocks,
           },
           ...(this.loraSlots ? { lora: this.loraInfo() } : {}),
+          sleepLevel: this.sleepLevel,
         });
         res.writeHead(200, {
           'content-type': 'text/plain; version=0.0.4; charset=utf-8',
@@ -760,6 +788,22 @@ class SimulatorServer implements Simulator {
     res.on('close', () => {
       clearTimeout(timer);
       this.sideTimers.delete(timer);
+    });
+  }
+
+  /** POST /sleep?level=1|2 and POST /wake_up, as vLLM serves them (with VLLM_SERVER_DEV_MODE=1). */
+  private answerSleep(req: IncomingMessage, res: ServerResponse, path: string): void {
+    req.resume();
+    if (req.method !== 'POST') return this.sendError(res, 405, `method ${req.method ?? ''} not allowed`);
+    if (path === '/wake_up') {
+      this.wakeUp();
+      res.writeHead(200, { 'content-length': 0 }).end();
+      return;
+    }
+    const raw = new URL(req.url ?? '/', 'http://sim').searchParams.get('level') ?? '1';
+    if (raw !== '1' && raw !== '2') return this.sendError(res, 400, `sleep level must be 1 or 2, got ${raw}`);
+    void this.sleep(raw === '1' ? 1 : 2).then(() => {
+      if (!res.destroyed) res.writeHead(200, { 'content-length': 0 }).end();
     });
   }
 
@@ -875,6 +919,10 @@ class SimulatorServer implements Simulator {
     }
 
     if (badJson) return this.finishError(ctx, 400, 'invalid JSON body');
+    if (this.sleepLevel > 0) {
+      this.requestsWhileAsleep += 1;
+      return this.finishError(ctx, 503, 'The engine is sleeping; POST /wake_up first.');
+    }
     const fault = this.faults.take(ctx.path);
     if (fault && 'status' in fault)
       return this.finishError(ctx, fault.status, fault.message ?? 'injected fault');

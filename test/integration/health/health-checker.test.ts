@@ -78,8 +78,16 @@ describe('HealthChecker against a simulator', () => {
     await waitFor(() => h.transitions.length >= 2, { message: 'unhealthy then healthy' });
     expect(h.results.get(w.id)!.slice(0, 7)).toEqual([false, false, false, false, false, true, true]);
     expect(h.transitions).toEqual([
-      { id: w.id, afterCheck: 2, view: { active: 'unhealthy', breaker: 'closed', selectable: false } },
-      { id: w.id, afterCheck: 6, view: { active: 'healthy', breaker: 'closed', selectable: true } },
+      {
+        id: w.id,
+        afterCheck: 2,
+        view: { active: 'unhealthy', breaker: 'closed', asleep: false, selectable: false },
+      },
+      {
+        id: w.id,
+        afterCheck: 6,
+        view: { active: 'healthy', breaker: 'closed', asleep: false, selectable: true },
+      },
     ]);
     expect(w.healthy).toBe(true);
     expect(h.failures.slice(0, 5)).toEqual(Array(5).fill('status 503'));

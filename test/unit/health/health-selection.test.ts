@@ -112,6 +112,7 @@ describe('health and selection', () => {
     expect(s.health.view(successor, s.now())).toEqual({
       active: 'healthy',
       breaker: 'closed',
+      asleep: false,
       selectable: true,
     });
     expect(s.health.view(a, s.now()).active).toBe('unhealthy');

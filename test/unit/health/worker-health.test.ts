@@ -106,7 +106,12 @@ describe('WorkerHealth: passive outcomes and the breaker', () => {
     expect(w.healthy).toBe(false);
     health.refresh(1010);
     expect(w.healthy).toBe(true);
-    expect(health.view(w, 1010)).toEqual({ active: 'healthy', breaker: 'half_open', selectable: true });
+    expect(health.view(w, 1010)).toEqual({
+      active: 'healthy',
+      breaker: 'half_open',
+      asleep: false,
+      selectable: true,
+    });
 
     // Selected as the probe: out of selection until its outcome arrives.
     health.routed(w, 1011);
@@ -115,7 +120,12 @@ describe('WorkerHealth: passive outcomes and the breaker', () => {
     expect(w.healthy).toBe(true);
     health.routed(w, 1013);
     health.recordOutcome(w, 'success', 1014);
-    expect(health.view(w, 1014)).toEqual({ active: 'healthy', breaker: 'closed', selectable: true });
+    expect(health.view(w, 1014)).toEqual({
+      active: 'healthy',
+      breaker: 'closed',
+      asleep: false,
+      selectable: true,
+    });
   });
 
   it('a cancelled probe hands its slot back; a failed probe reopens', () => {
@@ -149,10 +159,20 @@ describe('WorkerHealth: passive outcomes and the breaker', () => {
     const health = new WorkerHealth({ breaker: BREAKER });
     const w = worker();
     for (let i = 0; i < 3; i++) health.recordCheck(w, false, 0);
-    expect(health.view(w, 0)).toEqual({ active: 'unhealthy', breaker: 'closed', selectable: false });
+    expect(health.view(w, 0)).toEqual({
+      active: 'unhealthy',
+      breaker: 'closed',
+      asleep: false,
+      selectable: false,
+    });
     for (let i = 0; i < 2; i++) health.recordCheck(w, true, 1);
     for (let i = 0; i < 3; i++) health.recordOutcome(w, 'server_error', 1);
-    expect(health.view(w, 1)).toEqual({ active: 'healthy', breaker: 'open', selectable: false });
+    expect(health.view(w, 1)).toEqual({
+      active: 'healthy',
+      breaker: 'open',
+      asleep: false,
+      selectable: false,
+    });
     expect(w.healthy).toBe(false);
     health.refresh(1001);
     expect(w.healthy).toBe(true);
@@ -176,13 +196,23 @@ describe('WorkerHealth: identity and generations', () => {
     for (let i = 0; i < 3; i++) health.recordCheck(old, false, i);
     for (let i = 0; i < 3; i++) health.recordOutcome(old, 'server_error', i);
     const successor = worker(2);
-    expect(health.view(successor, 5)).toEqual({ active: 'healthy', breaker: 'closed', selectable: true });
+    expect(health.view(successor, 5)).toEqual({
+      active: 'healthy',
+      breaker: 'closed',
+      asleep: false,
+      selectable: true,
+    });
     expect(successor.healthy).toBe(true);
 
     // Late results for the old generation touch only the old object.
     health.recordCheck(old, false, 6);
     health.recordOutcome(old, 'server_error', 6);
-    expect(health.view(old, 6)).toEqual({ active: 'unhealthy', breaker: 'open', selectable: false });
+    expect(health.view(old, 6)).toEqual({
+      active: 'unhealthy',
+      breaker: 'open',
+      asleep: false,
+      selectable: false,
+    });
     expect(health.details(successor, 6)).toMatchObject({ consecutiveCheckFailures: 0, breakerFailures: 0 });
     expect(successor.healthy).toBe(true);
   });
@@ -211,7 +241,12 @@ describe('WorkerHealth: identity and generations', () => {
     const w = worker();
     for (let i = 0; i < 3; i++) health.recordOutcome(w, 'server_error', 0);
     health.forget(w);
-    expect(health.view(w, 1)).toEqual({ active: 'healthy', breaker: 'closed', selectable: true });
+    expect(health.view(w, 1)).toEqual({
+      active: 'healthy',
+      breaker: 'closed',
+      asleep: false,
+      selectable: true,
+    });
     health.refresh(5000); // no pending deadline left for it: must not throw or touch it
   });
 });
@@ -258,19 +293,30 @@ describe('WorkerHealth: re-admission after a restart (fake clock)', () => {
     const w = worker();
     killAndRestart(health, w);
     health.recordCheck(w, true, 2000);
-    expect(health.view(w, 2000)).toEqual({ active: 'unhealthy', breaker: 'half_open', selectable: false });
+    expect(health.view(w, 2000)).toEqual({
+      active: 'unhealthy',
+      breaker: 'half_open',
+      asleep: false,
+      selectable: false,
+    });
     health.recordCheck(w, true, 2000 + INTERVAL);
     // Two check intervals after the restart, not 30 s: a half-open probe is let through.
     expect(health.view(w, 2000 + INTERVAL)).toEqual({
       active: 'healthy',
       breaker: 'half_open',
+      asleep: false,
       selectable: true,
     });
     health.routed(w, 2600);
     health.recordOutcome(w, 'success', 2610);
     health.routed(w, 2620);
     health.recordOutcome(w, 'success', 2630);
-    expect(health.view(w, 2630)).toEqual({ active: 'healthy', breaker: 'closed', selectable: true });
+    expect(health.view(w, 2630)).toEqual({
+      active: 'healthy',
+      breaker: 'closed',
+      asleep: false,
+      selectable: true,
+    });
   });
 
   it('a probe that fails sends it straight back out, with a fresh cool-down', () => {
@@ -293,7 +339,12 @@ describe('WorkerHealth: re-admission after a restart (fake clock)', () => {
     for (let i = 0; i < 5; i++) health.recordOutcome(w, 'server_error', i);
     expect(w.healthy).toBe(false);
     health.recordCheck(w, true, INTERVAL);
-    expect(health.view(w, INTERVAL)).toEqual({ active: 'healthy', breaker: 'half_open', selectable: true });
+    expect(health.view(w, INTERVAL)).toEqual({
+      active: 'healthy',
+      breaker: 'half_open',
+      asleep: false,
+      selectable: true,
+    });
   });
 });
 
@@ -348,5 +399,69 @@ describe('WorkerHealth: metric scrapes are a second active source, counted apart
     steps.forEach(([source, ok], i) => health.recordCheck(w, ok, i, source));
     expect(health.view(w, steps.length).active).toBe(want);
     expect(w.healthy).toBe(want === 'healthy');
+  });
+});
+
+describe("WorkerHealth: vLLM's sleep mode (recordSleep)", () => {
+  it('an asleep worker leaves selection at once and comes back with the first awake page', () => {
+    const changes: Array<[WorkerHealthView, WorkerHealthView]> = [];
+    const health = new WorkerHealth({ onChange: (_w, view, prev) => changes.push([view, prev]) });
+    const w = worker();
+    health.recordSleep(w, false, 0); // a fresh worker that is awake: nothing to change
+    expect(changes).toEqual([]);
+    health.recordSleep(w, true, 1);
+    expect(w.healthy).toBe(false);
+    expect(w.asleep).toBe(true);
+    expect(health.view(w, 1)).toEqual({
+      active: 'healthy',
+      breaker: 'closed',
+      asleep: true,
+      selectable: false,
+    });
+    health.recordSleep(w, true, 2); // every scrape repeats it: one change only
+    health.recordSleep(w, false, 3);
+    expect(w.healthy).toBe(true);
+    expect(w.asleep).toBe(false);
+    expect(changes.map(([v, p]) => [p.asleep, v.asleep])).toEqual([
+      [false, true],
+      [true, false],
+    ]);
+  });
+
+  it('sleep is neither a failed check nor a breaker event: waking does not wait for thresholds', () => {
+    const health = new WorkerHealth({ breaker: BREAKER });
+    const w = worker();
+    for (let t = 0; t < 10; t++) {
+      health.recordSleep(w, true, t);
+      health.recordCheck(w, true, t, 'metrics'); // the page itself was read fine
+    }
+    expect(health.details(w, 10)).toMatchObject({
+      active: 'healthy',
+      breaker: 'closed',
+      consecutiveCheckFailures: 0,
+      breakerFailures: 0,
+    });
+    health.recordSleep(w, false, 11);
+    expect(w.healthy).toBe(true);
+  });
+
+  it('a worker both asleep and failing stays out until both clear', () => {
+    const health = new WorkerHealth({ checkFailureThreshold: 1, checkSuccessThreshold: 1 });
+    const w = worker();
+    health.recordSleep(w, true, 0);
+    health.recordCheck(w, false, 1);
+    health.recordSleep(w, false, 2);
+    expect(w.healthy).toBe(false); // still failing its /health checks
+    health.recordCheck(w, true, 3);
+    expect(w.healthy).toBe(true);
+  });
+
+  it('a new generation starts awake', () => {
+    const health = new WorkerHealth();
+    const old = worker(1);
+    health.recordSleep(old, true, 0);
+    const next = worker(2);
+    expect(health.view(next, 1).asleep).toBe(false);
+    expect(next.healthy).toBe(true);
   });
 });

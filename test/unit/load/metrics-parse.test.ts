@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { MAX_COUNT, parseLoadFigures, DEFAULT_METRIC_NAMES } from '../../../src/load/metrics-parse.js';
+import { metricsText } from '../../../src/sim/metrics-text.js';
 
 /** An excerpt of a vLLM 0.10 page as prometheus_client writes it (HELP/TYPE, _created, histograms, info). */
 const VLLM_PAGE = `# HELP python_gc_objects_collected_total Objects collected during gc
@@ -175,5 +176,80 @@ describe('parseLoadFigures: a figure turned off', () => {
       modelName: 'm',
       malformedLines: 0,
     });
+  });
+});
+
+describe("parseLoadFigures: vLLM's sleep mode (vllm:engine_sleep_state)", () => {
+  // What vLLM's PrometheusStatLogger.record_sleep_state leaves on the page, per engine.
+  const sleepState = (engine: string, awake: string, offloaded: string, discarded: string): string =>
+    line('vllm:engine_sleep_state', awake, `engine="${engine}",model_name="m",sleep_state="awake"`) +
+    line(
+      'vllm:engine_sleep_state',
+      offloaded,
+      `engine="${engine}",model_name="m",sleep_state="weights_offloaded"`,
+    ) +
+    line('vllm:engine_sleep_state', discarded, `engine="${engine}",model_name="m",sleep_state="discard_all"`);
+  const running = line('vllm:num_requests_running', '0');
+
+  it.each([
+    { name: 'awake', text: sleepState('0', '1.0', '0.0', '0.0'), asleep: false },
+    { name: 'sleep level 1 (weights offloaded)', text: sleepState('0', '0.0', '1.0', '0.0'), asleep: true },
+    { name: 'sleep level 2 (all discarded)', text: sleepState('0', '0.0', '0.0', '1.0'), asleep: true },
+    {
+      name: 'two data-parallel engines, one asleep: asleep (a request may land on it)',
+      text: sleepState('0', '1.0', '0.0', '0.0') + sleepState('1', '0.0', '1.0', '0.0'),
+      asleep: true,
+    },
+    {
+      name: 'only the awake series, at 0: asleep',
+      text: line('vllm:engine_sleep_state', '0', 'engine="0",model_name="m",sleep_state="awake"'),
+      asleep: true,
+    },
+    {
+      name: 'an unknown state at 0 next to awake 1: awake',
+      text:
+        sleepState('0', '1.0', '0.0', '0.0') +
+        line('vllm:engine_sleep_state', '0', 'engine="0",model_name="m",sleep_state="hibernating"'),
+      asleep: false,
+    },
+    { name: 'no gauge (SGLang, older vLLM): no verdict', text: '', asleep: undefined },
+    {
+      name: 'series without a sleep_state label or with NaN values: no verdict',
+      text:
+        line('vllm:engine_sleep_state', '0') +
+        line('vllm:engine_sleep_state', 'NaN', 'engine="0",model_name="m",sleep_state="awake"'),
+      asleep: undefined,
+    },
+  ])('$name', ({ text, asleep }) => {
+    const figures = parseLoadFigures(running + text);
+    expect(figures.asleep).toBe(asleep);
+    expect(figures.running).toBe(0);
+  });
+
+  it('an empty sleep-state name reads nothing (and does not match every line)', () => {
+    const text = running + sleepState('0', '0.0', '1.0', '0.0');
+    expect(parseLoadFigures(text, { ...DEFAULT_METRIC_NAMES, sleepState: '' })).toEqual({
+      running: 0,
+      modelName: 'm',
+      malformedLines: 0,
+    });
+  });
+
+  it("reads the simulator's page, awake and asleep", () => {
+    const page = (sleepLevel: number): string =>
+      metricsText({
+        model: 'm',
+        running: 0,
+        waiting: 0,
+        kvCacheUsage: 0,
+        prefixCacheQueries: 0,
+        prefixCacheHits: 0,
+        promptTokens: 0,
+        generationTokens: 0,
+        sleepLevel,
+      });
+    expect(parseLoadFigures(page(0)).asleep).toBe(false);
+    expect(parseLoadFigures(page(1)).asleep).toBe(true);
+    expect(parseLoadFigures(page(2)).asleep).toBe(true);
   });
 });

@@ -211,6 +211,27 @@ describe('cache_aware membership (seed regressions)', () => {
     expect(d).toEqual({ worker: workers[0], branch: 'low_match', matchRate: 0 });
   });
 
+  it("forgets what a worker held when its cache is cleared (vLLM's sleep), and keeps it a member", () => {
+    const workers = makeWorkers(2);
+    const policy = policyWith(workers);
+    seed(policy, workers[0]!, PROMPT);
+    seed(policy, workers[1]!, PROMPT.slice(0, 40), 2);
+    policy.cacheCleared(workers[0]!);
+    expect(policy.treeChars()).toEqual(
+      new Map([
+        [workers[0]!.id, 0],
+        [workers[1]!.id, 40],
+      ]),
+    );
+    expect(policy.treeTenants('m').sort()).toEqual(workers.map((w) => w.id).sort());
+    // The longest match is now the other worker's.
+    const d = policy.select(input(workers, { text: PROMPT }));
+    expect(d.worker).toBe(workers[1]);
+    expect(d.matchRate).toBeCloseTo(40 / PROMPT.length);
+    policy.cacheCleared(makeWorker(7)); // not a member: nothing happens
+    expect(policy.treeTenants('m')).toHaveLength(2);
+  });
+
   it('removes stale affinity of a generation-replaced worker (new Worker id at the same URL)', () => {
     const old = makeWorker(0, 1);
     const other = makeWorker(1, 1);

@@ -22,6 +22,9 @@ describe('metricsText', () => {
       'vllm:prefix_cache_hits_total{model_name="m"} 40',
       'vllm:prompt_tokens_total{model_name="m"} 100',
       'vllm:generation_tokens_total{model_name="m"} 7',
+      'vllm:engine_sleep_state{engine="0",model_name="m",sleep_state="awake"} 1.0',
+      'vllm:engine_sleep_state{engine="0",model_name="m",sleep_state="weights_offloaded"} 0.0',
+      'vllm:engine_sleep_state{engine="0",model_name="m",sleep_state="discard_all"} 0.0',
     ]);
     expect(text).toContain('# TYPE vllm:prefix_cache_hits_total counter\n');
     expect(text).toContain('# TYPE vllm:num_requests_running gauge\n');
@@ -52,5 +55,27 @@ describe('metricsText', () => {
     { raw: 'a\nb', escaped: 'a\\nb' },
   ])('escapes $raw', ({ raw, escaped }) => {
     expect(escapeLabelValue(raw)).toBe(escaped);
+  });
+
+  it.each([
+    { level: 1, states: ['0.0', '1.0', '0.0'] },
+    { level: 2, states: ['0.0', '0.0', '1.0'] },
+  ])('sleep level $level sets vllm:engine_sleep_state as vLLM records it', ({ level, states }) => {
+    const text = metricsText({
+      model: 'm',
+      running: 0,
+      waiting: 0,
+      kvCacheUsage: 0,
+      prefixCacheQueries: 0,
+      prefixCacheHits: 0,
+      promptTokens: 0,
+      generationTokens: 0,
+      sleepLevel: level,
+    });
+    const values = text
+      .split('\n')
+      .filter((l) => l.startsWith('vllm:engine_sleep_state{'))
+      .map((l) => l.split(' ')[1]);
+    expect(values).toEqual(states);
   });
 });

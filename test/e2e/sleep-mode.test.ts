@@ -1,0 +1,122 @@
+/**
+ * End to end through a real Envoy: vLLM's sleep mode. A worker put to sleep (`POST /sleep`, as an RL
+ * trainer or a warm pool does) keeps answering /health and /metrics with an empty queue: read
+ * naively it is the idlest worker, and a request that reaches it crashes its engine on most vLLM
+ * releases (the simulator answers 503 and counts it). The router reads `vllm:engine_sleep_state` from
+ * the scraped /metrics, sends nothing to a sleeping worker, forgets what its cache held (sleep empties
+ * it), and takes it back as soon as a page says it is awake.
+ */
+import { request } from 'undici';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { postThrough, startStack, type Stack } from '../support/stack.js';
+import { adminJson, expectAllLoadsZero, metricsText } from '../support/router-fixture.js';
+import { waitFor } from '../support/wait-for.js';
+import type { Simulator } from '../../src/sim/simulator.js';
+
+let stack: Stack;
+
+beforeAll(async () => {
+  stack = await startStack({
+    workers: 2,
+    // loadStaleMs: a scrape gap on a starved machine must not turn routing back to in-flight counts.
+    router: { policy: 'cache_aware', scrapeIntervalMs: 50, loadStaleMs: 60_000, decisionHeader: true },
+  });
+});
+afterAll(async () => {
+  await stack?.close();
+});
+afterEach(async () => {
+  for (const s of stack.sims) await post(`${s.url}/wake_up`);
+  await waitFor(async () => (await views()).every((w) => !w.health.asleep), {
+    timeoutMs: 10_000,
+    message: 'every worker awake again',
+  });
+  await expectAllLoadsZero(stack.router);
+  await Promise.all(stack.sims.map((s) => s.waitForIdle()));
+});
+
+interface WorkerInfo {
+  url: string;
+  healthy: boolean;
+  health: { active: string; breaker: string; asleep: boolean };
+}
+
+const views = async () => (await adminJson<WorkerInfo[]>(stack.router, '/workers')).body;
+
+async function post(url: string): Promise<number> {
+  const r = await request(url, { method: 'POST' });
+  await r.body.text();
+  return r.statusCode;
+}
+
+async function asleepAsRouterSees(sim: Simulator, asleep: boolean): Promise<void> {
+  await waitFor(async () => (await views()).find((w) => w.url === sim.url)?.health.asleep === asleep, {
+    timeoutMs: 10_000,
+    message: `the router to see ${sim.url} ${asleep ? 'asleep' : 'awake'}`,
+  });
+}
+
+const treeSize = (metrics: string, sim: Simulator): number =>
+  Number(
+    new RegExp(`^vllm_router_tree_size\\{[^}]*worker="${sim.url}"[^}]*\\} (\\S+)$`, 'm').exec(metrics)?.[1],
+  );
+
+/** A long shared system prompt: the cache-aware policy keeps its requests on the worker that holds it. */
+const SYSTEM = 'You are the support assistant of a large hardware store. '.repeat(60);
+const ask = (q: string) =>
+  postThrough(
+    stack,
+    {
+      model: 'sim-model',
+      messages: [
+        { role: 'system', content: SYSTEM },
+        { role: 'user', content: q },
+      ],
+      max_tokens: 2,
+    },
+    '/v1/chat/completions',
+  );
+
+describe("vLLM's sleep mode", () => {
+  it('a sleeping worker gets no request, even holding the prefix; it is back once awake', async () => {
+    const first = await ask('where are the hammers?');
+    expect(first.status).toBe(200);
+    const holder = stack.sims.find((s) => s.url === first.worker)!;
+    const other = stack.sims.find((s) => s !== holder)!;
+    for (let i = 0; i < 3; i++) expect((await ask(`question ${i}`)).worker).toBe(holder.url);
+    expect(treeSize(await metricsText(stack.router), holder)).toBeGreaterThan(SYSTEM.length);
+
+    expect(await post(`${holder.url}/sleep?level=1`)).toBe(200);
+    await asleepAsRouterSees(holder, true);
+    const metrics = await metricsText(stack.router);
+    expect(metrics).toMatch(new RegExp(`vllm_router_worker_asleep\\{[^}]*worker="${holder.url}"[^}]*\\} 1`));
+    expect(metrics).toMatch(new RegExp(`vllm_router_worker_asleep\\{[^}]*worker="${other.url}"[^}]*\\} 0`));
+    // Sleep emptied its cache: the router no longer predicts it holds the system prompt.
+    expect(treeSize(metrics, holder)).toBe(0);
+
+    const during: string[] = [];
+    for (let i = 0; i < 8; i++) {
+      const r = await ask(`while asleep ${i}`);
+      expect(r.status).toBe(200);
+      during.push(r.worker);
+    }
+    expect(during).toEqual(Array(8).fill(other.url));
+    expect(holder.requestsWhileAsleep).toBe(0);
+
+    expect(await post(`${holder.url}/wake_up`)).toBe(200);
+    await asleepAsRouterSees(holder, false);
+    const view = (await views()).find((w) => w.url === holder.url)!;
+    expect(view.healthy).toBe(true);
+    expect(view.health).toEqual({ active: 'healthy', breaker: 'closed', asleep: false });
+  });
+
+  it('every worker asleep: a JSON 503 that says so, and no worker sees the request', async () => {
+    for (const s of stack.sims) expect(await post(`${s.url}/sleep?level=2`)).toBe(200);
+    for (const s of stack.sims) await asleepAsRouterSees(s, true);
+    const r = await ask('anyone awake?');
+    expect(r.status).toBe(503);
+    const body = JSON.parse(r.text) as { error: { message: string } };
+    expect(body.error.message).toContain('2 asleep');
+    expect(stack.sims.map((s) => s.requestsWhileAsleep)).toEqual([0, 0]);
+  });
+});
