@@ -171,7 +171,11 @@ function lifecycleSteps(
       start: async () => {
         out.admin = await c.admin.start();
       },
-      close: () => c.admin.close(),
+      // Then the worker operations it may have started (drains and calls in flight fail).
+      close: async () => {
+        await c.admin.close();
+        await c.workerSleep.close();
+      },
     },
     c.flow !== undefined && {
       // Closed before the workers' picture goes: held requests are answered 503 at once.

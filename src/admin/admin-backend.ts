@@ -30,6 +30,7 @@ import {
   AdminInputError,
   type AdminBackend,
   type WorkerRegistrationRequest,
+  type WorkerSleepOps,
   type WorkerView,
 } from './admin-server.js';
 
@@ -50,6 +51,8 @@ export interface AdminBackendDeps {
   readonly warmUp: { readonly done: boolean; pending(): string[] };
   /** Mooncake: prefill instances' bootstrap state (readiness, /workers). */
   readonly bootstrap?: BootstrapDirectory;
+  /** Cordon, sleep and wake (worker-sleep.ts); its URLs are normalised here. */
+  readonly workerSleep?: WorkerSleepOps;
 }
 
 export function createAdminBackend(deps: AdminBackendDeps): AdminBackend {
@@ -74,6 +77,16 @@ export function createAdminBackend(deps: AdminBackendDeps): AdminBackend {
       return removed;
     },
     peerAllowed: (peer) => allow.allowsAll || allow.allows(peer),
+    ...(deps.workerSleep ? { workerSleep: normalising(deps.workerSleep) } : {}),
+  };
+}
+
+/** The worker operations with their URL normalised like a registration's. */
+function normalising(ops: WorkerSleepOps): WorkerSleepOps {
+  return {
+    cordon: (url, on) => ops.cordon(normalisedKey(url), on),
+    sleep: (url, level, timeoutMs) => ops.sleep(normalisedKey(url), level, timeoutMs),
+    wakeUp: (url) => ops.wakeUp(normalisedKey(url)),
   };
 }
 
@@ -172,7 +185,9 @@ export function workerViews(
       load: w.load,
       processed: w.processed,
       healthy: w.healthy,
-      health: (({ active, breaker, asleep }) => ({ active, breaker, asleep }))(health.view(w, now)),
+      health: (({ active, breaker, asleep, cordoned }) => ({ active, breaker, asleep, cordoned }))(
+        health.view(w, now),
+      ),
       expiresInMs:
         expires === undefined || expires === Infinity ? null : Math.max(0, Math.round(expires - now)),
       ...(Object.keys(w.metadata).length ? { metadata: w.metadata } : {}),

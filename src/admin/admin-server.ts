@@ -8,6 +8,10 @@
  *   POST   /workers   {role, url, zmqAddress?, permanent?, bootstrapPort?}: register or heartbeat a
  *                     worker (`bootstrapPort`: a prefill instance's Mooncake bootstrap server port)
  *   DELETE /workers?role=&url=   deregister
+ *   POST   /workers/cordon?url=      no new requests to the worker at url (every role there)
+ *   POST   /workers/uncordon?url=    lifts it
+ *   POST   /workers/sleep?url=&level=1|2&timeout_ms=   cordon, drain, then vLLM's POST /sleep
+ *   POST   /workers/wake_up?url=     vLLM's POST /wake_up, then back in selection (worker-sleep.ts)
  * Writes need `Authorization: Bearer <token>` when a token is configured, and a peer address inside
  * --discovery-allow when that is set.
  */
@@ -54,11 +58,20 @@ export interface AdminBackend {
   deregister(role: Role, url: string): boolean;
   /** CIDR check of the peer address for writes. */
   peerAllowed(peer: string): boolean;
+  /** Cordon, sleep and wake of the workers at one URL (admin/worker-sleep.ts). */
+  readonly workerSleep?: WorkerSleepOps;
+}
+
+export interface WorkerSleepOps {
+  cordon(url: string, on: boolean): string[];
+  sleep(url: string, level: 1 | 2, timeoutMs?: number): Promise<unknown>;
+  wakeUp(url: string): Promise<unknown>;
 }
 
 /** Stable codes of the admin API's error answers, with their HTTP status. */
 export const ADMIN_ERROR_STATUS = {
   invalid_registration: 400,
+  invalid_request: 400,
   dns_failed: 400,
   unauthorized: 401,
   forbidden: 403,
@@ -66,7 +79,9 @@ export const ADMIN_ERROR_STATUS = {
   not_found: 404,
   method_not_allowed: 405,
   registration_conflict: 409,
+  worker_busy: 409,
   body_too_large: 413,
+  worker_error: 502,
 } as const;
 export type AdminErrorCode = keyof typeof ADMIN_ERROR_STATUS;
 
@@ -78,6 +93,8 @@ export class AdminInputError extends RouterError<AdminErrorCode> {
 }
 
 const MAX_ADMIN_BODY = 64 * 1024;
+
+const SLEEP_PATHS = ['/workers/cordon', '/workers/uncordon', '/workers/sleep', '/workers/wake_up'];
 
 export class AdminServer {
   private readonly server: http.Server;
@@ -141,19 +158,61 @@ export class AdminServer {
       case 'POST /workers':
       case 'DELETE /workers':
         return this.write(req, res, url);
+      case 'POST /workers/cordon':
+      case 'POST /workers/uncordon':
+      case 'POST /workers/sleep':
+      case 'POST /workers/wake_up':
+        return this.sleepOp(req, res, url);
       default:
+        if (SLEEP_PATHS.includes(url.pathname))
+          throw new AdminInputError(`${req.method} not allowed on ${url.pathname}`, 'method_not_allowed');
         if (['/metrics', '/healthz', '/readyz', '/workers'].includes(url.pathname))
           throw new AdminInputError(`${req.method} not allowed on ${url.pathname}`, 'method_not_allowed');
         throw new AdminInputError(`no admin route ${url.pathname}`, 'not_found');
     }
   }
 
-  private async write(req: http.IncomingMessage, res: http.ServerResponse, url: URL): Promise<void> {
+  private authorise(req: http.IncomingMessage, what: string): void {
     const peer = req.socket.remoteAddress ?? '';
     if (this.opts.token && !tokenMatches(req.headers.authorization, this.opts.token))
       throw new AdminInputError('missing or wrong bearer token', 'unauthorized');
     if (!this.backend.peerAllowed(peer))
-      throw new AdminInputError(`registrations from ${peer} are not allowed`, 'forbidden');
+      throw new AdminInputError(`${what} from ${peer} are not allowed`, 'forbidden');
+  }
+
+  private async sleepOp(req: http.IncomingMessage, res: http.ServerResponse, url: URL): Promise<void> {
+    this.authorise(req, 'worker operations');
+    req.resume();
+    const ops = this.backend.workerSleep;
+    if (!ops) throw new AdminInputError('worker operations are not available', 'not_found');
+    const target = url.searchParams.get('url');
+    if (!target) throw new AdminInputError(`${url.pathname} needs ?url=<worker url>`, 'invalid_request');
+    switch (url.pathname) {
+      case '/workers/cordon':
+      case '/workers/uncordon': {
+        const on = url.pathname === '/workers/cordon';
+        return json(res, 200, { url: target, cordoned: on, workers: ops.cordon(target, on) });
+      }
+      case '/workers/sleep': {
+        const level = url.searchParams.get('level') ?? '1';
+        if (level !== '1' && level !== '2')
+          throw new AdminInputError(`level must be 1 or 2, got ${level}`, 'invalid_request');
+        const rawTimeout = url.searchParams.get('timeout_ms');
+        const timeout = rawTimeout === null ? undefined : Number(rawTimeout);
+        if (timeout !== undefined && !(Number.isInteger(timeout) && timeout >= 0 && timeout <= 3_600_000))
+          throw new AdminInputError(
+            `timeout_ms must be an integer in [0, 3600000], got ${rawTimeout}`,
+            'invalid_request',
+          );
+        return json(res, 200, await ops.sleep(target, level === '1' ? 1 : 2, timeout));
+      }
+      default:
+        return json(res, 200, await ops.wakeUp(target));
+    }
+  }
+
+  private async write(req: http.IncomingMessage, res: http.ServerResponse, url: URL): Promise<void> {
+    this.authorise(req, 'registrations');
     if (req.method === 'DELETE') {
       const role = url.searchParams.get('role');
       const workerUrl = url.searchParams.get('url');

@@ -22,6 +22,7 @@
 import type { Config } from '../config-schema.js';
 import { createAdminBackend } from '../admin/admin-backend.js';
 import { AdminServer } from '../admin/admin-server.js';
+import { WorkerSleep } from '../admin/worker-sleep.js';
 import { parseCidrList, type CidrMatcher } from '../discovery/cidr.js';
 import { ServiceRegistry } from '../discovery/service-registry.js';
 import { ZmqDiscovery } from '../discovery/zmq-discovery.js';
@@ -119,6 +120,8 @@ export interface Components {
   readonly flow: FlowControl | undefined;
   /** Present when --discovery-zmq is set. */
   readonly discovery: ZmqDiscovery | undefined;
+  /** Admin cordon, sleep and wake of a worker (admin/worker-sleep.ts). */
+  readonly workerSleep: WorkerSleep;
   readonly admin: AdminServer;
 }
 
@@ -281,6 +284,7 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
     modelsPoller.pollNew();
   });
   addWarmUpConditions(warmUp, config, exact, scraper, modelsPoller);
+  const workerSleep = buildWorkerSleep(base);
   return {
     ...base,
     prefillClient,
@@ -291,7 +295,8 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
     scraper,
     modelsPoller,
     discovery: buildDiscovery(base),
-    admin: buildAdmin(base),
+    workerSleep,
+    admin: buildAdmin(base, workerSleep),
   };
 }
 
@@ -728,7 +733,23 @@ function buildDiscovery(c: Base): ZmqDiscovery | undefined {
   });
 }
 
-function buildAdmin(c: Base): AdminServer {
+function buildWorkerSleep({ config, pools, health, board, clock }: Base): WorkerSleep {
+  return new WorkerSleep({
+    workersAt: (url) => pools.workers().filter((w) => w.url === url),
+    health,
+    clock,
+    // The drain also waits for a page with nothing waiting or running, when pages are read.
+    scraped: (url) => {
+      if (config.scrapeIntervalMs === 0) return undefined;
+      const s = board.latest(url);
+      const f = s?.figures;
+      if (s === undefined || (f?.waiting === undefined && f?.running === undefined)) return undefined;
+      return { takenAtMs: s.takenAtMs, busy: (f.waiting ?? 0) + (f.running ?? 0) };
+    },
+  });
+}
+
+function buildAdmin(c: Base, workerSleep: WorkerSleep): AdminServer {
   const backend = createAdminBackend({
     mode: c.config.mode,
     registry: c.registry,
@@ -741,6 +762,7 @@ function buildAdmin(c: Base): AdminServer {
     drain: c.drain,
     warmUp: c.warmUp,
     bootstrap: c.bootstrap,
+    workerSleep,
     workerExtra: (w, now) => {
       const served = c.catalog.of(w.url);
       return {

@@ -1,7 +1,7 @@
 /**
  * Health state of every Worker, combining two signals into the one field selection reads:
  *
- *   worker.healthy = active === 'healthy' && !asleep && breaker.allows(now)
+ *   worker.healthy = active === 'healthy' && !asleep && !cordoned && breaker.allows(now)
  *
  * - Active checks (health-checker.ts, `GET /health`): a worker turns unhealthy after
  *   `checkFailureThreshold` consecutive failed checks (config `health-failure-threshold`, 3) and
@@ -27,6 +27,10 @@
  * worker). A scraped page that says so (`recordSleep`, load/metrics-parse.ts `asleep`) takes the worker
  * out of selection until a page says it is awake again; it is a state the worker reports exactly, so
  * no threshold applies, and it is neither a failed check nor a breaker event.
+ *
+ * Cordon: an operator's "no new requests" (admin `POST /workers/cordon`, and `POST /workers/sleep`
+ * while it drains the worker before putting it to sleep: admin/worker-sleep.ts). Requests already
+ * there finish; only `cordon(worker, false)` ends it (a new generation starts uncordoned).
  *
  * Metric scrapes (load/metrics-scraper.ts) are a second active signal, counted on their own with the
  * same thresholds (`recordCheck(..., 'metrics')`): a failed scrape is one failed check of that source,
@@ -75,8 +79,10 @@ export type CheckSource = 'health' | 'metrics';
 export interface WorkerHealthView {
   readonly active: ActiveHealth;
   readonly breaker: BreakerState;
-  /** vLLM's sleep mode, as the worker's last scraped page said. */
+  /** vLLM's sleep mode, as the worker's last scraped page (or the admin sleep call) said. */
   readonly asleep: boolean;
+  /** Held out of selection by the admin API. */
+  readonly cordoned: boolean;
   /** What `worker.healthy` is set to. */
   readonly selectable: boolean;
 }
@@ -107,6 +113,7 @@ interface State {
   readonly breaker: CircuitBreaker;
   view: WorkerHealthView;
   asleep: boolean;
+  cordoned: boolean;
   /** The metric-scrape source, counted like the checks but apart from them. */
   readonly scrape: { active: ActiveHealth; failures: number; successes: number };
 }
@@ -115,6 +122,7 @@ const FRESH_VIEW: WorkerHealthView = Object.freeze({
   active: 'healthy',
   breaker: 'closed',
   asleep: false,
+  cordoned: false,
   selectable: true,
 });
 
@@ -168,6 +176,14 @@ export class WorkerHealth {
     const s = asleep ? this.state(worker) : this.states.get(worker);
     if (s === undefined || s.asleep === asleep) return; // never seen and awake: nothing to change
     s.asleep = asleep;
+    this.sync(worker, s, now);
+  }
+
+  /** Holds the worker out of selection (`on`) or lets it back (see the header). */
+  cordon(worker: Worker, on: boolean, now: number): void {
+    const s = on ? this.state(worker) : this.states.get(worker);
+    if (s === undefined || s.cordoned === on) return;
+    s.cordoned = on;
     this.sync(worker, s, now);
   }
 
@@ -248,6 +264,7 @@ export class WorkerHealth {
         breaker: new CircuitBreaker(this.opts.breaker),
         view: FRESH_VIEW,
         asleep: false,
+        cordoned: false,
         scrape: { active: 'healthy', failures: 0, successes: 0 },
       };
       this.states.set(worker, s);
@@ -260,10 +277,11 @@ export class WorkerHealth {
     const breaker = s.breaker.state(now);
     const active: ActiveHealth =
       s.active === 'healthy' && s.scrape.active === 'healthy' ? 'healthy' : 'unhealthy';
-    const asleep = s.asleep;
-    const selectable = active === 'healthy' && !asleep && s.breaker.allows(now);
+    const { asleep, cordoned } = s;
+    const selectable = active === 'healthy' && !asleep && !cordoned && s.breaker.allows(now);
     worker.healthy = selectable;
     worker.asleep = asleep;
+    worker.cordoned = cordoned;
 
     const next = s.breaker.nextChangeAt();
     if (next === undefined) this.pending.delete(worker);
@@ -277,10 +295,11 @@ export class WorkerHealth {
       prev.active === active &&
       prev.breaker === breaker &&
       prev.asleep === asleep &&
+      prev.cordoned === cordoned &&
       prev.selectable === selectable
     )
       return;
-    s.view = Object.freeze({ active, breaker, asleep, selectable });
+    s.view = Object.freeze({ active, breaker, asleep, cordoned, selectable });
     this.opts.onChange?.(worker, s.view, prev);
   }
 }

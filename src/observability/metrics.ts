@@ -93,7 +93,7 @@ export class RouterMetrics {
     });
     new Gauge({
       name: 'vllm_router_worker_health',
-      help: '1 if the worker is selectable (healthy, breaker not open, awake), else 0.',
+      help: '1 if the worker is selectable (healthy, breaker not open, awake, not cordoned), else 0.',
       labelNames: ['role', 'worker', 'generation'] as const,
       registers,
       collect() {
@@ -109,6 +109,16 @@ export class RouterMetrics {
       collect() {
         this.reset();
         for (const w of workers()) this.set(labels(w), w.asleep ? 1 : 0);
+      },
+    });
+    new Gauge({
+      name: 'vllm_router_worker_cordoned',
+      help: '1 while the admin API holds the worker out of selection (POST /workers/cordon or /workers/sleep), else 0.',
+      labelNames: ['role', 'worker', 'generation'] as const,
+      registers,
+      collect() {
+        this.reset();
+        for (const w of workers()) this.set(labels(w), w.cordoned ? 1 : 0);
       },
     });
     const breakerState = opts.breakerState;

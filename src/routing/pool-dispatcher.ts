@@ -165,9 +165,13 @@ export function noWorkers(pools: readonly WorkerPool[]): RouterError {
   const parts = pools.map((p) => {
     const healthy = p.candidates().length;
     let asleep = 0;
-    for (const w of p.workers) if (w.asleep) asleep++;
-    const sleeping = asleep > 0 ? `, ${asleep} asleep` : '';
-    return `${p.size} ${p.role}${healthy < p.size ? ` (${healthy} healthy${sleeping})` : ''}`;
+    let cordoned = 0;
+    for (const w of p.workers) {
+      if (w.asleep) asleep++;
+      if (w.cordoned) cordoned++;
+    }
+    const held = `${asleep > 0 ? `, ${asleep} asleep` : ''}${cordoned > 0 ? `, ${cordoned} cordoned` : ''}`;
+    return `${p.size} ${p.role}${healthy < p.size ? ` (${healthy} healthy${held})` : ''}`;
   });
   return new RouterError(
     'no_workers',

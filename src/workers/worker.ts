@@ -57,10 +57,12 @@ export class Worker {
   load = 0;
   /** Requests that completed on this worker (any outcome). */
   processed = 0;
-  /** False while health checks, the circuit breaker or sleep mode keep the worker out of selection. */
+  /** False while health checks, the circuit breaker, sleep mode or a cordon keep the worker out of selection. */
   healthy = true;
   /** True while its scraped metrics say vLLM's sleep mode has the engine asleep (one reason for !healthy). */
   asleep = false;
+  /** True while the admin API holds it out of selection (another reason for !healthy). */
+  cordoned = false;
 
   constructor(spec: WorkerSpec) {
     this.role = spec.role;

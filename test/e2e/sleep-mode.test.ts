@@ -4,7 +4,9 @@
  * naively it is the idlest worker, and a request that reaches it crashes its engine on most vLLM
  * releases (the simulator answers 503 and counts it). The router reads `vllm:engine_sleep_state` from
  * the scraped /metrics, sends nothing to a sleeping worker, forgets what its cache held (sleep empties
- * it), and takes it back as soon as a page says it is awake.
+ * it), and takes it back as soon as a page says it is awake. Through the router's admin API
+ * (`POST /workers/sleep`), the worker is first cordoned and drained, so a request in flight there
+ * finishes and none arrives between the sleep and the next scrape.
  */
 import { request } from 'undici';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -38,7 +40,7 @@ afterEach(async () => {
 interface WorkerInfo {
   url: string;
   healthy: boolean;
-  health: { active: string; breaker: string; asleep: boolean };
+  health: { active: string; breaker: string; asleep: boolean; cordoned: boolean };
 }
 
 const views = async () => (await adminJson<WorkerInfo[]>(stack.router, '/workers')).body;
@@ -107,7 +109,7 @@ describe("vLLM's sleep mode", () => {
     await asleepAsRouterSees(holder, false);
     const view = (await views()).find((w) => w.url === holder.url)!;
     expect(view.healthy).toBe(true);
-    expect(view.health).toEqual({ active: 'healthy', breaker: 'closed', asleep: false });
+    expect(view.health).toEqual({ active: 'healthy', breaker: 'closed', asleep: false, cordoned: false });
   });
 
   it('every worker asleep: a JSON 503 that says so, and no worker sees the request', async () => {
@@ -118,5 +120,52 @@ describe("vLLM's sleep mode", () => {
     const body = JSON.parse(r.text) as { error: { message: string } };
     expect(body.error.message).toContain('2 asleep');
     expect(stack.sims.map((s) => s.requestsWhileAsleep)).toEqual([0, 0]);
+  });
+
+  it('POST /workers/sleep drains first: the request in flight finishes, the rest go elsewhere', async () => {
+    const [a, b] = stack.sims as [Simulator, Simulator];
+    // A request held on `a` (its answer waits): `b` cordoned meanwhile, so it can only go to `a`.
+    const hold = a.hold();
+    const op = (path: string, worker: Simulator) =>
+      adminJson(stack.router, `${path}?url=${encodeURIComponent(worker.url)}`, { method: 'POST' });
+    expect((await op('/workers/cordon', b)).status).toBe(200);
+    const inFlight = ask('pinned to a');
+    await hold.reached();
+    expect((await op('/workers/uncordon', b)).status).toBe(200);
+    const sleeping = adminJson<{ url: string; level: number; workers: string[] }>(
+      stack.router,
+      `/workers/sleep?url=${encodeURIComponent(a.url)}&level=1`,
+      { method: 'POST' },
+    );
+    await waitFor(async () => (await views()).find((w) => w.url === a.url)?.health.cordoned === true, {
+      timeoutMs: 10_000,
+      message: 'the worker cordoned',
+    });
+    expect(a.sleepLevel).toBe(0); // draining: the held request is still there
+    const during: string[] = [];
+    for (let i = 0; i < 6; i++) during.push((await ask(`during the drain ${i}`)).worker);
+    expect(during).toEqual(Array(6).fill(b.url));
+    hold.release();
+    const pinned = await inFlight;
+    expect(pinned.status).toBe(200);
+    expect(pinned.worker).toBe(a.url);
+    const slept = await sleeping;
+    expect(slept.status).toBe(200);
+    expect(slept.body).toMatchObject({ url: a.url, level: 1 });
+    expect(a.sleepLevel).toBe(1);
+    expect((await ask('after the sleep')).worker).toBe(b.url);
+    expect(a.requestsWhileAsleep).toBe(0);
+    expect(await metricsText(stack.router)).toMatch(
+      new RegExp(`vllm_router_worker_cordoned\\{[^}]*worker="${a.url}"[^}]*\\} 1`),
+    );
+
+    const woke = await adminJson(stack.router, `/workers/wake_up?url=${encodeURIComponent(a.url)}`, {
+      method: 'POST',
+    });
+    expect(woke.status).toBe(200);
+    expect(a.sleepLevel).toBe(0);
+    const view = (await views()).find((w) => w.url === a.url)!;
+    expect(view.health).toEqual({ active: 'healthy', breaker: 'closed', asleep: false, cordoned: false });
+    expect(view.healthy).toBe(true);
   });
 });

@@ -98,7 +98,7 @@ describe('POST/GET/DELETE /workers', () => {
         load: 0,
         processed: 0,
         healthy: true,
-        health: { active: 'healthy', breaker: 'closed', asleep: false },
+        health: { active: 'healthy', breaker: 'closed', asleep: false, cordoned: false },
         expiresInMs: 4000,
         // Never scraped (scrapes are off in tests): routing counts in-flight requests; priors only.
         loadSample: null,
@@ -273,6 +273,72 @@ describe('access control', () => {
     ).toBe(1);
     await registerOk(r, { role: 'regular', url: 'http://127.0.0.1:9202' });
     expect((await workers(r)).map((w) => w.url)).toEqual(['http://127.0.0.1:9202']);
+  });
+});
+
+describe('worker operations: /workers/cordon, /uncordon, /sleep, /wake_up', () => {
+  const op = (r: Router, path: string, headers: Record<string, string> = {}, method = 'POST') =>
+    fetch(`http://127.0.0.1:${r.adminPort}${path}`, { method, headers });
+  const errorOf = async (res: Response) =>
+    ((await res.json()) as { error: { code: string; message: string } }).error;
+
+  it('cordon and uncordon every role registered at the URL, normalised like a registration', async () => {
+    const r = await router();
+    await registerOk(r, { role: 'prefill', url: 'http://127.0.0.1:9301' });
+    await registerOk(r, { role: 'decode', url: 'http://127.0.0.1:9301' });
+    await registerOk(r, { role: 'decode', url: 'http://127.0.0.1:9302' });
+    const res = await op(r, `/workers/cordon?url=${encodeURIComponent('http://127.0.0.1:9301/')}`);
+    expect(res.status).toBe(200);
+    expect(((await res.json()) as { workers: string[] }).workers).toHaveLength(2);
+    const cordoned = (await workers(r)).map((w) => [
+      w.role,
+      w.url,
+      w.healthy,
+      (w.health as { cordoned: boolean }).cordoned,
+    ]);
+    expect(cordoned.sort()).toEqual(
+      [
+        ['decode', 'http://127.0.0.1:9301', false, true],
+        ['decode', 'http://127.0.0.1:9302', true, false],
+        ['prefill', 'http://127.0.0.1:9301', false, true],
+      ].sort(),
+    );
+    expect(sample(await metricsText(r), 'vllm_router_worker_cordoned', { role: 'prefill' })).toBe(1);
+    expect((await op(r, '/workers/uncordon?url=http://127.0.0.1:9301')).status).toBe(200);
+    expect((await workers(r)).every((w) => w.healthy)).toBe(true);
+  });
+
+  it('answers bad input with a JSON 4xx and touches nothing', async () => {
+    const r = await router({ adminToken: 'tok' });
+    await registerOk(r, { role: 'regular', url: 'http://127.0.0.1:9303' }, { authorization: 'Bearer tok' });
+    const auth = { authorization: 'Bearer tok' };
+    const cases: Array<[string, Record<string, string>, string, number, string]> = [
+      ['/workers/cordon?url=http://127.0.0.1:9303', {}, 'POST', 401, 'unauthorized'],
+      ['/workers/sleep', auth, 'POST', 400, 'invalid_request'],
+      ['/workers/sleep?url=http://127.0.0.1:9303&level=3', auth, 'POST', 400, 'invalid_request'],
+      ['/workers/sleep?url=http://127.0.0.1:9303&timeout_ms=-1', auth, 'POST', 400, 'invalid_request'],
+      ['/workers/sleep?url=http://127.0.0.1:9999', auth, 'POST', 404, 'not_found'],
+      ['/workers/wake_up?url=http://127.0.0.1:9999', auth, 'POST', 404, 'not_found'],
+      ['/workers/sleep?url=http://127.0.0.1:9303', auth, 'GET', 405, 'method_not_allowed'],
+    ];
+    for (const [path, headers, method, status, code] of cases) {
+      const res = await op(r, path, headers, method);
+      expect(res.status, path).toBe(status);
+      expect((await errorOf(res)).code, path).toBe(code);
+    }
+    const [w] = await workers(r);
+    expect(w!.healthy).toBe(true);
+    expect(w!.health).toMatchObject({ asleep: false, cordoned: false });
+  });
+
+  it('a worker that cannot be reached is given back: 502 worker_error, not cordoned, not asleep', async () => {
+    const r = await router();
+    await registerOk(r, { role: 'regular', url: 'http://127.0.0.1:9' }); // nothing listens on port 9
+    const res = await op(r, '/workers/sleep?url=http://127.0.0.1:9');
+    expect(res.status).toBe(502);
+    expect((await errorOf(res)).code).toBe('worker_error');
+    const [w] = await workers(r);
+    expect(w!.health).toMatchObject({ asleep: false, cordoned: false });
   });
 });
 

@@ -100,6 +100,20 @@ const CASES: Case[] = [
     body: json({ role: 'decode', url: 'http://127.0.0.1:9300' }),
     code: 'registration_conflict',
   },
+  {
+    what: 'a worker operation without ?url=',
+    method: 'POST',
+    path: '/workers/cordon',
+    code: 'invalid_request',
+  },
+  {
+    what: 'a sleep of a worker that cannot be reached',
+    before: (r) =>
+      r.registry.register({ role: 'regular', url: 'http://127.0.0.1:9', endpoint: '127.0.0.1:9' }),
+    method: 'POST',
+    path: '/workers/sleep?url=http://127.0.0.1:9',
+    code: 'worker_error',
+  },
   { what: 'an unknown route', method: 'GET', path: '/nope', code: 'not_found' },
   { what: 'a wrong method', method: 'PUT', path: '/workers', body: '{}', code: 'method_not_allowed' },
 ];
@@ -116,7 +130,9 @@ describe('admin API error codes', () => {
     expect(res.status).toBe(ADMIN_ERROR_STATUS[c.code]);
     expect(res.headers.get('content-type')).toContain('application/json');
     const body = (await res.json()) as { error: { code: string; message: string; type: string } };
-    expect(body.error).toMatchObject({ code: c.code, type: 'invalid_request_error' });
+    // OpenAI's types: the worker's failure (502) is a server error, the rest are the caller's.
+    const type = ADMIN_ERROR_STATUS[c.code] >= 500 ? 'server_error' : 'invalid_request_error';
+    expect(body.error).toMatchObject({ code: c.code, type });
     expect(body.error.message.length).toBeGreaterThan(0);
   });
 

@@ -113,6 +113,7 @@ describe('health and selection', () => {
       active: 'healthy',
       breaker: 'closed',
       asleep: false,
+      cordoned: false,
       selectable: true,
     });
     expect(s.health.view(a, s.now()).active).toBe('unhealthy');

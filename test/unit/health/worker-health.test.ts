@@ -110,6 +110,7 @@ describe('WorkerHealth: passive outcomes and the breaker', () => {
       active: 'healthy',
       breaker: 'half_open',
       asleep: false,
+      cordoned: false,
       selectable: true,
     });
 
@@ -124,6 +125,7 @@ describe('WorkerHealth: passive outcomes and the breaker', () => {
       active: 'healthy',
       breaker: 'closed',
       asleep: false,
+      cordoned: false,
       selectable: true,
     });
   });
@@ -163,6 +165,7 @@ describe('WorkerHealth: passive outcomes and the breaker', () => {
       active: 'unhealthy',
       breaker: 'closed',
       asleep: false,
+      cordoned: false,
       selectable: false,
     });
     for (let i = 0; i < 2; i++) health.recordCheck(w, true, 1);
@@ -171,6 +174,7 @@ describe('WorkerHealth: passive outcomes and the breaker', () => {
       active: 'healthy',
       breaker: 'open',
       asleep: false,
+      cordoned: false,
       selectable: false,
     });
     expect(w.healthy).toBe(false);
@@ -200,6 +204,7 @@ describe('WorkerHealth: identity and generations', () => {
       active: 'healthy',
       breaker: 'closed',
       asleep: false,
+      cordoned: false,
       selectable: true,
     });
     expect(successor.healthy).toBe(true);
@@ -211,6 +216,7 @@ describe('WorkerHealth: identity and generations', () => {
       active: 'unhealthy',
       breaker: 'open',
       asleep: false,
+      cordoned: false,
       selectable: false,
     });
     expect(health.details(successor, 6)).toMatchObject({ consecutiveCheckFailures: 0, breakerFailures: 0 });
@@ -245,6 +251,7 @@ describe('WorkerHealth: identity and generations', () => {
       active: 'healthy',
       breaker: 'closed',
       asleep: false,
+      cordoned: false,
       selectable: true,
     });
     health.refresh(5000); // no pending deadline left for it: must not throw or touch it
@@ -297,6 +304,7 @@ describe('WorkerHealth: re-admission after a restart (fake clock)', () => {
       active: 'unhealthy',
       breaker: 'half_open',
       asleep: false,
+      cordoned: false,
       selectable: false,
     });
     health.recordCheck(w, true, 2000 + INTERVAL);
@@ -305,6 +313,7 @@ describe('WorkerHealth: re-admission after a restart (fake clock)', () => {
       active: 'healthy',
       breaker: 'half_open',
       asleep: false,
+      cordoned: false,
       selectable: true,
     });
     health.routed(w, 2600);
@@ -315,6 +324,7 @@ describe('WorkerHealth: re-admission after a restart (fake clock)', () => {
       active: 'healthy',
       breaker: 'closed',
       asleep: false,
+      cordoned: false,
       selectable: true,
     });
   });
@@ -343,6 +353,7 @@ describe('WorkerHealth: re-admission after a restart (fake clock)', () => {
       active: 'healthy',
       breaker: 'half_open',
       asleep: false,
+      cordoned: false,
       selectable: true,
     });
   });
@@ -416,6 +427,7 @@ describe("WorkerHealth: vLLM's sleep mode (recordSleep)", () => {
       active: 'healthy',
       breaker: 'closed',
       asleep: true,
+      cordoned: false,
       selectable: false,
     });
     health.recordSleep(w, true, 2); // every scrape repeats it: one change only
@@ -463,5 +475,24 @@ describe("WorkerHealth: vLLM's sleep mode (recordSleep)", () => {
     const next = worker(2);
     expect(health.view(next, 1).asleep).toBe(false);
     expect(next.healthy).toBe(true);
+  });
+});
+
+describe('WorkerHealth: cordon (admin API)', () => {
+  it('holds a worker out until uncordoned, whatever its checks and sleep state say', () => {
+    const changes: boolean[] = [];
+    const health = new WorkerHealth({ onChange: (_w, view) => changes.push(view.cordoned) });
+    const w = worker();
+    health.cordon(w, false, 0); // never seen and not cordoned: nothing to change
+    health.cordon(w, true, 1);
+    expect([w.healthy, w.cordoned]).toEqual([false, true]);
+    health.recordCheck(w, true, 2);
+    health.recordSleep(w, true, 3);
+    health.recordSleep(w, false, 4); // awake again, still cordoned
+    expect(w.healthy).toBe(false);
+    health.cordon(w, false, 5);
+    expect([w.healthy, w.cordoned]).toEqual([true, false]);
+    expect(changes.filter((c, i) => i === 0 || c !== changes[i - 1])).toEqual([true, false]);
+    expect(health.view(worker(2), 6).cordoned).toBe(false); // a new generation starts uncordoned
   });
 });

@@ -1,0 +1,164 @@
+/**
+ * WorkerSleep against real simulators (real HTTP on port 0): cordon, drain, vLLM's POST /sleep, and
+ * POST /wake_up, with the failure paths that must sleep nothing and give the worker back.
+ */
+import { afterEach, describe, expect, it } from 'vitest';
+import { WorkerSleep, type WorkerSleepDeps } from '../../../src/admin/worker-sleep.js';
+import { WorkerHealth } from '../../../src/health/worker-health.js';
+import { startSimulator, type Simulator } from '../../../src/sim/simulator.js';
+import { Worker } from '../../../src/workers/worker.js';
+import { AdminInputError } from '../../../src/admin/admin-server.js';
+
+const open: Array<{ close(): Promise<void> }> = [];
+afterEach(async () => {
+  for (const x of open.splice(0).reverse()) await x.close();
+});
+
+interface Fixture {
+  sim: Simulator;
+  workers: Worker[];
+  health: WorkerHealth;
+  sleeper: WorkerSleep;
+}
+
+async function fixture(
+  over: Partial<WorkerSleepDeps> = {},
+  roles: Array<'regular' | 'prefill' | 'decode'> = ['regular'],
+): Promise<Fixture> {
+  const sim = await startSimulator({ timeScale: 0 });
+  open.push(sim);
+  const workers = roles.map(
+    (role) => new Worker({ role, url: sim.url, endpoint: sim.hostPort, generation: 1 }),
+  );
+  const health = new WorkerHealth();
+  const sleeper = new WorkerSleep({
+    workersAt: (url) => workers.filter((w) => w.url === url),
+    health,
+    clock: () => performance.now(),
+    pollMs: 2,
+    ...over,
+  });
+  open.push(sleeper);
+  return { sim, workers, health, sleeper };
+}
+
+async function rejection(p: Promise<unknown>): Promise<AdminInputError> {
+  const err = await p.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  expect(err).toBeInstanceOf(AdminInputError);
+  return err as AdminInputError;
+}
+
+/** Resolves once `cond` holds, checking on every turn of the event loop (no timing assertion). */
+async function until(cond: () => boolean): Promise<void> {
+  while (!cond()) await new Promise((r) => setImmediate(r));
+}
+
+describe('WorkerSleep', () => {
+  it('cordons every role at the URL, waits for its requests to end, then puts it to sleep', async () => {
+    const { sim, workers, health, sleeper } = await fixture({}, ['prefill', 'decode']);
+    workers[1]!.load = 1; // a decode still streaming
+    let done = false;
+    const slept = sleeper.sleep(sim.url, 1).finally(() => (done = true));
+    await until(() => workers.every((w) => w.cordoned));
+    expect(workers.map((w) => w.healthy)).toEqual([false, false]);
+    // Draining: the worker is not asleep while a request is there.
+    for (let i = 0; i < 20; i++) await new Promise((r) => setTimeout(r, 1));
+    expect(done).toBe(false);
+    expect(sim.sleepLevel).toBe(0);
+    workers[1]!.load = 0;
+    const result = await slept;
+    expect(result).toMatchObject({ url: sim.url, level: 1, workers: workers.map((w) => w.id) });
+    expect(sim.sleepLevel).toBe(1);
+    // Asleep at once (not at the next scrape), and still cordoned.
+    expect(workers.map((w) => [w.asleep, w.cordoned, w.healthy])).toEqual([
+      [true, true, false],
+      [true, true, false],
+    ]);
+
+    const woke = await sleeper.wakeUp(sim.url);
+    expect(woke.workers).toHaveLength(2);
+    expect(sim.sleepLevel).toBe(0);
+    expect(workers.map((w) => [w.asleep, w.cordoned, w.healthy])).toEqual([
+      [false, false, true],
+      [false, false, true],
+    ]);
+    expect(health.view(workers[0]!, 0)).toMatchObject({ asleep: false, cordoned: false, selectable: true });
+  });
+
+  it('with scraped pages, also waits for a page read after the drain that shows nothing running', async () => {
+    let page = { takenAtMs: 0, busy: 3 };
+    const { sim, workers, sleeper } = await fixture({ scraped: () => page });
+    const slept = sleeper.sleep(sim.url, 2);
+    await until(() => workers[0]!.cordoned);
+    // An old page that says idle is not enough: it may predate requests of other replicas.
+    page = { takenAtMs: 0, busy: 0 };
+    for (let i = 0; i < 10; i++) await new Promise((r) => setTimeout(r, 1));
+    expect(sim.sleepLevel).toBe(0);
+    page = { takenAtMs: performance.now(), busy: 1 }; // fresh, but another replica's request runs
+    for (let i = 0; i < 10; i++) await new Promise((r) => setTimeout(r, 1));
+    expect(sim.sleepLevel).toBe(0);
+    page = { takenAtMs: performance.now(), busy: 0 };
+    await slept;
+    expect(sim.sleepLevel).toBe(2);
+  });
+
+  it('a drain that does not finish in time sleeps nothing and gives the worker back', async () => {
+    const { sim, workers, sleeper } = await fixture();
+    workers[0]!.load = 1;
+    const err = await rejection(sleeper.sleep(sim.url, 1, 30));
+    expect(err.code).toBe('worker_busy');
+    expect(err.message).toContain('1 requests of this router');
+    expect(sim.sleepLevel).toBe(0);
+    expect(workers[0]!.cordoned).toBe(false);
+    expect(workers[0]!.healthy).toBe(true);
+    workers[0]!.load = 0;
+  });
+
+  it('a worker cordoned before the failed sleep stays cordoned', async () => {
+    const { sim, workers, sleeper } = await fixture();
+    expect(sleeper.cordon(sim.url, true)).toEqual([workers[0]!.id]);
+    workers[0]!.load = 1;
+    await rejection(sleeper.sleep(sim.url, 1, 10));
+    expect(workers[0]!.cordoned).toBe(true);
+    workers[0]!.load = 0;
+    sleeper.cordon(sim.url, false);
+    expect(workers[0]!.healthy).toBe(true);
+  });
+
+  it('a worker that refuses to sleep (or cannot be reached) is given back, with the reason', async () => {
+    const { sim, workers, sleeper } = await fixture();
+    sim.injectFault({ status: 500, message: 'sleep mode is not enabled' }, { path: '/sleep' });
+    const err = await rejection(sleeper.sleep(sim.url, 1));
+    expect(err.code).toBe('worker_error');
+    expect(err.status).toBe(502);
+    expect(err.message).toContain('status 500');
+    expect(workers[0]!.cordoned).toBe(false);
+    expect(workers[0]!.asleep).toBe(false);
+  });
+
+  it('one operation per URL at a time; an unknown URL is not_found', async () => {
+    const { sim, workers, sleeper } = await fixture();
+    workers[0]!.load = 1;
+    const first = sleeper.sleep(sim.url, 1, 60_000);
+    await until(() => workers[0]!.cordoned);
+    expect((await rejection(sleeper.wakeUp(sim.url))).code).toBe('worker_busy');
+    expect((await rejection(sleeper.sleep('http://127.0.0.1:1', 1))).code).toBe('not_found');
+    workers[0]!.load = 0;
+    await first;
+    expect(sim.sleepLevel).toBe(1);
+  });
+
+  it('close() ends a drain in progress: nothing sleeps and the call fails', async () => {
+    const { sim, workers, sleeper } = await fixture();
+    workers[0]!.load = 1;
+    const pending = sleeper.sleep(sim.url, 1, 60_000);
+    await until(() => workers[0]!.cordoned);
+    await sleeper.close();
+    expect((await rejection(pending)).code).toBe('worker_busy');
+    expect(sim.sleepLevel).toBe(0);
+    workers[0]!.load = 0;
+  });
+});
