@@ -91,36 +91,36 @@ export class RouterMetrics {
         for (const w of workers()) this.inc(labels(w), w.processed);
       },
     });
-    new Gauge({
-      name: 'vllm_router_worker_health',
-      help: '1 if the worker is selectable (healthy, breaker not open, awake, not cordoned), else 0.',
-      labelNames: ['role', 'worker', 'generation'] as const,
-      registers,
-      collect() {
-        this.reset();
-        for (const w of workers()) this.set(labels(w), w.healthy ? 1 : 0);
-      },
-    });
-    new Gauge({
-      name: 'vllm_router_worker_asleep',
-      help: "1 while the worker's scraped metrics say vLLM's sleep mode has it asleep (no requests), else 0.",
-      labelNames: ['role', 'worker', 'generation'] as const,
-      registers,
-      collect() {
-        this.reset();
-        for (const w of workers()) this.set(labels(w), w.asleep ? 1 : 0);
-      },
-    });
-    new Gauge({
-      name: 'vllm_router_worker_cordoned',
-      help: '1 while the admin API holds the worker out of selection (POST /workers/cordon or /workers/sleep), else 0.',
-      labelNames: ['role', 'worker', 'generation'] as const,
-      registers,
-      collect() {
-        this.reset();
-        for (const w of workers()) this.set(labels(w), w.cordoned ? 1 : 0);
-      },
-    });
+    // Per-worker 0/1 states: whether it is selectable, and two reasons it may not be.
+    const flags: Array<[string, string, (w: Worker) => boolean]> = [
+      [
+        'vllm_router_worker_health',
+        '1 if the worker is selectable (healthy, breaker not open, awake, not cordoned), else 0.',
+        (w) => w.healthy,
+      ],
+      [
+        'vllm_router_worker_asleep',
+        "1 while the worker's scraped metrics say vLLM's sleep mode has it asleep (no requests), else 0.",
+        (w) => w.asleep,
+      ],
+      [
+        'vllm_router_worker_cordoned',
+        '1 while the admin API holds the worker out of selection (POST /workers/cordon or /workers/sleep), else 0.',
+        (w) => w.cordoned,
+      ],
+    ];
+    for (const [name, help, flag] of flags) {
+      new Gauge({
+        name,
+        help,
+        labelNames: ['role', 'worker', 'generation'] as const,
+        registers,
+        collect() {
+          this.reset();
+          for (const w of workers()) this.set(labels(w), flag(w) ? 1 : 0);
+        },
+      });
+    }
     const breakerState = opts.breakerState;
     if (breakerState) {
       new Gauge({

@@ -1,6 +1,18 @@
 import { describe, expect, it } from 'vitest';
 import { escapeLabelValue, metricsText } from '../../../src/sim/metrics-text.js';
 
+/** An idle worker's figures. */
+const IDLE = {
+  model: 'm',
+  running: 0,
+  waiting: 0,
+  kvCacheUsage: 0,
+  prefixCacheQueries: 0,
+  prefixCacheHits: 0,
+  promptTokens: 0,
+  generationTokens: 0,
+};
+
 describe('metricsText', () => {
   it('renders vLLM metric names with model_name (golden)', () => {
     const text = metricsText({
@@ -31,17 +43,7 @@ describe('metricsText', () => {
   });
 
   it('adds vllm:cache_config_info with the block size when the cache config is given', () => {
-    const text = metricsText({
-      model: 'm',
-      running: 0,
-      waiting: 0,
-      kvCacheUsage: 0,
-      prefixCacheQueries: 0,
-      prefixCacheHits: 0,
-      promptTokens: 0,
-      generationTokens: 0,
-      cacheConfig: { blockSize: 16, numGpuBlocks: 4096 },
-    });
+    const text = metricsText({ ...IDLE, cacheConfig: { blockSize: 16, numGpuBlocks: 4096 } });
     expect(text).toContain('# TYPE vllm:cache_config_info gauge\n');
     expect(text).toContain(
       'vllm:cache_config_info{block_size="16",cache_dtype="auto",enable_prefix_caching="True",num_gpu_blocks="4096"} 1.0\n',
@@ -61,17 +63,7 @@ describe('metricsText', () => {
     { level: 1, states: ['0.0', '1.0', '0.0'] },
     { level: 2, states: ['0.0', '0.0', '1.0'] },
   ])('sleep level $level sets vllm:engine_sleep_state as vLLM records it', ({ level, states }) => {
-    const text = metricsText({
-      model: 'm',
-      running: 0,
-      waiting: 0,
-      kvCacheUsage: 0,
-      prefixCacheQueries: 0,
-      prefixCacheHits: 0,
-      promptTokens: 0,
-      generationTokens: 0,
-      sleepLevel: level,
-    });
+    const text = metricsText({ ...IDLE, sleepLevel: level });
     const values = text
       .split('\n')
       .filter((l) => l.startsWith('vllm:engine_sleep_state{'))
