@@ -6,6 +6,8 @@
  * state, never on durations. The third run routes on KV events (exact mode) through the same chaos:
  * killed publishers, restarts on the same endpoints, re-registrations as new generations; once the
  * fleet is quiet, the router's index of every worker must hold exactly as many blocks as its cache.
+ * With one router the chaos also puts workers to sleep and wakes them through its admin API; none
+ * may be sent a request while asleep.
  * The fourth names a fallback endpoint with every request (Envoy's override_host policy, one retry):
  * requests routed to a killed worker fail over to the next one, and their load must follow.
  * The last three run two router replicas (child processes behind Envoy's health checks and session
@@ -99,6 +101,9 @@ describe.each(RUNS)('chaos soak ($name, short)', ({ mode, kvEvents, replicas, fa
     expect(s.resets.injected).toBeGreaterThan(0);
     expect(s.restarts).toBeGreaterThan(0);
     expect(s.heartbeatPauses).toBeGreaterThan(0);
+    // One router: workers were put to sleep and woken through its admin API, and none was sent a
+    // request while asleep (soakViolations).
+    if (replicas === 1) expect(s.sleeps!.slept).toBeGreaterThan(0);
     if (mode === 'pd') expect(s.timeouts.envoyMessageTimeouts).toBeGreaterThan(0);
     // Requests routed to a killed worker were served by their fallback endpoint, and their load moved.
     if (fallback) expect(s.failovers).toBeGreaterThan(0);

@@ -21,9 +21,11 @@
  * Chaos, every `chaosIntervalMs` (default 1 s), on a worker no other action holds (at most 2 at once,
  * and never the last free worker of a role), in turn: kill it and restart it on the same port after
  * 0.1-2x the TTL (so sometimes it expires and re-registers as a new generation), or stop its
- * heartbeats for 0.5-2.5x the TTL (it expires, then re-registers). The kinds alternate rather than
- * follow a coin, and the run goes on (at most a minute more) until one of each has completed: on a
- * loaded CI host a short run once fit only silences.
+ * heartbeats for 0.5-2.5x the TTL (it expires, then re-registers), or (one router) put it to sleep
+ * through the admin API (`POST /workers/sleep`: cordon, drain, vLLM's sleep) for 0.2-1.5 s and wake
+ * it (`POST /workers/wake_up`): no request may reach it asleep (`sleeps.requestsWhileAsleep`). The
+ * kinds take turns rather than follow a coin, and the run goes on (at most a minute more) until one
+ * of each has completed: on a loaded CI host a short run once fit only silences.
  *
  * The router runs with active health checks (1 s) and circuit breakers (2 s cool-down) on, so their
  * reactions to the chaos are part of the run (`no_workers` in `routerOutcomes` counts the requests
@@ -136,6 +138,12 @@ export interface SoakSummary {
   violations: { noStatus: number; stuck: number; samples: string[] };
   restarts: number;
   heartbeatPauses: number;
+  /**
+   * One router: the sleep chaos. `slept` workers were put to sleep (and woken); `skipped` counts the
+   * attempts the router declined by status (404: not registered at that moment; 409: the drain did
+   * not finish in time, nothing slept); `requestsWhileAsleep` must be 0; `errors` are other answers.
+   */
+  sleeps?: SleepStats;
   /** Every live replica's loads once the fleet is quiet (`replica` is its index). */
   finalLoads: Array<{ replica: number; url: string; role: string; load: number }>;
   /** Per live replica, the workers it knows once the fleet is quiet (each must know all of them). */
@@ -539,8 +547,13 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
       if (now < deadline) return true;
       if (now >= deadline + 60_000) return false;
       if (f.restarts === 0 || f.heartbeatPauses === 0) return true;
+      if (sleeps !== undefined && sleeps.slept === 0) return true;
       return r.replicated && (r.kills === 0 || r.drains === 0);
     };
+    // One router: the sleep chaos goes through its admin API (a cordon is local to one replica).
+    const sleeps: SleepStats | undefined = r.replicated
+      ? undefined
+      : { slept: 0, skipped: {}, requestsWhileAsleep: 0, errors: [] };
     let seq = 0;
     const clients = Array.from({ length: concurrency }, async () => {
       while (running()) await one(seq++);
@@ -549,6 +562,7 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
     // ---- chaos ----
     const actions = new Set<Promise<void>>();
     let chaosActions = 0;
+    const kinds = sleeps === undefined ? 2 : 3;
     const chaosTimer = setInterval(() => {
       const free = f.workers.filter((w) => !w.busy);
       if (f.workers.length - free.length >= 2) return;
@@ -556,10 +570,13 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
       if (candidates.length === 0) return;
       const w = pick(rand, candidates);
       w.busy = true;
+      const kind = chaosActions++ % kinds;
       const action =
-        chaosActions++ % 2 === 0
+        kind === 0
           ? killAndRestart(f, w, randomInt(rand, 100, 2 * ttlMs))
-          : silence(f, w, randomInt(rand, ttlMs / 2, 2.5 * ttlMs));
+          : kind === 1
+            ? silence(f, w, randomInt(rand, ttlMs / 2, 2.5 * ttlMs))
+            : sleepAndWake(r.all()[0]!.adminPort, w, randomInt(rand, 200, 1500), sleeps!);
       const p = action.finally(() => {
         w.busy = false;
         actions.delete(p);
@@ -719,6 +736,7 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
       violations: { noStatus: counts.noStatus, stuck: counts.stuck, samples: violationSamples },
       restarts: f.restarts,
       heartbeatPauses: f.heartbeatPauses,
+      ...(sleeps !== undefined ? { sleeps } : {}),
       finalLoads: (await loadsOf()).map((w) => ({
         replica: w.replica,
         url: w.url,
@@ -784,8 +802,19 @@ export interface SlopeLimits {
 }
 
 /** Invariant violations of a summary (empty = pass). */
+export interface SleepStats {
+  slept: number;
+  skipped: Record<string, number>;
+  requestsWhileAsleep: number;
+  errors: string[];
+}
+
 export function soakViolations(s: SoakSummary, limits: SlopeLimits): string[] {
   const out: string[] = [];
+  if (s.sleeps !== undefined && s.sleeps.requestsWhileAsleep > 0)
+    out.push(`${s.sleeps.requestsWhileAsleep} requests reached a sleeping worker`);
+  if (s.sleeps !== undefined && s.sleeps.errors.length > 0)
+    out.push(`sleep chaos failed: ${s.sleeps.errors.join('; ')}`);
   const bad = s.finalLoads.filter((w) => w.load !== 0);
   if (bad.length > 0) out.push(`final loads not 0: ${JSON.stringify(bad)}`);
   if (s.simulatorsInFlight !== 0) out.push(`${s.simulatorsInFlight} requests still in flight on simulators`);
@@ -933,6 +962,35 @@ async function killAndRestart(f: SoakFleet, w: FleetWorker, downMs: number): Pro
   await f.kill(w);
   await sleep(downMs);
   await f.restart(w);
+}
+
+/**
+ * Puts the worker to sleep through the router's admin API (cordon, drain, its POST /sleep), keeps it
+ * asleep `ms`, and wakes it the same way; counts the requests that reached it asleep.
+ */
+async function sleepAndWake(adminPort: number, w: FleetWorker, ms: number, stats: SleepStats): Promise<void> {
+  const sim = w.sim;
+  if (sim === undefined) return;
+  const op = async (what: string, query = ''): Promise<{ status: number; text: string }> => {
+    const url = `http://127.0.0.1:${adminPort}/workers/${what}?url=${encodeURIComponent(sim.url)}${query}`;
+    const res = await fetch(url, { method: 'POST' });
+    return { status: res.status, text: await res.text() };
+  };
+  const before = sim.requestsWhileAsleep;
+  const slept = await op('sleep', '&timeout_ms=10000');
+  if (slept.status === 404 || slept.status === 409) {
+    stats.skipped[slept.status] = (stats.skipped[slept.status] ?? 0) + 1;
+    return;
+  }
+  if (slept.status !== 200) {
+    stats.errors.push(`sleep: ${slept.status} ${slept.text.slice(0, 200)}`);
+    return;
+  }
+  stats.slept++;
+  await sleep(ms);
+  const woke = await op('wake_up');
+  if (woke.status !== 200) stats.errors.push(`wake_up: ${woke.status} ${woke.text.slice(0, 200)}`);
+  stats.requestsWhileAsleep += sim.requestsWhileAsleep - before;
 }
 
 async function silence(f: SoakFleet, w: FleetWorker, ms: number): Promise<void> {
