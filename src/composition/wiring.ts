@@ -442,6 +442,9 @@ function buildPools(
         if (reason === 'replaced') load.replaced(w);
       },
       models: load.models,
+      tokensOf: (model, chars) => Math.ceil(chars / (load.charsPerToken?.(model) ?? config.charsPerToken)),
+      onContextFit: (role, fitted) =>
+        metrics.contextFits.inc({ role, outcome: fitted ? 'fitted' : 'none_long_enough' }),
     });
   });
 }
@@ -768,7 +771,13 @@ function buildAdmin(c: Base, workerSleep: WorkerSleep): AdminServer {
       return {
         ...loadView(w, c.board, c.timing, now),
         servedModels:
-          served === undefined ? null : { base: served.base, adapters: Object.fromEntries(served.adapters) },
+          served === undefined
+            ? null
+            : {
+                base: served.base,
+                adapters: Object.fromEntries(served.adapters),
+                ...(served.maxModelLen ? { maxModelLen: Object.fromEntries(served.maxModelLen) } : {}),
+              },
       };
     },
   });

@@ -54,6 +54,7 @@ export class RouterMetrics {
   readonly discoveryEvents: Counter<'role' | 'event'>;
   readonly discoveryRejected: Counter<'reason'>;
   readonly poolChanges: Counter<'role' | 'change'>;
+  readonly contextFits: Counter<'role' | 'outcome'>;
   readonly failovers: Counter<'worker' | 'adopted'>;
   readonly shed: Counter<'objective' | 'role'>;
   readonly flowRefused: Counter<'reason' | 'objective'>;
@@ -258,6 +259,12 @@ export class RouterMetrics {
       name: 'vllm_router_pool_changes_total',
       help: 'Persistent pool membership changes: added, departed, replaced.',
       labelNames: ['role', 'change'] as const,
+      registers,
+    });
+    this.contextFits = new Counter({
+      name: 'vllm_router_context_fits_total',
+      help: "Requests estimated longer than some candidate workers' max_model_len: kept to the workers long enough (outcome fitted), or none was and every candidate stayed (none_long_enough: the worker's own 400 says by how much).",
+      labelNames: ['role', 'outcome'] as const,
       registers,
     });
     this.failovers = new Counter({

@@ -46,6 +46,11 @@ export interface InferenceRequest {
   /** /v1/responses: the `previous_response_id` the request continues, when it names one. */
   readonly previousResponseId?: string;
   /**
+   * The output tokens it asks for at most: `max_tokens`, else chat's `max_completion_tokens`, else
+   * the Responses API's `max_output_tokens`; 0 when none is a non-negative integer (or unknown).
+   */
+  readonly outputTokens?: number;
+  /**
    * /v1/responses whose response the worker stores (`store` not false) and whose `request_id` the
    * client left unset: the router may name the response (routing/response-affinity.ts).
    */
@@ -149,6 +154,14 @@ class ParsedInferenceRequest implements InferenceRequest {
     // Built once, on the first read (the policies that tokenize), from the joined body.
     this.asChat ??= { ...this.json, messages: responsesMessages(this.json) };
     return this.asChat;
+  }
+
+  get outputTokens(): number {
+    const b = this.body;
+    for (const v of [b.max_tokens, b.max_completion_tokens, b.max_output_tokens]) {
+      if (typeof v === 'number' && Number.isInteger(v) && v >= 0) return v;
+    }
+    return 0;
   }
 
   get namesFreeResponse(): boolean {

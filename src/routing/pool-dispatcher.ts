@@ -133,6 +133,7 @@ export function routingContext(req: RouteRequest): RoutingContext {
 class InferenceRoutingContext implements RoutingContext {
   readonly model: string;
   readonly text: RoutingText;
+  readonly outputTokens: number;
 
   constructor(
     private readonly inf: InferenceRequest,
@@ -142,6 +143,7 @@ class InferenceRoutingContext implements RoutingContext {
   ) {
     this.model = inf.model;
     this.text = inf.text;
+    this.outputTokens = inf.outputTokens ?? 0;
   }
 
   get body(): Readonly<Record<string, unknown>> {

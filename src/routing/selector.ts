@@ -25,6 +25,11 @@ export interface RoutingContext {
    * not candidates. A prefill leg is the router's own request, not the gateway's: prefill pools ignore it.
    */
   readonly subset?: ReadonlySet<string>;
+  /**
+   * An inference request's `max_tokens` (0 when unset): with the routing text's length, what it needs
+   * of a worker's context length (worker-pool.ts). Undefined for other requests (no fit applied).
+   */
+  readonly outputTokens?: number;
 }
 
 export interface RoutingObserver {
@@ -47,7 +52,7 @@ export function choose(
   ctx: RoutingContext,
   exclude?: ReadonlySet<Worker>,
 ): Chosen | undefined {
-  const workers = candidates(pool, ctx, exclude);
+  const workers = candidates(pool, ctx, exclude, true);
   if (workers.length === 0) return undefined;
   const holder = ctx.holder !== undefined ? holderAmong(workers, ctx.holder) : undefined;
   if (holder !== undefined) {
@@ -59,13 +64,19 @@ export function choose(
   return { decision: pool.policy.select(input), input };
 }
 
-/** The workers a request may go to in this pool: serving its model, healthy, allowed, not excluded. */
+/**
+ * The workers a request may go to in this pool: serving its model, long enough for it, healthy,
+ * allowed, not excluded. `report`: the selection's own call (counts a context-length fit).
+ */
 export function candidates(
   pool: WorkerPool,
   ctx: RoutingContext,
   exclude?: ReadonlySet<Worker>,
+  report = false,
 ): readonly Worker[] {
-  let workers = pool.candidatesFor(ctx.model);
+  const need =
+    ctx.outputTokens !== undefined ? { chars: ctx.text.length, outputTokens: ctx.outputTokens } : undefined;
+  let workers = pool.candidatesFor(ctx.model, need, report);
   if (exclude && exclude.size > 0) workers = workers.filter((w) => !exclude.has(w));
   const subset = ctx.subset;
   if (subset !== undefined && pool.role !== 'prefill')

@@ -186,7 +186,11 @@ export interface SimulatorOptions {
    * charsPerToken (ids consistent with the simulator's token counts).
    */
   tokenizer?: SimTokenizer;
-  /** `max_model_len` reported by /tokenize. Default 131072. */
+  /**
+   * `max_model_len` (`--max-model-len`), reported by /tokenize and on the /v1/models cards. When set,
+   * a generation request whose prompt (counted by `tokenizer`) plus its max_tokens exceeds it gets
+   * vLLM's 400. Default 131072, not enforced.
+   */
   maxModelLen?: number;
   /**
    * Publish KV-cache events as vLLM does (kv-event-publisher.ts): the prefix cache then works on the
@@ -738,8 +742,10 @@ class SimulatorServer implements Simulator {
           JSON.stringify({
             object: 'list',
             data: [
-              ...this.baseNames.map((id) => modelCard(id, this.model, null)),
-              ...(this.opts.lora?.modules ?? []).map((id) => modelCard(id, `/adapters/${id}`, this.model)),
+              ...this.baseNames.map((id) => modelCard(id, this.model, null, this.maxModelLen)),
+              ...(this.opts.lora?.modules ?? []).map((id) =>
+                modelCard(id, `/adapters/${id}`, this.model, this.maxModelLen),
+              ),
             ],
           }),
         );
@@ -837,6 +843,29 @@ class SimulatorServer implements Simulator {
     if (this.maxRecords === 0) return;
     this.responseLookups.push({ method, path, responseId: id, status, atMs: Date.now() });
     if (this.responseLookups.length > this.maxRecords) this.responseLookups.shift();
+  }
+
+  /** vLLM's 400 for a prompt (plus the output tokens asked for) longer than max_model_len. */
+  private contextError(request: GenerationRequest, body: unknown): string | undefined {
+    const max = this.maxModelLen;
+    let input = 0;
+    for (const p of request.prompts) input = Math.max(input, this.tokenizer.encode(p).length);
+    const b = isObj(body) ? body : {};
+    const raw = b.max_tokens ?? b.max_completion_tokens ?? b.max_output_tokens;
+    const asked = typeof raw === 'number' ? raw : 0;
+    if (input > max) {
+      return (
+        `This model's maximum context length is ${max} tokens. However, your request has ${input} ` +
+        'input tokens. Please reduce the length of the input messages.'
+      );
+    }
+    if (input + asked > max) {
+      return (
+        `'max_tokens' or 'max_completion_tokens' is too large: ${asked}. This model's maximum context ` +
+        `length is ${max} tokens and your request has ${input} input tokens (${asked} > ${max} - ${input}).`
+      );
+    }
+    return undefined;
   }
 
   /** A base name, or (LoRA on) a listed adapter. */
@@ -942,6 +971,8 @@ class SimulatorServer implements Simulator {
     if (this.opts.strictModels === true && request.model !== undefined && !this.serves(request.model)) {
       return this.finishError(ctx, 404, `The model \`${request.model}\` does not exist.`);
     }
+    const tooLong = this.opts.maxModelLen !== undefined ? this.contextError(request, body) : undefined;
+    if (tooLong !== undefined) return this.finishError(ctx, 400, tooLong);
     const priority = requestPriority(body, this.opts.schedulingPolicy ?? 'fcfs');
     if (typeof priority !== 'number') return this.finishError(ctx, 400, priority.error);
 
@@ -1373,6 +1404,11 @@ export async function startSimulator(opts: SimulatorOptions = {}): Promise<Simul
 }
 
 /** One entry of GET /v1/models as vLLM writes it (`parent`: null for a served name, the base model for an adapter). */
-function modelCard(id: string, root: string, parent: string | null): Record<string, unknown> {
-  return { id, object: 'model', created: 0, owned_by: 'vllm', root, parent };
+function modelCard(
+  id: string,
+  root: string,
+  parent: string | null,
+  maxModelLen: number,
+): Record<string, unknown> {
+  return { id, object: 'model', created: 0, owned_by: 'vllm', root, parent, max_model_len: maxModelLen };
 }

@@ -33,6 +33,18 @@ export interface ServedModels {
   readonly adapters: ReadonlyMap<string, string>;
   /** The list's entries as the worker wrote them (a `/v1/models` list only; none from a label). */
   readonly cards?: readonly ModelCard[];
+  /** Listed id -> its `max_model_len` (vLLM's `--max-model-len`: prompt + output tokens at most). */
+  readonly maxModelLen?: ReadonlyMap<string, number>;
+}
+
+/**
+ * The longest request (prompt + output tokens) `model` takes on a worker serving `served`: its own
+ * card's `max_model_len`, else (an adapter the worker does not list) its first base model's.
+ */
+export function maxModelLenOf(served: ServedModels | undefined, model: string): number | undefined {
+  const lens = served?.maxModelLen;
+  if (lens === undefined) return undefined;
+  return lens.get(model) ?? lens.get(served!.base[0] ?? '');
 }
 
 /** One entry of an OpenAI model list (`id`, `object`, `owned_by`, `root`, `parent`, `max_model_len`, ...). */
@@ -61,15 +73,26 @@ export function parseModelList(text: string): ServedModels | undefined {
   const base: string[] = [];
   const adapters = new Map<string, string>();
   const cards: ModelCard[] = [];
+  const lens = new Map<string, number>();
   for (const entry of data.slice(0, MAX_LISTED_MODELS)) {
     if (typeof entry !== 'object' || entry === null || Array.isArray(entry)) continue;
-    const { id, parent } = entry as { id?: unknown; parent?: unknown };
+    const {
+      id,
+      parent,
+      max_model_len: len,
+    } = entry as { id?: unknown; parent?: unknown; max_model_len?: unknown };
     if (typeof id !== 'string' || id === '') continue;
     cards.push(entry as ModelCard);
+    if (typeof len === 'number' && Number.isInteger(len) && len > 0) lens.set(id, len);
     if (typeof parent === 'string' && parent !== '' && parent !== id) adapters.set(id, parent);
     else if (!base.includes(id)) base.push(id);
   }
-  return { base, adapters: adapters.size > 0 ? adapters : NO_ADAPTERS, cards };
+  return {
+    base,
+    adapters: adapters.size > 0 ? adapters : NO_ADAPTERS,
+    cards,
+    ...(lens.size > 0 ? { maxModelLen: lens } : {}),
+  };
 }
 
 interface Entry {
@@ -201,5 +224,7 @@ function same(a: ServedModels | undefined, b: ServedModels): boolean {
   if (a === undefined || a.base.length !== b.base.length || a.adapters.size !== b.adapters.size) return false;
   for (let i = 0; i < a.base.length; i++) if (a.base[i] !== b.base[i]) return false;
   for (const [k, v] of b.adapters) if (a.adapters.get(k) !== v) return false;
+  if ((a.maxModelLen?.size ?? 0) !== (b.maxModelLen?.size ?? 0)) return false;
+  for (const [k, v] of b.maxModelLen ?? []) if (a.maxModelLen?.get(k) !== v) return false;
   return true;
 }

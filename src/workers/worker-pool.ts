@@ -19,6 +19,14 @@
  * changes, so the policies' per-array memos hold, and a fleet serving one model gets the candidates
  * array itself back.
  *
+ * Context length (`candidatesFor`'s `size`): vLLM refuses (400) a request whose prompt and output
+ * tokens exceed its `--max-model-len`, which its `/v1/models` cards report as `max_model_len`. In a
+ * fleet whose workers of one model were started with different lengths, a request estimated longer
+ * than some of them (prompt characters / the model's characters per token, plus its `max_tokens`)
+ * goes only to those that take it. When none does, every candidate stays (the worker's own 400 then
+ * says by how much: the estimate is no tokenizer). A fleet whose every worker takes it pays one
+ * comparison with the memoized shortest length.
+ *
  * INVARIANT (Node's equivalent of the design's pool lock): callers run reconcile -> select ->
  * guard acquisition -> policy.routed in ONE synchronous step, with no `await` in between, so no
  * other request can observe or install a different snapshot in the middle (see routing/selector.ts).
@@ -26,7 +34,7 @@
 import type { Role } from './role.js';
 import { Worker } from './worker.js';
 import type { Policy } from '../routing/policy.js';
-import { servingRule, type ServedModels } from './served-models.js';
+import { maxModelLenOf, servingRule, type ServedModels } from './served-models.js';
 
 /** What the pool needs from a registry entry. */
 export interface MemberEntry {
@@ -48,6 +56,18 @@ export interface PoolHooks {
   onRemoved?(worker: Worker, reason: 'departed' | 'replaced'): void;
   /** What each worker serves, when known (see the header: `candidatesFor`). */
   readonly models?: ModelKnowledge;
+  /** Estimated tokens of `chars` characters of `model`'s prompt text (context-length fit). */
+  readonly tokensOf?: (model: string, chars: number) => number;
+  /** A request was kept off workers too short for it (`fitted`), or found none long enough. */
+  onContextFit?(role: Role, fitted: boolean): void;
+}
+
+/** What a request needs of a worker's context length (see the header). */
+export interface ContextNeed {
+  /** Characters of its routing text. */
+  readonly chars: number;
+  /** Its `max_tokens` (or `max_completion_tokens`, `max_output_tokens`); 0 when unset. */
+  readonly outputTokens: number;
 }
 
 /** What the pool reads of the workers' served models (served-models.ts `ModelCatalog`, bound to URLs). */
@@ -69,7 +89,14 @@ export class WorkerPool {
   /** candidatesFor's last answer per model, valid for one member list, candidates array and knowledge version. */
   private readonly byModel = new Map<
     string,
-    { members: readonly Worker[]; all: readonly Worker[]; version: number; workers: readonly Worker[] }
+    {
+      members: readonly Worker[];
+      all: readonly Worker[];
+      version: number;
+      workers: readonly Worker[];
+      /** The shortest `max_model_len` the workers report for the model (undefined: none reports one). */
+      shortest: number | undefined;
+    }
   >();
 
   constructor(
@@ -102,25 +129,40 @@ export class WorkerPool {
     return this.selectable;
   }
 
-  /** `candidates()` narrowed to the workers known to serve `model`, when any is (see the header). */
-  candidatesFor(model: string): readonly Worker[] {
+  /**
+   * `candidates()` narrowed to the workers known to serve `model`, when any is, and to those whose
+   * context length takes the request (`need`), when some do (see the header). `report`: tell the
+   * onContextFit hook (once per request: the selection's call, not the checks around it).
+   */
+  candidatesFor(model: string, need?: ContextNeed, report = false): readonly Worker[] {
     const all = this.candidates();
     const models = this.hooks.models;
     if (models === undefined || model === '') return all;
     const version = models.version;
-    const memo = this.byModel.get(model);
+    let memo = this.byModel.get(model);
     // The rule reads every member (a down one too): a member leaving while down changes no candidate.
-    if (memo !== undefined && memo.members === this.ordered && memo.all === all && memo.version === version) {
-      return memo.workers;
+    if (memo === undefined || memo.members !== this.ordered || memo.all !== all || memo.version !== version) {
+      // Knowledge comes from every member, healthy or not: when the workers serving a model are all
+      // unhealthy, its requests get no worker (a 503), not another model's (a 404 there).
+      const serves = servingRule(model, this.ordered, (w) => models.of(w));
+      let workers = all;
+      if (serves !== undefined && !this.ordered.every(serves)) workers = all.filter(serves);
+      let shortest: number | undefined;
+      for (const w of workers) {
+        const len = maxModelLenOf(models.of(w), model);
+        if (len !== undefined && !(len >= (shortest ?? Infinity))) shortest = len;
+      }
+      if (this.byModel.size >= MODEL_MEMO_SIZE && !this.byModel.has(model)) this.byModel.clear();
+      memo = { members: this.ordered, all, version, workers, shortest };
+      this.byModel.set(model, memo);
     }
-    // Knowledge comes from every member, healthy or not: when the workers serving a model are all
-    // unhealthy, its requests get no worker (a 503), not another model's (a 404 there).
-    const serves = servingRule(model, this.ordered, (w) => models.of(w));
-    let workers = all;
-    if (serves !== undefined && !this.ordered.every(serves)) workers = all.filter(serves);
-    if (this.byModel.size >= MODEL_MEMO_SIZE && memo === undefined) this.byModel.clear();
-    this.byModel.set(model, { members: this.ordered, all, version, workers });
-    return workers;
+    const tokensOf = this.hooks.tokensOf;
+    if (need === undefined || memo.shortest === undefined || tokensOf === undefined) return memo.workers;
+    const tokens = tokensOf(model, need.chars) + need.outputTokens;
+    if (tokens <= memo.shortest) return memo.workers;
+    const fitting = memo.workers.filter((w) => !((maxModelLenOf(models.of(w), model) ?? Infinity) < tokens));
+    if (report) this.hooks.onContextFit?.(this.role, fitting.length > 0);
+    return fitting.length > 0 ? fitting : memo.workers;
   }
 
   reconcile(): void {

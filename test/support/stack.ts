@@ -83,5 +83,5 @@ export async function postThrough(
   });
   const text = await res.text();
   const decision = res.headers.get('x-vllm-router-decision') ?? '';
-  return { status: res.status, text, decision, worker: /worker=(\S+?);/.exec(decision)?.[1] ?? '' };
+  return { status: res.status, text, decision, worker: /worker=([^;\s]+)/.exec(decision)?.[1] ?? '' };
 }

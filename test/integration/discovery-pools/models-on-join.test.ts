@@ -16,7 +16,11 @@ afterEach(async () => {
 
 interface View {
   url: string;
-  servedModels: { base: string[]; adapters: Record<string, string> } | null;
+  servedModels: {
+    base: string[];
+    adapters: Record<string, string>;
+    maxModelLen?: Record<string, number>;
+  } | null;
 }
 
 describe('models of a worker that joins', () => {
@@ -41,7 +45,12 @@ describe('models of a worker that joins', () => {
       message: 'the joined worker listed',
     });
     const [view] = (await adminJson<View[]>(router, '/workers')).body;
-    expect(view?.servedModels).toEqual({ base: ['llama', 'llama-chat'], adapters: { 'sql-lora': 'llama' } });
+    expect(view?.servedModels).toEqual({
+      base: ['llama', 'llama-chat'],
+      adapters: { 'sql-lora': 'llama' },
+      // The simulator's cards carry vLLM's max_model_len (its default, 131072).
+      maxModelLen: { llama: 131072, 'llama-chat': 131072, 'sql-lora': 131072 },
+    });
     expect(sim.records).toHaveLength(0); // no generation request was needed to learn it
   });
 
@@ -64,7 +73,11 @@ describe('models of a worker that joins', () => {
         await router.close();
       }
     };
-    expect(await listed('secret')).toEqual({ base: ['llama', 'llama-chat'], adapters: {} });
+    expect(await listed('secret')).toEqual({
+      base: ['llama', 'llama-chat'],
+      adapters: {},
+      maxModelLen: { llama: 131072, 'llama-chat': 131072 },
+    });
     expect(await listed('')).toBeNull(); // a 401: nothing known (no metrics label either: scrapes off here)
   });
 });

@@ -309,3 +309,28 @@ describe('simulator HTTP', () => {
     await expect(s.waitForRequests(5)).rejects.toThrow('closed');
   });
 });
+
+describe('simulator: max_model_len', () => {
+  const sim = simulatorsClosedAfterEach();
+
+  it('lists it on its /v1/models cards and, when set, refuses longer requests as vLLM does', async () => {
+    const s = await sim({ maxModelLen: 100, cache: { charsPerToken: 4 } });
+    const models = JSON.parse((await getText(`${s.url}/v1/models`)).text) as {
+      data: Array<{ id: string; max_model_len: number }>;
+    };
+    expect(models.data.map((m) => m.max_model_len)).toEqual([100]);
+    expect(
+      (await postJson(`${s.url}/v1/completions`, { prompt: 'x'.repeat(360), max_tokens: 10 })).status,
+    ).toBe(200);
+    const tooLong = await postJson(`${s.url}/v1/completions`, { prompt: 'x'.repeat(404) });
+    expect(tooLong.status).toBe(400);
+    expect(JSON.stringify(tooLong.json)).toContain('maximum context length is 100 tokens');
+    const withOutput = await postJson(`${s.url}/v1/chat/completions`, {
+      messages: [{ role: 'user', content: 'x'.repeat(360) }],
+      max_completion_tokens: 20,
+    });
+    expect(withOutput.status).toBe(400);
+    expect(JSON.stringify(withOutput.json)).toContain('is too large: 20');
+    expect(s.inFlight()).toBe(0);
+  });
+});

@@ -5,6 +5,7 @@
 import { describe, expect, it } from 'vitest';
 import {
   MAX_LISTED_MODELS,
+  maxModelLenOf,
   ModelCatalog,
   parseModelList,
   servingRule,
@@ -54,6 +55,22 @@ describe('parseModelList', () => {
     const s = parseModelList(VLLM_LIST)!;
     expect(s.base).toEqual(['llama', 'llama-chat']);
     expect([...s.adapters]).toEqual([['sql-lora', 'llama']]);
+  });
+
+  it("reads each card's max_model_len; an adapter without one takes its worker's first base model's", () => {
+    const s = parseModelList(VLLM_LIST)!;
+    expect([...s.maxModelLen!]).toEqual([
+      ['llama', 131072],
+      ['llama-chat', 131072],
+    ]);
+    expect(maxModelLenOf(s, 'llama-chat')).toBe(131072);
+    expect(maxModelLenOf(s, 'sql-lora')).toBe(131072); // max_model_len: null on its card
+    expect(maxModelLenOf(undefined, 'llama')).toBeUndefined();
+    const none = parseModelList(
+      '{"data":[{"id":"q","max_model_len":"4096"},{"id":"r","max_model_len":-1}]}',
+    )!;
+    expect(none.maxModelLen).toBeUndefined();
+    expect(maxModelLenOf(none, 'q')).toBeUndefined();
   });
 
   it('reads a list without parent fields (SGLang, older servers) as base models', () => {
