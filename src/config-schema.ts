@@ -144,7 +144,7 @@ export const OPTIONS = [
     flag: 'forward-priority',
     type: 'bool',
     default: false,
-    help: "Pass each inference request's objective priority on to the worker as the body's priority, negated (vLLM runs lower values first): for vLLM started with --scheduling-policy priority, whose waiting queue then serves higher objectives first. The router decides: a request without an objective, or with priority 0, leaves without a priority, whatever the client sent. vLLM without that policy refuses any priority but 0 (400), so enable both together.",
+    help: "Pass each inference (and pooling: embeddings, score, rerank, classify) request's objective priority on to the worker as the body's priority, negated (vLLM runs lower values first): for vLLM started with --scheduling-policy priority, whose waiting queue then serves higher objectives first. The router decides: a request without an objective, or with priority 0, leaves without a priority, whatever the client sent. vLLM without that policy refuses any priority but 0 (400), so enable both together.",
   },
   {
     group: 'Admission',

@@ -56,7 +56,7 @@ import { UNTRUSTED_REQUEST_HEADERS } from './headers.js';
 import { inferenceKind, parseInferenceRequest, type InferenceKind } from '../request/inference-request.js';
 import { RouterError } from '../request/router-error.js';
 import { MODEL_REWRITE_HEADER, withModel } from '../request/model-rewrite.js';
-import { withPriority } from '../request/worker-priority.js';
+import { takesPriority, withPriority } from '../request/worker-priority.js';
 import { requestOutcome, type Outcome, type RequestEnd, type RoutingStage } from '../request/request-end.js';
 import type { Worker } from '../workers/worker.js';
 import { endpointSubset, servedEndpoint } from './lb-metadata.js';
@@ -314,7 +314,8 @@ export class Session {
     if (body !== undefined) {
       const target = this.headers[MODEL_REWRITE_HEADER];
       edited = target ? withModel(body, target) : undefined;
-      const priority = this.kind !== undefined ? this.deps.workerPriority?.(this.headers) : undefined;
+      const takes = this.kind !== undefined || takesPriority(this.method, this.path);
+      const priority = takes ? this.deps.workerPriority?.(this.headers) : undefined;
       const prioritised = priority !== undefined ? withPriority(edited ?? body, priority) : undefined;
       edited = prioritised ?? edited;
       if (edited !== undefined) body = edited;

@@ -7,10 +7,33 @@
  * The router then decides, not the client: a request with no objective (or priority 0) leaves with no
  * `priority` at all, whatever the client wrote (a client must not jump the queue by itself).
  *
- * Only inference requests whose body changes pay for a parse and a write: a body that must end up
- * without a priority and does not mention one is returned unchanged without being parsed.
+ * Which requests: the inference requests (completions, chat, responses) and vLLM's pooling requests
+ * (`/v1/embeddings`, `/pooling`, `/classify`, `/score`, `/rerank`, and their versioned paths), whose
+ * bodies take the same `priority` (`PRIORITY_PATHS`).
+ *
+ * Only requests whose body changes pay for a parse and a write: a body that must end up without a
+ * priority and does not mention one is returned unchanged without being parsed.
  */
 import { jsonObject } from './json-object.js';
+
+/** vLLM's pooling endpoints: their requests take a `priority` as the inference requests' do. */
+const PRIORITY_PATHS: ReadonlySet<string> = new Set([
+  '/v1/embeddings',
+  '/pooling',
+  '/classify',
+  '/score',
+  '/v1/score',
+  '/rerank',
+  '/v1/rerank',
+  '/v2/rerank',
+]);
+
+/** Whether a request that is not an inference request takes a body `priority` (a pooling request). */
+export function takesPriority(method: string, path: string): boolean {
+  if (method !== 'POST') return false;
+  const q = path.indexOf('?');
+  return PRIORITY_PATHS.has(q === -1 ? path : path.slice(0, q));
+}
 
 /** vLLM's `priority` for an objective's priority (0 stays 0). */
 export function vllmPriority(objectivePriority: number): number {

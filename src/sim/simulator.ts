@@ -12,7 +12,8 @@
  * GET /load (`{"server_load": in-flight generation requests}`, what vLLM's load endpoint counts),
  * GET /metrics (vLLM names, see metrics-text.ts), POST /tokenize and POST /detokenize (vLLM's shapes, through
  * the pluggable tokenizer of sim-tokenizer.ts; see tokenize-api.ts), POST /v1/audio/transcriptions and
- * /v1/audio/translations (multipart forms, no engine time; audio-api.ts).
+ * /v1/audio/translations (multipart forms, no engine time; audio-api.ts), POST /v1/embeddings (no
+ * engine time; embeddings-api.ts), POST /sleep, POST /wake_up and GET /is_sleeping (vLLM's sleep mode).
  *
  * Request life cycle: body read -> record pushed (waitForRequests sees it) -> fault (if any) -> parse /
  * priority / P/D checks (400 on failure) -> optional injected delay -> engine: wait for a slot (by
@@ -34,6 +35,8 @@ import type { AddressInfo } from 'node:net';
 import { randomUUID } from 'node:crypto';
 import { Engine, type EngineJob } from './engine.js';
 import { isAudioPath, serveAudio } from './audio-api.js';
+import { answerEmbeddings, EMBEDDINGS_PATH } from './embeddings-api.js';
+import { readBody } from './read-body.js';
 import { FaultQueue, type Fault, type FaultOptions } from './faults.js';
 import { HoldQueue, type HoldOptions, type OutputGate, type StreamHold } from './stream-hold.js';
 import {
@@ -724,6 +727,7 @@ class SimulatorServer implements Simulator {
     }
     if (isTokenizationPath(path)) return this.sendError(res, 405, `method ${req.method ?? ''} not allowed`);
     if (path === '/sleep' || path === '/wake_up') return this.answerSleep(req, res, path);
+    if (req.method === 'POST' && path === EMBEDDINGS_PATH) return this.serveEmbeddings(req, res, path);
     if (req.method !== 'GET' && req.method !== 'HEAD') {
       return this.sendError(res, path === '/health' ? 405 : 404, `no route ${req.method ?? ''} ${path}`);
     }
@@ -794,6 +798,51 @@ class SimulatorServer implements Simulator {
     res.on('close', () => {
       clearTimeout(timer);
       this.sideTimers.delete(timer);
+    });
+  }
+
+  /** POST /v1/embeddings (embeddings-api.ts), recorded in `records` like a generation request. */
+  private serveEmbeddings(req: IncomingMessage, res: ServerResponse, path: string): void {
+    const startMs = Date.now();
+    readBody(req, MAX_BODY_BYTES, (raw) => {
+      if (raw === undefined) return sendJson(res, 413, errorBody(413, 'request body too large'));
+      const asleep = this.sleepLevel > 0;
+      if (asleep) this.requestsWhileAsleep += 1;
+      const answer = asleep
+        ? {
+            status: 503,
+            body: errorBody(503, 'The engine is sleeping; POST /wake_up first.'),
+            promptTokens: 0,
+          }
+        : answerEmbeddings(raw, {
+            defaultModel: this.model,
+            serves: this.opts.strictModels === true ? (m) => this.serves(m) : undefined,
+            priority: (b) => requestPriority(b, this.opts.schedulingPolicy ?? 'fcfs'),
+            tokensOf: (text) => this.tokenizer.encode(text).length,
+          });
+      let body: unknown;
+      try {
+        body = JSON.parse(raw.toString('utf8'));
+      } catch {
+        body = raw.toString('utf8');
+      }
+      const headers = lowerHeaders(req);
+      this.pushRecord({
+        requestId: headers['x-request-id'] || randomUUID(),
+        path,
+        startMs,
+        endMs: Date.now(),
+        firstByteMs: Date.now(),
+        outcome: answer.status === 200 ? 'ok' : 'error',
+        status: answer.status,
+        promptTokens: answer.promptTokens,
+        cachedTokens: 0,
+        completionTokens: 0,
+        stream: false,
+        body,
+        headers,
+      });
+      sendJson(res, answer.status, answer.body);
     });
   }
 

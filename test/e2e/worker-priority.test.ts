@@ -6,7 +6,8 @@
  * first and the batch ones last, because the router wrote each objective's priority into its body. A
  * client's own `priority` does not let it jump the queue: the router replaces it. Without the flag the
  * bodies keep what the client sent, and the same worker takes them first come, first served. In P/D
- * mode both legs carry the priority (each worker orders its own queue).
+ * mode both legs carry the priority (each worker orders its own queue). Embedding requests (vLLM's
+ * pooling requests take the same `priority`) carry it too.
  * Ends with every load back to 0.
  */
 import { afterEach, describe, expect, it } from 'vitest';
@@ -118,6 +119,32 @@ describe('--forward-priority: the objective priority orders the worker queue', (
     ]);
     expect(statuses).toEqual([200, 200, 200]);
     expect(order).toEqual(['batch-1', 'plain', 'interactive']);
+  });
+});
+
+describe('--forward-priority on embedding requests', () => {
+  it("writes the objective's priority into /v1/embeddings bodies, and removes a client's own", async () => {
+    stack = await start(true);
+    const embed = async (input: string, objective?: string, priority?: number) => {
+      const r = await fetch(`${stack!.url}/v1/embeddings`, {
+        method: 'POST',
+        headers: {
+          'content-type': 'application/json',
+          ...(objective ? { 'x-gateway-inference-objective': objective } : {}),
+        },
+        body: JSON.stringify({ model: 'm', input, ...(priority === undefined ? {} : { priority }) }),
+      });
+      const body = (await r.json()) as { data?: unknown[] };
+      expect(r.status, JSON.stringify(body)).toBe(200);
+      expect(body.data).toHaveLength(1);
+      const rec = stack!.sims[0]!.records.find(
+        (x) => x.path === '/v1/embeddings' && JSON.stringify(x.body).includes(input),
+      );
+      return (rec?.body as { priority?: number }).priority;
+    };
+    expect(await embed('for search', 'interactive')).toBe(-1);
+    expect(await embed('nightly index', 'batch')).toBe(1);
+    expect(await embed('jump the queue', undefined, -5)).toBeUndefined();
   });
 });
 

@@ -843,7 +843,7 @@ describe("Session: the objective's priority to the worker (--forward-priority)",
     expect(sentBody(none)).toEqual(CHAT);
   });
 
-  it('leaves alone a body without priority and objective, non-inference requests, and everything when off', async () => {
+  it('leaves alone a body without priority and objective, requests that take none, and everything when off', async () => {
     const plain = harness({ workerPriority });
     plain.stream.deliver(
       requestHeaders('POST', '/v1/completions'),
@@ -852,14 +852,15 @@ describe("Session: the objective's priority to the worker (--forward-priority)",
     );
     await plain.settle();
     expect(sentBody(plain)).toBeUndefined();
-    const embeddings = harness({ workerPriority });
-    embeddings.stream.deliver(
-      requestHeaders('POST', '/v1/embeddings', { 'x-gateway-inference-objective': 'batch' }),
-      requestBody({ model: 'a', input: 'x' }),
+    // /tokenize takes no priority in vLLM: its body goes as sent.
+    const tokenize = harness({ workerPriority });
+    tokenize.stream.deliver(
+      requestHeaders('POST', '/tokenize', { 'x-gateway-inference-objective': 'batch' }),
+      requestBody({ model: 'a', prompt: 'x' }),
       responseHeaders(200, true),
     );
-    await embeddings.settle();
-    expect(sentBody(embeddings)).toBeUndefined();
+    await tokenize.settle();
+    expect(sentBody(tokenize)).toBeUndefined();
     const off = harness();
     off.stream.deliver(
       requestHeaders('POST', '/v1/completions', { 'x-gateway-inference-objective': 'batch' }),
@@ -868,6 +869,18 @@ describe("Session: the objective's priority to the worker (--forward-priority)",
     );
     await off.settle();
     expect(sentBody(off)).toBeUndefined();
-    expect([plain.worker.load, embeddings.worker.load, off.worker.load]).toEqual([0, 0, 0]);
+    expect([plain.worker.load, tokenize.worker.load, off.worker.load]).toEqual([0, 0, 0]);
+  });
+
+  it("writes it into vLLM's pooling requests too (embeddings take a body priority)", async () => {
+    const embeddings = harness({ workerPriority });
+    embeddings.stream.deliver(
+      requestHeaders('POST', '/v1/embeddings', { 'x-gateway-inference-objective': 'batch' }),
+      requestBody({ model: 'a', input: 'x' }),
+      responseHeaders(200, true),
+    );
+    await embeddings.settle();
+    expect(sentBody(embeddings)).toEqual({ model: 'a', input: 'x', priority: 2 });
+    expect(embeddings.worker.load).toBe(0);
   });
 });

@@ -1,6 +1,6 @@
 /** The objective's priority as the body's vLLM `priority` (request/worker-priority.ts). */
 import { describe, expect, it } from 'vitest';
-import { vllmPriority, withPriority } from '../../../src/request/worker-priority.js';
+import { takesPriority, vllmPriority, withPriority } from '../../../src/request/worker-priority.js';
 
 const body = (o: unknown) => Buffer.from(JSON.stringify(o));
 const parsed = (b: Buffer | undefined) => (b === undefined ? undefined : JSON.parse(String(b)));
@@ -39,5 +39,25 @@ describe('withPriority', () => {
     expect(withPriority(Buffer.from('{"model":'), 1)).toBeUndefined();
     expect(withPriority(Buffer.from('[1]'), 1)).toBeUndefined();
     expect(withPriority(Buffer.from('['.repeat(100) + ']'.repeat(100)), 1)).toBeUndefined();
+  });
+});
+
+describe('takesPriority: the pooling requests that take a body priority', () => {
+  it.each([
+    ['POST', '/v1/embeddings', true],
+    ['POST', '/v1/embeddings?x=1', true],
+    ['POST', '/pooling', true],
+    ['POST', '/classify', true],
+    ['POST', '/score', true],
+    ['POST', '/v1/score', true],
+    ['POST', '/rerank', true],
+    ['POST', '/v1/rerank', true],
+    ['POST', '/v2/rerank', true],
+    ['GET', '/v1/embeddings', false],
+    ['POST', '/tokenize', false],
+    ['POST', '/v1/audio/transcriptions', false],
+    ['POST', '/v1/embeddings/x', false],
+  ])('%s %s: %s', (method, path, want) => {
+    expect(takesPriority(method, path)).toBe(want);
   });
 });
