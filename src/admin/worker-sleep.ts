@@ -19,7 +19,8 @@
  * lifts it too (`worker_error`). Wake: `POST <url>/wake_up` (vLLM answers once the engine is awake),
  * then awake and uncordoned at once.
  *
- * One operation per URL at a time (a second one gets `worker_busy`). close() aborts drains and calls
+ * A worker that re-registers at the URL during the drain (a restarted process: a new Worker) is
+ * cordoned and drained too. One operation per URL at a time (a second one gets `worker_busy`). close() aborts drains and calls
  * in flight (they fail) and closes the connection pool. Cordon state lives on the Worker objects'
  * health: a worker that restarts (a new registration generation) comes back uncordoned and awake.
  */
@@ -79,20 +80,29 @@ export class WorkerSleep {
   }
 
   async sleep(url: string, level: 1 | 2, timeoutMs: number = DEFAULT_SLEEP_TIMEOUT_MS): Promise<SleepResult> {
-    const workers = this.at(url);
+    this.at(url); // not_found before anything is held
     return this.exclusive(url, async () => {
       const start = this.deps.clock();
-      const wasCordoned = workers.map((w) => this.deps.health.view(w, start).cordoned);
-      for (const w of workers) this.deps.health.cordon(w, true, start);
+      // Every Worker held for this sleep, and whether it was cordoned before. A worker re-registered
+      // at the URL during the drain (a new generation: a new Worker) is held too.
+      const held = new Map<Worker, boolean>();
+      const hold = (): Worker[] => {
+        const now = this.deps.clock();
+        for (const w of this.deps.workersAt(url)) {
+          if (held.has(w)) continue;
+          held.set(w, this.deps.health.view(w, now).cordoned);
+          this.deps.health.cordon(w, true, now);
+        }
+        return [...held.keys()];
+      };
       const release = (): void => {
         const now = this.deps.clock();
-        workers.forEach((w, i) => {
-          if (!wasCordoned[i]) this.deps.health.cordon(w, false, now);
-        });
+        for (const [w, was] of held) if (!was) this.deps.health.cordon(w, false, now);
       };
+      hold();
       let drainedMs: number;
       try {
-        drainedMs = (await this.drain(url, workers, start, timeoutMs)) - start;
+        drainedMs = (await this.drain(url, hold, start, timeoutMs)) - start;
       } catch (err) {
         release();
         throw err;
@@ -103,6 +113,7 @@ export class WorkerSleep {
         throw new AdminInputError(`${url} refused to sleep: ${answer}`, 'worker_error');
       }
       const now = this.deps.clock();
+      const workers = hold();
       for (const w of workers) this.deps.health.recordSleep(w, true, now);
       return { url, level, drainedMs: Math.round(drainedMs), workers: workers.map((w) => w.id) };
     });
@@ -149,18 +160,16 @@ export class WorkerSleep {
     }
   }
 
-  /** Resolves with the clock time the drain ended; throws worker_busy at the deadline. */
-  private async drain(
-    url: string,
-    workers: readonly Worker[],
-    start: number,
-    timeoutMs: number,
-  ): Promise<number> {
+  /**
+   * Resolves with the clock time the drain ended; throws worker_busy at the deadline. `hold()` holds
+   * any new Worker at the URL and returns every one held.
+   */
+  private async drain(url: string, hold: () => Worker[], start: number, timeoutMs: number): Promise<number> {
     const deadline = start + timeoutMs;
     let localDrainedAt: number | undefined;
     for (;;) {
       const now = this.deps.clock();
-      const local = workers.reduce((n, w) => n + w.load, 0);
+      const local = hold().reduce((n, w) => n + w.load, 0);
       if (local > 0) localDrainedAt = undefined;
       else {
         localDrainedAt ??= now;

@@ -105,6 +105,28 @@ describe('WorkerSleep', () => {
     expect(sim.sleepLevel).toBe(2);
   });
 
+  it('a worker re-registered at the URL during the drain (a new generation) is held and drained too', async () => {
+    const { sim, workers, sleeper } = await fixture();
+    const old = workers[0]!;
+    old.load = 1;
+    const slept = sleeper.sleep(sim.url, 1);
+    await until(() => old.cordoned);
+    // The process restarted and registered again: a new Worker at the same URL, with a request.
+    const reborn = new Worker({ role: 'regular', url: sim.url, endpoint: sim.hostPort, generation: 2 });
+    reborn.load = 1;
+    workers.splice(0, 1, reborn);
+    await until(() => reborn.cordoned);
+    expect(reborn.healthy).toBe(false);
+    old.load = 0; // the old generation's request ends; the new one's still runs
+    for (let i = 0; i < 10; i++) await new Promise((r) => setTimeout(r, 1));
+    expect(sim.sleepLevel).toBe(0);
+    reborn.load = 0;
+    const result = await slept;
+    expect(sim.sleepLevel).toBe(1);
+    expect(result.workers).toEqual([old.id, reborn.id]);
+    expect([old.asleep, reborn.asleep]).toEqual([true, true]);
+  });
+
   it('a drain that does not finish in time sleeps nothing and gives the worker back', async () => {
     const { sim, workers, sleeper } = await fixture();
     workers[0]!.load = 1;
