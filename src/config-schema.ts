@@ -278,6 +278,14 @@ export const OPTIONS = [
   },
   {
     group: 'Workers and discovery',
+    key: 'loraFanoutTimeoutMs',
+    flag: 'lora-fanout-timeout-ms',
+    type: 'int',
+    default: 60_000,
+    help: "POST /v1/load_lora_adapter and /v1/unload_lora_adapter through Envoy are sent by the router to every selectable worker (vLLM with VLLM_ALLOW_RUNTIME_LORA_UPDATING), in P/D to prefill and decode workers alike, and answered with each worker's result: how long one worker's answer may take (loading an adapter reads its weights).",
+  },
+  {
+    group: 'Workers and discovery',
     key: 'adminToken',
     flag: 'admin-token',
     type: 'string',

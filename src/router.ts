@@ -131,7 +131,11 @@ function lifecycleSteps(
       stopIntake: () => c.grpc.setReady(false),
       settle: (timeoutMs) => c.grpc.waitIdle(timeoutMs),
       // After a drain, close gracefully (the last replies of ended sessions may still be in flight).
-      close: ({ drained }) => c.grpc.close(drained ? config.closeGraceMs : 0),
+      // Then the runtime LoRA calls its sessions may have started (their connection pool).
+      close: async ({ drained }) => {
+        await c.grpc.close(drained ? config.closeGraceMs : 0);
+        await c.lora.close();
+      },
     },
     {
       name: 'health checker',

@@ -23,6 +23,7 @@ import type { Config } from '../config-schema.js';
 import { createAdminBackend } from '../admin/admin-backend.js';
 import { AdminServer } from '../admin/admin-server.js';
 import { WorkerSleep } from '../admin/worker-sleep.js';
+import { LoraFanout } from '../routing/lora-fanout.js';
 import { parseCidrList, type CidrMatcher } from '../discovery/cidr.js';
 import { ServiceRegistry } from '../discovery/service-registry.js';
 import { ZmqDiscovery } from '../discovery/zmq-discovery.js';
@@ -122,6 +123,8 @@ export interface Components {
   readonly discovery: ZmqDiscovery | undefined;
   /** Admin cordon, sleep and wake of a worker (admin/worker-sleep.ts). */
   readonly workerSleep: WorkerSleep;
+  /** Runtime LoRA loads and unloads sent to every worker (routing/lora-fanout.ts). */
+  readonly lora: LoraFanout;
   readonly admin: AdminServer;
 }
 
@@ -274,7 +277,15 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
     dispatcher instanceof PdDispatcher ? (req) => dispatcher.needsPrefill(req) : undefined,
   );
   if (admitted.flow) held.flow = admitted.flow;
-  const grpc = buildGrpcServer(base, admitted.dispatcher, objectives);
+  // Runtime LoRA loads go to every worker; their model lists are read again at once (the poller is
+  // built below; a load only comes in once the router serves).
+  const lora = new LoraFanout({
+    members: () => pools.workers(),
+    ...(config.workerApiKey !== '' ? { apiKey: config.workerApiKey } : {}),
+    timeoutMs: Math.max(1, config.loraFanoutTimeoutMs),
+    onAnswered: (urls) => modelsPoller.refresh(urls),
+  });
+  const grpc = buildGrpcServer(base, admitted.dispatcher, objectives, lora);
   const scraper = buildScraper(base);
   const modelsPoller = buildModelsPoller(base);
   // A worker that joins (or re-registers) is asked what it serves at once, not at the next round;
@@ -296,6 +307,7 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
     modelsPoller,
     discovery: buildDiscovery(base),
     workerSleep,
+    lora,
     admin: buildAdmin(base, workerSleep),
   };
 }
@@ -585,6 +597,7 @@ function buildGrpcServer(
   { config, logger, metrics, pools, catalog }: Base,
   dispatcher: Dispatcher,
   objectives: ObjectiveTable,
+  lora: LoraFanout,
 ): ExtProcServer {
   const models: ModelListOptions = {
     memberUrls: () => Array.from(pools.workers(), (w) => w.url),
@@ -597,6 +610,7 @@ function buildGrpcServer(
     logger,
     dispatcher,
     answer: (method, path, headers) => modelListAnswer(models, method, path, headers),
+    answerBody: (method, path, headers, body) => lora.answer(method, path, headers, body),
     ...(config.forwardPriority
       ? { workerPriority: (headers) => vllmPriority(objectives.priority(headers[OBJECTIVE_HEADER])) }
       : {}),

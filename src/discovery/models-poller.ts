@@ -56,6 +56,8 @@ export class ModelsPoller extends PagePoller {
   private readonly attempted = new Set<string>();
   /** URLs that pollNew found busy with a read started before it: looked at again once it ends. */
   private readonly recheck = new Set<string>();
+  /** URLs that refresh() found busy: read again once the read in flight ends. */
+  private readonly rereads = new Set<string>();
 
   constructor(private readonly opts: ModelsPollerOptions) {
     super({
@@ -71,6 +73,22 @@ export class ModelsPoller extends PagePoller {
   /** Reads the members never read yet (a worker joined). No-op before start() or after close(). */
   pollNew(): void {
     if (this.started) this.queue(false);
+  }
+
+  /**
+   * Reads the lists of the members at `urls` now (their models changed: a runtime LoRA load). A URL
+   * being read already is read again once that read ends. No-op before start() or after close().
+   */
+  refresh(urls: Iterable<string>): void {
+    if (!this.started || this.closed) return;
+    const wanted = new Set(urls);
+    for (const w of this.opts.workers()) {
+      if (!wanted.delete(w.url)) continue;
+      const url = w.url;
+      const queued = this.reads.add(url, (handle) => this.read(url, handle));
+      // A read in flight may have started before the change: read again once it ends (read() below).
+      if (!queued) this.rereads.add(url);
+    }
   }
 
   /** Every current member has been read once, with any outcome (warm-up). True when polling is off. */
@@ -120,6 +138,14 @@ export class ModelsPoller extends PagePoller {
   }
 
   private async read(url: string, handle: PageHandle): Promise<void> {
+    try {
+      await this.readList(url, handle);
+    } finally {
+      if (this.rereads.delete(url)) setImmediate(() => this.refresh([url]));
+    }
+  }
+
+  private async readList(url: string, handle: PageHandle): Promise<void> {
     const page = await this.readPage(joinUrl(url, '/v1/models'), handle);
     if (this.closed) return;
     switch (page.kind) {

@@ -89,6 +89,16 @@ export interface SessionDeps {
     path: string,
     headers: Readonly<Record<string, string>>,
   ) => LocalAnswer | undefined;
+  /**
+   * A request the router answers itself from its body, after calls of its own (routing/lora-fanout.ts):
+   * asked for every request that is not an inference request and has a body.
+   */
+  readonly answerBody?: (
+    method: string,
+    path: string,
+    headers: Readonly<Record<string, string>>,
+    body: Buffer,
+  ) => Promise<LocalAnswer> | undefined;
   /** Called when a session ends; used by graceful drain. */
   readonly onClose?: () => void;
   /**
@@ -305,6 +315,22 @@ export class Session {
       this.send(jsonImmediate(local.status, local.body, local.details));
       this.end({ kind: 'answered', status: local.status });
       return;
+    }
+    const later =
+      this.kind === undefined && body !== undefined
+        ? this.deps.answerBody?.(this.method, this.path, this.headers, body)
+        : undefined;
+    if (later !== undefined) {
+      return later.then(
+        (answer) => {
+          if (this.ended) return; // the stream went away meanwhile
+          this.send(jsonImmediate(answer.status, answer.body, answer.details));
+          this.end({ kind: 'answered', status: answer.status });
+        },
+        (err) => {
+          if (!this.ended) this.reject(asRouterError(err, this.deps.logger));
+        },
+      );
     }
     let result: Dispatch | Promise<Dispatch>;
     // The gateway asked for another model (request/model-rewrite.ts), and the objective's priority

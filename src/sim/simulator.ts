@@ -13,7 +13,8 @@
  * GET /metrics (vLLM names, see metrics-text.ts), POST /tokenize and POST /detokenize (vLLM's shapes, through
  * the pluggable tokenizer of sim-tokenizer.ts; see tokenize-api.ts), POST /v1/audio/transcriptions and
  * /v1/audio/translations (multipart forms, no engine time; audio-api.ts), POST /v1/embeddings (no
- * engine time; embeddings-api.ts), POST /sleep, POST /wake_up and GET /is_sleeping (vLLM's sleep mode).
+ * engine time; embeddings-api.ts), POST /sleep, POST /wake_up and GET /is_sleeping (vLLM's sleep mode),
+ * POST /v1/load_lora_adapter and /v1/unload_lora_adapter (with `lora`; lora-adapters-api.ts).
  *
  * Request life cycle: body read -> record pushed (waitForRequests sees it) -> fault (if any) -> parse /
  * priority / P/D checks (400 on failure) -> optional injected delay -> engine: wait for a slot (by
@@ -36,6 +37,7 @@ import { randomUUID } from 'node:crypto';
 import { Engine, type EngineJob } from './engine.js';
 import { isAudioPath, serveAudio } from './audio-api.js';
 import { answerEmbeddings, EMBEDDINGS_PATH } from './embeddings-api.js';
+import { answerLoraAdapter, isLoraAdapterPath } from './lora-adapters-api.js';
 import { readBody } from './read-body.js';
 import { FaultQueue, type Fault, type FaultOptions } from './faults.js';
 import { HoldQueue, type HoldOptions, type OutputGate, type StreamHold } from './stream-hold.js';
@@ -401,6 +403,8 @@ class SimulatorServer implements Simulator {
   private closing: Promise<void> | undefined;
   sleepLevel = 0;
   requestsWhileAsleep = 0;
+  /** LoRA adapters served: `lora.modules`, then those loaded and unloaded at run time. */
+  private readonly adapters: Set<string>;
 
   constructor(private readonly opts: SimulatorOptions) {
     this.host = opts.host ?? '127.0.0.1';
@@ -419,6 +423,7 @@ class SimulatorServer implements Simulator {
     if (!Number.isInteger(this.maxRecords) || this.maxRecords < 0) {
       throw new RangeError('maxRecords must be an integer >= 0');
     }
+    this.adapters = new Set(opts.lora?.modules ?? []);
     this.responses = new ResponseStore(opts.maxStoredResponses);
     this.timing = resolveTimingModel(opts.timing);
     this.cache = new PrefixCache(opts.cache);
@@ -728,6 +733,18 @@ class SimulatorServer implements Simulator {
     if (isTokenizationPath(path)) return this.sendError(res, 405, `method ${req.method ?? ''} not allowed`);
     if (path === '/sleep' || path === '/wake_up') return this.answerSleep(req, res, path);
     if (req.method === 'POST' && path === EMBEDDINGS_PATH) return this.serveEmbeddings(req, res, path);
+    if (req.method === 'POST' && isLoraAdapterPath(path) && this.opts.lora !== undefined) {
+      return readBody(req, MAX_BODY_BYTES, (raw) => {
+        const a = raw === undefined ? undefined : answerLoraAdapter(path, raw, this.adapters);
+        if (a === undefined) return sendJson(res, 413, errorBody(413, 'request body too large'));
+        if (res.destroyed) return;
+        res.writeHead(a.status, {
+          'content-type': a.contentType,
+          'content-length': Buffer.byteLength(a.body),
+        });
+        res.end(a.body);
+      });
+    }
     if (req.method !== 'GET' && req.method !== 'HEAD') {
       return this.sendError(res, path === '/health' ? 405 : 404, `no route ${req.method ?? ''} ${path}`);
     }
@@ -747,7 +764,7 @@ class SimulatorServer implements Simulator {
             object: 'list',
             data: [
               ...this.baseNames.map((id) => modelCard(id, this.model, null, this.maxModelLen)),
-              ...(this.opts.lora?.modules ?? []).map((id) =>
+              ...[...this.adapters].map((id) =>
                 modelCard(id, `/adapters/${id}`, this.model, this.maxModelLen),
               ),
             ],
@@ -919,7 +936,7 @@ class SimulatorServer implements Simulator {
 
   /** A base name, or (LoRA on) a listed adapter. */
   private serves(model: string): boolean {
-    return this.baseNames.includes(model) || (this.opts.lora?.modules?.includes(model) ?? false);
+    return this.baseNames.includes(model) || this.adapters.has(model);
   }
 
   private sendError(res: ServerResponse, status: number, message: string): void {

@@ -16,7 +16,8 @@
  *   are first used, so the workers that list one are merely those that served it first; another base
  *   model's worker cannot run it at all). As in the Gateway API inference extension, the workers of a
  *   base model are taken as interchangeable: an adapter loaded at run time on some of them only
- *   (`/v1/load_lora_adapter` without a resolver) gets a 404 from the others;
+ *   (`/v1/load_lora_adapter` sent to a worker directly, without a resolver) gets a 404 from the
+ *   others; sent through the gateway, the router loads it on every worker (routing/lora-fanout.ts);
  * - else nothing is known of M (every member may: the request keeps the whole pool).
  * A member that lists nothing (not polled yet, no /v1/models, no label) is excluded once others are
  * known to serve M: it positively serves something else only when it lists something, but the rule

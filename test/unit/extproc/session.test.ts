@@ -8,8 +8,14 @@ import { Duplex } from 'node:stream';
 import { describe, expect, it } from 'vitest';
 import { pino } from 'pino';
 import type { ServerCall } from '../../../src/extproc/grpc-server.js';
-import { Session, type SessionSummary } from '../../../src/extproc/session.js';
-import type { Dispatch, Dispatcher, RequestEnd, RouteRequest } from '../../../src/extproc/dispatch.js';
+import { Session, type SessionDeps, type SessionSummary } from '../../../src/extproc/session.js';
+import type {
+  Dispatch,
+  Dispatcher,
+  LocalAnswer,
+  RequestEnd,
+  RouteRequest,
+} from '../../../src/extproc/dispatch.js';
 import { BodySendMode, type ProcessingRequest, type ProcessingResponse } from '../../../src/extproc/proto.js';
 import { LoadGuard } from '../../../src/workers/load-guard.js';
 import { Worker } from '../../../src/workers/worker.js';
@@ -66,6 +72,7 @@ function harness(
     dispatch?: (req: RouteRequest, d: () => Dispatch) => Dispatch | Promise<Dispatch>;
     adopt?: Dispatcher['adopt'];
     workerPriority?: (headers: Readonly<Record<string, string>>) => number;
+    answerBody?: SessionDeps['answerBody'];
   } = {},
 ) {
   const worker = new Worker({
@@ -115,6 +122,7 @@ function harness(
       h.closes += 1;
     },
     ...(opts.workerPriority ? { workerPriority: opts.workerPriority } : {}),
+    ...(opts.answerBody ? { answerBody: opts.answerBody } : {}),
   });
   return h;
 }
@@ -882,5 +890,55 @@ describe("Session: the objective's priority to the worker (--forward-priority)",
     await embeddings.settle();
     expect(sentBody(embeddings)).toEqual({ model: 'a', input: 'x', priority: 2 });
     expect(embeddings.worker.load).toBe(0);
+  });
+});
+
+describe('Session: requests the router answers from their body (answerBody: runtime LoRA loads)', () => {
+  it('answers with the local answer once it resolves; no worker is involved', async () => {
+    const pending = deferred<LocalAnswer>();
+    const seen: string[] = [];
+    const h = harness({
+      answerBody: (method, path, _headers, body) => {
+        seen.push(`${method} ${path} ${body.toString()}`);
+        return path === '/v1/load_lora_adapter' ? pending.promise : undefined;
+      },
+    });
+    h.stream.deliver(requestHeaders('POST', '/v1/load_lora_adapter'), requestBody({ lora_name: 'a' }));
+    await h.settle();
+    expect(seen).toEqual(['POST /v1/load_lora_adapter {"lora_name":"a"}']);
+    expect(h.stream.replies.some((r) => r.immediate_response)).toBe(false);
+    pending.resolve({ status: 200, body: { object: 'lora_adapter.load' }, details: 'lora_load' });
+    await h.settle();
+    const reply = h.stream.replies.at(-1)?.immediate_response;
+    expect(reply?.status.code).toBe(200);
+    expect(JSON.parse((reply?.body as Buffer).toString())).toEqual({ object: 'lora_adapter.load' });
+    expect(h.summaries.at(-1)?.outcome).toBe('answered');
+    expect(h.worker.load).toBe(0);
+  });
+
+  it('a stream that ended while the answer was pending gets nothing more', async () => {
+    const pending = deferred<LocalAnswer>();
+    const h = harness({ answerBody: () => pending.promise });
+    h.stream.deliver(requestHeaders('POST', '/v1/load_lora_adapter'), requestBody({ lora_name: 'a' }));
+    await h.settle();
+    h.stream.cancel();
+    await h.settle();
+    const replies = h.stream.replies.length;
+    pending.resolve({ status: 200, body: {}, details: 'lora_load' });
+    await h.settle();
+    expect(h.stream.replies.length).toBe(replies);
+    expect(h.worker.load).toBe(0);
+  });
+
+  it('other requests are dispatched as before', async () => {
+    const h = harness({ answerBody: () => undefined });
+    h.stream.deliver(
+      requestHeaders('POST', '/v1/embeddings'),
+      requestBody({ model: 'a', input: 'x' }),
+      responseHeaders(200, true),
+    );
+    await h.settle();
+    expect(h.ends).toHaveLength(1);
+    expect(h.worker.load).toBe(0);
   });
 });

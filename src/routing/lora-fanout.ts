@@ -1,0 +1,191 @@
+/**
+ * Runtime LoRA adapters for the whole fleet: `POST /v1/load_lora_adapter` and
+ * `POST /v1/unload_lora_adapter` sent through Envoy are answered by the router, which sends the same
+ * body to every selectable worker of every pool (vLLM started with `VLLM_ALLOW_RUNTIME_LORA_UPDATING`).
+ *
+ * Why: passed on like any request, a load reached ONE worker. The router then sent the adapter's
+ * requests to that worker and to its base model's siblings (served-models.ts: the siblings of a base
+ * model are taken as interchangeable, as the endpoint picker does), which answered 404; and in P/D mode
+ * the load reached one decode worker, never a prefill worker, so every prefill leg of the adapter
+ * failed. Loading it everywhere makes the fleet serve it as one.
+ *
+ * Each worker gets the client's body and its `authorization` (or `--worker-api-key`), concurrently,
+ * once per URL (a P/D instance registered as both roles is one process). Answer:
+ *   - 200 when every worker took it. A load that a worker already has (vLLM's 400 "has already been
+ *     loaded") and an unload of one it does not have (404) count as taken: the call is idempotent.
+ *   - 400 (the first worker's message) when no worker took it and every refusal was a 4xx (a bad body,
+ *     a path vLLM cannot read), as the client's error.
+ *   - 502 otherwise (some took it, some failed or could not be reached): the message names the failed
+ *     workers; the adapter stays where it was loaded, and a retry loads the rest.
+ *   - 503 when there is no selectable worker.
+ * Every answer lists each worker's status and message (`workers`), and the members left out because
+ * they were not selectable (unhealthy, asleep, cordoned: `skipped`). Workers that join later do not
+ * get the adapter (the router keeps no list of loads).
+ * Then the answered workers' model lists are read again at once, so routing sees the change.
+ */
+import { Agent, request } from 'undici';
+import type { LocalAnswer } from '../extproc/dispatch.js';
+import { joinUrl } from '../util/http-page.js';
+import type { Worker } from '../workers/worker.js';
+
+export const LORA_PATHS: ReadonlySet<string> = new Set(['/v1/load_lora_adapter', '/v1/unload_lora_adapter']);
+
+export interface LoraFanoutOptions {
+  /** Every pool member (all roles). */
+  readonly members: () => readonly Worker[];
+  /** `--worker-api-key`: sent instead of the client's authorization when set. */
+  readonly apiKey?: string;
+  /** Timeout of one worker's answer, ms. */
+  readonly timeoutMs: number;
+  /** The workers that answered (their model lists should be read again). */
+  readonly onAnswered?: (urls: readonly string[]) => void;
+}
+
+interface WorkerResult {
+  readonly url: string;
+  readonly roles: string[];
+  /** 0 when the worker could not be reached. */
+  readonly status: number;
+  readonly message: string;
+  readonly ok: boolean;
+}
+
+const MAX_MESSAGE = 300;
+
+export class LoraFanout {
+  private readonly agent = new Agent({ keepAliveTimeout: 4_000 });
+  private closed = false;
+
+  constructor(private readonly opts: LoraFanoutOptions) {}
+
+  /** The answer to a runtime LoRA request, or undefined for any other request. */
+  answer(
+    method: string,
+    path: string,
+    headers: Readonly<Record<string, string>>,
+    body: Buffer,
+  ): Promise<LocalAnswer> | undefined {
+    if (method !== 'POST') return undefined;
+    const q = path.indexOf('?');
+    const p = q === -1 ? path : path.slice(0, q);
+    if (!LORA_PATHS.has(p)) return undefined;
+    return this.fanOut(p, headers, body);
+  }
+
+  /** Aborts the calls in flight (their workers count as unreachable) and closes the connections. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await this.agent.destroy();
+  }
+
+  private async fanOut(
+    path: string,
+    headers: Readonly<Record<string, string>>,
+    body: Buffer,
+  ): Promise<LocalAnswer> {
+    const load = path === '/v1/load_lora_adapter';
+    const byUrl = new Map<string, string[]>();
+    const skipped: Array<{ url: string; role: string; reason: string }> = [];
+    for (const w of this.opts.members()) {
+      if (!w.healthy) {
+        skipped.push({
+          url: w.url,
+          role: w.role,
+          reason: w.asleep ? 'asleep' : w.cordoned ? 'cordoned' : 'unhealthy',
+        });
+        continue;
+      }
+      const roles = byUrl.get(w.url);
+      if (roles) roles.push(w.role);
+      else byUrl.set(w.url, [w.role]);
+    }
+    const details = load ? 'lora_load' : 'lora_unload';
+    if (byUrl.size === 0 || this.closed) {
+      return {
+        status: 503,
+        body: {
+          error: {
+            message: 'No workers available to load the adapter on',
+            type: 'service_unavailable',
+            code: 503,
+          },
+          skipped,
+        },
+        details,
+      };
+    }
+    const auth = this.opts.apiKey ? `Bearer ${this.opts.apiKey}` : headers.authorization;
+    const results = await Promise.all(
+      [...byUrl].map(([url, roles]) => this.send(url, roles, path, body, auth, load)),
+    );
+    this.opts.onAnswered?.(results.filter((r) => r.status !== 0).map((r) => r.url));
+    const failed = results.filter((r) => !r.ok);
+    const summary = { workers: results, ...(skipped.length > 0 ? { skipped } : {}) };
+    if (failed.length === 0) {
+      return {
+        status: 200,
+        body: { object: load ? 'lora_adapter.load' : 'lora_adapter.unload', ...summary },
+        details,
+      };
+    }
+    const clientError =
+      failed.length === results.length && failed.every((r) => r.status >= 400 && r.status < 500);
+    const status = clientError ? 400 : 502;
+    const message = clientError
+      ? failed[0]!.message
+      : `${load ? 'loaded on' : 'unloaded from'} ${results.length - failed.length} of ${results.length} workers; ` +
+        `failed: ${failed.map((r) => `${r.url} (${r.status === 0 ? r.message : `status ${r.status}`})`).join(', ')}`;
+    return {
+      status,
+      body: {
+        error: { message, type: clientError ? 'invalid_request_error' : 'server_error', code: status },
+        ...summary,
+      },
+      details,
+    };
+  }
+
+  private async send(
+    url: string,
+    roles: string[],
+    path: string,
+    body: Buffer,
+    auth: string | undefined,
+    load: boolean,
+  ): Promise<WorkerResult> {
+    try {
+      const res = await request(joinUrl(url, path), {
+        method: 'POST',
+        dispatcher: this.agent,
+        headers: { 'content-type': 'application/json', ...(auth ? { authorization: auth } : {}) },
+        body,
+        headersTimeout: this.opts.timeoutMs,
+        bodyTimeout: this.opts.timeoutMs,
+      });
+      const text = await res.body.text();
+      const message = messageOf(text);
+      const status = res.statusCode;
+      // Idempotent: an adapter already there (load) or already gone (unload) is where it should be.
+      const already = load
+        ? status === 400 && /already been loaded/i.test(message)
+        : status === 404 && /cannot be found|not found/i.test(message);
+      return { url, roles, status, message, ok: (status >= 200 && status < 300) || already };
+    } catch (err) {
+      const message = (err as { code?: string }).code ?? (err as Error).message;
+      return { url, roles, status: 0, message, ok: false };
+    }
+  }
+}
+
+/** vLLM's answer text: its plain-text success line, or the message of its JSON error. */
+function messageOf(text: string): string {
+  try {
+    const j = JSON.parse(text) as { error?: { message?: unknown }; message?: unknown };
+    const m = j.error?.message ?? j.message;
+    if (typeof m === 'string') return m.slice(0, MAX_MESSAGE);
+  } catch {
+    // plain text
+  }
+  return text.slice(0, MAX_MESSAGE);
+}

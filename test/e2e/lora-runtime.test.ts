@@ -1,0 +1,109 @@
+/**
+ * End to end through a real Envoy: vLLM's runtime LoRA endpoints (`VLLM_ALLOW_RUNTIME_LORA_UPDATING`)
+ * sent to the gateway load the adapter on every worker, so its requests then succeed wherever the
+ * router sends them: on both regular workers, and in P/D mode on the prefill worker (its leg) and the
+ * decode worker alike. Passed on as before, the load reached one worker: the other regular worker
+ * answered the adapter's requests with 404, and in P/D mode every prefill leg did.
+ * The workers are strict about models (a model they do not serve is vLLM's 404). Every test ends with
+ * every load back to 0.
+ */
+import { afterEach, describe, expect, it } from 'vitest';
+import { startStack, type Stack } from '../support/stack.js';
+import { startPdStack, type PdStack } from '../support/pd-stack.js';
+import { adminJson, expectAllLoadsZero } from '../support/router-fixture.js';
+import { waitFor } from '../support/wait-for.js';
+import type { Router } from '../../src/router.js';
+
+const LORA_SIM = { model: 'base', strictModels: true, lora: { maxLoras: 2 } };
+
+let stack: Stack | PdStack | undefined;
+afterEach(async () => {
+  if (stack) {
+    await expectAllLoadsZero(stack.router);
+    await stack.close();
+  }
+  stack = undefined;
+});
+
+async function post(url: string, path: string, body: unknown): Promise<{ status: number; json: unknown }> {
+  const res = await fetch(`${url}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+  return { status: res.status, json: await res.json() };
+}
+
+const chat = (url: string, i: number) =>
+  post(url, '/v1/chat/completions', {
+    model: 'sql',
+    messages: [{ role: 'user', content: `question ${i}` }],
+    max_tokens: 2,
+  });
+
+/** Waits until the router's model lists show the adapter on `n` workers (routing then knows it). */
+async function listedOn(router: Router, n: number): Promise<void> {
+  await waitFor(
+    async () =>
+      (
+        await adminJson<Array<{ servedModels: { adapters: Record<string, string> } | null }>>(
+          router,
+          '/workers',
+        )
+      ).body.filter((w) => w.servedModels?.adapters.sql === 'base').length === n,
+    { timeoutMs: 10_000, message: `the adapter listed on ${n} workers` },
+  );
+}
+
+describe('runtime LoRA adapters through the gateway', () => {
+  it('regular mode: the load reaches both workers and the adapter is served on both', async () => {
+    const s = await startStack({
+      workers: 2,
+      sim: LORA_SIM,
+      router: { policy: 'round_robin', modelsIntervalMs: 60_000, decisionHeader: true },
+    });
+    stack = s;
+    const loaded = await post(s.url, '/v1/load_lora_adapter', {
+      lora_name: 'sql',
+      lora_path: '/adapters/sql',
+    });
+    expect(loaded.status, JSON.stringify(loaded.json)).toBe(200);
+    expect(
+      (loaded.json as { workers: Array<{ url: string; status: number }> }).workers.map((w) => w.status),
+    ).toEqual([200, 200]);
+    await listedOn(s.router, 2); // read again at once, not at the next round a minute later
+    const statuses: number[] = [];
+    for (let i = 0; i < 6; i++) statuses.push((await chat(s.url, i)).status);
+    expect(statuses).toEqual(Array(6).fill(200));
+    expect(
+      s.sims.map((x) => x.records.filter((r) => (r.body as { model?: string }).model === 'sql').length),
+    ).toEqual([3, 3]);
+
+    const unloaded = await post(s.url, '/v1/unload_lora_adapter', { lora_name: 'sql' });
+    expect(unloaded.status).toBe(200);
+    await listedOn(s.router, 0);
+  });
+
+  it('P/D mode: the load reaches the prefill and the decode worker; the prefill legs succeed', async () => {
+    const s = await startPdStack({
+      prefillSim: LORA_SIM,
+      decodeSim: LORA_SIM,
+      router: { modelsIntervalMs: 60_000 },
+    });
+    stack = s;
+    const loaded = await post(s.url, '/v1/load_lora_adapter', {
+      lora_name: 'sql',
+      lora_path: '/adapters/sql',
+    });
+    expect(loaded.status, JSON.stringify(loaded.json)).toBe(200);
+    const roles = (loaded.json as { workers: Array<{ roles: string[] }> }).workers.map((w) => w.roles);
+    expect(roles.flat().sort()).toEqual(['decode', 'prefill']);
+    await listedOn(s.router, 2);
+    for (let i = 0; i < 3; i++) expect((await chat(s.url, i)).status).toBe(200);
+    const legs = [...s.prefill, ...s.decode].map(
+      (x) =>
+        x.records.filter((r) => (r.body as { model?: string }).model === 'sql' && r.outcome === 'ok').length,
+    );
+    expect(legs).toEqual([3, 3]);
+  });
+});

@@ -1,0 +1,138 @@
+/**
+ * LoraFanout against real simulators (real HTTP): a runtime LoRA load or unload sent to every
+ * selectable worker, once per URL, with each worker's result and the idempotent cases.
+ */
+import { afterEach, describe, expect, it } from 'vitest';
+import { LoraFanout } from '../../../src/routing/lora-fanout.js';
+import { startSimulator, type Simulator, type SimulatorOptions } from '../../../src/sim/simulator.js';
+import { Worker } from '../../../src/workers/worker.js';
+import type { Role } from '../../../src/workers/role.js';
+
+const open: Array<{ close(): Promise<void> }> = [];
+afterEach(async () => {
+  for (const x of open.splice(0).reverse()) await x.close();
+});
+
+async function sim(opts: SimulatorOptions = { model: 'base', lora: { maxLoras: 2 } }): Promise<Simulator> {
+  const s = await startSimulator({ timeScale: 0, ...opts });
+  open.push(s);
+  return s;
+}
+
+const worker = (s: { url: string; hostPort?: string }, role: Role = 'regular'): Worker =>
+  new Worker({ role, url: s.url, endpoint: s.hostPort ?? new URL(s.url).host, generation: 1 });
+
+function fanout(members: Worker[], answered: string[][] = []): LoraFanout {
+  const f = new LoraFanout({
+    members: () => members,
+    timeoutMs: 5_000,
+    onAnswered: (urls) => answered.push([...urls]),
+  });
+  open.push(f);
+  return f;
+}
+
+const LOAD = Buffer.from(JSON.stringify({ lora_name: 'sql', lora_path: '/adapters/sql' }));
+const UNLOAD = Buffer.from(JSON.stringify({ lora_name: 'sql' }));
+const served = (s: Simulator) => (s as unknown as { serves(m: string): boolean }).serves('sql');
+
+describe('LoraFanout', () => {
+  it('answers only POST /v1/load_lora_adapter and /v1/unload_lora_adapter', () => {
+    const f = fanout([]);
+    expect(f.answer('POST', '/v1/completions', {}, LOAD)).toBeUndefined();
+    expect(f.answer('GET', '/v1/load_lora_adapter', {}, LOAD)).toBeUndefined();
+  });
+
+  it('loads on every worker once per URL (a P/D instance in both roles is one process)', async () => {
+    const [a, b] = [await sim(), await sim()];
+    const answered: string[][] = [];
+    const f = fanout([worker(a, 'prefill'), worker(a, 'decode'), worker(b, 'decode')], answered);
+    const res = await f.answer('POST', '/v1/load_lora_adapter', {}, LOAD)!;
+    expect(res.status).toBe(200);
+    const body = res.body as {
+      object: string;
+      workers: Array<{ url: string; roles: string[]; status: number }>;
+    };
+    expect(body.object).toBe('lora_adapter.load');
+    expect(body.workers).toEqual([
+      expect.objectContaining({ url: a.url, roles: ['prefill', 'decode'], status: 200 }),
+      expect.objectContaining({ url: b.url, roles: ['decode'], status: 200 }),
+    ]);
+    expect([served(a), served(b)]).toEqual([true, true]);
+    expect(answered).toEqual([[a.url, b.url]]);
+
+    // Again: already loaded everywhere, which is where it should be.
+    expect((await f.answer('POST', '/v1/load_lora_adapter', {}, LOAD)!).status).toBe(200);
+    const un = await f.answer('POST', '/v1/unload_lora_adapter', {}, UNLOAD)!;
+    expect(un.status).toBe(200);
+    expect([served(a), served(b)]).toEqual([false, false]);
+    expect((await f.answer('POST', '/v1/unload_lora_adapter', {}, UNLOAD)!).status).toBe(200);
+  });
+
+  it('some workers failing: 502 naming them; the others keep the adapter', async () => {
+    const ok = await sim();
+    const noLora = await sim({ model: 'base' }); // runtime updating off: vLLM has no such route
+    const down = { url: 'http://127.0.0.1:9', hostPort: '127.0.0.1:9' };
+    const res = await fanout([worker(ok), worker(noLora), worker(down)]).answer(
+      'POST',
+      '/v1/load_lora_adapter',
+      {},
+      LOAD,
+    )!;
+    expect(res.status).toBe(502);
+    const body = res.body as {
+      error: { message: string; type: string };
+      workers: Array<{ status: number; ok: boolean }>;
+    };
+    expect(body.error.type).toBe('server_error');
+    expect(body.error.message).toContain('loaded on 1 of 3 workers');
+    expect(body.error.message).toContain(noLora.url);
+    expect(body.error.message).toContain('http://127.0.0.1:9');
+    expect(body.workers.map((w) => [w.status === 0 ? 0 : w.status, w.ok])).toEqual([
+      [200, true],
+      [404, false],
+      [0, false],
+    ]);
+    expect(served(ok)).toBe(true);
+  });
+
+  it("a body every worker refuses is the client's 400, with the worker's message", async () => {
+    const [a, b] = [await sim(), await sim()];
+    const res = await fanout([worker(a), worker(b)]).answer(
+      'POST',
+      '/v1/load_lora_adapter',
+      {},
+      Buffer.from(JSON.stringify({ lora_name: 'sql' })),
+    )!;
+    expect(res.status).toBe(400);
+    expect((res.body as { error: { message: string } }).error.message).toContain('lora_path');
+  });
+
+  it('skips workers that are not selectable and says why; none selectable is a 503', async () => {
+    const [a, b] = [await sim(), await sim()];
+    const [wa, wb] = [worker(a), worker(b)];
+    wb.healthy = false;
+    wb.asleep = true;
+    const res = await fanout([wa, wb]).answer('POST', '/v1/load_lora_adapter', {}, LOAD)!;
+    expect(res.status).toBe(200);
+    expect((res.body as { skipped: unknown[] }).skipped).toEqual([
+      { url: b.url, role: 'regular', reason: 'asleep' },
+    ]);
+    expect([served(a), served(b)]).toEqual([true, false]);
+    wa.healthy = false;
+    expect((await fanout([wa, wb]).answer('POST', '/v1/load_lora_adapter', {}, LOAD)!).status).toBe(503);
+  });
+
+  it('sends the client authorization, or --worker-api-key instead when set', async () => {
+    const keyed = await sim({ model: 'base', lora: { maxLoras: 1 }, apiKey: 'k' });
+    const plain = new LoraFanout({ members: () => [worker(keyed)], timeoutMs: 5_000 });
+    open.push(plain);
+    expect((await plain.answer('POST', '/v1/load_lora_adapter', {}, LOAD)!).status).toBe(400); // 401: refused
+    expect(
+      (await plain.answer('POST', '/v1/load_lora_adapter', { authorization: 'Bearer k' }, LOAD)!).status,
+    ).toBe(200);
+    const withKey = new LoraFanout({ members: () => [worker(keyed)], timeoutMs: 5_000, apiKey: 'k' });
+    open.push(withKey);
+    expect((await withKey.answer('POST', '/v1/unload_lora_adapter', {}, UNLOAD)!).status).toBe(200);
+  });
+});
