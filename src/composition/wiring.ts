@@ -284,7 +284,16 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
     ...(config.workerApiKey !== '' ? { apiKey: config.workerApiKey } : {}),
     timeoutMs: Math.max(1, config.loraFanoutTimeoutMs),
     onAnswered: (urls) => modelsPoller.refresh(urls),
+    onReplayed: (url, name, ok, message) => {
+      metrics.loraReplays.inc({ outcome: ok ? 'loaded' : 'failed' });
+      if (ok) logger.info({ worker: url, lora: name }, 'LoRA adapter loaded on a worker that joined');
+      else
+        logger.warn({ worker: url, lora: name, message }, 'LoRA adapter not loaded on a worker that joined');
+    },
   });
+  // A worker that joins (or restarts) gets the adapters loaded through the router so far.
+  registry.onChange(() => lora.sync());
+  lora.sync();
   const grpc = buildGrpcServer(base, admitted.dispatcher, objectives, lora);
   const scraper = buildScraper(base);
   const modelsPoller = buildModelsPoller(base);

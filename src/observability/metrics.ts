@@ -55,6 +55,7 @@ export class RouterMetrics {
   readonly discoveryRejected: Counter<'reason'>;
   readonly poolChanges: Counter<'role' | 'change'>;
   readonly contextFits: Counter<'role' | 'outcome'>;
+  readonly loraReplays: Counter<'outcome'>;
   readonly failovers: Counter<'worker' | 'adopted'>;
   readonly shed: Counter<'objective' | 'role'>;
   readonly flowRefused: Counter<'reason' | 'objective'>;
@@ -259,6 +260,12 @@ export class RouterMetrics {
       name: 'vllm_router_pool_changes_total',
       help: 'Persistent pool membership changes: added, departed, replaced.',
       labelNames: ['role', 'change'] as const,
+      registers,
+    });
+    this.loraReplays = new Counter({
+      name: 'vllm_router_lora_replays_total',
+      help: 'LoRA adapters loaded through the router (POST /v1/load_lora_adapter) and then loaded again on a worker that joined or restarted: loaded, or failed (see the log).',
+      labelNames: ['outcome'] as const,
       registers,
     });
     this.contextFits = new Counter({

@@ -19,9 +19,14 @@
  *     workers; the adapter stays where it was loaded, and a retry loads the rest.
  *   - 503 when there is no selectable worker.
  * Every answer lists each worker's status and message (`workers`), and the members left out because
- * they were not selectable (unhealthy, asleep, cordoned: `skipped`). Workers that join later do not
- * get the adapter (the router keeps no list of loads).
+ * they were not selectable (unhealthy, asleep, cordoned: `skipped`).
  * Then the answered workers' model lists are read again at once, so routing sees the change.
+ *
+ * Workers that join later: the router remembers each adapter some worker took (its load body, by
+ * `lora_name`; an unload forgets it; at most MAX_REMEMBERED) and, when a member appears (`sync`, on
+ * every registry change: a new URL, or a restarted process at a known one, which lost its adapters),
+ * loads every remembered adapter on it, with `--worker-api-key` (a client's credentials are not kept).
+ * Each replica remembers the loads it answered; a restarted router remembers none.
  */
 import { Agent, request } from 'undici';
 import type { LocalAnswer } from '../extproc/dispatch.js';
@@ -39,7 +44,12 @@ export interface LoraFanoutOptions {
   readonly timeoutMs: number;
   /** The workers that answered (their model lists should be read again). */
   readonly onAnswered?: (urls: readonly string[]) => void;
+  /** A remembered adapter was loaded on a worker that joined (`ok`: it took it). */
+  readonly onReplayed?: (url: string, loraName: string, ok: boolean, message: string) => void;
 }
+
+/** The most adapters remembered for workers that join (the oldest is forgotten first). */
+export const MAX_REMEMBERED = 1024;
 
 interface WorkerResult {
   readonly url: string;
@@ -55,6 +65,11 @@ const MAX_MESSAGE = 300;
 export class LoraFanout {
   private readonly agent = new Agent({ keepAliveTimeout: 4_000 });
   private closed = false;
+  /** lora_name -> the load body some worker took. */
+  private readonly remembered = new Map<string, Buffer>();
+  /** `url generation` of the members seen by sync(). */
+  private readonly known = new Set<string>();
+  private synced = false;
 
   constructor(private readonly opts: LoraFanoutOptions) {}
 
@@ -70,6 +85,56 @@ export class LoraFanout {
     const p = q === -1 ? path : path.slice(0, q);
     if (!LORA_PATHS.has(p)) return undefined;
     return this.fanOut(p, headers, body);
+  }
+
+  /**
+   * Called on every membership change: loads every remembered adapter on the members that appeared
+   * since the last call (the first call only records the members: nothing is remembered yet).
+   */
+  sync(): void {
+    if (this.closed) return;
+    const current = new Set<string>();
+    const joined = new Set<string>();
+    for (const w of this.opts.members()) {
+      const key = `${w.url} ${w.generation}`;
+      current.add(key);
+      if (!this.known.has(key) && this.synced) joined.add(w.url);
+    }
+    this.known.clear();
+    for (const k of current) this.known.add(k);
+    this.synced = true;
+    if (this.remembered.size === 0) return;
+    for (const url of joined) void this.replay(url);
+  }
+
+  /** The names of the adapters a joining worker gets. */
+  get rememberedAdapters(): string[] {
+    return [...this.remembered.keys()];
+  }
+
+  private async replay(url: string): Promise<void> {
+    const auth = this.opts.apiKey ? `Bearer ${this.opts.apiKey}` : undefined;
+    for (const [name, body] of [...this.remembered]) {
+      if (this.closed) return;
+      const r = await this.send(url, [], '/v1/load_lora_adapter', body, auth, true);
+      this.opts.onReplayed?.(url, name, r.ok, r.message);
+    }
+    this.opts.onAnswered?.([url]);
+  }
+
+  /** Remembers a load some worker took, or forgets an unloaded adapter. */
+  private remember(load: boolean, body: Buffer): void {
+    let name: unknown;
+    try {
+      name = (JSON.parse(body.toString('utf8')) as { lora_name?: unknown }).lora_name;
+    } catch {
+      return;
+    }
+    if (typeof name !== 'string' || name === '') return;
+    this.remembered.delete(name);
+    if (!load) return;
+    this.remembered.set(name, body);
+    if (this.remembered.size > MAX_REMEMBERED) this.remembered.delete(this.remembered.keys().next().value!);
   }
 
   /** Aborts the calls in flight (their workers count as unreachable) and closes the connections. */
@@ -121,6 +186,7 @@ export class LoraFanout {
     );
     this.opts.onAnswered?.(results.filter((r) => r.status !== 0).map((r) => r.url));
     const failed = results.filter((r) => !r.ok);
+    if (failed.length < results.length) this.remember(load, body);
     const summary = { workers: results, ...(skipped.length > 0 ? { skipped } : {}) };
     if (failed.length === 0) {
       return {

@@ -5,7 +5,7 @@
  * decode worker alike. Passed on as before, the load reached one worker: the other regular worker
  * answered the adapter's requests with 404, and in P/D mode every prefill leg did.
  * The workers are strict about models (a model they do not serve is vLLM's 404). Every test ends with
- * every load back to 0.
+ * every load back to 0. A worker that joins after the load gets the adapter from the router.
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { startStack, type Stack } from '../support/stack.js';
@@ -13,6 +13,7 @@ import { startPdStack, type PdStack } from '../support/pd-stack.js';
 import { adminJson, expectAllLoadsZero } from '../support/router-fixture.js';
 import { waitFor } from '../support/wait-for.js';
 import type { Router } from '../../src/router.js';
+import { startSimulator } from '../../src/sim/simulator.js';
 
 const LORA_SIM = { model: 'base', strictModels: true, lora: { maxLoras: 2 } };
 
@@ -78,6 +79,33 @@ describe('runtime LoRA adapters through the gateway', () => {
     expect(
       s.sims.map((x) => x.records.filter((r) => (r.body as { model?: string }).model === 'sql').length),
     ).toEqual([3, 3]);
+
+    // A worker that joins afterwards gets the adapter too, and serves its requests.
+    const late = await startSimulator({ timeScale: 0, ...LORA_SIM });
+    try {
+      const reg = await fetch(`http://127.0.0.1:${s.router.adminPort}/workers`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ role: 'regular', url: late.url }),
+      });
+      expect(reg.status).toBe(200);
+      await listedOn(s.router, 3);
+      for (let i = 0; i < 6; i++) expect((await chat(s.url, 10 + i)).status).toBe(200);
+      expect(late.records.filter((r) => r.outcome === 'ok').length).toBe(2);
+      expect(
+        (
+          await fetch(
+            `http://127.0.0.1:${s.router.adminPort}/workers?role=regular&url=${encodeURIComponent(late.url)}`,
+            {
+              method: 'DELETE',
+            },
+          )
+        ).status,
+      ).toBe(200);
+      await waitFor(() => s.router.workers().length === 2, { message: 'the late worker gone' });
+    } finally {
+      await late.close();
+    }
 
     const unloaded = await post(s.url, '/v1/unload_lora_adapter', { lora_name: 'sql' });
     expect(unloaded.status).toBe(200);

@@ -7,6 +7,7 @@ import { LoraFanout } from '../../../src/routing/lora-fanout.js';
 import { startSimulator, type Simulator, type SimulatorOptions } from '../../../src/sim/simulator.js';
 import { Worker } from '../../../src/workers/worker.js';
 import type { Role } from '../../../src/workers/role.js';
+import { waitFor } from '../../support/wait-for.js';
 
 const open: Array<{ close(): Promise<void> }> = [];
 afterEach(async () => {
@@ -134,5 +135,37 @@ describe('LoraFanout', () => {
     const withKey = new LoraFanout({ members: () => [worker(keyed)], timeoutMs: 5_000, apiKey: 'k' });
     open.push(withKey);
     expect((await withKey.answer('POST', '/v1/unload_lora_adapter', {}, UNLOAD)!).status).toBe(200);
+  });
+
+  it('a worker that joins later, or restarts, gets the adapters loaded so far; an unload is forgotten', async () => {
+    const [a, b] = [await sim(), await sim()];
+    const members = [worker(a)];
+    const replays: Array<[string, string, boolean]> = [];
+    const f = new LoraFanout({
+      members: () => members,
+      timeoutMs: 5_000,
+      onReplayed: (url, name, ok) => replays.push([url, name, ok]),
+    });
+    open.push(f);
+    f.sync(); // the members at start: nothing to replay
+    expect((await f.answer('POST', '/v1/load_lora_adapter', {}, LOAD)!).status).toBe(200);
+    const other = Buffer.from(JSON.stringify({ lora_name: 'chat', lora_path: '/adapters/chat' }));
+    expect((await f.answer('POST', '/v1/load_lora_adapter', {}, other)!).status).toBe(200);
+    expect(
+      (await f.answer('POST', '/v1/unload_lora_adapter', {}, Buffer.from('{"lora_name":"chat"}'))!).status,
+    ).toBe(200);
+    expect(f.rememberedAdapters).toEqual(['sql']);
+    members.push(worker(b));
+    f.sync();
+    await waitFor(() => replays.length === 1);
+    expect(replays).toEqual([[b.url, 'sql', true]]);
+    expect(served(b)).toBe(true);
+    f.sync(); // nothing new: nothing sent again
+    // A restarted process at a known URL (a new generation) lost its adapters: it gets them again.
+    const reborn = new Worker({ role: 'regular', url: b.url, endpoint: b.hostPort, generation: 2 });
+    members.splice(1, 1, reborn);
+    f.sync();
+    await waitFor(() => replays.length === 2);
+    expect(replays[1]).toEqual([b.url, 'sql', true]); // already loaded there: taken all the same
   });
 });
