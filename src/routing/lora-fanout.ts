@@ -23,10 +23,11 @@
  * Then the answered workers' model lists are read again at once, so routing sees the change.
  *
  * Workers that join later: the router remembers each adapter some worker took (its load body, by
- * `lora_name`; an unload forgets it; at most MAX_REMEMBERED) and, when a member appears (`sync`, on
- * every registry change: a new URL, or a restarted process at a known one, which lost its adapters),
- * loads every remembered adapter on it, with `--worker-api-key` (a client's credentials are not kept).
- * Each replica remembers the loads it answered; a restarted router remembers none.
+ * `lora_name`; an unload forgets it; at most MAX_REMEMBERED bodies of up to 64 KiB) and, when a
+ * member appears (`sync`, on every registry change: a new URL, or a restarted process at a known
+ * one, which lost its adapters), loads every remembered adapter on it, with `--worker-api-key` (a
+ * client's credentials are not kept). Each replica remembers the loads it answered; a restarted
+ * router remembers none.
  */
 import { Agent, request } from 'undici';
 import type { LocalAnswer } from '../extproc/dispatch.js';
@@ -50,6 +51,9 @@ export interface LoraFanoutOptions {
 
 /** The most adapters remembered for workers that join (the oldest is forgotten first). */
 export const MAX_REMEMBERED = 1024;
+
+/** A load body larger than this is not remembered (vLLM's is a name and a path). */
+const MAX_REMEMBERED_BODY = 64 * 1024;
 
 interface WorkerResult {
   readonly url: string;
@@ -132,7 +136,7 @@ export class LoraFanout {
     }
     if (typeof name !== 'string' || name === '') return;
     this.remembered.delete(name);
-    if (!load) return;
+    if (!load || body.length > MAX_REMEMBERED_BODY) return;
     this.remembered.set(name, body);
     if (this.remembered.size > MAX_REMEMBERED) this.remembered.delete(this.remembered.keys().next().value!);
   }
