@@ -282,7 +282,7 @@ export const OPTIONS = [
     flag: 'lora-fanout-timeout-ms',
     type: 'int',
     default: 60_000,
-    help: "POST /v1/load_lora_adapter and /v1/unload_lora_adapter through Envoy are sent by the router to every selectable worker (vLLM with VLLM_ALLOW_RUNTIME_LORA_UPDATING), in P/D to prefill and decode workers alike, and answered with each worker's result; a worker that joins later gets the adapters loaded so far: how long one worker's answer may take (loading an adapter reads its weights).",
+    help: "POST /v1/load_lora_adapter and /v1/unload_lora_adapter through Envoy are sent by the router to every selectable worker (vLLM with VLLM_ALLOW_RUNTIME_LORA_UPDATING), in P/D to prefill and decode workers alike, and answered with each worker's result; a worker that joins later gets the adapters loaded so far: how long one worker's answer may take (loading an adapter reads its weights). Keep it below Envoy's ext_proc message_timeout (90 s in envoy/envoy.yaml), which bounds the whole answer.",
   },
   {
     group: 'Workers and discovery',
