@@ -74,8 +74,12 @@ export function candidates(
   exclude?: ReadonlySet<Worker>,
   report = false,
 ): readonly Worker[] {
-  const need =
-    ctx.outputTokens !== undefined ? { chars: ctx.text.length, outputTokens: ctx.outputTokens } : undefined;
+  // A prefill leg asks for one token (pd/kv-transfer.ts), whatever the request's max_tokens.
+  const out =
+    ctx.outputTokens === undefined || pool.role !== 'prefill'
+      ? ctx.outputTokens
+      : Math.min(1, ctx.outputTokens);
+  const need = out !== undefined ? { chars: ctx.text.length, outputTokens: out } : undefined;
   let workers = pool.candidatesFor(ctx.model, need, report);
   if (exclude && exclude.size > 0) workers = workers.filter((w) => !exclude.has(w));
   const subset = ctx.subset;

@@ -103,4 +103,29 @@ describe('WorkerPool.candidatesFor: context length', () => {
     const c: RoutingContext = { model: 'm', text: 'x'.repeat(80_000), headers: {} };
     expect(ports(pool, c)).toEqual([8000, 8001]);
   });
+
+  it("a prefill pool counts the leg's one output token, not the request's max_tokens", () => {
+    const h = harness();
+    const catalog = new ModelCatalog();
+    for (const [p, len] of [
+      [8000, 4096],
+      [8001, 32768],
+    ] as const) {
+      const { url } = register(h.registry, 'prefill', p);
+      catalog.recordListed(url, parseModelList(JSON.stringify({ data: [{ id: 'm', max_model_len: len }] })));
+    }
+    const pool = new WorkerPool('prefill', createPolicy('round_robin', {}), h.registry, {
+      models: {
+        get version() {
+          return catalog.version;
+        },
+        of: (w) => catalog.of(w.url),
+      },
+      tokensOf: (_model, chars) => Math.ceil(chars / 4),
+    });
+    pool.reconcile();
+    // 3,000 prompt tokens + 2,000 max_tokens: too long for 4,096 as a whole request, not as a prefill leg.
+    expect(ports(pool, request(3000, 2000))).toEqual([8000, 8001]);
+    expect(ports(pool, request(5000, 0))).toEqual([8001]);
+  });
 });
