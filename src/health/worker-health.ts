@@ -26,7 +26,10 @@
  * the process keeps answering /health and /metrics (with an idle queue: it would look like the best
  * worker). A scraped page that says so (`recordSleep`, load/metrics-parse.ts `asleep`) takes the worker
  * out of selection until a page says it is awake again; it is a state the worker reports exactly, so
- * no threshold applies, and it is neither a failed check nor a breaker event.
+ * no threshold applies, and it is neither a failed check nor a breaker event. Both changes start the
+ * breaker over: requests that reached the worker between its sleep and the page saying so failed
+ * because of the sleep (vLLM's 503, or worse), and kept the woken worker out for a whole cool-down
+ * (bench/sleep-mode.bench.ts: four sleeps in a row left no worker selectable).
  *
  * Cordon: an operator's "no new requests" (admin `POST /workers/cordon`, and `POST /workers/sleep`
  * while it drains the worker before putting it to sleep: admin/worker-sleep.ts). Requests already
@@ -110,7 +113,7 @@ interface State {
   active: ActiveHealth;
   checkFailures: number;
   checkSuccesses: number;
-  readonly breaker: CircuitBreaker;
+  breaker: CircuitBreaker;
   view: WorkerHealthView;
   asleep: boolean;
   cordoned: boolean;
@@ -176,6 +179,10 @@ export class WorkerHealth {
     const s = asleep ? this.state(worker) : this.states.get(worker);
     if (s === undefined || s.asleep === asleep) return; // never seen and awake: nothing to change
     s.asleep = asleep;
+    // The requests that failed around the change (a 503 from a sleeping engine, or one that reached
+    // it before the page said so) are explained by the sleep: the breaker starts over, so a woken
+    // worker is not kept out for a cool-down it did not earn.
+    s.breaker = new CircuitBreaker(this.opts.breaker);
     this.sync(worker, s, now);
   }
 

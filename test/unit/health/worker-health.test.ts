@@ -496,3 +496,22 @@ describe('WorkerHealth: cordon (admin API)', () => {
     expect(health.view(worker(2), 6).cordoned).toBe(false); // a new generation starts uncordoned
   });
 });
+
+describe('WorkerHealth: sleep starts the breaker over', () => {
+  it('failures around a sleep (503s from the sleeping engine) do not keep the woken worker out', () => {
+    const health = new WorkerHealth({
+      breaker: { failureThreshold: 3, successThreshold: 1, cooldownMs: 30_000 },
+    });
+    const w = worker();
+    // Requests that reached it after it fell asleep, before the page said so: the breaker opens.
+    for (let t = 0; t < 3; t++) health.recordOutcome(w, 'server_error', t);
+    expect(health.view(w, 3).breaker).toBe('open');
+    health.recordSleep(w, true, 4);
+    expect(health.view(w, 4)).toMatchObject({ asleep: true, breaker: 'closed', selectable: false });
+    // One that ended while it was asleep counts in the new breaker, which starts over at the wake.
+    health.recordOutcome(w, 'server_error', 5);
+    health.recordSleep(w, false, 6);
+    expect(health.details(w, 6)).toMatchObject({ breaker: 'closed', breakerFailures: 0, selectable: true });
+    expect(w.healthy).toBe(true);
+  });
+});
