@@ -8,7 +8,8 @@
  * sleep within one interval; a request routed in that interval still lands on the sleeping engine.
  * So sleep is done in this order, per worker URL (every role registered at it: one process):
  *   1. cordon: no new request from this router (worker-health.ts);
- *   2. drain: wait until this router's requests there have ended (their load guards: `worker.load`)
+ *   2. drain: wait until this router's requests there have ended (their load guards: `worker.load`,
+ *      and the P/D requests whose decode leg was promised to it while their prefill leg runs)
  *      and, when the worker's metrics are scraped, until a page read after that shows nothing
  *      waiting or running (requests of other router replicas, which must be cordoned too, and of
  *      direct clients);
@@ -45,6 +46,11 @@ export interface WorkerSleepDeps {
    */
   readonly scraped?: (url: string) => { readonly takenAtMs: number; readonly busy: number } | undefined;
   readonly clock: () => number;
+  /**
+   * Requests that will reach the worker without holding its load yet (a P/D decode worker chosen
+   * before its request's prefill leg ends: pd/pd-dispatcher.ts pendingDecodes). Default none.
+   */
+  readonly pending?: (worker: Worker) => number;
   /** Drain check interval, ms. Default 20. */
   readonly pollMs?: number;
   /** Timeout of the worker's /sleep and /wake_up answers (falling asleep takes seconds), ms. */
@@ -169,7 +175,7 @@ export class WorkerSleep {
     let localDrainedAt: number | undefined;
     for (;;) {
       const now = this.deps.clock();
-      const local = hold().reduce((n, w) => n + w.load, 0);
+      const local = hold().reduce((n, w) => n + w.load + (this.deps.pending?.(w) ?? 0), 0);
       if (local > 0) localDrainedAt = undefined;
       else {
         localDrainedAt ??= now;

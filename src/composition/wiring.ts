@@ -304,7 +304,10 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
     modelsPoller.pollNew();
   });
   addWarmUpConditions(warmUp, config, exact, scraper, modelsPoller);
-  const workerSleep = buildWorkerSleep(base);
+  const workerSleep = buildWorkerSleep(
+    base,
+    dispatcher instanceof PdDispatcher ? (w) => dispatcher.pendingDecodes(w) : undefined,
+  );
   return {
     ...base,
     prefillClient,
@@ -759,11 +762,15 @@ function buildDiscovery(c: Base): ZmqDiscovery | undefined {
   });
 }
 
-function buildWorkerSleep({ config, pools, health, board, clock }: Base): WorkerSleep {
+function buildWorkerSleep(
+  { config, pools, health, board, clock }: Base,
+  pending: ((w: Worker) => number) | undefined,
+): WorkerSleep {
   return new WorkerSleep({
     workersAt: (url) => pools.workers().filter((w) => w.url === url),
     health,
     clock,
+    ...(pending ? { pending } : {}),
     // The drain also waits for a page with nothing waiting or running, when pages are read.
     scraped: (url) => {
       if (config.scrapeIntervalMs === 0) return undefined;

@@ -152,6 +152,8 @@ const NOTHING = (): void => undefined;
 export class PdDispatcher implements Dispatcher {
   /** MoRI-IO: next DP rank per prefill instance with dp_size > 1 (vLLM's proxy rotates). */
   private readonly moriRank = new WeakMap<Worker, number>();
+  /** pendingDecodes: decode workers chosen whose guard is not taken yet, per worker. */
+  private readonly awaiting = new Map<Worker, number>();
 
   constructor(private readonly opts: PdDispatcherOptions) {}
 
@@ -259,33 +261,54 @@ export class PdDispatcher implements Dispatcher {
     const prefill = reserve(opts.prefillPool, p, opts.observer, now);
     commit(opts.decodePool, d, opts.observer, now);
     const decodeWorker = d.decision.worker;
-    let leg: Awaited<ReturnType<PdDispatcher['prefillWithRetries']>>;
+    this.awaitDecode(decodeWorker, 1);
     try {
-      leg = await this.prefillWithRetries(req, prefill, decodeWorker, signal);
-    } catch (err) {
-      // The decode worker was chosen but will never see this request.
-      opts.pd?.decodeAbandoned?.(decodeWorker);
-      throw err;
+      let leg: Awaited<ReturnType<PdDispatcher['prefillWithRetries']>>;
+      try {
+        leg = await this.prefillWithRetries(req, prefill, decodeWorker, signal);
+      } catch (err) {
+        // The decode worker was chosen but will never see this request.
+        opts.pd?.decodeAbandoned?.(decodeWorker);
+        throw err;
+      }
+      const { result, ctx, requestId, decision: prefillDecision } = leg;
+      const kv = decodeKvParams(ctx, result.kvTransferParams);
+      if (kv && 'error' in kv) {
+        opts.pd?.error?.('prefill_invalid_response');
+        opts.pd?.decodeAbandoned?.(decodeWorker);
+        throw new RouterError(
+          'prefill_failed',
+          502,
+          `prefill worker ${ctx.prefill.url}: ${kv.error as string}`,
+          'bad_gateway',
+        );
+      }
+      const decodeGuard = new LoadGuard(decodeWorker);
+      opts.pd?.decodeRouted?.(decodeWorker);
+      const cached = result.cachedTokens;
+      return this.decodeDispatch(req, d, decodeGuard, requestId, decodeBody(req.inference?.json ?? {}, kv), {
+        cachedTokens: () => cached,
+        prefill: prefillDecision,
+      });
+    } finally {
+      // After the decode guard is taken (the return above is evaluated first), or on failure.
+      this.awaitDecode(decodeWorker, -1);
     }
-    const { result, ctx, requestId, decision: prefillDecision } = leg;
-    const kv = decodeKvParams(ctx, result.kvTransferParams);
-    if (kv && 'error' in kv) {
-      opts.pd?.error?.('prefill_invalid_response');
-      opts.pd?.decodeAbandoned?.(decodeWorker);
-      throw new RouterError(
-        'prefill_failed',
-        502,
-        `prefill worker ${ctx.prefill.url}: ${kv.error as string}`,
-        'bad_gateway',
-      );
-    }
-    const decodeGuard = new LoadGuard(decodeWorker);
-    opts.pd?.decodeRouted?.(decodeWorker);
-    const cached = result.cachedTokens;
-    return this.decodeDispatch(req, d, decodeGuard, requestId, decodeBody(req.inference?.json ?? {}, kv), {
-      cachedTokens: () => cached,
-      prefill: prefillDecision,
-    });
+  }
+
+  /**
+   * Requests whose decode leg will go to `worker` once their prefill leg ends (sequential and
+   * overlapped dispatch choose the decode worker first and take its guard later): a worker being
+   * drained for sleep (admin/worker-sleep.ts) must wait for them as for its load.
+   */
+  pendingDecodes(worker: Worker): number {
+    return this.awaiting.get(worker) ?? 0;
+  }
+
+  private awaitDecode(worker: Worker, delta: 1 | -1): void {
+    const n = (this.awaiting.get(worker) ?? 0) + delta;
+    if (n > 0) this.awaiting.set(worker, n);
+    else this.awaiting.delete(worker);
   }
 
   private concurrent(req: RouteRequest, p: Chosen, d: Chosen): Dispatch {
@@ -411,6 +434,7 @@ export class PdDispatcher implements Dispatcher {
     let prefill = reserve(opts.prefillPool, p, opts.observer, opts.clock());
     commit(opts.decodePool, d, opts.observer, opts.clock());
     const decodeWorker = d.decision.worker;
+    this.awaitDecode(decodeWorker, 1);
     // The leg's own abort: the client leaving before the handover, or the request ending without a
     // response after it.
     const legAbort = new AbortController();
@@ -451,6 +475,7 @@ export class PdDispatcher implements Dispatcher {
       throw err;
     } finally {
       signal.removeEventListener('abort', onClientGone);
+      this.awaitDecode(decodeWorker, -1); // the decode guard is taken by now, or never will be
     }
   }
 

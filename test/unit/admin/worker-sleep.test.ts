@@ -127,6 +127,18 @@ describe('WorkerSleep', () => {
     expect([old.asleep, reborn.asleep]).toEqual([true, true]);
   });
 
+  it('waits for requests promised to the worker that hold no load yet (a P/D decode during its prefill leg)', async () => {
+    let promised = 1;
+    const { sim, workers, sleeper } = await fixture({ pending: () => promised });
+    const slept = sleeper.sleep(sim.url, 1);
+    await until(() => workers[0]!.cordoned);
+    for (let i = 0; i < 10; i++) await new Promise((r) => setTimeout(r, 1));
+    expect(sim.sleepLevel).toBe(0);
+    promised = 0;
+    await slept;
+    expect(sim.sleepLevel).toBe(1);
+  });
+
   it('a drain that does not finish in time sleeps nothing and gives the worker back', async () => {
     const { sim, workers, sleeper } = await fixture();
     workers[0]!.load = 1;

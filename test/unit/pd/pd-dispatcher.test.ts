@@ -164,6 +164,25 @@ describe('PdDispatcher: sequential', () => {
     expect(typeof s.durations[0]).toBe('number'); // the router ran this leg: it measured it
   });
 
+  it('counts the decode worker as awaited while the leg runs (a drain for sleep waits for it)', async () => {
+    const s = setup();
+    const decode = s.decodePool.workers[0]!;
+    const pending = s.dispatcher.dispatch(REQ, new AbortController()) as Promise<Dispatch>;
+    const call = await s.client.call(1);
+    expect([decode.load, s.dispatcher.pendingDecodes(decode)]).toEqual([0, 1]);
+    call.resolve(OK);
+    const d = await pending;
+    expect([decode.load, s.dispatcher.pendingDecodes(decode)]).toEqual([1, 0]);
+    d.finish({ kind: 'response', status: 200 });
+    // A failed leg gives it up too.
+    const f = setup({ retries: 0 });
+    const failing = f.dispatcher.dispatch(REQ, new AbortController()) as Promise<Dispatch>;
+    (await f.client.call(1)).reject(new PrefillError('status', 'boom', 503));
+    await failing.catch(() => undefined);
+    const fd = f.decodePool.workers[0]!;
+    expect([fd.load, f.dispatcher.pendingDecodes(fd)]).toEqual([0, 0]);
+  });
+
   it('retries a failed leg on the other prefill worker', async () => {
     const s = setup();
     const pending = s.dispatcher.dispatch(REQ, new AbortController()) as Promise<Dispatch>;
