@@ -19,6 +19,8 @@ interface Fixture {
   workers: Worker[];
   health: WorkerHealth;
   sleeper: WorkerSleep;
+  /** Resolves once the drain has looked at the worker `n` more times (it reads the members each poll). */
+  polled(n: number): Promise<void>;
 }
 
 async function fixture(
@@ -31,15 +33,23 @@ async function fixture(
     (role) => new Worker({ role, url: sim.url, endpoint: sim.hostPort, generation: 1 }),
   );
   const health = new WorkerHealth();
+  let reads = 0;
   const sleeper = new WorkerSleep({
-    workersAt: (url) => workers.filter((w) => w.url === url),
+    workersAt: (url) => {
+      reads += 1;
+      return workers.filter((w) => w.url === url);
+    },
     health,
     clock: () => performance.now(),
     pollMs: 2,
     ...over,
   });
   open.push(sleeper);
-  return { sim, workers, health, sleeper };
+  const polled = async (n: number): Promise<void> => {
+    const target = reads + n;
+    await until(() => reads >= target);
+  };
+  return { sim, workers, health, sleeper, polled };
 }
 
 async function rejection(p: Promise<unknown>): Promise<AdminInputError> {
@@ -58,14 +68,14 @@ async function until(cond: () => boolean): Promise<void> {
 
 describe('WorkerSleep', () => {
   it('cordons every role at the URL, waits for its requests to end, then puts it to sleep', async () => {
-    const { sim, workers, health, sleeper } = await fixture({}, ['prefill', 'decode']);
+    const { sim, workers, health, sleeper, polled } = await fixture({}, ['prefill', 'decode']);
     workers[1]!.load = 1; // a decode still streaming
     let done = false;
     const slept = sleeper.sleep(sim.url, 1).finally(() => (done = true));
     await until(() => workers.every((w) => w.cordoned));
     expect(workers.map((w) => w.healthy)).toEqual([false, false]);
     // Draining: the worker is not asleep while a request is there.
-    for (let i = 0; i < 20; i++) await new Promise((r) => setTimeout(r, 1));
+    await polled(5);
     expect(done).toBe(false);
     expect(sim.sleepLevel).toBe(0);
     workers[1]!.load = 0;
@@ -90,15 +100,15 @@ describe('WorkerSleep', () => {
 
   it('with scraped pages, also waits for a page read after the drain that shows nothing running', async () => {
     let page = { takenAtMs: 0, busy: 3 };
-    const { sim, workers, sleeper } = await fixture({ scraped: () => page });
+    const { sim, workers, sleeper, polled } = await fixture({ scraped: () => page });
     const slept = sleeper.sleep(sim.url, 2);
     await until(() => workers[0]!.cordoned);
     // An old page that says idle is not enough: it may predate requests of other replicas.
     page = { takenAtMs: 0, busy: 0 };
-    for (let i = 0; i < 10; i++) await new Promise((r) => setTimeout(r, 1));
+    await polled(5);
     expect(sim.sleepLevel).toBe(0);
     page = { takenAtMs: performance.now(), busy: 1 }; // fresh, but another replica's request runs
-    for (let i = 0; i < 10; i++) await new Promise((r) => setTimeout(r, 1));
+    await polled(5);
     expect(sim.sleepLevel).toBe(0);
     page = { takenAtMs: performance.now(), busy: 0 };
     await slept;
@@ -106,7 +116,7 @@ describe('WorkerSleep', () => {
   });
 
   it('a worker re-registered at the URL during the drain (a new generation) is held and drained too', async () => {
-    const { sim, workers, sleeper } = await fixture();
+    const { sim, workers, sleeper, polled } = await fixture();
     const old = workers[0]!;
     old.load = 1;
     const slept = sleeper.sleep(sim.url, 1);
@@ -118,7 +128,7 @@ describe('WorkerSleep', () => {
     await until(() => reborn.cordoned);
     expect(reborn.healthy).toBe(false);
     old.load = 0; // the old generation's request ends; the new one's still runs
-    for (let i = 0; i < 10; i++) await new Promise((r) => setTimeout(r, 1));
+    await polled(5);
     expect(sim.sleepLevel).toBe(0);
     reborn.load = 0;
     const result = await slept;
@@ -129,10 +139,10 @@ describe('WorkerSleep', () => {
 
   it('waits for requests promised to the worker that hold no load yet (a P/D decode during its prefill leg)', async () => {
     let promised = 1;
-    const { sim, workers, sleeper } = await fixture({ pending: () => promised });
+    const { sim, workers, sleeper, polled } = await fixture({ pending: () => promised });
     const slept = sleeper.sleep(sim.url, 1);
     await until(() => workers[0]!.cordoned);
-    for (let i = 0; i < 10; i++) await new Promise((r) => setTimeout(r, 1));
+    await polled(5);
     expect(sim.sleepLevel).toBe(0);
     promised = 0;
     await slept;
