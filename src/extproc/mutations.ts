@@ -94,8 +94,14 @@ export function streamedBody(body: Buffer, endOfStream: boolean): BodyMutation {
 }
 
 /** A JSON ImmediateResponse carrying a RouterError. */
-export function errorReply(err: RouterError): ProcessingResponse {
-  return jsonImmediate(err.status, err.toJSON(), err.code, err.headers);
+/**
+ * The ImmediateResponse of a user-facing error: its JSON body in the OpenAI shape, or, for the
+ * Anthropic Messages API (`/v1/messages`), in Anthropic's (RouterError.toAnthropicJSON), which its
+ * clients (the Anthropic SDKs, Claude Code) read.
+ */
+export function errorReply(err: RouterError, shape: 'openai' | 'anthropic' = 'openai'): ProcessingResponse {
+  const body = shape === 'anthropic' ? err.toAnthropicJSON() : err.toJSON();
+  return jsonImmediate(err.status, body, err.code, err.headers);
 }
 
 export function jsonImmediate(

@@ -340,7 +340,9 @@ export class Session {
     if (body !== undefined) {
       const target = this.headers[MODEL_REWRITE_HEADER];
       edited = target ? withModel(body, target) : undefined;
-      const takes = this.kind !== undefined || takesPriority(this.method, this.path);
+      // vLLM's Messages API takes no `priority` (its request model has none): left as it is.
+      const takes =
+        this.kind !== undefined ? this.kind !== 'messages' : takesPriority(this.method, this.path);
       const priority = takes ? this.deps.workerPriority?.(this.headers) : undefined;
       const prioritised = priority !== undefined ? withPriority(edited ?? body, priority) : undefined;
       edited = prioritised ?? edited;
@@ -507,7 +509,7 @@ export class Session {
   }
 
   private reject(err: RouterError): void {
-    this.send(errorReply(err));
+    this.send(errorReply(err, this.kind === 'messages' ? 'anthropic' : 'openai'));
     this.end({ kind: 'rejected', status: err.status, code: err.code }, err);
   }
 

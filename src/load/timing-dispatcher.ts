@@ -174,7 +174,9 @@ function usageLearner(
   if ((learner === undefined && feedback === undefined) || inference === undefined) return undefined;
   // A continued response's prompt holds stored turns the routing text does not: nothing to learn.
   if (inference.previousResponseId !== undefined) return undefined;
-  const tokensIn = inference.kind === 'responses' ? inputTokensIn : promptTokensIn;
+  // The Responses and the Messages API say `input_tokens` (a Messages stream: in message_start).
+  const tokensIn =
+    inference.kind === 'responses' || inference.kind === 'messages' ? inputTokensIn : promptTokensIn;
   let done = false;
   return (status, chunk) => {
     if (done || status < 200 || status >= 300) return;

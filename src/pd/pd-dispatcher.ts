@@ -1,7 +1,7 @@
 /**
  * Prefill/decode disaggregation (design sections 5-7).
  *
- * For /v1/completions, /v1/chat/completions and /v1/responses: reconcile and choose BOTH roles in
+ * For /v1/completions, /v1/chat/completions, /v1/responses and /v1/messages: reconcile and choose BOTH roles in
  * one synchronous step before any network I/O (an empty role -> 503 naming the counts, nothing
  * created). Then, by dispatch mode:
  *

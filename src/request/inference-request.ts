@@ -6,6 +6,7 @@
 import { badRequest, RouterError } from './router-error.js';
 import { chatPromptText, completionPromptText, saltedText } from './prompt-text.js';
 import { responsesMessages } from './responses-input.js';
+import { anthropicChatMessages, anthropicChatTools } from './anthropic-messages.js';
 import { exceedsDepth } from './json-depth.js';
 import { joinLongTexts, parseLongStringBody } from './json-body.js';
 import { formBoundary, formField } from './multipart-field.js';
@@ -13,7 +14,8 @@ import type { RoutingText } from '../util/piece-text.js';
 
 export { exceedsDepth } from './json-depth.js';
 
-export type InferenceKind = 'completions' | 'chat' | 'responses';
+/** `messages`: the Anthropic Messages API vLLM serves (`POST /v1/messages`; anthropic-messages.ts). */
+export type InferenceKind = 'completions' | 'chat' | 'responses' | 'messages';
 
 /** Which kind of inference endpoint a path is, or undefined for everything else. */
 export function inferenceKind(method: string, path: string): InferenceKind | undefined {
@@ -23,6 +25,7 @@ export function inferenceKind(method: string, path: string): InferenceKind | und
   if (p === '/v1/completions') return 'completions';
   if (p === '/v1/chat/completions') return 'chat';
   if (p === '/v1/responses') return 'responses';
+  if (p === '/v1/messages') return 'messages';
   return undefined;
 }
 
@@ -40,7 +43,8 @@ export interface InferenceRequest {
   /**
    * The body as the code that reads the prompt sees it (the tokenizer, request/request-tokens.ts):
    * `json` itself, except for /v1/responses, whose `instructions` and `input` it gives as the chat
-   * `messages` vLLM renders them to (request/responses-input.ts).
+   * `messages` vLLM renders them to (request/responses-input.ts), and /v1/messages, whose `system`,
+   * `messages` and `tools` it gives as the chat `messages` and `tools` (request/anthropic-messages.ts).
    */
   readonly promptBody: Readonly<Record<string, unknown>>;
   /** /v1/responses: the `previous_response_id` the request continues, when it names one. */
@@ -88,7 +92,8 @@ export function parseInferenceRequest(
   }
   const prompt = promptText(kind, obj);
   if (prompt === undefined) throw invalidPrompt(kind);
-  const routingText = saltedText(prompt, obj.cache_salt);
+  // vLLM's Messages API takes no `cache_salt` (its chat request is built without one).
+  const routingText = kind === 'messages' ? prompt : saltedText(prompt, obj.cache_salt);
   if (
     kind === 'responses' &&
     obj.previous_response_id != null &&
@@ -102,6 +107,7 @@ export function parseInferenceRequest(
 function promptText(kind: InferenceKind, obj: Record<string, unknown>): RoutingText | undefined {
   if (kind === 'completions') return completionPromptText(obj.prompt);
   if (kind === 'chat') return chatPromptText(obj.messages);
+  if (kind === 'messages') return chatPromptText(anthropicChatMessages(obj));
   return chatPromptText(responsesMessages(obj));
 }
 
@@ -110,6 +116,12 @@ function invalidPrompt(kind: InferenceKind): RouterError {
     return badRequest(
       'invalid_prompt',
       '"prompt" must be a string, an array of strings, or an array of token ids (or of arrays of them)',
+    );
+  }
+  if (kind === 'messages') {
+    return badRequest(
+      'invalid_messages',
+      '"messages" must be a non-empty array of {role: "user" | "assistant", content: string | content blocks}, and "system" a string or text blocks',
     );
   }
   if (kind === 'chat') {
@@ -150,9 +162,12 @@ class ParsedInferenceRequest implements InferenceRequest {
   }
 
   get promptBody(): Readonly<Record<string, unknown>> {
-    if (this.kind !== 'responses') return this.json;
+    if (this.kind !== 'responses' && this.kind !== 'messages') return this.json;
     // Built once, on the first read (the policies that tokenize), from the joined body.
-    this.asChat ??= { ...this.json, messages: responsesMessages(this.json) };
+    this.asChat ??=
+      this.kind === 'responses'
+        ? { ...this.json, messages: responsesMessages(this.json) }
+        : messagesAsChat(this.json);
     return this.asChat;
   }
 
@@ -173,6 +188,18 @@ class ParsedInferenceRequest implements InferenceRequest {
     const id = this.body.previous_response_id;
     return typeof id === 'string' && id.length > 0 ? id : undefined;
   }
+}
+
+/**
+ * An Anthropic Messages body as the chat body vLLM turns it into: its messages, and its tools when it
+ * has some. Nothing else: vLLM carries no other field that shapes the prompt (no `cache_salt`, no
+ * `add_generation_prompt`) into that chat request.
+ */
+function messagesAsChat(json: Readonly<Record<string, unknown>>): Record<string, unknown> {
+  const chat: Record<string, unknown> = { messages: anthropicChatMessages(json) };
+  const tools = anthropicChatTools(json.tools);
+  if (tools !== undefined) chat.tools = tools;
+  return chat;
 }
 
 /**

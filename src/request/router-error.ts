@@ -40,6 +40,32 @@ export class RouterError<C extends string = RouterErrorCode> extends RouterBaseE
   toJSON(): { error: { message: string; type: string; code: string } } {
     return { error: { message: this.message, type: this.type, code: this.code } };
   }
+
+  /**
+   * The Anthropic Messages API's error body, `{"type": "error", "error": {"type", "message"}}`, its
+   * error type named by the status as Anthropic's API names it (the router's `code` kept beside).
+   */
+  toAnthropicJSON(): { type: 'error'; error: { type: string; message: string; code: string } } {
+    return {
+      type: 'error',
+      error: { type: anthropicErrorType(this.status), message: this.message, code: this.code },
+    };
+  }
+}
+
+const ANTHROPIC_ERROR_TYPES: Readonly<Record<number, string>> = {
+  401: 'authentication_error',
+  403: 'permission_error',
+  404: 'not_found_error',
+  413: 'request_too_large',
+  429: 'rate_limit_error',
+  503: 'overloaded_error',
+  504: 'timeout_error',
+  529: 'overloaded_error',
+};
+
+function anthropicErrorType(status: number): string {
+  return ANTHROPIC_ERROR_TYPES[status] ?? (status >= 500 ? 'api_error' : 'invalid_request_error');
 }
 
 export function badRequest(code: RouterErrorCode, message: string): RouterError {

@@ -60,9 +60,13 @@ const ERROR_TYPES: Record<number, string> = {
   503: 'ServiceUnavailableError',
 };
 
+/** vLLM's error type for an HTTP status (`BadRequestError`, ...). */
+export function errorType(status: number): string {
+  return ERROR_TYPES[status] ?? (status >= 500 ? 'InternalServerError' : 'BadRequestError');
+}
+
 export function errorBody(status: number, message: string): string {
-  const type = ERROR_TYPES[status] ?? (status >= 500 ? 'InternalServerError' : 'BadRequestError');
-  return JSON.stringify({ error: { message, type, param: null, code: status } });
+  return JSON.stringify({ error: { message, type: errorType(status), param: null, code: status } });
 }
 
 export interface ResponseIdentity {
@@ -74,7 +78,8 @@ export interface ResponseIdentity {
 }
 
 export function responseId(kind: GenerationKind, requestId: string): string {
-  return `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${requestId}`;
+  // A Messages answer keeps the id of the chat completion vLLM made it from.
+  return `${kind === 'chat' || kind === 'messages' ? 'chatcmpl' : 'cmpl'}-${requestId}`;
 }
 
 /** The non-streaming JSON body (`kvTransferParams` only from a prefill worker). */

@@ -16,8 +16,11 @@
 import type { ResponsesTurn } from './responses-request.js';
 import { renderChatTemplate } from './sim-tokenizer.js';
 
-/** `responses`: a chat generation asked for through the Responses API (responses-request.ts). */
-export type GenerationKind = 'completion' | 'chat' | 'responses';
+/**
+ * `responses`: a chat generation asked for through the Responses API (responses-request.ts);
+ * `messages`: one asked for through the Anthropic Messages API (messages-api.ts).
+ */
+export type GenerationKind = 'completion' | 'chat' | 'responses' | 'messages';
 
 export interface GenerationRequest {
   readonly kind: GenerationKind;
@@ -30,6 +33,8 @@ export interface GenerationRequest {
   readonly kvTransferParams: Readonly<Record<string, unknown>> | undefined;
   /** Kind `responses` only: the turn's conversation, id and storage. */
   readonly turn?: ResponsesTurn;
+  /** Kind `messages` only: the chat body the request stands for (what the prefix cache keys). */
+  readonly chatBody?: Readonly<Record<string, unknown>>;
 }
 
 export type ParseResult = { ok: true; request: GenerationRequest } | { ok: false; error: string };

@@ -8,7 +8,8 @@
  * Endpoints: POST /v1/completions, POST /v1/chat/completions, POST /v1/responses (JSON or SSE; a Responses
  * request is a chat generation with another input and output shape, see responses-request.ts and
  * responses-format.ts), GET /v1/responses/{id} and POST /v1/responses/{id}/cancel (the in-memory
- * response store, responses-store.ts), GET /health, GET /v1/models,
+ * response store, responses-store.ts), POST /v1/messages (the Anthropic Messages API: a chat generation
+ * with Anthropic's shapes, JSON or named SSE events; messages-api.ts), GET /health, GET /v1/models,
  * GET /load (`{"server_load": in-flight generation requests}`, what vLLM's load endpoint counts),
  * GET /metrics (vLLM names, see metrics-text.ts), POST /tokenize and POST /detokenize (vLLM's shapes, through
  * the pluggable tokenizer of sim-tokenizer.ts; see tokenize-api.ts), POST /v1/audio/transcriptions and
@@ -72,6 +73,13 @@ import {
   type ResponseHead,
 } from './responses-format.js';
 import { ResponseStore } from './responses-store.js';
+import {
+  MESSAGES_PATH,
+  MessagesStreamFormatter,
+  messagesBody,
+  messagesErrorBody,
+  parseMessagesRequest,
+} from './messages-api.js';
 import { KvBlockUsage, type KvHold } from './kv-usage.js';
 import { PrefixCache, type PrefixCacheOptions } from './prefix-cache.js';
 import {
@@ -712,7 +720,12 @@ class SimulatorServer implements Simulator {
     if (key !== undefined && path.startsWith('/v1') && req.headers.authorization !== `Bearer ${key}`) {
       return sendJson(res, 401, JSON.stringify({ error: 'Unauthorized' }));
     }
-    if (path === '/v1/completions' || path === '/v1/chat/completions' || path === '/v1/responses') {
+    if (
+      path === '/v1/completions' ||
+      path === '/v1/chat/completions' ||
+      path === '/v1/responses' ||
+      path === MESSAGES_PATH
+    ) {
       if (req.method === 'POST') return this.handleGeneration(req, res, path);
       return this.sendError(res, 405, `method ${req.method ?? ''} not allowed`);
     }
@@ -1031,7 +1044,9 @@ class SimulatorServer implements Simulator {
     const parsed: { ok: true; request: GenerationRequest } | { ok: false; error: string; status?: number } =
       kind === 'responses'
         ? this.parseResponses(body, record)
-        : parseGenerationRequest(kind, body, this.defaultMaxTokens, this.cache.options.charsPerToken);
+        : kind === 'messages'
+          ? parseMessagesRequest(body)
+          : parseGenerationRequest(kind, body, this.defaultMaxTokens, this.cache.options.charsPerToken);
     if (!parsed.ok) return this.finishError(ctx, parsed.status ?? 400, parsed.error);
     const request = parsed.request;
     if (this.opts.strictModels === true && request.model !== undefined && !this.serves(request.model)) {
@@ -1039,7 +1054,8 @@ class SimulatorServer implements Simulator {
     }
     const tooLong = this.opts.maxModelLen !== undefined ? this.contextError(request, body) : undefined;
     if (tooLong !== undefined) return this.finishError(ctx, 400, tooLong);
-    const priority = requestPriority(body, this.opts.schedulingPolicy ?? 'fcfs');
+    // vLLM's Messages request has no `priority`: whatever the body says, it is ignored.
+    const priority = kind === 'messages' ? 0 : requestPriority(body, this.opts.schedulingPolicy ?? 'fcfs');
     if (typeof priority !== 'number') return this.finishError(ctx, 400, priority.error);
 
     let fromRemotePrefill = false;
@@ -1117,7 +1133,9 @@ class SimulatorServer implements Simulator {
       ? undefined
       : turn
         ? new ResponsesStreamFormatter(responseHead(turn, ident, request.maxTokens), newMessageItemId())
-        : new StreamFormatter(ident);
+        : request.kind === 'messages'
+          ? new MessagesStreamFormatter(ident.id, ident.model)
+          : new StreamFormatter(ident);
     ctx.gate = this.holds.take(ctx.path, request.stream);
     if (formatter) {
       record.status = 200;
@@ -1138,7 +1156,8 @@ class SimulatorServer implements Simulator {
     let blocks = 0;
     let keys: CacheKeys | undefined;
     // A Responses turn keys the cache by its conversation as a chat body: the ids a chat request gets.
-    const keysOf = (): CacheKeys => (keys ??= this.cacheKeys(turn?.chatBody ?? record.body, request.prompts));
+    const keysOf = (): CacheKeys =>
+      (keys ??= this.cacheKeys(turn?.chatBody ?? request.chatBody ?? record.body, request.prompts));
     const admit = (): number => {
       let prompt = 0;
       let cached = 0;
@@ -1205,7 +1224,7 @@ class SimulatorServer implements Simulator {
     ctx: Ctx,
     record: RequestRecord,
     request: GenerationRequest,
-    f: StreamFormatter | ResponsesStreamFormatter,
+    f: StreamFormatter | ResponsesStreamFormatter | MessagesStreamFormatter,
     index: number,
     last: boolean,
   ): void {
@@ -1214,8 +1233,25 @@ class SimulatorServer implements Simulator {
     ctx.res.cork();
     if (f instanceof ResponsesStreamFormatter)
       this.writeResponsesStep(ctx, record, request.turn!, f, index, last);
+    else if (f instanceof MessagesStreamFormatter) this.writeMessagesStep(ctx, record, f, index, last);
     else this.writeStepChunks(ctx, record, request, f, index, last);
     ctx.res.uncork();
+  }
+
+  /** One step of a streamed Messages answer: message_start and the block's start with the first token. */
+  private writeMessagesStep(
+    ctx: Ctx,
+    record: RequestRecord,
+    f: MessagesStreamFormatter,
+    index: number,
+    last: boolean,
+  ): void {
+    if (index === 0 && !f.opening(record.promptTokens).every((e) => this.writeChunk(ctx, e))) return;
+    if (!this.writeChunk(ctx, f.delta(index))) return;
+    if (!last) return;
+    const usage = { input_tokens: record.promptTokens, output_tokens: record.completionTokens };
+    if (!f.closing(usage).every((e) => this.writeChunk(ctx, e))) return;
+    this.endStream(ctx, record);
   }
 
   /**
@@ -1328,6 +1364,9 @@ class SimulatorServer implements Simulator {
       const head = responseHead(turn, ident, request.maxTokens);
       body = JSON.stringify(completedResponse(head, newMessageItemId(), text, usage, kv));
       this.storeResponse(turn, body, text);
+    } else if (request.kind === 'messages') {
+      const usage = { input_tokens: record.promptTokens, output_tokens: record.completionTokens };
+      body = messagesBody(ident.id, ident.model, outputText(record.completionTokens), usage, kv);
     } else {
       const usage = usageOf(record.promptTokens, record.completionTokens, record.cachedTokens);
       body = completionBody(ident, request.prompts.length, request.maxTokens, usage, kv);
@@ -1353,7 +1392,8 @@ class SimulatorServer implements Simulator {
       ctx.record.firstByteMs = ctx.record.endMs;
     }
     ctx.req.resume();
-    this.sendError(ctx.res, status, message);
+    if (ctx.path === MESSAGES_PATH) sendJson(ctx.res, status, messagesErrorBody(status, message));
+    else this.sendError(ctx.res, status, message);
   }
 
   private reset(ctx: Ctx): void {
@@ -1406,6 +1446,7 @@ const RESPONSE_PATH_PREFIX = '/v1/responses/';
 
 function generationKind(path: string): GenerationKind {
   if (path === '/v1/chat/completions') return 'chat';
+  if (path === MESSAGES_PATH) return 'messages';
   return path === '/v1/responses' ? 'responses' : 'completion';
 }
 

@@ -869,6 +869,17 @@ describe("Session: the objective's priority to the worker (--forward-priority)",
     );
     await tokenize.settle();
     expect(sentBody(tokenize)).toBeUndefined();
+    // Nor does vLLM's Anthropic Messages API: its body goes as sent, a client's priority included.
+    const messages = harness({ workerPriority });
+    const anthropic = { model: 'a', max_tokens: 4, priority: 3, messages: [{ role: 'user', content: 'x' }] };
+    messages.stream.deliver(
+      requestHeaders('POST', '/v1/messages', { 'x-gateway-inference-objective': 'batch' }),
+      requestBody(anthropic),
+      responseHeaders(200, true),
+    );
+    await messages.settle();
+    expect(sentBody(messages)).toBeUndefined();
+    expect(messages.worker.load).toBe(0);
     const off = harness();
     off.stream.deliver(
       requestHeaders('POST', '/v1/completions', { 'x-gateway-inference-objective': 'batch' }),
