@@ -3,8 +3,8 @@
  * workers, a concurrent streaming load, and faults, for a bounded duration. Shared by `npm run soak` (bench/soak.ts) and the
  * short CI version (test/e2e/soak.test.ts).
  *
- * Load: `concurrency` client loops (default 32) send completions, chat completions (30%) and Responses
- * API requests (15%) through Envoy until the deadline; 70% stream. Each prompt starts with a unique tag (`soak<n>`) so a simulator
+ * Load: `concurrency` client loops (default 32) send completions, chat completions (30%), Anthropic
+ * Messages API requests (10%) and Responses API requests (15%) through Envoy until the deadline; 70% stream. Each prompt starts with a unique tag (`soak<n>`) so a simulator
  * record can be traced back to its client.
  *
  * Faults, per request (seeded PRNG):
@@ -393,6 +393,7 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
       const kind = rand();
       const chat = kind < 0.3;
       const responses = kind >= 0.85;
+      const messages = kind >= 0.75 && !responses;
       const maxTokens = randomInt(rand, 4, 24);
       const text = `${tag} ${PREFIXES[randomInt(rand, 0, PREFIXES.length - 1)]} question ${rand()}`;
       const headers: Record<string, string> = { 'content-type': 'application/json' };
@@ -421,8 +422,22 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
         ? { model: 'sim-model', messages: [{ role: 'user', content: text }], max_tokens: maxTokens, stream }
         : responses
           ? { model: 'sim-model', input: text, max_output_tokens: maxTokens, stream }
-          : { model: 'sim-model', prompt: text, max_tokens: maxTokens, stream };
-      const path = chat ? '/v1/chat/completions' : responses ? '/v1/responses' : '/v1/completions';
+          : messages
+            ? {
+                model: 'sim-model',
+                system: [{ type: 'text', text: `x-anthropic-billing-header: cch=${tag};` }],
+                messages: [{ role: 'user', content: text }],
+                max_tokens: maxTokens,
+                stream,
+              }
+            : { model: 'sim-model', prompt: text, max_tokens: maxTokens, stream };
+      const path = chat
+        ? '/v1/chat/completions'
+        : responses
+          ? '/v1/responses'
+          : messages
+            ? '/v1/messages'
+            : '/v1/completions';
 
       const ac = new AbortController();
       let clientAborted = false;
@@ -497,9 +512,13 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
           ? stream
             ? all.includes('event: response.completed')
             : completedResponse(all)
-          : stream
-            ? all.includes('data: [DONE]')
-            : all.includes('"choices"');
+          : messages
+            ? stream
+              ? all.includes('event: message_stop')
+              : all.includes('"type":"message"')
+            : stream
+              ? all.includes('data: [DONE]')
+              : all.includes('"choices"');
         if (complete) {
           counts.ok++;
           return 'ok';
