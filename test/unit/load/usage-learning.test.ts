@@ -101,6 +101,25 @@ describe('withTiming: characters per token from usage', () => {
     expect(learned.of('m')).toBe(2);
   });
 
+  it("learns from a /v1/messages stream's message_start, whose usage says input_tokens", () => {
+    const learned = new CharsPerToken({ prior: 4 });
+    const d = withTiming(inner, new TimingEstimates(), () => 0, undefined, 1, 4, learned);
+    // As vLLM writes it; the cache_*_input_tokens keys are not the prompt's size.
+    const start = Buffer.from(
+      'event: message_start\ndata: {"type":"message_start","message":{"id":"chatcmpl-1","usage":' +
+        '{"input_tokens":600,"output_tokens":0,"cache_read_input_tokens":12}}}\n\n',
+    );
+    const messages: RouteRequest = {
+      method: 'POST',
+      path: '/v1/messages',
+      headers: {},
+      inference: { stream: true, model: 'm', text: TEXT, kind: 'messages' } as RouteRequest['inference'],
+    };
+    for (let i = 0; i < MIN_SAMPLES; i++)
+      respond(d.dispatch(messages, new AbortController()) as Dispatch, 200, [start]);
+    expect(learned.of('m')).toBe(3);
+  });
+
   it('without a learner, a non-streamed response is never watched (nothing to learn)', () => {
     const d = withTiming(inner, new TimingEstimates(), () => 0, undefined, 1);
     expect(respond(d.dispatch(req(false), new AbortController()) as Dispatch, 200, [USAGE(5)])).toBe(false);
