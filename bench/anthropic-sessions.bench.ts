@@ -1,0 +1,292 @@
+/**
+ * Coding-agent sessions on vLLM's Anthropic Messages API (`POST /v1/messages`), shaped like Claude
+ * Code's traffic: `--sessions` sessions at once, each `--turns` turns in a row; every request carries
+ * the same system prompt (~2,000 tokens) and tool definitions, opened by an
+ * `x-anthropic-billing-header` block with a fresh hash (as Claude Code sends it), then the whole
+ * conversation so far: a first user message with a file (~500 tokens), and per turn the assistant's
+ * answer, a tool call and its result (~250 tokens) and a new question. Streamed, 32 output tokens.
+ * Prints one JSON object to stdout (progress on stderr).
+ *
+ *   npx tsx bench/anthropic-sessions.bench.ts          2 interleaved runs per variant (~2 min)
+ *   --repeats 3 --sessions 32 --turns 6
+ *
+ * Stack as the routing benchmark's (bench/routing-bench.ts TIMING, 8 simulated workers, 1024-block
+ * prefix caches of 16 tokens): this router in its own process (compiled) behind real Envoy, and the
+ * peers (PyPI `vllm-router`, `smg`, bench/peers.ts) as whole proxies in front of fresh simulators,
+ * when they can run. Variants: round robin and cache_aware (the default) on /v1/messages, and
+ * cache_aware on the same conversations sent as /v1/chat/completions (what the router already read:
+ * the Messages path should route as well as that).
+ * Per variant: requests answered 2xx (share), errors by status, prefix-cache hit rate over the
+ * measured requests (cached / prompt tokens, from the simulators' records), time to first token p50 /
+ * p90 (first text delta), output tokens/s over the run's wall time, max/mean requests per worker.
+ *
+ * Absolute figures on a shared 2-core machine are noisy: compare the ratios within one run.
+ */
+import { randomBytes } from 'node:crypto';
+import { buildRouter, startRoutedStack } from './bench-stack.js';
+import { TIMING } from './routing-bench.js';
+import { numericFlag } from './numeric-flag.js';
+import { percentile, round } from './stats.js';
+import { mulberry32 } from './workloads.js';
+import { preparePeers, startPeer, type PeerName } from './peers.js';
+import { startCluster } from '../src/sim/cluster.js';
+import type { Simulator, SimulatorOptions } from '../src/sim/simulator.js';
+import { anthropicChatMessages } from '../src/request/anthropic-messages.js';
+
+const repeats = numericFlag('repeats', 2);
+const sessions = numericFlag('sessions', 32);
+const turns = numericFlag('turns', 6);
+const WORKERS = 8;
+const OUTPUT_TOKENS = 32;
+const MODEL = 'sim-model';
+const log = (m: string): void => void process.stderr.write(`${m}\n`);
+
+const WORDS = 'const let return import export function await async class type interface if else'.split(' ');
+function text(rng: () => number, chars: number, head: string): string {
+  const words = [head];
+  while (words.join(' ').length < chars) words.push(WORDS[Math.floor(rng() * WORDS.length)]!);
+  return words.join(' ');
+}
+// ~1.8 characters per token on this text (the routing benchmark's measure).
+const SYSTEM = text(mulberry32(7), 3686, 'You are an interactive coding agent.');
+const TOOLS = [
+  {
+    name: 'read_file',
+    description: 'Reads a file of the repository.',
+    input_schema: { type: 'object', properties: { path: { type: 'string' } }, required: ['path'] },
+  },
+];
+
+type Block = Record<string, unknown>;
+type Message = { role: 'user' | 'assistant'; content: string | Block[] };
+
+interface Turn {
+  status: number;
+  ttftMs: number;
+  outputTokens: number;
+}
+
+/** The request body of one turn: Anthropic's, or the chat request vLLM turns it into. */
+function body(messages: Message[], chat: boolean): Record<string, unknown> {
+  const system = [
+    {
+      type: 'text',
+      text: `x-anthropic-billing-header: cc_version=2.1.7; cch=${randomBytes(4).toString('hex')};`,
+    },
+    { type: 'text', text: SYSTEM },
+  ];
+  const anthropic = { model: MODEL, max_tokens: OUTPUT_TOKENS, stream: true, system, tools: TOOLS, messages };
+  if (!chat) return anthropic;
+  return {
+    model: MODEL,
+    max_tokens: OUTPUT_TOKENS,
+    stream: true,
+    messages: anthropicChatMessages(anthropic),
+    tools: TOOLS.map((t) => ({
+      type: 'function',
+      function: { name: t.name, description: t.description, parameters: t.input_schema },
+    })),
+  };
+}
+
+/** Reads a stream to its end: the time to its first text, the text. */
+async function readStream(res: Response, sent: number): Promise<{ ttftMs: number; text: string }> {
+  const reader = res.body!.getReader();
+  const decoder = new TextDecoder();
+  let all = '';
+  let ttftMs = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    all += decoder.decode(value, { stream: true });
+    if (ttftMs === 0 && (all.includes('"text_delta"') || all.includes('"content":"'))) {
+      ttftMs = performance.now() - sent;
+    }
+  }
+  let out = '';
+  for (const m of all.matchAll(/"(?:text|content)":"((?:[^"\\]|\\.)*)"/g)) out += JSON.parse(`"${m[1]}"`);
+  return { ttftMs, text: out };
+}
+
+/** One run of every session against `baseUrl`; each session's turns go one after the other. */
+async function converse(
+  baseUrl: string,
+  chat: boolean,
+  seed: number,
+  n: number,
+  t: number,
+): Promise<{ turns: Turn[][]; wallMs: number }> {
+  const start = performance.now();
+  const all = await Promise.all(
+    Array.from({ length: n }, async (_, s) => {
+      const rng = mulberry32(seed * 1000 + s);
+      const out: Turn[] = [];
+      const messages: Message[] = [
+        { role: 'user', content: [{ type: 'text', text: text(rng, 900, `session ${seed}.${s} file:`) }] },
+      ];
+      for (let k = 0; k < t; k++) {
+        if (k > 0) {
+          const id = `toolu_${seed}_${s}_${k}`;
+          messages.push({
+            role: 'assistant',
+            content: [{ type: 'tool_use', id, name: 'read_file', input: { path: `src/f${k}.ts` } }],
+          });
+          messages.push({
+            role: 'user',
+            content: [
+              { type: 'tool_result', tool_use_id: id, content: text(rng, 450, `contents of f${k}:`) },
+              { type: 'text', text: text(rng, 100, `turn ${k}:`) },
+            ],
+          });
+        }
+        const sent = performance.now();
+        const res = await fetch(`${baseUrl}${chat ? '/v1/chat/completions' : '/v1/messages'}`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify(body(messages, chat)),
+        }).catch(() => undefined);
+        const status = res?.status ?? 0;
+        if (res === undefined || status !== 200) {
+          await res?.text().catch(() => undefined);
+          out.push({ status, ttftMs: 0, outputTokens: 0 });
+          continue;
+        }
+        const r = await readStream(res, sent);
+        out.push({ status, ttftMs: r.ttftMs, outputTokens: OUTPUT_TOKENS });
+        messages.push({ role: 'assistant', content: r.text });
+      }
+      return out;
+    }),
+  );
+  return { turns: all, wallMs: performance.now() - start };
+}
+
+interface Cell {
+  answered: number;
+  errors: Record<string, number>;
+  hitRate: number;
+  tokensPerSec: number;
+  ttftP50: number;
+  ttftP90: number;
+  maxMean: number;
+}
+
+function cellOf(r: { turns: Turn[][]; wallMs: number }, sims: readonly Simulator[], from: number): Cell {
+  const flat = r.turns.flat();
+  const ok = flat.filter((x) => x.status === 200);
+  const errors: Record<string, number> = {};
+  for (const x of flat) if (x.status !== 200) errors[x.status] = (errors[x.status] ?? 0) + 1;
+  const ttft = ok.map((x) => x.ttftMs);
+  let prompt = 0;
+  let cached = 0;
+  const perWorker = sims.map((sim) => {
+    const measured = sim.records.filter((x) => x.startMs >= from && x.outcome === 'ok');
+    for (const x of measured) {
+      prompt += x.promptTokens;
+      cached += x.cachedTokens;
+    }
+    return measured.length;
+  });
+  const mean = perWorker.reduce((a, b) => a + b, 0) / perWorker.length;
+  return {
+    answered: ok.length / flat.length,
+    errors,
+    hitRate: prompt > 0 ? cached / prompt : 0,
+    tokensPerSec: ok.reduce((a, x) => a + x.outputTokens, 0) / (r.wallMs / 1000),
+    ttftP50: ttft.length > 0 ? percentile(ttft, 50) : 0,
+    ttftP90: ttft.length > 0 ? percentile(ttft, 90) : 0,
+    maxMean: mean > 0 ? Math.max(...perWorker) / mean : 0,
+  };
+}
+
+const sim: SimulatorOptions = {
+  model: MODEL,
+  maxRecords: 5000,
+  timeScale: 1,
+  timing: TIMING,
+  cache: { capacityBlocks: 1024 },
+};
+
+type Variant = { label: string; chat: boolean } & ({ router: Record<string, unknown> } | { peer: PeerName });
+const peers = preparePeers(log);
+const VARIANTS: Variant[] = [
+  { label: 'round_robin', chat: false, router: { policy: 'round_robin' } },
+  { label: 'cache_aware', chat: false, router: { policy: 'cache_aware' } },
+  { label: 'cache_aware (as chat)', chat: true, router: { policy: 'cache_aware' } },
+  ...peers.map((peer): Variant => ({ label: `${peer} cache_aware`, chat: false, peer })),
+];
+
+/** A fresh front door on fresh simulators: its URL, its simulators, and how to close them. */
+async function frontDoor(
+  v: Variant,
+  script: string,
+): Promise<{ url: string; sims: readonly Simulator[]; close(): Promise<void> }> {
+  if ('router' in v) {
+    const stack = await startRoutedStack({ workers: WORKERS, sim, router: v.router, routerScript: script });
+    return { url: stack.url, sims: stack.cluster.sims, close: () => stack.close() };
+  }
+  const cluster = await startCluster(WORKERS, sim);
+  try {
+    const peer = await startPeer(
+      v.peer,
+      'cache_aware',
+      cluster.sims.map((s) => s.url),
+    );
+    return {
+      url: peer.url,
+      sims: cluster.sims,
+      close: async () => {
+        await peer.close();
+        await cluster.close();
+      },
+    };
+  } catch (err) {
+    await cluster.close();
+    throw err;
+  }
+}
+
+const script = buildRouter().script;
+const runs = new Map<string, Cell[]>();
+for (let rep = 0; rep < repeats; rep++) {
+  for (const v of VARIANTS) {
+    const door = await frontDoor(v, script);
+    try {
+      await converse(door.url, v.chat, 100 + rep, 8, 2); // warm-up: JIT, connections
+      const from = Date.now();
+      const cell = cellOf(await converse(door.url, v.chat, rep + 1, sessions, turns), door.sims, from);
+      log(`run ${rep + 1} ${v.label}: ${JSON.stringify(cell)}`);
+      runs.set(v.label, [...(runs.get(v.label) ?? []), cell]);
+    } finally {
+      await door.close();
+    }
+  }
+}
+
+type Key = 'answered' | 'hitRate' | 'tokensPerSec' | 'ttftP50' | 'ttftP90' | 'maxMean';
+const meanOf = (cells: Cell[], k: Key): number => cells.reduce((a, c) => a + c[k], 0) / cells.length;
+const rr = runs.get('round_robin')!;
+const results = Object.fromEntries(
+  VARIANTS.map(({ label }) => {
+    const cells = runs.get(label)!;
+    const errors: Record<string, number> = {};
+    for (const c of cells) for (const [s, n] of Object.entries(c.errors)) errors[s] = (errors[s] ?? 0) + n;
+    return [
+      label,
+      {
+        answered: round(meanOf(cells, 'answered')),
+        errors,
+        hitRate: round(meanOf(cells, 'hitRate')),
+        tokensPerSec: round(meanOf(cells, 'tokensPerSec')),
+        vsRoundRobin: round(meanOf(cells, 'tokensPerSec') / meanOf(rr, 'tokensPerSec')),
+        ttftP50Ms: round(meanOf(cells, 'ttftP50')),
+        ttftP90Ms: round(meanOf(cells, 'ttftP90')),
+        maxMeanPerWorker: round(meanOf(cells, 'maxMean')),
+      },
+    ];
+  }),
+);
+process.stdout.write(
+  `${JSON.stringify({ benchmark: 'anthropic-sessions', workers: WORKERS, sessions, turns, repeats, results }, null, 2)}\n`,
+);
+process.exit(0);
