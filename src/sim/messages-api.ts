@@ -7,8 +7,8 @@
  *   the conversation becomes chat messages the way vLLM converts it (request/anthropic-messages.ts: the
  *   router's own reading of it, so both sides agree on what a prompt is) and is rendered with the
  *   simulator's chat template as a chat request's messages are (sim-request.ts): the same
- *   conversation sent either way is the same prompt. The prefix cache keys it as that chat body
- *   (`chatBody`). `stream`, `kv_transfer_params` as for chat. No
+ *   conversation sent either way is the same prompt. The prefix cache keys it as that chat body,
+ *   tools included (`chatBody`). `stream`, `kv_transfer_params` as for chat. No
  *   `priority` and no `cache_salt`: vLLM's Messages request has neither.
  * - JSON answer: `{id, type: 'message', role: 'assistant', content: [{type: 'text', text}], model,
  *   stop_reason: 'max_tokens', usage: {input_tokens, output_tokens}}`, plus `kv_transfer_params` from a
@@ -19,7 +19,7 @@
  *   `message_stop`. No `data: [DONE]`.
  * - Errors: `{type: 'error', error: {type, message}}`, vLLM's OpenAI error type carried over.
  */
-import { anthropicChatMessages } from '../request/anthropic-messages.js';
+import { anthropicChatMessages, anthropicChatTools } from '../request/anthropic-messages.js';
 import { errorType, tokenJson } from './openai-format.js';
 import type { ParseResult } from './sim-request.js';
 import { renderChatTemplate } from './sim-tokenizer.js';
@@ -58,9 +58,14 @@ export function parseMessagesRequest(body: unknown): ParseResult {
       includeUsage: stream,
       model: body.model,
       kvTransferParams: isObject(kv) ? kv : undefined,
-      chatBody: { messages },
+      chatBody: chatBody(messages, anthropicChatTools(body.tools)),
     },
   };
+}
+
+/** The chat body vLLM renders (tools included: the template may render them). */
+function chatBody(messages: unknown[], tools: unknown[] | undefined): Record<string, unknown> {
+  return tools === undefined ? { messages } : { messages, tools };
 }
 
 export interface MessagesUsage {

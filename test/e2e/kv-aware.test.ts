@@ -130,6 +130,38 @@ describe('kv_aware through Envoy', () => {
     await expectAllLoadsZero(router);
   });
 
+  it('an Anthropic Messages request is matched on the exact tokens of the chat conversation it stands for', async () => {
+    const [, b] = sims as [Simulator, Simulator];
+    const convo = chat('anthropic', 12);
+    // Worker b computed the conversation as a chat request (direct traffic).
+    await direct(b, convo);
+    await waitFor(async () => (await indexBlocks(b)) === b.cache.usedBlocks, { message: 'b indexed' });
+    const [system, user] = convo.messages as [{ content: string }, { content: string }];
+    const res = await fetch(`http://127.0.0.1:${envoy.listenerPort}/v1/messages`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        model: 'sim-model',
+        max_tokens: 2,
+        system: [
+          { type: 'text', text: 'x-anthropic-billing-header: cc_version=2.1.7; cch=5eed;' },
+          { type: 'text', text: system.content },
+        ],
+        messages: [{ role: 'user', content: [{ type: 'text', text: user.content }] }],
+      }),
+    });
+    expect(res.status).toBe(200);
+    await res.text();
+    const d = res.headers.get('x-vllm-router-decision') ?? '';
+    expect(/branch=(\w+)/.exec(d)?.[1]).toBe('exact_hit');
+    expect(/worker=([^;\s]+)/.exec(d)?.[1]).toBe(b.url);
+    // And b found it cached: the same prompt tokens, as vLLM renders the conversation either way.
+    const last = b.records[b.records.length - 1]!;
+    expect(last.path).toBe('/v1/messages');
+    expect(last.cachedTokens).toBeGreaterThanOrEqual(b.records[b.records.length - 2]!.promptTokens - 16);
+    await expectAllLoadsZero(router);
+  });
+
   it('a request the router cannot tokenize falls back to the approximate tree (counted)', async () => {
     const before = await metric('vllm_router_kv_fallback_lookups_total', 'reason="multimodal"');
     const res = await fetch(`http://127.0.0.1:${envoy.listenerPort}/v1/chat/completions`, {
