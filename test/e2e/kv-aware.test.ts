@@ -136,7 +136,7 @@ describe('kv_aware through Envoy', () => {
     // Worker b computed the conversation as a chat request (direct traffic).
     await direct(b, convo);
     await waitFor(async () => (await indexBlocks(b)) === b.cache.usedBlocks, { message: 'b indexed' });
-    const [system, user] = convo.messages as [{ content: string }, { content: string }];
+    const [system, user] = convo.messages as unknown as [{ content: string }, { content: string }];
     const res = await fetch(`http://127.0.0.1:${envoy.listenerPort}/v1/messages`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
