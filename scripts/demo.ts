@@ -1,6 +1,7 @@
 /**
  * `npm run demo`: Envoy + the router + 4 simulated vLLM workers on loopback, a mixed workload sent
- * through Envoy, a Responses API conversation chained by previous_response_id, and a summary. `npm run demo -- --keep` leaves the stack running until Ctrl-C;
+ * through Envoy, a Responses API conversation chained by previous_response_id, a coding session on the
+ * Anthropic Messages API (/v1/messages, as Claude Code sends it), and a summary. `npm run demo -- --keep` leaves the stack running until Ctrl-C;
  * `npm run demo -- --pd` runs prefill/decode disaggregation (2 prefill + 2 decode workers that
  * register over ZMQ like vLLM does).
  */
@@ -99,6 +100,7 @@ async function main(): Promise<void> {
   );
   const seconds = (performance.now() - started) / 1000;
   const chain = await responsesChain(base, 4);
+  const session = await messagesSession(base, 4);
   // Loads drop when Envoy closes each ext_proc stream: wait for it (up to 10 s on a busy machine).
   const loadsDeadline = performance.now() + 10_000;
   while (router.workers().some((w) => w.load !== 0) && performance.now() < loadsDeadline)
@@ -111,6 +113,11 @@ async function main(): Promise<void> {
   console.log(
     `  Responses API: ${chain.statuses.length} turns chained by previous_response_id, HTTP ${chain.statuses.join(' ')}, ` +
       `served by ${holders.size === 1 ? `one worker (${[...holders][0]})` : `${holders.size} workers`}`,
+  );
+  const sessionHolders = new Set(session.workers);
+  console.log(
+    `  Anthropic Messages API: a ${session.statuses.length}-turn coding session, HTTP ${session.statuses.join(' ')}, ` +
+      `its conversation cached on ${sessionHolders.size === 1 ? `one ${pd ? 'prefill ' : ''}worker (${[...sessionHolders][0]})` : `${sessionHolders.size} workers`}`,
   );
   console.log('  Per worker (role, url, requests served, load now, prefix-cache hit tokens):');
   for (const w of router.workers()) {
@@ -143,7 +150,8 @@ async function main(): Promise<void> {
   await shutdown();
   const failed =
     [...statuses].filter(([s]) => s !== 200).reduce((n, [, c]) => n + c, 0) +
-    chain.statuses.filter((s) => s !== 200).length;
+    chain.statuses.filter((s) => s !== 200).length +
+    session.statuses.filter((s) => s !== 200).length;
   process.exit(allZero && failed === 0 ? 0 : 1);
 }
 
@@ -175,6 +183,44 @@ async function responsesChain(
     // The decode (or regular) worker: the header's first `worker=`, not `prefill_worker=`.
     workers.push(/(?:^|; )worker=([^;]+)/.exec(res.headers.get('x-vllm-router-decision') ?? '')?.[1] ?? '?');
     if (res.status === 200 && typeof body.id === 'string') previous = body.id;
+  }
+  return { statuses, workers };
+}
+
+/**
+ * A coding session on the Anthropic Messages API, as Claude Code sends it: the same system prompt
+ * opened by a billing header whose hash changes every turn, and the conversation so far. The worker
+ * that computed each turn's prompt (in P/D, the prefill worker): the router keeps the session where
+ * its conversation is cached.
+ */
+async function messagesSession(
+  base: string,
+  turns: number,
+): Promise<{ statuses: number[]; workers: string[] }> {
+  const statuses: number[] = [];
+  const workers: string[] = [];
+  const messages: Array<{ role: string; content: string }> = [];
+  for (let t = 0; t < turns; t++) {
+    messages.push({ role: 'user', content: `Step ${t}: refactor module ${t} of the router. `.repeat(8) });
+    const res = await fetch(`${base}/v1/messages`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'anthropic-version': '2023-06-01' },
+      body: JSON.stringify({
+        model: 'sim-model',
+        max_tokens: 8,
+        system: [
+          { type: 'text', text: `x-anthropic-billing-header: cc_version=2.1.7; cch=${t}f3a9c;` },
+          { type: 'text', text: 'You are a coding agent working in a TypeScript repository. '.repeat(6) },
+        ],
+        messages,
+      }),
+    });
+    const body = (await res.json().catch(() => ({}))) as { content?: Array<{ text?: string }> };
+    statuses.push(res.status);
+    const decision = res.headers.get('x-vllm-router-decision') ?? '';
+    const worker = pd ? /prefill_worker=([^;]+)/.exec(decision) : /(?:^|; )worker=([^;]+)/.exec(decision);
+    workers.push(worker?.[1] ?? '?');
+    messages.push({ role: 'assistant', content: body.content?.[0]?.text ?? '' });
   }
   return { statuses, workers };
 }

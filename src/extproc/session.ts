@@ -52,7 +52,7 @@ import {
   type ProcessingResponse,
 } from './proto.js';
 import type { ServerCall } from './grpc-server.js';
-import { UNTRUSTED_REQUEST_HEADERS } from './headers.js';
+import { REQUEST_ID_HEADER, UNTRUSTED_REQUEST_HEADERS } from './headers.js';
 import { inferenceKind, parseInferenceRequest, type InferenceKind } from '../request/inference-request.js';
 import { RouterError } from '../request/router-error.js';
 import { MODEL_REWRITE_HEADER, withModel } from '../request/model-rewrite.js';
@@ -481,7 +481,13 @@ export class Session {
     }
     this.deps.onFailover?.(routed.worker, served, next !== undefined);
     this.deps.logger.warn(
-      { worker: routed.worker.url, served, adopted: next !== undefined, path: this.path },
+      {
+        worker: routed.worker.url,
+        served,
+        adopted: next !== undefined,
+        path: this.path,
+        requestId: this.requestId,
+      },
       'the gateway served the request on another endpoint: the routed worker refused or reset it',
     );
   }
@@ -502,10 +508,21 @@ export class Session {
       this.reject(e);
     } else {
       // Mid-stream: the only honest signal left is to abort the stream.
-      this.deps.logger.warn({ err: e.message, path: this.path }, 'leg failed mid-response; resetting stream');
+      this.deps.logger.warn(
+        { err: e.message, path: this.path, requestId: this.requestId },
+        'leg failed mid-response; resetting stream',
+      );
       this.end({ kind: 'cancelled', afterHeaders: true, status: this.status }, e);
       this.stream.destroy(e);
     }
+  }
+
+  /**
+   * The request's `x-request-id` (Envoy sets one on every request unless told not to), in every log
+   * line about the request: the key that joins them with Envoy's access log and the worker's logs.
+   */
+  private get requestId(): string | undefined {
+    return this.headers[REQUEST_ID_HEADER];
   }
 
   private reject(err: RouterError): void {
@@ -514,14 +531,17 @@ export class Session {
   }
 
   private protocolError(kind: string): void {
-    this.deps.logger.warn({ kind, phase: this.phase, path: this.path }, 'unexpected ext_proc message');
+    this.deps.logger.warn(
+      { kind, phase: this.phase, path: this.path, requestId: this.requestId },
+      'unexpected ext_proc message',
+    );
     this.reject(
       new RouterError('internal_error', 500, `unexpected ext_proc message ${kind} in phase ${this.phase}`),
     );
   }
 
   private fail(err: unknown): void {
-    this.deps.logger.error({ err }, 'ext_proc session failed');
+    this.deps.logger.error({ err, requestId: this.requestId }, 'ext_proc session failed');
     if (!this.ended) this.reject(new RouterError('internal_error', 500, 'internal router error'));
   }
 
@@ -566,7 +586,10 @@ export class Session {
     };
     this.deps.onEnd?.(summary);
     if (this.deps.logger.isLevelEnabled('debug')) {
-      this.deps.logger.debug({ ...summary, path: this.path, error: err?.code }, 'request');
+      this.deps.logger.debug(
+        { ...summary, path: this.path, requestId: this.requestId, error: err?.code },
+        'request',
+      );
     }
     this.deps.onClose?.();
   }

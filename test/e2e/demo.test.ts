@@ -47,6 +47,10 @@ describe('npm run demo', () => {
         expect(output).toMatch(
           /Responses API: 4 turns chained by previous_response_id, HTTP 200 200 200 200, served by one worker/,
         );
+        // The coding session stayed on the worker holding its conversation (in P/D: the prefill worker).
+        expect(output).toMatch(
+          /Anthropic Messages API: a 4-turn coding session, HTTP 200 200 200 200, its conversation cached on one (prefill )?worker/,
+        );
         expect(output).toContain('All loads back to 0: yes');
       },
       DEMO_LIMIT_MS + 10_000,

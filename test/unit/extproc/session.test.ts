@@ -73,6 +73,7 @@ function harness(
     adopt?: Dispatcher['adopt'];
     workerPriority?: (headers: Readonly<Record<string, string>>) => number;
     answerBody?: SessionDeps['answerBody'];
+    logger?: SessionDeps['logger'];
   } = {},
 ) {
   const worker = new Worker({
@@ -114,7 +115,7 @@ function harness(
   };
   h.session = new Session(stream as unknown as ServerCall<ProcessingResponse>, {
     dispatcher,
-    logger: pino({ level: 'silent' }),
+    logger: opts.logger ?? pino({ level: 'silent' }),
     maxBodyBytes: 10_000,
     onEnd: (s) => h.summaries.push(s),
     onFailover: (routed, served, adopted) => h.failovers.push({ routed: routed.url, served, adopted }),
@@ -951,5 +952,37 @@ describe('Session: requests the router answers from their body (answerBody: runt
     await h.settle();
     expect(h.ends).toHaveLength(1);
     expect(h.worker.load).toBe(0);
+  });
+});
+
+describe("Session: log lines carry the request's x-request-id", () => {
+  it('in the request summary and in the warning about an unexpected message', async () => {
+    const lines: Array<Record<string, unknown>> = [];
+    const logger = pino(
+      { level: 'debug' },
+      { write: (line: string) => void lines.push(JSON.parse(line) as Record<string, unknown>) },
+    );
+    const ok = harness({ logger });
+    ok.stream.deliver(
+      requestHeaders('POST', '/v1/completions', { 'x-request-id': 'req-7f3a' }),
+      requestBody(COMPLETION),
+      responseHeaders(200, true),
+    );
+    await ok.settle();
+    expect(lines.find((l) => l.msg === 'request')).toMatchObject({
+      requestId: 'req-7f3a',
+      path: '/v1/completions',
+      status: 200,
+    });
+    const odd = harness({ logger });
+    odd.stream.deliver(
+      requestHeaders('POST', '/v1/completions', { 'x-request-id': 'req-9b1c' }),
+      requestHeaders('POST', '/v1/completions', { 'x-request-id': 'req-9b1c' }),
+    );
+    await odd.settle();
+    expect(lines.find((l) => l.msg === 'unexpected ext_proc message')).toMatchObject({
+      requestId: 'req-9b1c',
+    });
+    expect([ok.worker.load, odd.worker.load]).toEqual([0, 0]);
   });
 });
