@@ -28,8 +28,7 @@ import { TIMING } from './routing-bench.js';
 import { numericFlag } from './numeric-flag.js';
 import { percentile, round } from './stats.js';
 import { mulberry32 } from './workloads.js';
-import { preparePeers, startPeer, type PeerName } from './peers.js';
-import { startCluster } from '../src/sim/cluster.js';
+import { preparePeers, startPeerFleet, type PeerName } from './peers.js';
 import type { Simulator, SimulatorOptions } from '../src/sim/simulator.js';
 import { anthropicChatMessages } from '../src/request/anthropic-messages.js';
 
@@ -225,25 +224,7 @@ async function frontDoor(
     const stack = await startRoutedStack({ workers: WORKERS, sim, router: v.router, routerScript: script });
     return { url: stack.url, sims: stack.cluster.sims, close: () => stack.close() };
   }
-  const cluster = await startCluster(WORKERS, sim);
-  try {
-    const peer = await startPeer(
-      v.peer,
-      'cache_aware',
-      cluster.sims.map((s) => s.url),
-    );
-    return {
-      url: peer.url,
-      sims: cluster.sims,
-      close: async () => {
-        await peer.close();
-        await cluster.close();
-      },
-    };
-  } catch (err) {
-    await cluster.close();
-    throw err;
-  }
+  return startPeerFleet(v.peer, 'cache_aware', WORKERS, sim);
 }
 
 const script = buildRouter().script;

@@ -21,6 +21,8 @@ import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { freePorts, superviseChild } from './bench-stack.js';
 import { ROOT } from './report-doc.js';
+import { startCluster } from '../src/sim/cluster.js';
+import type { Simulator, SimulatorOptions } from '../src/sim/simulator.js';
 
 export type PeerName = 'vllm-router' | 'smg';
 export type PeerPolicy = 'cache_aware' | 'round_robin';
@@ -133,6 +135,37 @@ export async function startPeer(
 ): Promise<PeerProcess> {
   const [port, metricsPort] = (await freePorts(2)) as [number, number];
   return spawnPeer(peer, peerArgs(peer, policy, port, metricsPort, workerUrls), port);
+}
+
+/**
+ * A peer as a whole proxy in front of `workers` fresh simulators: its URL, the simulators, and how to
+ * close both (a peer that fails to start closes the simulators).
+ */
+export async function startPeerFleet(
+  peer: PeerName,
+  policy: PeerPolicy,
+  workers: number,
+  sim: SimulatorOptions,
+): Promise<{ url: string; sims: readonly Simulator[]; close(): Promise<void> }> {
+  const cluster = await startCluster(workers, sim);
+  try {
+    const proxy = await startPeer(
+      peer,
+      policy,
+      cluster.sims.map((s) => s.url),
+    );
+    return {
+      url: proxy.url,
+      sims: cluster.sims,
+      close: async () => {
+        await proxy.close();
+        await cluster.close();
+      },
+    };
+  } catch (err) {
+    await cluster.close();
+    throw err;
+  }
 }
 
 /**

@@ -25,8 +25,7 @@ import { TIMING } from './routing-bench.js';
 import { numericFlag } from './numeric-flag.js';
 import { percentile, round } from './stats.js';
 import { mulberry32 } from './workloads.js';
-import { preparePeers, startPeer, type PeerName } from './peers.js';
-import { startCluster } from '../src/sim/cluster.js';
+import { preparePeers, startPeerFleet, type PeerName } from './peers.js';
 import type { SimulatorOptions } from '../src/sim/simulator.js';
 
 const repeats = numericFlag('repeats', 2);
@@ -151,24 +150,7 @@ async function frontDoor(v: Variant, script: string): Promise<{ url: string; clo
     });
     return { url: stack.url, close: () => stack.close() };
   }
-  const cluster = await startCluster(WORKERS, sim);
-  try {
-    const peer = await startPeer(
-      v.peer,
-      'cache_aware',
-      cluster.sims.map((s) => s.url),
-    );
-    return {
-      url: peer.url,
-      close: async () => {
-        await peer.close();
-        await cluster.close();
-      },
-    };
-  } catch (err) {
-    await cluster.close();
-    throw err;
-  }
+  return startPeerFleet(v.peer, 'cache_aware', WORKERS, sim);
 }
 
 const script = buildRouter().script;
