@@ -23,11 +23,12 @@
  * Absolute figures on a shared 2-core machine are noisy: compare the ratios within one run.
  */
 import { randomBytes } from 'node:crypto';
+import { runInterleaved } from './arm-runs.js';
 import { buildRouter, startRoutedStack } from './bench-stack.js';
 import { TIMING } from './routing-bench.js';
 import { numericFlag } from './numeric-flag.js';
 import { percentile, round } from './stats.js';
-import { mulberry32 } from './workloads.js';
+import { mulberry32, wordText } from './workloads.js';
 import { preparePeers, startPeerFleet, type PeerName } from './peers.js';
 import type { Simulator, SimulatorOptions } from '../src/sim/simulator.js';
 import { anthropicChatMessages } from '../src/request/anthropic-messages.js';
@@ -41,11 +42,7 @@ const MODEL = 'sim-model';
 const log = (m: string): void => void process.stderr.write(`${m}\n`);
 
 const WORDS = 'const let return import export function await async class type interface if else'.split(' ');
-function text(rng: () => number, chars: number, head: string): string {
-  const words = [head];
-  while (words.join(' ').length < chars) words.push(WORDS[Math.floor(rng() * WORDS.length)]!);
-  return words.join(' ');
-}
+const text = (rng: () => number, chars: number, head: string): string => wordText(rng, chars, head, WORDS);
 // ~1.8 characters per token on this text (the routing benchmark's measure).
 const SYSTEM = text(mulberry32(7), 3686, 'You are an interactive coding agent.');
 const TOOLS = [
@@ -228,21 +225,26 @@ async function frontDoor(
 }
 
 const script = buildRouter().script;
-const runs = new Map<string, Cell[]>();
-for (let rep = 0; rep < repeats; rep++) {
-  for (const v of VARIANTS) {
+/** Every variant `repeats` times, interleaved; a cell names its variant. */
+const cells = await runInterleaved(
+  VARIANTS,
+  repeats,
+  async (v, run): Promise<Cell & { arm: string }> => {
     const door = await frontDoor(v, script);
     try {
-      await converse(door.url, v.chat, 100 + rep, 8, 2); // warm-up: JIT, connections
+      await converse(door.url, v.chat, 99 + run, 8, 2); // warm-up: JIT, connections
       const from = Date.now();
-      const cell = cellOf(await converse(door.url, v.chat, rep + 1, sessions, turns), door.sims, from);
-      log(`run ${rep + 1} ${v.label}: ${JSON.stringify(cell)}`);
-      runs.set(v.label, [...(runs.get(v.label) ?? []), cell]);
+      return {
+        arm: v.label,
+        ...cellOf(await converse(door.url, v.chat, run, sessions, turns), door.sims, from),
+      };
     } finally {
       await door.close();
     }
-  }
-}
+  },
+  log,
+);
+const runs = new Map(VARIANTS.map(({ label }) => [label, cells.filter((c) => c.arm === label)]));
 
 type Key = 'answered' | 'hitRate' | 'tokensPerSec' | 'ttftP50' | 'ttftP90' | 'maxMean';
 const meanOf = (cells: Cell[], k: Key): number => cells.reduce((a, c) => a + c[k], 0) / cells.length;

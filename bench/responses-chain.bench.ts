@@ -24,7 +24,7 @@ import { buildRouter, startRoutedStack } from './bench-stack.js';
 import { TIMING } from './routing-bench.js';
 import { numericFlag } from './numeric-flag.js';
 import { percentile, round } from './stats.js';
-import { mulberry32 } from './workloads.js';
+import { mulberry32, wordText } from './workloads.js';
 import { preparePeers, startPeerFleet, type PeerName } from './peers.js';
 import type { SimulatorOptions } from '../src/sim/simulator.js';
 
@@ -37,11 +37,7 @@ const MODEL = 'sim-model';
 const log = (m: string): void => void process.stderr.write(`${m}\n`);
 
 const WORDS = 'fleet worker queue cache prefix token decode prefill route answer plan step'.split(' ');
-function text(rng: () => number, chars: number, head: string): string {
-  const words = [head];
-  while (words.join(' ').length < chars) words.push(WORDS[Math.floor(rng() * WORDS.length)]!);
-  return words.join(' ');
-}
+const text = (rng: () => number, chars: number, head: string): string => wordText(rng, chars, head, WORDS);
 // ~1.8 characters per token on this text (the routing benchmark's measure).
 const INSTRUCTIONS = text(mulberry32(7), 1843, 'You are the operations assistant.');
 

@@ -478,3 +478,10 @@ function hashName(s: string): number {
   for (let i = 0; i < s.length; i++) h = Math.imul(h ^ s.charCodeAt(i), 0x01000193);
   return h >>> 0;
 }
+
+/** Words drawn from `words` after `head` until the text is at least `chars` long (seeded by `rng`). */
+export function wordText(rng: () => number, chars: number, head: string, words: readonly string[]): string {
+  const out = [head];
+  while (out.join(' ').length < chars) out.push(words[Math.floor(rng() * words.length)]!);
+  return out.join(' ');
+}
