@@ -138,16 +138,35 @@ export const PREFIX_KEY_BYTES = 256;
 export const PREFIX_KEY_BALANCE_FACTOR = 150;
 
 /**
- * The prefix key, in Envoy's Lua filter: no key when the client named its session (that hash wins),
- * or when the first 4 KiB of the buffered body have no `"messages"` / `"prompt"` key. Control
- * characters (a pretty-printed body's newlines) are dropped: they are not valid in a header value.
- * Bytes above 0x7f (raw UTF-8: JSON.stringify keeps it) are written as hex, so the key is printable
- * ASCII, as gRPC metadata values are meant to be.
+ * The session header Claude Code sends on every request of a coding session (and the Anthropic SDKs'
+ * agents built on it): with no client session key, it is the affinity key.
+ */
+export const AGENT_SESSION_HEADER = 'x-claude-code-session-id';
+/** Characters of an agent's session id the key keeps (Claude Code's are 36-character UUIDs). */
+export const AGENT_SESSION_KEY_CHARS = 128;
+
+/**
+ * The prefix key, in Envoy's Lua filter: no key when the client named its session (that hash wins).
+ * A request of an agent that names its session in AGENT_SESSION_HEADER is keyed by that (a whole
+ * coding session on one replica; the body is not read); any other by its prompt's opening, none when
+ * the first 4 KiB of the buffered body have no `"messages"` / `"prompt"` key. Control characters (a
+ * pretty-printed body's newlines) are dropped: they are not valid in a header value. Bytes above 0x7f
+ * (raw UTF-8: JSON.stringify keeps it) are written as hex, so the key is printable ASCII, as gRPC
+ * metadata values are meant to be.
  */
 export const PREFIX_KEY_LUA = (sessionHeader: string) => `
+local function printable(s)
+  s = string.gsub(s, "%c", "")
+  return (string.gsub(s, "[\\128-\\255]", function(c) return string.format("%02x", string.byte(c)) end))
+end
 function envoy_on_request(request_handle)
   request_handle:headers():remove("${PREFIX_KEY_HEADER}")
   if request_handle:headers():get("${sessionHeader}") ~= nil then return end
+  local agent = request_handle:headers():get("${AGENT_SESSION_HEADER}")
+  if agent ~= nil and agent ~= "" then
+    request_handle:headers():add("${PREFIX_KEY_HEADER}", "session " .. printable(string.sub(agent, 1, ${AGENT_SESSION_KEY_CHARS})))
+    return
+  end
   local body = request_handle:body()
   if body == nil then return end
   -- A headers object taken before body() is out of scope once it has waited for the body.
@@ -155,9 +174,7 @@ function envoy_on_request(request_handle)
   local head = body:getBytes(0, math.min(body:length(), 4096))
   local at = string.find(head, '"messages"', 1, true) or string.find(head, '"prompt"', 1, true)
   if at == nil then return end
-  local key = string.gsub(string.sub(head, at, at + ${PREFIX_KEY_BYTES} - 1), "%c", "")
-  key = string.gsub(key, "[\\128-\\255]", function(c) return string.format("%02x", string.byte(c)) end)
-  headers:add("${PREFIX_KEY_HEADER}", key)
+  headers:add("${PREFIX_KEY_HEADER}", printable(string.sub(head, at, at + ${PREFIX_KEY_BYTES} - 1)))
 end
 `;
 

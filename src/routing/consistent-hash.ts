@@ -1,8 +1,9 @@
 /**
  * consistent_hash: session stickiness by hashing a request key onto a ring of workers.
  *
- * Key (first present, non-empty): header `x-session-id`, header `x-user-id`, body `user`, body
- * `session_id` (strings, or finite numbers as their decimal text). The key's hash (hash-ring.ts)
+ * Key (first present, non-empty): header `x-session-id`, header `x-claude-code-session-id` (Claude Code
+ * names its coding session on every request), header `x-user-id`, body `user`, body `session_id`
+ * (strings, or finite numbers as their decimal text). The key's hash (hash-ring.ts)
  * picks the owner of the next of the ring's points, 160 virtual nodes per worker. Workers are placed
  * by URL, so a worker re-registered at the same URL (a new generation, a new Worker id) takes over
  * the same arcs. The ring is rebuilt on addWorker/removeWorker (pool reconciliation).
@@ -25,6 +26,7 @@ export const VIRTUAL_NODES_PER_WORKER = 160;
 export function sessionKey(input: Pick<SelectionInput, 'headers' | 'body'>): string | undefined {
   return (
     keyOf(input.headers['x-session-id']) ??
+    keyOf(input.headers['x-claude-code-session-id']) ??
     keyOf(input.headers['x-user-id']) ??
     keyOf(input.body?.['user']) ??
     keyOf(input.body?.['session_id'])

@@ -7,7 +7,8 @@
  *
  * Prefix affinity (`replicaPrefixKey`, the generated envoy-replicas*.yaml): a request without the
  * header is hashed on the opening of its prompt (Envoy's Lua filter), so requests that open alike reach
- * one replica and different openings spread; a client's session key still wins.
+ * one replica and different openings spread; a client's session key still wins, and a request of
+ * Claude Code is keyed by the session it names (`x-claude-code-session-id`).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEnvoy, type EnvoyHandle } from '../../src/envoy/envoy-process.js';
@@ -111,6 +112,32 @@ describe('prefix affinity across router replicas (no session key)', () => {
       perReplica.every((n) => n > 0),
       `tenants per replica: ${perReplica}`,
     ).toBe(true);
+    for (const r of routers) await expectAllLoadsZero(r);
+  });
+
+  it("Claude Code's session header keys a whole coding session, whatever its prompt opens with", async () => {
+    // Every session opens alike (one agent, one repository): keyed by the opening, all would share one
+    // replica. Claude Code names its session on every request instead.
+    const ask = (session: string, question: string): Promise<number> =>
+      replicaThatServed(routers, () =>
+        fetch(`http://127.0.0.1:${prefixEnvoy.listenerPort}/v1/messages`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', 'x-claude-code-session-id': session },
+          body: JSON.stringify({
+            model: 'sim-model',
+            max_tokens: 2,
+            messages: [{ role: 'user', content: prompt(98, question) }],
+          }),
+        }),
+      );
+    const replicaOf = new Map<string, number>();
+    for (let s = 0; s < 16; s++) {
+      const session = `5f0c${s.toString(16).padStart(4, '0')}-8d2e-4b1a-9c3f-0a1b2c3d4e5f`;
+      const first = await ask(session, `step 1 of ${session}`);
+      expect(await ask(session, `step 2 of ${session}`)).toBe(first);
+      replicaOf.set(session, first);
+    }
+    expect(new Set(replicaOf.values()).size).toBe(2);
     for (const r of routers) await expectAllLoadsZero(r);
   });
 

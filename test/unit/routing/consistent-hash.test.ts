@@ -22,6 +22,11 @@ describe('sessionKey', () => {
       want: 's',
     },
     {
+      name: "then Claude Code's session",
+      headers: { 'x-claude-code-session-id': 'cc', 'x-user-id': 'u' },
+      want: 'cc',
+    },
+    {
       name: 'then x-user-id',
       headers: { 'x-user-id': 'u' },
       body: { user: 'b', session_id: 'sid' },
