@@ -104,6 +104,45 @@ describe('hostile HTTP input (regular mode)', () => {
     expect(r.json?.error.code).toBe(code);
   });
 
+  it.each([
+    [
+      'messages is a string',
+      '{"model": "sim-model", "max_tokens": 1, "messages": "hi"}',
+      400,
+      'invalid_messages',
+    ],
+    [
+      'a role vLLM refuses',
+      '{"model": "sim-model", "messages": [{"role": "tool", "content": "x"}]}',
+      400,
+      'invalid_messages',
+    ],
+    [
+      'a block without a type',
+      '{"model": "sim-model", "messages": [{"role": "user", "content": [{"text": "x"}]}]}',
+      400,
+      'invalid_messages',
+    ],
+    [
+      'system is a number',
+      '{"model": "sim-model", "system": 3, "messages": [{"role": "user", "content": "x"}]}',
+      400,
+      'invalid_messages',
+    ],
+    ['truncated JSON', '{"model": "sim-model", "messages": [', 400, 'invalid_json'],
+    ['model is missing', '{"messages": [{"role": "user", "content": "x"}]}', 400, 'missing_model'],
+  ])("/v1/messages with %s: Anthropic's error shape", async (_name, body, status, code) => {
+    const records = () => stack.sims.reduce((n, s) => n + s.records.length, 0);
+    const before = records();
+    const r = await send(stack.url, '/v1/messages', { body });
+    expect(r.status).toBe(status);
+    expect(JSON.parse(r.text)).toMatchObject({
+      type: 'error',
+      error: { type: 'invalid_request_error', code },
+    });
+    expect(records()).toBe(before);
+  });
+
   it('rejects non-UTF-8 bytes with a JSON 400', async () => {
     const body = Buffer.concat([
       Buffer.from('{"model": "sim-model", "prompt": "'),
