@@ -69,7 +69,11 @@ async function chat(
 const named = (sim: Simulator, name: string) =>
   sim.records.find((r) => JSON.stringify(r.body).includes(`"content":"${name}"`));
 
-/** Sends the queued requests one by one (each reaches the worker before the next), then frees the worker. */
+/**
+ * Sends the queued requests one by one (each reaches the worker before the next), then frees the worker.
+ * `order`: the order the worker served them in (its first token of each; one running sequence at a
+ * time, so they never overlap), not the order their answers happened to reach the client through Envoy.
+ */
 async function queueBehindLongRequest(
   s: Stack,
   queued: [string, { objective?: string; priority?: number }][],
@@ -78,20 +82,17 @@ async function queueBehindLongRequest(
   const long = new AbortController();
   const blocker = chat(s, 'long', { maxTokens: 1_000_000, signal: long.signal });
   await waitFor(() => named(sim, 'long')?.firstByteMs !== undefined);
-  const order: string[] = [];
   const done: Promise<number>[] = [];
   for (const [name, opts] of queued) {
-    done.push(
-      chat(s, name, opts).then((status) => {
-        order.push(name);
-        return status;
-      }),
-    );
+    done.push(chat(s, name, opts));
     await waitFor(() => named(sim, name) !== undefined);
   }
   long.abort(); // the worker's one running slot frees; the queue goes in the worker's order
   await blocker;
-  return { order, statuses: await Promise.all(done) };
+  const statuses = await Promise.all(done);
+  const served = (name: string) => named(sim, name)?.firstByteMs ?? Number.POSITIVE_INFINITY;
+  const order = queued.map(([name]) => name).sort((x, y) => served(x) - served(y));
+  return { order, statuses };
 }
 
 describe('--forward-priority: the objective priority orders the worker queue', () => {
