@@ -193,10 +193,13 @@ function validateKubeDiscovery(c: Config): void {
   if (c.serviceDiscoveryPort === 0) throw new ConfigError('--service-discovery-port must be set');
   if (c.serviceDiscoveryResyncMs === 0) throw new ConfigError('--service-discovery-resync-ms must be > 0');
   const needed = c.mode === 'pd' ? selectors.slice(1) : selectors.slice(0, 1);
+  // --inference-pool names the pods of the role it serves (regular; P/D: decode) when its flag is empty.
+  const fromPool = c.inferencePool ? (c.mode === 'pd' ? '--decode-selector' : '--selector') : undefined;
   for (const [flag, items] of needed) {
-    if (items.length === 0)
+    if (items.length === 0 && flag !== fromPool)
       throw new ConfigError(
-        `--service-discovery in ${c.mode} mode needs ${flag} key=value (which pods are workers)`,
+        `--service-discovery in ${c.mode} mode needs ${flag} key=value (which pods are workers)` +
+          (flag === '--prefill-selector' ? '' : ', or --inference-pool NAME (the pods the pool selects)'),
       );
   }
 }

@@ -18,10 +18,17 @@
  * first keeps it; the other is re-evaluated when the url frees up.
  * Only entries this source registered are deregistered (checked by generation), so a static worker or a
  * ZMQ registration at the same (role, url) is never removed by it.
+ *
+ * A role may take its selector and port from an InferencePool (`pool`, kube-inference-pool.ts) instead of
+ * a flag: its pods are watched once the pool is read, and whenever what the pool selects changes, the
+ * pod watch starts over on the new selection; its first LIST replaces the role's store, so pods the pool
+ * no longer selects leave and pods on a new port re-register (a new url). A pool that selects nothing
+ * (deleted, no selector) empties the role.
  */
 import type { KubeConfig, V1Pod } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import type { Role } from '../workers/role.js';
+import { KubeInferencePool, type PoolMembers } from './kube-inference-pool.js';
 import type { ServiceRegistry } from './service-registry.js';
 import { KubePodWatcher, type PodWatchEventType, type WatchEndReason } from './kube-pod-watcher.js';
 import {
@@ -68,6 +75,16 @@ export interface KubeDiscoveryOptions {
   /** Watch resync period (see KubePodWatcher). */
   resyncMs?: number;
   maxBackoffMs?: number;
+  /**
+   * A role whose pods are the ones the InferencePool `name` (in `namespace`) selects, on its target
+   * port; `rule` gives the rest of its rule (port fallbacks).
+   */
+  pool?: {
+    name: string;
+    namespace: string;
+    role: Role;
+    rule?: Omit<RoleRule, 'role' | 'selector' | 'port'>;
+  };
 }
 
 interface Registered {
@@ -85,7 +102,7 @@ export class KubeRoleSource {
   private readonly lastReason = new Map<string, string>();
 
   constructor(
-    private readonly rule: RoleRule,
+    private rule: RoleRule,
     private readonly registry: ServiceRegistry,
     private readonly logger: Logger,
     private readonly hooks: KubeDiscoveryHooks,
@@ -93,6 +110,11 @@ export class KubeRoleSource {
 
   get memberCount(): number {
     return this.members.size;
+  }
+
+  /** A new rule (the InferencePool changed); the next `synced` applies it to every pod. */
+  setRule(rule: RoleRule): void {
+    this.rule = rule;
   }
 
   synced(pods: readonly PodObject[]): void {
@@ -231,64 +253,141 @@ export class KubeRoleSource {
   }
 }
 
+interface Watched {
+  readonly role: Role;
+  readonly source: KubeRoleSource;
+  readonly watcher: KubePodWatcher;
+}
+
 export class KubeDiscovery {
-  private readonly sources: Array<{ role: Role; source: KubeRoleSource; watcher: KubePodWatcher }> = [];
+  private readonly sources: Watched[] = [];
+  private readonly pool: KubeInferencePool | undefined;
+  /** The pool's role: its source (kept across selections) and the watch of the current selection. */
+  private poolSource: KubeRoleSource | undefined;
+  private poolWatch: KubePodWatcher | undefined;
+  /** Pool changes are applied one after the other (closing a watch is asynchronous). */
+  private repointing: Promise<void> = Promise.resolve();
   private closed = false;
 
-  constructor(opts: KubeDiscoveryOptions) {
+  constructor(private readonly opts: KubeDiscoveryOptions) {
     const hooks = opts.hooks ?? {};
     for (const rule of opts.rules) {
       const source = new KubeRoleSource(rule, opts.registry, opts.logger, hooks);
-      const watcher = new KubePodWatcher({
-        kubeConfig: opts.kubeConfig,
-        namespace: opts.namespace,
-        labelSelector: formatLabelSelector(rule.selector),
-        resyncMs: opts.resyncMs,
-        maxBackoffMs: opts.maxBackoffMs,
-        handler: {
-          synced: (pods: V1Pod[]) => source.synced(pods as PodObject[]),
-          event: (type, pod) => source.event(type, pod as PodObject),
-          failed: (err, phase, retryInMs) => {
-            opts.logger.warn(
-              { role: rule.role, phase, retryInMs, err: (err as Error)?.message ?? String(err) },
-              'kubernetes pod watch failed; retrying',
-            );
-            hooks.onError?.(rule.role, phase, err);
-          },
-          watchEnded: (reason) => {
-            opts.logger.debug({ role: rule.role, reason }, 'kubernetes pod watch ended; relisting');
-            hooks.onWatchEnded?.(rule.role, reason);
-          },
-        },
-      });
+      const watcher = this.podWatcher(rule, source, opts.namespace);
       this.sources.push({ role: rule.role, source, watcher });
     }
+    const pool = opts.pool;
+    this.pool =
+      pool === undefined
+        ? undefined
+        : new KubeInferencePool({
+            kubeConfig: opts.kubeConfig,
+            namespace: pool.namespace,
+            name: pool.name,
+            ...(opts.resyncMs !== undefined ? { resyncMs: opts.resyncMs } : {}),
+            ...(opts.maxBackoffMs !== undefined ? { maxBackoffMs: opts.maxBackoffMs } : {}),
+            hooks: {
+              onChange: (members) => {
+                this.repointing = this.repointing.then(() => this.repoint(members));
+              },
+              onError: (phase, err, retryInMs) => {
+                opts.logger.warn(
+                  { pool: pool.name, phase, retryInMs, err: (err as Error)?.message ?? String(err) },
+                  'kubernetes InferencePool watch failed; retrying',
+                );
+                hooks.onError?.(pool.role, phase, err);
+              },
+            },
+          });
   }
 
   start(): void {
     for (const { watcher } of this.sources) watcher.start();
+    this.pool?.start();
   }
 
   /** Workers this source currently has in the registry, per role. */
   memberCount(role: Role): number {
-    return this.sources.filter((s) => s.role === role).reduce((n, s) => n + s.source.memberCount, 0);
+    const fromPool = this.opts.pool?.role === role ? (this.poolSource?.memberCount ?? 0) : 0;
+    return this.sources.filter((s) => s.role === role).reduce((n, s) => n + s.source.memberCount, fromPool);
   }
 
-  /** Every watched role has completed its first LIST (warm-up: the pods are known). */
+  /**
+   * Every watched role has completed its first LIST (warm-up: the pods are known); the pool's role once
+   * the pool selects pods and their LIST completed.
+   */
   synced(): boolean {
-    return this.sources.every((s) => s.watcher.listCount > 0);
+    const pool = this.pool === undefined || (this.poolWatch?.listCount ?? 0) > 0;
+    return pool && this.sources.every((s) => s.watcher.listCount > 0);
   }
 
-  /** Completed LISTs of `role` (initial + relists). */
+  /** Completed LISTs of `role` (initial + relists; the pool's role: of its current selection). */
   listCount(role: Role): number {
-    return this.sources.filter((s) => s.role === role).reduce((n, s) => n + s.watcher.listCount, 0);
+    const fromPool = this.opts.pool?.role === role ? (this.poolWatch?.listCount ?? 0) : 0;
+    return this.sources.filter((s) => s.role === role).reduce((n, s) => n + s.watcher.listCount, fromPool);
   }
 
   /** Idempotent: stops the watches and deregisters every worker this source added. */
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    await Promise.all(this.sources.map((s) => s.watcher.close()));
+    await this.pool?.close();
+    await this.repointing;
+    await Promise.all([...this.sources.map((s) => s.watcher.close()), this.poolWatch?.close()]);
     for (const { source } of this.sources) source.clear();
+    this.poolSource?.clear();
+  }
+
+  /** The pool selects `members` now: watch those pods (none: the role empties). */
+  private async repoint(members: PoolMembers | undefined): Promise<void> {
+    const pool = this.opts.pool!;
+    const old = this.poolWatch;
+    this.poolWatch = undefined;
+    await old?.close();
+    if (this.closed) return;
+    this.opts.logger.info(
+      { pool: pool.name, role: pool.role, selector: members?.selector, port: members?.port },
+      members === undefined
+        ? 'kubernetes InferencePool selects no pods'
+        : 'kubernetes InferencePool selection',
+    );
+    if (members === undefined) {
+      this.poolSource?.synced([]);
+      return;
+    }
+    const rule: RoleRule = { ...pool.rule, role: pool.role, selector: members.selector, port: members.port };
+    const hooks = this.opts.hooks ?? {};
+    if (this.poolSource === undefined) {
+      this.poolSource = new KubeRoleSource(rule, this.opts.registry, this.opts.logger, hooks);
+    } else this.poolSource.setRule(rule);
+    this.poolWatch = this.podWatcher(rule, this.poolSource, pool.namespace);
+    this.poolWatch.start();
+  }
+
+  private podWatcher(rule: RoleRule, source: KubeRoleSource, namespace: string | undefined): KubePodWatcher {
+    const opts = this.opts;
+    const hooks = opts.hooks ?? {};
+    return new KubePodWatcher({
+      kubeConfig: opts.kubeConfig,
+      namespace,
+      labelSelector: formatLabelSelector(rule.selector),
+      resyncMs: opts.resyncMs,
+      maxBackoffMs: opts.maxBackoffMs,
+      handler: {
+        synced: (pods: V1Pod[]) => source.synced(pods as PodObject[]),
+        event: (type, pod) => source.event(type, pod as PodObject),
+        failed: (err, phase, retryInMs) => {
+          opts.logger.warn(
+            { role: rule.role, phase, retryInMs, err: (err as Error)?.message ?? String(err) },
+            'kubernetes pod watch failed; retrying',
+          );
+          hooks.onError?.(rule.role, phase, err);
+        },
+        watchEnded: (reason) => {
+          opts.logger.debug({ role: rule.role, reason }, 'kubernetes pod watch ended; relisting');
+          hooks.onWatchEnded?.(rule.role, reason);
+        },
+      },
+    });
   }
 }

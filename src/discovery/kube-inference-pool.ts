@@ -1,0 +1,140 @@
+/**
+ * KubeInferencePool: which pods an InferencePool (Gateway API Inference Extension,
+ * `inference.networking.k8s.io/v1`, `inferencepools`) selects, and on which port, read from the pool
+ * itself, as the endpoint picker reads it: `spec.selector.matchLabels` and `spec.targetPorts[0].number`.
+ * With `--inference-pool NAME` and no selector flag for the role the pool serves (regular mode's
+ * workers; P/D's decode workers), Kubernetes discovery watches the pods the pool selects, so the pool
+ * is the one place that names them (kube-discovery.ts follows every change of it).
+ *
+ * A KubeListWatch (kube-list-watch.ts) of the pools in one namespace (an InferencePool selects pods in
+ * its own namespace only): LIST, then WATCH, relisting on every reconnect. Only the named pool counts.
+ * A pool that is missing, or whose selector is empty (it would select every pod of the namespace, the
+ * router's own included) or whose port is not one, selects nothing: `onChange(undefined)`.
+ */
+import { CustomObjectsApi, type KubeConfig } from '@kubernetes/client-node';
+import { KubeListWatch, type ListPage, type WatchEndReason } from './kube-list-watch.js';
+import type { LabelSelector } from './kube-pod-membership.js';
+import { POOL_GROUP } from './kube-objectives.js';
+
+export const POOL_VERSION = 'v1';
+export const POOL_PLURAL = 'inferencepools';
+
+/** What the router reads of an InferencePool. */
+export interface InferencePoolObject {
+  readonly metadata?: { readonly name?: string };
+  readonly spec?: {
+    readonly selector?: { readonly matchLabels?: unknown };
+    readonly targetPorts?: unknown;
+  };
+}
+
+/** The pods a pool selects: every `key=value` of `selector`, served on `port`. */
+export interface PoolMembers {
+  readonly selector: LabelSelector;
+  readonly port: number;
+}
+
+/** The pool's members, or undefined when it selects nothing the router can use (see above). Pure. */
+export function poolMembers(obj: InferencePoolObject | undefined): PoolMembers | undefined {
+  const labels = obj?.spec?.selector?.matchLabels;
+  if (typeof labels !== 'object' || labels === null || Array.isArray(labels)) return undefined;
+  const selector: Record<string, string> = {};
+  for (const [k, v] of Object.entries(labels)) {
+    if (typeof v !== 'string') return undefined;
+    selector[k] = v;
+  }
+  if (Object.keys(selector).length === 0) return undefined;
+  const ports = obj?.spec?.targetPorts;
+  const port = Array.isArray(ports) ? (ports[0] as { number?: unknown } | undefined)?.number : undefined;
+  if (typeof port !== 'number' || !Number.isInteger(port) || port < 1 || port > 65535) return undefined;
+  return { selector, port };
+}
+
+/** Two readings of a pool select the same pods on the same port. */
+export function sameMembers(a: PoolMembers | undefined, b: PoolMembers | undefined): boolean {
+  if (a === undefined || b === undefined) return a === b;
+  if (a.port !== b.port) return false;
+  const ka = Object.keys(a.selector);
+  return ka.length === Object.keys(b.selector).length && ka.every((k) => b.selector[k] === a.selector[k]);
+}
+
+export interface KubeInferencePoolHooks {
+  /** What the pool selects changed (undefined: nothing, e.g. the pool was deleted). */
+  onChange(members: PoolMembers | undefined): void;
+  onError?(phase: 'list' | 'watch', err: unknown, retryInMs: number): void;
+  onWatchEnded?(reason: WatchEndReason): void;
+}
+
+export interface KubeInferencePoolOptions {
+  kubeConfig: KubeConfig;
+  namespace: string;
+  /** The InferencePool's name. */
+  name: string;
+  hooks: KubeInferencePoolHooks;
+  resyncMs?: number;
+  maxBackoffMs?: number;
+}
+
+export class KubeInferencePool {
+  private readonly watcher: KubeListWatch<InferencePoolObject>;
+  private members: PoolMembers | undefined;
+  private reported = false;
+  private lists = 0;
+
+  constructor(private readonly opts: KubeInferencePoolOptions) {
+    const api = opts.kubeConfig.makeApiClient(CustomObjectsApi);
+    const where = { group: POOL_GROUP, version: POOL_VERSION, namespace: opts.namespace };
+    this.watcher = new KubeListWatch<InferencePoolObject>({
+      kubeConfig: opts.kubeConfig,
+      path: `/apis/${POOL_GROUP}/${POOL_VERSION}/namespaces/${encodeURIComponent(opts.namespace)}/${POOL_PLURAL}`,
+      list: async (page): Promise<ListPage<InferencePoolObject>> =>
+        (await api.listNamespacedCustomObject({
+          ...where,
+          plural: POOL_PLURAL,
+          ...page,
+        })) as ListPage<InferencePoolObject>,
+      handler: {
+        synced: (items) => {
+          this.lists++;
+          this.update(items.find((p) => p.metadata?.name === opts.name));
+        },
+        event: (type, item) => {
+          if (item.metadata?.name !== opts.name) return;
+          this.update(type === 'DELETED' ? undefined : item);
+        },
+        failed: (err, phase, retryInMs) => opts.hooks.onError?.(phase, err, retryInMs),
+        watchEnded: (reason) => opts.hooks.onWatchEnded?.(reason),
+      },
+      ...(opts.resyncMs !== undefined ? { resyncMs: opts.resyncMs } : {}),
+      ...(opts.maxBackoffMs !== undefined ? { maxBackoffMs: opts.maxBackoffMs } : {}),
+    });
+  }
+
+  /** True once a LIST has completed. */
+  synced(): boolean {
+    return this.lists > 0;
+  }
+
+  /** What the pool selects now (undefined before the first LIST, or when it selects nothing). */
+  current(): PoolMembers | undefined {
+    return this.members;
+  }
+
+  start(): void {
+    this.watcher.start();
+  }
+
+  /** Idempotent. */
+  close(): Promise<void> {
+    return this.watcher.close();
+  }
+
+  private update(pool: InferencePoolObject | undefined): void {
+    const next = poolMembers(pool);
+    // The first reading always reports, so a missing pool is known as such (not just "not read yet").
+    if (this.reported && sameMembers(this.members, next)) return;
+    this.reported = true;
+    this.members = next;
+    this.opts.hooks.onChange(next);
+  }
+}

@@ -1,0 +1,177 @@
+/**
+ * The InferencePool as the one place that names the workers, end to end: a real kube-apiserver + etcd
+ * with the Gateway API Inference Extension's InferencePool CRD (its published file,
+ * scripts/install-crds.sh), the router started with `--service-discovery --inference-pool vllm` and NO
+ * selector, with the token of the ServiceAccount of deploy/kubernetes/rbac.yaml (so that manifest's
+ * permissions are what it gets), a real Envoy, and simulated vLLM "pods" on loopback addresses (the test
+ * plays the kubelet, as in kube-discovery.test.ts).
+ * - Before the pool exists the router has no worker; once created, the pods it selects on its target
+ *   port are the workers, and requests through Envoy reach them.
+ * - A wider selector adds pods, a new target port re-registers every pod on it, a deleted pool
+ *   empties the fleet (a JSON 503).
+ * Every wait is on an event the router reports (its discovery hook), never a sleep; loads end at 0.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startEnvoy, type EnvoyHandle } from '../../src/envoy/envoy-process.js';
+import { startSimulator, type Simulator } from '../../src/sim/simulator.js';
+import type { Router } from '../../src/router.js';
+import type { KubeMembershipChange } from '../../src/discovery/kube-discovery.js';
+import { PodControl, startKubeCluster, type KubeCluster } from '../support/kube-cluster.js';
+import { installCrds, publishedCrds } from '../support/kube-crds.js';
+import { expectAllLoadsZero, startTestRouter } from '../support/router-fixture.js';
+import { EventLog } from '../support/event-log.js';
+
+const POOLS = 'inference.networking.k8s.io/v1';
+
+let cluster: KubeCluster;
+let envoy: EnvoyHandle | undefined;
+let router: Router | undefined;
+const sims: Simulator[] = [];
+const log = new EventLog<KubeMembershipChange>();
+let pods: PodControl;
+let namespace: string;
+/** Pod a (127.0.0.2) and pod b (127.0.0.3), each served on two ports: [first port, second port]. */
+let a: [Simulator, Simulator];
+let b: [Simulator, Simulator];
+
+const poolPath = (name?: string) =>
+  `/apis/${POOLS}/namespaces/${namespace}/inferencepools${name === undefined ? '' : `/${name}`}`;
+
+async function putPool(matchLabels: Record<string, string>, port: number): Promise<void> {
+  const spec = {
+    selector: { matchLabels },
+    targetPorts: [{ number: port }],
+    endpointPickerRef: { name: 'vllm-extproc-router', port: { number: 9002 } },
+  };
+  const current = await cluster.api('GET', poolPath('vllm'));
+  const res =
+    current.status === 404
+      ? await cluster.api('POST', poolPath(), {
+          apiVersion: POOLS,
+          kind: 'InferencePool',
+          metadata: { name: 'vllm', namespace },
+          spec,
+        })
+      : await cluster.api('PUT', poolPath('vllm'), { ...(current.body as object), spec });
+  expect([200, 201], JSON.stringify(res.body)).toContain(res.status);
+}
+
+beforeAll(async () => {
+  // Both CRDs of the Inference Extension: --inference-pool also reads the pool's objectives.
+  const crds = publishedCrds((f) => f === 'inference-pools.yaml' || f === 'inference-objectives.yaml');
+  expect(crds.map((c) => c.metadata.name).sort()).toEqual([
+    'inferenceobjectives.inference.networking.x-k8s.io',
+    'inferencepools.inference.networking.k8s.io',
+  ]);
+  cluster = await startKubeCluster();
+  await installCrds(cluster, crds);
+  namespace = `pool-${process.pid}`;
+  pods = new PodControl(cluster.core, namespace);
+  await pods.createNamespace();
+  await cluster.applyManifest('rbac.yaml', namespace);
+  const token = await cluster.serviceAccountToken(namespace, 'vllm-extproc-router');
+
+  const a0 = await startSimulator({ host: '127.0.0.2', timeScale: 0, id: 'pod-a' });
+  const b0 = await startSimulator({ host: '127.0.0.3', port: a0.port, timeScale: 0, id: 'pod-b' });
+  const a1 = await startSimulator({ host: '127.0.0.2', timeScale: 0, id: 'pod-a-2' });
+  const b1 = await startSimulator({ host: '127.0.0.3', port: a1.port, timeScale: 0, id: 'pod-b-2' });
+  a = [a0, a1];
+  b = [b0, b1];
+  sims.push(a0, b0, a1, b1);
+  await pods.create(
+    'pod-a',
+    { app: 'vllm', tier: 'blue' },
+    { phase: 'Running', ip: '127.0.0.2', ready: true },
+  );
+  await pods.create(
+    'pod-b',
+    { app: 'vllm', tier: 'green' },
+    { phase: 'Running', ip: '127.0.0.3', ready: true },
+  );
+
+  router = await startTestRouter(
+    {
+      serviceDiscovery: true,
+      inferencePool: 'vllm',
+      serviceDiscoveryNamespace: namespace,
+      serviceDiscoveryKubeconfig: cluster.writeKubeconfig({ token }),
+      policy: 'round_robin',
+    },
+    { kubeDiscoveryHooks: { onChange: log.push } },
+  );
+  envoy = await startEnvoy({ routers: [{ host: '127.0.0.1', port: router.grpcPort }] });
+}, 180_000);
+
+afterAll(async () => {
+  await envoy?.close();
+  await router?.close();
+  await Promise.all(sims.map((s) => s.close()));
+  await cluster?.close();
+}, 60_000);
+
+async function complete(prompt: string): Promise<{ status: number; body: string }> {
+  const res = await fetch(`http://127.0.0.1:${envoy!.listenerPort}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'sim-model', prompt, max_tokens: 2 }),
+  });
+  return { status: res.status, body: await res.text() };
+}
+
+const urls = () =>
+  router!
+    .workers()
+    .map((w) => w.url)
+    .sort();
+
+describe('workers named by the InferencePool', () => {
+  it('follows the pool: created, widened, moved to another port, deleted', async () => {
+    // No pool yet: no worker.
+    expect(urls()).toEqual([]);
+
+    // The pool selects the blue pod on the first port.
+    let change = log.next((e) => e.type === 'added' && e.pod.endsWith('/pod-a'));
+    await putPool({ app: 'vllm', tier: 'blue' }, a[0].port);
+    expect(await change).toMatchObject({ url: a[0].url });
+    expect(urls()).toEqual([a[0].url]);
+    for (let i = 0; i < 2; i++) expect((await complete(`blue ${i}`)).status).toBe(200);
+    expect(a[0].records).toHaveLength(2);
+
+    // Widened to every vllm pod: pod b joins.
+    change = log.next((e) => e.type === 'added' && e.pod.endsWith('/pod-b'), { from: log.mark() });
+    await putPool({ app: 'vllm' }, a[0].port);
+    expect(await change).toMatchObject({ url: b[0].url });
+    expect(urls()).toEqual([a[0].url, b[0].url].sort());
+
+    // A new target port: every pod re-registers on it.
+    const from = log.mark();
+    const moved = Promise.all(
+      ['/pod-a', '/pod-b'].map((pod) =>
+        log.next((e) => e.type === 'added' && e.pod.endsWith(pod) && e.url.endsWith(`:${a[1].port}`), {
+          from,
+        }),
+      ),
+    );
+    await putPool({ app: 'vllm' }, a[1].port);
+    await moved;
+    expect(urls()).toEqual([a[1].url, b[1].url].sort());
+    for (let i = 0; i < 4; i++) expect((await complete(`moved ${i}`)).status).toBe(200);
+    expect([a[1].records.length, b[1].records.length]).toEqual([2, 2]);
+
+    // The pool is deleted: no worker is left, and requests get the router's JSON 503.
+    const gone = log.mark();
+    const left = Promise.all(
+      ['/pod-a', '/pod-b'].map((pod) =>
+        log.next((e) => e.type === 'removed' && e.pod.endsWith(pod), { from: gone }),
+      ),
+    );
+    const del = await cluster.api('DELETE', poolPath('vllm'));
+    expect(del.status).toBe(200);
+    await left;
+    expect(urls()).toEqual([]);
+    const refused = await complete('nobody');
+    expect(refused.status).toBe(503);
+    expect(JSON.parse(refused.body)).toMatchObject({ error: { code: 'no_workers' } });
+    await expectAllLoadsZero(router!);
+  });
+});
