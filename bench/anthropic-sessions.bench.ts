@@ -3,8 +3,9 @@
  * Code's traffic: `--sessions` sessions at once, each `--turns` turns in a row; every request carries
  * the same system prompt (~2,000 tokens) and tool definitions, opened by an
  * `x-anthropic-billing-header` block with a fresh hash (as Claude Code sends it), then the whole
- * conversation so far: a first user message with a file (~500 tokens), and per turn the assistant's
- * answer, a tool call and its result (~250 tokens) and a new question. Streamed, 32 output tokens.
+ * conversation so far: a first user message that opens with the same repository context in every
+ * session (~400 tokens) and then a file (~500 tokens), and per turn the assistant's answer, a tool call
+ * and its result (~250 tokens) and a new question. Streamed, 32 output tokens.
  * Prints one JSON object to stdout (progress on stderr).
  *
  *   npx tsx bench/anthropic-sessions.bench.ts          2 interleaved runs per variant (~2 min)
@@ -15,7 +16,10 @@
  * peers (PyPI `vllm-router`, `smg`, bench/peers.ts) as whole proxies in front of fresh simulators,
  * when they can run. Variants: round robin and cache_aware (the default) on /v1/messages, and
  * cache_aware on the same conversations sent as /v1/chat/completions (what the router already read:
- * the Messages path should route as well as that).
+ * the Messages path should route as well as that); two router replicas behind
+ * envoy/envoy-replicas.yaml's affinity (Maglev on the session key, else on the prompt's opening),
+ * with the sessions unnamed (`x2, opening key`) and named in Claude Code's session header
+ * (`x2, session key`).
  * Per variant: requests answered 2xx (share), errors by status, prefix-cache hit rate over the
  * measured requests (cached / prompt tokens, from the simulators' records), time to first token p50 /
  * p90 (first text delta), output tokens/s over the run's wall time, max/mean requests per worker.
@@ -45,6 +49,8 @@ const WORDS = 'const let return import export function await async class type in
 const text = (rng: () => number, chars: number, head: string): string => wordText(rng, chars, head, WORDS);
 // ~1.8 characters per token on this text (the routing benchmark's measure).
 const SYSTEM = text(mulberry32(7), 3686, 'You are an interactive coding agent.');
+// Every session's first message opens with the same repository context (as Claude Code's does).
+const REMINDER = `${text(mulberry32(11), 700, '<system-reminder> Context of this repository:')} </system-reminder>\n`;
 const TOOLS = [
   {
     name: 'read_file',
@@ -104,10 +110,13 @@ async function readStream(res: Response, sent: number): Promise<{ ttftMs: number
   return { ttftMs, text: out };
 }
 
-/** One run of every session against `baseUrl`; each session's turns go one after the other. */
+/**
+ * One run of every session against `baseUrl`; each session's turns go one after the other. `chat`: as
+ * /v1/chat/completions; `sessionHeader`: each session named in Claude Code's `x-claude-code-session-id`.
+ */
 async function converse(
   baseUrl: string,
-  chat: boolean,
+  { chat, sessionHeader }: { chat: boolean; sessionHeader?: boolean },
   seed: number,
   n: number,
   t: number,
@@ -117,9 +126,10 @@ async function converse(
     Array.from({ length: n }, async (_, s) => {
       const rng = mulberry32(seed * 1000 + s);
       const out: Turn[] = [];
-      const messages: Message[] = [
-        { role: 'user', content: [{ type: 'text', text: text(rng, 900, `session ${seed}.${s} file:`) }] },
-      ];
+      const file = text(rng, 900, `session ${seed}.${s} file:`);
+      const messages: Message[] = [{ role: 'user', content: [{ type: 'text', text: `${REMINDER}${file}` }] }];
+      const headers: Record<string, string> = { 'content-type': 'application/json' };
+      if (sessionHeader === true) headers['x-claude-code-session-id'] = `session-${seed}-${s}`;
       for (let k = 0; k < t; k++) {
         if (k > 0) {
           const id = `toolu_${seed}_${s}_${k}`;
@@ -138,7 +148,7 @@ async function converse(
         const sent = performance.now();
         const res = await fetch(`${baseUrl}${chat ? '/v1/chat/completions' : '/v1/messages'}`, {
           method: 'POST',
-          headers: { 'content-type': 'application/json' },
+          headers,
           body: JSON.stringify(body(messages, chat)),
         }).catch(() => undefined);
         const status = res?.status ?? 0;
@@ -203,12 +213,29 @@ const sim: SimulatorOptions = {
   cache: { capacityBlocks: 1024 },
 };
 
-type Variant = { label: string; chat: boolean } & ({ router: Record<string, unknown> } | { peer: PeerName });
+type Variant = { label: string; chat: boolean } & (
+  | {
+      router: Record<string, unknown>;
+      /** Two replicas behind envoy-replicas.yaml's affinity (session header, else the prompt's opening). */
+      replicas?: 2;
+      /** The client names each session in Claude Code's header. */
+      sessionHeader?: boolean;
+    }
+  | { peer: PeerName }
+);
 const peers = preparePeers(log);
 const VARIANTS: Variant[] = [
   { label: 'round_robin', chat: false, router: { policy: 'round_robin' } },
   { label: 'cache_aware', chat: false, router: { policy: 'cache_aware' } },
   { label: 'cache_aware (as chat)', chat: true, router: { policy: 'cache_aware' } },
+  { label: 'cache_aware x2, opening key', chat: false, router: { policy: 'cache_aware' }, replicas: 2 },
+  {
+    label: 'cache_aware x2, session key',
+    chat: false,
+    router: { policy: 'cache_aware' },
+    replicas: 2,
+    sessionHeader: true,
+  },
   ...peers.map((peer): Variant => ({ label: `${peer} cache_aware`, chat: false, peer })),
 ];
 
@@ -218,7 +245,15 @@ async function frontDoor(
   script: string,
 ): Promise<{ url: string; sims: readonly Simulator[]; close(): Promise<void> }> {
   if ('router' in v) {
-    const stack = await startRoutedStack({ workers: WORKERS, sim, router: v.router, routerScript: script });
+    const stack = await startRoutedStack({
+      workers: WORKERS,
+      sim,
+      router: v.router,
+      routerScript: script,
+      ...(v.replicas === 2
+        ? { replicas: 2, envoy: { replicaAffinityHeader: 'x-session-id', replicaPrefixKey: true } }
+        : {}),
+    });
     return { url: stack.url, sims: stack.cluster.sims, close: () => stack.close() };
   }
   return startPeerFleet(v.peer, 'cache_aware', WORKERS, sim);
@@ -232,11 +267,11 @@ const cells = await runInterleaved(
   async (v, run): Promise<Cell & { arm: string }> => {
     const door = await frontDoor(v, script);
     try {
-      await converse(door.url, v.chat, 99 + run, 8, 2); // warm-up: JIT, connections
+      await converse(door.url, v, 99 + run, 8, 2); // warm-up: JIT, connections
       const from = Date.now();
       return {
         arm: v.label,
-        ...cellOf(await converse(door.url, v.chat, run, sessions, turns), door.sims, from),
+        ...cellOf(await converse(door.url, v, run, sessions, turns), door.sims, from),
       };
     } finally {
       await door.close();

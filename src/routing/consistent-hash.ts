@@ -2,8 +2,9 @@
  * consistent_hash: session stickiness by hashing a request key onto a ring of workers.
  *
  * Key (first present, non-empty): header `x-session-id`, header `x-claude-code-session-id` (Claude Code
- * names its coding session on every request), header `x-user-id`, body `user`, body `session_id`
- * (strings, or finite numbers as their decimal text). The key's hash (hash-ring.ts)
+ * names its coding session on every request), header `x-user-id`, body `user`, body `session_id`,
+ * body `prompt_cache_key` (OpenAI's key for requests that share a prefix, which agents such as Codex
+ * set per conversation) (strings, or finite numbers as their decimal text). The key's hash (hash-ring.ts)
  * picks the owner of the next of the ring's points, 160 virtual nodes per worker. Workers are placed
  * by URL, so a worker re-registered at the same URL (a new generation, a new Worker id) takes over
  * the same arcs. The ring is rebuilt on addWorker/removeWorker (pool reconciliation).
@@ -29,7 +30,8 @@ export function sessionKey(input: Pick<SelectionInput, 'headers' | 'body'>): str
     keyOf(input.headers['x-claude-code-session-id']) ??
     keyOf(input.headers['x-user-id']) ??
     keyOf(input.body?.['user']) ??
-    keyOf(input.body?.['session_id'])
+    keyOf(input.body?.['session_id']) ??
+    keyOf(input.body?.['prompt_cache_key'])
   );
 }
 

@@ -33,7 +33,13 @@ describe('sessionKey', () => {
       want: 'u',
     },
     { name: 'then body user', headers: {}, body: { user: 'b', session_id: 'sid' }, want: 'b' },
-    { name: 'then body session_id', headers: {}, body: { session_id: 'sid' }, want: 'sid' },
+    {
+      name: 'then body session_id',
+      headers: {},
+      body: { session_id: 'sid', prompt_cache_key: 'p' },
+      want: 'sid',
+    },
+    { name: 'then body prompt_cache_key', headers: {}, body: { prompt_cache_key: 'conv-1' }, want: 'conv-1' },
     { name: 'numbers as text', headers: {}, body: { user: 42 }, want: '42' },
     {
       name: 'empty values skipped',
