@@ -11,8 +11,9 @@
  * A pool that is missing, or whose selector is empty (it would select every pod of the namespace, the
  * router's own included) or whose port is not one, selects nothing: `onChange(undefined)`.
  */
-import { CustomObjectsApi, type KubeConfig } from '@kubernetes/client-node';
-import { KubeListWatch, type ListPage, type WatchEndReason } from './kube-list-watch.js';
+import type { KubeConfig } from '@kubernetes/client-node';
+import { KubeListWatch, type WatchEndReason } from './kube-list-watch.js';
+import { customObjects } from './kube-custom-objects.js';
 import type { LabelSelector } from './kube-pod-membership.js';
 import { POOL_GROUP } from './kube-objectives.js';
 
@@ -82,17 +83,14 @@ export class KubeInferencePool {
   private lists = 0;
 
   constructor(private readonly opts: KubeInferencePoolOptions) {
-    const api = opts.kubeConfig.makeApiClient(CustomObjectsApi);
-    const where = { group: POOL_GROUP, version: POOL_VERSION, namespace: opts.namespace };
     this.watcher = new KubeListWatch<InferencePoolObject>({
       kubeConfig: opts.kubeConfig,
-      path: `/apis/${POOL_GROUP}/${POOL_VERSION}/namespaces/${encodeURIComponent(opts.namespace)}/${POOL_PLURAL}`,
-      list: async (page): Promise<ListPage<InferencePoolObject>> =>
-        (await api.listNamespacedCustomObject({
-          ...where,
-          plural: POOL_PLURAL,
-          ...page,
-        })) as ListPage<InferencePoolObject>,
+      ...customObjects<InferencePoolObject>(opts.kubeConfig, {
+        group: POOL_GROUP,
+        version: POOL_VERSION,
+        plural: POOL_PLURAL,
+        namespace: opts.namespace,
+      }),
       handler: {
         synced: (items) => {
           this.lists++;

@@ -1,7 +1,8 @@
 /**
  * KubeListWatch: keeps an exact view of one collection of Kubernetes objects (the pods matching a label
- * selector: kube-pod-watcher.ts; the InferenceObjectives of a namespace: kube-objectives.ts), through the
- * official client (@kubernetes/client-node): LIST, then WATCH from the list's resourceVersion.
+ * selector: kube-pod-watcher.ts; the InferenceObjectives and InferencePools of a namespace:
+ * kube-objectives.ts, kube-inference-pool.ts), through the official client (@kubernetes/client-node):
+ * LIST, then WATCH from the list's resourceVersion.
  *
  * Why not the client's own ListWatch informer: after a watch ends without an error it re-watches from the
  * last resourceVersion without listing, and after an error it stops for good (the caller must restart it).

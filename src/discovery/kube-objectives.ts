@@ -9,8 +9,9 @@
  * A KubeListWatch (kube-list-watch.ts): LIST, then WATCH, relisting on every reconnect, so an objective
  * deleted while no watch ran is dropped at the next list.
  */
-import { CustomObjectsApi, type KubeConfig } from '@kubernetes/client-node';
-import { KubeListWatch, type ListPage, type WatchEndReason } from './kube-list-watch.js';
+import type { KubeConfig } from '@kubernetes/client-node';
+import { KubeListWatch, type WatchEndReason } from './kube-list-watch.js';
+import { customObjects } from './kube-custom-objects.js';
 
 export const OBJECTIVE_GROUP = 'inference.networking.x-k8s.io';
 export const OBJECTIVE_VERSION = 'v1alpha2';
@@ -71,18 +72,15 @@ export class KubeObjectives {
   private lists = 0;
 
   constructor(private readonly opts: KubeObjectivesOptions) {
-    const api = opts.kubeConfig.makeApiClient(CustomObjectsApi);
-    const where = { group: OBJECTIVE_GROUP, version: OBJECTIVE_VERSION, namespace: opts.namespace };
     const { hooks } = opts;
     this.watcher = new KubeListWatch<InferenceObjectiveObject>({
       kubeConfig: opts.kubeConfig,
-      path: `/apis/${OBJECTIVE_GROUP}/${OBJECTIVE_VERSION}/namespaces/${encodeURIComponent(opts.namespace)}/${OBJECTIVE_PLURAL}`,
-      list: async (page): Promise<ListPage<InferenceObjectiveObject>> =>
-        (await api.listNamespacedCustomObject({
-          ...where,
-          plural: OBJECTIVE_PLURAL,
-          ...page,
-        })) as ListPage<InferenceObjectiveObject>,
+      ...customObjects<InferenceObjectiveObject>(opts.kubeConfig, {
+        group: OBJECTIVE_GROUP,
+        version: OBJECTIVE_VERSION,
+        plural: OBJECTIVE_PLURAL,
+        namespace: opts.namespace,
+      }),
       handler: {
         synced: (items) => {
           this.lists++;
