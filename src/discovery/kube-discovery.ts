@@ -288,7 +288,12 @@ export class KubeDiscovery {
             ...(opts.maxBackoffMs !== undefined ? { maxBackoffMs: opts.maxBackoffMs } : {}),
             hooks: {
               onChange: (members) => {
-                this.repointing = this.repointing.then(() => this.repoint(members));
+                // A failed step must not stop the ones after it (the chain would stay rejected).
+                this.repointing = this.repointing
+                  .then(() => this.repoint(members))
+                  .catch((err: unknown) =>
+                    opts.logger.error({ pool: pool.name, err }, 'kubernetes InferencePool selection failed'),
+                  );
               },
               onError: (phase, err, retryInMs) => {
                 opts.logger.warn(
