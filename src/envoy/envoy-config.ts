@@ -142,17 +142,19 @@ export const PREFIX_KEY_BALANCE_FACTOR = 150;
  * agents built on it): with no client session key, it is the affinity key.
  */
 export const AGENT_SESSION_HEADER = 'x-claude-code-session-id';
-/** Characters of an agent's session id the key keeps (Claude Code's are 36-character UUIDs). */
+/** Characters of a session id (header or prompt_cache_key) the key keeps (Claude Code's are 36-character UUIDs). */
 export const AGENT_SESSION_KEY_CHARS = 128;
 
 /**
  * The prefix key, in Envoy's Lua filter: no key when the client named its session (that hash wins).
- * A request of an agent that names its session in AGENT_SESSION_HEADER is keyed by that (a whole
- * coding session on one replica; the body is not read); any other by its prompt's opening, none when
- * the first 4 KiB of the buffered body have no `"messages"` / `"prompt"` key. Control characters (a
- * pretty-printed body's newlines) are dropped: they are not valid in a header value. Bytes above 0x7f
- * (raw UTF-8: JSON.stringify keeps it) are written as hex, so the key is printable ASCII, as gRPC
- * metadata values are meant to be.
+ * A request that names its session otherwise is keyed by that: Claude Code's AGENT_SESSION_HEADER (the
+ * body is not read), else the body's `"prompt_cache_key"` (OpenAI's key for requests that share a
+ * prefix, which agents such as Codex set per conversation; looked for in the body's last 4 KiB, where
+ * the SDKs write it after the prompt). Any other request is keyed by its prompt's opening: the
+ * PREFIX_KEY_BYTES from its `"messages"`, `"prompt"` or (Responses API) `"input"` key, none when the
+ * body's first 4 KiB have none of them. Control characters (a pretty-printed body's newlines) are
+ * dropped: they are not valid in a header value. Bytes above 0x7f (raw UTF-8: JSON.stringify keeps
+ * it) are written as hex, so the key is printable ASCII, as gRPC metadata values are meant to be.
  */
 export const PREFIX_KEY_LUA = (sessionHeader: string) => `
 local function printable(s)
@@ -171,8 +173,16 @@ function envoy_on_request(request_handle)
   if body == nil then return end
   -- A headers object taken before body() is out of scope once it has waited for the body.
   local headers = request_handle:headers()
-  local head = body:getBytes(0, math.min(body:length(), 4096))
+  local length = body:length()
+  local tail = body:getBytes(math.max(0, length - 4096), math.min(length, 4096))
+  local cache_key = string.match(tail, '"prompt_cache_key"%s*:%s*"([^"]+)"')
+  if cache_key ~= nil then
+    headers:add("${PREFIX_KEY_HEADER}", "session " .. printable(string.sub(cache_key, 1, ${AGENT_SESSION_KEY_CHARS})))
+    return
+  end
+  local head = body:getBytes(0, math.min(length, 4096))
   local at = string.find(head, '"messages"', 1, true) or string.find(head, '"prompt"', 1, true)
+    or string.find(head, '"input"', 1, true)
   if at == nil then return end
   headers:add("${PREFIX_KEY_HEADER}", printable(string.sub(head, at, at + ${PREFIX_KEY_BYTES} - 1)))
 end

@@ -8,7 +8,8 @@
  * Prefix affinity (`replicaPrefixKey`, the generated envoy-replicas*.yaml): a request without the
  * header is hashed on the opening of its prompt (Envoy's Lua filter), so requests that open alike reach
  * one replica and different openings spread; a client's session key still wins, and a request of
- * Claude Code is keyed by the session it names (`x-claude-code-session-id`).
+ * Claude Code is keyed by the session it names (`x-claude-code-session-id`), one that names its
+ * conversation in the body's `prompt_cache_key` by that.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEnvoy, type EnvoyHandle } from '../../src/envoy/envoy-process.js';
@@ -136,6 +137,33 @@ describe('prefix affinity across router replicas (no session key)', () => {
       const first = await ask(session, `step 1 of ${session}`);
       expect(await ask(session, `step 2 of ${session}`)).toBe(first);
       replicaOf.set(session, first);
+    }
+    expect(new Set(replicaOf.values()).size).toBe(2);
+    for (const r of routers) await expectAllLoadsZero(r);
+  });
+
+  it("OpenAI's prompt_cache_key keys a conversation, whatever its prompt opens with", async () => {
+    // Conversations that open alike (an agent's instructions), each named by the client in the body's
+    // prompt_cache_key (written last, as the SDKs do), as agents on the Responses API name theirs.
+    const ask = (key: string, question: string): Promise<number> =>
+      replicaThatServed(routers, () =>
+        fetch(`http://127.0.0.1:${prefixEnvoy.listenerPort}/v1/chat/completions`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({
+            model: 'sim-model',
+            messages: [{ role: 'user', content: prompt(97, question) }],
+            max_tokens: 2,
+            prompt_cache_key: key,
+          }),
+        }),
+      );
+    const replicaOf = new Map<string, number>();
+    for (let s = 0; s < 16; s++) {
+      const key = `conversation-${s}`;
+      const first = await ask(key, `step 1 of ${key}`);
+      expect(await ask(key, `step 2 of ${key}`)).toBe(first);
+      replicaOf.set(key, first);
     }
     expect(new Set(replicaOf.values()).size).toBe(2);
     for (const r of routers) await expectAllLoadsZero(r);
