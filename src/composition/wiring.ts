@@ -304,9 +304,15 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
     modelsPoller.pollNew();
   });
   addWarmUpConditions(warmUp, config, exact, scraper, modelsPoller);
+  // Requests on their way to a worker without its load: P/D decodes chosen before their prefill
+  // ends, and requests that name it as a fallback endpoint.
   const workerSleep = buildWorkerSleep(
     base,
-    dispatcher instanceof PdDispatcher ? (w) => dispatcher.pendingDecodes(w) : undefined,
+    dispatcher instanceof PdDispatcher
+      ? (w) => dispatcher.pendingDecodes(w)
+      : dispatcher instanceof PoolDispatcher
+        ? (w) => dispatcher.pendingFallbacks(w)
+        : undefined,
   );
   return {
     ...base,

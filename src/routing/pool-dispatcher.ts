@@ -29,7 +29,18 @@ export interface PoolDispatcherOptions {
 }
 
 export class PoolDispatcher implements Dispatcher {
+  /**
+   * In-flight requests that name a worker as a fallback endpoint: the gateway may still send them
+   * there (a worker put to sleep must wait for them too: admin/worker-sleep.ts).
+   */
+  private readonly listed = new Map<Worker, number>();
+
   constructor(private readonly opts: PoolDispatcherOptions) {}
+
+  /** In-flight requests that name `w` as a fallback endpoint. */
+  pendingFallbacks(w: Worker): number {
+    return this.listed.get(w) ?? 0;
+  }
 
   dispatch(req: RouteRequest): Dispatch {
     const { pool, observer, clock } = this.opts;
@@ -48,6 +59,7 @@ export class PoolDispatcher implements Dispatcher {
       count > 0
         ? fallbackWorkers(candidates(pool, ctx), decision.worker, count, decision.cost?.runnerUp?.worker)
         : [];
+    for (const w of fallbacks) this.listed.set(w, (this.listed.get(w) ?? 0) + 1);
     return {
       worker: decision.worker,
       decision,
@@ -57,8 +69,41 @@ export class PoolDispatcher implements Dispatcher {
       responseHeaders: this.decisionReply(decision),
       // Routing reads no response chunk: Envoy may skip the body (extproc/response-body-mode.ts).
       watchResponseBody: readsNoBody,
-      finish: () => guard.release(),
+      ...(fallbacks.length === 0
+        ? { finish: () => guard.release() }
+        : this.listedUntilAnswered(guard, fallbacks)),
     };
+  }
+
+  /**
+   * The fallback endpoints count as pending until the response starts (the gateway retries another
+   * endpoint only before any answer) or the request ends, whichever comes first.
+   */
+  private listedUntilAnswered(
+    guard: LoadGuard,
+    fallbacks: readonly Worker[],
+  ): Pick<Dispatch, 'onResponseStart' | 'finish'> {
+    let listed = true;
+    const unlist = (): void => {
+      if (!listed) return;
+      listed = false;
+      this.unlist(fallbacks);
+    };
+    return {
+      onResponseStart: unlist,
+      finish: () => {
+        guard.release();
+        unlist();
+      },
+    };
+  }
+
+  private unlist(fallbacks: readonly Worker[]): void {
+    for (const w of fallbacks) {
+      const n = (this.listed.get(w) ?? 0) - 1;
+      if (n > 0) this.listed.set(w, n);
+      else this.listed.delete(w);
+    }
   }
 
   /**

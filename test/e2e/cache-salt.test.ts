@@ -54,7 +54,10 @@ async function ask(
 
 describe('cache_salt: tenants that share a prompt but not a cache', () => {
   it('spreads the tenants (no cache is shared) and keeps each on the worker holding its own prefix', async () => {
-    const tenants = Array.from({ length: 8 }, (_, i) => `tenant-${i}`);
+    // 16 tenants: a new prompt is seeded on its prefix home (a rendezvous hash with the workers'
+    // URLs, whose ports change every run), so with 8 the homes of all tenants could fall on one of
+    // the two workers in about 1 run of 128; with 16, 1 in 32,768.
+    const tenants = Array.from({ length: 16 }, (_, i) => `tenant-${i}`);
     const home = new Map<string, string>();
     const misses: string[] = [];
     for (let round = 0; round < 3; round++) {

@@ -100,6 +100,27 @@ describe('PoolDispatcher with fallback endpoints', () => {
     expect(loads(s)).toEqual([0, 0, 0]);
   });
 
+  it('counts the named fallbacks as pending until the response starts or the request ends', () => {
+    // A worker being put to sleep waits for them: the gateway may still retry a request onto it.
+    const s = setup(2);
+    const pending = () => s.pool.workers.map((w) => s.dispatcher.pendingFallbacks(w));
+    const answered = s.dispatcher.dispatch(s.completion());
+    const cut = s.dispatcher.dispatch(s.completion());
+    const chosen = [answered.worker, cut.worker];
+    expect(pending()).toEqual(s.pool.workers.map((w) => 2 - chosen.filter((c) => c === w).length));
+    answered.onResponseStart?.(200, false); // answered: no retry can move it any more
+    expect(pending()).toEqual(s.pool.workers.map((w) => (w === cut.worker ? 0 : 1)));
+    answered.finish({ kind: 'unwatched', status: 200 });
+    cut.finish({ kind: 'cancelled', afterHeaders: false }); // ended before any answer
+    expect(pending()).toEqual([0, 0, 0]);
+    expect(loads(s)).toEqual([0, 0, 0]);
+    // One endpoint only: nothing is pending anywhere.
+    const single = setup(0);
+    const d = single.dispatcher.dispatch(single.completion());
+    expect(single.pool.workers.map((w) => single.dispatcher.pendingFallbacks(w))).toEqual([0, 0, 0]);
+    d.finish({ kind: 'response', status: 200 });
+  });
+
   it('names one endpoint when the setting is 0, and for a body named for the chosen worker', () => {
     const s = setup(0);
     const d = s.dispatcher.dispatch(s.completion());
