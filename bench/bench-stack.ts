@@ -99,12 +99,19 @@ export async function startRoutedStack(opts: {
   kvEvents?: StackKvEvents;
   /** Run each replica as a child process of this CLI script (buildRouter's, or src/cli.ts via tsx). */
   routerScript?: string;
+  /**
+   * Other workers than `workers` simulators (e.g. data-parallel servers, sim/dp-server.ts): the
+   * router's worker URLs and the simulators whose records the benchmark reads.
+   */
+  fleet?: () => Promise<{ cluster: SimulatorCluster; urls: readonly string[] }>;
 }): Promise<RoutedStack> {
-  const cluster = await startCluster(opts.workers, opts.sim);
+  const fleet = opts.fleet ? await opts.fleet() : undefined;
+  const cluster = fleet?.cluster ?? (await startCluster(opts.workers, opts.sim));
   const routers: StackRouter[] = [];
   try {
     const kv = opts.kvEvents === undefined ? {} : kvEventConfig(cluster, opts.kvEvents);
-    const settings: Partial<Config> = { workers: cluster.sims.map((s) => s.url), ...kv, ...opts.router };
+    const urls = fleet?.urls ?? cluster.sims.map((s) => s.url);
+    const settings: Partial<Config> = { workers: [...urls], ...kv, ...opts.router };
     for (let i = 0; i < (opts.replicas ?? 1); i++) {
       routers.push(
         opts.routerScript === undefined

@@ -128,13 +128,15 @@ export function peerArgs(
     : [...common, '--log-level', 'warning'];
 }
 
+/** `extraArgs`: more flags of the peer's (e.g. vllm-router's `--intra-node-data-parallel-size 4`). */
 export async function startPeer(
   peer: PeerName,
   policy: PeerPolicy,
   workerUrls: readonly string[],
+  extraArgs: readonly string[] = [],
 ): Promise<PeerProcess> {
   const [port, metricsPort] = (await freePorts(2)) as [number, number];
-  return spawnPeer(peer, peerArgs(peer, policy, port, metricsPort, workerUrls), port);
+  return spawnPeer(peer, [...peerArgs(peer, policy, port, metricsPort, workerUrls), ...extraArgs], port);
 }
 
 /**

@@ -12,6 +12,7 @@ import { RouterBaseError } from './errors.js';
 export type { Config };
 import { parseKvEventSettings } from './kv-events/kv-event-config.js';
 import { MAX_FALLBACK_ENDPOINTS } from './routing/fallback-endpoints.js';
+import { MAX_DATA_PARALLEL_SIZE } from './workers/data-parallel.js';
 import { parseObjectiveSpecs } from './routing/objectives.js';
 
 /** Invalid settings: startup fails (the CLI exits 2 with the message). */
@@ -148,6 +149,8 @@ function validate(c: Config): void {
   }
   validateKubeDiscovery(c);
   if (c.cacheThreshold > 1) throw new ConfigError('--cache-threshold must be within [0, 1]');
+  if (c.intraNodeDataParallelSize < 1 || c.intraNodeDataParallelSize > MAX_DATA_PARALLEL_SIZE)
+    throw new ConfigError(`--intra-node-data-parallel-size must be 1..${MAX_DATA_PARALLEL_SIZE}`);
   if (c.responseBodySample < 1) throw new ConfigError('--response-body-sample must be >= 1');
   if (c.responseBodyWatchMax < 1) throw new ConfigError('--response-body-watch-max must be >= 1');
   if (c.fallbackEndpoints > MAX_FALLBACK_ENDPOINTS) {

@@ -179,6 +179,7 @@ export function workerViews(
     return {
       role: w.role,
       url: w.url,
+      ...(w.dpRank !== undefined ? { key: w.key, dpRank: w.dpRank } : {}),
       endpoint: w.endpoint,
       zmqAddress: w.zmqAddress ?? null,
       generation: w.generation,

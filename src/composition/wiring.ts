@@ -161,7 +161,7 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
     () => pools.members(),
     logger,
     clock,
-    (w) => board.latest(w.url)?.figures?.blockSize,
+    (w) => board.latest(w.key)?.figures?.blockSize,
   );
   const timing = buildTiming(config);
   const backlog = new PrefillBacklog();
@@ -170,15 +170,15 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
     ? new CharsPerToken({ prior: config.charsPerToken })
     : undefined;
   const signals: WorkerSignals = {
-    load: (w) => board.view(w.url, w.load, clock()),
+    load: (w) => board.view(w.key, w.load, clock()),
     // Scoring reads the role's fleet estimate (every worker's responses): per-worker fits from a few
     // dozen noisy samples differ by chance, and a worker whose fit drifted high would lose its cache
     // affinity for nothing. Per-worker estimates stay on /workers and /metrics.
     timing: (w) => timing.fleetOf(w.role),
     backlog: (w) => backlog.of(w, clock()),
-    foreignShare: (w) => board.foreignShare(w.url),
+    foreignShare: (w) => board.foreignShare(w.key),
     adapter: (w, model) => {
-      const f = board.fresh(w.url, clock())?.figures;
+      const f = board.fresh(w.key, clock())?.figures;
       if (f?.lora === undefined) return undefined;
       const served = catalog.of(w.url);
       return adapterState(model, {
@@ -208,7 +208,7 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
     replaced: (w) => catalog.forget(w.url),
     // The worker's KV-cache capacity from its latest scraped page (any age: it does not change).
     capacityTokens: (w) => {
-      const f = board.latest(w.url)?.figures;
+      const f = board.latest(w.key)?.figures;
       return f?.numGpuBlocks !== undefined && f.blockSize !== undefined
         ? f.numGpuBlocks * f.blockSize
         : undefined;
@@ -475,6 +475,7 @@ function buildPools(
       tokensOf: (model, chars) => Math.ceil(chars / (load.charsPerToken?.(model) ?? config.charsPerToken)),
       onContextFit: (role, fitted) =>
         metrics.contextFits.inc({ role, outcome: fitted ? 'fitted' : 'none_long_enough' }),
+      dataParallelSize: config.intraNodeDataParallelSize,
     });
   });
 }
@@ -485,7 +486,7 @@ function routingObserver({ health, metrics, clock, logger }: Base): RoutingObser
       health.routed(d.worker, clock()); // half-open: takes the probe slot in the selection step
       if (d.cost !== undefined && logger.isLevelEnabled('debug')) {
         logger.debug(
-          { role: pool.role, worker: d.worker.url, branch: d.branch, cost: describeCost(d.cost) },
+          { role: pool.role, worker: d.worker.key, branch: d.branch, cost: describeCost(d.cost) },
           'cost decision',
         );
       }
@@ -538,10 +539,10 @@ function buildDispatcher(c: Base & { prefillClient: PrefillClient | undefined })
           : withPrefillModel(prefillLegLearner(c.timing, c.backlog, clock), c.models),
       prefillEnded: (w, outcome, ms, status) => {
         health.recordOutcome(w, prefillHealthOutcome(outcome, status), clock());
-        metrics.pdPrefillRequests.inc({ worker: w.url });
+        metrics.pdPrefillRequests.inc({ worker: w.key });
         if (ms !== undefined) metrics.pdPrefillDuration.observe({ outcome }, ms / 1000);
       },
-      decodeRouted: (w) => metrics.pdDecodeRequests.inc({ worker: w.url }),
+      decodeRouted: (w) => metrics.pdDecodeRequests.inc({ worker: w.key }),
       localPrefill: () => metrics.pdLocalPrefills.inc(),
       // A decode worker chosen for a request whose prefill failed never sees it: a neutral outcome
       // frees a half-open probe slot it may hold.
@@ -636,7 +637,7 @@ function buildGrpcServer(
     onStreamsChanged: (n) => metrics.streamsActive.set(n),
     onConnectionClose: (reason) => metrics.grpcConnectionCloses.inc({ reason }),
     onFailover: (routed, _served, adopted) =>
-      metrics.failovers.inc({ worker: routed.url, adopted: adopted ? 'true' : 'false' }),
+      metrics.failovers.inc({ worker: routed.key, adopted: adopted ? 'true' : 'false' }),
     onEnd: (s) => {
       metrics.requests.inc({ route: s.route, outcome: s.outcome });
       metrics.requestDuration.observe({ route: s.route, outcome: s.outcome }, s.durationMs / 1000);
@@ -778,12 +779,21 @@ function buildWorkerSleep(
     clock,
     ...(pending ? { pending } : {}),
     // The drain also waits for a page with nothing waiting or running, when pages are read.
+    // A data-parallel server's page is read per rank (Worker.key): the oldest rank's sample, all busy.
     scraped: (url) => {
       if (config.scrapeIntervalMs === 0) return undefined;
-      const s = board.latest(url);
-      const f = s?.figures;
-      if (s === undefined || (f?.waiting === undefined && f?.running === undefined)) return undefined;
-      return { takenAtMs: s.takenAtMs, busy: (f.waiting ?? 0) + (f.running ?? 0) };
+      const keys = new Set(pools.workers().flatMap((w) => (w.url === url ? [w.key] : [])));
+      if (keys.size === 0) keys.add(url);
+      let takenAtMs = Infinity;
+      let busy = 0;
+      for (const key of keys) {
+        const s = board.latest(key);
+        const f = s?.figures;
+        if (s === undefined || (f?.waiting === undefined && f?.running === undefined)) return undefined;
+        takenAtMs = Math.min(takenAtMs, s.takenAtMs);
+        busy += (f.waiting ?? 0) + (f.running ?? 0);
+      }
+      return { takenAtMs, busy };
     },
   });
 }

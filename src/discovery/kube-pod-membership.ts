@@ -27,13 +27,17 @@
  *   `vllm.ai/bootstrap-port`  -> metadata.bootstrap_port  (prefill bootstrap server: Mooncake / NIXL side channel)
  *   `vllm.ai/metrics-port`    -> metadata.metrics_port    (Prometheus /metrics; vLLM serves it on the HTTP port)
  *   `vllm.ai/kv-events-port`  -> metadata.kv_events_port  (vLLM's ZMQ KV-events publisher)
+ * and `vllm.ai/data-parallel-size` (1-256) -> metadata.data_parallel_size (the pod's vLLM serves that many
+ * data-parallel ranks behind its one API server; the pool schedules them one by one: worker-pool.ts).
  */
 import type { Role } from '../workers/role.js';
 import { formatEndpoint } from '../workers/endpoint.js';
+import { dataParallelSizeOf, MAX_DATA_PARALLEL_SIZE } from '../workers/data-parallel.js';
 
 export const BOOTSTRAP_PORT_ANNOTATION = 'vllm.ai/bootstrap-port';
 export const METRICS_PORT_ANNOTATION = 'vllm.ai/metrics-port';
 export const KV_EVENTS_PORT_ANNOTATION = 'vllm.ai/kv-events-port';
+export const DATA_PARALLEL_SIZE_ANNOTATION = 'vllm.ai/data-parallel-size';
 
 /** The fields of a v1 Pod this module reads (structurally compatible with client-node's V1Pod). */
 export interface PodObject {
@@ -159,6 +163,17 @@ export function podMembership(pod: PodObject, rule: RoleRule): Membership {
     const port = annotationPort(pod, annotation) ?? fallback;
     if (typeof port === 'object') return { member: false, reason: 'bad_annotation', detail: port.error };
     if (port !== undefined) metadata[key] = port;
+  }
+  const dpRaw = pod.metadata?.annotations?.[DATA_PARALLEL_SIZE_ANNOTATION];
+  if (dpRaw !== undefined) {
+    const dp = dataParallelSizeOf({
+      data_parallel_size: /^\s*\d{1,3}\s*$/.test(dpRaw) ? Number(dpRaw) : NaN,
+    });
+    if (dp === undefined) {
+      const detail = `${DATA_PARALLEL_SIZE_ANNOTATION}=${JSON.stringify(dpRaw)} is not 1..${MAX_DATA_PARALLEL_SIZE}`;
+      return { member: false, reason: 'bad_annotation', detail };
+    }
+    metadata.data_parallel_size = dp;
   }
   const endpoint = formatEndpoint(ip, rule.port);
   return {

@@ -1,8 +1,8 @@
 /**
  * The routing replies of plain requests, built and encoded once per destination.
  *
- * A request routed to one worker, with no body rewrite and no header besides the destination (every
- * regular, non-P/D request), gets the same reply as every other request to that worker: the
+ * A request routed to one worker, with no body rewrite and no header besides the destination and a
+ * data-parallel rank (every regular, non-P/D request), gets the same reply as every other request to that worker: the
  * destination header set, the untrusted routing headers removed, the envoy.lb metadata naming the
  * worker. Building that message and encoding it costs ~10% of the router's CPU for a small request
  * (issue 15), so such replies are kept here frozen: the gRPC server encodes a frozen message once
@@ -10,11 +10,16 @@
  *
  * Anything else (P/D: prefiller and request-id headers; a rewritten body; FULL_DUPLEX_STREAMED, whose
  * body reply carries the body) is built per request by the caller. The cache holds at most
- * MAX_ENTRIES (destination, body mode, routed-on) combinations; it is emptied when full (a fleet
+ * MAX_ENTRIES (destination, rank, body mode, routed-on) combinations; it is emptied when full (a fleet
  * larger than that rebuilds some replies, nothing else changes).
  */
 import { routedReplies, type BodyMode, type Routing } from './body-mode-replies.js';
-import { DESTINATION_HEADER, LB_METADATA_NAMESPACE, UNTRUSTED_REQUEST_HEADERS } from './headers.js';
+import {
+  DESTINATION_HEADER,
+  DP_RANK_HEADER,
+  LB_METADATA_NAMESPACE,
+  UNTRUSTED_REQUEST_HEADERS,
+} from './headers.js';
 import { constantReply, dynamicMetadata, type HeaderSet } from './mutations.js';
 import type { ProcessingResponse } from './proto.js';
 
@@ -41,13 +46,16 @@ export class RoutedReplyCache {
     rewritten: Buffer | undefined,
   ): readonly ProcessingResponse[] | undefined {
     if (rewritten !== undefined || (mode === 'full_duplex' && routedOn === 'body')) return undefined;
+    // A plain routing: the destination, and a data-parallel rank (routing/route-headers.ts).
     let destination: string | undefined;
+    let rank: string | undefined;
     for (const key in setHeaders) {
-      if (key !== DESTINATION_HEADER || destination !== undefined) return undefined;
-      destination = setHeaders[key];
+      if (key === DESTINATION_HEADER && destination === undefined) destination = setHeaders[key];
+      else if (key === DP_RANK_HEADER && rank === undefined) rank = setHeaders[key];
+      else return undefined;
     }
     if (destination === undefined) return undefined;
-    const key = `${mode}\n${routedOn}\n${destination}`;
+    const key = `${mode}\n${routedOn}\n${destination}\n${rank ?? ''}`;
     let replies = this.replies.get(key);
     if (!replies) {
       if (this.replies.size >= MAX_ENTRIES) this.replies.clear();

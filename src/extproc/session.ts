@@ -482,7 +482,7 @@ export class Session {
     this.deps.onFailover?.(routed.worker, served, next !== undefined);
     this.deps.logger.warn(
       {
-        worker: routed.worker.url,
+        worker: routed.worker.key,
         served,
         adopted: next !== undefined,
         path: this.path,
@@ -577,7 +577,7 @@ export class Session {
       route: this.route,
       outcome: requestOutcome(how, stage),
       durationMs: performance.now() - this.startedAt,
-      worker: this.dispatch?.worker.url,
+      worker: this.dispatch?.worker.key,
       branch: this.dispatch?.decision.branch,
       status:
         how.kind === 'response' || how.kind === 'unwatched' || how.kind === 'released'

@@ -51,7 +51,10 @@ export function createExactPrefix(
       ...(config.kvEventTopic !== '' ? { topic: config.kvEventTopic } : {}),
       index: { maxBlocksPerWorker: config.kvIndexMaxBlocks, tierCredit: setup.tierCredit },
       // Stored blocks are no longer pending on their worker (kv-prefix-source.ts confirmStored).
-      hooks: { ...metrics.hooks, stored: (worker, keys) => source?.confirmStored(worker, keys) },
+      hooks: {
+        ...metrics.hooks,
+        stored: (worker, keys, indexKey) => source?.confirmStored(worker, keys, indexKey),
+      },
       workers,
     });
     source = new KvPrefixSource({

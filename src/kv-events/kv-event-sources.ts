@@ -104,12 +104,14 @@ export function parseKvEventSources(opts: {
 
 /**
  * The publishers of the worker at `url`, or [] when it has no explicit source, no port of its own
- * (`ownPort`) and no default rule applies.
+ * (`ownPort`) and no default rule applies. `ranks`: the data-parallel ranks the pools schedule at that
+ * URL (workers/data-parallel.ts); the default rule then covers at least that many.
  */
 export function publishersOf(
   rules: KvEventSourceRules,
   url: string,
   ownPort?: number,
+  ranks?: number,
 ): readonly PublisherEndpoints[] {
   let key: string;
   try {
@@ -123,7 +125,7 @@ export function publishersOf(
   if (basePort === 0) return [];
   const host = new URL(key).hostname;
   const out: PublisherEndpoints[] = [];
-  for (let rank = 0; rank < rules.dpSize; rank++) {
+  for (let rank = 0; rank < Math.max(rules.dpSize, ranks ?? 1); rank++) {
     const p = basePort + rank;
     if (p > 65535) break;
     const replay = rules.defaultReplayPort === 0 ? undefined : rules.defaultReplayPort + rank;

@@ -67,8 +67,8 @@ export interface KvEventHooks {
    * the router's picture of the worker's cache trails the worker (needs synchronised clocks).
    */
   lag?(worker: string, seconds: number): void;
-  /** The batch stored these blocks (own keys, block-keys.ts) on the worker. */
-  stored?(worker: string, keys: readonly number[]): void;
+  /** The batch stored these blocks (own keys, block-keys.ts) on the worker (`indexKey`: its rank's). */
+  stored?(worker: string, keys: readonly number[], indexKey: string): void;
 }
 
 export interface KvEventSubscriberOptions {
@@ -250,7 +250,8 @@ export class KvEventSubscriber {
     const stored = this.opts.hooks?.stored !== undefined ? [] : undefined;
     const r = this.opts.index.apply(this.opts.indexKey, batch.events, stored);
     this.hook((h) => h.applied?.(this.opts.worker, r.applied));
-    if (stored !== undefined && stored.length > 0) this.hook((h) => h.stored?.(this.opts.worker, stored));
+    if (stored !== undefined && stored.length > 0)
+      this.hook((h) => h.stored?.(this.opts.worker, stored, this.opts.indexKey));
     for (const [reason, n] of Object.entries(r.dropped) as Array<[keyof ApplyResult['dropped'], number]>) {
       this.drop(reason, n);
     }

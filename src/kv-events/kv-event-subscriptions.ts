@@ -9,7 +9,9 @@
  * new process lifetime never inherits its predecessor's blocks.
  *
  * Index keys are `<worker key>#<rank>`: each data-parallel rank has its own KV cache, and a request
- * sent to the worker's URL lands on one of them; lookups take the best rank (`cachedTokens`).
+ * sent to the worker's URL lands on one of them; lookups take the best rank (`cachedTokens`). A Worker
+ * that stands for one rank (Worker.dpRank: workers/data-parallel.ts) reads only its rank's entries, and
+ * the default rule subscribes to at least as many ranks as the pool schedules at that URL.
  */
 import type { Worker } from '../workers/worker.js';
 import { KvBlockIndex, type KvIndexOptions } from './kv-block-index.js';
@@ -61,7 +63,13 @@ export class KvEventSubscriptions {
   sync(workers: Iterable<Worker>): void {
     if (this.closed) return;
     const seen = new Set<string>();
-    for (const w of workers) {
+    const list = [...workers];
+    // The ranks the pools schedule per URL (a data-parallel server's Workers, one per rank).
+    const ranks = new Map<string, number>();
+    for (const w of list) {
+      if (w.dpRank !== undefined) ranks.set(w.url, Math.max(ranks.get(w.url) ?? 0, w.dpRank + 1));
+    }
+    for (const w of list) {
       let key: string;
       try {
         key = workerKey(w.url);
@@ -73,7 +81,7 @@ export class KvEventSubscriptions {
       const current = this.subs.get(key);
       if (current !== undefined && current.generation === w.generation) continue;
       if (current !== undefined) this.unsubscribe(key, current);
-      const publishers = publishersOf(this.opts.rules, w.url, w.kvEventsPort);
+      const publishers = publishersOf(this.opts.rules, w.url, w.kvEventsPort, ranks.get(w.url));
       if (publishers.length === 0) continue;
       const sub: WorkerSubscription = { generation: w.generation, subscribers: [], indexKeys: [] };
       publishers.forEach((p, rank) => {
@@ -134,7 +142,7 @@ export class KvEventSubscriptions {
     const sub = this.subs.get(safeKey(worker.url));
     if (sub === undefined || sub.generation !== worker.generation) return undefined;
     let most = 0;
-    for (const k of sub.indexKeys) {
+    for (const k of rankKeys(sub, worker)) {
       const held = this.index.size(k) * (this.index.blockSizeOf(k) ?? 0);
       if (held > most) most = held;
     }
@@ -158,16 +166,17 @@ export class KvEventSubscriptions {
         continue;
       }
       let best: number | undefined;
-      const per = this.index.cachedTokens(keys, blockSize, sub.indexKeys);
+      const indexKeys = rankKeys(sub, workers[i] as Worker);
+      const per = this.index.cachedTokens(keys, blockSize, indexKeys);
       for (const v of per) if (v !== undefined && (best === undefined || v > best)) best = v;
       // A subscribed worker that has not stored a block yet holds nothing (known: 0).
-      out[i] = best ?? (per.every((v) => v === undefined) && !this.anyIndexed(sub) ? 0 : undefined);
+      out[i] = best ?? (per.every((v) => v === undefined) && !this.anyIndexed(indexKeys) ? 0 : undefined);
     }
     return out;
   }
 
-  private anyIndexed(sub: WorkerSubscription): boolean {
-    return sub.indexKeys.some((k) => this.index.hasWorker(k));
+  private anyIndexed(indexKeys: readonly string[]): boolean {
+    return indexKeys.some((k) => this.index.hasWorker(k));
   }
 
   /** Idempotent: stops the timer and every subscriber. */
@@ -189,6 +198,13 @@ export class KvEventSubscriptions {
       this.closingSubs.add(p);
     }
   }
+}
+
+/** The index keys a Worker reads: its rank's alone when it stands for one rank, else every rank's. */
+function rankKeys(sub: WorkerSubscription, worker: Worker): readonly string[] {
+  if (worker.dpRank === undefined) return sub.indexKeys;
+  const own = sub.indexKeys[worker.dpRank];
+  return own === undefined ? [] : [own];
 }
 
 /** URL -> worker key, memoised: every routing decision asks for each candidate's (a URL parse each). */

@@ -138,15 +138,18 @@ export class KvPrefixSource implements PrefixSource {
    * The worker (its subscription key: kv-event-subscriptions.ts `safeKey`) stored these blocks: they
    * are no longer pending on it (the subscriber's `stored` hook; see pending-blocks.ts).
    */
-  confirmStored(workerKey: string, keys: readonly number[]): void {
-    const ids = this.idsByKey.get(workerKey);
-    if (ids === undefined) return;
-    for (const id of ids) this.pending.confirmKeys(id, keys);
+  confirmStored(workerKey: string, keys: readonly number[], indexKey?: string): void {
+    // A data-parallel rank scheduled on its own is noted under its rank's index key (noteId).
+    for (const k of indexKey === undefined ? [workerKey] : [workerKey, indexKey]) {
+      const ids = this.idsByKey.get(k);
+      if (ids === undefined) continue;
+      for (const id of ids) this.pending.confirmKeys(id, keys);
+    }
   }
 
   /** Remembers which worker ids (roles, generations) a subscription key names, for confirmStored. */
   private noteId(worker: Worker): void {
-    const key = safeKey(worker.url);
+    const key = worker.dpRank === undefined ? safeKey(worker.url) : `${safeKey(worker.url)}#${worker.dpRank}`;
     let ids = this.idsByKey.get(key);
     if (ids === undefined) {
       if (this.idsByKey.size >= MAX_KEYS) this.idsByKey.clear(); // bounded: keys churn only with the fleet

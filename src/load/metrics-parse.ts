@@ -23,6 +23,11 @@
  *             vLLM releases without a guard). Absent (SGLang, vLLM before the gauge): awake.
  * A page with several samples of a figure (data-parallel engines, several `model_name`s) sums the
  * counts and takes the largest KV usage (the fullest engine is the one that will queue).
+ * Per engine (`perEngine`, for a server whose data-parallel ranks are scheduled one by one:
+ * workers/data-parallel.ts): vLLM labels each engine's series `engine="<rank>"`; `engines` then maps
+ * each rank seen on the page to the figures of its own series alone, as above (a figure with no
+ * series for that engine is missing; the cache config, LoRA state and model name fall back to the
+ * page's, which every engine of one server shares).
  *
  * Parsing: the exposition format is parsed by `parse-prometheus-text-format` (a port of the Prometheus
  * Python client's parser: label escapes, timestamps, `# HELP`/`# TYPE`). A vLLM page is ~1,000 lines,
@@ -80,11 +85,14 @@ export interface LoadFigures {
   readonly asleep?: boolean;
   /** Lines the parser rejected. */
   readonly malformedLines: number;
+  /** `perEngine`: each data-parallel engine's own figures, by its `engine` label (see the header). */
+  readonly engines?: ReadonlyMap<string, LoadFigures>;
 }
 
 export function parseLoadFigures(
   text: string,
   names: Readonly<MetricNames> = DEFAULT_METRIC_NAMES,
+  opts: { perEngine?: boolean } = {},
 ): LoadFigures {
   // An empty name turns its figure off (it would match every line).
   const wanted = [
@@ -96,6 +104,48 @@ export function parseLoadFigures(
     names.sleepState,
   ].filter((n) => n.length > 0);
   const { families, malformed } = parseWanted(text, wanted);
+  const page = figuresOf(families, names, malformed);
+  if (opts.perEngine !== true) return page;
+  const engines = new Map<string, LoadFigures>();
+  for (const engine of engineLabels(families, names)) {
+    const own = new Map<string, Samples>();
+    for (const [name, samples] of families)
+      own.set(
+        name,
+        samples.filter((m) => m.labels?.engine === engine),
+      );
+    const f = figuresOf(own, names, 0);
+    engines.set(engine, {
+      ...f,
+      ...(f.blockSize === undefined && page.blockSize !== undefined ? { blockSize: page.blockSize } : {}),
+      ...(f.numGpuBlocks === undefined && page.numGpuBlocks !== undefined
+        ? { numGpuBlocks: page.numGpuBlocks }
+        : {}),
+      ...(f.lora === undefined && page.lora !== undefined ? { lora: page.lora } : {}),
+      ...(f.modelName === undefined && page.modelName !== undefined ? { modelName: page.modelName } : {}),
+      ...(f.asleep === undefined && page.asleep !== undefined ? { asleep: page.asleep } : {}),
+    });
+  }
+  return { ...page, engines };
+}
+
+/** The `engine` label values of the load samples (waiting, running, KV usage), in page order. */
+function engineLabels(families: Map<string, Samples>, names: Readonly<MetricNames>): string[] {
+  const out = new Set<string>();
+  for (const name of [...names.waiting, ...names.running, ...names.kvUsage]) {
+    for (const m of families.get(name) ?? []) {
+      const e = m.labels?.engine;
+      if (e !== undefined && /^[0-9]{1,3}$/.test(e)) out.add(String(Number(e)));
+    }
+  }
+  return [...out];
+}
+
+function figuresOf(
+  families: Map<string, Samples>,
+  names: Readonly<MetricNames>,
+  malformed: number,
+): LoadFigures {
   const values = (name: string): number[] => {
     const out: number[] = [];
     for (const s of families.get(name) ?? []) {

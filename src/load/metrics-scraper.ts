@@ -8,7 +8,11 @@
  * `concurrency` (default 16) scrapes run at once. Each URL has at most one scrape in flight, so a slow
  * or hung worker occupies one slot until its timeout (`scrape-timeout-ms`, default 1000) and is merely
  * skipped by later ticks: the other workers keep their 100 ms cadence. Workers sharing a URL (a prefill
- * and a decode role of one process) share one scrape.
+ * and a decode role of one process, the data-parallel ranks of one server) share one scrape.
+ *
+ * Board entries are keyed by Worker.key: the URL, or `<url>@<rank>` for a rank scheduled on its own
+ * (workers/data-parallel.ts), whose sample is its engine's series alone (`engine="<rank>"`; a page
+ * without that engine's series gives the rank a sample without load figures: in-flight counts).
  *
  * A scrape sends `GET <url>/metrics` (on the worker's own metrics port when it has one: scrapeBase),
  * takes the clock, this router's in-flight count on the URL and its queued prefills there (`queuedOf`)
@@ -131,7 +135,9 @@ export class MetricsScraper extends PagePoller {
     } catch {
       return; // the pools could not be read this tick; the next one tries again
     }
-    this.opts.board.retain(new Set(byUrl.keys()));
+    const keys = new Set<string>();
+    for (const workers of byUrl.values()) for (const w of workers) keys.add(w.key);
+    this.opts.board.retain(keys);
     for (const [url, workers] of byUrl) {
       this.reads.add(url, async (handle) => {
         try {
@@ -150,24 +156,38 @@ export class MetricsScraper extends PagePoller {
 
   private async scrape(url: string, workers: Worker[], handle: PageHandle): Promise<void> {
     const takenAtMs = this.clock();
-    let localAtSample = 0;
-    let queuedAtSample = 0;
+    // Per board key (the URL, or one rank of it): this router's requests there at SEND time.
+    const atSample = new Map<string, { rank: number | undefined; local: number; queued: number }>();
     for (const w of workers) {
-      localAtSample += w.load;
-      queuedAtSample += this.opts.queuedOf?.(w) ?? 0;
+      let at = atSample.get(w.key);
+      if (at === undefined) atSample.set(w.key, (at = { rank: w.dpRank, local: 0, queued: 0 }));
+      at.local += w.load;
+      at.queued += this.opts.queuedOf?.(w) ?? 0;
     }
-    const result = await this.fetch(scrapeBase(url, workers), handle);
+    const perEngine = workers.some((w) => w.dpRank !== undefined);
+    const result = await this.fetch(scrapeBase(url, workers), handle, perEngine);
     if (this.closed) return;
     const now = this.clock();
     switch (result.kind) {
-      case 'ok':
-        this.opts.board.record(url, { takenAtMs, localAtSample, queuedAtSample, figures: result.figures });
+      case 'ok': {
+        const page = result.figures;
+        for (const [key, at] of atSample) {
+          const figures =
+            at.rank === undefined ? page : (page.engines?.get(String(at.rank)) ?? withoutLoad(page));
+          this.opts.board.record(key, {
+            takenAtMs,
+            localAtSample: at.local,
+            queuedAtSample: at.queued,
+            figures,
+          });
+        }
         for (const w of workers) {
           this.opts.health?.recordCheck(w, true, now, 'metrics');
-          this.opts.health?.recordSleep?.(w, result.figures.asleep === true, now);
+          this.opts.health?.recordSleep?.(w, page.asleep === true, now);
         }
-        this.opts.onScraped?.(url, result.figures);
+        this.opts.onScraped?.(url, page);
         return;
+      }
       case 'absent':
         return;
       case 'stalled':
@@ -180,9 +200,11 @@ export class MetricsScraper extends PagePoller {
     }
   }
 
-  private async fetch(baseUrl: string, handle: PageHandle): Promise<Result> {
+  private async fetch(baseUrl: string, handle: PageHandle, perEngine: boolean): Promise<Result> {
     const page = await this.readPage(joinUrl(baseUrl, this.path), handle);
-    return page.kind === 'ok' ? { kind: 'ok', figures: parseLoadFigures(page.text, this.names) } : page;
+    return page.kind === 'ok'
+      ? { kind: 'ok', figures: parseLoadFigures(page.text, this.names, { perEngine }) }
+      : page;
   }
 }
 
@@ -197,4 +219,10 @@ export function scrapeBase(url: string, workers: readonly Worker[]): string {
   const u = new URL(url);
   u.port = String(port);
   return u.toString();
+}
+
+/** A page's figures without its load counts: a rank whose engine the page does not break out. */
+function withoutLoad(page: LoadFigures): LoadFigures {
+  const { waiting: _w, running: _r, kvUsage: _k, engines: _e, ...rest } = page;
+  return rest;
 }

@@ -50,7 +50,7 @@ export function registerLoadMetrics(o: LoadMetricsOptions): void {
       },
     });
   };
-  const figures = (w: Worker) => o.board.latest(w.url)?.figures;
+  const figures = (w: Worker) => o.board.latest(w.key)?.figures;
   sampled(
     'vllm_router_worker_scraped_waiting',
     'Waiting requests in the latest /metrics sample.',
@@ -67,18 +67,18 @@ export function registerLoadMetrics(o: LoadMetricsOptions): void {
     (w) => figures(w)?.kvUsage,
   );
   sampled('vllm_router_worker_sample_age_seconds', 'Age of the latest /metrics sample.', (w) => {
-    const s = o.board.latest(w.url);
+    const s = o.board.latest(w.key);
     return s === undefined ? undefined : Math.max(0, o.clock() - s.takenAtMs) / 1000;
   });
   sampled(
     'vllm_router_worker_predicted_ahead',
     'Requests queued or running ahead of a new one as routing sees them (fresh scrape + local, else in-flight).',
-    (w) => o.board.view(w.url, w.load, o.clock()).ahead,
+    (w) => o.board.view(w.key, w.load, o.clock()).ahead,
   );
   sampled(
     'vllm_router_worker_foreign_share',
     "Moving average of the share of the worker's scraped load (waiting + running) that this router did not send: another replica, a direct client (0..1).",
-    (w) => o.board.foreignShare(w.url),
+    (w) => o.board.foreignShare(w.key),
   );
   sampled(
     'vllm_router_worker_ttft_seconds',
@@ -131,18 +131,18 @@ export function loadView(
   routingLoad: Record<string, unknown>;
   estimates: Record<string, unknown>;
 } {
-  const s = board.latest(w.url);
+  const s = board.latest(w.key);
   const e = timing.of(w);
   return {
     loadSample:
       s === undefined
         ? null
         : { ...s.figures, ageMs: Math.max(0, Math.round(now - s.takenAtMs)), localAtSample: s.localAtSample },
-    routingLoad: { ...board.view(w.url, w.load, now), foreignShare: board.foreignShare(w.url) },
+    routingLoad: { ...board.view(w.key, w.load, now), foreignShare: board.foreignShare(w.key) },
     estimates: { ...e },
   };
 }
 
 function labels(w: Worker): { role: string; worker: string; generation: string } {
-  return { role: w.role, worker: w.url, generation: String(w.generation) };
+  return { role: w.role, worker: w.key, generation: String(w.generation) };
 }

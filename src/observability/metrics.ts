@@ -426,5 +426,5 @@ export class RouterMetrics {
 }
 
 function labels(w: Worker): { role: string; worker: string; generation: string } {
-  return { role: w.role, worker: w.url, generation: String(w.generation) };
+  return { role: w.role, worker: w.key, generation: String(w.generation) };
 }

@@ -34,13 +34,7 @@
  * unchanged (the pass-through dispatcher).
  */
 import type { Cancellation, Dispatch, Dispatcher, RequestEnd, RouteRequest } from '../extproc/dispatch.js';
-import {
-  DECISION_HEADER,
-  DESTINATION_HEADER,
-  DP_RANK_HEADER,
-  PREFILLER_HEADER,
-  REQUEST_ID_HEADER,
-} from '../extproc/headers.js';
+import { DECISION_HEADER, DP_RANK_HEADER, PREFILLER_HEADER, REQUEST_ID_HEADER } from '../extproc/headers.js';
 import { RouterError } from '../request/router-error.js';
 import {
   describeDecision,
@@ -49,6 +43,7 @@ import {
   outsideSubset,
   routingContext,
 } from '../routing/pool-dispatcher.js';
+import { routeHeaders } from '../routing/route-headers.js';
 import { responseIdFor } from '../routing/response-affinity.js';
 import {
   choose,
@@ -600,7 +595,7 @@ export class PdDispatcher implements Dispatcher {
     const prefillDecision = extra.prefill;
     const { cachedTokens, onFinish } = extra;
     const worker = decision.worker;
-    const setHeaders: Record<string, string> = { [DESTINATION_HEADER]: worker.endpoint };
+    const setHeaders: Record<string, string> = routeHeaders(worker);
     let rewritten: Buffer | undefined;
     if (body) {
       if (req.inference?.namesFreeResponse) body.request_id = responseIdFor(worker);

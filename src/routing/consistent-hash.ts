@@ -61,7 +61,7 @@ export class ConsistentHashPolicy implements Policy {
   }
 
   addWorker(worker: Worker): void {
-    this.ring.set(worker.id, worker.url);
+    this.ring.set(worker.id, worker.key);
   }
 
   removeWorker(worker: Worker): void {

@@ -522,7 +522,7 @@ function candidate(
     recomputeMs,
     decodeMs: load.ahead * est.interChunkMs * options.costDecodeWeight,
     displaceMs: 0,
-    label: worker.url,
+    label: worker.key,
     eligible: true,
     loraSkipped: false,
     ...(adapter === undefined ? {} : { adapter }),
@@ -577,7 +577,7 @@ export function describeCost(c: CostInputs): string {
   if (c.homeMargin !== undefined) parts.push(`home_margin=${round2(c.homeMargin)}`);
   if (r) {
     parts.push(
-      `runner_up=${r.worker.url}`,
+      `runner_up=${r.worker.key}`,
       `runner_up_ms=${r.predictedMs.toFixed(1)}`,
       `runner_up_score_ms=${r.scoreMs.toFixed(1)}`,
       `runner_up_uncached=${r.uncachedTokens}`,
@@ -586,7 +586,7 @@ export function describeCost(c: CostInputs): string {
   const h = c.holder;
   if (h) {
     parts.push(
-      `holder=${h.worker.url}`,
+      `holder=${h.worker.key}`,
       `holder_score_ms=${h.scoreMs.toFixed(1)}`,
       `holder_wait_ms=${h.waitMs.toFixed(1)}`,
       `holder_ahead=${round2(h.ahead)}`,

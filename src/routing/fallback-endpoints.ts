@@ -25,16 +25,25 @@ export function fallbackWorkers(
 ): Worker[] {
   const out: Worker[] = [];
   if (count <= 0) return out;
-  if (runnerUp !== undefined && runnerUp !== chosen && candidates.includes(runnerUp)) out.push(runnerUp);
+  // One entry per endpoint: the data-parallel ranks of one server share theirs (a retry on the chosen
+  // endpoint, or twice on another, is no fallback).
+  const used = new Set<string>([chosen.endpoint]);
+  if (runnerUp !== undefined && !used.has(runnerUp.endpoint) && candidates.includes(runnerUp)) {
+    out.push(runnerUp);
+    used.add(runnerUp.endpoint);
+  }
   const left: number[] = [];
   for (let i = 0; i < candidates.length; i++) {
     const w = candidates[i] as Worker;
-    if (w !== chosen && w !== runnerUp) left.push(i);
+    if (!used.has(w.endpoint)) left.push(i);
   }
   while (out.length < count && left.length > 0) {
     const best = leastLoaded(candidates, left);
-    out.push(candidates[best] as Worker);
+    const w = candidates[best] as Worker;
     left.splice(left.indexOf(best), 1);
+    if (used.has(w.endpoint)) continue;
+    used.add(w.endpoint);
+    out.push(w);
   }
   return out.slice(0, count);
 }

@@ -114,7 +114,7 @@ export class KvAwarePolicy implements Policy {
     if (margin <= 0 || input.text.length < keyChars) return undefined;
     const workers = input.workers;
     const candidates: HomeCandidate[] = workers.map((w) => ({
-      label: w.url,
+      label: w.key,
       eligible: true,
       scoreMs: w.load,
     }));

@@ -4,7 +4,8 @@
  * destination header. The guard is released by the session when the response ends.
  */
 import type { Dispatch, Dispatcher, RouteRequest } from '../extproc/dispatch.js';
-import { DESTINATION_HEADER, DECISION_HEADER } from '../extproc/headers.js';
+import { DECISION_HEADER } from '../extproc/headers.js';
+import { routeHeaders } from './route-headers.js';
 import { RouterError } from '../request/router-error.js';
 import { bodyModel, type InferenceRequest } from '../request/inference-request.js';
 import type { RoutingText } from '../util/piece-text.js';
@@ -64,7 +65,7 @@ export class PoolDispatcher implements Dispatcher {
       worker: decision.worker,
       decision,
       ...(feedback !== undefined ? { cacheFeedback: feedback } : {}),
-      setHeaders: { [DESTINATION_HEADER]: destinationList(decision.worker, fallbacks) },
+      setHeaders: routeHeaders(decision.worker, destinationList(decision.worker, fallbacks)),
       ...(body !== undefined ? { body } : {}),
       responseHeaders: this.decisionReply(decision),
       // Routing reads no response chunk: Envoy may skip the body (extproc/response-body-mode.ts).
@@ -112,9 +113,13 @@ export class PoolDispatcher implements Dispatcher {
    * rest of its response. The policy is not told (it recorded its own choice; a failed worker's
    * prefix entries go when the worker does). Decision branch `failover`.
    */
-  adopt(_req: RouteRequest, _from: Dispatch, endpoint: string): Dispatch | undefined {
+  adopt(_req: RouteRequest, from: Dispatch, endpoint: string): Dispatch | undefined {
     const { pool, observer } = this.opts;
-    const worker = pool.workers.find((w) => w.endpoint === endpoint);
+    // A data-parallel server's ranks share its endpoint: the request kept the rank header it was
+    // sent with (fallbacks never share the chosen endpoint), so it runs on that rank there.
+    const rank = from.worker.dpRank;
+    const at = pool.workers.filter((w) => w.endpoint === endpoint);
+    const worker = at.find((w) => w.dpRank === rank) ?? at[0];
     if (worker === undefined) return undefined;
     const guard = new LoadGuard(worker);
     const decision: Decision = { worker, branch: FAILOVER };
@@ -231,5 +236,5 @@ export function noWorkers(pools: readonly WorkerPool[]): RouterError {
 export function describeDecision(policy: string, d: Decision): string {
   const rate = d.matchRate === undefined ? '' : `; match=${d.matchRate.toFixed(3)}`;
   const cost = d.cost === undefined ? '' : `; ${describeCost(d.cost)}`;
-  return `policy=${policy}; branch=${d.branch}${rate}; worker=${d.worker.url}${cost}`;
+  return `policy=${policy}; branch=${d.branch}${rate}; worker=${d.worker.key}${cost}`;
 }

@@ -31,11 +31,11 @@ const PATH_PREFIX = '/v1/responses/';
 
 const tokens = new WeakMap<Worker, string>();
 
-/** The 12-hex token of a worker (per Worker object: its URL does not change). */
+/** The 12-hex token of a worker (per Worker object: its key, URL and rank, does not change). */
 export function workerToken(worker: Worker): string {
   let token = tokens.get(worker);
   if (token === undefined) {
-    token = createHash('sha256').update(worker.url).digest('hex').slice(0, TOKEN_HEX);
+    token = createHash('sha256').update(worker.key).digest('hex').slice(0, TOKEN_HEX);
     tokens.set(worker, token);
   }
   return token;

@@ -9,6 +9,10 @@
  *   new url                    -> fresh Worker, policy.addWorker(new)
  * A request still holding the old Worker keeps its reference; its release only touches that object.
  *
+ * Data-parallel servers (data-parallel.ts): an entry whose server has N > 1 ranks the pool schedules
+ * becomes N Workers, one per rank (key `<url>@<rank>`), all of the entry's generation, in rank order;
+ * a change of N is a change of membership (the ranks that left are removed, new ones added).
+ *
  * Served models (`candidatesFor`): a fleet may mix workers serving different models, and LoRA adapters
  * on them, behind one router. When the pool is told what each worker serves (served-models.ts: its
  * `/v1/models` list, else its metrics' `model_name` label) and some workers are known to serve the
@@ -32,9 +36,10 @@
  * other request can observe or install a different snapshot in the middle (see routing/selector.ts).
  */
 import type { Role } from './role.js';
-import { Worker } from './worker.js';
+import { rankedKey, Worker } from './worker.js';
 import type { Policy } from '../routing/policy.js';
 import { maxModelLenOf, servingRule, type ServedModels } from './served-models.js';
+import { scheduledRanks } from './data-parallel.js';
 
 /** What the pool needs from a registry entry. */
 export interface MemberEntry {
@@ -60,6 +65,8 @@ export interface PoolHooks {
   readonly tokensOf?: (model: string, chars: number) => number;
   /** A request was kept off workers too short for it (`fitted`), or found none long enough. */
   onContextFit?(role: Role, fitted: boolean): void;
+  /** Ranks of a server whose metadata names none (`--intra-node-data-parallel-size`). Default 1. */
+  readonly dataParallelSize?: number;
 }
 
 /** What a request needs of a worker's context length (see the header). */
@@ -81,7 +88,8 @@ export interface ModelKnowledge {
 const MODEL_MEMO_SIZE = 64;
 
 export class WorkerPool {
-  private readonly byUrl = new Map<string, Worker>();
+  /** Worker.key -> Worker. */
+  private readonly byKey = new Map<string, Worker>();
   private ordered: readonly Worker[] = [];
   private lastSnapshot: readonly MemberEntry[] | undefined;
   /** The last candidates array handed out; reused while membership and health are unchanged. */
@@ -171,40 +179,50 @@ export class WorkerPool {
     this.lastSnapshot = snapshot;
 
     const next: Worker[] = [];
+    const defaultRanks = this.hooks.dataParallelSize ?? 1;
     for (const entry of snapshot) {
-      let worker = this.byUrl.get(entry.url);
-      if (worker && worker.generation !== entry.generation) {
-        this.remove(worker, 'replaced');
-        worker = undefined;
-      }
-      if (!worker) {
-        worker = new Worker({
-          role: this.role,
-          url: entry.url,
-          endpoint: entry.endpoint,
-          zmqAddress: entry.zmqAddress,
-          generation: entry.generation,
-          metadata: entry.metadata,
-          bootstrapPort: entry.bootstrapPort,
-        });
-        this.byUrl.set(entry.url, worker);
-        this.policy.addWorker?.(worker);
-        this.hooks.onAdded?.(worker);
-      }
-      next.push(worker);
+      const ranks = scheduledRanks(this.role, entry.metadata, defaultRanks);
+      if (ranks === undefined) next.push(this.member(entry, undefined));
+      else for (let rank = 0; rank < ranks; rank++) next.push(this.member(entry, rank));
     }
-    // Snapshot urls are unique: if the map holds more workers than the snapshot, some departed.
-    if (this.byUrl.size > next.length) {
-      const seen = new Set(snapshot.map((e) => e.url));
-      for (const [url, worker] of this.byUrl) {
-        if (!seen.has(url)) this.remove(worker, 'departed');
+    // Snapshot keys are unique: if the map holds more workers than the snapshot, some departed.
+    if (this.byKey.size > next.length) {
+      const seen = new Set(next.map((w) => w.key));
+      for (const [key, worker] of this.byKey) {
+        if (!seen.has(key)) this.remove(worker, 'departed');
       }
     }
     this.ordered = next;
   }
 
+  /** The live Worker of `entry` (one rank of it), created when new or of another generation. */
+  private member(entry: MemberEntry, dpRank: number | undefined): Worker {
+    const key = rankedKey(entry.url, dpRank);
+    let worker = this.byKey.get(key);
+    if (worker && worker.generation !== entry.generation) {
+      this.remove(worker, 'replaced');
+      worker = undefined;
+    }
+    if (!worker) {
+      worker = new Worker({
+        role: this.role,
+        url: entry.url,
+        endpoint: entry.endpoint,
+        zmqAddress: entry.zmqAddress,
+        generation: entry.generation,
+        metadata: entry.metadata,
+        bootstrapPort: entry.bootstrapPort,
+        ...(dpRank === undefined ? {} : { dpRank }),
+      });
+      this.byKey.set(key, worker);
+      this.policy.addWorker?.(worker);
+      this.hooks.onAdded?.(worker);
+    }
+    return worker;
+  }
+
   private remove(worker: Worker, reason: 'departed' | 'replaced'): void {
-    this.byUrl.delete(worker.url);
+    this.byKey.delete(worker.key);
     this.policy.removeWorker?.(worker);
     this.hooks.onRemoved?.(worker, reason);
   }

@@ -23,6 +23,11 @@ export interface WorkerSpec {
   metadata?: Readonly<Record<string, unknown>>;
   /** Mooncake bootstrap server port of a prefill instance (`--prefill URL PORT`). */
   bootstrapPort?: number;
+  /**
+   * The data-parallel rank this Worker stands for, when the pool schedules the ranks of one vLLM
+   * server (`--data-parallel-size N`, internal load balancing) one by one (worker-pool.ts).
+   */
+  dpRank?: number;
 }
 
 export class Worker {
@@ -50,6 +55,16 @@ export class Worker {
    * registration's metadata); undefined = the `--kv-event-port` default rule.
    */
   readonly kvEventsPort: number | undefined;
+  /**
+   * The data-parallel rank requests to this Worker are pinned to (header `X-data-parallel-rank`), or
+   * undefined when the server's own load balancer picks (or it has one engine).
+   */
+  readonly dpRank: number | undefined;
+  /**
+   * What is scheduled: the URL, or `<url>@<rank>` for one rank of a data-parallel server. Keys the
+   * pool, the load board, the exact index and the per-worker metrics; HTTP always goes to `url`.
+   */
+  readonly key: string;
   /** Stable identity for policy membership (tenant id), metrics and logs. */
   readonly id: string;
 
@@ -75,7 +90,9 @@ export class Worker {
       spec.bootstrapPort ?? portOf(this.metadata.bootstrap_port) ?? portOf(this.metadata.bootstrapPort);
     this.metricsPort = portOf(this.metadata.metrics_port);
     this.kvEventsPort = portOf(this.metadata.kv_events_port);
-    this.id = `${spec.role}|${spec.url}|${spec.generation}`;
+    this.dpRank = spec.dpRank;
+    this.key = rankedKey(spec.url, spec.dpRank);
+    this.id = `${spec.role}|${this.key}|${spec.generation}`;
   }
 
   /** The address vLLM peers use for KV transfer / request ids: the zmq address, else host:port. */
@@ -87,4 +104,9 @@ export class Worker {
 function portOf(v: unknown): number | undefined {
   const n = typeof v === 'string' && /^[0-9]{1,5}$/.test(v) ? Number(v) : v;
   return typeof n === 'number' && Number.isInteger(n) && n >= 1 && n <= 65535 ? n : undefined;
+}
+
+/** A pool key: the URL, or `<url>@<rank>` for one data-parallel rank (the reference router's spelling). */
+export function rankedKey(url: string, dpRank: number | undefined): string {
+  return dpRank === undefined ? url : `${url}@${dpRank}`;
 }

@@ -345,4 +345,44 @@ describe('KvEventSubscriptions', () => {
     await waitFor(() => rec.applied >= 3);
     expect(subs.cachedTokens(KEYS, BS, [annotated, plain])).toEqual([12, undefined]);
   });
+  it("a worker that stands for one data-parallel rank reads only its own rank's publisher", async () => {
+    const pubs = [
+      new KvEventPublisher({ dataParallelRank: 0 }),
+      new KvEventPublisher({ dataParallelRank: 1 }),
+    ];
+    const endpoints: string[] = [];
+    for (const p of pubs) {
+      endpoints.push((await p.start()).endpoint);
+      closers.push(() => p.close());
+    }
+    const rules = parseKvEventSources({
+      sources: [`http://127.0.0.1:8000=${endpoints.join(',')}`],
+      replays: [],
+      defaultPort: 0,
+      defaultReplayPort: 0,
+      dpSize: 1,
+    });
+    const rec = new Recorder();
+    const subs = new KvEventSubscriptions({ rules, hooks: rec.hooks });
+    closers.push(() => subs.close());
+    const rank = (r: number): Worker =>
+      new Worker({
+        role: 'regular',
+        url: 'http://127.0.0.1:8000',
+        endpoint: '127.0.0.1:8000',
+        generation: 1,
+        dpRank: r,
+      });
+    const [r0, r1] = [rank(0), rank(1)];
+    const whole = localWorker(8000, 1);
+    subs.sync([r0, r1]);
+    for (const p of pubs) await handshake(p, rec);
+    // Rank 1 alone holds the prompt's first three blocks.
+    await pubs[1]!.publish([storeBlock(0), storeBlock(1), storeBlock(2)]);
+    await waitFor(() => rec.applied >= 3);
+    expect(subs.cachedTokens(KEYS, BS, [r0, r1])).toEqual([0, 12]);
+    expect([subs.heldTokens(r0), subs.heldTokens(r1)]).toEqual([0, 12]);
+    // The server as one worker (no rank of its own) answers for its best rank, as before.
+    expect(subs.cachedTokens(KEYS, BS, [whole])).toEqual([12]);
+  });
 });

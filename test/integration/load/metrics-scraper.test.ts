@@ -123,6 +123,40 @@ describe('MetricsScraper (real HTTP servers on port 0)', () => {
     ]);
   });
 
+  it("records each data-parallel rank's own engine series under its key, from one scrape of the URL", async () => {
+    const twoEngines =
+      `vllm:num_requests_waiting{engine="0",model_name="m"} 1.0\nvllm:num_requests_waiting{engine="1",model_name="m"} 6.0\n` +
+      `vllm:num_requests_running{engine="0",model_name="m"} 2.0\nvllm:num_requests_running{engine="1",model_name="m"} 9.0\n`;
+    const s = await serve((_req, res) => res.end(twoEngines));
+    const rank = (r: number) =>
+      new Worker({
+        role: 'regular',
+        url: s.url,
+        endpoint: s.url.slice('http://'.length),
+        generation: 1,
+        dpRank: r,
+      });
+    const [r0, r1, r2] = [rank(0), rank(1), rank(2)];
+    r1.load = 3;
+    const { board, scraped, checks } = start({ workers: () => [r0, r1, r2] });
+    await scraped.waitFor(s.url, 1);
+    // One page read per round for the three ranks (at most one more on the wire), not one per rank.
+    expect(s.requests).toBeLessThanOrEqual(scraped.count(s.url) + 1);
+    expect(board.latest(`${s.url}@0`)).toMatchObject({
+      localAtSample: 0,
+      figures: { waiting: 1, running: 2 },
+    });
+    expect(board.latest(`${s.url}@1`)).toMatchObject({
+      localAtSample: 3,
+      figures: { waiting: 6, running: 9 },
+    });
+    // A rank the page does not break out gets a sample without load figures (in-flight counts), not
+    // the server's total.
+    expect(board.latest(`${s.url}@2`)?.figures?.running).toBeUndefined();
+    expect(board.latest(s.url)).toBeUndefined();
+    expect(checks.slice(0, 3).map(([, ok]) => ok)).toEqual([true, true, true]);
+  });
+
   it("scrapes a worker's own metrics port (annotation / metadata) and keys the sample by its URL", async () => {
     const http = await serve((_req, res) => res.writeHead(500).end('not here'));
     const metrics = await serve((_req, res) => res.end(page(5, 2)));

@@ -102,6 +102,18 @@ describe('podMembership', () => {
       PREFILL,
       'bad_annotation',
     ],
+    [
+      'data-parallel size annotation 0',
+      pod((p) => (p.metadata.annotations!['vllm.ai/data-parallel-size'] = '0')),
+      PREFILL,
+      'bad_annotation',
+    ],
+    [
+      'data-parallel size annotation not a number',
+      pod((p) => (p.metadata.annotations!['vllm.ai/data-parallel-size'] = 'eight')),
+      PREFILL,
+      'bad_annotation',
+    ],
     ['no UID', pod((p) => delete p.metadata.uid), PREFILL, 'no_uid'],
   ];
   it.each(cases)('not a worker: %s', (_name, p, rule, reason) => {
@@ -140,6 +152,11 @@ describe('podMembership', () => {
       worker: { metadata: { metrics_port: 8000, kv_events_port: 5556 } },
     });
     expect(podMembership(bare, PREFILL)).toMatchObject({ worker: { metadata: {} } });
+  });
+
+  it("a pod's data-parallel size annotation becomes metadata (its ranks are scheduled one by one)", () => {
+    const dp = pod((p) => (p.metadata.annotations = { 'vllm.ai/data-parallel-size': ' 8 ' }));
+    expect(podMembership(dp, PREFILL)).toMatchObject({ worker: { metadata: { data_parallel_size: 8 } } });
   });
 
   it('IPv6 pod IPs are bracketed in the url and the endpoint', () => {

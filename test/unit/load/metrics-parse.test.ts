@@ -253,3 +253,63 @@ describe("parseLoadFigures: vLLM's sleep mode (vllm:engine_sleep_state)", () => 
     expect(parseLoadFigures(page(2)).asleep).toBe(true);
   });
 });
+
+describe('parseLoadFigures: per data-parallel engine (perEngine)', () => {
+  // A `vllm serve --data-parallel-size 2` page as vLLM writes it: every engine's series labelled.
+  const PAGE = [
+    '# HELP vllm:num_requests_running Number of requests in model execution batches.',
+    '# TYPE vllm:num_requests_running gauge',
+    'vllm:num_requests_running{engine="0",model_name="m"} 3.0',
+    'vllm:num_requests_running{engine="1",model_name="m"} 7.0',
+    '# TYPE vllm:num_requests_waiting gauge',
+    'vllm:num_requests_waiting{engine="0",model_name="m"} 0.0',
+    'vllm:num_requests_waiting{engine="1",model_name="m"} 5.0',
+    '# TYPE vllm:kv_cache_usage_perc gauge',
+    'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.25',
+    'vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.75',
+    '# TYPE vllm:cache_config_info gauge',
+    'vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="1000"} 1.0',
+    '',
+  ].join('\n');
+
+  it("gives each engine its own series' figures, and the page's total as before", () => {
+    const f = parseLoadFigures(PAGE, DEFAULT_METRIC_NAMES, { perEngine: true });
+    expect(f).toMatchObject({ running: 10, waiting: 5, kvUsage: 0.75 });
+    expect(f.engines?.get('0')).toMatchObject({
+      running: 3,
+      waiting: 0,
+      kvUsage: 0.25,
+      blockSize: 16,
+      modelName: 'm',
+    });
+    // Engine 1's cache config is not on the page: the server's (every engine's) is.
+    expect(f.engines?.get('1')).toMatchObject({
+      running: 7,
+      waiting: 5,
+      kvUsage: 0.75,
+      blockSize: 16,
+      numGpuBlocks: 1000,
+    });
+    expect([...(f.engines?.keys() ?? [])]).toEqual(['0', '1']);
+  });
+
+  it('reads no engines unless asked, and none from a page without the label', () => {
+    expect(parseLoadFigures(PAGE).engines).toBeUndefined();
+    const plain = parseLoadFigures('vllm:num_requests_running{model_name="m"} 2\n', DEFAULT_METRIC_NAMES, {
+      perEngine: true,
+    });
+    expect(plain.running).toBe(2);
+    expect(plain.engines?.size).toBe(0);
+  });
+
+  it('ignores engine labels that are not ranks', () => {
+    const f = parseLoadFigures(
+      'vllm:num_requests_running{engine="x",model_name="m"} 2\n',
+      DEFAULT_METRIC_NAMES,
+      {
+        perEngine: true,
+      },
+    );
+    expect(f.engines?.size).toBe(0);
+  });
+});

@@ -1,0 +1,289 @@
+/**
+ * Data-parallel vLLM servers: `--servers` simulated `vllm serve --data-parallel-size --ranks` servers
+ * (sim/dp-server.ts: one API server over independent engines, each with its own queue, 1024-block
+ * prefix cache and the routing benchmark's timing), real Envoy, this router in its own process.
+ * Workload: `--sessions` chat sessions at once, `--turns` turns each in a row; every session has its
+ * own ~1,500-token document as system prompt (so a session's turns share a long prefix and sessions
+ * share none), then a growing conversation (a ~60-token question and the 32-token answer per turn).
+ * Streamed, 32 output tokens. Prints one JSON object to stdout (progress on stderr).
+ *
+ *   npx tsx bench/data-parallel.bench.ts         2 interleaved runs per variant (~2 min)
+ *   --repeats 3 --servers 2 --ranks 4 --sessions 32 --turns 6
+ *
+ * Variants: the router's round robin and cache_aware (the default) over the servers as one worker
+ * each (the engine chosen by the server's own balancer: the lowest `waiting * 4 + running`), the
+ * same with `--intra-node-data-parallel-size` (every engine a worker, pinned by
+ * `X-data-parallel-rank`), and the reference router (PyPI `vllm-router`, bench/peers.ts) cache_aware
+ * both ways, when it can run. Per variant: prefix-cache hit rate (cached / prompt tokens over the
+ * engines' records), output tokens/s over the run's wall time, time to first token p50 / p90, max/mean
+ * requests per engine, errors.
+ *
+ * Absolute figures on a shared 2-core machine are noisy: compare the ratios within one run.
+ */
+import { runInterleaved } from './arm-runs.js';
+import { buildRouter, startRoutedStack } from './bench-stack.js';
+import { TIMING } from './routing-bench.js';
+import { numericFlag } from './numeric-flag.js';
+import { percentile, round } from './stats.js';
+import { mulberry32, wordText } from './workloads.js';
+import { preparePeers, startPeer } from './peers.js';
+import { startDpSimulator, type DpSimulator } from '../src/sim/dp-server.js';
+import type { Simulator, SimulatorOptions } from '../src/sim/simulator.js';
+import type { SimulatorCluster } from '../src/sim/cluster.js';
+
+const repeats = numericFlag('repeats', 2);
+const servers = numericFlag('servers', 2);
+const ranks = numericFlag('ranks', 4);
+const sessions = numericFlag('sessions', 32);
+const turns = numericFlag('turns', 6);
+const OUTPUT_TOKENS = 32;
+const MODEL = 'sim-model';
+const log = (m: string): void => void process.stderr.write(`${m}\n`);
+
+const WORDS = 'the of a design document section requirement service request cache engine rank'.split(' ');
+const text = (rng: () => number, chars: number, head: string): string => wordText(rng, chars, head, WORDS);
+
+interface Turn {
+  status: number;
+  ttftMs: number;
+  outputTokens: number;
+}
+
+/** Reads a chat stream to its end: the time to its first content, the text. */
+async function readStream(res: Response, sent: number): Promise<{ ttftMs: number; text: string }> {
+  const reader = res.body!.getReader();
+  const decoder = new TextDecoder();
+  let all = '';
+  let ttftMs = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    all += decoder.decode(value, { stream: true });
+    if (ttftMs === 0 && all.includes('"content":"')) ttftMs = performance.now() - sent;
+  }
+  let out = '';
+  for (const m of all.matchAll(/"content":"((?:[^"\\]|\\.)*)"/g)) out += JSON.parse(`"${m[1]}"`);
+  return { ttftMs, text: out };
+}
+
+/** One run of every session against `baseUrl`; each session's turns go one after the other. */
+async function converse(
+  baseUrl: string,
+  seed: number,
+  n: number,
+  t: number,
+): Promise<{ turns: Turn[][]; wallMs: number }> {
+  const start = performance.now();
+  const all = await Promise.all(
+    Array.from({ length: n }, async (_, s) => {
+      const rng = mulberry32(seed * 1000 + s);
+      const messages: Array<{ role: string; content: string }> = [
+        { role: 'system', content: text(rng, 2700, `Session ${seed}.${s} design document:`) },
+      ];
+      const out: Turn[] = [];
+      for (let k = 0; k < t; k++) {
+        messages.push({ role: 'user', content: text(rng, 110, `turn ${k}:`) });
+        const sent = performance.now();
+        const res = await fetch(`${baseUrl}/v1/chat/completions`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ model: MODEL, messages, max_tokens: OUTPUT_TOKENS, stream: true }),
+        }).catch(() => undefined);
+        const status = res?.status ?? 0;
+        if (res === undefined || status !== 200) {
+          await res?.text().catch(() => undefined);
+          out.push({ status, ttftMs: 0, outputTokens: 0 });
+          messages.pop();
+          continue;
+        }
+        const r = await readStream(res, sent);
+        out.push({ status, ttftMs: r.ttftMs, outputTokens: OUTPUT_TOKENS });
+        messages.push({ role: 'assistant', content: r.text });
+      }
+      return out;
+    }),
+  );
+  return { turns: all, wallMs: performance.now() - start };
+}
+
+interface Cell {
+  answered: number;
+  errors: Record<string, number>;
+  hitRate: number;
+  tokensPerSec: number;
+  ttftP50: number;
+  ttftP90: number;
+  maxMean: number;
+  pinnedShare: number;
+}
+
+function cellOf(
+  r: { turns: Turn[][]; wallMs: number },
+  fleet: readonly DpSimulator[],
+  from: number,
+  pinnedBefore: number,
+  balancedBefore: number,
+): Cell {
+  const flat = r.turns.flat();
+  const ok = flat.filter((x) => x.status === 200);
+  const errors: Record<string, number> = {};
+  for (const x of flat) if (x.status !== 200) errors[x.status] = (errors[x.status] ?? 0) + 1;
+  const ttft = ok.map((x) => x.ttftMs);
+  let prompt = 0;
+  let cached = 0;
+  const perEngine = fleet
+    .flatMap((s) => s.ranks)
+    .map((sim) => {
+      const measured = sim.records.filter((x) => x.startMs >= from && x.outcome === 'ok');
+      for (const x of measured) {
+        prompt += x.promptTokens;
+        cached += x.cachedTokens;
+      }
+      return measured.length;
+    });
+  const mean = perEngine.reduce((a, b) => a + b, 0) / perEngine.length;
+  const pinned = sum(fleet.flatMap((s) => s.pinned)) - pinnedBefore;
+  const balanced = sum(fleet.flatMap((s) => s.balanced)) - balancedBefore;
+  return {
+    answered: ok.length / flat.length,
+    errors,
+    hitRate: prompt > 0 ? cached / prompt : 0,
+    tokensPerSec: ok.reduce((a, x) => a + x.outputTokens, 0) / (r.wallMs / 1000),
+    ttftP50: ttft.length > 0 ? percentile(ttft, 50) : 0,
+    ttftP90: ttft.length > 0 ? percentile(ttft, 90) : 0,
+    maxMean: mean > 0 ? Math.max(...perEngine) / mean : 0,
+    pinnedShare: pinned + balanced > 0 ? pinned / (pinned + balanced) : 0,
+  };
+}
+
+const sum = (xs: readonly number[]): number => xs.reduce((a, b) => a + b, 0);
+
+const engine: SimulatorOptions = {
+  model: MODEL,
+  maxRecords: 5000,
+  timeScale: 1,
+  timing: TIMING,
+  cache: { capacityBlocks: 1024 },
+};
+
+/** The data-parallel servers, and the cluster view a routed stack closes. */
+async function startFleet(): Promise<{ fleet: DpSimulator[]; cluster: SimulatorCluster }> {
+  const fleet: DpSimulator[] = [];
+  try {
+    for (let i = 0; i < servers; i++) {
+      fleet.push(await startDpSimulator({ ...engine, id: `dp${i}`, dataParallelSize: ranks }));
+    }
+  } catch (err) {
+    await Promise.all(fleet.map((s) => s.close()));
+    throw err;
+  }
+  const sims: Simulator[] = fleet.flatMap((s) => [...s.ranks]);
+  return {
+    fleet,
+    cluster: { sims, close: async () => void (await Promise.all(fleet.map((s) => s.close()))) },
+  };
+}
+
+type Variant = { label: string; dpAware: boolean } & (
+  { router: Record<string, unknown> } | { peer: 'vllm-router' }
+);
+const peers = preparePeers(log).filter((p) => p === 'vllm-router');
+const VARIANTS: Variant[] = [
+  { label: 'round_robin', dpAware: false, router: { policy: 'round_robin' } },
+  { label: 'cache_aware', dpAware: false, router: { policy: 'cache_aware' } },
+  { label: 'round_robin, ranks', dpAware: true, router: { policy: 'round_robin' } },
+  { label: 'cache_aware, ranks', dpAware: true, router: { policy: 'cache_aware' } },
+  ...peers.flatMap((peer): Variant[] => [
+    { label: `${peer} cache_aware`, dpAware: false, peer },
+    { label: `${peer} cache_aware, ranks`, dpAware: true, peer },
+  ]),
+];
+
+/** A fresh front door on fresh servers: its URL, the servers, and how to close them. */
+async function frontDoor(
+  v: Variant,
+  script: string,
+): Promise<{ url: string; fleet: DpSimulator[]; close(): Promise<void> }> {
+  const { fleet, cluster } = await startFleet();
+  const urls = fleet.map((s) => s.url);
+  if ('router' in v) {
+    const stack = await startRoutedStack({
+      workers: 0,
+      sim: engine,
+      router: { ...v.router, ...(v.dpAware ? { intraNodeDataParallelSize: ranks } : {}) },
+      routerScript: script,
+      fleet: async () => ({ cluster, urls }),
+    });
+    return { url: stack.url, fleet, close: () => stack.close() };
+  }
+  try {
+    const proxy = await startPeer(
+      v.peer,
+      'cache_aware',
+      urls,
+      v.dpAware ? ['--intra-node-data-parallel-size', String(ranks)] : [],
+    );
+    return {
+      url: proxy.url,
+      fleet,
+      close: async () => {
+        await proxy.close();
+        await cluster.close();
+      },
+    };
+  } catch (err) {
+    await cluster.close();
+    throw err;
+  }
+}
+
+const script = buildRouter().script;
+const cells = await runInterleaved(
+  VARIANTS,
+  repeats,
+  async (v, run): Promise<Cell & { arm: string }> => {
+    const door = await frontDoor(v, script);
+    try {
+      await converse(door.url, 99 + run, 8, 2); // warm-up: JIT, connections
+      const from = Date.now();
+      const pinnedBefore = sum(door.fleet.flatMap((s) => s.pinned));
+      const balancedBefore = sum(door.fleet.flatMap((s) => s.balanced));
+      const r = await converse(door.url, run, sessions, turns);
+      return { arm: v.label, ...cellOf(r, door.fleet, from, pinnedBefore, balancedBefore) };
+    } finally {
+      await door.close();
+    }
+  },
+  log,
+);
+const runs = new Map(VARIANTS.map(({ label }) => [label, cells.filter((c) => c.arm === label)]));
+
+type Key = 'answered' | 'hitRate' | 'tokensPerSec' | 'ttftP50' | 'ttftP90' | 'maxMean' | 'pinnedShare';
+const meanOf = (cs: Cell[], k: Key): number => cs.reduce((a, c) => a + c[k], 0) / cs.length;
+const rr = runs.get('round_robin')!;
+const results = Object.fromEntries(
+  VARIANTS.map(({ label }) => {
+    const cs = runs.get(label)!;
+    const errors: Record<string, number> = {};
+    for (const c of cs) for (const [s, n] of Object.entries(c.errors)) errors[s] = (errors[s] ?? 0) + n;
+    return [
+      label,
+      {
+        answered: round(meanOf(cs, 'answered')),
+        errors,
+        hitRate: round(meanOf(cs, 'hitRate')),
+        hitRuns: cs.map((c) => round(c.hitRate)),
+        tokensPerSec: round(meanOf(cs, 'tokensPerSec')),
+        vsRoundRobin: round(meanOf(cs, 'tokensPerSec') / meanOf(rr, 'tokensPerSec')),
+        ttftP50Ms: round(meanOf(cs, 'ttftP50')),
+        ttftP90Ms: round(meanOf(cs, 'ttftP90')),
+        maxMeanPerEngine: round(meanOf(cs, 'maxMean')),
+        pinnedShare: round(meanOf(cs, 'pinnedShare')),
+      },
+    ];
+  }),
+);
+process.stdout.write(
+  `${JSON.stringify({ benchmark: 'data-parallel', servers, ranks, sessions, turns, repeats, results }, null, 2)}\n`,
+);
+process.exit(0);
