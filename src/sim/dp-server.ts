@@ -4,7 +4,7 @@
  *
  * Each engine is a whole simulator (simulator.ts) on its own loopback port; this front is what clients
  * and the router see, and forwards each request to one engine as vLLM's API server does:
- * - a generation request (any POST but the admin paths below) goes to the rank its
+ * - a generation request (completions, chat, responses, messages, embeddings) goes to the rank its
  *   `X-data-parallel-rank` header names (out of range or not a number: 400, as vLLM refuses it), else
  *   to the rank vLLM's own balancer picks: the lowest `waiting * 4 + running`, the lowest rank on a tie
  *   (vllm/v1/engine/core_client.py DPLBAsyncMPClient). That balancer reads queues, not caches: the
@@ -12,7 +12,7 @@
  * - `GET /metrics` is every engine's page merged, each engine's samples labelled `engine="<rank>"`
  *   (vLLM's per-engine label), one HELP/TYPE per family;
  * - admin writes (`/sleep`, `/wake_up`, `/reset_prefix_cache`, LoRA loads) go to every engine, and the
- *   answer is rank 0's; every other request (health, model list, tokenize) is rank 0's.
+ *   answer is rank 0's; every other request (health, model list, tokenize) is rank 0's, uncounted.
  * KV events: each engine publishes on its own endpoint, stamped with its rank (`kvEvents` of the
  * options is given to rank r with `dataParallelRank: r`; a fixed endpoint port is offset by the rank,
  * as vLLM does).
@@ -56,6 +56,14 @@ const BROADCAST = new Set([
   '/reset_prefix_cache',
   '/v1/load_lora_adapter',
   '/v1/unload_lora_adapter',
+]);
+/** What the engines generate for (the simulator's generation and pooling paths); the rest is rank 0's. */
+const GENERATION = new Set([
+  '/v1/completions',
+  '/v1/chat/completions',
+  '/v1/responses',
+  '/v1/messages',
+  '/v1/embeddings',
 ]);
 const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'transfer-encoding', 'host']);
 
@@ -165,7 +173,7 @@ class DpFront implements DpSimulator {
       void this.broadcast(req, res);
       return;
     }
-    if (req.method !== 'POST' || path === '/tokenize' || path === '/detokenize') {
+    if (req.method !== 'POST' || !GENERATION.has(path)) {
       this.forward(req, res, 0);
       return;
     }
