@@ -146,6 +146,7 @@ async function register(
     zmqAddress: req.zmqAddress,
     permanent: req.permanent,
     ...(req.bootstrapPort !== undefined ? { bootstrapPort: req.bootstrapPort } : {}),
+    ...(req.metadata !== undefined ? { metadata: req.metadata } : {}),
   });
   if ('rejected' in result) {
     metrics.discoveryRejected.inc({ reason: result.rejected });

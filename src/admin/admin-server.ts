@@ -5,8 +5,10 @@
  *   GET    /readyz    200 when every pool the mode needs has a member and we are not draining; else 503
  *   GET    /workers   every pool member: role, url, endpoint, zmqAddress, generation, load, processed,
  *                     healthy, expiresInMs
- *   POST   /workers   {role, url, zmqAddress?, permanent?, bootstrapPort?}: register or heartbeat a
- *                     worker (`bootstrapPort`: a prefill instance's Mooncake bootstrap server port)
+ *   POST   /workers   {role, url, zmqAddress?, permanent?, bootstrapPort?, metadata?}: register or
+ *                     heartbeat a worker (`bootstrapPort`: a prefill instance's Mooncake bootstrap
+ *                     server port; `metadata`: flat scalars, e.g. {"data_parallel_size": 8,
+ *                     "metrics_port": 9100, "kv_events_port": 5557})
  *   DELETE /workers?role=&url=   deregister
  *   POST   /workers/cordon?url=      no new requests to the worker at url (every role there)
  *   POST   /workers/uncordon?url=    lifts it
@@ -20,6 +22,7 @@ import { timingSafeEqual } from 'node:crypto';
 import type { Logger } from 'pino';
 import { RouterError } from '../request/router-error.js';
 import { isRole, type Role } from '../workers/role.js';
+import { dataParallelSizeOf, MAX_DATA_PARALLEL_SIZE } from '../workers/data-parallel.js';
 
 export interface WorkerView {
   role: Role;
@@ -46,6 +49,8 @@ export interface WorkerRegistrationRequest {
   zmqAddress?: string;
   permanent?: boolean;
   bootstrapPort?: number;
+  /** Flat scalars kept as the worker's metadata (validated: validateRegistration). */
+  metadata?: Record<string, string | number | boolean | null>;
 }
 
 export interface AdminBackend {
@@ -240,10 +245,10 @@ export class AdminServer {
 function validateRegistration(body: unknown): WorkerRegistrationRequest {
   if (typeof body !== 'object' || body === null || Array.isArray(body)) {
     throw new AdminInputError(
-      'body must be a JSON object {role, url, zmqAddress?, permanent?, bootstrapPort?}',
+      'body must be a JSON object {role, url, zmqAddress?, permanent?, bootstrapPort?, metadata?}',
     );
   }
-  const { role, url, zmqAddress, permanent, bootstrapPort } = body as Record<string, unknown>;
+  const { role, url, zmqAddress, permanent, bootstrapPort, metadata } = body as Record<string, unknown>;
   if (!isRole(role)) throw new AdminInputError('"role" must be prefill, decode or regular');
   if (typeof url !== 'string' || url.length === 0 || url.length > 512)
     throw new AdminInputError('"url" must be a string');
@@ -263,7 +268,46 @@ function validateRegistration(body: unknown): WorkerRegistrationRequest {
   ) {
     throw new AdminInputError('"bootstrapPort" must be an integer port (1-65535)');
   }
-  return { role, url, zmqAddress, permanent, ...(bootstrapPort !== undefined ? { bootstrapPort } : {}) };
+  const meta = metadata === undefined ? undefined : validateMetadata(metadata);
+  return {
+    role,
+    url,
+    zmqAddress,
+    permanent,
+    ...(bootstrapPort !== undefined ? { bootstrapPort } : {}),
+    ...(meta !== undefined ? { metadata: meta } : {}),
+  };
+}
+
+const MAX_METADATA_KEYS = 32;
+
+/** A registration's metadata: at most 32 keys of flat scalars; known fields checked (see the header). */
+function validateMetadata(raw: unknown): Record<string, string | number | boolean | null> {
+  if (typeof raw !== 'object' || raw === null || Array.isArray(raw))
+    throw new AdminInputError('"metadata" must be a JSON object of scalars');
+  const entries = Object.entries(raw as Record<string, unknown>);
+  if (entries.length > MAX_METADATA_KEYS)
+    throw new AdminInputError(`"metadata" may hold at most ${MAX_METADATA_KEYS} keys`);
+  const out: Record<string, string | number | boolean | null> = {};
+  for (const [key, value] of entries) {
+    if (key.length === 0 || key.length > 64)
+      throw new AdminInputError('"metadata" keys must be 1-64 characters');
+    if (
+      typeof value === 'string'
+        ? value.length > 512
+        : !(value === null || ['number', 'boolean'].includes(typeof value))
+    )
+      throw new AdminInputError(`"metadata.${key}" must be a scalar (a string of at most 512 characters)`);
+    out[key] = value as string | number | boolean | null;
+  }
+  if (out.data_parallel_size !== undefined && dataParallelSizeOf(out) === undefined)
+    throw new AdminInputError(`"metadata.data_parallel_size" must be an integer 1-${MAX_DATA_PARALLEL_SIZE}`);
+  for (const port of ['metrics_port', 'kv_events_port', 'bootstrap_port']) {
+    const v = out[port];
+    if (v !== undefined && !(typeof v === 'number' && Number.isInteger(v) && v >= 1 && v <= 65535))
+      throw new AdminInputError(`"metadata.${port}" must be an integer port (1-65535)`);
+  }
+  return out;
 }
 
 async function readJson(req: http.IncomingMessage): Promise<unknown> {

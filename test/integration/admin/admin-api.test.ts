@@ -185,6 +185,16 @@ describe('POST/GET/DELETE /workers', () => {
     ['a url with a path', { role: 'regular', url: 'http://127.0.0.1:9000/v1' }],
     ['a non-string zmqAddress', { role: 'prefill', url: 'http://127.0.0.1:9000', zmqAddress: 5 }],
     ['a non-boolean permanent', { role: 'regular', url: 'http://127.0.0.1:9000', permanent: 'yes' }],
+    ['a metadata array', { role: 'regular', url: 'http://127.0.0.1:9000', metadata: [1] }],
+    ['a nested metadata value', { role: 'regular', url: 'http://127.0.0.1:9000', metadata: { a: { b: 1 } } }],
+    [
+      'a data_parallel_size of 0',
+      { role: 'regular', url: 'http://127.0.0.1:9000', metadata: { data_parallel_size: 0 } },
+    ],
+    [
+      'a metrics_port out of range',
+      { role: 'regular', url: 'http://127.0.0.1:9000', metadata: { metrics_port: 70_000 } },
+    ],
   ];
 
   it.each(BAD_BODIES)('POST with %s is a JSON 400 and registers nothing', async (_what, body) => {
@@ -195,6 +205,22 @@ describe('POST/GET/DELETE /workers', () => {
     const json = (await res.json()) as { error: { code: string; message: string } };
     expect(json.error.code).toBe('invalid_registration');
     expect(json.error.message.length).toBeGreaterThan(0);
+    expect(await workers(r)).toEqual([]);
+  });
+
+  it("keeps a registration's metadata; a data_parallel_size lists every rank as a worker", async () => {
+    const r = await router();
+    await registerOk(r, {
+      role: 'regular',
+      url: 'http://127.0.0.1:9104',
+      metadata: { data_parallel_size: 2, metrics_port: 9105 },
+    });
+    const listed = await workers(r);
+    expect(listed.map((w) => [w.key, w.dpRank, w.metadata])).toEqual([
+      ['http://127.0.0.1:9104@0', 0, { data_parallel_size: 2, metrics_port: 9105 }],
+      ['http://127.0.0.1:9104@1', 1, { data_parallel_size: 2, metrics_port: 9105 }],
+    ]);
+    expect((await del(r, 'regular', 'http://127.0.0.1:9104')).status).toBe(200);
     expect(await workers(r)).toEqual([]);
   });
 
