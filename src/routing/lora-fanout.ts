@@ -156,18 +156,21 @@ export class LoraFanout {
     const load = path === '/v1/load_lora_adapter';
     const byUrl = new Map<string, string[]>();
     const skipped: Array<{ url: string; role: string; reason: string }> = [];
+    // One call per URL: the roles there, and a data-parallel server's ranks (Worker.dpRank), share it.
     for (const w of this.opts.members()) {
       if (!w.healthy) {
-        skipped.push({
-          url: w.url,
-          role: w.role,
-          reason: w.asleep ? 'asleep' : w.cordoned ? 'cordoned' : 'unhealthy',
-        });
+        if (!skipped.some((x) => x.url === w.url && x.role === w.role)) {
+          skipped.push({
+            url: w.url,
+            role: w.role,
+            reason: w.asleep ? 'asleep' : w.cordoned ? 'cordoned' : 'unhealthy',
+          });
+        }
         continue;
       }
       const roles = byUrl.get(w.url);
-      if (roles) roles.push(w.role);
-      else byUrl.set(w.url, [w.role]);
+      if (roles === undefined) byUrl.set(w.url, [w.role]);
+      else if (!roles.includes(w.role)) roles.push(w.role);
     }
     const details = load ? 'lora_load' : 'lora_unload';
     if (byUrl.size === 0 || this.closed) {

@@ -70,6 +70,18 @@ describe('LoraFanout', () => {
     expect((await f.answer('POST', '/v1/unload_lora_adapter', {}, UNLOAD)!).status).toBe(200);
   });
 
+  it('loads once on a data-parallel server whose engines are workers of their own', async () => {
+    const a = await sim();
+    const rank = (r: number) =>
+      new Worker({ role: 'regular', url: a.url, endpoint: a.hostPort, generation: 1, dpRank: r });
+    const res = await fanout([rank(0), rank(1), rank(2)]).answer('POST', '/v1/load_lora_adapter', {}, LOAD)!;
+    expect(res.status).toBe(200);
+    expect((res.body as { workers: unknown[] }).workers).toEqual([
+      expect.objectContaining({ url: a.url, roles: ['regular'], status: 200 }),
+    ]);
+    expect(served(a)).toBe(true);
+  });
+
   it('some workers failing: 502 naming them; the others keep the adapter', async () => {
     const ok = await sim();
     const noLora = await sim({ model: 'base' }); // runtime updating off: vLLM has no such route
