@@ -10,13 +10,14 @@
  *   least busy and recompute their history there).
  * - An engine kept busy by traffic the router never saw is avoided: the router reads each engine's
  *   series (`engine="<rank>"`) on the server's one /metrics page.
+ * - In P/D, the decodes on a data-parallel decode server are pinned to its engines the same way.
  * Every load is back to 0 after each test.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startEnvoy, type EnvoyHandle } from '../../src/envoy/envoy-process.js';
 import type { Router } from '../../src/router.js';
 import { startDpSimulator, type DpSimulator } from '../../src/sim/dp-server.js';
-import type { Simulator } from '../../src/sim/simulator.js';
+import { startSimulator, type Simulator } from '../../src/sim/simulator.js';
 import { adminJson, expectAllLoadsZero, metricsText, startTestRouter } from '../support/router-fixture.js';
 import { directLoad } from '../support/direct-load.js';
 import { waitFor } from '../support/wait-for.js';
@@ -190,5 +191,64 @@ describe('data-parallel ranks scheduled by the router (--intra-node-data-paralle
       timeoutMs: 10_000,
       message: 'direct load aborted',
     });
+  });
+});
+
+describe('P/D: a data-parallel decode server', () => {
+  let prefill: Simulator;
+  let decode: DpSimulator;
+  let pdRouter: Router;
+  let pdEnvoy: EnvoyHandle;
+  beforeAll(async () => {
+    prefill = await startSimulator({ id: 'p0', role: 'prefill', kvConnector: 'nixl', timeScale: 0 });
+    decode = await startDpSimulator({
+      id: 'd',
+      dataParallelSize: 2,
+      role: 'decode',
+      kvConnector: 'nixl',
+      timeScale: 0,
+    });
+    pdRouter = await startTestRouter({
+      mode: 'pd',
+      prefill: [prefill.url],
+      decode: [decode.url],
+      kvConnector: 'nixl',
+      intraNodeDataParallelSize: 2,
+      decisionHeader: true,
+    });
+    pdEnvoy = await startEnvoy({ routers: [{ host: '127.0.0.1', port: pdRouter.grpcPort }] });
+  });
+  afterAll(async () => {
+    await pdEnvoy?.close();
+    await pdRouter?.close();
+    await decode?.close();
+    await prefill?.close();
+  });
+
+  it('pins every decode to one engine of the decode server; the prefill leg goes to the prefill worker whole', async () => {
+    const { body } = await adminJson<Array<{ role: string; key?: string; url: string }>>(
+      pdRouter,
+      '/workers',
+    );
+    expect(body.map((w) => `${w.role} ${w.key ?? w.url}`).sort()).toEqual(
+      [`decode ${decode.url}@0`, `decode ${decode.url}@1`, `prefill ${prefill.url}`].sort(),
+    );
+    for (let i = 0; i < 6; i++) {
+      const res = await fetch(`http://127.0.0.1:${pdEnvoy.listenerPort}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({
+          model: 'sim-model',
+          messages: [{ role: 'user', content: `pd question ${i}: ${'context '.repeat(50)}` }],
+          max_tokens: 3,
+        }),
+      });
+      expect(res.status).toBe(200);
+      await res.json();
+    }
+    expect(decode.pinned.reduce((a, b) => a + b, 0)).toBe(6);
+    expect(decode.balanced.reduce((a, b) => a + b, 0)).toBe(0);
+    expect(prefill.records).toHaveLength(6);
+    await expectAllLoadsZero(pdRouter);
   });
 });
