@@ -25,8 +25,10 @@
  * selection as the exclusion set, so selection stays one synchronous step with no allocation.
  *
  * DP rank per request: the rank with the fewest prefill legs in flight, ties broken by rotation
- * (vLLM's own proxy simply rotates over (instance, rank)). `acquireRank()` returns a release
- * function; releases of a rank that a re-query removed are ignored.
+ * (vLLM's own proxy simply rotates over (instance, rank)); a Worker that stands for one rank
+ * (Worker.dpRank, workers/data-parallel.ts) always gets that rank (none when the instance has fewer
+ * engines). `acquireRank()` returns a release function; releases of a rank that a re-query removed
+ * are ignored.
  *
  * Owns one undici Agent and per-worker retry timers (unref'd); close() is idempotent.
  */
@@ -162,11 +164,17 @@ export class BootstrapDirectory {
     const n = engineIds.length;
     const inflight = entry.inflight;
     let best = entry.rotate % n;
-    for (let i = 1; i < n; i++) {
-      const r = (entry.rotate + i) % n;
-      if (inflight[r]! < inflight[best]!) best = r;
+    if (worker.dpRank !== undefined) {
+      // A Worker that stands for one rank (workers/data-parallel.ts): that rank's engine, or none.
+      if (worker.dpRank >= n) return undefined;
+      best = worker.dpRank;
+    } else {
+      for (let i = 1; i < n; i++) {
+        const r = (entry.rotate + i) % n;
+        if (inflight[r]! < inflight[best]!) best = r;
+      }
+      entry.rotate = (best + 1) % n;
     }
-    entry.rotate = (best + 1) % n;
     inflight[best]!++;
     let released = false;
     return {

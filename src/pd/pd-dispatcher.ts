@@ -229,9 +229,10 @@ export class PdDispatcher implements Dispatcher {
         release: lease.release,
       };
     }
-    let dpRank: number | undefined;
+    // A prefill Worker that stands for one data-parallel rank is pinned to it (workers/data-parallel.ts).
+    let dpRank: number | undefined = prefill.dpRank;
     const dpSize = prefill.metadata.dp_size;
-    if (connector === 'moriio' && typeof dpSize === 'number' && dpSize > 1) {
+    if (dpRank === undefined && connector === 'moriio' && typeof dpSize === 'number' && dpSize > 1) {
       dpRank = (this.moriRank.get(prefill) ?? 0) % dpSize;
       this.moriRank.set(prefill, dpRank + 1);
     }

@@ -11,14 +11,14 @@
  * and its own KV-event publisher (vLLM's port + rank).
  *
  * How many ranks a server has: its metadata's `data_parallel_size` (a registration's, the admin API's,
- * Kubernetes annotation `vllm.ai/data-parallel-size`), else `--intra-node-data-parallel-size`. The
- * expansion applies to regular and decode workers; a prefill worker's leg keeps choosing its rank per
- * connector (pd/pd-dispatcher.ts: the Mooncake bootstrap's engines, MoRI-IO's `dp_size`).
+ * Kubernetes annotation `vllm.ai/data-parallel-size`), else `--intra-node-data-parallel-size`. It
+ * applies to every role: a P/D prefill leg is pinned to its Worker's rank the same way (and, with
+ * Mooncake, uses that rank's engine id from the instance's bootstrap server; pd/pd-dispatcher.ts).
+ * Without it, a prefill leg's rank is the connector's choice as before (Mooncake's least-busy engine,
+ * MoRI-IO's rotation over `dp_size`, else vLLM's balancer).
  *
  * Pure: no I/O, timers, metrics or logging.
  */
-import type { Role } from './role.js';
-
 /** The most ranks one server may have (vLLM's largest published deployments use 64-way DP). */
 export const MAX_DATA_PARALLEL_SIZE = 256;
 
@@ -34,15 +34,13 @@ export function dataParallelSizeOf(
 }
 
 /**
- * The ranks a pool of `role` schedules for a server: undefined when it schedules the server as one
- * worker (one rank, or a prefill pool), else the rank count.
+ * The ranks a pool schedules for a server: undefined when it schedules the server as one worker (it
+ * has one rank), else the rank count.
  */
 export function scheduledRanks(
-  role: Role,
   metadata: Readonly<Record<string, unknown>> | undefined,
   defaultSize: number,
 ): number | undefined {
-  if (role === 'prefill') return undefined;
   const size = dataParallelSizeOf(metadata) ?? defaultSize;
   return size > 1 ? size : undefined;
 }

@@ -181,7 +181,7 @@ export class WorkerPool {
     const next: Worker[] = [];
     const defaultRanks = this.hooks.dataParallelSize ?? 1;
     for (const entry of snapshot) {
-      const ranks = scheduledRanks(this.role, entry.metadata, defaultRanks);
+      const ranks = scheduledRanks(entry.metadata, defaultRanks);
       if (ranks === undefined) next.push(this.member(entry, undefined));
       else for (let rank = 0; rank < ranks; rank++) next.push(this.member(entry, rank));
     }

@@ -10,14 +10,15 @@
  *   least busy and recompute their history there).
  * - An engine kept busy by traffic the router never saw is avoided: the router reads each engine's
  *   series (`engine="<rank>"`) on the server's one /metrics page.
- * - In P/D, the decodes on a data-parallel decode server are pinned to its engines the same way.
+ * - In P/D, prefill legs and decodes on data-parallel servers are pinned to their engines the same way,
+ *   and a prompt's prefill legs stay on the engine that cached it.
  * Every load is back to 0 after each test.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startEnvoy, type EnvoyHandle } from '../../src/envoy/envoy-process.js';
 import type { Router } from '../../src/router.js';
 import { startDpSimulator, type DpSimulator } from '../../src/sim/dp-server.js';
-import { startSimulator, type Simulator } from '../../src/sim/simulator.js';
+import type { Simulator } from '../../src/sim/simulator.js';
 import { adminJson, expectAllLoadsZero, metricsText, startTestRouter } from '../support/router-fixture.js';
 import { directLoad } from '../support/direct-load.js';
 import { waitFor } from '../support/wait-for.js';
@@ -194,13 +195,19 @@ describe('data-parallel ranks scheduled by the router (--intra-node-data-paralle
   });
 });
 
-describe('P/D: a data-parallel decode server', () => {
-  let prefill: Simulator;
+describe('P/D: data-parallel prefill and decode servers', () => {
+  let prefill: DpSimulator;
   let decode: DpSimulator;
   let pdRouter: Router;
   let pdEnvoy: EnvoyHandle;
   beforeAll(async () => {
-    prefill = await startSimulator({ id: 'p0', role: 'prefill', kvConnector: 'nixl', timeScale: 0 });
+    prefill = await startDpSimulator({
+      id: 'p',
+      dataParallelSize: 2,
+      role: 'prefill',
+      kvConnector: 'nixl',
+      timeScale: 0,
+    });
     decode = await startDpSimulator({
       id: 'd',
       dataParallelSize: 2,
@@ -214,7 +221,6 @@ describe('P/D: a data-parallel decode server', () => {
       decode: [decode.url],
       kvConnector: 'nixl',
       intraNodeDataParallelSize: 2,
-      decisionHeader: true,
     });
     pdEnvoy = await startEnvoy({ routers: [{ host: '127.0.0.1', port: pdRouter.grpcPort }] });
   });
@@ -225,30 +231,50 @@ describe('P/D: a data-parallel decode server', () => {
     await prefill?.close();
   });
 
-  it('pins every decode to one engine of the decode server; the prefill leg goes to the prefill worker whole', async () => {
-    const { body } = await adminJson<Array<{ role: string; key?: string; url: string }>>(
-      pdRouter,
-      '/workers',
+  it("pins every prefill leg and every decode to an engine; a prompt's prefills stay on the engine that cached it", async () => {
+    const { body } = await adminJson<Array<{ role: string; key?: string }>>(pdRouter, '/workers');
+    expect(body.map((w) => `${w.role} ${w.key}`).sort()).toEqual(
+      [
+        `decode ${decode.url}@0`,
+        `decode ${decode.url}@1`,
+        `prefill ${prefill.url}@0`,
+        `prefill ${prefill.url}@1`,
+      ].sort(),
     );
-    expect(body.map((w) => `${w.role} ${w.key ?? w.url}`).sort()).toEqual(
-      [`decode ${decode.url}@0`, `decode ${decode.url}@1`, `prefill ${prefill.url}`].sort(),
-    );
-    for (let i = 0; i < 6; i++) {
-      const res = await fetch(`http://127.0.0.1:${pdEnvoy.listenerPort}/v1/chat/completions`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({
-          model: 'sim-model',
-          messages: [{ role: 'user', content: `pd question ${i}: ${'context '.repeat(50)}` }],
-          max_tokens: 3,
-        }),
-      });
-      expect(res.status).toBe(200);
-      await res.json();
+    const documents = [0, 1, 2].map((d) => `Document ${d} for the prefill engines. `.repeat(40));
+    for (let round = 0; round < 2; round++) {
+      for (const [d, doc] of documents.entries()) {
+        const res = await fetch(`http://127.0.0.1:${pdEnvoy.listenerPort}/v1/chat/completions`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({
+            model: 'sim-model',
+            messages: [
+              { role: 'system', content: doc },
+              { role: 'user', content: `document ${d}, question ${round}` },
+            ],
+            max_tokens: 3,
+          }),
+        });
+        expect(res.status).toBe(200);
+        await res.json();
+      }
     }
-    expect(decode.pinned.reduce((a, b) => a + b, 0)).toBe(6);
-    expect(decode.balanced.reduce((a, b) => a + b, 0)).toBe(0);
-    expect(prefill.records).toHaveLength(6);
+    for (const server of [prefill, decode]) {
+      expect(server.pinned.reduce((a, b) => a + b, 0)).toBe(6);
+      expect(server.balanced.reduce((a, b) => a + b, 0)).toBe(0);
+    }
+    // Each document's second prefill leg ran on the engine that computed its first, and found it cached.
+    for (const d of [0, 1, 2]) {
+      const legs = prefill.ranks.flatMap((sim) =>
+        sim.records
+          .filter((r) => JSON.stringify(r.body).includes(`document ${d}, question`))
+          .map((r) => ({ engine: sim.id, cached: r.cachedTokens / r.promptTokens })),
+      );
+      expect(legs).toHaveLength(2);
+      expect(legs[1]!.engine, `document ${d}`).toBe(legs[0]!.engine);
+      expect(legs[1]!.cached).toBeGreaterThan(0.5);
+    }
     await expectAllLoadsZero(pdRouter);
   });
 });

@@ -94,6 +94,32 @@ describe('BootstrapDirectory', () => {
     expect(dir.acquireRank(w)!.rank).toBe(1);
   });
 
+  it("a Worker that stands for one data-parallel rank always gets that rank's engine (none beyond the instance's)", async () => {
+    const p = await prefill({ dpSize: 3 });
+    const { dir, changes } = directory();
+    const u = new URL(p.url);
+    const rank = (r: number) =>
+      new Worker({
+        role: 'prefill',
+        url: p.url,
+        endpoint: u.host,
+        generation: 1,
+        bootstrapPort: p.bootstrapPort!,
+        dpRank: r,
+      });
+    const [r2, r5] = [rank(2), rank(5)];
+    dir.track(r2);
+    dir.track(r5);
+    await until(dir, changes, () => dir.isReady(r2) && dir.isReady(r5));
+    const leases = [dir.acquireRank(r2)!, dir.acquireRank(r2)!];
+    expect(leases.map((l) => [l.rank, l.engineId])).toEqual([
+      [2, p.engineIds[2]],
+      [2, p.engineIds[2]],
+    ]);
+    for (const l of leases) l.release();
+    expect(dir.acquireRank(r5)).toBeUndefined();
+  });
+
   it('stays out while the bootstrap server does not answer, and comes in when it does', async () => {
     const first = await prefill();
     const port = first.bootstrapPort!;

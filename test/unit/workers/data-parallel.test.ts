@@ -26,12 +26,12 @@ describe('dataParallelSizeOf / scheduledRanks', () => {
     expect(dataParallelSizeOf(metadata)).toBe(want);
   });
 
-  it('regular and decode servers are split by rank; a prefill worker keeps choosing its own rank per leg', () => {
-    expect(scheduledRanks('regular', {}, 4)).toBe(4);
-    expect(scheduledRanks('decode', { data_parallel_size: 2 }, 4)).toBe(2);
-    expect(scheduledRanks('regular', { data_parallel_size: 1 }, 4)).toBeUndefined();
-    expect(scheduledRanks('regular', {}, 1)).toBeUndefined();
-    expect(scheduledRanks('prefill', { data_parallel_size: 4 }, 4)).toBeUndefined();
+  it('a server of more than one rank is split by rank; its metadata wins over the default', () => {
+    expect(scheduledRanks({}, 4)).toBe(4);
+    expect(scheduledRanks({ data_parallel_size: 2 }, 4)).toBe(2);
+    expect(scheduledRanks({ data_parallel_size: 1 }, 4)).toBeUndefined();
+    expect(scheduledRanks({}, 1)).toBeUndefined();
+    expect(scheduledRanks({ data_parallel_size: 'x' }, 1)).toBeUndefined();
   });
 });
 
