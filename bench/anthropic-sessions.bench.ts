@@ -31,7 +31,7 @@ import { runInterleaved } from './arm-runs.js';
 import { buildRouter, startRoutedStack } from './bench-stack.js';
 import { TIMING } from './routing-bench.js';
 import { numericFlag } from './numeric-flag.js';
-import { percentile, round } from './stats.js';
+import { cellOf, readStream, summarize, type Cell, type Turn } from './session-cells.js';
 import { mulberry32, wordText } from './workloads.js';
 import { preparePeers, startPeerFleet, type PeerName } from './peers.js';
 import type { Simulator, SimulatorOptions } from '../src/sim/simulator.js';
@@ -62,12 +62,6 @@ const TOOLS = [
 type Block = Record<string, unknown>;
 type Message = { role: 'user' | 'assistant'; content: string | Block[] };
 
-interface Turn {
-  status: number;
-  ttftMs: number;
-  outputTokens: number;
-}
-
 /** The request body of one turn: Anthropic's, or the chat request vLLM turns it into. */
 function body(messages: Message[], chat: boolean): Record<string, unknown> {
   const system = [
@@ -89,25 +83,6 @@ function body(messages: Message[], chat: boolean): Record<string, unknown> {
       function: { name: t.name, description: t.description, parameters: t.input_schema },
     })),
   };
-}
-
-/** Reads a stream to its end: the time to its first text, the text. */
-async function readStream(res: Response, sent: number): Promise<{ ttftMs: number; text: string }> {
-  const reader = res.body!.getReader();
-  const decoder = new TextDecoder();
-  let all = '';
-  let ttftMs = 0;
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    all += decoder.decode(value, { stream: true });
-    if (ttftMs === 0 && (all.includes('"text_delta"') || all.includes('"content":"'))) {
-      ttftMs = performance.now() - sent;
-    }
-  }
-  let out = '';
-  for (const m of all.matchAll(/"(?:text|content)":"((?:[^"\\]|\\.)*)"/g)) out += JSON.parse(`"${m[1]}"`);
-  return { ttftMs, text: out };
 }
 
 /**
@@ -165,44 +140,6 @@ async function converse(
     }),
   );
   return { turns: all, wallMs: performance.now() - start };
-}
-
-interface Cell {
-  answered: number;
-  errors: Record<string, number>;
-  hitRate: number;
-  tokensPerSec: number;
-  ttftP50: number;
-  ttftP90: number;
-  maxMean: number;
-}
-
-function cellOf(r: { turns: Turn[][]; wallMs: number }, sims: readonly Simulator[], from: number): Cell {
-  const flat = r.turns.flat();
-  const ok = flat.filter((x) => x.status === 200);
-  const errors: Record<string, number> = {};
-  for (const x of flat) if (x.status !== 200) errors[x.status] = (errors[x.status] ?? 0) + 1;
-  const ttft = ok.map((x) => x.ttftMs);
-  let prompt = 0;
-  let cached = 0;
-  const perWorker = sims.map((sim) => {
-    const measured = sim.records.filter((x) => x.startMs >= from && x.outcome === 'ok');
-    for (const x of measured) {
-      prompt += x.promptTokens;
-      cached += x.cachedTokens;
-    }
-    return measured.length;
-  });
-  const mean = perWorker.reduce((a, b) => a + b, 0) / perWorker.length;
-  return {
-    answered: ok.length / flat.length,
-    errors,
-    hitRate: prompt > 0 ? cached / prompt : 0,
-    tokensPerSec: ok.reduce((a, x) => a + x.outputTokens, 0) / (r.wallMs / 1000),
-    ttftP50: ttft.length > 0 ? percentile(ttft, 50) : 0,
-    ttftP90: ttft.length > 0 ? percentile(ttft, 90) : 0,
-    maxMean: mean > 0 ? Math.max(...perWorker) / mean : 0,
-  };
 }
 
 const sim: SimulatorOptions = {
@@ -279,30 +216,10 @@ const cells = await runInterleaved(
   },
   log,
 );
-const runs = new Map(VARIANTS.map(({ label }) => [label, cells.filter((c) => c.arm === label)]));
-
-type Key = 'answered' | 'hitRate' | 'tokensPerSec' | 'ttftP50' | 'ttftP90' | 'maxMean';
-const meanOf = (cells: Cell[], k: Key): number => cells.reduce((a, c) => a + c[k], 0) / cells.length;
-const rr = runs.get('round_robin')!;
-const results = Object.fromEntries(
-  VARIANTS.map(({ label }) => {
-    const cells = runs.get(label)!;
-    const errors: Record<string, number> = {};
-    for (const c of cells) for (const [s, n] of Object.entries(c.errors)) errors[s] = (errors[s] ?? 0) + n;
-    return [
-      label,
-      {
-        answered: round(meanOf(cells, 'answered')),
-        errors,
-        hitRate: round(meanOf(cells, 'hitRate')),
-        tokensPerSec: round(meanOf(cells, 'tokensPerSec')),
-        vsRoundRobin: round(meanOf(cells, 'tokensPerSec') / meanOf(rr, 'tokensPerSec')),
-        ttftP50Ms: round(meanOf(cells, 'ttftP50')),
-        ttftP90Ms: round(meanOf(cells, 'ttftP90')),
-        maxMeanPerWorker: round(meanOf(cells, 'maxMean')),
-      },
-    ];
-  }),
+const results = summarize(
+  VARIANTS.map((v) => v.label),
+  cells,
+  'round_robin',
 );
 process.stdout.write(
   `${JSON.stringify({ benchmark: 'anthropic-sessions', workers: WORKERS, sessions, turns, repeats, results }, null, 2)}\n`,

@@ -24,7 +24,8 @@ import { runInterleaved } from './arm-runs.js';
 import { buildRouter, startRoutedStack } from './bench-stack.js';
 import { TIMING } from './routing-bench.js';
 import { numericFlag } from './numeric-flag.js';
-import { percentile, round } from './stats.js';
+import { round } from './stats.js';
+import { cellOf, readStream, summarize, type Cell, type Turn } from './session-cells.js';
 import { mulberry32, wordText } from './workloads.js';
 import { preparePeers, startPeer } from './peers.js';
 import { startDpSimulator, type DpSimulator } from '../src/sim/dp-server.js';
@@ -42,29 +43,6 @@ const log = (m: string): void => void process.stderr.write(`${m}\n`);
 
 const WORDS = 'the of a design document section requirement service request cache engine rank'.split(' ');
 const text = (rng: () => number, chars: number, head: string): string => wordText(rng, chars, head, WORDS);
-
-interface Turn {
-  status: number;
-  ttftMs: number;
-  outputTokens: number;
-}
-
-/** Reads a chat stream to its end: the time to its first content, the text. */
-async function readStream(res: Response, sent: number): Promise<{ ttftMs: number; text: string }> {
-  const reader = res.body!.getReader();
-  const decoder = new TextDecoder();
-  let all = '';
-  let ttftMs = 0;
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    all += decoder.decode(value, { stream: true });
-    if (ttftMs === 0 && all.includes('"content":"')) ttftMs = performance.now() - sent;
-  }
-  let out = '';
-  for (const m of all.matchAll(/"content":"((?:[^"\\]|\\.)*)"/g)) out += JSON.parse(`"${m[1]}"`);
-  return { ttftMs, text: out };
-}
 
 /** One run of every session against `baseUrl`; each session's turns go one after the other. */
 async function converse(
@@ -106,54 +84,11 @@ async function converse(
   return { turns: all, wallMs: performance.now() - start };
 }
 
-interface Cell {
-  answered: number;
-  errors: Record<string, number>;
-  hitRate: number;
-  tokensPerSec: number;
-  ttftP50: number;
-  ttftP90: number;
-  maxMean: number;
-  pinnedShare: number;
-}
-
-function cellOf(
-  r: { turns: Turn[][]; wallMs: number },
-  fleet: readonly DpSimulator[],
-  from: number,
-  pinnedBefore: number,
-  balancedBefore: number,
-): Cell {
-  const flat = r.turns.flat();
-  const ok = flat.filter((x) => x.status === 200);
-  const errors: Record<string, number> = {};
-  for (const x of flat) if (x.status !== 200) errors[x.status] = (errors[x.status] ?? 0) + 1;
-  const ttft = ok.map((x) => x.ttftMs);
-  let prompt = 0;
-  let cached = 0;
-  const perEngine = fleet
-    .flatMap((s) => s.ranks)
-    .map((sim) => {
-      const measured = sim.records.filter((x) => x.startMs >= from && x.outcome === 'ok');
-      for (const x of measured) {
-        prompt += x.promptTokens;
-        cached += x.cachedTokens;
-      }
-      return measured.length;
-    });
-  const mean = perEngine.reduce((a, b) => a + b, 0) / perEngine.length;
-  const pinned = sum(fleet.flatMap((s) => s.pinned)) - pinnedBefore;
-  const balanced = sum(fleet.flatMap((s) => s.balanced)) - balancedBefore;
-  return {
-    answered: ok.length / flat.length,
-    errors,
-    hitRate: prompt > 0 ? cached / prompt : 0,
-    tokensPerSec: ok.reduce((a, x) => a + x.outputTokens, 0) / (r.wallMs / 1000),
-    ttftP50: ttft.length > 0 ? percentile(ttft, 50) : 0,
-    ttftP90: ttft.length > 0 ? percentile(ttft, 90) : 0,
-    maxMean: mean > 0 ? Math.max(...perEngine) / mean : 0,
-    pinnedShare: pinned + balanced > 0 ? pinned / (pinned + balanced) : 0,
-  };
+/** The share of a run's requests the servers saw pinned to an engine (X-data-parallel-rank). */
+function pinnedShare(fleet: readonly DpSimulator[], before: { pinned: number; balanced: number }): number {
+  const pinned = sum(fleet.flatMap((s) => s.pinned)) - before.pinned;
+  const balanced = sum(fleet.flatMap((s) => s.balanced)) - before.balanced;
+  return pinned + balanced > 0 ? pinned / (pinned + balanced) : 0;
 }
 
 const sum = (xs: readonly number[]): number => xs.reduce((a, b) => a + b, 0);
@@ -241,46 +176,30 @@ const script = buildRouter().script;
 const cells = await runInterleaved(
   VARIANTS,
   repeats,
-  async (v, run): Promise<Cell & { arm: string }> => {
+  async (v, run): Promise<Cell & { arm: string; pinned: number }> => {
     const door = await frontDoor(v, script);
     try {
       await converse(door.url, 99 + run, 8, 2); // warm-up: JIT, connections
       const from = Date.now();
-      const pinnedBefore = sum(door.fleet.flatMap((s) => s.pinned));
-      const balancedBefore = sum(door.fleet.flatMap((s) => s.balanced));
+      const before = {
+        pinned: sum(door.fleet.flatMap((s) => s.pinned)),
+        balanced: sum(door.fleet.flatMap((s) => s.balanced)),
+      };
       const r = await converse(door.url, run, sessions, turns);
-      return { arm: v.label, ...cellOf(r, door.fleet, from, pinnedBefore, balancedBefore) };
+      const engines = door.fleet.flatMap((s) => [...s.ranks]);
+      return { arm: v.label, ...cellOf(r, engines, from), pinned: pinnedShare(door.fleet, before) };
     } finally {
       await door.close();
     }
   },
   log,
 );
-const runs = new Map(VARIANTS.map(({ label }) => [label, cells.filter((c) => c.arm === label)]));
-
-type Key = 'answered' | 'hitRate' | 'tokensPerSec' | 'ttftP50' | 'ttftP90' | 'maxMean' | 'pinnedShare';
-const meanOf = (cs: Cell[], k: Key): number => cs.reduce((a, c) => a + c[k], 0) / cs.length;
-const rr = runs.get('round_robin')!;
+const labels = VARIANTS.map((v) => v.label);
+const summary = summarize(labels, cells, 'round_robin');
 const results = Object.fromEntries(
-  VARIANTS.map(({ label }) => {
-    const cs = runs.get(label)!;
-    const errors: Record<string, number> = {};
-    for (const c of cs) for (const [s, n] of Object.entries(c.errors)) errors[s] = (errors[s] ?? 0) + n;
-    return [
-      label,
-      {
-        answered: round(meanOf(cs, 'answered')),
-        errors,
-        hitRate: round(meanOf(cs, 'hitRate')),
-        hitRuns: cs.map((c) => round(c.hitRate)),
-        tokensPerSec: round(meanOf(cs, 'tokensPerSec')),
-        vsRoundRobin: round(meanOf(cs, 'tokensPerSec') / meanOf(rr, 'tokensPerSec')),
-        ttftP50Ms: round(meanOf(cs, 'ttftP50')),
-        ttftP90Ms: round(meanOf(cs, 'ttftP90')),
-        maxMeanPerEngine: round(meanOf(cs, 'maxMean')),
-        pinnedShare: round(meanOf(cs, 'pinnedShare')),
-      },
-    ];
+  labels.map((label) => {
+    const own = cells.filter((c) => c.arm === label);
+    return [label, { ...summary[label], pinnedShare: round(sum(own.map((c) => c.pinned)) / own.length) }];
   }),
 );
 process.stdout.write(

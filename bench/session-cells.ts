@@ -1,0 +1,113 @@
+/**
+ * What the session benchmarks (bench/anthropic-sessions.bench.ts, bench/data-parallel.bench.ts) share:
+ * reading a streamed answer, one run's cell (hit rate, throughput, time to first token, spread over
+ * the simulators) and the per-variant summary against round robin.
+ */
+import { percentile, round } from './stats.js';
+import type { Simulator } from '../src/sim/simulator.js';
+
+/** One request of a session. */
+export interface Turn {
+  status: number;
+  ttftMs: number;
+  outputTokens: number;
+}
+
+/**
+ * Reads a stream (chat `content` deltas or Anthropic `text_delta` events) to its end: the time from
+ * `sent` to its first text, and the text.
+ */
+export async function readStream(res: Response, sent: number): Promise<{ ttftMs: number; text: string }> {
+  const reader = res.body!.getReader();
+  const decoder = new TextDecoder();
+  let all = '';
+  let ttftMs = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    all += decoder.decode(value, { stream: true });
+    if (ttftMs === 0 && (all.includes('"text_delta"') || all.includes('"content":"'))) {
+      ttftMs = performance.now() - sent;
+    }
+  }
+  let out = '';
+  for (const m of all.matchAll(/"(?:text|content)":"((?:[^"\\]|\\.)*)"/g)) out += JSON.parse(`"${m[1]}"`);
+  return { ttftMs, text: out };
+}
+
+export interface Cell {
+  answered: number;
+  errors: Record<string, number>;
+  hitRate: number;
+  tokensPerSec: number;
+  ttftP50: number;
+  ttftP90: number;
+  maxMean: number;
+}
+
+/** One run's cell: its turns, and the records the simulators took from `from` (epoch ms) on. */
+export function cellOf(
+  r: { turns: Turn[][]; wallMs: number },
+  sims: readonly Simulator[],
+  from: number,
+): Cell {
+  const flat = r.turns.flat();
+  const ok = flat.filter((x) => x.status === 200);
+  const errors: Record<string, number> = {};
+  for (const x of flat) if (x.status !== 200) errors[x.status] = (errors[x.status] ?? 0) + 1;
+  const ttft = ok.map((x) => x.ttftMs);
+  let prompt = 0;
+  let cached = 0;
+  const perSim = sims.map((sim) => {
+    const measured = sim.records.filter((x) => x.startMs >= from && x.outcome === 'ok');
+    for (const x of measured) {
+      prompt += x.promptTokens;
+      cached += x.cachedTokens;
+    }
+    return measured.length;
+  });
+  const mean = perSim.reduce((a, b) => a + b, 0) / perSim.length;
+  return {
+    answered: ok.length / flat.length,
+    errors,
+    hitRate: prompt > 0 ? cached / prompt : 0,
+    tokensPerSec: ok.reduce((a, x) => a + x.outputTokens, 0) / (r.wallMs / 1000),
+    ttftP50: ttft.length > 0 ? percentile(ttft, 50) : 0,
+    ttftP90: ttft.length > 0 ? percentile(ttft, 90) : 0,
+    maxMean: mean > 0 ? Math.max(...perSim) / mean : 0,
+  };
+}
+
+type Key = 'answered' | 'hitRate' | 'tokensPerSec' | 'ttftP50' | 'ttftP90' | 'maxMean';
+const meanOf = (cells: readonly Cell[], k: Key): number => cells.reduce((a, c) => a + c[k], 0) / cells.length;
+
+/** Per variant label: the means of its runs' cells, output tokens/s against `baseline`'s. */
+export function summarize(
+  labels: readonly string[],
+  cells: ReadonlyArray<Cell & { arm: string }>,
+  baseline: string,
+): Record<string, Record<string, unknown>> {
+  const runs = new Map(labels.map((label) => [label, cells.filter((c) => c.arm === label)]));
+  const base = runs.get(baseline) ?? [];
+  return Object.fromEntries(
+    labels.map((label) => {
+      const cs = runs.get(label)!;
+      const errors: Record<string, number> = {};
+      for (const c of cs) for (const [s, n] of Object.entries(c.errors)) errors[s] = (errors[s] ?? 0) + n;
+      return [
+        label,
+        {
+          answered: round(meanOf(cs, 'answered')),
+          errors,
+          hitRate: round(meanOf(cs, 'hitRate')),
+          hitRuns: cs.map((c) => round(c.hitRate)),
+          tokensPerSec: round(meanOf(cs, 'tokensPerSec')),
+          vsRoundRobin: round(meanOf(cs, 'tokensPerSec') / meanOf(base, 'tokensPerSec')),
+          ttftP50Ms: round(meanOf(cs, 'ttftP50')),
+          ttftP90Ms: round(meanOf(cs, 'ttftP90')),
+          maxMeanPerWorker: round(meanOf(cs, 'maxMean')),
+        },
+      ];
+    }),
+  );
+}
