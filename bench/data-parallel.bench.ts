@@ -27,7 +27,7 @@ import { numericFlag } from './numeric-flag.js';
 import { round } from './stats.js';
 import { cellOf, readStream, summarize, type Cell, type Turn } from './session-cells.js';
 import { mulberry32, wordText } from './workloads.js';
-import { preparePeers, startPeer } from './peers.js';
+import { preparePeers, startPeerOn } from './peers.js';
 import { startDpSimulator, type DpSimulator } from '../src/sim/dp-server.js';
 import type { Simulator, SimulatorOptions } from '../src/sim/simulator.js';
 import type { SimulatorCluster } from '../src/sim/cluster.js';
@@ -151,25 +151,14 @@ async function frontDoor(
     });
     return { url: stack.url, fleet, close: () => stack.close() };
   }
-  try {
-    const proxy = await startPeer(
-      v.peer,
-      'cache_aware',
-      urls,
-      v.dpAware ? ['--intra-node-data-parallel-size', String(ranks)] : [],
-    );
-    return {
-      url: proxy.url,
-      fleet,
-      close: async () => {
-        await proxy.close();
-        await cluster.close();
-      },
-    };
-  } catch (err) {
-    await cluster.close();
-    throw err;
-  }
+  const door = await startPeerOn(
+    v.peer,
+    'cache_aware',
+    cluster,
+    urls,
+    v.dpAware ? ['--intra-node-data-parallel-size', String(ranks)] : [],
+  );
+  return { url: door.url, fleet, close: () => door.close() };
 }
 
 const script = buildRouter().script;

@@ -21,7 +21,7 @@ import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { freePorts, superviseChild } from './bench-stack.js';
 import { ROOT } from './report-doc.js';
-import { startCluster } from '../src/sim/cluster.js';
+import { startCluster, type SimulatorCluster } from '../src/sim/cluster.js';
 import type { Simulator, SimulatorOptions } from '../src/sim/simulator.js';
 
 export type PeerName = 'vllm-router' | 'smg';
@@ -150,12 +150,27 @@ export async function startPeerFleet(
   sim: SimulatorOptions,
 ): Promise<{ url: string; sims: readonly Simulator[]; close(): Promise<void> }> {
   const cluster = await startCluster(workers, sim);
+  return startPeerOn(
+    peer,
+    policy,
+    cluster,
+    cluster.sims.map((s) => s.url),
+  );
+}
+
+/**
+ * A peer in front of a running fleet (`urls`, its workers' URLs; `cluster` closed with it, or at once
+ * when the peer fails to start). `extraArgs`: more of the peer's flags.
+ */
+export async function startPeerOn(
+  peer: PeerName,
+  policy: PeerPolicy,
+  cluster: SimulatorCluster,
+  urls: readonly string[],
+  extraArgs: readonly string[] = [],
+): Promise<{ url: string; sims: readonly Simulator[]; close(): Promise<void> }> {
   try {
-    const proxy = await startPeer(
-      peer,
-      policy,
-      cluster.sims.map((s) => s.url),
-    );
+    const proxy = await startPeer(peer, policy, urls, extraArgs);
     return {
       url: proxy.url,
       sims: cluster.sims,
