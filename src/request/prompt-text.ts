@@ -6,8 +6,9 @@
  *  - /v1/completions: `prompt` as a string; an array of strings joined by '\n'; token ids rendered as
  *    space-separated decimal numbers (an array of arrays is joined by '\n').
  *  - /v1/chat/completions: each message in order as `<role>\n<text>\n`, where text is a string
- *    content or the concatenation of its `text` parts (non-text parts contribute their type name so
- *    an image does not silently vanish from the key).
+ *    content or the concatenation of its `text` parts; a non-text part contributes its type and a key
+ *    of its media (request/media-key.ts: its `uuid`, else a hash of its URL or data), so requests with
+ *    different images diverge at the image, and the same image sent again matches, as in vLLM's cache.
  *
  * A long text stays in pieces (util/piece-text.ts): a long value the body parser returned as a
  * PieceText keeps its pieces, and a chat text longer than PIECE_CHARS is built in pieces of about that
@@ -22,6 +23,7 @@
  * Returns undefined when the field is missing or of the wrong type (the caller reports a 400).
  */
 import { hash32 } from '../util/hash32.js';
+import { mediaKey } from './media-key.js';
 import { PieceText, RoutingTextBuilder, type RoutingText } from '../util/piece-text.js';
 
 /** Size of the pieces a long chat text is built in (UTF-16 code units; 64 KB even as two-byte text). */
@@ -69,8 +71,11 @@ function appendContent(out: RoutingTextBuilder, content: unknown): boolean {
     if (typeof part !== 'object' || part === null) return false;
     const { type, text } = part as { type?: unknown; text?: unknown };
     if (type === 'text' && (typeof text === 'string' || text instanceof PieceText)) out.append(text);
-    else if (typeof type === 'string') out.append(`<${type}>`);
-    else return false;
+    else if (typeof type === 'string') {
+      // A media part: its type and a key of what it carries (media-key.ts), as vLLM hashes the media.
+      const key = mediaKey(part as Record<string, unknown>, type);
+      out.append(key === undefined ? `<${type}>` : `<${type}:${key}>`);
+    } else return false;
   }
   return true;
 }

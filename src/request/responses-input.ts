@@ -5,7 +5,7 @@
  *
  *   {type?: 'message', role, content}        content a string, or parts: `input_text` / `output_text`
  *                                             become text parts, any other part (`input_image`,
- *                                             `input_file`, ...) keeps its type as a non-text part
+ *                                             `input_file`, ...) stays as it is, a non-text part
  *   {type: 'function_call', call_id, name, arguments}   an assistant message with one tool call
  *   {type: 'function_call_output', call_id, output}     a `tool` message
  *   {type: 'reasoning' | 'item_reference' | ...}        left out (no prompt text of its own here)
@@ -85,7 +85,8 @@ function messageContent(content: unknown): unknown {
       if (!isText(text)) return undefined;
       parts.push({ type: 'text', text });
     } else {
-      parts.push({ type });
+      // A media part keeps its payload: the routing text keys it (request/media-key.ts).
+      parts.push(part);
     }
   }
   return parts;

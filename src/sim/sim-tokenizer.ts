@@ -21,10 +21,13 @@
  *
  * Chat rendering (`renderChat`) is the simulator's chat-template-like format, the same one the
  * generation path renders (sim-request.ts): `<|role|>\ncontent\n` per message (text parts
- * concatenated, other parts as `<type>`), plus `<|assistant|>\n` when a generation prompt is asked for.
+ * concatenated, other parts as `<type:key>` with the key of their media, request/media-key.ts, so that
+ * as in vLLM, whose block keys hash the media, two different images share no cache past the image and
+ * the same image sent again does), plus `<|assistant|>\n` when a generation prompt is asked for.
  *
  * Pure: no timers, no I/O.
  */
+import { mediaKey } from '../request/media-key.js';
 
 export interface ChatRenderOptions {
   /** Append the assistant header that opens the reply (vLLM's `add_generation_prompt`). */
@@ -147,7 +150,11 @@ export function renderChatTemplate(messages: unknown, opts: ChatRenderOptions): 
         if (!isObject(part) || typeof part.type !== 'string') {
           return { ok: false, error: 'invalid message content part' };
         }
-        text += part.type === 'text' && typeof part.text === 'string' ? part.text : `<${part.type}>`;
+        if (part.type === 'text' && typeof part.text === 'string') text += part.text;
+        else {
+          const key = mediaKey(part, part.type);
+          text += key === undefined ? `<${part.type}>` : `<${part.type}:${key}>`;
+        }
       }
     } else if (content !== null && content !== undefined)
       return { ok: false, error: 'invalid message content' };

@@ -6,6 +6,7 @@ import {
   parseInferenceRequest,
 } from '../../../src/request/inference-request.js';
 import { chatPromptText, completionPromptText } from '../../../src/request/prompt-text.js';
+import { mediaStringKey } from '../../../src/request/media-key.js';
 import { RouterError } from '../../../src/request/router-error.js';
 
 const json = (v: unknown) => Buffer.from(JSON.stringify(v));
@@ -150,7 +151,33 @@ describe('routing text', () => {
         ],
       },
     ]);
-    expect(text).toBe('user\nlook at <image_url>\n');
+    expect(text).toBe(`user\nlook at <image_url:${mediaStringKey('x')}>\n`);
+  });
+
+  it('keys each image by what it is: other images diverge at the image, the same one matches', () => {
+    const ask = (url: string, extra: Record<string, unknown> = {}) =>
+      chatPromptText([
+        {
+          role: 'user',
+          content: [
+            { type: 'image_url', image_url: { url }, ...extra },
+            { type: 'text', text: 'Describe this image in detail.' },
+          ],
+        },
+      ]) as string;
+    const [a, b] = [ask('https://img/1.png'), ask('https://img/2.png')];
+    expect(a).not.toBe(b);
+    expect(ask('https://img/1.png')).toBe(a);
+    // vLLM's user-given media id is the key when present.
+    expect(ask('https://img/1.png', { uuid: 'cat' })).toBe(ask('https://img/9.png', { uuid: 'cat' }));
+    // Other media: audio data, video URLs.
+    const audio = (data: string) =>
+      chatPromptText([
+        { role: 'user', content: [{ type: 'input_audio', input_audio: { data, format: 'wav' } }] },
+      ]);
+    expect(audio('AAAA')).not.toBe(audio('BBBB'));
+    // A part without a readable payload keeps its type alone.
+    expect(chatPromptText([{ role: 'user', content: [{ type: 'image_url' }] }])).toBe('user\n<image_url>\n');
   });
 
   it('ignores key order, sampling parameters and the stream flag', () => {

@@ -33,14 +33,14 @@ describe('responsesMessages', () => {
       ],
     ],
     [
-      'an image part keeps its type, a reasoning item is left out',
+      'an image part stays as it is (the routing text keys its image), a reasoning item is left out',
       {
         input: [
           { type: 'reasoning', id: 'r1', summary: [] },
           { role: 'user', content: [{ type: 'input_image', image_url: 'x' }] },
         ],
       },
-      [{ role: 'user', content: [{ type: 'input_image' }] }],
+      [{ role: 'user', content: [{ type: 'input_image', image_url: 'x' }] }],
     ],
     [
       'a function call and its output become a tool call and a tool message',
