@@ -149,6 +149,26 @@ describe('data-parallel ranks scheduled by the router (--intra-node-data-paralle
     expect(servers.flatMap((s) => s.pinned).reduce((a, b) => a + b, 0)).toBe(sessions.length * 4);
   });
 
+  it("replaces a client's own rank header with the engine it chose", async () => {
+    const res = await fetch(`${url}/v1/chat/completions`, {
+      method: 'POST',
+      // Out of range for these servers: passed on, vLLM would refuse it (400).
+      headers: { 'content-type': 'application/json', 'x-data-parallel-rank': '9' },
+      body: JSON.stringify({
+        model: 'sim-model',
+        messages: [{ role: 'user', content: 'a client that names its own rank' }],
+        max_tokens: 2,
+      }),
+    });
+    expect(res.status).toBe(200);
+    await res.json();
+    const key = /worker=(\S+?);/.exec(res.headers.get('x-vllm-router-decision') ?? '')?.[1] ?? '';
+    const [server, rank] = [key.slice(0, key.lastIndexOf('@')), Number(key.slice(key.lastIndexOf('@') + 1))];
+    const engine = servers.find((s) => s.url === server)!.ranks[rank]!;
+    expect(engine.records.some((r) => JSON.stringify(r.body).includes('names its own rank'))).toBe(true);
+    expect(servers.every((s) => s.badRank === 0)).toBe(true);
+  });
+
   it('avoids an engine kept busy by traffic the router never saw (its own engine series)', async () => {
     const server = servers[0]!;
     const busyKey = `${server.url}@1`;
