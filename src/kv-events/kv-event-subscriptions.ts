@@ -33,6 +33,8 @@ interface WorkerSubscription {
   readonly generation: number;
   readonly subscribers: KvEventSubscriber[];
   readonly indexKeys: string[];
+  /** Per rank, the one-element list a Worker of that rank reads (built once: lookups are per request). */
+  readonly rankKeys: Array<readonly string[]>;
 }
 
 export class KvEventSubscriptions {
@@ -83,7 +85,12 @@ export class KvEventSubscriptions {
       if (current !== undefined) this.unsubscribe(key, current);
       const publishers = publishersOf(this.opts.rules, w.url, w.kvEventsPort, ranks.get(w.url));
       if (publishers.length === 0) continue;
-      const sub: WorkerSubscription = { generation: w.generation, subscribers: [], indexKeys: [] };
+      const sub: WorkerSubscription = {
+        generation: w.generation,
+        subscribers: [],
+        indexKeys: [],
+        rankKeys: [],
+      };
       publishers.forEach((p, rank) => {
         const indexKey = `${key}#${rank}`;
         this.index.dropWorker(indexKey);
@@ -99,6 +106,7 @@ export class KvEventSubscriptions {
         s.start();
         sub.subscribers.push(s);
         sub.indexKeys.push(indexKey);
+        sub.rankKeys.push([indexKey]);
       });
       this.subs.set(key, sub);
     }
@@ -203,9 +211,10 @@ export class KvEventSubscriptions {
 /** The index keys a Worker reads: its rank's alone when it stands for one rank, else every rank's. */
 function rankKeys(sub: WorkerSubscription, worker: Worker): readonly string[] {
   if (worker.dpRank === undefined) return sub.indexKeys;
-  const own = sub.indexKeys[worker.dpRank];
-  return own === undefined ? [] : [own];
+  return sub.rankKeys[worker.dpRank] ?? NO_KEYS;
 }
+
+const NO_KEYS: readonly string[] = [];
 
 /** URL -> worker key, memoised: every routing decision asks for each candidate's (a URL parse each). */
 const keyMemo = new Map<string, string>();
