@@ -12,6 +12,8 @@ import type { RoleRule } from '../../../src/discovery/kube-pod-membership.js';
 import { PodControl, startKubeCluster, type KubeCluster } from '../../support/kube-cluster.js';
 import { TcpCutter } from '../../support/tcp-cutter.js';
 import { EventLog } from '../../support/event-log.js';
+import { WorkerPool } from '../../../src/workers/worker-pool.js';
+import { createPolicy } from '../../../src/routing/create-policy.js';
 
 type Seen =
   KubeMembershipChange | { type: 'synced'; pods: number } | { type: 'error'; phase: string; status?: number };
@@ -94,6 +96,21 @@ describe('Kubernetes discovery (real kube-apiserver)', () => {
       await h.pods.setStatus('vllm-0', { ready: true });
       const rejoined = (await back) as Extract<Seen, { type: 'added' }>;
       expect(rejoined.generation).toBeGreaterThan((joined as Extract<Seen, { type: 'added' }>).generation);
+    } finally {
+      await h.close();
+    }
+  });
+
+  it('a pod annotated with its data-parallel size is scheduled as one worker per engine', async () => {
+    const h = await harness();
+    try {
+      await h.pods.create('vllm-dp', LABELS, undefined, { 'vllm.ai/data-parallel-size': '4' });
+      await h.pods.setStatus('vllm-dp', { ...RUNNING_READY, ip: '10.1.0.9' });
+      await h.log.next(added('vllm-dp'), { what: 'vllm-dp added' });
+      expect(h.registry.snapshot('decode').map((e) => e.metadata)).toEqual([{ data_parallel_size: 4 }]);
+      const pool = new WorkerPool('decode', createPolicy('cache_aware', {}), h.registry);
+      pool.reconcile();
+      expect(pool.workers.map((w) => w.key)).toEqual([0, 1, 2, 3].map((r) => `http://10.1.0.9:8000@${r}`));
     } finally {
       await h.close();
     }
