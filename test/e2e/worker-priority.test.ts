@@ -85,7 +85,11 @@ async function queueBehindLongRequest(
   const done: Promise<number>[] = [];
   for (const [name, opts] of queued) {
     done.push(chat(s, name, opts));
-    await waitFor(() => named(sim, name) !== undefined);
+    // In the worker's queue, not merely arrived: its record is taken before its body is read, so a
+    // request whose body comes late (a loaded machine) could otherwise join the queue after the long
+    // one ends and be served behind requests sent after it.
+    const inQueue = done.length;
+    await waitFor(() => named(sim, name) !== undefined && sim.waiting() >= inQueue);
   }
   long.abort(); // the worker's one running slot frees; the queue goes in the worker's order
   await blocker;
