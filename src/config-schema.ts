@@ -17,6 +17,7 @@ import { DEFAULT_METRIC_NAMES as METRIC_NAMES } from './load/metrics-parse.js';
 import { DEFAULT_STALE_AFTER_MS } from './load/load-board.js';
 import { DEFAULT_SATURATION as SATURATION } from './load/saturation.js';
 import { DEFAULT_TIMING_PRIORS as PRIORS } from './load/timing-estimates.js';
+import { DEFAULT_MEDIA_TOKENS } from './request/media-tokens.js';
 import { DEFAULT_RESPONSE_BODY_SAMPLE, DEFAULT_RESPONSE_BODY_WATCH_MAX } from './load/timing-dispatcher.js';
 
 export type OptionType = 'int' | 'number' | 'string' | 'bool' | 'list' | 'enum';
@@ -661,6 +662,38 @@ export const OPTIONS = [
     type: 'bool',
     default: true,
     help: "cache_aware cost: learn characters per token per model from the usage.prompt_tokens of the responses the router watches (a stream's usage needs the client's stream_options.include_usage); --chars-per-token until 4 samples.",
+  },
+  {
+    group: 'Load and cost model',
+    key: 'imageTokenPatch',
+    flag: 'image-token-patch',
+    type: 'int',
+    default: DEFAULT_MEDIA_TOKENS.patchPixels,
+    help: "Routing text: an inline image (base64 data URL) weighs the prompt tokens a Qwen2-VL-family model spends on it, one token per this many pixels squared after transformers' smart_resize (28 = 14-pixel patches merged 2 x 2), so the prefix tree and the cost model price a vision chat's cached image as the prefill it saves.",
+  },
+  {
+    group: 'Load and cost model',
+    key: 'imageTokensMin',
+    flag: 'image-tokens-min',
+    type: 'int',
+    default: DEFAULT_MEDIA_TOKENS.minTokens,
+    help: "Fewest tokens an image weighs (the model's min_pixels / patch^2); equal to --image-tokens-max for a model with a fixed count per image (LLaVA-1.5: 576).",
+  },
+  {
+    group: 'Load and cost model',
+    key: 'imageTokensMax',
+    flag: 'image-tokens-max',
+    type: 'int',
+    default: DEFAULT_MEDIA_TOKENS.maxTokens,
+    help: "Most tokens an image weighs (the model's max_pixels / patch^2); 0 = images weigh nothing beyond their key.",
+  },
+  {
+    group: 'Load and cost model',
+    key: 'mediaTokensUnknown',
+    flag: 'media-tokens-unknown',
+    type: 'int',
+    default: DEFAULT_MEDIA_TOKENS.unknownTokens,
+    help: 'Tokens a media part weighs when the router cannot read its size: an image by URL, audio, video, a file (0 = nothing beyond its key).',
   },
   {
     group: 'Load and cost model',

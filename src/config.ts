@@ -151,6 +151,7 @@ function validate(c: Config): void {
   if (c.cacheThreshold > 1) throw new ConfigError('--cache-threshold must be within [0, 1]');
   if (c.intraNodeDataParallelSize < 1 || c.intraNodeDataParallelSize > MAX_DATA_PARALLEL_SIZE)
     throw new ConfigError(`--intra-node-data-parallel-size must be 1..${MAX_DATA_PARALLEL_SIZE}`);
+  if (c.imageTokenPatch < 1) throw new ConfigError('--image-token-patch must be >= 1');
   if (c.responseBodySample < 1) throw new ConfigError('--response-body-sample must be >= 1');
   if (c.responseBodyWatchMax < 1) throw new ConfigError('--response-body-watch-max must be >= 1');
   if (c.fallbackEndpoints > MAX_FALLBACK_ENDPOINTS) {

@@ -634,6 +634,12 @@ function buildGrpcServer(
       ? { workerPriority: (headers) => vllmPriority(objectives.priority(headers[OBJECTIVE_HEADER])) }
       : {}),
     maxBodyBytes: config.maxBodyBytes,
+    mediaTokens: {
+      patchPixels: config.imageTokenPatch,
+      minTokens: config.imageTokensMin,
+      maxTokens: config.imageTokensMax,
+      unknownTokens: config.mediaTokensUnknown,
+    },
     onStreamsChanged: (n) => metrics.streamsActive.set(n),
     onConnectionClose: (reason) => metrics.grpcConnectionCloses.inc({ reason }),
     onFailover: (routed, _served, adopted) =>

@@ -54,6 +54,7 @@ import {
 import type { ServerCall } from './grpc-server.js';
 import { REQUEST_ID_HEADER, UNTRUSTED_REQUEST_HEADERS } from './headers.js';
 import { inferenceKind, parseInferenceRequest, type InferenceKind } from '../request/inference-request.js';
+import type { MediaTokenOptions } from '../request/media-tokens.js';
 import { RouterError } from '../request/router-error.js';
 import { MODEL_REWRITE_HEADER, withModel } from '../request/model-rewrite.js';
 import { takesPriority, withPriority } from '../request/worker-priority.js';
@@ -79,6 +80,8 @@ export interface SessionDeps {
   readonly dispatcher: Dispatcher;
   readonly logger: Logger;
   readonly maxBodyBytes: number;
+  /** What media weigh in the routing text (request/media-tokens.ts); default DEFAULT_MEDIA_TOKENS. */
+  readonly mediaTokens?: Readonly<MediaTokenOptions>;
   readonly onEnd?: (summary: SessionSummary) => void;
   /**
    * A request the router answers itself, without a worker (routing/model-list.ts): asked for every
@@ -405,7 +408,8 @@ export class Session {
   }
 
   private parse(body: Buffer) {
-    return parseInferenceRequest(this.kind as InferenceKind, this.headers['content-type'], body);
+    const kind = this.kind as InferenceKind;
+    return parseInferenceRequest(kind, this.headers['content-type'], body, this.deps.mediaTokens);
   }
 
   private onResponseHeaders(h: HttpHeaders, metadata: MetadataContext | null | undefined): void {

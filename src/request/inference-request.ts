@@ -11,6 +11,7 @@ import { exceedsDepth } from './json-depth.js';
 import { joinLongTexts, parseLongStringBody } from './json-body.js';
 import { formBoundary, formField } from './multipart-field.js';
 import type { RoutingText } from '../util/piece-text.js';
+import type { MediaTokenOptions } from './media-tokens.js';
 
 export { exceedsDepth } from './json-depth.js';
 
@@ -70,6 +71,8 @@ export function parseInferenceRequest(
   kind: InferenceKind,
   contentType: string | undefined,
   body: Buffer,
+  /** What media weigh in the routing text (prompt-text.ts); default DEFAULT_MEDIA_TOKENS. */
+  media?: Readonly<MediaTokenOptions>,
 ): InferenceRequest {
   if (contentType !== undefined && !JSON_CONTENT_TYPE.test(contentType.trim())) {
     throw new RouterError(
@@ -90,7 +93,7 @@ export function parseInferenceRequest(
   if (obj.stream !== undefined && typeof obj.stream !== 'boolean') {
     throw badRequest('invalid_body', '"stream" must be a boolean');
   }
-  const prompt = promptText(kind, obj);
+  const prompt = promptText(kind, obj, media);
   if (prompt === undefined) throw invalidPrompt(kind);
   // vLLM's Messages API takes no `cache_salt` (its chat request is built without one).
   const routingText = kind === 'messages' ? prompt : saltedText(prompt, obj.cache_salt);
@@ -104,11 +107,15 @@ export function parseInferenceRequest(
   return new ParsedInferenceRequest(kind, obj.model, obj.stream === true, routingText, obj, pieces);
 }
 
-function promptText(kind: InferenceKind, obj: Record<string, unknown>): RoutingText | undefined {
+function promptText(
+  kind: InferenceKind,
+  obj: Record<string, unknown>,
+  media: Readonly<MediaTokenOptions> | undefined,
+): RoutingText | undefined {
   if (kind === 'completions') return completionPromptText(obj.prompt);
-  if (kind === 'chat') return chatPromptText(obj.messages);
-  if (kind === 'messages') return chatPromptText(anthropicChatMessages(obj));
-  return chatPromptText(responsesMessages(obj));
+  if (kind === 'chat') return chatPromptText(obj.messages, media);
+  if (kind === 'messages') return chatPromptText(anthropicChatMessages(obj), media);
+  return chatPromptText(responsesMessages(obj), media);
 }
 
 function invalidPrompt(kind: InferenceKind): RouterError {

@@ -33,7 +33,7 @@ function isText(v: unknown): v is Text {
 }
 
 /** The media string of a content part of type `type`, or undefined. */
-function payloadOf(part: Readonly<Record<string, unknown>>, type: string): Text | undefined {
+export function mediaPayload(part: Readonly<Record<string, unknown>>, type: string): Text | undefined {
   const own = part[type];
   if (isText(own)) return own;
   for (const holder of [own, part.image_url, part]) {
@@ -67,6 +67,6 @@ export function mediaStringKey(s: Text): string {
 export function mediaKey(part: Readonly<Record<string, unknown>>, type: string): string | undefined {
   const uuid = part.uuid;
   if (typeof uuid === 'string' && uuid.length > 0) return `id:${uuid.length <= 128 ? uuid : hash64(uuid)}`;
-  const payload = payloadOf(part, type);
+  const payload = mediaPayload(part, type);
   return payload === undefined ? undefined : mediaStringKey(payload);
 }

@@ -9,6 +9,10 @@
  *    content or the concatenation of its `text` parts; a non-text part contributes its type and a key
  *    of its media (request/media-key.ts: its `uuid`, else a hash of its URL or data), so requests with
  *    different images diverge at the image, and the same image sent again matches, as in vLLM's cache.
+ *    A keyed media part is followed by `MEDIA_CHARS_PER_TOKEN` filler characters per prompt token
+ *    vLLM spends on it (request/media-tokens.ts: ~1,000 for a photo), so the prefix tree, the cost
+ *    model and every count of prompt tokens weigh the image as the prefill it is; at most
+ *    `MAX_MEDIA_FILL_CHARS` per request (a body of many tiny images claiming huge sizes gets no more).
  *
  * A long text stays in pieces (util/piece-text.ts): a long value the body parser returned as a
  * PieceText keeps its pieces, and a chat text longer than PIECE_CHARS is built in pieces of about that
@@ -23,7 +27,8 @@
  * Returns undefined when the field is missing or of the wrong type (the caller reports a 400).
  */
 import { hash32 } from '../util/hash32.js';
-import { mediaKey } from './media-key.js';
+import { mediaKey, mediaPayload } from './media-key.js';
+import { DEFAULT_MEDIA_TOKENS, mediaTokens, type MediaTokenOptions } from './media-tokens.js';
 import { PieceText, RoutingTextBuilder, type RoutingText } from '../util/piece-text.js';
 
 /** Size of the pieces a long chat text is built in (UTF-16 code units; 64 KB even as two-byte text). */
@@ -44,9 +49,19 @@ function isTokenId(v: unknown): v is number {
   return typeof v === 'number' && Number.isInteger(v) && v >= 0;
 }
 
-export function chatPromptText(messages: unknown): RoutingText | undefined {
+/** Filler characters per media token: the cost model's default characters per token. */
+export const MEDIA_CHARS_PER_TOKEN = 4;
+/** Most filler characters one request's media get (1 M characters: ~256 K tokens, past any context). */
+export const MAX_MEDIA_FILL_CHARS = 1 << 20;
+/** The filler (a control character no text part is likely to repeat). */
+const FILL = '\u001a';
+
+export function chatPromptText(
+  messages: unknown,
+  media: Readonly<MediaTokenOptions> = DEFAULT_MEDIA_TOKENS,
+): RoutingText | undefined {
   if (!Array.isArray(messages) || messages.length === 0) return undefined;
-  const out = new RoutingTextBuilder(PIECE_CHARS);
+  const out = new ChatTextBuilder(media);
   for (const m of messages) {
     if (typeof m !== 'object' || m === null || Array.isArray(m)) return undefined;
     const { role, content } = m as { role?: unknown; content?: unknown };
@@ -58,8 +73,26 @@ export function chatPromptText(messages: unknown): RoutingText | undefined {
   return out.build();
 }
 
+/** The routing text builder with the request's media filler budget. */
+class ChatTextBuilder extends RoutingTextBuilder {
+  private fillLeft = MAX_MEDIA_FILL_CHARS;
+
+  constructor(readonly media: Readonly<MediaTokenOptions>) {
+    super(PIECE_CHARS);
+  }
+
+  /** Appends the filler of `tokens` media tokens, within the request's budget. */
+  fill(tokens: number): void {
+    const chars = Math.min(this.fillLeft, Math.max(0, Math.floor(tokens)) * MEDIA_CHARS_PER_TOKEN);
+    if (chars === 0) return;
+    this.fillLeft -= chars;
+    for (let left = chars; left > 0; left -= PIECE_CHARS)
+      this.append(FILL.repeat(Math.min(left, PIECE_CHARS)));
+  }
+}
+
 /** Appends a message's content text; false when the content has the wrong type. */
-function appendContent(out: RoutingTextBuilder, content: unknown): boolean {
+function appendContent(out: ChatTextBuilder, content: unknown): boolean {
   if (typeof content === 'string' || content instanceof PieceText) {
     out.append(content);
     return true;
@@ -73,8 +106,13 @@ function appendContent(out: RoutingTextBuilder, content: unknown): boolean {
     if (type === 'text' && (typeof text === 'string' || text instanceof PieceText)) out.append(text);
     else if (typeof type === 'string') {
       // A media part: its type and a key of what it carries (media-key.ts), as vLLM hashes the media.
-      const key = mediaKey(part as Record<string, unknown>, type);
-      out.append(key === undefined ? `<${type}>` : `<${type}:${key}>`);
+      const p = part as Record<string, unknown>;
+      const key = mediaKey(p, type);
+      if (key === undefined) out.append(`<${type}>`);
+      else {
+        out.append(`<${type}:${key}>`);
+        out.fill(mediaTokens(type, mediaPayload(p, type), out.media));
+      }
     } else return false;
   }
   return true;

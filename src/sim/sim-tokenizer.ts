@@ -23,11 +23,19 @@
  * generation path renders (sim-request.ts): `<|role|>\ncontent\n` per message (text parts
  * concatenated, other parts as `<type:key>` with the key of their media, request/media-key.ts, so that
  * as in vLLM, whose block keys hash the media, two different images share no cache past the image and
- * the same image sent again does), plus `<|assistant|>\n` when a generation prompt is asked for.
+ * the same image sent again does, followed by one filler token per placeholder token a Qwen2-VL-like
+ * processor gives the media: request/media-tokens.ts with its defaults, ~1,000 for a photo, so an
+ * image costs prefill and cache as in vLLM), plus `<|assistant|>\n` when a generation prompt is asked for.
  *
  * Pure: no timers, no I/O.
  */
-import { mediaKey } from '../request/media-key.js';
+import { mediaKey, mediaPayload } from '../request/media-key.js';
+import { DEFAULT_MEDIA_TOKENS, mediaTokens } from '../request/media-tokens.js';
+
+/** Filler of a media part's placeholder tokens (ASCII, so `CharTokenizer` counts 4 per token). */
+const MEDIA_FILL = '\u001a';
+/** The simulator's default characters per token (prefix-cache.ts, `CharTokenizer`). */
+const SIM_CHARS_PER_TOKEN = 4;
 
 export interface ChatRenderOptions {
   /** Append the assistant header that opens the reply (vLLM's `add_generation_prompt`). */
@@ -153,7 +161,12 @@ export function renderChatTemplate(messages: unknown, opts: ChatRenderOptions): 
         if (part.type === 'text' && typeof part.text === 'string') text += part.text;
         else {
           const key = mediaKey(part, part.type);
-          text += key === undefined ? `<${part.type}>` : `<${part.type}:${key}>`;
+          if (key === undefined) text += `<${part.type}>`;
+          else {
+            // The placeholder tokens the model's processor puts in the image's place (media-tokens.ts).
+            const tokens = mediaTokens(part.type, mediaPayload(part, part.type), DEFAULT_MEDIA_TOKENS);
+            text += `<${part.type}:${key}>${MEDIA_FILL.repeat(tokens * SIM_CHARS_PER_TOKEN)}`;
+          }
         }
       }
     } else if (content !== null && content !== undefined)

@@ -5,8 +5,29 @@ import {
   inferenceKind,
   parseInferenceRequest,
 } from '../../../src/request/inference-request.js';
-import { chatPromptText, completionPromptText } from '../../../src/request/prompt-text.js';
+import {
+  chatPromptText,
+  completionPromptText,
+  MAX_MEDIA_FILL_CHARS,
+  MEDIA_CHARS_PER_TOKEN,
+} from '../../../src/request/prompt-text.js';
 import { mediaStringKey } from '../../../src/request/media-key.js';
+import { DEFAULT_MEDIA_TOKENS } from '../../../src/request/media-tokens.js';
+import type { RoutingText } from '../../../src/util/piece-text.js';
+import { pngDataUrl } from '../../support/image-data-url.js';
+
+/** A routing text as one string. */
+function flat(t: RoutingText | undefined): string {
+  if (t === undefined) throw new Error('no routing text');
+  return typeof t === 'string' ? t : t.toString();
+}
+
+/** Length of the common prefix of `a` and `b`. */
+function commonPrefix(a: string, b: string): number {
+  let i = 0;
+  while (i < a.length && i < b.length && a[i] === b[i]) i++;
+  return i;
+}
 import { RouterError } from '../../../src/request/router-error.js';
 
 const json = (v: unknown) => Buffer.from(JSON.stringify(v));
@@ -151,7 +172,51 @@ describe('routing text', () => {
         ],
       },
     ]);
-    expect(text).toBe(`user\nlook at <image_url:${mediaStringKey('x')}>\n`);
+    // The image by URL (size unknown) weighs --media-tokens-unknown tokens of filler after its key.
+    const fill = '\u001a'.repeat(DEFAULT_MEDIA_TOKENS.unknownTokens * MEDIA_CHARS_PER_TOKEN);
+    expect(text).toBe(`user\nlook at <image_url:${mediaStringKey('x')}>${fill}\n`);
+  });
+
+  it('weighs an inline image as the tokens vLLM spends on it, and the same image matches it all', () => {
+    const ask = (url: string, question: string) =>
+      flat(
+        chatPromptText([
+          {
+            role: 'user',
+            content: [
+              { type: 'image_url', image_url: { url } },
+              { type: 'text', text: question },
+            ],
+          },
+        ]),
+      );
+    const photo = pngDataUrl(1024, 768, 'photo');
+    const a = ask(photo, 'What is in it?');
+    // 999 tokens (media-tokens.ts) at 4 characters each: the text is 1,000 tokens, not a dozen.
+    expect(a.length).toBeGreaterThan(999 * MEDIA_CHARS_PER_TOKEN);
+    const b = ask(photo, 'And the colours?');
+    const other = ask(pngDataUrl(1024, 768, 'other'), 'What is in it?');
+    expect(commonPrefix(a, b)).toBeGreaterThan(999 * MEDIA_CHARS_PER_TOKEN); // the next turn: all cached
+    expect(commonPrefix(a, other)).toBeLessThan(40); // another image: diverges at its key
+    // Turned off, the image is its key alone.
+    const off = { ...DEFAULT_MEDIA_TOKENS, maxTokens: 0 };
+    expect(
+      flat(
+        chatPromptText([{ role: 'user', content: [{ type: 'image_url', image_url: { url: photo } }] }], off),
+      ),
+    ).toBe(`user\n<image_url:${mediaStringKey(photo)}>\n`);
+  });
+
+  it('bounds the filler of one request (tiny images claiming huge sizes get no more than the cap)', () => {
+    const parts = Array.from({ length: 200 }, (_, i) => ({
+      type: 'image_url',
+      image_url: { url: pngDataUrl(60_000, 60_000, `i${i}`) },
+    }));
+    const text = flat(chatPromptText([{ role: 'user', content: parts }]));
+    const filler = text.length - text.replaceAll('\u001a', '').length;
+    expect(filler).toBe(MAX_MEDIA_FILL_CHARS);
+    // The keys still all come through (past the cap, each image is its key alone).
+    expect(text.split('<image_url:').length - 1).toBe(200);
   });
 
   it('keys each image by what it is: other images diverge at the image, the same one matches', () => {

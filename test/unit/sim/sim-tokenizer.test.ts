@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { PrefixCache } from '../../../src/sim/prefix-cache.js';
 import { CharTokenizer, renderChatTemplate } from '../../../src/sim/sim-tokenizer.js';
+import { pngDataUrl } from '../../support/image-data-url.js';
 
 describe('CharTokenizer', () => {
   const tok = new CharTokenizer(4);
@@ -91,6 +92,35 @@ describe('renderChatTemplate', () => {
     const r = renderChatTemplate(messages, { addGenerationPrompt: true });
     expect(r.ok).toBe(false);
     if (!r.ok) expect(r.error).toMatch(error);
+  });
+
+  it('gives an image the placeholder tokens a Qwen2-VL processor would: ~1,000 for a photo', () => {
+    const tok = new CharTokenizer();
+    const render = (url: string) => {
+      const r = renderChatTemplate(
+        [
+          {
+            role: 'user',
+            content: [
+              { type: 'image_url', image_url: { url } },
+              { type: 'text', text: 'Q?' },
+            ],
+          },
+        ],
+        { addGenerationPrompt: true },
+      );
+      if (!r.ok) throw new Error(r.error);
+      return tok.encode(r.text);
+    };
+    const photo = render(pngDataUrl(1024, 768, 'a'));
+    const small = render(pngDataUrl(448, 448, 'a'));
+    // 999 and 256 placeholder tokens (request/media-tokens.ts) plus a few of text and key (the two
+    // keys' lengths may differ by a few characters: a token or two either way).
+    expect(Math.abs(photo.length - small.length - (999 - 256))).toBeLessThanOrEqual(3);
+    expect(small.length).toBeGreaterThan(256);
+    expect(small.length).toBeLessThan(256 + 30);
+    // An image by URL (size unknown): the default 1,024.
+    expect(render('https://example.com/cat.png').length).toBeGreaterThan(1_024);
   });
 
   it('rejects add_generation_prompt together with continue_final_message', () => {

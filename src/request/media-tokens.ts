@@ -1,0 +1,100 @@
+/**
+ * How many prompt tokens a multimodal content part costs, for the routing text (prompt-text.ts).
+ *
+ * vLLM replaces an image with the placeholder tokens its vision encoder fills: a Qwen2-VL-family
+ * model (Qwen2-VL, Qwen2.5-VL, the default choice for vision on vLLM) resizes the image to multiples
+ * of 28 pixels within [min_pixels, max_pixels] (transformers' `smart_resize`) and spends one token per
+ * 28 x 28 block: a 1024 x 768 photo is ~1,000 tokens, a screenshot several thousand, while the chat
+ * text around it is often a few dozen. Those tokens are prefilled, cached in KV blocks keyed by the
+ * image (media-key.ts), and saved when the same image comes back. A router that counted the image as
+ * the few characters of its key would price a vision chat's cache at almost nothing and move its
+ * turns to whichever worker is least busy, recomputing the image every turn.
+ *
+ * The estimate:
+ *  - an image sent inline (a base64 `data:` URL) whose header the `image-size` library can read
+ *    (PNG, JPEG, GIF, WebP, BMP, ...): `smart_resize` of its width and height with `patchPixels`
+ *    (28), `minTokens` (4) and `maxTokens` (16,384: Qwen2-VL's defaults); `minTokens === maxTokens`
+ *    gives a model with a fixed count per image (LLaVA-1.5: 576);
+ *  - any other media with a key (an image by URL, audio, video, a file): `unknownTokens` (1,024);
+ *  - a part without a key (nothing the router can tell apart): 0, as it cannot be told cached.
+ * All 0 turns the weighting off. Pure.
+ */
+import { imageSize } from 'image-size';
+import type { PieceText } from '../util/piece-text.js';
+
+export interface MediaTokenOptions {
+  /** Image pixels per token side (Qwen2-VL: 14-pixel patches merged 2 x 2 = 28). */
+  readonly patchPixels: number;
+  /** Fewest tokens an image is resized to (Qwen2-VL's min_pixels / 28^2 = 4). */
+  readonly minTokens: number;
+  /** Most tokens an image is resized to (Qwen2-VL's max_pixels / 28^2 = 16,384); 0 = images weigh 0. */
+  readonly maxTokens: number;
+  /** Tokens of media whose size the router cannot read (by URL, audio, video, files); 0 = none. */
+  readonly unknownTokens: number;
+}
+
+export const DEFAULT_MEDIA_TOKENS: Readonly<MediaTokenOptions> = Object.freeze({
+  patchPixels: 28,
+  minTokens: 4,
+  maxTokens: 16_384,
+  unknownTokens: 1_024,
+});
+
+/** Base64 characters decoded to read an image's header (96 KB: a JPEG's EXIF comes before its size). */
+const HEADER_BASE64_CHARS = 128 * 1024;
+
+/**
+ * Tokens of an image of `width` x `height` pixels (transformers' Qwen2-VL `smart_resize`, whose
+ * result has one token per `patchPixels`^2 block).
+ */
+export function imageTokens(width: number, height: number, o: Readonly<MediaTokenOptions>): number {
+  if (o.maxTokens <= 0) return 0;
+  if (o.minTokens >= o.maxTokens) return o.maxTokens;
+  if (!(width > 0 && height > 0)) return o.unknownTokens;
+  const f = o.patchPixels;
+  const minPixels = o.minTokens * f * f;
+  const maxPixels = o.maxTokens * f * f;
+  let h = Math.max(f, Math.round(height / f) * f);
+  let w = Math.max(f, Math.round(width / f) * f);
+  if (h * w > maxPixels) {
+    const beta = Math.sqrt((height * width) / maxPixels);
+    h = Math.max(f, Math.floor(height / beta / f) * f);
+    w = Math.max(f, Math.floor(width / beta / f) * f);
+  } else if (h * w < minPixels) {
+    const beta = Math.sqrt(minPixels / (height * width));
+    h = Math.ceil((height * beta) / f) * f;
+    w = Math.ceil((width * beta) / f) * f;
+  }
+  return (h / f) * (w / f);
+}
+
+/** Width and height from the header of a base64 `data:image/...` URL, or undefined. */
+export function dataUrlImageSize(url: string | PieceText): { width: number; height: number } | undefined {
+  const comma = url.slice(0, 256).indexOf(',');
+  if (comma === -1) return undefined;
+  const head = url.slice(0, comma);
+  if (!/^data:image\/[^;,]*(;[^,]*)?;base64$/i.test(head)) return undefined;
+  const n = Math.min(url.length - comma - 1, HEADER_BASE64_CHARS);
+  const bytes = Buffer.from(url.slice(comma + 1, comma + 1 + n - (n % 4)), 'base64');
+  try {
+    const s = imageSize(bytes);
+    return s.width > 0 && s.height > 0 ? { width: s.width, height: s.height } : undefined;
+  } catch {
+    return undefined; // not an image the library knows, or its size lies beyond the decoded head
+  }
+}
+
+/** Tokens of a keyed media part of `type` whose payload is `payload` (media-key.ts reads it). */
+export function mediaTokens(
+  type: string,
+  payload: string | PieceText | undefined,
+  o: Readonly<MediaTokenOptions>,
+): number {
+  const isImage = type === 'image_url' || type === 'input_image' || type === 'image';
+  if (isImage && payload !== undefined) {
+    const size = dataUrlImageSize(payload);
+    if (size !== undefined) return imageTokens(size.width, size.height, o);
+  }
+  if (isImage && o.maxTokens <= 0) return 0;
+  return o.unknownTokens;
+}

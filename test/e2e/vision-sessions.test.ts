@@ -1,0 +1,99 @@
+/**
+ * Vision chats through a real Envoy 1.40 with the default policy: each conversation is about one
+ * large inline image, and its turns are short questions. vLLM spends one prompt token per 28 x 28
+ * block of the image (a 2048 x 2048 screenshot: 5,329 tokens), prefilled once and cached; the text
+ * around it is a few dozen tokens. The routing text weighs the image as those tokens
+ * (request/media-tokens.ts), so the cost model prices a turn's cached image as the prefill it saves
+ * and keeps each conversation on the worker that holds its image while the fleet is busy with the
+ * others; counted as the few characters of its key, the image was worth nothing and turns followed
+ * the momentary load. The simulators give the image the same placeholder tokens (sim-tokenizer.ts).
+ * Every load is back to 0 after the test.
+ */
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { startStack, type Stack } from '../support/stack.js';
+import { expectAllLoadsZero } from '../support/router-fixture.js';
+import { pngDataUrl } from '../support/image-data-url.js';
+
+let stack: Stack;
+beforeAll(async () => {
+  stack = await startStack({
+    workers: 4,
+    // Real pacing, so the conversations overlap: 30 ms per output token, 0.05 ms per prompt token
+    // (an uncached 2048 x 2048 image: ~270 ms of prefill).
+    sim: { timeScale: 1, timing: { baseItlMs: 30, overheadMs: 1 } },
+    router: { decisionHeader: true },
+  });
+});
+afterAll(async () => stack?.close());
+afterEach(async () => {
+  await expectAllLoadsZero(stack.router);
+  await Promise.all(stack.sims.map((s) => s.waitForIdle()));
+});
+
+const SESSIONS = 8;
+const TURNS = 4;
+
+interface Turn {
+  worker: string;
+  question: string;
+}
+
+async function ask(messages: unknown[], question: string): Promise<Turn> {
+  const res = await fetch(`${stack.url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'sim-model', messages, max_tokens: 6 }),
+  });
+  expect(res.status).toBe(200);
+  const body = (await res.json()) as { choices: Array<{ message: { content: string } }> };
+  messages.push({ role: 'assistant', content: body.choices[0]?.message.content ?? '' });
+  const decision = res.headers.get('x-vllm-router-decision') ?? '';
+  return { worker: /worker=(\S+?);/.exec(decision)?.[1] ?? '', question };
+}
+
+/** One conversation about its own screenshot: TURNS short questions, one after the other. */
+async function session(s: number): Promise<Turn[]> {
+  const image = pngDataUrl(2048, 2048, `screenshot ${s}`);
+  const messages: unknown[] = [];
+  const turns: Turn[] = [];
+  for (let t = 0; t < TURNS; t++) {
+    const question = `Session ${s}, question ${t}: what does the dialog in the corner say?`;
+    messages.push({
+      role: 'user',
+      content:
+        t === 0
+          ? [
+              { type: 'image_url', image_url: { url: image } },
+              { type: 'text', text: question },
+            ]
+          : question,
+    });
+    turns.push(await ask(messages, question));
+  }
+  return turns;
+}
+
+describe('vision chats: an image weighs the tokens vLLM spends on it', () => {
+  it('keeps each conversation on the worker that holds its image, with the image cached', async () => {
+    const sessions = await Promise.all(Array.from({ length: SESSIONS }, (_, s) => session(s)));
+    const moved: string[] = [];
+    for (const turns of sessions) {
+      const home = turns[0]!.worker;
+      expect(home).not.toBe('');
+      for (const t of turns.slice(1))
+        if (t.worker !== home) moved.push(`${t.question} -> ${t.worker} (home ${home})`);
+    }
+    expect(moved).toEqual([]);
+    // The conversations used the fleet (the first turns spread), and every follow-up found its
+    // image cached where it ran: the simulator's own report, over 90% of the prompt.
+    expect(new Set(sessions.map((t) => t[0]!.worker)).size).toBeGreaterThanOrEqual(3);
+    for (const turns of sessions) {
+      for (const t of turns.slice(1)) {
+        const sim = stack.sims.find((x) => x.url === t.worker)!;
+        const record = sim.records.find((r) => JSON.stringify(r.body).includes(`"${t.question}"`))!;
+        expect(record.promptTokens).toBeGreaterThan(5_329);
+        expect(record.cachedTokens / record.promptTokens, t.question).toBeGreaterThan(0.9);
+      }
+    }
+  });
+});

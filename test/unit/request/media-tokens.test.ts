@@ -1,0 +1,81 @@
+import { describe, expect, it } from 'vitest';
+import {
+  DEFAULT_MEDIA_TOKENS,
+  dataUrlImageSize,
+  imageTokens,
+  mediaTokens,
+} from '../../../src/request/media-tokens.js';
+import { jpegDataUrl, pngDataUrl } from '../../support/image-data-url.js';
+
+const Q = DEFAULT_MEDIA_TOKENS;
+
+describe('imageTokens (Qwen2-VL smart_resize, one token per 28 x 28 block)', () => {
+  it.each([
+    // width, height, tokens: worked by hand from transformers' smart_resize
+    [1024, 768, 27 * 37], // 768/28 = 27.4 -> 27 rows, 1024/28 = 36.6 -> 37 columns
+    [28, 28, 4], // below min_pixels: scaled up to 56 x 56
+    [10, 10, 4],
+    [448, 448, 256],
+    [10_000, 10_000, 127 * 127], // above max_pixels: scaled down, floor to the grid
+    [1, 5_000, 179], // a sliver: at least one block wide (5,000 / 28 -> 179 rows)
+  ])('%i x %i -> %i tokens', (w, h, tokens) => {
+    expect(imageTokens(w, h, Q)).toBe(tokens);
+  });
+
+  it('never exceeds maxTokens nor goes below minTokens', () => {
+    for (const [w, h] of [
+      [1, 1],
+      [100_000, 100_000],
+      [65_535, 3],
+      [3_000, 4_000],
+    ] as const) {
+      const t = imageTokens(w, h, Q);
+      expect(t).toBeGreaterThanOrEqual(Q.minTokens);
+      expect(t).toBeLessThanOrEqual(Q.maxTokens);
+    }
+  });
+
+  it('gives a fixed count when minTokens equals maxTokens (LLaVA-1.5: 576)', () => {
+    const llava = { ...Q, minTokens: 576, maxTokens: 576 };
+    expect(imageTokens(1024, 768, llava)).toBe(576);
+    expect(imageTokens(10, 10, llava)).toBe(576);
+  });
+
+  it('weighs nothing with maxTokens 0', () => {
+    expect(imageTokens(1024, 768, { ...Q, maxTokens: 0 })).toBe(0);
+  });
+});
+
+describe('dataUrlImageSize', () => {
+  it('reads a PNG and a JPEG whose size lies past 60 KB of EXIF', () => {
+    expect(dataUrlImageSize(pngDataUrl(1024, 768))).toEqual({ width: 1024, height: 768 });
+    expect(dataUrlImageSize(jpegDataUrl(640, 480, 60_000))).toEqual({ width: 640, height: 480 });
+  });
+
+  it('gives undefined for URLs, other media, garbage and truncated headers', () => {
+    expect(dataUrlImageSize('https://example.com/cat.png')).toBeUndefined();
+    expect(dataUrlImageSize('data:audio/wav;base64,UklGRg==')).toBeUndefined();
+    expect(dataUrlImageSize('data:image/png;base64,AAAA')).toBeUndefined();
+    expect(dataUrlImageSize('data:image/png;base64,%%%not base64%%%')).toBeUndefined();
+    expect(dataUrlImageSize('data:image/png,rawbytes')).toBeUndefined();
+    expect(dataUrlImageSize(pngDataUrl(64, 64).slice(0, 40))).toBeUndefined();
+  });
+});
+
+describe('mediaTokens', () => {
+  it('sizes inline images, and gives unknownTokens to what it cannot size', () => {
+    expect(mediaTokens('image_url', pngDataUrl(448, 448), Q)).toBe(256);
+    expect(mediaTokens('input_image', pngDataUrl(448, 448), Q)).toBe(256);
+    expect(mediaTokens('image_url', 'https://example.com/cat.png', Q)).toBe(Q.unknownTokens);
+    expect(mediaTokens('input_audio', 'UklGRg==', Q)).toBe(Q.unknownTokens);
+    expect(mediaTokens('video_url', undefined, Q)).toBe(Q.unknownTokens);
+  });
+
+  it('turns off per knob: images with maxTokens 0, the rest with unknownTokens 0', () => {
+    const noImages = { ...Q, maxTokens: 0 };
+    expect(mediaTokens('image_url', pngDataUrl(448, 448), noImages)).toBe(0);
+    expect(mediaTokens('image_url', 'https://example.com/cat.png', noImages)).toBe(0);
+    expect(mediaTokens('input_audio', 'UklGRg==', noImages)).toBe(Q.unknownTokens);
+    expect(mediaTokens('input_audio', 'UklGRg==', { ...Q, unknownTokens: 0 })).toBe(0);
+  });
+});
