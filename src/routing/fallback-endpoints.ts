@@ -48,10 +48,21 @@ export function fallbackWorkers(
   return out.slice(0, count);
 }
 
-/** The destination header's value: the chosen endpoint, then the fallbacks'. */
-export function destinationList(chosen: Worker, fallbacks: readonly Worker[]): string {
-  if (fallbacks.length === 0) return chosen.endpoint;
+/**
+ * `x-gateway-destination-endpoint`: the chosen endpoint, then the fallbacks, comma-separated, as the
+ * endpoint-picker protocol writes it. With `slots` more entries than fallbacks (`--fallback-endpoints`
+ * asked for more than the request may name: a body named for its worker, too few other candidates),
+ * the chosen endpoint fills the rest, so a retry walks no further than the router's own list: past its
+ * end, Envoy's `fallback_policy` would pick any host of the cluster, one the router has cordoned, put
+ * to sleep or taken out, or, for a named body, another worker than the one it names.
+ */
+export function destinationList(
+  chosen: Worker,
+  fallbacks: readonly Worker[],
+  slots = fallbacks.length,
+): string {
   let out = chosen.endpoint;
   for (const w of fallbacks) out += `,${w.endpoint}`;
+  for (let i = fallbacks.length; i < slots; i++) out += `,${chosen.endpoint}`;
   return out;
 }

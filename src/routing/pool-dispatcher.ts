@@ -54,18 +54,19 @@ export class PoolDispatcher implements Dispatcher {
     // would survive young-generation GCs and wait for a full one).
     const { decision, guard, feedback } = reserve(pool, chosen, observer, clock());
     const body = namedResponseBody(req, decision.worker);
-    // A body named for the chosen worker (a stored response's id) is no body for another one.
-    const count = body === undefined ? (this.opts.fallbackEndpoints ?? 0) : 0;
+    // A body named for the chosen worker (a stored response's id) is no body for another one: its
+    // list names the chosen endpoint alone, once per slot (destinationList).
+    const slots = this.opts.fallbackEndpoints ?? 0;
     const fallbacks =
-      count > 0
-        ? fallbackWorkers(candidates(pool, ctx), decision.worker, count, decision.cost?.runnerUp?.worker)
+      slots > 0 && body === undefined
+        ? fallbackWorkers(candidates(pool, ctx), decision.worker, slots, decision.cost?.runnerUp?.worker)
         : [];
     for (const w of fallbacks) this.listed.set(w, (this.listed.get(w) ?? 0) + 1);
     return {
       worker: decision.worker,
       decision,
       ...(feedback !== undefined ? { cacheFeedback: feedback } : {}),
-      setHeaders: routeHeaders(decision.worker, destinationList(decision.worker, fallbacks)),
+      setHeaders: routeHeaders(decision.worker, destinationList(decision.worker, fallbacks, slots)),
       ...(body !== undefined ? { body } : {}),
       responseHeaders: this.decisionReply(decision),
       // Routing reads no response chunk: Envoy may skip the body (extproc/response-body-mode.ts).

@@ -110,6 +110,36 @@ describe('fallback endpoints (override_host, real Envoy)', () => {
     expect(liveWorker?.processed).toBe(6);
   });
 
+  it('a Responses API request named for the dead worker is retried there only, never on a host the router did not name', async () => {
+    // Its body carries a response id naming its worker, so it gets no fallback: its list repeats the
+    // chosen endpoint, and Envoy's retry stays on it instead of asking its own balancer (which would
+    // pick the live worker, or one the router has cordoned or put to sleep).
+    const s = await stack(1);
+    const liveEndpoint = `127.0.0.1:${s.live.port}`;
+    const answers: Array<{ status: number; decision: string }> = [];
+    for (let n = 0; n < 6; n++) {
+      const res = await fetch(`${s.url}/v1/responses`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'sim-model', input: `named ${n}`, max_output_tokens: 3 }),
+      });
+      answers.push({ status: res.status, decision: res.headers.get('x-vllm-router-decision') ?? '' });
+      await res.text();
+    }
+    // Round robin over the two: three to each. Those to the live worker are answered there, with its
+    // endpoint in both slots; those to the dead one get Envoy's 503 and reach no other worker.
+    const toDead = answers.filter((a) => workerOf(a.decision) === s.dead);
+    expect(toDead).toHaveLength(3);
+    for (const a of toDead) expect(a.status).toBe(503);
+    expect(answers.filter((a) => a.status === 200)).toHaveLength(3);
+    expect(s.live.records).toHaveLength(3);
+    for (const r of s.live.records) {
+      expect(r.headers['x-gateway-destination-endpoint']).toBe(`${liveEndpoint},${liveEndpoint}`);
+    }
+    expect(await metricsText(s.router)).not.toContain(`vllm_router_failovers_total{worker="${s.dead}"`);
+    await expectAllLoadsZero(s.router);
+  });
+
   it("without fallback endpoints the destination names one worker; a response Envoy's own balancer served elsewhere still moves the load", async () => {
     const s = await stack(0);
     const answers: Array<{ status: number; worker: string; branch: string }> = [];

@@ -54,6 +54,13 @@ describe('fallbackWorkers', () => {
     expect(fallbackWorkers([a], a, 3)).toEqual([]);
   });
 
+  it('fills the slots the fallbacks leave with the chosen endpoint (no retry reaches a host it did not name)', () => {
+    const [a, b] = workers(2) as [Worker, Worker];
+    expect(destinationList(a, [b], 3)).toBe('10.0.0.1:8000,10.0.0.1:8001,10.0.0.1:8000,10.0.0.1:8000');
+    expect(destinationList(a, [], 1)).toBe('10.0.0.1:8000,10.0.0.1:8000');
+    expect(destinationList(a, [], 0)).toBe('10.0.0.1:8000');
+  });
+
   it('lists the chosen endpoint first, comma-separated, as the endpoint-picker protocol writes it', () => {
     const [a, b, c] = workers(3) as [Worker, Worker, Worker];
     expect(destinationList(a, [])).toBe('10.0.0.1:8000');
@@ -121,12 +128,13 @@ describe('PoolDispatcher with fallback endpoints', () => {
     d.finish({ kind: 'response', status: 200 });
   });
 
-  it('names one endpoint when the setting is 0, and for a body named for the chosen worker', () => {
+  it('names one endpoint when the setting is 0; a body named for the chosen worker names it in every slot', () => {
     const s = setup(0);
     const d = s.dispatcher.dispatch(s.completion());
     expect(d.setHeaders[DESTINATION_HEADER]).toBe(d.worker.endpoint);
     d.finish({ kind: 'response', status: 200 });
-    // A /v1/responses body carries a response id naming its worker: no other worker may serve it.
+    // A /v1/responses body carries a response id naming its worker: no other worker may serve it, and
+    // no retry may walk past the list to Envoy's own choice of host.
     const named = setup(2);
     const raw = Buffer.from(JSON.stringify({ model: 'm', input: 'hello' }));
     const r = named.dispatcher.dispatch({
@@ -137,8 +145,11 @@ describe('PoolDispatcher with fallback endpoints', () => {
       inference: parseInferenceRequest('responses', undefined, raw),
     });
     expect(r.body).toBeDefined();
-    expect(r.setHeaders[DESTINATION_HEADER]).toBe(r.worker.endpoint);
+    const ep = r.worker.endpoint;
+    expect(r.setHeaders[DESTINATION_HEADER]).toBe(`${ep},${ep},${ep}`);
+    expect(named.pool.workers.map((w) => named.dispatcher.pendingFallbacks(w))).toEqual([0, 0, 0]);
     r.finish({ kind: 'response', status: 200 });
+    expect(loads(named)).toEqual([0, 0, 0]);
   });
 
   it("adopt moves the request's load to the worker that served it; an unknown endpoint adopts nothing", () => {
@@ -176,7 +187,14 @@ describe("PoolDispatcher with the gateway's endpoint subset", () => {
     for (let n = 0; n < 4; n++) {
       const d = s.dispatcher.dispatch(withSubset(s.completion(), allowed));
       expect(allowed).toContain(d.worker.endpoint);
-      expect(d.setHeaders[DESTINATION_HEADER]?.split(',').sort()).toEqual(allowed);
+      // One fallback is all the subset allows; the chosen endpoint fills the second slot.
+      const list = d.setHeaders[DESTINATION_HEADER]?.split(',') ?? [];
+      expect([...new Set(list)].sort()).toEqual(allowed);
+      expect(list).toEqual([
+        d.worker.endpoint,
+        allowed.find((e) => e !== d.worker.endpoint),
+        d.worker.endpoint,
+      ]);
       d.finish({ kind: 'response', status: 200 });
     }
     expect(s.pool.workers.find((w) => w.endpoint === '10.0.0.1:8000')?.processed).toBe(0);
