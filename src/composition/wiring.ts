@@ -522,6 +522,7 @@ function buildDispatcher(c: Base & { prefillClient: PrefillClient | undefined })
     prefillTimeoutMs: config.prefillTimeoutMs,
     prefillRetries: config.prefillRetries,
     decisionHeader: config.decisionHeader,
+    fallbackSlots: config.fallbackEndpoints,
     bootstrap: c.bootstrap,
     ...(config.pdLocalPrefillTokens > 0
       ? {

@@ -107,7 +107,7 @@ export function overrideHostCluster(
               },
               // Once the list is used up: Envoy's own choice (the router still moves the load there).
               // The router fills its list to --fallback-endpoints + 1 entries, so with num_retries at
-              // most that, only a one-endpoint list (--fallback-endpoints 0, a P/D decode) gets here.
+              // most that, only a one-endpoint list (--fallback-endpoints 0) gets here.
               fallback_policy: {
                 policies: [
                   {

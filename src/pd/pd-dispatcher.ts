@@ -44,6 +44,7 @@ import {
   routingContext,
 } from '../routing/pool-dispatcher.js';
 import { routeHeaders } from '../routing/route-headers.js';
+import { destinationList } from '../routing/fallback-endpoints.js';
 import { responseIdFor } from '../routing/response-affinity.js';
 import {
   choose,
@@ -122,6 +123,8 @@ export interface PdDispatcherOptions {
   readonly prefillTimeoutMs: number;
   readonly prefillRetries: number;
   readonly decisionHeader: boolean;
+  /** `--fallback-endpoints`: the decode destination list repeats the decode endpoint this often more. */
+  readonly fallbackSlots?: number;
   /** Mooncake: engine ids per prefill instance; instances not ready are never selected. */
   readonly bootstrap?: BootstrapDirectory;
   /**
@@ -596,7 +599,10 @@ export class PdDispatcher implements Dispatcher {
     const prefillDecision = extra.prefill;
     const { cachedTokens, onFinish } = extra;
     const worker = decision.worker;
-    const setHeaders: Record<string, string> = routeHeaders(worker);
+    // One decode worker: the prefill leg's KV waits for it. Its endpoint fills every fallback slot, so
+    // a retry never reaches a decode host the router did not choose (routing/fallback-endpoints.ts).
+    const destination = destinationList(worker, [], this.opts.fallbackSlots ?? 0);
+    const setHeaders: Record<string, string> = routeHeaders(worker, destination);
     let rewritten: Buffer | undefined;
     if (body) {
       if (req.inference?.namesFreeResponse) body.request_id = responseIdFor(worker);

@@ -81,6 +81,7 @@ function setup(
     decode?: number;
     retries?: number;
     localMax?: number;
+    fallbackSlots?: number;
   } = {},
 ) {
   const h = harness();
@@ -124,6 +125,7 @@ function setup(
     prefillTimeoutMs: 1000,
     prefillRetries: opts.retries ?? 1,
     decisionHeader: false,
+    ...(opts.fallbackSlots !== undefined ? { fallbackSlots: opts.fallbackSlots } : {}),
     ...(opts.localMax !== undefined
       ? { localPrefill: { maxTokens: opts.localMax, tokensOf: (chars: number) => Math.ceil(chars / 4) } }
       : {}),
@@ -162,6 +164,17 @@ describe('PdDispatcher: sequential', () => {
       `decodeRouted:${d.worker.url}`,
     ]);
     expect(typeof s.durations[0]).toBe('number'); // the router ran this leg: it measured it
+  });
+
+  it('with fallback endpoints, names the one decode worker in every slot (no retry reaches another)', async () => {
+    const s = setup({ decode: 2, fallbackSlots: 2 });
+    const pending = s.dispatcher.dispatch(REQ, new AbortController()) as Promise<Dispatch>;
+    (await s.client.call(1)).resolve(OK);
+    const d = await pending;
+    const ep = d.worker.endpoint;
+    expect(d.setHeaders['x-gateway-destination-endpoint']).toBe(`${ep},${ep},${ep}`);
+    d.finish({ kind: 'response', status: 200 });
+    expect(s.loads()).toEqual({ prefill: [0, 0], decode: [0, 0] });
   });
 
   it('counts the decode worker as awaited while the leg runs (a drain for sleep waits for it)', async () => {
