@@ -540,12 +540,18 @@ function meanForeignShare(signals: WorkerSignals, workers: readonly Worker[]): n
 }
 
 /**
+ * Fewest cached tokens that make a hit: one KV block at vLLM's default block size (vLLM caches whole
+ * blocks, so a shorter match, such as a chat's role marker, saves nothing).
+ */
+export const MIN_HIT_TOKENS = 16;
+
+/**
  * The decision's branch, in the names cache_aware always used: `cache_hit` when the chosen worker
  * holds the longest cached prefix, `imbalance` when another held more but load outweighed it,
- * `low_match` when no candidate holds any of the prompt.
+ * `low_match` when no candidate holds a block's worth of the prompt (MIN_HIT_TOKENS).
  */
 export function costBranch(c: CostInputs): 'cache_hit' | 'imbalance' | 'low_match' {
-  if (c.maxCachedTokens <= 0) return 'low_match';
+  if (c.maxCachedTokens < MIN_HIT_TOKENS) return 'low_match';
   return c.chosen.cachedTokens >= c.maxCachedTokens ? 'cache_hit' : 'imbalance';
 }
 

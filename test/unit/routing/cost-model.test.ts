@@ -199,6 +199,14 @@ describe('cost model scoring (cache_aware default mode)', () => {
       branch: 'low_match',
     },
     {
+      name: 'under one KV block in common (a role marker): no hit anywhere, so no imbalance either',
+      held: 'user\nHow do I peel a mango without a knife?',
+      prompt: 'user\nWhat is the boiling point of water at altitude?',
+      loads: [scraped(1), idle],
+      want: 1,
+      branch: 'low_match',
+    },
+    {
       name: 'overloaded holder (KV usage above 0.9) is skipped while the other is below',
       held: DOC,
       prompt: `${DOC} Q`,
