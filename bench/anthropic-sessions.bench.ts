@@ -29,12 +29,19 @@
 import { randomBytes } from 'node:crypto';
 import { runInterleaved } from './arm-runs.js';
 import { buildRouter, startRoutedStack } from './bench-stack.js';
-import { TIMING } from './routing-bench.js';
 import { numericFlag } from './numeric-flag.js';
-import { cellOf, readStream, summarize, type Cell, type Turn } from './session-cells.js';
+import {
+  cellOf,
+  runSessions,
+  SESSION_SIM,
+  streamTurn,
+  summarize,
+  type Cell,
+  type Turn,
+} from './session-cells.js';
 import { mulberry32, wordText } from './workloads.js';
 import { preparePeers, startPeerFleet, type PeerName } from './peers.js';
-import type { Simulator, SimulatorOptions } from '../src/sim/simulator.js';
+import type { Simulator } from '../src/sim/simulator.js';
 import { anthropicChatMessages } from '../src/request/anthropic-messages.js';
 
 const repeats = numericFlag('repeats', 2);
@@ -89,66 +96,45 @@ function body(messages: Message[], chat: boolean): Record<string, unknown> {
  * One run of every session against `baseUrl`; each session's turns go one after the other. `chat`: as
  * /v1/chat/completions; `sessionHeader`: each session named in Claude Code's `x-claude-code-session-id`.
  */
-async function converse(
+function converse(
   baseUrl: string,
   { chat, sessionHeader }: { chat: boolean; sessionHeader?: boolean },
   seed: number,
   n: number,
   t: number,
-): Promise<{ turns: Turn[][]; wallMs: number }> {
-  const start = performance.now();
-  const all = await Promise.all(
-    Array.from({ length: n }, async (_, s) => {
-      const rng = mulberry32(seed * 1000 + s);
-      const out: Turn[] = [];
-      const file = text(rng, 900, `session ${seed}.${s} file:`);
-      const messages: Message[] = [{ role: 'user', content: [{ type: 'text', text: `${REMINDER}${file}` }] }];
-      const headers: Record<string, string> = { 'content-type': 'application/json' };
-      if (sessionHeader === true) headers['x-claude-code-session-id'] = `session-${seed}-${s}`;
-      for (let k = 0; k < t; k++) {
-        if (k > 0) {
-          const id = `toolu_${seed}_${s}_${k}`;
-          messages.push({
-            role: 'assistant',
-            content: [{ type: 'tool_use', id, name: 'read_file', input: { path: `src/f${k}.ts` } }],
-          });
-          messages.push({
-            role: 'user',
-            content: [
-              { type: 'tool_result', tool_use_id: id, content: text(rng, 450, `contents of f${k}:`) },
-              { type: 'text', text: text(rng, 100, `turn ${k}:`) },
-            ],
-          });
-        }
-        const sent = performance.now();
-        const res = await fetch(`${baseUrl}${chat ? '/v1/chat/completions' : '/v1/messages'}`, {
-          method: 'POST',
-          headers,
-          body: JSON.stringify(body(messages, chat)),
-        }).catch(() => undefined);
-        const status = res?.status ?? 0;
-        if (res === undefined || status !== 200) {
-          await res?.text().catch(() => undefined);
-          out.push({ status, ttftMs: 0, outputTokens: 0 });
-          continue;
-        }
-        const r = await readStream(res, sent);
-        out.push({ status, ttftMs: r.ttftMs, outputTokens: OUTPUT_TOKENS });
-        messages.push({ role: 'assistant', content: r.text });
+) {
+  return runSessions(n, async (s) => {
+    const rng = mulberry32(seed * 1000 + s);
+    const out: Turn[] = [];
+    const file = text(rng, 900, `session ${seed}.${s} file:`);
+    const messages: Message[] = [{ role: 'user', content: [{ type: 'text', text: `${REMINDER}${file}` }] }];
+    const headers: Record<string, string> = { 'content-type': 'application/json' };
+    if (sessionHeader === true) headers['x-claude-code-session-id'] = `session-${seed}-${s}`;
+    for (let k = 0; k < t; k++) {
+      if (k > 0) {
+        const id = `toolu_${seed}_${s}_${k}`;
+        messages.push({
+          role: 'assistant',
+          content: [{ type: 'tool_use', id, name: 'read_file', input: { path: `src/f${k}.ts` } }],
+        });
+        messages.push({
+          role: 'user',
+          content: [
+            { type: 'tool_result', tool_use_id: id, content: text(rng, 450, `contents of f${k}:`) },
+            { type: 'text', text: text(rng, 100, `turn ${k}:`) },
+          ],
+        });
       }
-      return out;
-    }),
-  );
-  return { turns: all, wallMs: performance.now() - start };
+      const url = `${baseUrl}${chat ? '/v1/chat/completions' : '/v1/messages'}`;
+      const r = await streamTurn(url, body(messages, chat), OUTPUT_TOKENS, headers);
+      out.push(r.turn);
+      if (r.text !== undefined) messages.push({ role: 'assistant', content: r.text });
+    }
+    return out;
+  });
 }
 
-const sim: SimulatorOptions = {
-  model: MODEL,
-  maxRecords: 5000,
-  timeScale: 1,
-  timing: TIMING,
-  cache: { capacityBlocks: 1024 },
-};
+const sim = SESSION_SIM;
 
 type Variant = { label: string; chat: boolean } & (
   | {

@@ -22,14 +22,21 @@
  */
 import { runInterleaved } from './arm-runs.js';
 import { buildRouter, startRoutedStack } from './bench-stack.js';
-import { TIMING } from './routing-bench.js';
 import { numericFlag } from './numeric-flag.js';
 import { round } from './stats.js';
-import { cellOf, readStream, summarize, type Cell, type Turn } from './session-cells.js';
+import {
+  cellOf,
+  runSessions,
+  SESSION_SIM,
+  streamTurn,
+  summarize,
+  type Cell,
+  type Turn,
+} from './session-cells.js';
 import { mulberry32, wordText } from './workloads.js';
 import { preparePeers, startPeerOn } from './peers.js';
 import { startDpSimulator, type DpSimulator } from '../src/sim/dp-server.js';
-import type { Simulator, SimulatorOptions } from '../src/sim/simulator.js';
+import type { Simulator } from '../src/sim/simulator.js';
 import type { SimulatorCluster } from '../src/sim/cluster.js';
 
 const repeats = numericFlag('repeats', 2);
@@ -45,43 +52,23 @@ const WORDS = 'the of a design document section requirement service request cach
 const text = (rng: () => number, chars: number, head: string): string => wordText(rng, chars, head, WORDS);
 
 /** One run of every session against `baseUrl`; each session's turns go one after the other. */
-async function converse(
-  baseUrl: string,
-  seed: number,
-  n: number,
-  t: number,
-): Promise<{ turns: Turn[][]; wallMs: number }> {
-  const start = performance.now();
-  const all = await Promise.all(
-    Array.from({ length: n }, async (_, s) => {
-      const rng = mulberry32(seed * 1000 + s);
-      const messages: Array<{ role: string; content: string }> = [
-        { role: 'system', content: text(rng, 2700, `Session ${seed}.${s} design document:`) },
-      ];
-      const out: Turn[] = [];
-      for (let k = 0; k < t; k++) {
-        messages.push({ role: 'user', content: text(rng, 110, `turn ${k}:`) });
-        const sent = performance.now();
-        const res = await fetch(`${baseUrl}/v1/chat/completions`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json' },
-          body: JSON.stringify({ model: MODEL, messages, max_tokens: OUTPUT_TOKENS, stream: true }),
-        }).catch(() => undefined);
-        const status = res?.status ?? 0;
-        if (res === undefined || status !== 200) {
-          await res?.text().catch(() => undefined);
-          out.push({ status, ttftMs: 0, outputTokens: 0 });
-          messages.pop();
-          continue;
-        }
-        const r = await readStream(res, sent);
-        out.push({ status, ttftMs: r.ttftMs, outputTokens: OUTPUT_TOKENS });
-        messages.push({ role: 'assistant', content: r.text });
-      }
-      return out;
-    }),
-  );
-  return { turns: all, wallMs: performance.now() - start };
+function converse(baseUrl: string, seed: number, n: number, t: number) {
+  return runSessions(n, async (s) => {
+    const rng = mulberry32(seed * 1000 + s);
+    const messages: Array<{ role: string; content: string }> = [
+      { role: 'system', content: text(rng, 2700, `Session ${seed}.${s} design document:`) },
+    ];
+    const out: Turn[] = [];
+    for (let k = 0; k < t; k++) {
+      messages.push({ role: 'user', content: text(rng, 110, `turn ${k}:`) });
+      const body = { model: MODEL, messages, max_tokens: OUTPUT_TOKENS, stream: true };
+      const r = await streamTurn(`${baseUrl}/v1/chat/completions`, body, OUTPUT_TOKENS);
+      out.push(r.turn);
+      if (r.text !== undefined) messages.push({ role: 'assistant', content: r.text });
+      else messages.pop();
+    }
+    return out;
+  });
 }
 
 /** The share of a run's requests the servers saw pinned to an engine (X-data-parallel-rank). */
@@ -93,13 +80,7 @@ function pinnedShare(fleet: readonly DpSimulator[], before: { pinned: number; ba
 
 const sum = (xs: readonly number[]): number => xs.reduce((a, b) => a + b, 0);
 
-const engine: SimulatorOptions = {
-  model: MODEL,
-  maxRecords: 5000,
-  timeScale: 1,
-  timing: TIMING,
-  cache: { capacityBlocks: 1024 },
-};
+const engine = SESSION_SIM;
 
 /** The data-parallel servers, and the cluster view a routed stack closes. */
 async function startFleet(): Promise<{ fleet: DpSimulator[]; cluster: SimulatorCluster }> {

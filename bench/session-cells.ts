@@ -1,10 +1,55 @@
 /**
- * What the session benchmarks (bench/anthropic-sessions.bench.ts, bench/data-parallel.bench.ts) share:
- * reading a streamed answer, one run's cell (hit rate, throughput, time to first token, spread over
- * the simulators) and the per-variant summary against round robin.
+ * What the session benchmarks (bench/anthropic-sessions.bench.ts, bench/data-parallel.bench.ts,
+ * bench/vision-sessions.bench.ts) share: the simulators' options, running the sessions at once,
+ * sending a streamed turn and reading its answer, one run's cell (hit rate, throughput, time to first
+ * token, spread over the simulators) and the per-variant summary against round robin.
  */
 import { percentile, round } from './stats.js';
-import type { Simulator } from '../src/sim/simulator.js';
+import { TIMING } from './routing-bench.js';
+import type { Simulator, SimulatorOptions } from '../src/sim/simulator.js';
+
+/** Simulators as the routing benchmark's: its timing, 1024-block prefix caches of 16 tokens. */
+export const SESSION_SIM: SimulatorOptions = {
+  model: 'sim-model',
+  maxRecords: 5000,
+  timeScale: 1,
+  timing: TIMING,
+  cache: { capacityBlocks: 1024 },
+};
+
+/** Runs `n` sessions at once (`session(s)` sends session s's turns one after the other). */
+export async function runSessions(
+  n: number,
+  session: (s: number) => Promise<Turn[]>,
+): Promise<{ turns: Turn[][]; wallMs: number }> {
+  const start = performance.now();
+  const turns = await Promise.all(Array.from({ length: n }, (_, s) => session(s)));
+  return { turns, wallMs: performance.now() - start };
+}
+
+/**
+ * Sends one streamed turn (POST `body` as JSON to `url`) and reads it to its end: the turn, and the
+ * answer's text when it was answered 200 (undefined otherwise: the caller leaves it out of the
+ * conversation).
+ */
+export async function streamTurn(
+  url: string,
+  body: unknown,
+  outputTokens: number,
+  headers: Record<string, string> = { 'content-type': 'application/json' },
+): Promise<{ turn: Turn; text?: string }> {
+  const sent = performance.now();
+  const res = await fetch(url, { method: 'POST', headers, body: JSON.stringify(body) }).catch(
+    () => undefined,
+  );
+  const status = res?.status ?? 0;
+  if (res === undefined || status !== 200) {
+    await res?.text().catch(() => undefined);
+    return { turn: { status, ttftMs: 0, outputTokens: 0 } };
+  }
+  const r = await readStream(res, sent);
+  return { turn: { status, ttftMs: r.ttftMs, outputTokens }, text: r.text };
+}
 
 /** One request of a session. */
 export interface Turn {

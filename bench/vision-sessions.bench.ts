@@ -23,12 +23,19 @@
  */
 import { runInterleaved } from './arm-runs.js';
 import { buildRouter, startRoutedStack } from './bench-stack.js';
-import { TIMING } from './routing-bench.js';
 import { numericFlag } from './numeric-flag.js';
-import { cellOf, readStream, summarize, type Cell, type Turn } from './session-cells.js';
+import {
+  cellOf,
+  runSessions,
+  SESSION_SIM,
+  streamTurn,
+  summarize,
+  type Cell,
+  type Turn,
+} from './session-cells.js';
 import { mulberry32, wordText } from './workloads.js';
 import { preparePeers, startPeerFleet, type PeerName } from './peers.js';
-import type { Simulator, SimulatorOptions } from '../src/sim/simulator.js';
+import type { Simulator } from '../src/sim/simulator.js';
 import { pngDataUrl } from '../test/support/image-data-url.js';
 
 const repeats = numericFlag('repeats', 2);
@@ -38,7 +45,7 @@ const width = numericFlag('width', 1280);
 const height = numericFlag('height', 960);
 const WORKERS = 8;
 const OUTPUT_TOKENS = 32;
-const MODEL = 'sim-model';
+const MODEL = SESSION_SIM.model as string;
 /** Bytes of picture after the header: a screenshot's compressed size. */
 const PICTURE_BYTES = 80 * 1024;
 const log = (m: string): void => void process.stderr.write(`${m}\n`);
@@ -54,61 +61,34 @@ function screenshot(rng: () => number): string {
 }
 
 /** One run of every session against `baseUrl`; each session's turns go one after the other. */
-async function converse(
-  baseUrl: string,
-  seed: number,
-  n: number,
-  t: number,
-): Promise<{ turns: Turn[][]; wallMs: number }> {
-  const start = performance.now();
-  const all = await Promise.all(
-    Array.from({ length: n }, async (_, s) => {
-      const rng = mulberry32(seed * 1000 + s);
-      const messages: unknown[] = [{ role: 'system', content: SYSTEM }];
-      const image = screenshot(rng);
-      const out: Turn[] = [];
-      for (let k = 0; k < t; k++) {
-        const question = text(rng, 120, `Session ${seed}.${s}, question ${k}:`);
-        messages.push({
-          role: 'user',
-          content:
-            k === 0
-              ? [
-                  { type: 'image_url', image_url: { url: image } },
-                  { type: 'text', text: question },
-                ]
-              : question,
-        });
-        const sent = performance.now();
-        const res = await fetch(`${baseUrl}/v1/chat/completions`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json' },
-          body: JSON.stringify({ model: MODEL, messages, max_tokens: OUTPUT_TOKENS, stream: true }),
-        }).catch(() => undefined);
-        const status = res?.status ?? 0;
-        if (res === undefined || status !== 200) {
-          await res?.text().catch(() => undefined);
-          out.push({ status, ttftMs: 0, outputTokens: 0 });
-          if (k > 0) messages.pop(); // the first message carries the image: keep it
-          continue;
-        }
-        const r = await readStream(res, sent);
-        out.push({ status, ttftMs: r.ttftMs, outputTokens: OUTPUT_TOKENS });
-        messages.push({ role: 'assistant', content: r.text });
-      }
-      return out;
-    }),
-  );
-  return { turns: all, wallMs: performance.now() - start };
+function converse(baseUrl: string, seed: number, n: number, t: number) {
+  return runSessions(n, async (s) => {
+    const rng = mulberry32(seed * 1000 + s);
+    const messages: unknown[] = [{ role: 'system', content: SYSTEM }];
+    const image = screenshot(rng);
+    const out: Turn[] = [];
+    for (let k = 0; k < t; k++) {
+      const question = text(rng, 120, `Session ${seed}.${s}, question ${k}:`);
+      const image_url = { url: image };
+      const content =
+        k === 0
+          ? [
+              { type: 'image_url', image_url },
+              { type: 'text', text: question },
+            ]
+          : question;
+      messages.push({ role: 'user', content });
+      const body = { model: MODEL, messages, max_tokens: OUTPUT_TOKENS, stream: true };
+      const r = await streamTurn(`${baseUrl}/v1/chat/completions`, body, OUTPUT_TOKENS);
+      out.push(r.turn);
+      if (r.text !== undefined) messages.push({ role: 'assistant', content: r.text });
+      else if (k > 0) messages.pop(); // the first message carries the image: keep it
+    }
+    return out;
+  });
 }
 
-const sim: SimulatorOptions = {
-  model: MODEL,
-  maxRecords: 5000,
-  timeScale: 1,
-  timing: TIMING,
-  cache: { capacityBlocks: 1024 },
-};
+const sim = SESSION_SIM;
 
 type Variant = { label: string } & ({ router: Record<string, unknown> } | { peer: PeerName });
 const peers = preparePeers(log);
