@@ -40,8 +40,11 @@ export const DEFAULT_MEDIA_TOKENS: Readonly<MediaTokenOptions> = Object.freeze({
   unknownTokens: 1_024,
 });
 
-/** Base64 characters decoded to read an image's header (96 KB: a JPEG's EXIF comes before its size). */
-const HEADER_BASE64_CHARS = 128 * 1024;
+/**
+ * Base64 characters decoded to read an image's header: 3 KB first (PNG, GIF, WebP and most JPEGs),
+ * then 96 KB (a JPEG whose EXIF, up to 64 KB, comes before its size).
+ */
+const HEADER_BASE64_CHARS = [4 * 1024, 128 * 1024] as const;
 
 /**
  * Tokens of an image of `width` x `height` pixels (transformers' Qwen2-VL `smart_resize`, whose
@@ -74,14 +77,18 @@ export function dataUrlImageSize(url: string | PieceText): { width: number; heig
   if (comma === -1) return undefined;
   const head = url.slice(0, comma);
   if (!/^data:image\/[^;,]*(;[^,]*)?;base64$/i.test(head)) return undefined;
-  const n = Math.min(url.length - comma - 1, HEADER_BASE64_CHARS);
-  const bytes = Buffer.from(url.slice(comma + 1, comma + 1 + n - (n % 4)), 'base64');
-  try {
-    const s = imageSize(bytes);
-    return s.width > 0 && s.height > 0 ? { width: s.width, height: s.height } : undefined;
-  } catch {
-    return undefined; // not an image the library knows, or its size lies beyond the decoded head
+  const data = url.length - comma - 1;
+  for (const chars of HEADER_BASE64_CHARS) {
+    const n = Math.min(data, chars);
+    try {
+      const s = imageSize(Buffer.from(url.slice(comma + 1, comma + 1 + n - (n % 4)), 'base64'));
+      if (s.width > 0 && s.height > 0) return { width: s.width, height: s.height };
+    } catch {
+      // not an image the library knows, or its size lies beyond the decoded head
+    }
+    if (n === data) break;
   }
+  return undefined;
 }
 
 /** Tokens of a keyed media part of `type` whose payload is `payload` (media-key.ts reads it). */
