@@ -4,6 +4,7 @@ import {
   exceedsDepth,
   inferenceKind,
   parseInferenceRequest,
+  type InferenceKind,
 } from '../../../src/request/inference-request.js';
 import {
   chatPromptText,
@@ -205,6 +206,33 @@ describe('routing text', () => {
         chatPromptText([{ role: 'user', content: [{ type: 'image_url', image_url: { url: photo } }] }], off),
       ),
     ).toBe(`user\n<image_url:${mediaStringKey(photo)}>\n`);
+  });
+
+  it('weighs the image alike whichever API carries it: chat, Responses, Anthropic Messages', () => {
+    const photo = pngDataUrl(1024, 768, 'photo');
+    const base64 = photo.slice(photo.indexOf(',') + 1);
+    const bodies: Array<[InferenceKind, unknown]> = [
+      ['chat', { messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: photo } }] }] }],
+      ['responses', { input: [{ role: 'user', content: [{ type: 'input_image', image_url: photo }] }] }],
+      [
+        'messages',
+        {
+          max_tokens: 8,
+          messages: [
+            {
+              role: 'user',
+              content: [{ type: 'image', source: { type: 'base64', media_type: 'image/png', data: base64 } }],
+            },
+          ],
+        },
+      ],
+    ];
+    for (const [kind, body] of bodies) {
+      const raw = Buffer.from(JSON.stringify({ model: 'm', ...(body as object) }));
+      const text = flat(parseInferenceRequest(kind, undefined, raw).text);
+      const filler = text.length - text.replaceAll('\u001a', '').length;
+      expect(filler, kind).toBe(999 * MEDIA_CHARS_PER_TOKEN);
+    }
   });
 
   it('bounds the filler of one request (tiny images claiming huge sizes get no more than the cap)', () => {
