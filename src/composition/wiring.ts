@@ -641,6 +641,12 @@ function buildGrpcServer(
       maxTokens: config.imageTokensMax,
       unknownTokens: config.mediaTokensUnknown,
     },
+    onMedia: (m) => {
+      if (m.sized > 0) metrics.mediaParts.inc({ size: 'read' }, m.sized);
+      if (m.unsized > 0) metrics.mediaParts.inc({ size: 'unknown' }, m.unsized);
+      if (m.unkeyed > 0) metrics.mediaParts.inc({ size: 'unkeyed' }, m.unkeyed);
+      if (m.tokens > 0) metrics.mediaTokens.inc(m.tokens);
+    },
     onStreamsChanged: (n) => metrics.streamsActive.set(n),
     onConnectionClose: (reason) => metrics.grpcConnectionCloses.inc({ reason }),
     onFailover: (routed, _served, adopted) =>

@@ -54,7 +54,7 @@ import {
 import type { ServerCall } from './grpc-server.js';
 import { REQUEST_ID_HEADER, UNTRUSTED_REQUEST_HEADERS } from './headers.js';
 import { inferenceKind, parseInferenceRequest, type InferenceKind } from '../request/inference-request.js';
-import type { MediaTokenOptions } from '../request/media-tokens.js';
+import type { MediaTally, MediaTokenOptions } from '../request/media-tokens.js';
 import { RouterError } from '../request/router-error.js';
 import { MODEL_REWRITE_HEADER, withModel } from '../request/model-rewrite.js';
 import { takesPriority, withPriority } from '../request/worker-priority.js';
@@ -82,6 +82,8 @@ export interface SessionDeps {
   readonly maxBodyBytes: number;
   /** What media weigh in the routing text (request/media-tokens.ts); default DEFAULT_MEDIA_TOKENS. */
   readonly mediaTokens?: Readonly<MediaTokenOptions>;
+  /** Told the media parts of every inference request that has any (metrics). */
+  readonly onMedia?: (media: Readonly<MediaTally>) => void;
   readonly onEnd?: (summary: SessionSummary) => void;
   /**
    * A request the router answers itself, without a worker (routing/model-list.ts): asked for every
@@ -409,7 +411,9 @@ export class Session {
 
   private parse(body: Buffer) {
     const kind = this.kind as InferenceKind;
-    return parseInferenceRequest(kind, this.headers['content-type'], body, this.deps.mediaTokens);
+    const req = parseInferenceRequest(kind, this.headers['content-type'], body, this.deps.mediaTokens);
+    if (req.media !== undefined) this.deps.onMedia?.(req.media);
+    return req;
   }
 
   private onResponseHeaders(h: HttpHeaders, metadata: MetadataContext | null | undefined): void {

@@ -55,6 +55,8 @@ export class RouterMetrics {
   readonly discoveryRejected: Counter<'reason'>;
   readonly poolChanges: Counter<'role' | 'change'>;
   readonly contextFits: Counter<'role' | 'outcome'>;
+  readonly mediaParts: Counter<'size'>;
+  readonly mediaTokens: Counter;
   readonly loraReplays: Counter<'outcome'>;
   readonly failovers: Counter<'worker' | 'adopted'>;
   readonly shed: Counter<'objective' | 'role'>;
@@ -272,6 +274,17 @@ export class RouterMetrics {
       name: 'vllm_router_context_fits_total',
       help: "Requests estimated longer than some candidate workers' max_model_len: kept to the workers long enough (outcome fitted), or none was and every candidate stayed (none_long_enough: the worker's own 400 says by how much).",
       labelNames: ['role', 'outcome'] as const,
+      registers,
+    });
+    this.mediaParts = new Counter({
+      name: 'vllm_router_media_parts_total',
+      help: 'Media parts (images, audio, video, files) of the inference requests parsed, by how their prompt tokens were counted: size="read" from the image\'s header (--image-token-patch), "unknown" weighed --media-tokens-unknown (an image by URL, other media), "unkeyed" nothing to tell it apart (weighs nothing).',
+      labelNames: ['size'] as const,
+      registers,
+    });
+    this.mediaTokens = new Counter({
+      name: 'vllm_router_media_tokens_total',
+      help: "Prompt tokens the routing text counted for media parts (compare with the workers' prompt tokens to tune --media-tokens-unknown and the --image-* flags).",
       registers,
     });
     this.failovers = new Counter({

@@ -11,7 +11,7 @@ import { exceedsDepth } from './json-depth.js';
 import { joinLongTexts, parseLongStringBody } from './json-body.js';
 import { formBoundary, formField } from './multipart-field.js';
 import type { RoutingText } from '../util/piece-text.js';
-import type { MediaTokenOptions } from './media-tokens.js';
+import type { MediaTally, MediaTokenOptions } from './media-tokens.js';
 
 export { exceedsDepth } from './json-depth.js';
 
@@ -48,6 +48,8 @@ export interface InferenceRequest {
    * `messages` and `tools` it gives as the chat `messages` and `tools` (request/anthropic-messages.ts).
    */
   readonly promptBody: Readonly<Record<string, unknown>>;
+  /** The prompt's media parts and the tokens they weigh (request/media-tokens.ts), when it has any. */
+  readonly media?: Readonly<MediaTally>;
   /** /v1/responses: the `previous_response_id` the request continues, when it names one. */
   readonly previousResponseId?: string;
   /**
@@ -93,7 +95,8 @@ export function parseInferenceRequest(
   if (obj.stream !== undefined && typeof obj.stream !== 'boolean') {
     throw badRequest('invalid_body', '"stream" must be a boolean');
   }
-  const prompt = promptText(kind, obj, media);
+  const tally: MediaTally = { sized: 0, unsized: 0, unkeyed: 0, tokens: 0 };
+  const prompt = promptText(kind, obj, media, tally);
   if (prompt === undefined) throw invalidPrompt(kind);
   // vLLM's Messages API takes no `cache_salt` (its chat request is built without one).
   const routingText = kind === 'messages' ? prompt : saltedText(prompt, obj.cache_salt);
@@ -104,18 +107,21 @@ export function parseInferenceRequest(
   ) {
     throw badRequest('invalid_body', '"previous_response_id" must be a string');
   }
-  return new ParsedInferenceRequest(kind, obj.model, obj.stream === true, routingText, obj, pieces);
+  const parsed = new ParsedInferenceRequest(kind, obj.model, obj.stream === true, routingText, obj, pieces);
+  if (tally.sized + tally.unsized + tally.unkeyed > 0) parsed.media = tally;
+  return parsed;
 }
 
 function promptText(
   kind: InferenceKind,
   obj: Record<string, unknown>,
   media: Readonly<MediaTokenOptions> | undefined,
+  tally: MediaTally,
 ): RoutingText | undefined {
   if (kind === 'completions') return completionPromptText(obj.prompt);
-  if (kind === 'chat') return chatPromptText(obj.messages, media);
-  if (kind === 'messages') return chatPromptText(anthropicChatMessages(obj), media);
-  return chatPromptText(responsesMessages(obj), media);
+  if (kind === 'chat') return chatPromptText(obj.messages, media, tally);
+  if (kind === 'messages') return chatPromptText(anthropicChatMessages(obj), media, tally);
+  return chatPromptText(responsesMessages(obj), media, tally);
 }
 
 function invalidPrompt(kind: InferenceKind): RouterError {
@@ -150,6 +156,7 @@ function invalidPrompt(kind: InferenceKind): RouterError {
  */
 class ParsedInferenceRequest implements InferenceRequest {
   private asChat: Readonly<Record<string, unknown>> | undefined;
+  media: Readonly<MediaTally> | undefined = undefined;
 
   constructor(
     readonly kind: InferenceKind,

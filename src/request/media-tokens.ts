@@ -91,17 +91,34 @@ export function dataUrlImageSize(url: string | PieceText): { width: number; heig
   return undefined;
 }
 
+/**
+ * A request's media parts (`vllm_router_media_parts_total`): `sized` from their header, `unsized`
+ * weighed `unknownTokens`, `unkeyed` with nothing to key (weighing 0); `tokens` counted in all.
+ */
+export interface MediaTally {
+  sized: number;
+  unsized: number;
+  unkeyed: number;
+  tokens: number;
+}
+
+/** A keyed media part's tokens, and whether its size was read (else it weighs `unknownTokens`). */
+export interface MediaWeight {
+  readonly tokens: number;
+  readonly sized: boolean;
+}
+
 /** Tokens of a keyed media part of `type` whose payload is `payload` (media-key.ts reads it). */
 export function mediaTokens(
   type: string,
   payload: string | PieceText | undefined,
   o: Readonly<MediaTokenOptions>,
-): number {
+): MediaWeight {
   const isImage = type === 'image_url' || type === 'input_image' || type === 'image';
   if (isImage && payload !== undefined) {
     const size = dataUrlImageSize(payload);
-    if (size !== undefined) return imageTokens(size.width, size.height, o);
+    if (size !== undefined) return { tokens: imageTokens(size.width, size.height, o), sized: true };
   }
-  if (isImage && o.maxTokens <= 0) return 0;
-  return o.unknownTokens;
+  if (isImage && o.maxTokens <= 0) return { tokens: 0, sized: false };
+  return { tokens: o.unknownTokens, sized: false };
 }

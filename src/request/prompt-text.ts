@@ -28,7 +28,13 @@
  */
 import { hash32 } from '../util/hash32.js';
 import { mediaKey, mediaPayload } from './media-key.js';
-import { DEFAULT_MEDIA_TOKENS, mediaTokens, type MediaTokenOptions } from './media-tokens.js';
+import {
+  DEFAULT_MEDIA_TOKENS,
+  mediaTokens,
+  type MediaTally,
+  type MediaTokenOptions,
+  type MediaWeight,
+} from './media-tokens.js';
 import { PieceText, RoutingTextBuilder, type RoutingText } from '../util/piece-text.js';
 
 /** Size of the pieces a long chat text is built in (UTF-16 code units; 64 KB even as two-byte text). */
@@ -59,9 +65,11 @@ const FILL = '\u001a';
 export function chatPromptText(
   messages: unknown,
   media: Readonly<MediaTokenOptions> = DEFAULT_MEDIA_TOKENS,
+  /** Counts the media parts and the tokens they weigh, when given. */
+  tally?: MediaTally,
 ): RoutingText | undefined {
   if (!Array.isArray(messages) || messages.length === 0) return undefined;
-  const out = new ChatTextBuilder(media);
+  const out = new ChatTextBuilder(media, tally);
   for (const m of messages) {
     if (typeof m !== 'object' || m === null || Array.isArray(m)) return undefined;
     const { role, content } = m as { role?: unknown; content?: unknown };
@@ -77,14 +85,23 @@ export function chatPromptText(
 class ChatTextBuilder extends RoutingTextBuilder {
   private fillLeft = MAX_MEDIA_FILL_CHARS;
 
-  constructor(readonly media: Readonly<MediaTokenOptions>) {
+  constructor(
+    readonly media: Readonly<MediaTokenOptions>,
+    readonly tally: MediaTally | undefined,
+  ) {
     super(PIECE_CHARS);
   }
 
-  /** Appends the filler of `tokens` media tokens, within the request's budget. */
-  fill(tokens: number): void {
-    const chars = Math.min(this.fillLeft, Math.max(0, Math.floor(tokens)) * MEDIA_CHARS_PER_TOKEN);
+  /** Appends the filler of a keyed media part's tokens, within the request's budget. */
+  fill(weight: MediaWeight): void {
+    const t = this.tally;
+    if (t !== undefined) {
+      if (weight.sized) t.sized += 1;
+      else t.unsized += 1;
+    }
+    const chars = Math.min(this.fillLeft, Math.max(0, Math.floor(weight.tokens)) * MEDIA_CHARS_PER_TOKEN);
     if (chars === 0) return;
+    if (t !== undefined) t.tokens += chars / MEDIA_CHARS_PER_TOKEN;
     this.fillLeft -= chars;
     for (let left = chars; left > 0; left -= PIECE_CHARS)
       this.append(FILL.repeat(Math.min(left, PIECE_CHARS)));
@@ -108,8 +125,10 @@ function appendContent(out: ChatTextBuilder, content: unknown): boolean {
       // A media part: its type and a key of what it carries (media-key.ts), as vLLM hashes the media.
       const p = part as Record<string, unknown>;
       const key = mediaKey(p, type);
-      if (key === undefined) out.append(`<${type}>`);
-      else {
+      if (key === undefined) {
+        out.append(`<${type}>`);
+        if (out.tally !== undefined) out.tally.unkeyed += 1;
+      } else {
         out.append(`<${type}:${key}>`);
         out.fill(mediaTokens(type, mediaPayload(p, type), out.media));
       }

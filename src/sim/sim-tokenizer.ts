@@ -164,7 +164,7 @@ export function renderChatTemplate(messages: unknown, opts: ChatRenderOptions): 
           if (key === undefined) text += `<${part.type}>`;
           else {
             // The placeholder tokens the model's processor puts in the image's place (media-tokens.ts).
-            const tokens = mediaTokens(part.type, mediaPayload(part, part.type), DEFAULT_MEDIA_TOKENS);
+            const { tokens } = mediaTokens(part.type, mediaPayload(part, part.type), DEFAULT_MEDIA_TOKENS);
             text += `<${part.type}:${key}>${MEDIA_FILL.repeat(tokens * SIM_CHARS_PER_TOKEN)}`;
           }
         }

@@ -11,7 +11,7 @@
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startStack, type Stack } from '../support/stack.js';
-import { expectAllLoadsZero } from '../support/router-fixture.js';
+import { expectAllLoadsZero, metricsText } from '../support/router-fixture.js';
 import { pngDataUrl } from '../support/image-data-url.js';
 
 let stack: Stack;
@@ -87,6 +87,10 @@ describe('vision chats: an image weighs the tokens vLLM spends on it', () => {
     // The conversations used the fleet (the first turns spread), and every follow-up found its
     // image cached where it ran: the simulator's own report, over 90% of the prompt.
     expect(new Set(sessions.map((t) => t[0]!.worker)).size).toBeGreaterThanOrEqual(3);
+    // Every request carried its chat's screenshot, sized from its header: 5,329 tokens each.
+    const metrics = await metricsText(stack.router);
+    expect(metrics).toContain(`vllm_router_media_parts_total{size="read"} ${SESSIONS * TURNS}`);
+    expect(metrics).toContain(`vllm_router_media_tokens_total ${SESSIONS * TURNS * 5_329}`);
     for (const turns of sessions) {
       for (const t of turns.slice(1)) {
         const sim = stack.sims.find((x) => x.url === t.worker)!;

@@ -235,6 +235,33 @@ describe('routing text', () => {
     }
   });
 
+  it('tallies the media parts: sized, weighed by default, unkeyed, and the tokens counted', () => {
+    const raw = Buffer.from(
+      JSON.stringify({
+        model: 'm',
+        messages: [
+          {
+            role: 'user',
+            content: [
+              { type: 'image_url', image_url: { url: pngDataUrl(448, 448, 'a') } },
+              { type: 'image_url', image_url: { url: 'https://example.com/b.png' } },
+              { type: 'input_audio' },
+              { type: 'text', text: 'compare them' },
+            ],
+          },
+        ],
+      }),
+    );
+    expect(parseInferenceRequest('chat', undefined, raw).media).toEqual({
+      sized: 1,
+      unsized: 1,
+      unkeyed: 1,
+      tokens: 256 + DEFAULT_MEDIA_TOKENS.unknownTokens,
+    });
+    const plain = Buffer.from(JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }] }));
+    expect(parseInferenceRequest('chat', undefined, plain).media).toBeUndefined();
+  });
+
   it('bounds the filler of one request (tiny images claiming huge sizes get no more than the cap)', () => {
     const parts = Array.from({ length: 200 }, (_, i) => ({
       type: 'image_url',

@@ -63,19 +63,27 @@ describe('dataUrlImageSize', () => {
 });
 
 describe('mediaTokens', () => {
+  it('says whether the size was read', () => {
+    expect(mediaTokens('image_url', pngDataUrl(448, 448), Q)).toEqual({ tokens: 256, sized: true });
+    expect(mediaTokens('image_url', 'https://example.com/cat.png', Q)).toEqual({
+      tokens: Q.unknownTokens,
+      sized: false,
+    });
+  });
+
   it('sizes inline images, and gives unknownTokens to what it cannot size', () => {
-    expect(mediaTokens('image_url', pngDataUrl(448, 448), Q)).toBe(256);
-    expect(mediaTokens('input_image', pngDataUrl(448, 448), Q)).toBe(256);
-    expect(mediaTokens('image_url', 'https://example.com/cat.png', Q)).toBe(Q.unknownTokens);
-    expect(mediaTokens('input_audio', 'UklGRg==', Q)).toBe(Q.unknownTokens);
-    expect(mediaTokens('video_url', undefined, Q)).toBe(Q.unknownTokens);
+    expect(mediaTokens('image_url', pngDataUrl(448, 448), Q).tokens).toBe(256);
+    expect(mediaTokens('input_image', pngDataUrl(448, 448), Q).tokens).toBe(256);
+    expect(mediaTokens('image_url', 'https://example.com/cat.png', Q).tokens).toBe(Q.unknownTokens);
+    expect(mediaTokens('input_audio', 'UklGRg==', Q).tokens).toBe(Q.unknownTokens);
+    expect(mediaTokens('video_url', undefined, Q).tokens).toBe(Q.unknownTokens);
   });
 
   it('turns off per knob: images with maxTokens 0, the rest with unknownTokens 0', () => {
     const noImages = { ...Q, maxTokens: 0 };
-    expect(mediaTokens('image_url', pngDataUrl(448, 448), noImages)).toBe(0);
-    expect(mediaTokens('image_url', 'https://example.com/cat.png', noImages)).toBe(0);
-    expect(mediaTokens('input_audio', 'UklGRg==', noImages)).toBe(Q.unknownTokens);
-    expect(mediaTokens('input_audio', 'UklGRg==', { ...Q, unknownTokens: 0 })).toBe(0);
+    expect(mediaTokens('image_url', pngDataUrl(448, 448), noImages).tokens).toBe(0);
+    expect(mediaTokens('image_url', 'https://example.com/cat.png', noImages).tokens).toBe(0);
+    expect(mediaTokens('input_audio', 'UklGRg==', noImages).tokens).toBe(Q.unknownTokens);
+    expect(mediaTokens('input_audio', 'UklGRg==', { ...Q, unknownTokens: 0 }).tokens).toBe(0);
   });
 });
