@@ -33,7 +33,6 @@ import {
   mediaTokens,
   type MediaTally,
   type MediaTokenOptions,
-  type MediaWeight,
 } from './media-tokens.js';
 import { PieceText, RoutingTextBuilder, type RoutingText } from '../util/piece-text.js';
 
@@ -81,20 +80,31 @@ export function chatPromptText(
   return out.build();
 }
 
-/** The routing text builder with the request's media filler budget. */
+/** The routing text builder with the request's media weights, filler budget and tally. */
 class ChatTextBuilder extends RoutingTextBuilder {
   private fillLeft = MAX_MEDIA_FILL_CHARS;
 
   constructor(
-    readonly media: Readonly<MediaTokenOptions>,
-    readonly tally: MediaTally | undefined,
+    private readonly media: Readonly<MediaTokenOptions>,
+    private readonly tally: MediaTally | undefined,
   ) {
     super(PIECE_CHARS);
   }
 
-  /** Appends the filler of a keyed media part's tokens, within the request's budget. */
-  fill(weight: MediaWeight): void {
+  /**
+   * A media part of `type`: its type and a key of what it carries (media-key.ts), as vLLM hashes the
+   * media, then the filler of the tokens it weighs (media-tokens.ts), within the request's budget.
+   */
+  appendMedia(part: Readonly<Record<string, unknown>>, type: string): void {
+    const key = mediaKey(part, type);
     const t = this.tally;
+    if (key === undefined) {
+      this.append(`<${type}>`);
+      if (t !== undefined) t.unkeyed += 1;
+      return;
+    }
+    this.append(`<${type}:${key}>`);
+    const weight = mediaTokens(type, mediaPayload(part, type), this.media);
     if (t !== undefined) {
       if (weight.sized) t.sized += 1;
       else t.unsized += 1;
@@ -121,18 +131,8 @@ function appendContent(out: ChatTextBuilder, content: unknown): boolean {
     if (typeof part !== 'object' || part === null) return false;
     const { type, text } = part as { type?: unknown; text?: unknown };
     if (type === 'text' && (typeof text === 'string' || text instanceof PieceText)) out.append(text);
-    else if (typeof type === 'string') {
-      // A media part: its type and a key of what it carries (media-key.ts), as vLLM hashes the media.
-      const p = part as Record<string, unknown>;
-      const key = mediaKey(p, type);
-      if (key === undefined) {
-        out.append(`<${type}>`);
-        if (out.tally !== undefined) out.tally.unkeyed += 1;
-      } else {
-        out.append(`<${type}:${key}>`);
-        out.fill(mediaTokens(type, mediaPayload(p, type), out.media));
-      }
-    } else return false;
+    else if (typeof type === 'string') out.appendMedia(part as Record<string, unknown>, type);
+    else return false;
   }
   return true;
 }
