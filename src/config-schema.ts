@@ -677,7 +677,7 @@ export const OPTIONS = [
     flag: 'image-tokens-min',
     type: 'int',
     default: DEFAULT_MEDIA_TOKENS.minTokens,
-    help: "Fewest tokens an image weighs (the model's min_pixels / patch^2); equal to --image-tokens-max for a model with a fixed count per image (LLaVA-1.5: 576).",
+    help: "Fewest tokens an image weighs (the model's min_pixels / patch^2); equal to --image-tokens-max for a model with a fixed count per image (LLaVA-1.5: 576), which images by URL weigh too.",
   },
   {
     group: 'Load and cost model',
@@ -694,6 +694,15 @@ export const OPTIONS = [
     type: 'int',
     default: DEFAULT_MEDIA_TOKENS.unknownTokens,
     help: 'Tokens a media part weighs when the router cannot read its size: an image by URL, audio, video, a file (0 = nothing beyond its key).',
+  },
+  {
+    group: 'Load and cost model',
+    key: 'mediaTokens',
+    flag: 'media-tokens',
+    type: 'list',
+    splitCommas: false,
+    default: [],
+    help: "One model's media weights where they differ from the flags above: MODEL=FIELD:N[,FIELD:N...] with FIELD patch, min, max or unknown (repeatable), e.g. gemma-3-27b-it=min:256,max:256 (a fixed 256 tokens per image).",
   },
   {
     group: 'Load and cost model',

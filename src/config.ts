@@ -11,6 +11,7 @@ import { RouterBaseError } from './errors.js';
 
 export type { Config };
 import { parseKvEventSettings } from './kv-events/kv-event-config.js';
+import { DEFAULT_MEDIA_TOKENS, mediaTokensFor } from './request/media-tokens.js';
 import { MAX_FALLBACK_ENDPOINTS } from './routing/fallback-endpoints.js';
 import { MAX_DATA_PARALLEL_SIZE } from './workers/data-parallel.js';
 import { parseObjectiveSpecs } from './routing/objectives.js';
@@ -152,6 +153,11 @@ function validate(c: Config): void {
   if (c.intraNodeDataParallelSize < 1 || c.intraNodeDataParallelSize > MAX_DATA_PARALLEL_SIZE)
     throw new ConfigError(`--intra-node-data-parallel-size must be 1..${MAX_DATA_PARALLEL_SIZE}`);
   if (c.imageTokenPatch < 1) throw new ConfigError('--image-token-patch must be >= 1');
+  try {
+    mediaTokensFor(c.mediaTokens, DEFAULT_MEDIA_TOKENS);
+  } catch (err) {
+    throw new ConfigError((err as Error).message, { cause: err });
+  }
   if (c.responseBodySample < 1) throw new ConfigError('--response-body-sample must be >= 1');
   if (c.responseBodyWatchMax < 1) throw new ConfigError('--response-body-watch-max must be >= 1');
   if (c.fallbackEndpoints > MAX_FALLBACK_ENDPOINTS) {

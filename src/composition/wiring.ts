@@ -33,6 +33,7 @@ import { modelListAnswer, type ModelListOptions } from '../routing/model-list.js
 import { breakerStateCode } from '../health/circuit-breaker.js';
 import { withHealth } from '../health/health-dispatcher.js';
 import { prefillHealthOutcome } from '../request/request-end.js';
+import { mediaTokensFor } from '../request/media-tokens.js';
 import { HealthChecker } from '../health/health-checker.js';
 import { WorkerHealth } from '../health/worker-health.js';
 import type { Logger } from '../observability/logger.js';
@@ -635,12 +636,12 @@ function buildGrpcServer(
       ? { workerPriority: (headers) => vllmPriority(objectives.priority(headers[OBJECTIVE_HEADER])) }
       : {}),
     maxBodyBytes: config.maxBodyBytes,
-    mediaTokens: {
+    mediaTokens: mediaTokensFor(config.mediaTokens, {
       patchPixels: config.imageTokenPatch,
       minTokens: config.imageTokensMin,
       maxTokens: config.imageTokensMax,
       unknownTokens: config.mediaTokensUnknown,
-    },
+    }),
     onMedia: (m) => {
       if (m.sized > 0) metrics.mediaParts.inc({ size: 'read' }, m.sized);
       if (m.unsized > 0) metrics.mediaParts.inc({ size: 'unknown' }, m.unsized);

@@ -54,7 +54,7 @@ import {
 import type { ServerCall } from './grpc-server.js';
 import { REQUEST_ID_HEADER, UNTRUSTED_REQUEST_HEADERS } from './headers.js';
 import { inferenceKind, parseInferenceRequest, type InferenceKind } from '../request/inference-request.js';
-import type { MediaTally, MediaTokenOptions } from '../request/media-tokens.js';
+import type { MediaTally, MediaTokensFor } from '../request/media-tokens.js';
 import { RouterError } from '../request/router-error.js';
 import { MODEL_REWRITE_HEADER, withModel } from '../request/model-rewrite.js';
 import { takesPriority, withPriority } from '../request/worker-priority.js';
@@ -80,8 +80,8 @@ export interface SessionDeps {
   readonly dispatcher: Dispatcher;
   readonly logger: Logger;
   readonly maxBodyBytes: number;
-  /** What media weigh in the routing text (request/media-tokens.ts); default DEFAULT_MEDIA_TOKENS. */
-  readonly mediaTokens?: Readonly<MediaTokenOptions>;
+  /** What media weigh in the routing text, per model (request/media-tokens.ts); default DEFAULT_MEDIA_TOKENS. */
+  readonly mediaTokens?: MediaTokensFor;
   /** Told the media parts of every inference request that has any (metrics). */
   readonly onMedia?: (media: Readonly<MediaTally>) => void;
   readonly onEnd?: (summary: SessionSummary) => void;

@@ -278,7 +278,7 @@ export class RouterMetrics {
     });
     this.mediaParts = new Counter({
       name: 'vllm_router_media_parts_total',
-      help: 'Media parts (images, audio, video, files) of the inference requests parsed, by how their prompt tokens were counted: size="read" from the image\'s header (--image-token-patch), "unknown" weighed --media-tokens-unknown (an image by URL, other media), "unkeyed" nothing to tell it apart (weighs nothing).',
+      help: 'Media parts (images, audio, video, files) of the inference requests parsed, by how their prompt tokens were counted: size="read" from the image\'s header (--image-token-patch) or a fixed count per image (min = max), "unknown" weighed --media-tokens-unknown (an image by URL, other media), "unkeyed" nothing to tell it apart (weighs nothing).',
       labelNames: ['size'] as const,
       registers,
     });

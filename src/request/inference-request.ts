@@ -11,7 +11,7 @@ import { exceedsDepth } from './json-depth.js';
 import { joinLongTexts, parseLongStringBody } from './json-body.js';
 import { formBoundary, formField } from './multipart-field.js';
 import type { RoutingText } from '../util/piece-text.js';
-import type { MediaTally, MediaTokenOptions } from './media-tokens.js';
+import type { MediaTally, MediaTokenOptions, MediaTokensFor } from './media-tokens.js';
 
 export { exceedsDepth } from './json-depth.js';
 
@@ -73,8 +73,8 @@ export function parseInferenceRequest(
   kind: InferenceKind,
   contentType: string | undefined,
   body: Buffer,
-  /** What media weigh in the routing text (prompt-text.ts); default DEFAULT_MEDIA_TOKENS. */
-  media?: Readonly<MediaTokenOptions>,
+  /** What media weigh in the routing text, per model (prompt-text.ts); default DEFAULT_MEDIA_TOKENS. */
+  media?: MediaTokensFor,
 ): InferenceRequest {
   if (contentType !== undefined && !JSON_CONTENT_TYPE.test(contentType.trim())) {
     throw new RouterError(
@@ -96,7 +96,7 @@ export function parseInferenceRequest(
     throw badRequest('invalid_body', '"stream" must be a boolean');
   }
   const tally: MediaTally = { sized: 0, unsized: 0, unkeyed: 0, tokens: 0 };
-  const prompt = promptText(kind, obj, media, tally);
+  const prompt = promptText(kind, obj, media?.(obj.model), tally);
   if (prompt === undefined) throw invalidPrompt(kind);
   // vLLM's Messages API takes no `cache_salt` (its chat request is built without one).
   const routingText = kind === 'messages' ? prompt : saltedText(prompt, obj.cache_salt);

@@ -14,7 +14,7 @@
  *  - an image sent inline (a base64 `data:` URL) whose header the `image-size` library can read
  *    (PNG, JPEG, GIF, WebP, BMP, ...): `smart_resize` of its width and height with `patchPixels`
  *    (28), `minTokens` (4) and `maxTokens` (16,384: Qwen2-VL's defaults); `minTokens === maxTokens`
- *    gives a model with a fixed count per image (LLaVA-1.5: 576);
+ *    gives a model with a fixed count per image (LLaVA-1.5: 576), which an image by URL weighs too;
  *  - any other media with a key (an image by URL, audio, video, a file): `unknownTokens` (1,024);
  *  - a part without a key (nothing the router can tell apart): 0, as it cannot be told cached.
  * All 0 turns the weighting off. Pure.
@@ -39,6 +39,61 @@ export const DEFAULT_MEDIA_TOKENS: Readonly<MediaTokenOptions> = Object.freeze({
   maxTokens: 16_384,
   unknownTokens: 1_024,
 });
+
+/** The media weights of a request's model (`--media-tokens MODEL=...`, else the global flags). */
+export type MediaTokensFor = (model: string) => Readonly<MediaTokenOptions>;
+
+const SPEC_FIELDS: Readonly<Record<string, keyof MediaTokenOptions>> = {
+  patch: 'patchPixels',
+  min: 'minTokens',
+  max: 'maxTokens',
+  unknown: 'unknownTokens',
+};
+
+/**
+ * One model's weights: `MODEL=FIELD:N[,FIELD:N...]` with FIELD one of `patch`, `min`, `max`,
+ * `unknown` (integers; `patch` at least 1), the others from `base`. E.g. `gemma-3-27b-it=min:256,max:256`
+ * (a fixed 256 per image). Throws a RangeError naming what is wrong.
+ */
+export function parseMediaTokenSpec(
+  spec: string,
+  base: Readonly<MediaTokenOptions>,
+): { model: string; options: Readonly<MediaTokenOptions> } {
+  const eq = spec.lastIndexOf('=');
+  const model = eq > 0 ? spec.slice(0, eq).trim() : '';
+  const fields = eq > 0 ? spec.slice(eq + 1).trim() : '';
+  if (model === '' || fields === '') {
+    throw new RangeError(`--media-tokens must be MODEL=FIELD:N[,FIELD:N...], got ${JSON.stringify(spec)}`);
+  }
+  const options: { -readonly [K in keyof MediaTokenOptions]: number } = { ...base };
+  for (const item of fields.split(',')) {
+    const [name = '', value = ''] = item.split(':').map((x) => x.trim());
+    const key = SPEC_FIELDS[name];
+    const n = Number(value);
+    if (
+      key === undefined ||
+      value === '' ||
+      !Number.isSafeInteger(n) ||
+      n < (key === 'patchPixels' ? 1 : 0)
+    ) {
+      throw new RangeError(
+        `--media-tokens ${model}: "${item}" is not one of patch:N (>= 1), min:N, max:N, unknown:N (integers >= 0)`,
+      );
+    }
+    options[key] = n;
+  }
+  return { model, options: Object.freeze(options) };
+}
+
+/** The weights per model from `specs` (parseMediaTokenSpec), `base` for every other model. */
+export function mediaTokensFor(specs: readonly string[], base: Readonly<MediaTokenOptions>): MediaTokensFor {
+  const byModel = new Map<string, Readonly<MediaTokenOptions>>();
+  for (const spec of specs) {
+    const { model, options } = parseMediaTokenSpec(spec, base);
+    byModel.set(model, options);
+  }
+  return byModel.size === 0 ? () => base : (model) => byModel.get(model) ?? base;
+}
 
 /**
  * Base64 characters decoded to read an image's header: 3 KB first (PNG, GIF, WebP and most JPEGs),
@@ -115,6 +170,8 @@ export function mediaTokens(
   o: Readonly<MediaTokenOptions>,
 ): MediaWeight {
   const isImage = type === 'image_url' || type === 'input_image' || type === 'image';
+  // A fixed count per image (min = max) needs no size: an image by URL weighs it too.
+  if (isImage && o.maxTokens > 0 && o.minTokens >= o.maxTokens) return { tokens: o.maxTokens, sized: true };
   if (isImage && payload !== undefined) {
     const size = dataUrlImageSize(payload);
     if (size !== undefined) return { tokens: imageTokens(size.width, size.height, o), sized: true };

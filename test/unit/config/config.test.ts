@@ -81,6 +81,11 @@ describe('flags', () => {
       ['--close-grace-ms', '250', '--drain-grace-ms', '0'],
       { closeGraceMs: 250, drainGraceMs: 0 },
     ],
+    [
+      'per-model media weights (repeatable; a spec keeps its commas)',
+      ['--media-tokens', 'gemma=min:256,max:256', '--media-tokens', 'llava=min:576,max:576'],
+      { mediaTokens: ['gemma=min:256,max:256', 'llava=min:576,max:576'] },
+    ],
   ])('parses %s', (_what, argv, expected) => {
     expect(parse(argv)).toMatchObject(expected);
   });
@@ -98,6 +103,8 @@ describe('flags', () => {
     ['a bad ZMQ bind', ['--discovery-zmq', 'ipc:///tmp/x'], /tcp:\/\/host:port/],
     ['an objective without a priority', ['--objective', 'batch'], /expected NAME=PRIORITY/],
     ['an objective given twice', ['--objective', 'a=-1,a=2'], /"a" given twice/],
+    ['a media-tokens field without a value', ['--media-tokens', 'llava=max'], /--media-tokens llava/],
+    ['an image token patch of 0', ['--image-token-patch', '0'], /--image-token-patch must be >= 1/],
   ])('rejects %s with a ConfigError', (_what, argv, message) => {
     expect(() => parseConfig(argv, {})).toThrow(ConfigError);
     expect(() => parseConfig(argv, {})).toThrow(message);

@@ -13,7 +13,7 @@ import {
   MEDIA_CHARS_PER_TOKEN,
 } from '../../../src/request/prompt-text.js';
 import { mediaStringKey } from '../../../src/request/media-key.js';
-import { DEFAULT_MEDIA_TOKENS } from '../../../src/request/media-tokens.js';
+import { DEFAULT_MEDIA_TOKENS, mediaTokensFor } from '../../../src/request/media-tokens.js';
 import type { RoutingText } from '../../../src/util/piece-text.js';
 import { pngDataUrl } from '../../support/image-data-url.js';
 
@@ -258,6 +258,28 @@ describe('routing text', () => {
       unkeyed: 1,
       tokens: 256 + DEFAULT_MEDIA_TOKENS.unknownTokens,
     });
+    // Per model (--media-tokens): the request's model picks the weights.
+    const image = [
+      { role: 'user', content: [{ type: 'image_url', image_url: { url: pngDataUrl(448, 448) } }] },
+    ];
+    const forModel = mediaTokensFor(['gemma=min:256,max:256'], { ...DEFAULT_MEDIA_TOKENS, unknownTokens: 7 });
+    const weigh = (model: string) =>
+      parseInferenceRequest(
+        'chat',
+        undefined,
+        Buffer.from(JSON.stringify({ model, messages: image })),
+        forModel,
+      ).media?.tokens;
+    expect([weigh('gemma'), weigh('qwen')]).toEqual([256, 256]); // 448 x 448 on the 28-pixel grid is 256 too
+    const byUrl = [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'https://x/y.png' } }] }];
+    const weighUrl = (model: string) =>
+      parseInferenceRequest(
+        'chat',
+        undefined,
+        Buffer.from(JSON.stringify({ model, messages: byUrl })),
+        forModel,
+      ).media?.tokens;
+    expect([weighUrl('gemma'), weighUrl('qwen')]).toEqual([256, 7]);
     const plain = Buffer.from(JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }] }));
     expect(parseInferenceRequest('chat', undefined, plain).media).toBeUndefined();
   });

@@ -4,6 +4,8 @@ import {
   dataUrlImageSize,
   imageTokens,
   mediaTokens,
+  mediaTokensFor,
+  parseMediaTokenSpec,
 } from '../../../src/request/media-tokens.js';
 import { jpegDataUrl, pngDataUrl } from '../../support/image-data-url.js';
 
@@ -85,5 +87,38 @@ describe('mediaTokens', () => {
     expect(mediaTokens('image_url', 'https://example.com/cat.png', noImages).tokens).toBe(0);
     expect(mediaTokens('input_audio', 'UklGRg==', noImages).tokens).toBe(Q.unknownTokens);
     expect(mediaTokens('input_audio', 'UklGRg==', { ...Q, unknownTokens: 0 }).tokens).toBe(0);
+  });
+});
+
+describe('per-model weights (--media-tokens MODEL=FIELD:N,...)', () => {
+  it('overrides the fields named, the rest from the flags, for that model only', () => {
+    const gemma = parseMediaTokenSpec('gemma-3-27b-it=min:256,max:256', Q);
+    expect(gemma).toEqual({ model: 'gemma-3-27b-it', options: { ...Q, minTokens: 256, maxTokens: 256 } });
+    const forModel = mediaTokensFor(['gemma-3-27b-it=min:256,max:256', 'llava=min:576, max:576'], Q);
+    const png = pngDataUrl(1024, 768);
+    expect(mediaTokens('image_url', png, forModel('gemma-3-27b-it')).tokens).toBe(256);
+    expect(mediaTokens('image_url', png, forModel('llava')).tokens).toBe(576);
+    expect(mediaTokens('image_url', png, forModel('Qwen/Qwen2.5-VL-7B-Instruct')).tokens).toBe(999);
+    // A fixed count needs no size: an image by URL weighs it too (other media still weigh `unknown`).
+    expect(mediaTokens('image_url', 'https://x/y.png', forModel('llava'))).toEqual({
+      tokens: 576,
+      sized: true,
+    });
+    expect(mediaTokens('input_audio', 'UklGRg==', forModel('llava')).tokens).toBe(Q.unknownTokens);
+    // A model name may hold '=': the last one splits.
+    expect(parseMediaTokenSpec('org/m=v2=unknown:0', Q).model).toBe('org/m=v2');
+  });
+
+  it.each([
+    ['no-equals'],
+    ['m='],
+    ['=max:5'],
+    ['m=max'],
+    ['m=max:-1'],
+    ['m=max:1.5'],
+    ['m=patch:0'],
+    ['m=width:28'],
+  ])('rejects %s with a message naming the form', (spec) => {
+    expect(() => parseMediaTokenSpec(spec, Q)).toThrow(/--media-tokens/);
   });
 });
