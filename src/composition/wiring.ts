@@ -33,7 +33,7 @@ import { modelListAnswer, type ModelListOptions } from '../routing/model-list.js
 import { breakerStateCode } from '../health/circuit-breaker.js';
 import { withHealth } from '../health/health-dispatcher.js';
 import { prefillHealthOutcome } from '../request/request-end.js';
-import { mediaTokensFor } from '../request/media-tokens.js';
+import { mediaTokensFor, type MediaTokensFor } from '../request/media-tokens.js';
 import { HealthChecker } from '../health/health-checker.js';
 import { WorkerHealth } from '../health/worker-health.js';
 import type { Logger } from '../observability/logger.js';
@@ -614,8 +614,22 @@ function poolSaturation(
   return out;
 }
 
+/**
+ * The media weights of a request's model (request/media-tokens.ts), in routing-text characters at the
+ * model's characters per token: learned when --chars-per-token-learn, else --chars-per-token.
+ */
+function buildMediaTokens(config: Readonly<Config>, learned: CharsPerToken | undefined): MediaTokensFor {
+  const weights = mediaTokensFor(config.mediaTokens, {
+    patchPixels: config.imageTokenPatch,
+    minTokens: config.imageTokensMin,
+    maxTokens: config.imageTokensMax,
+    unknownTokens: config.mediaTokensUnknown,
+  });
+  return (model) => ({ ...weights(model), charsPerToken: learned?.of(model) ?? config.charsPerToken });
+}
+
 function buildGrpcServer(
-  { config, logger, metrics, pools, catalog }: Base,
+  { config, logger, metrics, pools, catalog, charsPerToken }: Base,
   dispatcher: Dispatcher,
   objectives: ObjectiveTable,
   lora: LoraFanout,
@@ -636,12 +650,7 @@ function buildGrpcServer(
       ? { workerPriority: (headers) => vllmPriority(objectives.priority(headers[OBJECTIVE_HEADER])) }
       : {}),
     maxBodyBytes: config.maxBodyBytes,
-    mediaTokens: mediaTokensFor(config.mediaTokens, {
-      patchPixels: config.imageTokenPatch,
-      minTokens: config.imageTokensMin,
-      maxTokens: config.imageTokensMax,
-      unknownTokens: config.mediaTokensUnknown,
-    }),
+    mediaTokens: buildMediaTokens(config, charsPerToken),
     onMedia: (m) => {
       if (m.sized > 0) metrics.mediaParts.inc({ size: 'read' }, m.sized);
       if (m.unsized > 0) metrics.mediaParts.inc({ size: 'unknown' }, m.unsized);

@@ -96,7 +96,8 @@ export function parseInferenceRequest(
     throw badRequest('invalid_body', '"stream" must be a boolean');
   }
   const tally: MediaTally = { sized: 0, unsized: 0, unkeyed: 0, tokens: 0 };
-  const prompt = promptText(kind, obj, media?.(obj.model), tally);
+  const model = obj.model;
+  const prompt = promptText(kind, obj, media === undefined ? undefined : () => media(model), tally);
   if (prompt === undefined) throw invalidPrompt(kind);
   // vLLM's Messages API takes no `cache_salt` (its chat request is built without one).
   const routingText = kind === 'messages' ? prompt : saltedText(prompt, obj.cache_salt);
@@ -115,7 +116,7 @@ export function parseInferenceRequest(
 function promptText(
   kind: InferenceKind,
   obj: Record<string, unknown>,
-  media: Readonly<MediaTokenOptions> | undefined,
+  media: (() => Readonly<MediaTokenOptions>) | undefined,
   tally: MediaTally,
 ): RoutingText | undefined {
   if (kind === 'completions') return completionPromptText(obj.prompt);

@@ -31,6 +31,12 @@ export interface MediaTokenOptions {
   readonly maxTokens: number;
   /** Tokens of media whose size the router cannot read (by URL, audio, video, files); 0 = none. */
   readonly unknownTokens: number;
+  /**
+   * Routing-text characters per media token: the characters per token the router converts the
+   * model's text with (load/chars-per-token.ts), so an image weighs its tokens in the same unit as
+   * the words around it. Default 4, the cost model's default.
+   */
+  readonly charsPerToken?: number;
 }
 
 export const DEFAULT_MEDIA_TOKENS: Readonly<MediaTokenOptions> = Object.freeze({
@@ -65,7 +71,7 @@ export function parseMediaTokenSpec(
   if (model === '' || fields === '') {
     throw new RangeError(`--media-tokens must be MODEL=FIELD:N[,FIELD:N...], got ${JSON.stringify(spec)}`);
   }
-  const options: { -readonly [K in keyof MediaTokenOptions]: number } = { ...base };
+  const options: { -readonly [K in keyof MediaTokenOptions]: MediaTokenOptions[K] } = { ...base };
   for (const item of fields.split(',')) {
     const [name = '', value = ''] = item.split(':').map((x) => x.trim());
     const key = SPEC_FIELDS[name];

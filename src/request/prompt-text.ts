@@ -9,10 +9,11 @@
  *    content or the concatenation of its `text` parts; a non-text part contributes its type and a key
  *    of its media (request/media-key.ts: its `uuid`, else a hash of its URL or data), so requests with
  *    different images diverge at the image, and the same image sent again matches, as in vLLM's cache.
- *    A keyed media part is followed by `MEDIA_CHARS_PER_TOKEN` filler characters per prompt token
- *    vLLM spends on it (request/media-tokens.ts: ~1,000 for a photo), so the prefix tree, the cost
- *    model and every count of prompt tokens weigh the image as the prefill it is; at most
- *    `MAX_MEDIA_FILL_CHARS` per request (a body of many tiny images claiming huge sizes gets no more).
+ *    A keyed media part is followed by filler characters for each prompt token vLLM spends on it
+ *    (request/media-tokens.ts: ~1,000 for a photo), at the model's characters per token (default
+ *    `MEDIA_CHARS_PER_TOKEN`), so the prefix tree, the cost model and every count of prompt tokens
+ *    weigh the image as the prefill it is; at most `MAX_MEDIA_FILL_CHARS` per request (a body of many
+ *    tiny images claiming huge sizes gets no more).
  *
  * A long text stays in pieces (util/piece-text.ts): a long value the body parser returned as a
  * PieceText keeps its pieces, and a chat text longer than PIECE_CHARS is built in pieces of about that
@@ -54,7 +55,7 @@ function isTokenId(v: unknown): v is number {
   return typeof v === 'number' && Number.isInteger(v) && v >= 0;
 }
 
-/** Filler characters per media token: the cost model's default characters per token. */
+/** Filler characters per media token by default: the cost model's default characters per token. */
 export const MEDIA_CHARS_PER_TOKEN = 4;
 /** Most filler characters one request's media get (1 M characters: ~256 K tokens, past any context). */
 export const MAX_MEDIA_FILL_CHARS = 1 << 20;
@@ -63,7 +64,8 @@ const FILL = '\u001a';
 
 export function chatPromptText(
   messages: unknown,
-  media: Readonly<MediaTokenOptions> = DEFAULT_MEDIA_TOKENS,
+  /** The weights, or how to get them (asked once, at the first media part). */
+  media: Readonly<MediaTokenOptions> | (() => Readonly<MediaTokenOptions>) = DEFAULT_MEDIA_TOKENS,
   /** Counts the media parts and the tokens they weigh, when given. */
   tally?: MediaTally,
 ): RoutingText | undefined {
@@ -85,7 +87,7 @@ class ChatTextBuilder extends RoutingTextBuilder {
   private fillLeft = MAX_MEDIA_FILL_CHARS;
 
   constructor(
-    private readonly media: Readonly<MediaTokenOptions>,
+    private media: Readonly<MediaTokenOptions> | (() => Readonly<MediaTokenOptions>),
     private readonly tally: MediaTally | undefined,
   ) {
     super(PIECE_CHARS);
@@ -104,14 +106,16 @@ class ChatTextBuilder extends RoutingTextBuilder {
       return;
     }
     this.append(`<${type}:${key}>`);
+    if (typeof this.media === 'function') this.media = this.media();
     const weight = mediaTokens(type, mediaPayload(part, type), this.media);
     if (t !== undefined) {
       if (weight.sized) t.sized += 1;
       else t.unsized += 1;
     }
-    const chars = Math.min(this.fillLeft, Math.max(0, Math.floor(weight.tokens)) * MEDIA_CHARS_PER_TOKEN);
+    const perToken = this.media.charsPerToken ?? MEDIA_CHARS_PER_TOKEN;
+    const chars = Math.min(this.fillLeft, Math.round(Math.max(0, Math.floor(weight.tokens)) * perToken));
     if (chars === 0) return;
-    if (t !== undefined) t.tokens += chars / MEDIA_CHARS_PER_TOKEN;
+    if (t !== undefined) t.tokens += Math.round(chars / perToken);
     this.fillLeft -= chars;
     for (let left = chars; left > 0; left -= PIECE_CHARS)
       this.append(FILL.repeat(Math.min(left, PIECE_CHARS)));

@@ -284,6 +284,19 @@ describe('routing text', () => {
     expect(parseInferenceRequest('chat', undefined, plain).media).toBeUndefined();
   });
 
+  it("writes the filler at the model's characters per token, so the image converts back to its tokens", () => {
+    const messages = [
+      { role: 'user', content: [{ type: 'image_url', image_url: { url: pngDataUrl(1024, 768) } }] },
+    ];
+    for (const charsPerToken of [1.8, 4, 6.5]) {
+      const tally = { sized: 0, unsized: 0, unkeyed: 0, tokens: 0 };
+      const text = flat(chatPromptText(messages, () => ({ ...DEFAULT_MEDIA_TOKENS, charsPerToken }), tally));
+      const filler = text.length - text.replaceAll('\u001a', '').length;
+      expect(filler).toBe(Math.round(999 * charsPerToken));
+      expect(tally).toEqual({ sized: 1, unsized: 0, unkeyed: 0, tokens: 999 });
+    }
+  });
+
   it('bounds the filler of one request (tiny images claiming huge sizes get no more than the cap)', () => {
     const parts = Array.from({ length: 200 }, (_, i) => ({
       type: 'image_url',
