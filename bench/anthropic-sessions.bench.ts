@@ -27,21 +27,18 @@
  * Absolute figures on a shared 2-core machine are noisy: compare the ratios within one run.
  */
 import { randomBytes } from 'node:crypto';
-import { runInterleaved } from './arm-runs.js';
 import { buildRouter, startRoutedStack } from './bench-stack.js';
 import { numericFlag } from './numeric-flag.js';
 import {
-  cellOf,
   runSessions,
+  runSessionVariants,
   SESSION_SIM,
   streamTurn,
-  summarize,
-  type Cell,
+  type SessionDoor,
   type Turn,
 } from './session-cells.js';
 import { mulberry32, wordText } from './workloads.js';
 import { preparePeers, startPeerFleet, type PeerName } from './peers.js';
-import type { Simulator } from '../src/sim/simulator.js';
 import { anthropicChatMessages } from '../src/request/anthropic-messages.js';
 
 const repeats = numericFlag('repeats', 2);
@@ -163,10 +160,7 @@ const VARIANTS: Variant[] = [
 ];
 
 /** A fresh front door on fresh simulators: its URL, its simulators, and how to close them. */
-async function frontDoor(
-  v: Variant,
-  script: string,
-): Promise<{ url: string; sims: readonly Simulator[]; close(): Promise<void> }> {
+async function frontDoor(v: Variant, script: string): Promise<SessionDoor> {
   if ('router' in v) {
     const stack = await startRoutedStack({
       workers: WORKERS,
@@ -183,30 +177,15 @@ async function frontDoor(
 }
 
 const script = buildRouter().script;
-/** Every variant `repeats` times, interleaved; a cell names its variant. */
-const cells = await runInterleaved(
-  VARIANTS,
+const results = await runSessionVariants({
+  variants: VARIANTS,
   repeats,
-  async (v, run): Promise<Cell & { arm: string }> => {
-    const door = await frontDoor(v, script);
-    try {
-      await converse(door.url, v, 99 + run, 8, 2); // warm-up: JIT, connections
-      const from = Date.now();
-      return {
-        arm: v.label,
-        ...cellOf(await converse(door.url, v, run, sessions, turns), door.sims, from),
-      };
-    } finally {
-      await door.close();
-    }
-  },
+  sessions,
+  turns,
+  door: (v) => frontDoor(v, script),
+  converse: (url, v, seed, n, t) => converse(url, v, seed, n, t),
   log,
-);
-const results = summarize(
-  VARIANTS.map((v) => v.label),
-  cells,
-  'round_robin',
-);
+});
 process.stdout.write(
   `${JSON.stringify({ benchmark: 'anthropic-sessions', workers: WORKERS, sessions, turns, repeats, results }, null, 2)}\n`,
 );

@@ -6,6 +6,7 @@
  */
 import { percentile, round } from './stats.js';
 import { TIMING } from './routing-bench.js';
+import { runInterleaved } from './arm-runs.js';
 import type { Simulator, SimulatorOptions } from '../src/sim/simulator.js';
 
 /** Simulators as the routing benchmark's: its timing, 1024-block prefix caches of 16 tokens. */
@@ -154,5 +155,56 @@ export function summarize(
         },
       ];
     }),
+  );
+}
+
+/** A front door on fresh simulators: its URL, its simulators, and how to close them. */
+export interface SessionDoor {
+  readonly url: string;
+  readonly sims: readonly Simulator[];
+  close(): Promise<void>;
+}
+
+/**
+ * Every variant `repeats` times, interleaved: a fresh door, a warm-up (8 sessions of 2 turns: JIT,
+ * connections), then `sessions` sessions of `turns` turns measured; the summary per variant against
+ * the `round_robin` variant.
+ */
+export async function runSessionVariants<V extends { label: string }>(opts: {
+  variants: readonly V[];
+  repeats: number;
+  sessions: number;
+  turns: number;
+  door: (v: V) => Promise<SessionDoor>;
+  converse: (
+    url: string,
+    v: V,
+    seed: number,
+    n: number,
+    t: number,
+  ) => Promise<{ turns: Turn[][]; wallMs: number }>;
+  log: (line: string) => void;
+}): Promise<Record<string, Record<string, unknown>>> {
+  const { variants, converse } = opts;
+  const cells = await runInterleaved(
+    variants,
+    opts.repeats,
+    async (v, run): Promise<Cell & { arm: string }> => {
+      const door = await opts.door(v);
+      try {
+        await converse(door.url, v, 99 + run, 8, 2);
+        const from = Date.now();
+        const r = await converse(door.url, v, run, opts.sessions, opts.turns);
+        return { arm: v.label, ...cellOf(r, door.sims, from) };
+      } finally {
+        await door.close();
+      }
+    },
+    opts.log,
+  );
+  return summarize(
+    variants.map((v) => v.label),
+    cells,
+    'round_robin',
   );
 }

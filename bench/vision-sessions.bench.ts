@@ -21,21 +21,18 @@
  *
  * Absolute figures on a shared 2-core machine are noisy: compare the ratios within one run.
  */
-import { runInterleaved } from './arm-runs.js';
 import { buildRouter, startRoutedStack } from './bench-stack.js';
 import { numericFlag } from './numeric-flag.js';
 import {
-  cellOf,
   runSessions,
+  runSessionVariants,
   SESSION_SIM,
   streamTurn,
-  summarize,
-  type Cell,
+  type SessionDoor,
   type Turn,
 } from './session-cells.js';
 import { mulberry32, wordText } from './workloads.js';
 import { preparePeers, startPeerFleet, type PeerName } from './peers.js';
-import type { Simulator } from '../src/sim/simulator.js';
 import { pngDataUrl } from '../test/support/image-data-url.js';
 
 const repeats = numericFlag('repeats', 2);
@@ -102,11 +99,8 @@ const VARIANTS: Variant[] = [
   ...peers.map((peer): Variant => ({ label: `${peer} cache_aware`, peer })),
 ];
 
-/** A fresh front door on fresh simulators: its URL, its simulators, and how to close them. */
-async function frontDoor(
-  v: Variant,
-  script: string,
-): Promise<{ url: string; sims: readonly Simulator[]; close(): Promise<void> }> {
+/** A fresh front door on fresh simulators. */
+async function frontDoor(v: Variant, script: string): Promise<SessionDoor> {
   if ('router' in v) {
     const stack = await startRoutedStack({ workers: WORKERS, sim, router: v.router, routerScript: script });
     return { url: stack.url, sims: stack.cluster.sims, close: () => stack.close() };
@@ -115,26 +109,15 @@ async function frontDoor(
 }
 
 const script = buildRouter().script;
-const cells = await runInterleaved(
-  VARIANTS,
+const results = await runSessionVariants({
+  variants: VARIANTS,
   repeats,
-  async (v, run): Promise<Cell & { arm: string }> => {
-    const door = await frontDoor(v, script);
-    try {
-      await converse(door.url, 99 + run, 8, 2); // warm-up: JIT, connections
-      const from = Date.now();
-      return { arm: v.label, ...cellOf(await converse(door.url, run, sessions, turns), door.sims, from) };
-    } finally {
-      await door.close();
-    }
-  },
+  sessions,
+  turns,
+  door: (v) => frontDoor(v, script),
+  converse: (url, _v, seed, n, t) => converse(url, seed, n, t),
   log,
-);
-const results = summarize(
-  VARIANTS.map((v) => v.label),
-  cells,
-  'round_robin',
-);
+});
 process.stdout.write(
   `${JSON.stringify({ benchmark: 'vision-sessions', workers: WORKERS, sessions, turns, width, height, repeats, results }, null, 2)}\n`,
 );
