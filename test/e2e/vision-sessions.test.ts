@@ -1,7 +1,7 @@
 /**
  * Vision chats through a real Envoy 1.40 with the default policy: each conversation is about one
  * large inline image, and its turns are short questions. vLLM spends one prompt token per 28 x 28
- * block of the image (a 2048 x 2048 screenshot: 5,329 tokens), prefilled once and cached; the text
+ * block of the image (a 2800 x 2800 screenshot: 10,000 tokens), prefilled once and cached; the text
  * around it is a few dozen tokens. The routing text weighs the image as those tokens
  * (request/media-tokens.ts), so the cost model prices a turn's cached image as the prefill it saves
  * and keeps each conversation on the worker that holds its image while the fleet is busy with the
@@ -19,7 +19,7 @@ beforeAll(async () => {
   stack = await startStack({
     workers: 4,
     // Real pacing, so the conversations overlap: 30 ms per output token, 0.05 ms per prompt token
-    // (an uncached 2048 x 2048 image: ~270 ms of prefill).
+    // (an uncached 2800 x 2800 image: 500 ms of prefill, several times what a queue of the other chats costs).
     sim: { timeScale: 1, timing: { baseItlMs: 30, overheadMs: 1 } },
     router: { decisionHeader: true },
   });
@@ -53,7 +53,7 @@ async function ask(messages: unknown[], question: string): Promise<Turn> {
 
 /** One conversation about its own screenshot: TURNS short questions, one after the other. */
 async function session(s: number): Promise<Turn[]> {
-  const image = pngDataUrl(2048, 2048, `screenshot ${s}`);
+  const image = pngDataUrl(2800, 2800, `screenshot ${s}`);
   const messages: unknown[] = [];
   const turns: Turn[] = [];
   for (let t = 0; t < TURNS; t++) {
@@ -87,15 +87,15 @@ describe('vision chats: an image weighs the tokens vLLM spends on it', () => {
     // The conversations used the fleet (the first turns spread), and every follow-up found its
     // image cached where it ran: the simulator's own report, over 90% of the prompt.
     expect(new Set(sessions.map((t) => t[0]!.worker)).size).toBeGreaterThanOrEqual(3);
-    // Every request carried its chat's screenshot, sized from its header: 5,329 tokens each.
+    // Every request carried its chat's screenshot, sized from its header: 10,000 tokens each.
     const metrics = await metricsText(stack.router);
     expect(metrics).toContain(`vllm_router_media_parts_total{size="read"} ${SESSIONS * TURNS}`);
-    expect(metrics).toContain(`vllm_router_media_tokens_total ${SESSIONS * TURNS * 5_329}`);
+    expect(metrics).toContain(`vllm_router_media_tokens_total ${SESSIONS * TURNS * 10_000}`);
     for (const turns of sessions) {
       for (const t of turns.slice(1)) {
         const sim = stack.sims.find((x) => x.url === t.worker)!;
         const record = sim.records.find((r) => JSON.stringify(r.body).includes(`"${t.question}"`))!;
-        expect(record.promptTokens).toBeGreaterThan(5_329);
+        expect(record.promptTokens).toBeGreaterThan(10_000);
         expect(record.cachedTokens / record.promptTokens, t.question).toBeGreaterThan(0.9);
       }
     }
