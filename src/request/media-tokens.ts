@@ -49,12 +49,12 @@ export const DEFAULT_MEDIA_TOKENS: Readonly<MediaTokenOptions> = Object.freeze({
 /** The media weights of a request's model (`--media-tokens MODEL=...`, else the global flags). */
 export type MediaTokensFor = (model: string) => Readonly<MediaTokenOptions>;
 
-const SPEC_FIELDS: Readonly<Record<string, keyof MediaTokenOptions>> = {
-  patch: 'patchPixels',
-  min: 'minTokens',
-  max: 'maxTokens',
-  unknown: 'unknownTokens',
-};
+const SPEC_FIELDS: ReadonlyMap<string, keyof MediaTokenOptions> = new Map([
+  ['patch', 'patchPixels'],
+  ['min', 'minTokens'],
+  ['max', 'maxTokens'],
+  ['unknown', 'unknownTokens'],
+]);
 
 /**
  * One model's weights: `MODEL=FIELD:N[,FIELD:N...]` with FIELD one of `patch`, `min`, `max`,
@@ -73,11 +73,13 @@ export function parseMediaTokenSpec(
   }
   const options: { -readonly [K in keyof MediaTokenOptions]: MediaTokenOptions[K] } = { ...base };
   for (const item of fields.split(',')) {
-    const [name = '', value = ''] = item.split(':').map((x) => x.trim());
-    const key = SPEC_FIELDS[name];
+    const parts = item.split(':').map((x) => x.trim());
+    const [name = '', value = ''] = parts;
+    const key = SPEC_FIELDS.get(name);
     const n = Number(value);
     if (
       key === undefined ||
+      parts.length !== 2 ||
       value === '' ||
       !Number.isSafeInteger(n) ||
       n < (key === 'patchPixels' ? 1 : 0)

@@ -118,6 +118,9 @@ describe('per-model weights (--media-tokens MODEL=FIELD:N,...)', () => {
     ['m=max:1.5'],
     ['m=patch:0'],
     ['m=width:28'],
+    ['m=toString:5'],
+    ['m=__proto__:5'],
+    ['m=max:5:6'],
   ])('rejects %s with a message naming the form', (spec) => {
     expect(() => parseMediaTokenSpec(spec, Q)).toThrow(/--media-tokens/);
   });
