@@ -131,7 +131,9 @@ export function imageTokens(width: number, height: number, o: Readonly<MediaToke
     h = Math.ceil((height * beta) / f) * f;
     w = Math.ceil((width * beta) / f) * f;
   }
-  return (h / f) * (w / f);
+  // A sliver (1 x 10^9) keeps one block across and so can exceed the budget (Qwen2-VL refuses an
+  // aspect ratio over 200): the weight stays within [minTokens, maxTokens].
+  return Math.min(o.maxTokens, Math.max(o.minTokens, (h / f) * (w / f)));
 }
 
 /** Width and height from the header of a base64 `data:image/...` URL, or undefined. */

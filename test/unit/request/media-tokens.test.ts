@@ -29,6 +29,8 @@ describe('imageTokens (Qwen2-VL smart_resize, one token per 28 x 28 block)', () 
       [1, 1],
       [100_000, 100_000],
       [65_535, 3],
+      [1, 2 ** 31],
+      [2 ** 31, 2 ** 31],
       [3_000, 4_000],
     ] as const) {
       const t = imageTokens(w, h, Q);
