@@ -11,8 +11,8 @@
  * turns to whichever worker is least busy, recomputing the image every turn.
  *
  * The estimate:
- *  - an image sent inline (a base64 `data:` URL) whose header the `image-size` library can read
- *    (PNG, JPEG, GIF, WebP, BMP, ...): `smart_resize` of its width and height with `patchPixels`
+ *  - an image sent inline (a base64 `data:` URL) whose header states its size (a JPEG's frame
+ *    header, jpegSize; PNG, GIF, WebP, BMP, ... through the `image-size` library): `smart_resize` of its width and height with `patchPixels`
  *    (28), `minTokens` (4) and `maxTokens` (16,384: Qwen2-VL's defaults); `minTokens === maxTokens`
  *    gives a model with a fixed count per image (LLaVA-1.5: 576), which an image by URL weighs too;
  *  - any other media with a key (an image by URL, audio, video, a file): `unknownTokens` (1,024);
@@ -103,11 +103,10 @@ export function mediaTokensFor(specs: readonly string[], base: Readonly<MediaTok
   return byModel.size === 0 ? () => base : (model) => byModel.get(model) ?? base;
 }
 
-/**
- * Base64 characters decoded to read an image's header: 3 KB first (PNG, GIF, WebP and most JPEGs),
- * then 96 KB (a JPEG whose EXIF, up to 64 KB, comes before its size).
- */
-const HEADER_BASE64_CHARS = [4 * 1024, 128 * 1024] as const;
+/** Base64 characters decoded to read an image's header: 3 KB (PNG, GIF, WebP, BMP, ...). */
+const HEAD_BASE64_CHARS = 4 * 1024;
+/** A JPEG's frame header may follow up to 64 KB of EXIF: 96 KB are decoded for a JPEG. */
+const JPEG_BASE64_CHARS = 128 * 1024;
 
 /**
  * Tokens of an image of `width` x `height` pixels (transformers' Qwen2-VL `smart_resize`, whose
@@ -136,22 +135,57 @@ export function imageTokens(width: number, height: number, o: Readonly<MediaToke
   return Math.min(o.maxTokens, Math.max(o.minTokens, (h / f) * (w / f)));
 }
 
-/** Width and height from the header of a base64 `data:image/...` URL, or undefined. */
+/**
+ * Width and height from the header of a base64 `data:image/...` URL, or undefined. A JPEG (it opens
+ * with FF D8) is read by jpegSize over its first 96 KB; anything else by the `image-size` library
+ * over its first 3 KB, where every other format states its size.
+ */
 export function dataUrlImageSize(url: string | PieceText): { width: number; height: number } | undefined {
   const comma = url.slice(0, 256).indexOf(',');
   if (comma === -1) return undefined;
-  const head = url.slice(0, comma);
-  if (!/^data:image\/[^;,]*(;[^,]*)?;base64$/i.test(head)) return undefined;
+  if (!/^data:image\/[^;,]*(;[^,]*)?;base64$/i.test(url.slice(0, comma))) return undefined;
   const data = url.length - comma - 1;
-  for (const chars of HEADER_BASE64_CHARS) {
+  const decode = (chars: number): Buffer => {
     const n = Math.min(data, chars);
-    try {
-      const s = imageSize(Buffer.from(url.slice(comma + 1, comma + 1 + n - (n % 4)), 'base64'));
-      if (s.width > 0 && s.height > 0) return { width: s.width, height: s.height };
-    } catch {
-      // not an image the library knows, or its size lies beyond the decoded head
+    return Buffer.from(url.slice(comma + 1, comma + 1 + n - (n % 4)), 'base64');
+  };
+  const head = decode(HEAD_BASE64_CHARS);
+  if (head[0] === 0xff && head[1] === 0xd8)
+    return jpegSize(data <= HEAD_BASE64_CHARS ? head : decode(JPEG_BASE64_CHARS));
+  try {
+    const s = imageSize(head);
+    return s.width > 0 && s.height > 0 ? { width: s.width, height: s.height } : undefined;
+  } catch {
+    return undefined; // not an image the library knows
+  }
+}
+
+/**
+ * A JPEG's size from its first frame header (SOF0-SOF15 but DHT, JPG and DAC), walking the segments
+ * from the SOI: each must open with FF and a marker, and its length leads to the next. A byte out of
+ * place, a scan before any frame, or the end of `b` gives undefined. Hand-written because the library
+ * steps through a malformed JPEG byte by byte (22 ms for 96 KB of zeros after an SOI): this walk costs
+ * one step per segment, whatever the bytes.
+ */
+export function jpegSize(b: Uint8Array): { width: number; height: number } | undefined {
+  let i = 2;
+  while (i + 9 <= b.length) {
+    if (b[i] !== 0xff) return undefined;
+    const marker = b[i + 1] as number;
+    if (marker === 0xff) {
+      i += 1; // a fill byte before the marker
+      continue;
     }
-    if (n === data) break;
+    if (marker === 0xd9 || marker === 0xda) return undefined; // end, or a scan, before any frame
+    const length = ((b[i + 2] as number) << 8) | (b[i + 3] as number);
+    if (length < 2) return undefined;
+    const frame = marker >= 0xc0 && marker <= 0xcf && marker !== 0xc4 && marker !== 0xc8 && marker !== 0xcc;
+    if (frame) {
+      const height = ((b[i + 5] as number) << 8) | (b[i + 6] as number);
+      const width = ((b[i + 7] as number) << 8) | (b[i + 8] as number);
+      return width > 0 && height > 0 ? { width, height } : undefined;
+    }
+    i += 2 + length;
   }
   return undefined;
 }

@@ -3,6 +3,7 @@ import {
   DEFAULT_MEDIA_TOKENS,
   dataUrlImageSize,
   imageTokens,
+  jpegSize,
   mediaTokens,
   mediaTokensFor,
   parseMediaTokenSpec,
@@ -125,5 +126,31 @@ describe('per-model weights (--media-tokens MODEL=FIELD:N,...)', () => {
     ['m=max:5:6'],
   ])('rejects %s with a message naming the form', (spec) => {
     expect(() => parseMediaTokenSpec(spec, Q)).toThrow(/--media-tokens/);
+  });
+});
+
+describe('jpegSize (the segment walk)', () => {
+  const seg = (marker: number, body: number[]): number[] => [0xff, marker, 0, body.length + 2, ...body];
+  const sof = (marker: number, w: number, h: number): number[] =>
+    seg(marker, [8, h >> 8, h & 255, w >> 8, w & 255, 3, 1, 0x22, 0, 2, 0x11, 1, 3, 0x11, 1]);
+  const jpeg = (...parts: number[][]): Uint8Array => new Uint8Array([0xff, 0xd8, ...parts.flat()]);
+
+  it('reads baseline and progressive frames past APPn, DQT and DHT segments and fill bytes', () => {
+    expect(jpegSize(jpeg(seg(0xe0, [1, 2, 3]), seg(0xdb, [0, 0]), sof(0xc0, 640, 480)))).toEqual({
+      width: 640,
+      height: 480,
+    });
+    expect(jpegSize(jpeg(seg(0xc4, [9, 9]), [0xff], sof(0xc2, 1920, 1080)))).toEqual({
+      width: 1920,
+      height: 1080,
+    });
+  });
+
+  it('gives undefined for a byte out of place, a scan or the end before any frame, a bad length', () => {
+    expect(jpegSize(new Uint8Array([0xff, 0xd8, ...new Array<number>(96_000).fill(0)]))).toBeUndefined();
+    expect(jpegSize(jpeg(seg(0xda, [1, 2, 3]), sof(0xc0, 1, 1)))).toBeUndefined();
+    expect(jpegSize(jpeg([0xff, 0xd9]))).toBeUndefined();
+    expect(jpegSize(jpeg([0xff, 0xe0, 0, 1, 0, 0, 0, 0, 0]))).toBeUndefined();
+    expect(jpegSize(jpeg(seg(0xe1, [0, 0, 0]), [0xff, 0xc0, 0, 17]))).toBeUndefined(); // cut short
   });
 });
