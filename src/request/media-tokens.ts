@@ -12,9 +12,10 @@
  *
  * The estimate:
  *  - an image sent inline (a base64 `data:` URL) whose header states its size (a JPEG's frame
- *    header, jpegSize; PNG, GIF, WebP, BMP, ... through the `image-size` library): `smart_resize` of its width and height with `patchPixels`
- *    (28), `minTokens` (4) and `maxTokens` (16,384: Qwen2-VL's defaults); `minTokens === maxTokens`
- *    gives a model with a fixed count per image (LLaVA-1.5: 576), which an image by URL weighs too;
+ *    header, jpegSize; PNG, GIF, WebP, BMP, ... through the `image-size` library): `smart_resize` of
+ *    its width and height with `patchPixels` (28), `minTokens` (4) and `maxTokens` (16,384:
+ *    Qwen2-VL's defaults), clamped to [minTokens, maxTokens]; `minTokens === maxTokens` gives a model
+ *    with a fixed count per image (LLaVA-1.5: 576), which an image by URL weighs too;
  *  - any other media with a key (an image by URL, audio, video, a file): `unknownTokens` (1,024);
  *  - a part without a key (nothing the router can tell apart): 0, as it cannot be told cached.
  * All 0 turns the weighting off. Pure.
