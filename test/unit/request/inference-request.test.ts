@@ -259,27 +259,15 @@ describe('routing text', () => {
       tokens: 256 + DEFAULT_MEDIA_TOKENS.unknownTokens,
     });
     // Per model (--media-tokens): the request's model picks the weights.
-    const image = [
-      { role: 'user', content: [{ type: 'image_url', image_url: { url: pngDataUrl(448, 448) } }] },
-    ];
     const forModel = mediaTokensFor(['gemma=min:256,max:256'], { ...DEFAULT_MEDIA_TOKENS, unknownTokens: 7 });
-    const weigh = (model: string) =>
-      parseInferenceRequest(
-        'chat',
-        undefined,
-        Buffer.from(JSON.stringify({ model, messages: image })),
-        forModel,
-      ).media?.tokens;
-    expect([weigh('gemma'), weigh('qwen')]).toEqual([256, 256]); // 448 x 448 on the 28-pixel grid is 256 too
-    const byUrl = [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'https://x/y.png' } }] }];
-    const weighUrl = (model: string) =>
-      parseInferenceRequest(
-        'chat',
-        undefined,
-        Buffer.from(JSON.stringify({ model, messages: byUrl })),
-        forModel,
-      ).media?.tokens;
-    expect([weighUrl('gemma'), weighUrl('qwen')]).toEqual([256, 7]);
+    const weigh = (model: string, url: string) => {
+      const messages = [{ role: 'user', content: [{ type: 'image_url', image_url: { url } }] }];
+      const raw = Buffer.from(JSON.stringify({ model, messages }));
+      return parseInferenceRequest('chat', undefined, raw, forModel).media?.tokens;
+    };
+    const [inline, byUrl] = [pngDataUrl(448, 448), 'https://x/y.png'];
+    expect([weigh('gemma', inline), weigh('qwen', inline)]).toEqual([256, 256]); // 448 x 448: 256 on the grid too
+    expect([weigh('gemma', byUrl), weigh('qwen', byUrl)]).toEqual([256, 7]);
     const plain = Buffer.from(JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }] }));
     expect(parseInferenceRequest('chat', undefined, plain).media).toBeUndefined();
   });
