@@ -108,9 +108,8 @@ export function parseInferenceRequest(
   ) {
     throw badRequest('invalid_body', '"previous_response_id" must be a string');
   }
-  const parsed = new ParsedInferenceRequest(kind, obj.model, obj.stream === true, routingText, obj, pieces);
-  if (tally.sized + tally.unsized + tally.unkeyed > 0) parsed.media = tally;
-  return parsed;
+  const parts = tally.sized + tally.unsized + tally.unkeyed > 0 ? tally : undefined;
+  return new ParsedInferenceRequest(kind, obj.model, obj.stream === true, routingText, obj, pieces, parts);
 }
 
 function promptText(
@@ -157,7 +156,6 @@ function invalidPrompt(kind: InferenceKind): RouterError {
  */
 class ParsedInferenceRequest implements InferenceRequest {
   private asChat: Readonly<Record<string, unknown>> | undefined;
-  media: Readonly<MediaTally> | undefined = undefined;
 
   constructor(
     readonly kind: InferenceKind,
@@ -166,6 +164,7 @@ class ParsedInferenceRequest implements InferenceRequest {
     readonly text: RoutingText,
     private readonly body: Record<string, unknown>,
     private pieces: boolean,
+    readonly media: Readonly<MediaTally> | undefined,
   ) {}
 
   get json(): Readonly<Record<string, unknown>> {

@@ -63,10 +63,16 @@ export function mediaStringKey(s: Text): string {
   return hash64(sample);
 }
 
-/** The key of a content part's media (`uuid` first), or undefined when it carries none readable. */
-export function mediaKey(part: Readonly<Record<string, unknown>>, type: string): string | undefined {
+/**
+ * The key of a content part's media (`uuid` first), or undefined when it carries none readable.
+ * `payload`: the part's mediaPayload, when the caller has it already.
+ */
+export function mediaKey(
+  part: Readonly<Record<string, unknown>>,
+  type: string,
+  payload: Text | undefined = mediaPayload(part, type),
+): string | undefined {
   const uuid = part.uuid;
   if (typeof uuid === 'string' && uuid.length > 0) return `id:${uuid.length <= 128 ? uuid : hash64(uuid)}`;
-  const payload = mediaPayload(part, type);
   return payload === undefined ? undefined : mediaStringKey(payload);
 }

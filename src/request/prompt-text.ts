@@ -98,7 +98,8 @@ class ChatTextBuilder extends RoutingTextBuilder {
    * media, then the filler of the tokens it weighs (media-tokens.ts), within the request's budget.
    */
   appendMedia(part: Readonly<Record<string, unknown>>, type: string): void {
-    const key = mediaKey(part, type);
+    const payload = mediaPayload(part, type);
+    const key = mediaKey(part, type, payload);
     const t = this.tally;
     if (key === undefined) {
       this.append(`<${type}>`);
@@ -107,7 +108,7 @@ class ChatTextBuilder extends RoutingTextBuilder {
     }
     this.append(`<${type}:${key}>`);
     if (typeof this.media === 'function') this.media = this.media();
-    const weight = mediaTokens(type, mediaPayload(part, type), this.media);
+    const weight = mediaTokens(type, payload, this.media);
     if (t !== undefined) {
       if (weight.sized) t.sized += 1;
       else t.unsized += 1;

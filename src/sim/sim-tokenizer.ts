@@ -160,11 +160,12 @@ export function renderChatTemplate(messages: unknown, opts: ChatRenderOptions): 
         }
         if (part.type === 'text' && typeof part.text === 'string') text += part.text;
         else {
-          const key = mediaKey(part, part.type);
+          const payload = mediaPayload(part, part.type);
+          const key = mediaKey(part, part.type, payload);
           if (key === undefined) text += `<${part.type}>`;
           else {
             // The placeholder tokens the model's processor puts in the image's place (media-tokens.ts).
-            const { tokens } = mediaTokens(part.type, mediaPayload(part, part.type), DEFAULT_MEDIA_TOKENS);
+            const { tokens } = mediaTokens(part.type, payload, DEFAULT_MEDIA_TOKENS);
             text += `<${part.type}:${key}>${MEDIA_FILL.repeat(tokens * SIM_CHARS_PER_TOKEN)}`;
           }
         }
