@@ -706,6 +706,14 @@ export const OPTIONS = [
   },
   {
     group: 'Load and cost model',
+    key: 'toolsInPrompt',
+    flag: 'tools-in-prompt',
+    type: 'bool',
+    default: true,
+    help: "Write a chat request's tools (function definitions) and its assistant messages' tool calls into the routing text, as vLLM's chat templates render them into the prompt (most inside the opening system block), so agents with other tools diverge where their tools do and the cost model weighs them as prefill; false for models whose template renders no tools.",
+  },
+  {
+    group: 'Load and cost model',
     key: 'cacheReports',
     flag: 'cache-reports',
     type: 'bool',

@@ -651,6 +651,7 @@ function buildGrpcServer(
       : {}),
     maxBodyBytes: config.maxBodyBytes,
     mediaTokens: buildMediaTokens(config, charsPerToken),
+    toolsInPrompt: config.toolsInPrompt,
     onMedia: (m) => {
       if (m.sized > 0) metrics.mediaParts.inc({ size: 'read' }, m.sized);
       if (m.unsized > 0) metrics.mediaParts.inc({ size: 'unknown' }, m.unsized);

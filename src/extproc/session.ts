@@ -82,6 +82,8 @@ export interface SessionDeps {
   readonly maxBodyBytes: number;
   /** What media weigh in the routing text, per model (request/media-tokens.ts); default DEFAULT_MEDIA_TOKENS. */
   readonly mediaTokens?: MediaTokensFor;
+  /** Whether tools and tool calls go into the routing text (`--tools-in-prompt`; default true). */
+  readonly toolsInPrompt?: boolean;
   /** Told the media parts of every inference request that has any (metrics). */
   readonly onMedia?: (media: Readonly<MediaTally>) => void;
   readonly onEnd?: (summary: SessionSummary) => void;
@@ -411,7 +413,10 @@ export class Session {
 
   private parse(body: Buffer) {
     const kind = this.kind as InferenceKind;
-    const req = parseInferenceRequest(kind, this.headers['content-type'], body, this.deps.mediaTokens);
+    const req = parseInferenceRequest(kind, this.headers['content-type'], body, {
+      media: this.deps.mediaTokens,
+      tools: this.deps.toolsInPrompt,
+    });
     if (req.media !== undefined) this.deps.onMedia?.(req.media);
     return req;
   }

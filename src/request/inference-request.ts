@@ -69,12 +69,22 @@ const JSON_CONTENT_TYPE = /^application\/(.+\+)?json\b/i;
 /** Maximum nesting accepted before JSON.parse: protects the parser's stack from hostile bodies. */
 export const MAX_JSON_DEPTH = 64;
 
+/** How a body's routing text is written (request/prompt-text.ts). */
+export interface ParseOptions {
+  /** What media weigh in the routing text, per model; default DEFAULT_MEDIA_TOKENS. */
+  readonly media?: MediaTokensFor;
+  /**
+   * Whether the request's tools and tool calls go into the routing text, as the served models' chat
+   * templates render them into the prompt (default true).
+   */
+  readonly tools?: boolean;
+}
+
 export function parseInferenceRequest(
   kind: InferenceKind,
   contentType: string | undefined,
   body: Buffer,
-  /** What media weigh in the routing text, per model (prompt-text.ts); default DEFAULT_MEDIA_TOKENS. */
-  media?: MediaTokensFor,
+  opts: ParseOptions = {},
 ): InferenceRequest {
   if (contentType !== undefined && !JSON_CONTENT_TYPE.test(contentType.trim())) {
     throw new RouterError(
@@ -97,7 +107,9 @@ export function parseInferenceRequest(
   }
   const tally: MediaTally = { sized: 0, unsized: 0, unkeyed: 0, tokens: 0 };
   const model = obj.model;
-  const prompt = promptText(kind, obj, media === undefined ? undefined : () => media(model), tally);
+  const { media } = opts;
+  const weights = media === undefined ? undefined : () => media(model);
+  const prompt = promptText(kind, obj, { media: weights, tally, tools: opts.tools !== false });
   if (prompt === undefined) throw invalidPrompt(kind);
   // vLLM's Messages API takes no `cache_salt` (its chat request is built without one).
   const routingText = kind === 'messages' ? prompt : saltedText(prompt, obj.cache_salt);
@@ -115,13 +127,22 @@ export function parseInferenceRequest(
 function promptText(
   kind: InferenceKind,
   obj: Record<string, unknown>,
-  media: (() => Readonly<MediaTokenOptions>) | undefined,
-  tally: MediaTally,
+  opts: {
+    media: (() => Readonly<MediaTokenOptions>) | undefined;
+    tally: MediaTally;
+    tools: boolean;
+  },
 ): RoutingText | undefined {
   if (kind === 'completions') return completionPromptText(obj.prompt);
-  if (kind === 'chat') return chatPromptText(obj.messages, media, tally);
-  if (kind === 'messages') return chatPromptText(anthropicChatMessages(obj), media, tally);
-  return chatPromptText(responsesMessages(obj), media, tally);
+  const { media, tally } = opts;
+  const text = { media, tally, toolCalls: opts.tools };
+  if (kind === 'chat')
+    return chatPromptText(obj.messages, { ...text, tools: opts.tools ? obj.tools : undefined });
+  if (kind === 'messages') {
+    const tools = opts.tools ? anthropicChatTools(obj.tools) : undefined;
+    return chatPromptText(anthropicChatMessages(obj), { ...text, tools });
+  }
+  return chatPromptText(responsesMessages(obj), { ...text, tools: opts.tools ? obj.tools : undefined });
 }
 
 function invalidPrompt(kind: InferenceKind): RouterError {

@@ -14,6 +14,12 @@
  *    `MEDIA_CHARS_PER_TOKEN`), so the prefix tree, the cost model and every count of prompt tokens
  *    weigh the image as the prefill it is; at most `MAX_MEDIA_FILL_CHARS` per request (a body of many
  *    tiny images claiming huge sizes gets no more).
+ *    The request's `tools` (function definitions, which chat templates render into the prompt, most
+ *    of them inside its opening system block: thousands of tokens for a coding agent) come after the
+ *    leading system or developer message, or first when there is none, as `tools\n` and one JSON
+ *    line per tool; an assistant message's `tool_calls` follow its content as `<tool_call>NAME\n`
+ *    and the call's arguments. So two agents with different tools diverge where their tools do, and
+ *    the cost model weighs the tools and the calls as the prefill they are.
  *
  * A long text stays in pieces (util/piece-text.ts): a long value the body parser returned as a
  * PieceText keeps its pieces, and a chat text longer than PIECE_CHARS is built in pieces of about that
@@ -62,24 +68,65 @@ export const MAX_MEDIA_FILL_CHARS = 1 << 20;
 /** The filler (a control character no text part is likely to repeat). */
 const FILL = '\u001a';
 
-export function chatPromptText(
-  messages: unknown,
-  /** The weights, or how to get them (asked once, at the first media part). */
-  media: Readonly<MediaTokenOptions> | (() => Readonly<MediaTokenOptions>) = DEFAULT_MEDIA_TOKENS,
+/** What a chat routing text is built with besides its messages. */
+export interface ChatTextOptions {
+  /** The request's `tools` (chat completion tools; the Responses API's and Anthropic's, converted). */
+  readonly tools?: unknown;
+  /** Whether the assistant messages' `tool_calls` are written (default true). */
+  readonly toolCalls?: boolean;
+  /** The media weights, or how to get them (asked once, at the first media part). */
+  readonly media?: Readonly<MediaTokenOptions> | (() => Readonly<MediaTokenOptions>);
   /** Counts the media parts and the tokens they weigh, when given. */
-  tally?: MediaTally,
-): RoutingText | undefined {
+  readonly tally?: MediaTally;
+}
+
+export function chatPromptText(messages: unknown, opts: ChatTextOptions = {}): RoutingText | undefined {
   if (!Array.isArray(messages) || messages.length === 0) return undefined;
-  const out = new ChatTextBuilder(media, tally);
-  for (const m of messages) {
-    if (typeof m !== 'object' || m === null || Array.isArray(m)) return undefined;
-    const { role, content } = m as { role?: unknown; content?: unknown };
+  const out = new ChatTextBuilder(opts.media ?? DEFAULT_MEDIA_TOKENS, opts.tally);
+  // Templates render the tools inside their opening system block, else before the first message.
+  let toolsAfter = -1;
+  const first: unknown = messages[0];
+  if (isRecord(first) && (first.role === 'system' || first.role === 'developer')) toolsAfter = 0;
+  else appendTools(out, opts.tools);
+  for (let i = 0; i < messages.length; i++) {
+    const m: unknown = messages[i];
+    if (!isRecord(m)) return undefined;
+    const { role, content } = m;
     if (typeof role !== 'string') return undefined;
     out.append(`${role}\n`);
     if (!appendContent(out, content)) return undefined;
+    if (opts.toolCalls !== false) appendToolCalls(out, m.tool_calls);
     out.append('\n');
+    if (i === toolsAfter) appendTools(out, opts.tools);
   }
   return out.build();
+}
+
+function isRecord(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+/**
+ * `tools\n`, then each tool as one line of JSON (the templates write `tool | tojson`); nothing when
+ * the request has none. A malformed list is vLLM's to refuse: whatever it holds is written.
+ */
+function appendTools(out: RoutingTextBuilder, tools: unknown): void {
+  if (!Array.isArray(tools) || tools.length === 0) return;
+  out.append('tools\n');
+  for (const tool of tools) out.append(`${JSON.stringify(tool) ?? 'null'}\n`);
+}
+
+/** Each of an assistant message's tool calls: `<tool_call>NAME\n` and its arguments. */
+function appendToolCalls(out: RoutingTextBuilder, calls: unknown): void {
+  if (!Array.isArray(calls)) return;
+  for (const call of calls) {
+    const fn = isRecord(call) && isRecord(call.function) ? call.function : undefined;
+    const name = typeof fn?.name === 'string' ? fn.name : '';
+    out.append(`<tool_call>${name}\n`);
+    const args = fn?.arguments;
+    if (typeof args === 'string' || args instanceof PieceText) out.append(args);
+    else if (args !== undefined) out.append(JSON.stringify(args) ?? '');
+  }
 }
 
 /** The routing text builder with the request's media weights, filler budget and tally. */

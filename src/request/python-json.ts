@@ -10,11 +10,15 @@
  * What a JavaScript value cannot say stays approximate: a float with no fractional part (`1.0` parses
  * to 1 and is written `1`), and a key JavaScript reorders (integer-like keys come first in an object).
  */
+import { PieceText } from '../util/piece-text.js';
+
 export function pythonJsonDumps(value: unknown): string {
   if (value === null || value === undefined) return 'null';
   if (typeof value === 'boolean') return value ? 'true' : 'false';
   if (typeof value === 'number') return pythonNumber(value);
   if (typeof value === 'string') return pythonString(value);
+  // A long string value the body parser kept in pieces (request/json-body.ts).
+  if (value instanceof PieceText) return pythonString(value.toString());
   if (Array.isArray(value)) return `[${value.map(pythonJsonDumps).join(', ')}]`;
   if (typeof value === 'object') {
     const items: string[] = [];

@@ -41,7 +41,8 @@ export function parseMessagesRequest(body: unknown): ParseResult {
   }
   const messages = anthropicChatMessages(body);
   if (messages === undefined) return { ok: false, error: 'messages: invalid or empty' };
-  const rendered = renderChatTemplate(messages, { addGenerationPrompt: false });
+  const tools = anthropicChatTools(body.tools);
+  const rendered = renderChatTemplate(messages, { addGenerationPrompt: false, tools });
   if (!rendered.ok) return { ok: false, error: rendered.error };
   const kv = body.kv_transfer_params;
   if (kv !== undefined && kv !== null && !isObject(kv)) {
@@ -58,7 +59,7 @@ export function parseMessagesRequest(body: unknown): ParseResult {
       includeUsage: stream,
       model: body.model,
       kvTransferParams: isObject(kv) ? kv : undefined,
-      chatBody: chatBody(messages, anthropicChatTools(body.tools)),
+      chatBody: chatBody(messages, tools),
     },
   };
 }

@@ -45,6 +45,8 @@ export interface ResponsesInput {
   readonly model: string | undefined;
   readonly kvTransferParams: Readonly<Record<string, unknown>> | undefined;
   readonly cacheSalt: string | undefined;
+  /** The request's `tools` (the template renders them; a follow-up's own, not its previous turn's). */
+  readonly tools: readonly unknown[] | undefined;
 }
 
 /** The stored part of an earlier turn that a follow-up continues. */
@@ -106,6 +108,7 @@ export function parseResponsesRequest(body: unknown, defaultMaxTokens: number): 
       model: typeof body.model === 'string' ? body.model : undefined,
       kvTransferParams: isObject(kv) ? kv : undefined,
       cacheSalt: typeof salt === 'string' && salt.length > 0 ? salt : undefined,
+      tools: Array.isArray(body.tools) && body.tools.length > 0 ? body.tools : undefined,
     },
   };
 }
@@ -120,10 +123,11 @@ export function responsesGeneration(
 ): { ok: true; request: GenerationRequest } | { ok: false; error: string } {
   const messages = conversationOf(input, previous);
   if (messages.length === 0) return fail('input must not be empty');
-  const rendered = renderChatTemplate(messages, { addGenerationPrompt: false });
+  const rendered = renderChatTemplate(messages, { addGenerationPrompt: false, tools: input.tools });
   if (!rendered.ok) return fail(rendered.error);
   const chatBody: Record<string, unknown> = { messages };
   if (input.cacheSalt !== undefined) chatBody.cache_salt = input.cacheSalt;
+  if (input.tools !== undefined) chatBody.tools = input.tools;
   return {
     ok: true,
     request: {

@@ -47,7 +47,7 @@ export function parseGenerationRequest(
 ): ParseResult {
   if (!isObject(body)) return fail('request body must be a JSON object');
   const prompts =
-    kind === 'chat' ? chatPrompts(body.messages) : completionPrompts(body.prompt, charsPerToken);
+    kind === 'chat' ? chatPrompts(body.messages, body.tools) : completionPrompts(body.prompt, charsPerToken);
   if (typeof prompts === 'string') return fail(prompts);
 
   const rawMax = kind === 'chat' ? (body.max_completion_tokens ?? body.max_tokens) : body.max_tokens;
@@ -112,7 +112,7 @@ function completionPrompts(prompt: unknown, charsPerToken: number): string[] | s
   return bad;
 }
 
-function chatPrompts(messages: unknown): string[] | string {
-  const r = renderChatTemplate(messages, { addGenerationPrompt: false });
+function chatPrompts(messages: unknown, tools: unknown): string[] | string {
+  const r = renderChatTemplate(messages, { addGenerationPrompt: false, tools });
   return r.ok ? [r.text] : r.error;
 }

@@ -26,6 +26,10 @@
  * the same image sent again does, followed by one filler token per placeholder token a Qwen2-VL-like
  * processor gives the media: request/media-tokens.ts with its defaults, ~1,000 for a photo, so an
  * image costs prefill and cache as in vLLM), plus `<|assistant|>\n` when a generation prompt is asked for.
+ * The request's `tools` are rendered as most models' templates render them, in the opening system
+ * block (after the first message when it is a system or developer message, else before it):
+ * `<|tools|>\n` and one JSON line per tool; an assistant message's `tool_calls` follow its content as
+ * `<tool_call>NAME\n` and the call's arguments. So a coding agent's tools cost prefill and cache.
  *
  * Pure: no timers, no I/O.
  */
@@ -42,6 +46,8 @@ export interface ChatRenderOptions {
   readonly addGenerationPrompt: boolean;
   /** Leave the final message open for the model to continue (vLLM's `continue_final_message`). */
   readonly continueFinalMessage?: boolean;
+  /** The request's `tools`, which the template renders (see the header comment). */
+  readonly tools?: unknown;
 }
 
 export type ChatRenderResult = { ok: true; text: string } | { ok: false; error: string };
@@ -146,6 +152,9 @@ export function renderChatTemplate(messages: unknown, opts: ChatRenderOptions): 
     };
   }
   let out = '';
+  const first: unknown = messages[0];
+  const toolsAfterFirst = isObject(first) && (first.role === 'system' || first.role === 'developer');
+  if (!toolsAfterFirst) out += toolsBlock(opts.tools);
   for (let i = 0; i < messages.length; i++) {
     const m: unknown = messages[i];
     if (!isObject(m) || typeof m.role !== 'string')
@@ -172,11 +181,32 @@ export function renderChatTemplate(messages: unknown, opts: ChatRenderOptions): 
       }
     } else if (content !== null && content !== undefined)
       return { ok: false, error: 'invalid message content' };
+    text += toolCallsText(m.tool_calls);
     const open = opts.continueFinalMessage === true && i === messages.length - 1;
     out += open ? `<|${m.role}|>\n${text}` : `<|${m.role}|>\n${text}\n`;
+    if (i === 0 && toolsAfterFirst) out += toolsBlock(opts.tools);
   }
   if (opts.addGenerationPrompt) out += '<|assistant|>\n';
   return { ok: true, text: out };
+}
+
+/** The tools, as most templates render them inside their opening system block: one JSON line each. */
+function toolsBlock(tools: unknown): string {
+  if (!Array.isArray(tools) || tools.length === 0) return '';
+  return `<|tools|>\n${tools.map((t) => JSON.stringify(t) ?? 'null').join('\n')}\n`;
+}
+
+/** An assistant message's tool calls, after its content: `<tool_call>NAME\n` and the arguments each. */
+function toolCallsText(calls: unknown): string {
+  if (!Array.isArray(calls)) return '';
+  let out = '';
+  for (const call of calls) {
+    const fn = isObject(call) && isObject(call.function) ? call.function : undefined;
+    const args = fn?.arguments;
+    const argsText = typeof args === 'string' ? args : args === undefined ? '' : (JSON.stringify(args) ?? '');
+    out += `<tool_call>${typeof fn?.name === 'string' ? fn.name : ''}\n${argsText}`;
+  }
+  return out;
 }
 
 function isObject(v: unknown): v is Record<string, unknown> {

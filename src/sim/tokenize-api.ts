@@ -10,8 +10,9 @@
  * - `/tokenize` with `messages` (the chat form, chosen whenever `messages` is present): rendered through
  *   the chat template first; `add_generation_prompt` (default true), `continue_final_message` (default
  *   false; not together with add_generation_prompt), `add_special_tokens` (default false: the template
- *   already holds them), `return_token_strs`. Template extras vLLM accepts (`chat_template`,
- *   `chat_template_kwargs`, `tools`, `mm_processor_kwargs`) are accepted and ignored.
+ *   already holds them), `return_token_strs`, `tools` (rendered as the template renders them,
+ *   sim-tokenizer.ts). Other template extras vLLM accepts (`chat_template`, `chat_template_kwargs`,
+ *   `mm_processor_kwargs`) are accepted and ignored.
  * - Answer: `{count, max_model_len, tokens, token_strs}` (`token_strs` null unless asked for, as
  *   vLLM's model_dump() writes it).
  * - `/detokenize`: `{tokens: int[]}` -> `{prompt}`.
@@ -61,7 +62,11 @@ export function tokenizeResponse(
     if (typeof gen === 'string') return bad(gen);
     const cont = optionalBool(body, 'continue_final_message', false);
     if (typeof cont === 'string') return bad(cont);
-    const r = tokenizer.renderChat(body.messages, { addGenerationPrompt: gen, continueFinalMessage: cont });
+    const r = tokenizer.renderChat(body.messages, {
+      addGenerationPrompt: gen,
+      continueFinalMessage: cont,
+      tools: body.tools,
+    });
     if (!r.ok) return bad(r.error);
     text = r.text;
   } else {

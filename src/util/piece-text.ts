@@ -87,6 +87,11 @@ export class PieceText {
     this.joined ??= this.pieces.join('');
     return this.joined;
   }
+
+  /** `JSON.stringify` writes the text, as it would the string. */
+  toJSON(): string {
+    return this.toString();
+  }
 }
 
 /** The whole routing text as one string. */

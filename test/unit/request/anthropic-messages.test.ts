@@ -245,10 +245,13 @@ describe('a /v1/messages request', () => {
     });
     const a = parseInferenceRequest('messages', 'application/json', json(body('aaaa')));
     const b = parseInferenceRequest('messages', 'application/json', json(body('bbbb')));
-    const chat = chatPromptText([
-      { role: 'system', content: 'You are a coding agent.' },
-      { role: 'user', content: 'fix the bug' },
-    ]);
+    const chat = chatPromptText(
+      [
+        { role: 'system', content: 'You are a coding agent.' },
+        { role: 'user', content: 'fix the bug' },
+      ],
+      { tools: [{ type: 'function', function: { name: 'ls', parameters: { type: 'object' } } }] },
+    );
     expect(a.text).toBe(chat);
     expect(b.text).toBe(chat);
     expect(a).toMatchObject({ kind: 'messages', model: 'm', stream: true, outputTokens: 64 });

@@ -203,7 +203,9 @@ describe('routing text', () => {
     const off = { ...DEFAULT_MEDIA_TOKENS, maxTokens: 0 };
     expect(
       flat(
-        chatPromptText([{ role: 'user', content: [{ type: 'image_url', image_url: { url: photo } }] }], off),
+        chatPromptText([{ role: 'user', content: [{ type: 'image_url', image_url: { url: photo } }] }], {
+          media: off,
+        }),
       ),
     ).toBe(`user\n<image_url:${mediaStringKey(photo)}>\n`);
   });
@@ -263,7 +265,7 @@ describe('routing text', () => {
     const weigh = (model: string, url: string) => {
       const messages = [{ role: 'user', content: [{ type: 'image_url', image_url: { url } }] }];
       const raw = Buffer.from(JSON.stringify({ model, messages }));
-      return parseInferenceRequest('chat', undefined, raw, forModel).media?.tokens;
+      return parseInferenceRequest('chat', undefined, raw, { media: forModel }).media?.tokens;
     };
     const [inline, byUrl] = [pngDataUrl(448, 448), 'https://x/y.png'];
     expect([weigh('gemma', inline), weigh('qwen', inline)]).toEqual([256, 256]); // 448 x 448: 256 on the grid too
@@ -278,7 +280,8 @@ describe('routing text', () => {
     ];
     for (const charsPerToken of [1.8, 4, 6.5]) {
       const tally = { sized: 0, unsized: 0, unkeyed: 0, tokens: 0 };
-      const text = flat(chatPromptText(messages, () => ({ ...DEFAULT_MEDIA_TOKENS, charsPerToken }), tally));
+      const media = () => ({ ...DEFAULT_MEDIA_TOKENS, charsPerToken });
+      const text = flat(chatPromptText(messages, { media, tally }));
       const filler = text.length - text.replaceAll('\u001a', '').length;
       expect(filler).toBe(Math.round(999 * charsPerToken));
       expect(tally).toEqual({ sized: 1, unsized: 0, unkeyed: 0, tokens: 999 });
@@ -443,5 +446,174 @@ describe('cache_salt in the routing text (request/prompt-text.ts saltedText)', (
     );
     expect(typeof req.text).not.toBe('string');
     expect(req.text.toString().endsWith(long)).toBe(true);
+  });
+});
+
+describe('tools and tool calls in the routing text', () => {
+  const tool = (name: string, description = `Runs ${name}.`) => ({
+    type: 'function',
+    function: { name, description, parameters: { type: 'object', properties: { path: { type: 'string' } } } },
+  });
+  const sys = { role: 'system', content: 'You are a coding agent.' };
+  const ask = { role: 'user', content: 'Fix the failing test.' };
+  const chat = (body: Record<string, unknown>) =>
+    flat(parseInferenceRequest('chat', undefined, json({ model: 'm', ...body })).text);
+
+  it('writes the tools after the opening system message, or first when there is none', () => {
+    const tools = [tool('read_file'), tool('run_tests')];
+    const lines = `tools\n${JSON.stringify(tools[0])}\n${JSON.stringify(tools[1])}\n`;
+    expect(chat({ messages: [sys, ask], tools })).toBe(
+      `system\nYou are a coding agent.\n${lines}user\nFix the failing test.\n`,
+    );
+    expect(chat({ messages: [ask], tools })).toBe(`${lines}user\nFix the failing test.\n`);
+    expect(chat({ messages: [{ ...sys, role: 'developer' }, ask], tools })).toContain(`agent.\n${lines}user`);
+    // No tools, or an empty list: the text of the messages alone.
+    expect(chat({ messages: [sys, ask], tools: [] })).toBe(chat({ messages: [sys, ask] }));
+  });
+
+  it('keeps agents with other tools apart, and agents with the same tools together', () => {
+    const a = chat({ messages: [sys, ask], tools: [tool('read_file'), tool('run_tests')] });
+    const same = chat({ messages: [sys, ask], tools: [tool('read_file'), tool('run_tests')] });
+    const other = chat({ messages: [sys, ask], tools: [tool('query_db'), tool('run_tests')] });
+    expect(same).toBe(a);
+    const diverge = commonPrefix(a, other);
+    expect(diverge).toBeLessThan('system\nYou are a coding agent.\ntools\n'.length + 40);
+    // The same tools behind another system prompt share nothing past the system prompt, as vLLM's.
+    expect(
+      commonPrefix(a, chat({ messages: [{ ...sys, content: 'Other.' }, ask], tools: [tool('read_file')] })),
+    ).toBe('system\n'.length);
+  });
+
+  it("writes each assistant tool call's name and arguments, so a conversation's next turn extends it", () => {
+    const tools = [tool('read_file')];
+    const call = {
+      id: 'call_1',
+      type: 'function',
+      function: { name: 'read_file', arguments: '{"path": "src/a.ts"}' },
+    };
+    const turn1 = [sys, ask];
+    const turn2 = [
+      ...turn1,
+      { role: 'assistant', content: null, tool_calls: [call] },
+      { role: 'tool', tool_call_id: 'call_1', content: 'export const a = 1;' },
+    ];
+    const t1 = chat({ messages: turn1, tools });
+    const t2 = chat({ messages: turn2, tools });
+    expect(t2.startsWith(t1)).toBe(true);
+    expect(t2.slice(t1.length)).toBe(
+      'assistant\n<tool_call>read_file\n{"path": "src/a.ts"}\ntool\nexport const a = 1;\n',
+    );
+    // Another call's arguments are another prompt.
+    const otherArgs = { ...call, function: { ...call.function, arguments: '{"path": "src/b.ts"}' } };
+    const t2b = chat({
+      messages: [...turn1, { role: 'assistant', content: null, tool_calls: [otherArgs] }],
+      tools,
+    });
+    expect(commonPrefix(t2, t2b)).toBe(t1.length + 'assistant\n<tool_call>read_file\n{"path": "src/'.length);
+  });
+
+  it('reads the tools and tool calls of the Responses API and the Anthropic Messages API alike', () => {
+    const fn = { name: 'read_file', description: 'Reads a file.', parameters: { type: 'object' } };
+    const responses = flat(
+      parseInferenceRequest(
+        'responses',
+        undefined,
+        json({
+          model: 'm',
+          instructions: 'You are a coding agent.',
+          tools: [{ type: 'function', ...fn }],
+          input: [
+            { role: 'user', content: 'Fix the failing test.' },
+            { type: 'function_call', call_id: 'c1', name: 'read_file', arguments: '{"path": "a"}' },
+            { type: 'function_call_output', call_id: 'c1', output: 'x = 1' },
+          ],
+        }),
+      ).text,
+    );
+    expect(responses).toContain(`tools\n${JSON.stringify({ type: 'function', ...fn })}\nuser\n`);
+    expect(responses).toContain('assistant\n<tool_call>read_file\n{"path": "a"}\ntool\nx = 1\n');
+    const messages = flat(
+      parseInferenceRequest(
+        'messages',
+        undefined,
+        json({
+          model: 'm',
+          max_tokens: 8,
+          system: 'You are a coding agent.',
+          tools: [{ name: 'read_file', description: 'Reads a file.', input_schema: { type: 'object' } }],
+          messages: [
+            { role: 'user', content: 'Fix the failing test.' },
+            {
+              role: 'assistant',
+              content: [{ type: 'tool_use', id: 'c1', name: 'read_file', input: { path: 'a' } }],
+            },
+            { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'c1', content: 'x = 1' }] },
+          ],
+        }),
+      ).text,
+    );
+    // As vLLM converts it: a chat tool (function name, description, parameters), the input as Python's json.dumps.
+    expect(messages).toBe(
+      `system\nYou are a coding agent.\ntools\n${JSON.stringify(tool('read_file', 'Reads a file.')).replace(
+        ',"properties":{"path":{"type":"string"}}',
+        '',
+      )}\nuser\nFix the failing test.\nassistant\n<tool_call>read_file\n{"path": "a"}\ntool\nx = 1\n`,
+    );
+  });
+
+  it('writes a long tool-call argument the body parser kept in pieces as its text', () => {
+    // Over 128 KB, the body's long `content` values come back in pieces (json-body.ts); an Anthropic
+    // tool call's input is written as Python's json.dumps writes it, whatever form its values took.
+    const file = 'export const line = 1;\n'.repeat(8_000);
+    const text = flat(
+      parseInferenceRequest(
+        'messages',
+        undefined,
+        json({
+          model: 'm',
+          max_tokens: 8,
+          messages: [
+            { role: 'user', content: 'Write the file.' },
+            {
+              role: 'assistant',
+              content: [
+                { type: 'tool_use', id: 'c1', name: 'write', input: { path: 'a.ts', content: file } },
+              ],
+            },
+            { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'c1', content: 'ok' }] },
+          ],
+        }),
+      ).text,
+    );
+    expect(text).toContain(
+      `<tool_call>write\n{"path": "a.ts", "content": ${JSON.stringify(file)}}\ntool\nok\n`,
+    );
+  });
+
+  it('leaves tools and tool calls out when told the template renders none (--tools-in-prompt false)', () => {
+    const body = {
+      model: 'm',
+      tools: [tool('read_file')],
+      messages: [
+        sys,
+        ask,
+        {
+          role: 'assistant',
+          content: 'ok',
+          tool_calls: [{ function: { name: 'read_file', arguments: '{}' } }],
+        },
+      ],
+    };
+    const off = flat(parseInferenceRequest('chat', undefined, json(body), { tools: false }).text);
+    expect(off).toBe('system\nYou are a coding agent.\nuser\nFix the failing test.\nassistant\nok\n');
+    expect(flat(parseInferenceRequest('chat', undefined, json(body)).text)).toContain('<tool_call>read_file');
+  });
+
+  it('writes malformed tools and calls as they are, for vLLM to refuse', () => {
+    expect(chat({ messages: [ask], tools: ['x', 3] })).toBe('tools\n"x"\n3\nuser\nFix the failing test.\n');
+    expect(
+      chat({ messages: [ask, { role: 'assistant', content: 'ok', tool_calls: [null, { function: 7 }] }] }),
+    ).toBe('user\nFix the failing test.\nassistant\nok<tool_call>\n<tool_call>\n\n');
+    expect(chat({ messages: [ask], tools: 'not a list' })).toBe(chat({ messages: [ask] }));
   });
 });

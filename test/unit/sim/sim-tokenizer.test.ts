@@ -123,6 +123,27 @@ describe('renderChatTemplate', () => {
     expect(render('https://example.com/cat.png').length).toBeGreaterThan(1_024);
   });
 
+  it('renders the tools in the opening system block and the tool calls after their message', () => {
+    const tools = [{ type: 'function', function: { name: 'ls' } }];
+    const call = { id: 'c', type: 'function', function: { name: 'ls', arguments: '{"dir": "."}' } };
+    const convo = [
+      { role: 'system', content: 'S' },
+      { role: 'user', content: 'Q' },
+      { role: 'assistant', content: null, tool_calls: [call] },
+      { role: 'tool', content: 'a.ts' },
+    ];
+    const lines = `<|tools|>\n${JSON.stringify(tools[0])}\n`;
+    expect(renderChatTemplate(convo, { addGenerationPrompt: false, tools })).toEqual({
+      ok: true,
+      text: `<|system|>\nS\n${lines}<|user|>\nQ\n<|assistant|>\n<tool_call>ls\n{"dir": "."}\n<|tool|>\na.ts\n`,
+    });
+    // Without a system message the tools open the prompt.
+    expect(renderChatTemplate(convo.slice(1, 2), { addGenerationPrompt: false, tools })).toEqual({
+      ok: true,
+      text: `${lines}<|user|>\nQ\n`,
+    });
+  });
+
   it('rejects add_generation_prompt together with continue_final_message', () => {
     const r = renderChatTemplate(msgs, { addGenerationPrompt: true, continueFinalMessage: true });
     expect(r.ok).toBe(false);

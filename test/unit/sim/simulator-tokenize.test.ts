@@ -44,6 +44,13 @@ describe('simulator POST /tokenize and /detokenize (vLLM shapes)', () => {
     const chat = await postJson(`${s.url}/tokenize`, { messages, add_generation_prompt: false });
     const cg = await postJson(`${s.url}/v1/chat/completions`, { messages, max_tokens: 1 });
     expect(chat.json.count).toBe((cg.json.usage as { prompt_tokens: number }).prompt_tokens);
+
+    // Tools are rendered into the prompt by both, and cost their tokens.
+    const tools = [{ type: 'function', function: { name: 'read_file', description: 'd'.repeat(400) } }];
+    const withTools = await postJson(`${s.url}/tokenize`, { messages, tools, add_generation_prompt: false });
+    const gt = await postJson(`${s.url}/v1/chat/completions`, { messages, tools, max_tokens: 1 });
+    expect(withTools.json.count).toBe((gt.json.usage as { prompt_tokens: number }).prompt_tokens);
+    expect(withTools.json.count as number).toBeGreaterThan((chat.json.count as number) + 100);
   });
 
   it('renders messages through the chat template with a generation prompt by default', async () => {
