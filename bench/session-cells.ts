@@ -1,8 +1,9 @@
 /**
  * What the session benchmarks (bench/anthropic-sessions.bench.ts, bench/data-parallel.bench.ts,
- * bench/vision-sessions.bench.ts, bench/agent-tools.bench.ts) share: the simulators' options, running the sessions at once,
- * sending a streamed turn and reading its answer, one run's cell (hit rate, throughput, time to first
- * token, spread over the simulators) and the per-variant summary against round robin.
+ * bench/vision-sessions.bench.ts, bench/agent-tools.bench.ts) share: the simulators' options, running
+ * the sessions at once, sending a streamed turn and reading its answer, one run's cell (hit rate,
+ * throughput, time to first token, spread over the simulators) and the per-variant summary against
+ * round robin.
  */
 import { percentile, round } from './stats.js';
 import { TIMING } from './routing-bench.js';
