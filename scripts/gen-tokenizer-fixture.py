@@ -37,7 +37,7 @@ CHAT_TEMPLATE = (
     "{%- for message in messages %}"
     "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' }}"
     "{%- if message['content'] is string %}{{- message['content'] | trim }}"
-    "{%- else %}{%- for part in message['content'] %}{%- if part['type'] == 'text' %}{{- part['text'] | trim }}"
+    "{%- elif message['content'] %}{%- for part in message['content'] %}{%- if part['type'] == 'text' %}{{- part['text'] | trim }}"
     "{%- endif %}{%- endfor %}{%- endif %}"
     "{{- '<|eot_id|>' }}"
     "{%- endfor %}"

@@ -169,13 +169,20 @@ export class PrefixCache {
 
   /**
    * Prefix-matches `text` against the cache, then inserts/touches all its full blocks. `held`, when
-   * given, receives the chained hashes of those blocks (what a running request holds; kv-usage.ts).
+   * given, receives the chained hashes of those blocks (what a running request holds; kv-usage.ts);
+   * `removed` the blocks evicted to make room (KV events: a text-keyed request can evict blocks a
+   * token-keyed one stored and announced).
    */
-  lookupAndInsert(text: string, held?: number[], hashes = this.hashText(text)): CacheLookup {
+  lookupAndInsert(
+    text: string,
+    held?: number[],
+    hashes = this.hashText(text),
+    removed?: number[],
+  ): CacheLookup {
     const promptTokens = this.tokensOf(text);
     let hitBlocks = 0;
     while (hitBlocks < hashes.length && this.blocks.has(hashes[hitBlocks]!)) hitBlocks++;
-    this.touchAndEvict(hashes);
+    this.touchAndEvict(hashes, removed);
     const cachedTokens = Math.min(promptTokens, hitBlocks * this.options.blockTokens);
     this.queried += promptTokens;
     this.hit += cachedTokens;

@@ -1168,12 +1168,16 @@ class SimulatorServer implements Simulator {
         k.tokens !== undefined && publisher !== undefined
           ? this.lookupTokens(publisher, k.tokens, held)
           : undefined;
+      // With KV events, what a text-keyed prompt evicts is published too: its subscribers indexed it.
+      const removed: number[] | undefined = publisher !== undefined ? [] : undefined;
       for (let i = 0; i < (k.texts?.length ?? 0); i++) {
-        const r = this.cache.lookupAndInsert(k.texts![i]!, held, k.prompts[i]!.hashes);
+        const r = this.cache.lookupAndInsert(k.texts![i]!, held, k.prompts[i]!.hashes, removed);
         prompt += r.promptTokens;
         cached += r.cachedTokens;
         blocks += Math.ceil(r.promptTokens / this.cache.options.blockTokens);
       }
+      if (removed !== undefined && removed.length > 0)
+        void publisher!.publish([{ type: 'removed', hashes: removed.map((h) => BigInt(h)) }]);
       if (tokenMode !== undefined) {
         prompt = tokenMode.promptTokens;
         cached = tokenMode.cachedTokens;

@@ -251,6 +251,32 @@ const SAFETY_TIMEOUT_MS = 30_000;
 const SESSION_HEADER = 'x-session-id';
 const PREFIXES = Array.from({ length: 8 }, (_, i) => `System prompt ${i}: `.padEnd(400, `ctx${i} `));
 
+/** The tools every chat request carries (an agent's: the routing text and the simulators render them). */
+const SOAK_TOOLS = [
+  {
+    type: 'function',
+    function: {
+      name: 'read_file',
+      description: 'Reads a file of the repository.',
+      parameters: { type: 'object', properties: { path: { type: 'string' } }, required: ['path'] },
+    },
+  },
+];
+
+/** A chat request's messages: the question (first: its tag is read there), a tool call and its result. */
+function agentTurn(text: string, tag: string): unknown[] {
+  const call = {
+    id: `call_${tag}`,
+    type: 'function',
+    function: { name: 'read_file', arguments: '{"path": "a.ts"}' },
+  };
+  return [
+    { role: 'user', content: text },
+    { role: 'assistant', content: null, tool_calls: [call] },
+    { role: 'tool', tool_call_id: call.id, content: `${tag}: export const a = 1;` },
+  ];
+}
+
 type AbortPlan = { chunks: number } | { ms: number } | undefined;
 type ClientOutcome = 'ok' | 'http_error' | 'aborted' | 'reset' | 'no_status' | 'stuck';
 
@@ -419,7 +445,13 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
             : { ms: randomInt(rand, 0, 400) }
           : undefined;
       const body = chat
-        ? { model: 'sim-model', messages: [{ role: 'user', content: text }], max_tokens: maxTokens, stream }
+        ? {
+            model: 'sim-model',
+            messages: agentTurn(text, tag),
+            tools: SOAK_TOOLS,
+            max_tokens: maxTokens,
+            stream,
+          }
         : responses
           ? { model: 'sim-model', input: text, max_output_tokens: maxTokens, stream }
           : messages

@@ -83,6 +83,25 @@ describe('simulator KV events', () => {
     },
   );
 
+  it('publishes what a prompt it cannot tokenize evicts (a batch prompt keyed by its text)', async () => {
+    const { sim, index } = await subscribedSimulator({
+      cache: { capacityBlocks: 8 },
+      kvEvents: { replayEndpoint: 'tcp://127.0.0.1:0' },
+    });
+    const prompt = 'Prefix caching keeps the key and value tensors of a prompt. '.repeat(6);
+    const ids = tokenizeBody(tokenizer, { prompt });
+    if (!ids.ok) throw new Error('fixture cannot tokenize');
+    const keys = promptKeys(ids.ids, 16, keySeed(undefined));
+    await post(sim, { prompt });
+    await waitFor(() => index.cachedTokens(keys, 16, ['w'])[0]! > 0);
+    // Two prompts in one request: several sequences, keyed by their text, not announced as stored;
+    // they fill the cache, and the announced blocks they evict are announced as removed.
+    const other = 'Envoy asks the external processor which worker. '.repeat(12);
+    await post(sim, { prompt: [other, `${other} again`] });
+    await waitFor(() => index.cachedTokens(keys, 16, ['w'])[0] === 0, { message: 'eviction published' });
+    expect(index.size('w')).toBe(0);
+  });
+
   it('cache_salt: salted blocks are cached and published apart, and match only the same salt', async () => {
     const { sim, index } = await subscribedSimulator({
       kvEvents: { replayEndpoint: 'tcp://127.0.0.1:0', encoding: 'array' },

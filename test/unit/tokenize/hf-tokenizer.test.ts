@@ -188,6 +188,17 @@ describe('RequestTokenizer', () => {
     expect(tok.encode(long).length).toBeGreaterThan(16_384); // past V8's large-object size as a JS array
   });
 
+  it("renders an assistant tool call's null content as nothing, as vLLM's templates do", () => {
+    const call = { id: 'c', type: 'function', function: { name: 'ls', arguments: '{}' } };
+    const messages = (content: string | null) => [
+      ...chat.messages,
+      { role: 'assistant', content, tool_calls: [call] },
+    ];
+    const withNull = rt.tokenize('m', { messages: messages(null) });
+    expect(withNull.ok).toBe(true);
+    expect(withNull).toEqual(rt.tokenize('m', { messages: messages('') }));
+  });
+
   it('a model without a tokenizer falls back', () => {
     expect(rt.tokenize('other', { prompt: 'x' })).toEqual({ ok: false, reason: 'no_tokenizer' });
   });
