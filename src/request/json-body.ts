@@ -20,7 +20,7 @@
  * ASCII byte).
  *
  * Long values stay in pieces: a value under one of LONG_TEXT_KEYS (`prompt`, a message's `content`, a
- * content part's `text`) comes back as a PieceText (util/piece-text.ts), the form routing reads, so no
+ * content part's `text`, a tool call's `arguments`, a function call's `output`) comes back as a PieceText (util/piece-text.ts), the form routing reads, so no
  * string above V8's large-object size is built on the request path; `joinLongTexts` turns them into
  * strings for a caller that needs the whole body (a P/D rewrite, a tokenizer). Any other long value is
  * joined at once.
@@ -55,8 +55,12 @@ const COLON = 0x3a;
 /** Longest JSON escape sequence (`\uXXXX`). */
 const MAX_ESCAPE_BYTES = 6;
 const PLACEHOLDER = '\u0000vllm-router-long-string:';
-/** Keys whose long string values are returned as PieceText (the texts routing reads). */
-const LONG_TEXT_KEYS: ReadonlySet<string> = new Set(['prompt', 'content', 'text']);
+/**
+ * Keys whose long string values are returned as PieceText (the texts routing reads): a completion's
+ * prompt, a message's content, a content part's text, a tool call's arguments (an agent writing a
+ * file), a Responses API function call's output.
+ */
+const LONG_TEXT_KEYS: ReadonlySet<string> = new Set(['prompt', 'content', 'text', 'arguments', 'output']);
 
 /**
  * The parsed body (`{ value }`, long texts as PieceText), or undefined when this path does not apply or

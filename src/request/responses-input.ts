@@ -58,7 +58,7 @@ function itemMessage(item: Record<string, unknown>): Message | undefined {
     return content === undefined ? undefined : { role: item.role, content };
   }
   if (type === 'function_call') {
-    if (typeof item.name !== 'string' || typeof item.arguments !== 'string') return undefined;
+    if (typeof item.name !== 'string' || !isText(item.arguments)) return undefined;
     const call = {
       id: item.call_id,
       type: 'function',

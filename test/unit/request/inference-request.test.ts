@@ -590,6 +590,29 @@ describe('tools and tool calls in the routing text', () => {
     );
   });
 
+  it("reads a large agent body's long tool-call arguments and outputs, kept in pieces, as their text", () => {
+    const file = 'export const line = 1;\n'.repeat(8_000); // 184 KB: the body is parsed in pieces
+    const args = JSON.stringify({ path: 'a.ts', content: file });
+    const call = { id: 'c1', type: 'function', function: { name: 'write', arguments: args } };
+    const chatText = chat({ messages: [ask, { role: 'assistant', content: null, tool_calls: [call] }] });
+    expect(chatText).toBe(`user\nFix the failing test.\nassistant\n<tool_call>write\n${args}\n`);
+    const responses = parseInferenceRequest(
+      'responses',
+      undefined,
+      json({
+        model: 'm',
+        input: [
+          { role: 'user', content: 'Fix the failing test.' },
+          { type: 'function_call', call_id: 'c1', name: 'write', arguments: args },
+          { type: 'function_call_output', call_id: 'c1', output: file },
+        ],
+      }),
+    );
+    expect(flat(responses.text)).toBe(
+      `user\nFix the failing test.\nassistant\n<tool_call>write\n${args}\ntool\n${file}\n`,
+    );
+  });
+
   it('leaves tools and tool calls out when told the template renders none (--tools-in-prompt false)', () => {
     const body = {
       model: 'm',

@@ -77,16 +77,20 @@ describe('parseLongStringBody: same value as JSON.parse', () => {
       messages: [
         { role: 'user', content: [{ type: 'text', text: doc }] },
         { role: 'user', content: doc },
+        { role: 'assistant', tool_calls: [{ function: { name: 'write', arguments: doc } }] },
       ],
+      input: [{ type: 'function_call_output', call_id: 'c', output: doc }],
       other: doc,
     };
     const got = parse(body(JSON.stringify(value)))!.value as {
       prompt: unknown;
-      messages: { content: unknown }[];
+      messages: { content: unknown; tool_calls?: { function: { arguments: unknown } }[] }[];
+      input: { output: unknown }[];
       other: unknown;
     };
     const first = got.messages[0]!.content as { text: unknown }[];
-    for (const text of [got.prompt, first[0]!.text, got.messages[1]!.content]) {
+    const args = got.messages[2]!.tool_calls![0]!.function.arguments;
+    for (const text of [got.prompt, first[0]!.text, got.messages[1]!.content, args, got.input[0]!.output]) {
       expect(text).toBeInstanceOf(PieceText);
       const pieces = (text as PieceText).pieces;
       expect(pieces.length).toBeGreaterThan(1);
