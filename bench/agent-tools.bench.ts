@@ -22,18 +22,17 @@
  *
  * Absolute figures on a shared 2-core machine are noisy: compare the ratios within one run.
  */
-import { buildRouter, startRoutedStack } from './bench-stack.js';
 import { numericFlag } from './numeric-flag.js';
 import {
+  runSessionBench,
   runSessions,
-  runSessionVariants,
   SESSION_SIM,
   streamTurn,
-  type SessionDoor,
+  type SessionVariant,
   type Turn,
 } from './session-cells.js';
 import { mulberry32, wordText } from './workloads.js';
-import { preparePeers, startPeerFleet, type PeerName } from './peers.js';
+import { preparePeers } from './peers.js';
 
 const repeats = numericFlag('repeats', 2);
 const sessions = numericFlag('sessions', 32);
@@ -104,40 +103,23 @@ function converse(baseUrl: string, seed: number, n: number, t: number) {
   });
 }
 
-type Variant = { label: string } & ({ router: Record<string, unknown> } | { peer: PeerName });
 const peers = preparePeers(log);
-const VARIANTS: Variant[] = [
+const VARIANTS: SessionVariant[] = [
   { label: 'round_robin', router: { policy: 'round_robin' } },
   { label: 'cache_aware', router: { policy: 'cache_aware' } },
   { label: 'cache_aware, tools left out', router: { policy: 'cache_aware', toolsInPrompt: false } },
-  ...peers.map((peer): Variant => ({ label: `${peer} cache_aware`, peer })),
+  ...peers.map((peer): SessionVariant => ({ label: `${peer} cache_aware`, peer })),
 ];
 
-/** A fresh front door on fresh simulators. */
-async function frontDoor(v: Variant, script: string): Promise<SessionDoor> {
-  if ('router' in v) {
-    const stack = await startRoutedStack({
-      workers: WORKERS,
-      sim: SESSION_SIM,
-      router: v.router,
-      routerScript: script,
-    });
-    return { url: stack.url, sims: stack.cluster.sims, close: () => stack.close() };
-  }
-  return startPeerFleet(v.peer, 'cache_aware', WORKERS, SESSION_SIM);
-}
-
-const script = buildRouter().script;
-const results = await runSessionVariants({
+await runSessionBench({
+  benchmark: 'agent-tools',
+  params: { profiles, toolTokens },
   variants: VARIANTS,
   repeats,
   sessions,
   turns,
-  door: (v) => frontDoor(v, script),
-  converse: (url, _v, seed, n, t) => converse(url, seed, n, t),
+  workers: WORKERS,
+  sim: SESSION_SIM,
+  converse,
   log,
 });
-process.stdout.write(
-  `${JSON.stringify({ benchmark: 'agent-tools', workers: WORKERS, sessions, turns, profiles, toolTokens, repeats, results }, null, 2)}\n`,
-);
-process.exit(0);

@@ -8,6 +8,8 @@
 import { percentile, round } from './stats.js';
 import { TIMING } from './routing-bench.js';
 import { runInterleaved } from './arm-runs.js';
+import { buildRouter, startRoutedStack } from './bench-stack.js';
+import { startPeerFleet, type PeerName } from './peers.js';
 import type { Simulator, SimulatorOptions } from '../src/sim/simulator.js';
 
 /** Simulators as the routing benchmark's: its timing, 1024-block prefix caches of 16 tokens. */
@@ -208,4 +210,47 @@ export async function runSessionVariants<V extends { label: string }>(opts: {
     cells,
     'round_robin',
   );
+}
+
+/** A variant of a session benchmark: this router with options (its config keys), or a peer's cache_aware. */
+export type SessionVariant = { label: string } & ({ router: Record<string, unknown> } | { peer: PeerName });
+
+/**
+ * A session benchmark whose variants are this router (compiled, its own process, behind real Envoy) or
+ * a peer, each on `workers` fresh simulators: runs them (runSessionVariants), prints one JSON object
+ * (`benchmark`, the figures in `params`, the results) to stdout and exits.
+ */
+export async function runSessionBench(opts: {
+  benchmark: string;
+  params: Record<string, unknown>;
+  variants: readonly SessionVariant[];
+  repeats: number;
+  sessions: number;
+  turns: number;
+  workers: number;
+  sim: SimulatorOptions;
+  converse: (url: string, seed: number, n: number, t: number) => Promise<{ turns: Turn[][]; wallMs: number }>;
+  log: (line: string) => void;
+}): Promise<never> {
+  const { workers, sim } = opts;
+  const script = buildRouter().script;
+  const door = async (v: SessionVariant): Promise<SessionDoor> => {
+    if ('peer' in v) return startPeerFleet(v.peer, 'cache_aware', workers, sim);
+    const stack = await startRoutedStack({ workers, sim, router: v.router, routerScript: script });
+    return { url: stack.url, sims: stack.cluster.sims, close: () => stack.close() };
+  };
+  const results = await runSessionVariants({
+    variants: opts.variants,
+    repeats: opts.repeats,
+    sessions: opts.sessions,
+    turns: opts.turns,
+    door,
+    converse: (url, _v, seed, n, t) => opts.converse(url, seed, n, t),
+    log: opts.log,
+  });
+  const { benchmark, params, repeats, sessions, turns } = opts;
+  process.stdout.write(
+    `${JSON.stringify({ benchmark, workers, sessions, turns, ...params, repeats, results }, null, 2)}\n`,
+  );
+  process.exit(0);
 }

@@ -21,18 +21,17 @@
  *
  * Absolute figures on a shared 2-core machine are noisy: compare the ratios within one run.
  */
-import { buildRouter, startRoutedStack } from './bench-stack.js';
 import { numericFlag } from './numeric-flag.js';
 import {
+  runSessionBench,
   runSessions,
-  runSessionVariants,
   SESSION_SIM,
   streamTurn,
-  type SessionDoor,
+  type SessionVariant,
   type Turn,
 } from './session-cells.js';
 import { mulberry32, wordText } from './workloads.js';
-import { preparePeers, startPeerFleet, type PeerName } from './peers.js';
+import { preparePeers } from './peers.js';
 import { pngDataUrl } from '../test/support/image-data-url.js';
 
 const repeats = numericFlag('repeats', 2);
@@ -85,40 +84,26 @@ function converse(baseUrl: string, seed: number, n: number, t: number) {
   });
 }
 
-const sim = SESSION_SIM;
-
-type Variant = { label: string } & ({ router: Record<string, unknown> } | { peer: PeerName });
 const peers = preparePeers(log);
-const VARIANTS: Variant[] = [
+const VARIANTS: SessionVariant[] = [
   { label: 'round_robin', router: { policy: 'round_robin' } },
   { label: 'cache_aware', router: { policy: 'cache_aware' } },
   {
     label: 'cache_aware, images unweighed',
     router: { policy: 'cache_aware', imageTokensMax: 0, mediaTokensUnknown: 0 },
   },
-  ...peers.map((peer): Variant => ({ label: `${peer} cache_aware`, peer })),
+  ...peers.map((peer): SessionVariant => ({ label: `${peer} cache_aware`, peer })),
 ];
 
-/** A fresh front door on fresh simulators. */
-async function frontDoor(v: Variant, script: string): Promise<SessionDoor> {
-  if ('router' in v) {
-    const stack = await startRoutedStack({ workers: WORKERS, sim, router: v.router, routerScript: script });
-    return { url: stack.url, sims: stack.cluster.sims, close: () => stack.close() };
-  }
-  return startPeerFleet(v.peer, 'cache_aware', WORKERS, sim);
-}
-
-const script = buildRouter().script;
-const results = await runSessionVariants({
+await runSessionBench({
+  benchmark: 'vision-sessions',
+  params: { width, height },
   variants: VARIANTS,
   repeats,
   sessions,
   turns,
-  door: (v) => frontDoor(v, script),
-  converse: (url, _v, seed, n, t) => converse(url, seed, n, t),
+  workers: WORKERS,
+  sim: SESSION_SIM,
+  converse,
   log,
 });
-process.stdout.write(
-  `${JSON.stringify({ benchmark: 'vision-sessions', workers: WORKERS, sessions, turns, width, height, repeats, results }, null, 2)}\n`,
-);
-process.exit(0);

@@ -9,36 +9,22 @@
  * agent looked like the same few dozen tokens, and turns followed the momentary load. The simulators
  * render the tools the same way (sim-tokenizer.ts). Every load is back to 0 after the test.
  */
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { startStack, type Stack } from '../support/stack.js';
-import { expectAllLoadsZero } from '../support/router-fixture.js';
+import { describe, expect, it } from 'vitest';
+import {
+  decidedWorker,
+  expectFollowUpsCached,
+  movedFollowUps,
+  sessionStack,
+  type SessionTurn,
+} from '../support/session-stack.js';
 
-let stack: Stack;
-beforeAll(async () => {
-  stack = await startStack({
-    workers: 4,
-    // Real pacing, so the sessions overlap: 30 ms per output token, 0.05 ms per prompt token (an
-    // agent's uncached tools: ~400 ms of prefill, several times what a queue of the others costs).
-    sim: { timeScale: 1, timing: { baseItlMs: 30, overheadMs: 1 } },
-    router: { decisionHeader: true },
-  });
-});
-afterAll(async () => stack?.close());
-afterEach(async () => {
-  await expectAllLoadsZero(stack.router);
-  await Promise.all(stack.sims.map((s) => s.waitForIdle()));
-});
+const stack = sessionStack();
 
 const SESSIONS = 8;
 const TURNS = 4;
 /** Tools per agent, and the characters of each one's description (~8,000 tokens of tools in all). */
 const TOOLS = 40;
 const DESCRIPTION_CHARS = 760;
-
-interface Turn {
-  worker: string;
-  marker: string;
-}
 
 /** Agent `s`'s own tools: names and descriptions no other agent shares. */
 function agentTools(s: number): unknown[] {
@@ -55,20 +41,19 @@ function agentTools(s: number): unknown[] {
   });
 }
 
-async function ask(tools: unknown[], messages: unknown[], marker: string): Promise<Turn> {
-  const res = await fetch(`${stack.url}/v1/chat/completions`, {
+async function ask(tools: unknown[], messages: unknown[], marker: string): Promise<SessionTurn> {
+  const res = await fetch(`${stack().url}/v1/chat/completions`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
     body: JSON.stringify({ model: 'sim-model', messages, tools, max_tokens: 6 }),
   });
   expect(res.status).toBe(200);
   await res.json();
-  const decision = res.headers.get('x-vllm-router-decision') ?? '';
-  return { worker: /worker=(\S+?);/.exec(decision)?.[1] ?? '', marker };
+  return { worker: decidedWorker(res), marker };
 }
 
 /** One agent: the shared opening request, then a tool call and its result per turn. */
-async function session(s: number): Promise<Turn[]> {
+async function session(s: number): Promise<SessionTurn[]> {
   const tools = agentTools(s);
   const messages: unknown[] = [
     {
@@ -77,11 +62,11 @@ async function session(s: number): Promise<Turn[]> {
     },
     { role: 'user', content: 'The CI run failed. Find the failing test and fix it.' },
   ];
-  const turns: Turn[] = [];
+  const turns: SessionTurn[] = [];
   for (let t = 0; t < TURNS; t++) {
     if (t > 0) {
       const id = `call_${s}_${t}`;
-      const marker = `agent ${s}, result ${t}`;
+      const marker = `agent ${s}, result ${t}:`;
       messages.push(
         {
           role: 'assistant',
@@ -97,7 +82,7 @@ async function session(s: number): Promise<Turn[]> {
             },
           ],
         },
-        { role: 'tool', tool_call_id: id, content: `${marker}: export const value${t} = ${t};` },
+        { role: 'tool', tool_call_id: id, content: `${marker} export const value${t} = ${t};` },
       );
       turns.push(await ask(tools, messages, marker));
     } else turns.push(await ask(tools, messages, `agent ${s}, opening`));
@@ -108,24 +93,11 @@ async function session(s: number): Promise<Turn[]> {
 describe('coding agents: tools weigh the tokens the chat template renders them into', () => {
   it('keeps each agent on the worker that holds its tools, with the tools cached', async () => {
     const sessions = await Promise.all(Array.from({ length: SESSIONS }, (_, s) => session(s)));
-    const moved: string[] = [];
-    for (const turns of sessions) {
-      const home = turns[0]!.worker;
-      expect(home).not.toBe('');
-      for (const t of turns.slice(1))
-        if (t.worker !== home) moved.push(`${t.marker} -> ${t.worker} (home ${home})`);
-    }
-    expect(moved).toEqual([]);
+    for (const turns of sessions) expect(turns[0]!.worker).not.toBe('');
+    expect(movedFollowUps(sessions)).toEqual([]);
     // The agents used the fleet (the opening requests spread, though their messages are the same),
     // and every follow-up found its tools cached where it ran: the simulator's own report.
     expect(new Set(sessions.map((t) => t[0]!.worker)).size).toBeGreaterThanOrEqual(3);
-    for (const turns of sessions) {
-      for (const t of turns.slice(1)) {
-        const sim = stack.sims.find((x) => x.url === t.worker)!;
-        const record = sim.records.find((r) => JSON.stringify(r.body).includes(`${t.marker}:`))!;
-        expect(record.promptTokens).toBeGreaterThan(8_000);
-        expect(record.cachedTokens / record.promptTokens, t.marker).toBeGreaterThan(0.9);
-      }
-    }
+    expectFollowUpsCached(stack(), sessions, 8_000);
   });
 });

@@ -9,37 +9,24 @@
  * the momentary load. The simulators give the image the same placeholder tokens (sim-tokenizer.ts).
  * Every load is back to 0 after the test.
  */
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { startStack, type Stack } from '../support/stack.js';
-import { expectAllLoadsZero, metricsText } from '../support/router-fixture.js';
+import { describe, expect, it } from 'vitest';
+import {
+  decidedWorker,
+  expectFollowUpsCached,
+  movedFollowUps,
+  sessionStack,
+  type SessionTurn,
+} from '../support/session-stack.js';
+import { metricsText } from '../support/router-fixture.js';
 import { pngDataUrl } from '../support/image-data-url.js';
 
-let stack: Stack;
-beforeAll(async () => {
-  stack = await startStack({
-    workers: 4,
-    // Real pacing, so the conversations overlap: 30 ms per output token, 0.05 ms per prompt token
-    // (an uncached 2800 x 2800 image: 500 ms of prefill, several times what a queue of the other chats costs).
-    sim: { timeScale: 1, timing: { baseItlMs: 30, overheadMs: 1 } },
-    router: { decisionHeader: true },
-  });
-});
-afterAll(async () => stack?.close());
-afterEach(async () => {
-  await expectAllLoadsZero(stack.router);
-  await Promise.all(stack.sims.map((s) => s.waitForIdle()));
-});
+const stack = sessionStack();
 
 const SESSIONS = 8;
 const TURNS = 4;
 
-interface Turn {
-  worker: string;
-  question: string;
-}
-
-async function ask(messages: unknown[], question: string): Promise<Turn> {
-  const res = await fetch(`${stack.url}/v1/chat/completions`, {
+async function ask(messages: unknown[], question: string): Promise<SessionTurn> {
+  const res = await fetch(`${stack().url}/v1/chat/completions`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
     body: JSON.stringify({ model: 'sim-model', messages, max_tokens: 6 }),
@@ -47,15 +34,14 @@ async function ask(messages: unknown[], question: string): Promise<Turn> {
   expect(res.status).toBe(200);
   const body = (await res.json()) as { choices: Array<{ message: { content: string } }> };
   messages.push({ role: 'assistant', content: body.choices[0]?.message.content ?? '' });
-  const decision = res.headers.get('x-vllm-router-decision') ?? '';
-  return { worker: /worker=(\S+?);/.exec(decision)?.[1] ?? '', question };
+  return { worker: decidedWorker(res), marker: question };
 }
 
 /** One conversation about its own screenshot: TURNS short questions, one after the other. */
-async function session(s: number): Promise<Turn[]> {
+async function session(s: number): Promise<SessionTurn[]> {
   const image = pngDataUrl(2800, 2800, `screenshot ${s}`);
   const messages: unknown[] = [];
-  const turns: Turn[] = [];
+  const turns: SessionTurn[] = [];
   for (let t = 0; t < TURNS; t++) {
     const question = `Session ${s}, question ${t}: what does the dialog in the corner say?`;
     messages.push({
@@ -76,28 +62,15 @@ async function session(s: number): Promise<Turn[]> {
 describe('vision chats: an image weighs the tokens vLLM spends on it', () => {
   it('keeps each conversation on the worker that holds its image, with the image cached', async () => {
     const sessions = await Promise.all(Array.from({ length: SESSIONS }, (_, s) => session(s)));
-    const moved: string[] = [];
-    for (const turns of sessions) {
-      const home = turns[0]!.worker;
-      expect(home).not.toBe('');
-      for (const t of turns.slice(1))
-        if (t.worker !== home) moved.push(`${t.question} -> ${t.worker} (home ${home})`);
-    }
-    expect(moved).toEqual([]);
+    for (const turns of sessions) expect(turns[0]!.worker).not.toBe('');
+    expect(movedFollowUps(sessions)).toEqual([]);
     // The conversations used the fleet (the first turns spread), and every follow-up found its
     // image cached where it ran: the simulator's own report, over 90% of the prompt.
     expect(new Set(sessions.map((t) => t[0]!.worker)).size).toBeGreaterThanOrEqual(3);
     // Every request carried its chat's screenshot, sized from its header: 10,000 tokens each.
-    const metrics = await metricsText(stack.router);
+    const metrics = await metricsText(stack().router);
     expect(metrics).toContain(`vllm_router_media_parts_total{size="read"} ${SESSIONS * TURNS}`);
     expect(metrics).toContain(`vllm_router_media_tokens_total ${SESSIONS * TURNS * 10_000}`);
-    for (const turns of sessions) {
-      for (const t of turns.slice(1)) {
-        const sim = stack.sims.find((x) => x.url === t.worker)!;
-        const record = sim.records.find((r) => JSON.stringify(r.body).includes(`"${t.question}"`))!;
-        expect(record.promptTokens).toBeGreaterThan(10_000);
-        expect(record.cachedTokens / record.promptTokens, t.question).toBeGreaterThan(0.9);
-      }
-    }
+    expectFollowUpsCached(stack(), sessions, 10_000);
   });
 });
