@@ -20,10 +20,10 @@
  * ASCII byte).
  *
  * Long values stay in pieces: a value under one of LONG_TEXT_KEYS (`prompt`, a message's `content`, a
- * content part's `text`, a tool call's `arguments`, a function call's `output`) comes back as a PieceText (util/piece-text.ts), the form routing reads, so no
- * string above V8's large-object size is built on the request path; `joinLongTexts` turns them into
- * strings for a caller that needs the whole body (a P/D rewrite, a tokenizer). Any other long value is
- * joined at once.
+ * content part's `text`, a tool call's `arguments`, a function call's `output`) comes back as a
+ * PieceText (util/piece-text.ts), the form routing reads, so no string above V8's large-object size is
+ * built on the request path; `joinLongTexts` turns them into strings for a caller that needs the whole
+ * body (a P/D rewrite, a tokenizer). Any other long value is joined at once.
  *
  * Equivalence: outside strings a valid JSON text has no quote byte, so the tokens found here are the
  * document's string tokens; replacing a string token by another string token changes neither the
