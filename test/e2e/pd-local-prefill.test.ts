@@ -2,7 +2,8 @@
  * End to end through a real Envoy: selective disaggregation (`--pd-local-prefill-tokens`). A request
  * whose prompt is short goes whole to a decode worker (started as vLLM's `kv_both`, so it prefills a
  * request without KV-transfer parameters itself): no prefill leg, no transfer. A long prompt still
- * gets its prefill leg. The metric counts the local ones. Ends with every load back to 0.
+ * gets its prefill leg, and so does a short question carrying an agent's tools (the template renders
+ * them into the prompt). The metric counts the local ones. Ends with every load back to 0.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startPdStack, type PdStack } from '../support/pd-stack.js';
@@ -19,11 +20,11 @@ afterEach(async () => {
   await expectAllLoadsZero(s.router);
 });
 
-async function chat(content: string, stream: boolean): Promise<string> {
+async function chat(content: string, stream: boolean, tools?: unknown[]): Promise<string> {
   const res = await fetch(`${s.url}/v1/chat/completions`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content }], max_tokens: 3, stream }),
+    body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content }], tools, max_tokens: 3, stream }),
   });
   const text = await res.text();
   expect(res.status, text).toBe(200);
@@ -50,6 +51,22 @@ describe('--pd-local-prefill-tokens', () => {
     expect(s.prefill[0]!.records.length).toBe(before.prefill + 1);
     const decoded = s.decode[0]!.records.at(-1)!;
     expect((decoded.body as { kv_transfer_params?: unknown }).kv_transfer_params).toBeDefined();
+    expect(await local()).toBe(before.local);
+  });
+
+  it("counts a request's tools: a short question with an agent's tools is a long prompt", async () => {
+    // The chat template renders the tools into the prompt (~500 tokens here): too long to prefill on
+    // the decode worker, though the question alone would be.
+    const tools = Array.from({ length: 8 }, (_, k) => ({
+      type: 'function',
+      function: { name: `tool${k}`, description: 'Reads one file of the repository. '.repeat(7) },
+    }));
+    const before = { prefill: s.prefill[0]!.records.length, local: await local() };
+    await chat('What time is it?', false, tools);
+    expect(s.prefill[0]!.records.length).toBe(before.prefill + 1);
+    const decoded = s.decode[0]!.records.at(-1)!;
+    expect((decoded.body as { kv_transfer_params?: unknown }).kv_transfer_params).toBeDefined();
+    expect(decoded.promptTokens).toBeGreaterThan(400);
     expect(await local()).toBe(before.local);
   });
 });
