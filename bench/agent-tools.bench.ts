@@ -15,8 +15,10 @@
  * prefix caches of 16 tokens): this router in its own process (compiled) behind real Envoy, and the
  * peers (PyPI `vllm-router`, `smg`, bench/peers.ts) as whole proxies in front of fresh simulators,
  * when they can run. Variants: round robin, cache_aware (the default: tools and tool calls in the
- * routing text, request/prompt-text.ts), and cache_aware with `--tools-in-prompt false` (the routing
- * text of the messages alone, as before).
+ * routing text, request/prompt-text.ts), cache_aware with `--tools-in-prompt false` (the routing text
+ * of the messages alone, as before), and two router replicas behind envoy/envoy-replicas.yaml's
+ * affinity, with the agents unnamed (`x2, opening key`: every agent opens alike) and each naming its
+ * conversation in OpenAI's `prompt_cache_key` (`x2, prompt_cache_key`).
  * Per variant: prefix-cache hit rate (cached / prompt tokens over the simulators' records), output
  * tokens/s over the run's wall time, time to first token p50 / p90, max/mean requests per worker.
  *
@@ -70,8 +72,11 @@ function toolProfile(p: number): Record<string, unknown>[] {
 }
 const PROFILES = Array.from({ length: profiles }, (_, p) => toolProfile(p));
 
-/** One run of every agent against `baseUrl`; each agent's turns go one after the other. */
-function converse(baseUrl: string, seed: number, n: number, t: number) {
+/**
+ * One run of every agent against `baseUrl`; each agent's turns go one after the other. `cacheKey`: each
+ * agent names its conversation in OpenAI's `prompt_cache_key` (as Codex does), the replicas' affinity key.
+ */
+function converse(baseUrl: string, cacheKey: boolean, seed: number, n: number, t: number) {
   return runSessions(n, async (s) => {
     const rng = mulberry32(seed * 1000 + s);
     const p = s % profiles;
@@ -82,7 +87,14 @@ function converse(baseUrl: string, seed: number, n: number, t: number) {
     ];
     const out: Turn[] = [];
     for (let k = 0; k < t; k++) {
-      const body = { model: MODEL, messages, tools, max_tokens: OUTPUT_TOKENS, stream: true };
+      const body = {
+        model: MODEL,
+        messages,
+        tools,
+        max_tokens: OUTPUT_TOKENS,
+        stream: true,
+        ...(cacheKey ? { prompt_cache_key: `agent-${seed}-${s}` } : {}),
+      };
       const r = await streamTurn(`${baseUrl}/v1/chat/completions`, body, OUTPUT_TOKENS);
       out.push(r.turn);
       if (r.text === undefined) continue;
@@ -104,11 +116,18 @@ function converse(baseUrl: string, seed: number, n: number, t: number) {
 }
 
 const peers = preparePeers(log);
-const VARIANTS: SessionVariant[] = [
+const VARIANTS: Array<SessionVariant & { cacheKey?: boolean }> = [
   { label: 'round_robin', router: { policy: 'round_robin' } },
   { label: 'cache_aware', router: { policy: 'cache_aware' } },
   { label: 'cache_aware, tools left out', router: { policy: 'cache_aware', toolsInPrompt: false } },
-  ...peers.map((peer): SessionVariant => ({ label: `${peer} cache_aware`, peer })),
+  { label: 'cache_aware x2, opening key', router: { policy: 'cache_aware' }, replicas: 2 },
+  {
+    label: 'cache_aware x2, prompt_cache_key',
+    router: { policy: 'cache_aware' },
+    replicas: 2,
+    cacheKey: true,
+  },
+  ...peers.map((peer) => ({ label: `${peer} cache_aware`, peer })),
 ];
 
 await runSessionBench({
@@ -120,6 +139,6 @@ await runSessionBench({
   turns,
   workers: WORKERS,
   sim: SESSION_SIM,
-  converse,
+  converse: (url, v, seed, n, t) => converse(url, v.cacheKey === true, seed, n, t),
   log,
 });

@@ -212,31 +212,51 @@ export async function runSessionVariants<V extends { label: string }>(opts: {
   );
 }
 
-/** A variant of a session benchmark: this router with options (its config keys), or a peer's cache_aware. */
-export type SessionVariant = { label: string } & ({ router: Record<string, unknown> } | { peer: PeerName });
+/**
+ * A variant of a session benchmark: this router with options (its config keys), as one replica or two
+ * behind envoy/envoy-replicas.yaml's affinity (Maglev on `x-session-id`, else on the request's session
+ * key or prompt opening), or a peer's cache_aware.
+ */
+export type SessionVariant = { label: string } & (
+  { router: Record<string, unknown>; replicas?: 2 } | { peer: PeerName }
+);
 
 /**
  * A session benchmark whose variants are this router (compiled, its own process, behind real Envoy) or
  * a peer, each on `workers` fresh simulators: runs them (runSessionVariants), prints one JSON object
  * (`benchmark`, the figures in `params`, the results) to stdout and exits.
  */
-export async function runSessionBench(opts: {
+export async function runSessionBench<V extends SessionVariant>(opts: {
   benchmark: string;
   params: Record<string, unknown>;
-  variants: readonly SessionVariant[];
+  variants: readonly V[];
   repeats: number;
   sessions: number;
   turns: number;
   workers: number;
   sim: SimulatorOptions;
-  converse: (url: string, seed: number, n: number, t: number) => Promise<{ turns: Turn[][]; wallMs: number }>;
+  converse: (
+    url: string,
+    v: V,
+    seed: number,
+    n: number,
+    t: number,
+  ) => Promise<{ turns: Turn[][]; wallMs: number }>;
   log: (line: string) => void;
 }): Promise<never> {
   const { workers, sim } = opts;
   const script = buildRouter().script;
-  const door = async (v: SessionVariant): Promise<SessionDoor> => {
+  const door = async (v: V): Promise<SessionDoor> => {
     if ('peer' in v) return startPeerFleet(v.peer, 'cache_aware', workers, sim);
-    const stack = await startRoutedStack({ workers, sim, router: v.router, routerScript: script });
+    const stack = await startRoutedStack({
+      workers,
+      sim,
+      router: v.router,
+      routerScript: script,
+      ...(v.replicas === 2
+        ? { replicas: 2, envoy: { replicaAffinityHeader: 'x-session-id', replicaPrefixKey: true } }
+        : {}),
+    });
     return { url: stack.url, sims: stack.cluster.sims, close: () => stack.close() };
   };
   const results = await runSessionVariants({
@@ -245,7 +265,7 @@ export async function runSessionBench(opts: {
     sessions: opts.sessions,
     turns: opts.turns,
     door,
-    converse: (url, _v, seed, n, t) => opts.converse(url, seed, n, t),
+    converse: opts.converse,
     log: opts.log,
   });
   const { benchmark, params, repeats, sessions, turns } = opts;

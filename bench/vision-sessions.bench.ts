@@ -104,6 +104,6 @@ await runSessionBench({
   turns,
   workers: WORKERS,
   sim: SESSION_SIM,
-  converse,
+  converse: (url, _v, seed, n, t) => converse(url, seed, n, t),
   log,
 });
