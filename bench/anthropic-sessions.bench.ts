@@ -27,18 +27,17 @@
  * Absolute figures on a shared 2-core machine are noisy: compare the ratios within one run.
  */
 import { randomBytes } from 'node:crypto';
-import { buildRouter, startRoutedStack } from './bench-stack.js';
 import { numericFlag } from './numeric-flag.js';
 import {
+  runSessionBench,
   runSessions,
-  runSessionVariants,
   SESSION_SIM,
   streamTurn,
-  type SessionDoor,
+  type SessionVariant,
   type Turn,
 } from './session-cells.js';
 import { mulberry32, wordText } from './workloads.js';
-import { preparePeers, startPeerFleet, type PeerName } from './peers.js';
+import { preparePeers } from './peers.js';
 import { anthropicChatMessages } from '../src/request/anthropic-messages.js';
 
 const repeats = numericFlag('repeats', 2);
@@ -131,18 +130,8 @@ function converse(
   });
 }
 
-const sim = SESSION_SIM;
-
-type Variant = { label: string; chat: boolean } & (
-  | {
-      router: Record<string, unknown>;
-      /** Two replicas behind envoy-replicas.yaml's affinity (session header, else the prompt's opening). */
-      replicas?: 2;
-      /** The client names each session in Claude Code's header. */
-      sessionHeader?: boolean;
-    }
-  | { peer: PeerName }
-);
+/** `chat`: sent as /v1/chat/completions; `sessionHeader`: the client names each session in Claude Code's header. */
+type Variant = SessionVariant & { chat: boolean; sessionHeader?: boolean };
 const peers = preparePeers(log);
 const VARIANTS: Variant[] = [
   { label: 'round_robin', chat: false, router: { policy: 'round_robin' } },
@@ -159,34 +148,15 @@ const VARIANTS: Variant[] = [
   ...peers.map((peer): Variant => ({ label: `${peer} cache_aware`, chat: false, peer })),
 ];
 
-/** A fresh front door on fresh simulators: its URL, its simulators, and how to close them. */
-async function frontDoor(v: Variant, script: string): Promise<SessionDoor> {
-  if ('router' in v) {
-    const stack = await startRoutedStack({
-      workers: WORKERS,
-      sim,
-      router: v.router,
-      routerScript: script,
-      ...(v.replicas === 2
-        ? { replicas: 2, envoy: { replicaAffinityHeader: 'x-session-id', replicaPrefixKey: true } }
-        : {}),
-    });
-    return { url: stack.url, sims: stack.cluster.sims, close: () => stack.close() };
-  }
-  return startPeerFleet(v.peer, 'cache_aware', WORKERS, sim);
-}
-
-const script = buildRouter().script;
-const results = await runSessionVariants({
+await runSessionBench({
+  benchmark: 'anthropic-sessions',
+  params: {},
   variants: VARIANTS,
   repeats,
   sessions,
   turns,
-  door: (v) => frontDoor(v, script),
-  converse: (url, v, seed, n, t) => converse(url, v, seed, n, t),
+  workers: WORKERS,
+  sim: SESSION_SIM,
+  converse,
   log,
 });
-process.stdout.write(
-  `${JSON.stringify({ benchmark: 'anthropic-sessions', workers: WORKERS, sessions, turns, repeats, results }, null, 2)}\n`,
-);
-process.exit(0);
