@@ -168,26 +168,31 @@ export interface SessionDoor {
   close(): Promise<void>;
 }
 
-/**
- * Every variant `repeats` times, interleaved: a fresh door, a warm-up (8 sessions of 2 turns: JIT,
- * connections), then `sessions` sessions of `turns` turns measured; the summary per variant against
- * the `round_robin` variant.
- */
-export async function runSessionVariants<V extends { label: string }>(opts: {
-  variants: readonly V[];
-  repeats: number;
-  sessions: number;
-  turns: number;
-  door: (v: V) => Promise<SessionDoor>;
-  converse: (
+/** What a session benchmark runs: its variants, how often, how many sessions of how many turns, and how. */
+export interface SessionRuns<V> {
+  readonly variants: readonly V[];
+  readonly repeats: number;
+  readonly sessions: number;
+  readonly turns: number;
+  /** One run of `n` sessions of `t` turns against `url`, for variant `v`, seeded. */
+  readonly converse: (
     url: string,
     v: V,
     seed: number,
     n: number,
     t: number,
   ) => Promise<{ turns: Turn[][]; wallMs: number }>;
-  log: (line: string) => void;
-}): Promise<Record<string, Record<string, unknown>>> {
+  readonly log: (line: string) => void;
+}
+
+/**
+ * Every variant `repeats` times, interleaved: a fresh door, a warm-up (8 sessions of 2 turns: JIT,
+ * connections), then `sessions` sessions of `turns` turns measured; the summary per variant against
+ * the `round_robin` variant.
+ */
+export async function runSessionVariants<V extends { label: string }>(
+  opts: SessionRuns<V> & { door: (v: V) => Promise<SessionDoor> },
+): Promise<Record<string, Record<string, unknown>>> {
   const { variants, converse } = opts;
   const cells = await runInterleaved(
     variants,
@@ -226,24 +231,14 @@ export type SessionVariant = { label: string } & (
  * a peer, each on `workers` fresh simulators: runs them (runSessionVariants), prints one JSON object
  * (`benchmark`, the figures in `params`, the results) to stdout and exits.
  */
-export async function runSessionBench<V extends SessionVariant>(opts: {
-  benchmark: string;
-  params: Record<string, unknown>;
-  variants: readonly V[];
-  repeats: number;
-  sessions: number;
-  turns: number;
-  workers: number;
-  sim: SimulatorOptions;
-  converse: (
-    url: string,
-    v: V,
-    seed: number,
-    n: number,
-    t: number,
-  ) => Promise<{ turns: Turn[][]; wallMs: number }>;
-  log: (line: string) => void;
-}): Promise<never> {
+export async function runSessionBench<V extends SessionVariant>(
+  opts: SessionRuns<V> & {
+    benchmark: string;
+    params: Record<string, unknown>;
+    workers: number;
+    sim: SimulatorOptions;
+  },
+): Promise<never> {
   const { workers, sim } = opts;
   const script = buildRouter().script;
   const door = async (v: V): Promise<SessionDoor> => {
@@ -259,15 +254,7 @@ export async function runSessionBench<V extends SessionVariant>(opts: {
     });
     return { url: stack.url, sims: stack.cluster.sims, close: () => stack.close() };
   };
-  const results = await runSessionVariants({
-    variants: opts.variants,
-    repeats: opts.repeats,
-    sessions: opts.sessions,
-    turns: opts.turns,
-    door,
-    converse: opts.converse,
-    log: opts.log,
-  });
+  const results = await runSessionVariants({ ...opts, door });
   const { benchmark, params, repeats, sessions, turns } = opts;
   process.stdout.write(
     `${JSON.stringify({ benchmark, workers, sessions, turns, ...params, repeats, results }, null, 2)}\n`,
