@@ -6,7 +6,9 @@
  *   ids -> used as is. A batch (list of several prompts) is `batch_prompt`: several sequences, no one
  *   prefix.
  * - /v1/chat/completions: `messages` rendered with the model's chat template (add_generation_prompt
- *   ?? true, continue_final_message, tools), then encode(text, add_special_tokens ?? false).
+ *   ?? true, continue_final_message, tools), as vLLM hands them to it (tokenize/vllm-chat-input.ts:
+ *   tools as its models dump them, tool-call arguments parsed), then encode(text, add_special_tokens
+ *   ?? false).
  *   Non-text content parts (images, audio: their tokens depend on the model's processor) ->
  *   `multimodal`; a template error (e.g. tool calls the template cannot render) -> `template_error`.
  * - no tokenizer configured for the model -> `no_tokenizer`.
@@ -15,6 +17,7 @@
  * tokenizer_config.json), loaded once at start-up; a failure to load is a start-up error.
  */
 import { HfTokenizer, type HfTokenizerOptions } from './hf-tokenizer.js';
+import { vllmChatInput } from './vllm-chat-input.js';
 
 export type TokenizeFallback =
   'no_tokenizer' | 'no_prompt' | 'batch_prompt' | 'multimodal' | 'no_chat_template' | 'template_error';
@@ -111,10 +114,13 @@ export function tokenizeBody(
     if (!Array.isArray(body.messages) || body.messages.length === 0)
       return { ok: false, reason: 'no_prompt' };
     if (hasNonTextPart(body.messages)) return { ok: false, reason: 'multimodal' };
-    const rendered = t.renderChat(body.messages, {
+    // What vLLM hands the template: tools as its models dump them, tool-call arguments parsed.
+    const input = vllmChatInput(body.messages, body.tools);
+    if (input === undefined) return { ok: false, reason: 'template_error' };
+    const rendered = t.renderChat(input.messages, {
       addGenerationPrompt: body.add_generation_prompt !== false,
       continueFinalMessage: body.continue_final_message === true,
-      ...(body.tools !== undefined ? { tools: body.tools } : {}),
+      ...(input.tools !== undefined ? { tools: input.tools } : {}),
     });
     if (!rendered.ok) return { ok: false, reason: 'template_error' };
     return { ok: true, ids: encode(rendered.text, addSpecial ?? false) };
