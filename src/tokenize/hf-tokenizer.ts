@@ -57,6 +57,7 @@ import { Template } from '@huggingface/jinja';
 import { flatCopy } from '../routing/flat-string.js';
 import { hash32 } from '../util/hash32.js';
 import { ByteLevelBpe } from './byte-level-bpe.js';
+import { detectContentFormat, type ContentFormat } from './vllm-chat-input.js';
 
 export interface ChatRenderOptions {
   readonly addGenerationPrompt: boolean;
@@ -106,6 +107,8 @@ export class HfTokenizer {
   readonly splitsLines: boolean;
   /** The byte-level BPE fast path (byte-level-bpe.ts), when covered and checked on FAST_PROBES. */
   private readonly fast: ByteLevelBpe | undefined;
+  /** How the chat template reads a message's content (vLLM's "auto" detection), when it has one. */
+  readonly contentFormat: ContentFormat | undefined;
 
   constructor(
     tokenizerJson: Record<string, unknown>,
@@ -119,6 +122,7 @@ export class HfTokenizer {
     this.maxCachedChars = opts.maxCachedChars ?? 16 * 1024 * 1024;
     const chatTemplate = chatTemplateOf(config);
     this.template = chatTemplate === undefined ? undefined : new Template(chatTemplate);
+    this.contentFormat = chatTemplate === undefined ? undefined : detectContentFormat(chatTemplate);
     const added = (
       Array.isArray(tokenizerJson.added_tokens) ? tokenizerJson.added_tokens : []
     ) as AddedTokenSpec[];

@@ -7,8 +7,8 @@
  *   prefix.
  * - /v1/chat/completions: `messages` rendered with the model's chat template (add_generation_prompt
  *   ?? true, continue_final_message, tools), as vLLM hands them to it (tokenize/vllm-chat-input.ts:
- *   tools as its models dump them, tool-call arguments parsed), then encode(text, add_special_tokens
- *   ?? false).
+ *   tools as its models dump them, tool-call arguments parsed, contents in the template's content
+ *   format), then encode(text, add_special_tokens ?? false).
  *   Non-text content parts (images, audio: their tokens depend on the model's processor) ->
  *   `multimodal`; a template error (e.g. tool calls the template cannot render) -> `template_error`.
  * - no tokenizer configured for the model -> `no_tokenizer`.
@@ -17,7 +17,7 @@
  * tokenizer_config.json), loaded once at start-up; a failure to load is a start-up error.
  */
 import { HfTokenizer, type HfTokenizerOptions } from './hf-tokenizer.js';
-import { vllmChatInput } from './vllm-chat-input.js';
+import { vllmChatInput, type ContentFormat } from './vllm-chat-input.js';
 
 export type TokenizeFallback =
   'no_tokenizer' | 'no_prompt' | 'batch_prompt' | 'multimodal' | 'no_chat_template' | 'template_error';
@@ -98,6 +98,8 @@ export interface BodyTokenizer {
     opts: { addGenerationPrompt: boolean; continueFinalMessage?: boolean; tools?: unknown },
   ): { ok: true; text: string } | { ok: false; error: string };
   readonly hasChatTemplate?: boolean;
+  /** How its template reads a message's content (vLLM's detection); undefined: as the request sent it. */
+  readonly contentFormat?: ContentFormat;
 }
 
 /** The prompt token ids of one OpenAI body under `t` (see the header comment). */
@@ -115,7 +117,7 @@ export function tokenizeBody(
       return { ok: false, reason: 'no_prompt' };
     if (hasNonTextPart(body.messages)) return { ok: false, reason: 'multimodal' };
     // What vLLM hands the template: tools as its models dump them, tool-call arguments parsed.
-    const input = vllmChatInput(body.messages, body.tools);
+    const input = vllmChatInput(body.messages, body.tools, t.contentFormat);
     if (input === undefined) return { ok: false, reason: 'template_error' };
     const rendered = t.renderChat(input.messages, {
       addGenerationPrompt: body.add_generation_prompt !== false,

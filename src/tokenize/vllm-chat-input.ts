@@ -14,6 +14,10 @@
  *   expect (`arguments | tojson`, `arguments | items`); missing or empty arguments become {}.
  * - an assistant message's reasoning: `reasoning` and `reasoning_content` both carry it, whichever the
  *   client sent (vLLM passes it on for interleaved thinking; the template decides what to render).
+ * - every message's `content`, in the template's content format (`detectContentFormat`, vLLM's "auto"):
+ *   for a template that reads `content` as a string, text parts joined by "\n" (null: ""); for one
+ *   that iterates it (the OpenAI format), a list of `{type: "text", text}` parts (a string: one part;
+ *   null: none). Only text parts reach here (a request with media falls back before).
  *
  * Copies only what it changes. Returns undefined when a call's arguments are not JSON (vLLM answers
  * 400; the caller falls back). What a JavaScript value cannot say stays approximate, as in
@@ -24,16 +28,57 @@ export interface ChatTemplateInput {
   readonly tools: unknown;
 }
 
-export function vllmChatInput(messages: readonly unknown[], tools: unknown): ChatTemplateInput | undefined {
+/** How a template reads a message's `content`: as a string, or as a list of parts (vLLM's names). */
+export type ContentFormat = 'string' | 'openai';
+
+/**
+ * vLLM's "auto" content format: "openai" when the template loops over a message's content
+ * (`{% for part in message['content'] %}`, `message.content`, through a filter or not), else
+ * "string". vLLM walks the template's syntax tree for such a loop; this looks for it in the text.
+ */
+export function detectContentFormat(template: string): ContentFormat {
+  return /\{%-?\s*for\s+\w+(?:\s*,\s*\w+)?\s+in\s+\w+\s*(?:\.\s*content\b|\[\s*['"]content['"]\s*\])/.test(
+    template,
+  )
+    ? 'openai'
+    : 'string';
+}
+
+export function vllmChatInput(
+  messages: readonly unknown[],
+  tools: unknown,
+  /** The template's content format; undefined leaves contents as they are. */
+  format?: ContentFormat,
+): ChatTemplateInput | undefined {
   let out: unknown[] | undefined;
   for (let i = 0; i < messages.length; i++) {
     const m = messages[i];
-    if (!isRecord(m) || m.role !== 'assistant') continue;
-    const next = assistantInput(m);
+    if (!isRecord(m)) continue;
+    let next: Record<string, unknown> | undefined = m;
+    if (m.role === 'assistant') next = assistantInput(m);
     if (next === undefined) return undefined;
+    if (format !== undefined) next = withContent(next, format);
     if (next !== m) (out ??= messages.slice())[i] = next;
   }
   return { messages: out ?? messages, tools: Array.isArray(tools) ? tools.map(toolDump) : tools };
+}
+
+/** `m` with its content as a template of `format` reads it (the same object when it already is). */
+function withContent(m: Record<string, unknown>, format: ContentFormat): Record<string, unknown> {
+  const c = m.content;
+  if (format === 'string') {
+    if (typeof c === 'string') return m;
+    if (c === null || c === undefined) return { ...m, content: '' };
+    if (!Array.isArray(c)) return m;
+    return {
+      ...m,
+      content: c.map((p) => (isRecord(p) && typeof p.text === 'string' ? p.text : '')).join('\n'),
+    };
+  }
+  if (typeof c === 'string') return { ...m, content: [{ type: 'text', text: c }] };
+  if (c === null || c === undefined) return { ...m, content: [] };
+  if (!Array.isArray(c)) return m;
+  return { ...m, content: c.map((p) => ({ type: 'text', text: isRecord(p) ? p.text : undefined })) };
 }
 
 function assistantInput(m: Record<string, unknown>): Record<string, unknown> | undefined {

@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { vllmChatInput } from '../../../src/tokenize/vllm-chat-input.js';
+import { detectContentFormat, vllmChatInput } from '../../../src/tokenize/vllm-chat-input.js';
 import { HfTokenizer } from '../../../src/tokenize/hf-tokenizer.js';
 import { RequestTokenizer } from '../../../src/tokenize/request-tokens.js';
 
@@ -79,11 +79,60 @@ describe('vllmChatInput: what vLLM hands the chat template', () => {
   });
 });
 
+describe('content format (vLLM\'s "auto": does the template loop over a message\'s content?)', () => {
+  it.each([
+    ["{{ message['content'] }}", 'string'],
+    ['{%- if message.content is string %}{{ message.content }}{%- endif %}', 'string'],
+    ["{%- for part in message['content'] %}{{ part['text'] }}{%- endfor %}", 'openai'],
+    ['{% for item in msg.content %}{{ item.text }}{% endfor %}', 'openai'],
+    [
+      "{%- for content in message['content'] | selectattr('type', 'equalto', 'image') %}x{%- endfor %}",
+      'openai',
+    ],
+    ['{%- for message in messages %}{{ message.content }}{%- endfor %}', 'string'],
+  ])('%s -> %s', (template, format) => {
+    expect(detectContentFormat(template)).toBe(format);
+  });
+
+  it('hands a string template joined text parts, an OpenAI-format template a list of text parts', () => {
+    const messages = [
+      { role: 'system', content: 'S' },
+      {
+        role: 'user',
+        content: [
+          { type: 'text', text: 'a' },
+          { type: 'text', text: 'b', extra: 1 },
+        ],
+      },
+      { role: 'assistant', content: null, tool_calls: [call({})] },
+    ];
+    expect(vllmChatInput(messages, undefined, 'string')!.messages).toEqual([
+      { role: 'system', content: 'S' },
+      { role: 'user', content: 'a\nb' },
+      { role: 'assistant', content: '', tool_calls: [call({})] },
+    ]);
+    expect(vllmChatInput(messages, undefined, 'openai')!.messages).toEqual([
+      { role: 'system', content: [{ type: 'text', text: 'S' }] },
+      {
+        role: 'user',
+        content: [
+          { type: 'text', text: 'a' },
+          { type: 'text', text: 'b' },
+        ],
+      },
+      { role: 'assistant', content: [], tool_calls: [call({})] },
+    ]);
+    // The fixture's template loops over the content: OpenAI format.
+    const dir = fileURLToPath(new URL('../../fixtures/tokenizer', import.meta.url));
+    expect(HfTokenizer.load(dir).contentFormat).toBe('openai');
+  });
+});
+
 describe('the exact tokenizer renders tools and tool calls as vLLM does', () => {
   // A Qwen2.5-style template's tool parts: `tool | tojson`, and a call's arguments as `tojson` when
   // they are an object (which vLLM makes them), as given otherwise.
   const TEMPLATE =
-    '{%- for tool in tools %}{{ tool | tojson }}\n{%- endfor %}' +
+    '{%- if tools %}{%- for tool in tools %}{{ tool | tojson }}\n{%- endfor %}{%- endif %}' +
     '{%- for m in messages %}<{{ m.role }}>{{ m.content if m.content else "" }}' +
     '{%- for c in m.tool_calls or [] %}[{{ c.function.name }} ' +
     '{%- if c.function.arguments is string %}{{ c.function.arguments }}{%- else %}{{ c.function.arguments | tojson }}{%- endif %}]' +
@@ -115,5 +164,23 @@ describe('the exact tokenizer renders tools and tool calls as vLLM does', () => 
     const r = rt.tokenize('m', body);
     expect(r.ok).toBe(true);
     if (r.ok) expect(tok.decode(Array.from(r.ids))).toBe(python);
+  });
+
+  it('writes text parts joined by a newline for a template that reads content as a string', () => {
+    // Jinja2 renders "<user>a\nb" from vLLM's input (content "a\nb"); the parts as given would not.
+    const body = {
+      messages: [
+        {
+          role: 'user',
+          content: [
+            { type: 'text', text: 'a' },
+            { type: 'text', text: 'b' },
+          ],
+        },
+      ],
+    };
+    const r = rt.tokenize('m', body);
+    expect(r.ok).toBe(true);
+    if (r.ok) expect(tok.decode(Array.from(r.ids))).toBe('<user>a\nb');
   });
 });
