@@ -6,9 +6,11 @@ No model hub is reachable from CI, so the router's tokenizer tests and the simul
   <|begin_of_text|>, <|eot_id|>, <|start_header_id|>, <|end_header_id|>, and a template post-processor
   that prepends <|begin_of_text|> (like Llama 3's tokenizer adds BOS);
 - tokenizer_config.json: bos/eos tokens and a Llama-3-style Jinja chat_template;
-- expected.json: ids the Rust implementation gives for sample texts, and a conversation rendered by
-  Jinja2 the way transformers' apply_chat_template renders it (sandboxed, trim_blocks, lstrip_blocks):
-  golden values the router's JavaScript tokenizer and template renderer are checked against.
+- expected.json: ids the Rust implementation gives for sample texts, and conversations rendered by
+  Jinja2 the way transformers' apply_chat_template renders them (sandboxed, trim_blocks, lstrip_blocks,
+  its tojson), one of them a coding agent's request (tools, a tool call) rendered from what vLLM hands
+  the template (vllm_input): golden values the router's JavaScript tokenizer, template renderer and
+  request normalization (src/tokenize/vllm-chat-input.ts) are checked against.
 
 Run: python3 -m venv .venv-tok && .venv-tok/bin/pip install tokenizers==0.22.1 jinja2==3.1.6 &&
      .venv-tok/bin/python scripts/gen-tokenizer-fixture.py
@@ -34,11 +36,16 @@ CORPUS = [
 ] * 20
 CHAT_TEMPLATE = (
     "{{- bos_token }}"
+    "{%- if tools %}{{- '<|start_header_id|>tools<|end_header_id|>\\n\\n' }}"
+    "{%- for tool in tools %}{{- tool | tojson }}{{- '\\n' }}{%- endfor %}{{- '<|eot_id|>' }}{%- endif %}"
     "{%- for message in messages %}"
     "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' }}"
     "{%- if message['content'] is string %}{{- message['content'] | trim }}"
     "{%- elif message['content'] %}{%- for part in message['content'] %}{%- if part['type'] == 'text' %}{{- part['text'] | trim }}"
     "{%- endif %}{%- endfor %}{%- endif %}"
+    "{%- if message['tool_calls'] %}{%- for call in message['tool_calls'] %}"
+    "{{- '<tool_call>' + call['function']['name'] + ' ' }}{{- call['function']['arguments'] | tojson }}"
+    "{%- endfor %}{%- endif %}"
     "{{- '<|eot_id|>' }}"
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}"
@@ -67,6 +74,68 @@ CHATS = [
         False,
     ),
 ]
+
+# A coding agent's chat request as a client sends it: a tool without a description, a tool with its
+# keys in another order, a call's arguments as a compact JSON string, an empty tool_calls list.
+AGENT_REQUEST = {
+    "tools": [
+        {
+            "type": "function",
+            "function": {"name": "read_file", "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}},
+        },
+        {"function": {"description": "Runs the tests.", "name": "run_tests"}, "type": "function"},
+    ],
+    "messages": [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "The test fails. Fix it."},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": '{"path":"src/a.ts"}'}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "export const a = 1;"},
+        {"role": "assistant", "content": "Fixed.", "tool_calls": []},
+    ],
+}
+
+
+def tojson(x, indent=None, separators=None, sort_keys=False):
+    """transformers' tojson filter (its chat template environment): json.dumps, non-ASCII kept."""
+    return json.dumps(x, ensure_ascii=False, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+def vllm_input(request):
+    """What vLLM hands the template for a chat request (chat_utils, the protocol's pydantic models).
+
+    Tools as ChatCompletionToolsParam.model_dump() writes them; tool-call arguments parsed
+    (_postprocess_messages), an empty tool_calls list dropped; contents in the "openai" format this
+    template's loop over message['content'] makes vLLM detect (a string: one text part; None: none).
+    """
+    tools = []
+    for t in request["tools"]:
+        fn = t["function"]
+        dumped = {"name": fn["name"], "description": fn.get("description"), "parameters": fn.get("parameters")}
+        dumped.update({k: v for k, v in fn.items() if k not in dumped})
+        tools.append({"type": t.get("type", "function"), "function": dumped})
+    messages = []
+    for m in request["messages"]:
+        m = dict(m)
+        c = m.get("content")
+        m["content"] = [] if c is None else [{"type": "text", "text": c}] if isinstance(c, str) else c
+        if m["role"] == "assistant" and isinstance(m.get("tool_calls"), list):
+            if not m["tool_calls"]:
+                del m["tool_calls"]
+            else:
+                calls = []
+                for call in m["tool_calls"]:
+                    args = call["function"].get("arguments")
+                    fn = dict(call["function"], arguments=json.loads(args) if args else {})
+                    calls.append(dict(call, function=fn))
+                m["tool_calls"] = calls
+        messages.append(m)
+    return messages, tools
 
 
 def main() -> None:
@@ -97,6 +166,7 @@ def main() -> None:
         json.dump(config, f, indent=2)
         f.write("\n")
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.filters["tojson"] = tojson
     template = env.from_string(CHAT_TEMPLATE)
     chats = []
     for messages, gen in CHATS:
@@ -109,7 +179,16 @@ def main() -> None:
                 "ids": tok.encode(text, add_special_tokens=False).ids,
             }
         )
+    agent_messages, agent_tools = vllm_input(AGENT_REQUEST)
+    agent_text = template.render(
+        messages=agent_messages, tools=agent_tools, add_generation_prompt=True, bos_token="<|begin_of_text|>"
+    )
     expected = {
+        "agent": {
+            "request": AGENT_REQUEST,
+            "text": agent_text,
+            "ids": tok.encode(agent_text, add_special_tokens=False).ids,
+        },
         "chats": chats,
         "samples": [
             {

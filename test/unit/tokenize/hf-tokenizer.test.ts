@@ -10,6 +10,8 @@ const DIR = fileURLToPath(new URL('../../fixtures/tokenizer', import.meta.url));
 const expected = JSON.parse(readFileSync(`${DIR}/expected.json`, 'utf8')) as {
   samples: Array<{ text: string; ids: number[]; ids_no_special: number[] }>;
   chats: Array<{ messages: unknown[]; add_generation_prompt: boolean; text: string; ids: number[] }>;
+  /** A coding agent's chat request, and what Jinja2 renders from what vLLM hands the template. */
+  agent: { request: Record<string, unknown>; text: string; ids: number[] };
 };
 const tok = HfTokenizer.load(DIR);
 /** Llama 3's pre-tokenizer regex (its tokenizer.json), in the Rust regex syntax tokenizers.js accepts. */
@@ -131,6 +133,17 @@ describe('chat template rendering (checked against Jinja2)', () => {
       expect(tok.encode(c.text, false)).toEqual(c.ids);
     },
   );
+
+  it("a coding agent's request (tools, a tool call) tokenizes as vLLM renders it", () => {
+    // Its tools as vLLM's models dump them, the call's arguments parsed (tokenize/vllm-chat-input.ts).
+    const rt = new RequestTokenizer(new Map([['m', tok]]));
+    const r = rt.tokenize('m', { ...expected.agent.request, add_generation_prompt: true });
+    expect(r.ok).toBe(true);
+    if (r.ok) {
+      expect(tok.decode(Array.from(r.ids))).toBe(expected.agent.text);
+      expect(Array.from(r.ids)).toEqual(expected.agent.ids);
+    }
+  });
 
   it('continue_final_message leaves the last message open; both flags at once is an error', () => {
     const messages = [
