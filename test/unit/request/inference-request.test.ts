@@ -455,6 +455,8 @@ describe('tools and tool calls in the routing text', () => {
     function: { name, description, parameters: { type: 'object', properties: { path: { type: 'string' } } } },
   });
   const sys = { role: 'system', content: 'You are a coding agent.' };
+  /** A file an agent writes: 184 KB, so its body is over 128 KB and parsed in pieces (json-body.ts). */
+  const largeFile = 'export const line = 1;\n'.repeat(8_000);
   const ask = { role: 'user', content: 'Fix the failing test.' };
   const chat = (body: Record<string, unknown>) =>
     flat(parseInferenceRequest('chat', undefined, json({ model: 'm', ...body })).text);
@@ -564,7 +566,7 @@ describe('tools and tool calls in the routing text', () => {
   it('writes a long tool-call argument the body parser kept in pieces as its text', () => {
     // Over 128 KB, the body's long `content` values come back in pieces (json-body.ts); an Anthropic
     // tool call's input is written as Python's json.dumps writes it, whatever form its values took.
-    const file = 'export const line = 1;\n'.repeat(8_000);
+    const file = largeFile;
     const text = flat(
       parseInferenceRequest(
         'messages',
@@ -591,7 +593,7 @@ describe('tools and tool calls in the routing text', () => {
   });
 
   it("reads a large agent body's long tool-call arguments and outputs, kept in pieces, as their text", () => {
-    const file = 'export const line = 1;\n'.repeat(8_000); // 184 KB: the body is parsed in pieces
+    const file = largeFile;
     const args = JSON.stringify({ path: 'a.ts', content: file });
     const call = { id: 'c1', type: 'function', function: { name: 'write', arguments: args } };
     const chatText = chat({ messages: [ask, { role: 'assistant', content: null, tool_calls: [call] }] });
