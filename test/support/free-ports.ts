@@ -63,3 +63,42 @@ function listen(port: number): Promise<Server> {
 export async function freePort(): Promise<number> {
   return (await freePorts(1))[0] as number;
 }
+
+/**
+ * `count` distinct free ports on 127.0.0.1 that stay bound until released: for a child that binds its
+ * port long after the ports are chosen (a soak's KV publishers bind only once the routers are up), so
+ * no other allocation can draw the port in between. `release(port)` just before the child binds it;
+ * `releaseAll()` (idempotent) on every way out.
+ */
+export async function reservePorts(count: number): Promise<PortReservation> {
+  const servers = new Map<number, Server>();
+  try {
+    for (let i = 0; i < count; i++) {
+      const srv = await listenBelowEphemeral();
+      servers.set((srv.address() as AddressInfo).port, srv);
+    }
+  } catch (err) {
+    await Promise.all([...servers.values()].map(close));
+    throw err;
+  }
+  const release = async (port: number): Promise<void> => {
+    const srv = servers.get(port);
+    servers.delete(port);
+    if (srv !== undefined) await close(srv);
+  };
+  return {
+    ports: [...servers.keys()],
+    release,
+    releaseAll: async () => void (await Promise.all([...servers.keys()].map(release))),
+  };
+}
+
+export interface PortReservation {
+  readonly ports: readonly number[];
+  release(port: number): Promise<void>;
+  releaseAll(): Promise<void>;
+}
+
+function close(srv: Server): Promise<void> {
+  return new Promise<void>((resolve) => srv.close(() => resolve()));
+}

@@ -50,6 +50,8 @@ export interface SoakFleetKvEvents {
   readonly capacityBlocks: number;
   /** Per worker i: its HTTP port and its publisher's endpoints (free ports chosen by the caller). */
   readonly ports: ReadonlyArray<{ http: number; endpoint: string; replayEndpoint: string }>;
+  /** Holds those ports until worker i binds them (released just before its first start). */
+  readonly reservation?: { release(port: number): Promise<void>; releaseAll(): Promise<void> };
 }
 
 /**
@@ -98,6 +100,11 @@ export class SoakFleet {
         const role: FleetRole = opts.mode === 'regular' ? 'regular' : i % 2 === 0 ? 'prefill' : 'decode';
         const ports = opts.kvEvents?.ports[i];
         const kvEvents = ports && { endpoint: ports.endpoint, replayEndpoint: ports.replayEndpoint };
+        if (ports !== undefined) {
+          const held = opts.kvEvents?.reservation;
+          for (const p of [ports.http, ...[ports.endpoint, ports.replayEndpoint].map(portOf)])
+            await held?.release(p);
+        }
         const sim = await fleet.spawn(role, ports?.http ?? 0, kvEvents);
         fleet.workers.push({ role, port: sim.port, sim, heartbeating: true, busy: false, kvEvents });
       }
@@ -214,4 +221,9 @@ export class SoakFleet {
       }),
     );
   }
+}
+
+/** The port of a `tcp://host:port` endpoint. */
+function portOf(endpoint: string): number {
+  return Number(endpoint.slice(endpoint.lastIndexOf(':') + 1));
 }

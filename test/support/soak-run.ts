@@ -74,7 +74,7 @@ import v8 from 'node:v8';
 import vm from 'node:vm';
 import { startEnvoy, type EnvoyHandle } from '../../src/envoy/envoy-process.js';
 import { HfTokenizer } from '../../src/tokenize/hf-tokenizer.js';
-import { freePorts } from './free-ports.js';
+import { reservePorts } from './free-ports.js';
 import { SoakFleet, type FleetRole, type FleetWorker, type SoakFleetKvEvents } from './soak-fleet.js';
 import { SoakRouters, type SoakReplica } from './soak-routers.js';
 import { linearSlope, randomInt, seededRandom } from './soak-stats.js';
@@ -840,6 +840,7 @@ export async function runSoak(opts: SoakOptions): Promise<SoakSummary> {
     };
   } finally {
     if (memTimer) clearInterval(memTimer);
+    await kv?.reservation?.releaseAll(); // the ports of workers the fleet never started
     await envoy?.close();
     await routers?.close();
     await fleet?.close();
@@ -943,10 +944,15 @@ function keyed(headers: Record<string, string>): string {
   return key === undefined ? '' : ` (session ${key})`;
 }
 
-/** Free ports for a KV-event fleet: per worker its HTTP port, its publisher and its replay socket. */
+/**
+ * Free ports for a KV-event fleet: per worker its HTTP port, its publisher and its replay socket, held
+ * until the fleet starts that worker (the routers, started first, subscribe to them meanwhile).
+ */
 async function kvFleet(size: number): Promise<SoakFleetKvEvents> {
-  const ports = await freePorts(size * 3);
+  const reservation = await reservePorts(size * 3);
+  const ports = reservation.ports;
   return {
+    reservation,
     tokenizer: HfTokenizer.load(TOKENIZER_DIR, { maxCachedChars: TOKENIZER_CACHE_CHARS }),
     capacityBlocks: KV_CACHE_BLOCKS,
     ports: Array.from({ length: size }, (_, i) => ({
