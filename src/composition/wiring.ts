@@ -545,7 +545,7 @@ function buildDispatcher(c: Base & { prefillClient: PrefillClient | undefined })
         if (ms !== undefined) metrics.pdPrefillDuration.observe({ outcome }, ms / 1000);
       },
       decodeRouted: (w) => metrics.pdDecodeRequests.inc({ worker: w.key }),
-      localPrefill: () => metrics.pdLocalPrefills.inc(),
+      localPrefill: (reason) => metrics.pdLocalPrefills.inc({ reason }),
       // A decode worker chosen for a request whose prefill failed never sees it: a neutral outcome
       // frees a half-open probe slot it may hold.
       decodeAbandoned: (w) => health.recordOutcome(w, 'cancelled', clock()),

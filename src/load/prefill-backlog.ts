@@ -23,10 +23,15 @@ import type { Worker } from '../workers/worker.js';
 export interface BacklogEntry {
   readonly tokens: number;
   readonly deadlineMs: number;
+  /** The sequences the request runs (parallel sampling, batched prompts), >= 1. */
+  readonly sequences: number;
 }
 
 export interface Backlog {
-  /** Requests whose prefill is queued or running. */
+  /**
+   * Requests whose prefill is queued or running, as vLLM's `num_requests_waiting` counts them: one
+   * per sequence (a request with `n` = 4 is 4 engine requests waiting for their first token).
+   */
   readonly requests: number;
   /** Their uncached prompt tokens. */
   readonly tokens: number;
@@ -38,8 +43,12 @@ export class PrefillBacklog {
   private readonly entries = new WeakMap<Worker, Set<BacklogEntry>>();
 
   /** Records a routed request; returns the handle `done` takes. */
-  add(worker: Worker, tokens: number, deadlineMs: number): BacklogEntry {
-    const entry: BacklogEntry = { tokens: Number.isFinite(tokens) ? Math.max(0, tokens) : 0, deadlineMs };
+  add(worker: Worker, tokens: number, deadlineMs: number, sequences = 1): BacklogEntry {
+    const entry: BacklogEntry = {
+      tokens: Number.isFinite(tokens) ? Math.max(0, tokens) : 0,
+      deadlineMs,
+      sequences: Number.isInteger(sequences) && sequences >= 1 ? sequences : 1,
+    };
     let set = this.entries.get(worker);
     if (set === undefined) {
       set = new Set();
@@ -65,7 +74,7 @@ export class PrefillBacklog {
         set.delete(e);
         continue;
       }
-      requests += 1;
+      requests += e.sequences;
       tokens += e.tokens;
     }
     return { requests, tokens };

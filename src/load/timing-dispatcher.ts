@@ -243,7 +243,8 @@ function queued(d: Dispatch, req: RouteRequest, l: Learners): Dispatch {
   const prefillEnd = now + cost.chosen.waitMs + cost.chosen.recomputeMs;
   // Streamed: ended by the first byte; the deadline only guards against a lost end.
   const deadline = streamed ? now + 10 * cost.chosen.predictedMs + 10_000 : prefillEnd;
-  let entry = backlog.add(worker, cost.chosen.uncachedTokens, deadline);
+  const sequences = req.inference?.sequences ?? 1;
+  let entry = backlog.add(worker, cost.chosen.uncachedTokens, deadline, sequences);
   let queued = true;
   const done = (): void => {
     queued = false;
@@ -255,7 +256,7 @@ function queued(d: Dispatch, req: RouteRequest, l: Learners): Dispatch {
       if (queued && streamed && !bodyWatched) {
         // No first byte will be seen: end at the predicted end of its prefill, as a non-streamed response.
         backlog.done(worker, entry);
-        entry = backlog.add(worker, entry.tokens, prefillEnd);
+        entry = backlog.add(worker, entry.tokens, prefillEnd, sequences);
       }
       d.onResponseStart?.(status, bodyWatched);
     },
@@ -279,7 +280,7 @@ function timed(d: Dispatch, req: RouteRequest, l: Learners): Dispatch {
     ? { prefillTokens: cost.chosen.uncachedTokens + cost.chosen.queuedTokens, ahead: cost.chosen.ahead }
     : {
         prefillTokens: tokensFromChars(req.inference.text.length, DEFAULT_CHARS_PER_TOKEN),
-        ahead: Math.max(0, d.worker.load - 1),
+        ahead: Math.max(0, d.worker.load - (req.inference.sequences ?? 1)),
       };
   const started = clock();
   let status = 0;
@@ -324,7 +325,8 @@ function timed(d: Dispatch, req: RouteRequest, l: Learners): Dispatch {
       if (firstEnd && sampled === true) l.sampler.release(d.worker);
       d.finish(end);
       if (!firstEnd) return;
-      if (end.kind === 'response' && chunks >= 3)
+      // A response of several sequences interleaves their chunks: its gaps are not one step's time.
+      if (end.kind === 'response' && chunks >= 3 && (req.inference?.sequences ?? 1) === 1)
         timing.recordInterChunk(d.worker, (last - first) / (chunks - 1));
     },
   };

@@ -77,7 +77,7 @@ export class RouterMetrics {
     const workers = opts.workers;
     new Gauge({
       name: 'vllm_router_worker_load',
-      help: 'In-flight requests holding a load guard on the worker (per role).',
+      help: 'Sequences of the in-flight requests holding a load guard on the worker (per role): one per request, n per parallel-sampling request (n x prompts for a batched completions prompt), as vLLM counts running + waiting.',
       labelNames: ['role', 'worker', 'generation'] as const,
       registers,
       collect() {
@@ -362,7 +362,8 @@ export class RouterMetrics {
     });
     this.pdLocalPrefills = new Counter({
       name: 'vllm_router_pd_local_prefills_total',
-      help: 'Inference requests short enough (--pd-local-prefill-tokens) to go whole to a decode worker, without a prefill leg.',
+      help: 'Inference requests that went whole to a decode worker, without a prefill leg, by reason: short_prompt (--pd-local-prefill-tokens), parallel_sampling (n > 1 or a batched prompt).',
+      labelNames: ['reason'] as const,
       registers,
     });
     this.pdErrors = new Counter({

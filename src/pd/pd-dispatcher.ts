@@ -103,12 +103,18 @@ export interface PdObserver {
     model: string,
   ): ((ok: boolean, durationMs: number) => void) | undefined;
   decodeRouted?(worker: Worker): void;
-  /** A request short enough went whole to a decode worker, without a prefill leg (`localPrefill`). */
-  localPrefill?(): void;
+  /**
+   * A request went whole to a decode worker, without a prefill leg: its prompt was short enough
+   * (`localPrefill`), or it runs several sequences (parallel sampling, batched prompts).
+   */
+  localPrefill?(reason: LocalPrefillReason): void;
   /** A decode worker was chosen (and committed) but the request failed before reaching it. */
   decodeAbandoned?(worker: Worker): void;
   error?(type: string): void;
 }
+
+/** Why a request skipped its prefill leg (PdDispatcher `localReason`). */
+export type LocalPrefillReason = 'short_prompt' | 'parallel_sampling';
 
 export interface PdDispatcherOptions {
   readonly prefillPool: WorkerPool;
@@ -165,12 +171,12 @@ export class PdDispatcher implements Dispatcher {
   }
 
   dispatch(req: RouteRequest, cancel: Cancellation): Dispatch | Promise<Dispatch> {
-    const inf = req.inference;
     // No prefill leg (needsPrefill): not an inference request, a stored response's follow-up (only
-    // the decode worker stored it; prefill legs are not stored), or a prompt short enough to prefill
-    // on the decode worker (counted).
-    if (!inf || !this.needsPrefill(req)) {
-      if (inf && inf.previousResponseId === undefined) this.opts.pd?.localPrefill?.();
+    // the decode worker stored it; prefill legs are not stored), a request running several sequences
+    // or a prompt short enough to prefill on the decode worker (these two counted).
+    if (!this.needsPrefill(req)) {
+      const reason = this.localReason(req);
+      if (reason !== undefined) this.opts.pd?.localPrefill?.(reason);
       return this.opts.passthrough.dispatch(req, cancel);
     }
     const { prefillPool, decodePool } = this.opts;
@@ -201,9 +207,30 @@ export class PdDispatcher implements Dispatcher {
    */
   needsPrefill(req: RouteRequest): boolean {
     const inf = req.inference;
-    if (inf === undefined || inf.previousResponseId !== undefined) return false;
+    return inf !== undefined && inf.previousResponseId === undefined && this.localReason(req) === undefined;
+  }
+
+  /**
+   * Why an inference request is served by its decode worker alone, or undefined when it gets a prefill
+   * leg (or is not one the choice applies to: a stored response's follow-up).
+   *
+   * `parallel_sampling`: a request for several sequences (`n` > 1, or a batched completions prompt).
+   * vLLM splits it into one engine request per sequence, each with a copy of its
+   * `kv_transfer_params`: a prefill worker keeps every child's KV blocks for a remote decode but
+   * answers with one child's parameters, so the others stay held until the connector's timeout
+   * (NIXL: VLLM_NIXL_ABORT_REQUEST_TIMEOUT, 480 s), and the decode worker's children all name that
+   * one child's blocks and request (vLLM PR #38900: "P/D did not support parallel sampling"; its
+   * list-valued parameters are not in every release). On its decode worker alone the prompt is
+   * prefilled once and its children share the cached blocks, on any vLLM version and connector.
+   */
+  private localReason(req: RouteRequest): LocalPrefillReason | undefined {
+    const inf = req.inference;
+    if (inf === undefined || inf.previousResponseId !== undefined) return undefined;
+    if ((inf.sequences ?? 1) > 1) return 'parallel_sampling';
     const local = this.opts.localPrefill;
-    return local === undefined || local.tokensOf(inf.text.length, inf.model) > local.maxTokens;
+    return local !== undefined && local.tokensOf(inf.text.length, inf.model) <= local.maxTokens
+      ? 'short_prompt'
+      : undefined;
   }
 
   /** Mooncake: prefill instances whose bootstrap server has not answered (selection exclusion). */

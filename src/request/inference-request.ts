@@ -62,6 +62,32 @@ export interface InferenceRequest {
    * client left unset: the router may name the response (routing/response-affinity.ts).
    */
   readonly namesFreeResponse: boolean;
+  /**
+   * The sequences vLLM runs for it (`requestSequences`): chat's and completions' `n` times the
+   * prompts of a batched completions request; 1 for everything else. Absent: 1.
+   */
+  readonly sequences?: number;
+}
+
+/** Most sequences one request counts for: a bound on what a hostile `n` can make a worker look like. */
+export const MAX_REQUEST_SEQUENCES = 4096;
+
+/**
+ * How many sequences vLLM runs for a request: it splits parallel sampling (`n`) into `n` child
+ * requests, and a completions `prompt` that is a list of prompts (strings or token-id lists) into one
+ * request per prompt, each with its `n` children (vllm/v1/engine/parallel_sampling.py; its scheduler
+ * counts every one of them in `vllm:num_requests_running` and `_waiting`). An `n` that is not a
+ * positive integer counts 1 (vLLM itself answers it with a 400). The Responses and Messages APIs have
+ * no `n`. Capped at MAX_REQUEST_SEQUENCES.
+ */
+export function requestSequences(kind: InferenceKind, body: Readonly<Record<string, unknown>>): number {
+  if (kind !== 'chat' && kind !== 'completions') return 1;
+  const n = body.n;
+  const samples = typeof n === 'number' && Number.isInteger(n) && n >= 1 ? n : 1;
+  const p = body.prompt;
+  const prompts =
+    kind === 'completions' && Array.isArray(p) && p.length > 0 && typeof p[0] !== 'number' ? p.length : 1;
+  return Math.min(MAX_REQUEST_SEQUENCES, samples * prompts);
 }
 
 const JSON_CONTENT_TYPE = /^application\/(.+\+)?json\b/i;
@@ -121,7 +147,16 @@ export function parseInferenceRequest(
     throw badRequest('invalid_body', '"previous_response_id" must be a string');
   }
   const parts = tally.sized + tally.unsized + tally.unkeyed > 0 ? tally : undefined;
-  return new ParsedInferenceRequest(kind, obj.model, obj.stream === true, routingText, obj, pieces, parts);
+  return new ParsedInferenceRequest(
+    kind,
+    obj.model,
+    obj.stream === true,
+    routingText,
+    obj,
+    pieces,
+    parts,
+    requestSequences(kind, obj),
+  );
 }
 
 function promptText(
@@ -186,6 +221,7 @@ class ParsedInferenceRequest implements InferenceRequest {
     private readonly body: Record<string, unknown>,
     private pieces: boolean,
     readonly media: Readonly<MediaTally> | undefined,
+    readonly sequences: number,
   ) {}
 
   get json(): Readonly<Record<string, unknown>> {

@@ -35,7 +35,11 @@
  *   score_w = predicted_w
  *           + contention * uncached_w * prefillMsPerToken_w     (recomputed prompt delays those behind)
  *           + costRecomputeWeight * fill_w * uncached_w * prefillMsPerToken_w   (and evicts others)
- *           + ahead_w * interChunkMs_w * costDecodeWeight       (one more sequence slows its batch)
+ *           + ahead_w * interChunkMs_w * costDecodeWeight * seqs (each sequence slows its batch)
+ *
+ * `ahead_w` counts sequences, as vLLM's scheduler counts requests: a request with parallel sampling
+ * (`n`) or a batched completions prompt runs `seqs` of them (request/inference-request.ts
+ * `requestSequences`; its load guard weighs that many, and so does its entry in the prefill backlog).
  *
  * `contention` is the fewest queued prefills on any candidate: while some worker has none, the fleet
  * has idle prefill capacity and recomputing a prompt elsewhere delays nobody (work-conserving); once
@@ -353,6 +357,7 @@ export function scoreCost(
       options,
       adapter,
       anyState,
+      input.sequences ?? 1,
     );
     if (cacheFill !== undefined && options.costRecomputeWeight > 0 && x.recomputeMs > 0) {
       x.displaceMs = options.costRecomputeWeight * cacheFill(worker) * x.recomputeMs;
@@ -493,6 +498,8 @@ function candidate(
   adapter: AdapterState | undefined,
   /** Some candidate has an adapter state: one without (no fresh sample) may have to load it too. */
   anyState: boolean,
+  /** The sequences the request adds to the chosen worker's batch (parallel sampling, batched prompts). */
+  sequences: number,
 ): Candidate {
   const uncachedTokens = Math.max(0, promptTokens - cachedTokens);
   const others = Math.max(0, load.ahead - queued.requests);
@@ -520,7 +527,7 @@ function candidate(
     totalAhead: load.ahead,
     queuedPrefills: queued.requests + ahead,
     recomputeMs,
-    decodeMs: load.ahead * est.interChunkMs * options.costDecodeWeight,
+    decodeMs: load.ahead * est.interChunkMs * options.costDecodeWeight * sequences,
     displaceMs: 0,
     label: worker.key,
     eligible: true,

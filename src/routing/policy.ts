@@ -30,6 +30,11 @@ export interface SelectionInput {
    * needed: for a long body, the first read joins its long texts (request/inference-request.ts).
    */
   readonly body?: Readonly<Record<string, unknown>>;
+  /**
+   * The sequences the request makes the chosen worker run (parallel sampling `n`, batched prompts;
+   * request/inference-request.ts `requestSequences`): what its load guard weighs. Absent: 1.
+   */
+  readonly sequences?: number;
 }
 
 export interface Decision {

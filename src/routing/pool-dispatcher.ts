@@ -114,7 +114,7 @@ export class PoolDispatcher implements Dispatcher {
    * rest of its response. The policy is not told (it recorded its own choice; a failed worker's
    * prefix entries go when the worker does). Decision branch `failover`.
    */
-  adopt(_req: RouteRequest, from: Dispatch, endpoint: string): Dispatch | undefined {
+  adopt(req: RouteRequest, from: Dispatch, endpoint: string): Dispatch | undefined {
     const { pool, observer } = this.opts;
     // A data-parallel server's ranks share its endpoint: the request kept the rank header it was
     // sent with (fallbacks never share the chosen endpoint), so it runs on that rank there.
@@ -122,7 +122,7 @@ export class PoolDispatcher implements Dispatcher {
     const at = pool.workers.filter((w) => w.endpoint === endpoint);
     const worker = at.find((w) => w.dpRank === rank) ?? at[0];
     if (worker === undefined) return undefined;
-    const guard = new LoadGuard(worker);
+    const guard = new LoadGuard(worker, req.inference?.sequences);
     const decision: Decision = { worker, branch: FAILOVER };
     observer.decided?.(pool, decision);
     return {
@@ -185,6 +185,7 @@ class InferenceRoutingContext implements RoutingContext {
   readonly model: string;
   readonly text: RoutingText;
   readonly outputTokens: number;
+  readonly sequences: number;
 
   constructor(
     private readonly inf: InferenceRequest,
@@ -195,6 +196,7 @@ class InferenceRoutingContext implements RoutingContext {
     this.model = inf.model;
     this.text = inf.text;
     this.outputTokens = inf.outputTokens ?? 0;
+    this.sequences = inf.sequences ?? 1;
   }
 
   get body(): Readonly<Record<string, unknown>> {

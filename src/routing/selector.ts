@@ -30,6 +30,11 @@ export interface RoutingContext {
    * of a worker's context length (worker-pool.ts). Undefined for other requests (no fit applied).
    */
   readonly outputTokens?: number;
+  /**
+   * The sequences the request makes a worker run (InferenceRequest `sequences`: parallel sampling,
+   * batched prompts); absent: 1. A prefill leg runs one (pd/kv-transfer.ts).
+   */
+  readonly sequences?: number;
 }
 
 export interface RoutingObserver {
@@ -57,10 +62,10 @@ export function choose(
   const holder = ctx.holder !== undefined ? holderAmong(workers, ctx.holder) : undefined;
   if (holder !== undefined) {
     // The policy still sees the choice (its tree learns the prompt, its counters move).
-    const input = new Selection([holder], ctx);
+    const input = new Selection([holder], ctx, pool.role);
     return { decision: { ...pool.policy.select(input), branch: RESPONSE_AFFINITY }, input };
   }
-  const input = new Selection(workers, ctx);
+  const input = new Selection(workers, ctx, pool.role);
   return { decision: pool.policy.select(input), input };
 }
 
@@ -99,14 +104,17 @@ class Selection implements SelectionInput {
   readonly model: string;
   readonly text: RoutingText;
   readonly headers: Readonly<Record<string, string>>;
+  readonly sequences: number;
 
   constructor(
     readonly workers: readonly Worker[],
     private readonly ctx: RoutingContext,
+    role: WorkerPool['role'],
   ) {
     this.model = ctx.model;
     this.text = ctx.text;
     this.headers = ctx.headers;
+    this.sequences = role === 'prefill' ? 1 : (ctx.sequences ?? 1);
   }
 
   get body(): Readonly<Record<string, unknown>> | undefined {
@@ -123,7 +131,7 @@ export function reserve(
   observer: RoutingObserver,
   nowMs: number,
 ): Reservation {
-  const guard = new LoadGuard(chosen.decision.worker);
+  const guard = new LoadGuard(chosen.decision.worker, chosen.input.sequences);
   const feedback = commit(pool, chosen, observer, nowMs);
   return { pool, decision: chosen.decision, guard, input: chosen.input, feedback };
 }

@@ -56,6 +56,12 @@ export interface SequenceSpec {
   fits?(): boolean;
   /** Tokens to produce, >= 1. */
   readonly outputTokens: number;
+  /**
+   * The sequences it stands for (parallel sampling's `n` children, a batched prompt's prompts), each
+   * a running slot and a member of the decode batch, as vLLM schedules them; absent: 1. They are
+   * prefilled together (the children share the prompt's blocks) and step in lockstep.
+   */
+  readonly sequences?: number;
   /** The LoRA adapter the sequence runs with (absent: the base model). */
   readonly adapter?: string;
   /**
@@ -104,6 +110,7 @@ export class Engine {
       (job) => job.spec.fits?.() ?? true,
       slots ? (job) => slots.canStart(job.spec.adapter) : undefined,
       (job) => job.spec.priority ?? 0,
+      (job) => job.spec.sequences ?? 1,
     );
     this.laneFreeAt = new Array<number>(timing.prefillLanes).fill(0);
   }
@@ -130,7 +137,7 @@ export class Engine {
     if (this.laneFreeAt.length === 0) return 0;
     const now = Date.now();
     let n = 0;
-    for (const job of this.prefilling) if (job.prefillStartAt > now) n++;
+    for (const job of this.prefilling) if (job.prefillStartAt > now) n += job.spec.sequences ?? 1;
     return n;
   }
 
@@ -268,7 +275,7 @@ export class Engine {
   private release(job: EngineJob): void {
     if (this.closed) return;
     this.lora?.slots.finish(job.spec.adapter);
-    this.queue.finish();
+    this.queue.finish(job);
     this.startWaiting();
     if (this.decoding.size === 0) this.clearStep();
   }

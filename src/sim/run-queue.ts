@@ -23,6 +23,11 @@
  * every item has priority 0 (vLLM's default `fcfs`). The items wait in one insertion-ordered Set per
  * priority, the levels kept sorted (a handful in practice), so append, cancel and pop-front stay cheap.
  *
+ * Optional `weight(item)`: the running slots an item takes (a request of several sequences, each a
+ * running request to vLLM's scheduler); default 1. `running` and `waiting` count slots. An item that
+ * needs more slots than are free waits, unless nothing runs (it then starts alone, past the limit,
+ * as the oversized-prompt rule above).
+ *
  * Pure data structure: no timers, metrics or logging.
  */
 export class RunQueue<T> {
@@ -37,6 +42,7 @@ export class RunQueue<T> {
     private readonly fits: (item: T) => boolean = () => true,
     private readonly eligible?: (item: T) => boolean,
     private readonly priority?: (item: T) => number,
+    private readonly weight: (item: T) => number = () => 1,
   ) {
     if (!Number.isInteger(maxRunning) || maxRunning < 1) {
       throw new RangeError('maxRunning must be a positive integer');
@@ -54,17 +60,18 @@ export class RunQueue<T> {
   /** True when `item` got a slot and must start now; false when it was queued. */
   submit(item: T): boolean {
     if (this.noEligibleWaiting() && this.mayStart(item) && (this.eligible?.(item) ?? true)) {
-      this.runningCount++;
+      this.runningCount += this.weight(item);
       return true;
     }
     this.enqueue(item);
     return false;
   }
 
-  /** Frees one running slot; the caller then starts what `take` hands out. */
-  finish(): void {
-    if (this.runningCount === 0) throw new Error('RunQueue.finish() without a running item');
-    this.runningCount--;
+  /** Frees a running item's slots (one without `item`); the caller then starts what `take` hands out. */
+  finish(item?: T): void {
+    const w = item === undefined ? 1 : this.weight(item);
+    if (this.runningCount < w) throw new Error('RunQueue.finish() without a running item');
+    this.runningCount -= w;
   }
 
   /** The waiting head when it may start now (it then owns a slot), else undefined. */
@@ -73,7 +80,7 @@ export class RunQueue<T> {
       if (this.eligible !== undefined && !this.eligible(item)) continue;
       if (!this.mayStart(item)) return undefined;
       this.cancel(item);
-      this.runningCount++;
+      this.runningCount += this.weight(item);
       return item;
     }
     return undefined;
@@ -89,7 +96,7 @@ export class RunQueue<T> {
     const p = this.priority?.(item) ?? 0;
     const level = this.levels.get(p);
     if (level === undefined || !level.delete(item)) return false;
-    this.waitingCount--;
+    this.waitingCount -= this.weight(item);
     if (level.size === 0) {
       this.levels.delete(p);
       this.order.splice(this.order.indexOf(p), 1);
@@ -118,7 +125,7 @@ export class RunQueue<T> {
       this.order.splice(at, 0, p);
     }
     level.add(item);
-    this.waitingCount++;
+    this.waitingCount += this.weight(item);
   }
 
   private noEligibleWaiting(): boolean {
@@ -129,6 +136,7 @@ export class RunQueue<T> {
   }
 
   private mayStart(item: T): boolean {
-    return this.runningCount < this.maxRunning && (this.runningCount === 0 || this.fits(item));
+    if (this.runningCount === 0) return true;
+    return this.runningCount + this.weight(item) <= this.maxRunning && this.fits(item);
   }
 }

@@ -10,6 +10,9 @@
  *   template adds a few tokens per message like a real one does.
  * - Output length: `max_completion_tokens` (chat), else `max_tokens`, else the simulator default; it must
  *   be a positive integer when present.
+ * - Parallel sampling: `n` (default 1) choices per prompt, each a sequence of its own in the engine
+ *   (vLLM splits the request into `n` child requests that share the prompt's cached blocks). It must
+ *   be a positive integer when present (vLLM: "n must be at least 1").
  *
  * Returns `{ error }` (a user-facing 400 message) instead of throwing.
  */
@@ -24,8 +27,10 @@ export type GenerationKind = 'completion' | 'chat' | 'responses' | 'messages';
 
 export interface GenerationRequest {
   readonly kind: GenerationKind;
-  /** Model-visible text of each prompt (one choice per prompt). */
+  /** Model-visible text of each prompt (`n` choices per prompt). */
   readonly prompts: readonly string[];
+  /** Choices per prompt (`n`), >= 1; absent: 1. */
+  readonly n?: number;
   readonly maxTokens: number;
   readonly stream: boolean;
   readonly includeUsage: boolean;
@@ -35,6 +40,14 @@ export interface GenerationRequest {
   readonly turn?: ResponsesTurn;
   /** Kind `messages` only: the chat body the request stands for (what the prefix cache keys). */
   readonly chatBody?: Readonly<Record<string, unknown>>;
+}
+
+/**
+ * The choices a request answers, each a sequence of its own: `n` per prompt (vLLM numbers a batched
+ * completions request's choices prompt by prompt: index = prompt * n + sample).
+ */
+export function choiceCount(request: Pick<GenerationRequest, 'prompts' | 'n'>): number {
+  return request.prompts.length * (request.n ?? 1);
 }
 
 export type ParseResult = { ok: true; request: GenerationRequest } | { ok: false; error: string };
@@ -58,6 +71,13 @@ export function parseGenerationRequest(
     }
     maxTokens = rawMax;
   }
+  let n = 1;
+  if (body.n !== undefined && body.n !== null) {
+    if (typeof body.n !== 'number' || !Number.isInteger(body.n) || body.n < 1) {
+      return fail(`n must be at least 1, got ${JSON.stringify(body.n)}.`);
+    }
+    n = body.n;
+  }
   const stream = body.stream === true;
   const options = body.stream_options;
   const includeUsage = stream && isObject(options) && options.include_usage === true;
@@ -68,6 +88,7 @@ export function parseGenerationRequest(
     request: {
       kind,
       prompts,
+      ...(n === 1 ? {} : { n }),
       maxTokens,
       stream,
       includeUsage,

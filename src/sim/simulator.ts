@@ -83,6 +83,7 @@ import {
 import { KvBlockUsage, type KvHold } from './kv-usage.js';
 import { PrefixCache, type PrefixCacheOptions } from './prefix-cache.js';
 import {
+  choiceCount,
   parseGenerationRequest,
   type GenerationKind,
   type GenerationRequest,
@@ -1128,7 +1129,7 @@ class SimulatorServer implements Simulator {
       created: Math.floor(Date.now() / 1000),
       model: request.model ?? this.model,
     };
-    const choices = request.prompts.length;
+    const choices = choiceCount(request);
     const formatter = !request.stream
       ? undefined
       : turn
@@ -1208,6 +1209,7 @@ class SimulatorServer implements Simulator {
       ...(priority === 0 ? {} : { priority }),
       ...(this.cache.sharesPool ? { fits: () => this.fitsPool(keysOf(), request.maxTokens * choices) } : {}),
       outputTokens: request.maxTokens,
+      ...(choices === 1 ? {} : { sequences: choices }),
       onToken: (index, last) => {
         // A finished sequence frees its blocks before the engine starts the next (as vLLM frees them).
         if (last && ctx.kv) this.kvUsage.release(ctx.kv);
@@ -1289,7 +1291,7 @@ class SimulatorServer implements Simulator {
     index: number,
     last: boolean,
   ): void {
-    const choices = request.prompts.length;
+    const choices = choiceCount(request);
     for (let c = 0; c < choices; c++) {
       if (index === 0 && request.kind === 'chat' && !this.writeChunk(ctx, f.roleChunk(c))) return;
       if (!this.writeChunk(ctx, f.tokenChunk(c, index, last))) return;
@@ -1373,7 +1375,7 @@ class SimulatorServer implements Simulator {
       body = messagesBody(ident.id, ident.model, outputText(record.completionTokens), usage, kv);
     } else {
       const usage = usageOf(record.promptTokens, record.completionTokens, record.cachedTokens);
-      body = completionBody(ident, request.prompts.length, request.maxTokens, usage, kv);
+      body = completionBody(ident, choiceCount(request), request.maxTokens, usage, kv);
     }
     record.firstByteMs = Date.now();
     record.status = 200;

@@ -5,14 +5,24 @@
  * call release() on each way it can end; release() is idempotent so the owner can call it from
  * every end path without bookkeeping. How the request ended is not the guard's business: the
  * session's end record (request/request-end.ts) carries it to metrics and health.
+ *
+ * A guard weighs the sequences its request makes the worker run (`weight`, default 1: a request
+ * with parallel sampling `n`, or a batched completions prompt, runs several: InferenceRequest
+ * `sequences`), so `worker.load` counts what vLLM's `num_requests_running` + `_waiting` count. It
+ * still completes one request (`processed`).
  */
 import type { Worker } from './worker.js';
 
 export class LoadGuard {
   private released = false;
+  readonly weight: number;
 
-  constructor(readonly worker: Worker) {
-    worker.load += 1;
+  constructor(
+    readonly worker: Worker,
+    weight = 1,
+  ) {
+    this.weight = Number.isInteger(weight) && weight >= 1 ? weight : 1;
+    worker.load += this.weight;
   }
 
   get isReleased(): boolean {
@@ -23,7 +33,7 @@ export class LoadGuard {
   release(): boolean {
     if (this.released) return false;
     this.released = true;
-    this.worker.load -= 1;
+    this.worker.load -= this.weight;
     this.worker.processed += 1;
     return true;
   }

@@ -68,7 +68,10 @@ export class Worker {
   /** Stable identity for policy membership (tenant id), metrics and logs. */
   readonly id: string;
 
-  /** Requests currently holding a load guard on this worker. */
+  /**
+   * Sequences of the requests holding a load guard on this worker (one per request, except parallel
+   * sampling and batched prompts: LoadGuard `weight`), as vLLM counts running + waiting requests.
+   */
   load = 0;
   /** Requests that completed on this worker (any outcome). */
   processed = 0;

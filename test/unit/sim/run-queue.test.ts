@@ -114,6 +114,36 @@ describe('RunQueue: ineligible items are passed over (LoRA without a slot), not 
   });
 });
 
+describe('RunQueue: items of several sequences (parallel sampling)', () => {
+  const seqs: Record<string, number> = { n4: 4, n2: 2, one: 1, n8: 8 };
+  const queue = () => new RunQueue<string>(4, undefined, undefined, undefined, (x) => seqs[x] ?? 1);
+
+  it('counts every sequence as a running or waiting slot', () => {
+    const q = queue();
+    expect(q.submit('n2')).toBe(true);
+    expect(q.submit('one')).toBe(true);
+    expect(q.submit('n2')).toBe(false); // 3 of 4 slots taken: two more do not fit
+    expect([q.running, q.waiting]).toEqual([3, 2]);
+    q.finish('one');
+    expect(q.take()).toBe('n2');
+    expect([q.running, q.waiting]).toEqual([4, 0]);
+    q.finish('n2');
+    q.finish('n2');
+    expect(q.running).toBe(0);
+  });
+
+  it('starts an item larger than the limit alone, once nothing runs', () => {
+    const q = queue();
+    expect(q.submit('one')).toBe(true);
+    expect(q.submit('n8')).toBe(false);
+    q.finish('one');
+    expect(q.take()).toBe('n8');
+    expect([q.running, q.waiting]).toEqual([8, 0]);
+    expect(() => q.finish('n8')).not.toThrow();
+    expect(() => q.finish('one')).toThrow();
+  });
+});
+
 describe('RunQueue: priority scheduling (vLLM --scheduling-policy priority)', () => {
   const prio: Record<string, number> = { batch1: 1, batch2: 1, chat: -1, late: -1, zero: 0 };
   const queue = () => new RunQueue<string>(1, undefined, undefined, (x) => prio[x] ?? 0);

@@ -173,6 +173,37 @@ describe('simulator HTTP', () => {
     expect(r.json.usage).toMatchObject({ prompt_tokens: 6, completion_tokens: 4 });
   });
 
+  it('answers n choices per prompt (parallel sampling), numbered prompt by prompt', async () => {
+    const s = await sim();
+    const chat = await postJson(`${s.url}/v1/chat/completions`, {
+      messages: [{ role: 'user', content: 'hello' }],
+      max_tokens: 2,
+      n: 3,
+    });
+    expect((chat.json.choices as { index: number }[]).map((c) => c.index)).toEqual([0, 1, 2]);
+    expect(chat.json.usage).toMatchObject({ completion_tokens: 6 });
+    const batch = await postJson(`${s.url}/v1/completions`, { prompt: ['a', 'b'], max_tokens: 2, n: 2 });
+    expect((batch.json.choices as unknown[]).length).toBe(4);
+    expect(batch.json.usage).toMatchObject({ completion_tokens: 8 });
+    const streamed = await postStream(`${s.url}/v1/completions`, {
+      prompt: 'x'.repeat(40),
+      max_tokens: 2,
+      n: 2,
+      stream: true,
+    });
+    const indexes = (streamed.events as { choices?: { index: number }[] }[]).flatMap(
+      (e) => e.choices?.map((c) => c.index) ?? [],
+    );
+    expect(indexes).toEqual([0, 1, 0, 1]);
+  });
+
+  it.each([0, -1, 1.5])('rejects n = %j as vLLM does', async (n) => {
+    const s = await sim();
+    const r = await postJson(`${s.url}/v1/completions`, { prompt: 'a', max_tokens: 2, n });
+    expect(r.status).toBe(400);
+    expect(JSON.stringify(r.json)).toContain('n must be at least 1');
+  });
+
   it('streams one chunk per token, then usage, then [DONE]', async () => {
     const s = await sim();
     const r = await postStream(`${s.url}/v1/completions`, {

@@ -95,6 +95,29 @@ describe('simulator /metrics under direct load (vLLM semantics)', () => {
     expect(sim.inFlight()).toBe(0);
   });
 
+  it('counts each sequence of a parallel-sampling request as a running request, as vLLM does', async () => {
+    s = await startSimulator({ ...STALL, timing: { ...STALL.timing, maxRunningSeqs: 4 } });
+    const sim = s;
+    const ac = new AbortController();
+    const sampled = request(`${sim.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ prompt: `${PREFIX}sampled`, max_tokens: 100, n: 3, stream: true }),
+      signal: ac.signal,
+    })
+      .then((r) => r.body.text())
+      .catch(() => undefined);
+    const others = [0, 1].map((i) => hold(sim, `${PREFIX}${String(i).repeat(40)}`));
+    await sim.waitForRequests(3);
+    // 3 sequences + 1 request in 4 slots; the last waits.
+    expect(await scrape(sim)).toMatchObject({ 'vllm:num_requests_running': 4, 'vllm:num_requests_waiting': 1 });
+    ac.abort();
+    for (const r of others) r.ac.abort();
+    await Promise.all([sampled, ...others.map((r) => r.done)]);
+    await sim.waitForIdle();
+    expect(await scrape(sim)).toMatchObject({ 'vllm:num_requests_running': 0, 'vllm:num_requests_waiting': 0 });
+  });
+
   it('reports a prefill backlog on one lane as waiting requests', async () => {
     // Each prefill takes 74 tokens x 10 s on a single lane: the second and third queue behind it.
     s = await startSimulator({
