@@ -110,12 +110,18 @@ describe('simulator /metrics under direct load (vLLM semantics)', () => {
     const others = [0, 1].map((i) => hold(sim, `${PREFIX}${String(i).repeat(40)}`));
     await sim.waitForRequests(3);
     // 3 sequences + 1 request in 4 slots; the last waits.
-    expect(await scrape(sim)).toMatchObject({ 'vllm:num_requests_running': 4, 'vllm:num_requests_waiting': 1 });
+    expect(await scrape(sim)).toMatchObject({
+      'vllm:num_requests_running': 4,
+      'vllm:num_requests_waiting': 1,
+    });
     ac.abort();
     for (const r of others) r.ac.abort();
     await Promise.all([sampled, ...others.map((r) => r.done)]);
     await sim.waitForIdle();
-    expect(await scrape(sim)).toMatchObject({ 'vllm:num_requests_running': 0, 'vllm:num_requests_waiting': 0 });
+    expect(await scrape(sim)).toMatchObject({
+      'vllm:num_requests_running': 0,
+      'vllm:num_requests_waiting': 0,
+    });
   });
 
   it('reports a prefill backlog on one lane as waiting requests', async () => {
