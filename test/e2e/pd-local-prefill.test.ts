@@ -20,19 +20,30 @@ afterEach(async () => {
   await expectAllLoadsZero(s.router);
 });
 
-async function chat(content: string, stream: boolean, tools?: unknown[]): Promise<string> {
+async function chat(content: string, stream: boolean, tools?: unknown[], n?: number): Promise<string> {
   const res = await fetch(`${s.url}/v1/chat/completions`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content }], tools, max_tokens: 3, stream }),
+    body: JSON.stringify({
+      model: 'm',
+      messages: [{ role: 'user', content }],
+      tools,
+      max_tokens: 3,
+      stream,
+      n,
+    }),
   });
   const text = await res.text();
   expect(res.status, text).toBe(200);
   return text;
 }
 
-const local = async () =>
-  Number(/^vllm_router_pd_local_prefills_total (\S+)$/m.exec(await metricsText(s.router))?.[1] ?? NaN);
+const local = async (reason = 'short_prompt') =>
+  Number(
+    new RegExp(`^vllm_router_pd_local_prefills_total\\{reason="${reason}"\\} (\\S+)$`, 'm').exec(
+      await metricsText(s.router),
+    )?.[1] ?? 0,
+  );
 
 describe('--pd-local-prefill-tokens', () => {
   it.each([false, true])('serves a short prompt on the decode worker alone (stream: %s)', async (stream) => {
@@ -68,5 +79,20 @@ describe('--pd-local-prefill-tokens', () => {
     expect((decoded.body as { kv_transfer_params?: unknown }).kv_transfer_params).toBeDefined();
     expect(decoded.promptTokens).toBeGreaterThan(400);
     expect(await local()).toBe(before.local);
+  });
+});
+
+describe('parallel sampling in P/D mode', () => {
+  it('serves a long prompt with n > 1 on the decode worker alone: its children share one prefill there', async () => {
+    // vLLM's connectors carry one child's KV cache per request: a prefill leg would hold the other
+    // children's blocks on the prefill worker until its timeout.
+    const before = { prefill: s.prefill[0]!.records.length, local: await local('parallel_sampling') };
+    const text = await chat('Summarise this report for the board. '.repeat(40), false, undefined, 3);
+    expect((JSON.parse(text) as { choices: unknown[] }).choices).toHaveLength(3);
+    expect(s.prefill[0]!.records.length).toBe(before.prefill); // no prefill leg
+    const decoded = s.decode[0]!.records.at(-1)!;
+    expect((decoded.body as { kv_transfer_params?: unknown }).kv_transfer_params).toBeUndefined();
+    expect(decoded.promptTokens).toBeGreaterThan(64);
+    expect(await local('parallel_sampling')).toBe(before.local + 1);
   });
 });

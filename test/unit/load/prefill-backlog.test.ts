@@ -26,6 +26,16 @@ describe('PrefillBacklog', () => {
     expect(backlog.of(a!, 500)).toEqual({ requests: 0, tokens: 0 });
   });
 
+  it('a request of several sequences counts each, as vLLM counts its child requests waiting', () => {
+    const [a] = makeWorkers(1);
+    const backlog = new PrefillBacklog();
+    const e = backlog.add(a!, 100, 1000, 8);
+    backlog.add(a!, 10, 1000, 0); // not a count: one
+    expect(backlog.of(a!, 0)).toEqual({ requests: 9, tokens: 110 });
+    backlog.done(a!, e);
+    expect(backlog.of(a!, 0)).toEqual({ requests: 1, tokens: 10 });
+  });
+
   it('bad token counts count as zero tokens, still one request', () => {
     const [a] = makeWorkers(1);
     const backlog = new PrefillBacklog();

@@ -102,7 +102,7 @@ function setup(
       durations.push(ms);
     },
     decodeRouted: (w) => events.push(`decodeRouted:${w.url}`),
-    localPrefill: () => events.push('localPrefill'),
+    localPrefill: (reason) => events.push(`localPrefill:${reason}`),
     decodeAbandoned: (w) => events.push(`decodeAbandoned:${w.url}`),
     error: (type) => events.push(`error:${type}`),
   };
@@ -482,7 +482,7 @@ describe('PdDispatcher: selective disaggregation (localPrefill)', () => {
     expect(d.worker).toBe(s.decodePool.workers[0]);
     expect(d.body).toBeUndefined(); // the body goes as the client sent it: no kv_transfer_params
     expect(s.loads()).toEqual({ prefill: [0, 0], decode: [1] });
-    expect(s.events).toEqual(['localPrefill']);
+    expect(s.events).toEqual(['localPrefill:short_prompt']);
     d.finish({ kind: 'response', status: 200 });
 
     const pending = s.dispatcher.dispatch(
@@ -492,6 +492,31 @@ describe('PdDispatcher: selective disaggregation (localPrefill)', () => {
     (await s.client.call(1)).resolve(OK);
     const leg = await pending;
     expect(JSON.parse((leg.body as Buffer).toString()).kv_transfer_params).toBeDefined();
+    leg.finish({ kind: 'response', status: 200 });
+    expect(s.loads()).toEqual({ prefill: [0, 0], decode: [0] });
+  });
+});
+
+describe('PdDispatcher: requests of several sequences (parallel sampling, batched prompts)', () => {
+  const sampled = (sequences: number): RouteRequest => ({
+    ...REQ,
+    inference: { ...REQ.inference!, sequences, json: { ...REQ.inference!.json, n: sequences } },
+  });
+
+  it('serves n > 1 on a decode worker alone, its load weighing every sequence; n = 1 gets its leg', async () => {
+    const s = setup();
+    const d = (await s.dispatcher.dispatch(sampled(4), new AbortController())) as Dispatch;
+    expect(s.client.calls).toHaveLength(0); // no prefill leg: vLLM's connectors carry one child's KV
+    expect(d.body).toBeUndefined();
+    expect(s.loads()).toEqual({ prefill: [0, 0], decode: [4] });
+    expect(s.events).toEqual(['localPrefill:parallel_sampling']);
+    d.finish({ kind: 'response', status: 200 });
+    expect(s.loads()).toEqual({ prefill: [0, 0], decode: [0] });
+
+    const pending = s.dispatcher.dispatch(sampled(1), new AbortController()) as Promise<Dispatch>;
+    (await s.client.call(1)).resolve(OK);
+    const leg = await pending;
+    expect(s.loads()).toEqual({ prefill: [0, 0], decode: [1] });
     leg.finish({ kind: 'response', status: 200 });
     expect(s.loads()).toEqual({ prefill: [0, 0], decode: [0] });
   });

@@ -3,6 +3,7 @@ import {
   bodyModel,
   exceedsDepth,
   inferenceKind,
+  MAX_REQUEST_SEQUENCES,
   parseInferenceRequest,
   type InferenceKind,
 } from '../../../src/request/inference-request.js';
@@ -128,6 +129,30 @@ describe('parseInferenceRequest', () => {
   it('keeps brackets inside strings out of the depth check', () => {
     const prompt = '['.repeat(500);
     expect(parseInferenceRequest('completions', undefined, json({ model: 'm', prompt })).text).toBe(prompt);
+  });
+});
+
+describe('sequences: what vLLM runs for a request (parallel sampling, batched prompts)', () => {
+  const parse = (kind: InferenceKind, body: Record<string, unknown>) =>
+    parseInferenceRequest(kind, 'application/json', json({ model: 'm', ...body })).sequences;
+  const chat = { messages: [{ role: 'user', content: 'hi' }] };
+
+  it.each<[string, InferenceKind, Record<string, unknown>, number]>([
+    ['chat', 'chat', chat, 1],
+    ['chat, n = 4', 'chat', { ...chat, n: 4 }, 4],
+    ['chat, n = null', 'chat', { ...chat, n: null }, 1],
+    ['completions, one prompt, n = 3', 'completions', { prompt: 'a', n: 3 }, 3],
+    ['completions, token ids (one prompt)', 'completions', { prompt: [1, 2, 3], n: 2 }, 2],
+    ['completions, three prompts', 'completions', { prompt: ['a', 'b', 'c'] }, 3],
+    ['completions, two token-id prompts x n = 5', 'completions', { prompt: [[1], [2, 3]], n: 5 }, 10],
+    ['n = 0 (vLLM answers 400): one', 'chat', { ...chat, n: 0 }, 1],
+    ['n = 1.5: one', 'chat', { ...chat, n: 1.5 }, 1],
+    ['n as a string: one', 'chat', { ...chat, n: '4' }, 1],
+    ['a hostile n is capped', 'completions', { prompt: ['a', 'b'], n: 1e9 }, MAX_REQUEST_SEQUENCES],
+    ['responses (no n)', 'responses', { input: 'hi', n: 4 }, 1],
+    ['messages (no n)', 'messages', { ...chat, max_tokens: 8, n: 4 }, 1],
+  ])('%s', (_name, kind, body, want) => {
+    expect(parse(kind, body)).toBe(want);
   });
 });
 

@@ -612,6 +612,21 @@ describe('cost model scoring (cache_aware default mode)', () => {
   });
 });
 
+describe('cost model: requests of several sequences (parallel sampling n, batched prompts)', () => {
+  it('a request of n sequences adds n to the batch: n = 1 follows the cache, n = 16 the lighter batch', () => {
+    const choose = (sequences: number) => {
+      const workers = makeWorkers(2);
+      // Worker 0 holds the ~500-token prompt and decodes 8 sequences; worker 1 decodes 2.
+      const policy = policyFor(workers, [scraped(8), scraped(2)]);
+      policy.routed({ worker: workers[0]!, branch: 'seed' }, input(workers, { text: MID }), 1);
+      const d = policy.select(input(workers, { text: `${MID} question`, sequences }));
+      return workers.indexOf(d.worker);
+    };
+    expect(choose(1)).toBe(0);
+    expect(choose(16)).toBe(1);
+  });
+});
+
 describe('cost model: LoRA affinity', () => {
   type State = 'active' | 'free_slot' | 'full' | undefined;
   function lora(states: readonly State[], loads: readonly LoadView[] = []) {

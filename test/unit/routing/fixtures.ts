@@ -39,7 +39,7 @@ export function route(
   nowMs = 0,
 ): { decision: Decision; guard: LoadGuard } {
   const decision = policy.select(sel);
-  const guard = new LoadGuard(decision.worker);
+  const guard = new LoadGuard(decision.worker, sel.sequences);
   policy.routed?.(decision, sel, nowMs);
   return { decision, guard };
 }
