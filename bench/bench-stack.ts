@@ -253,7 +253,7 @@ export async function startTsxProcess(
   cpus?: string,
 ): Promise<ChildService> {
   const loader = script.endsWith('.ts') ? ['--import', 'tsx'] : [];
-  const node = [...nodeArgs, ...loader, path.join(ROOT, script), ...args];
+  const node = [...nodeArgs, ...loader, path.resolve(ROOT, script), ...args];
   // `taskset -c <cpus> node ...` execs node in place: the same pid, every thread held to those cores.
   const [cmd, argv] =
     cpus === undefined ? [process.execPath, node] : ['taskset', ['-c', cpus, process.execPath, ...node]];

@@ -107,13 +107,16 @@ export function cellOf(
   const ttft = ok.map((x) => x.ttftMs);
   let prompt = 0;
   let cached = 0;
+  // Spread in sequences: a request with parallel sampling `n` runs n of them (1 for every other bench).
   const perSim = sims.map((sim) => {
-    const measured = sim.records.filter((x) => x.startMs >= from && x.outcome === 'ok');
-    for (const x of measured) {
+    let sequences = 0;
+    for (const x of sim.records) {
+      if (x.startMs < from || x.outcome !== 'ok') continue;
       prompt += x.promptTokens;
       cached += x.cachedTokens;
+      sequences += samplesOf(x.body);
     }
-    return measured.length;
+    return sequences;
   });
   const mean = perSim.reduce((a, b) => a + b, 0) / perSim.length;
   return {
@@ -125,6 +128,12 @@ export function cellOf(
     ttftP90: ttft.length > 0 ? percentile(ttft, 90) : 0,
     maxMean: mean > 0 ? Math.max(...perSim) / mean : 0,
   };
+}
+
+/** A request body's parallel sampling `n` (1 when absent or not a positive integer). */
+function samplesOf(body: unknown): number {
+  const n = typeof body === 'object' && body !== null ? (body as { n?: unknown }).n : undefined;
+  return typeof n === 'number' && Number.isInteger(n) && n >= 1 ? n : 1;
 }
 
 type Key = 'answered' | 'hitRate' | 'tokensPerSec' | 'ttftP50' | 'ttftP90' | 'maxMean';
@@ -223,7 +232,13 @@ export async function runSessionVariants<V extends { label: string }>(
  * key or prompt opening), or a peer's cache_aware.
  */
 export type SessionVariant = { label: string } & (
-  { router: Record<string, unknown>; replicas?: 2 } | { peer: PeerName }
+  | {
+      router: Record<string, unknown>;
+      replicas?: 2;
+      /** Another build's CLI script (e.g. an earlier commit's dist/src/cli.js) instead of this one's. */
+      script?: string;
+    }
+  | { peer: PeerName }
 );
 
 /**
@@ -247,7 +262,7 @@ export async function runSessionBench<V extends SessionVariant>(
       workers,
       sim,
       router: v.router,
-      routerScript: script,
+      routerScript: v.script ?? script,
       ...(v.replicas === 2
         ? { replicas: 2, envoy: { replicaAffinityHeader: 'x-session-id', replicaPrefixKey: true } }
         : {}),
