@@ -13,7 +13,7 @@
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Config } from '../../src/config.js';
-import { startStack, type Stack } from '../support/stack.js';
+import { postThrough, startStack, type Stack } from '../support/stack.js';
 import { adminJson, expectAllLoadsZero, metricsText } from '../support/router-fixture.js';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { waitFor } from '../support/wait-for.js';
@@ -86,19 +86,10 @@ const rolloutBody = {
 };
 
 async function chat(stack: Stack, content: string): Promise<string> {
-  const res = await fetch(`${stack.url}/v1/chat/completions`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({
-      model: 'sim-model',
-      messages: [{ role: 'user', content }],
-      max_tokens: 4,
-      stream: true,
-    }),
-  });
-  expect(res.status).toBe(200);
-  await res.text();
-  return decidedWorker(res);
+  const body = { model: 'sim-model', messages: [{ role: 'user', content }], max_tokens: 4, stream: true };
+  const r = await postThrough(stack, body, '/v1/chat/completions');
+  expect(r.status).toBe(200);
+  return r.worker;
 }
 
 describe('requests of several sequences, with scraped /metrics', () => {
