@@ -11,6 +11,10 @@
  *   --baseline-script PATH   also run another build of the router (an earlier commit's
  *                            dist/src/cli.js), as `cache_aware (baseline build)`
  *
+ * The `groups split` variants send each rollout group as `n` concurrent requests of one sample (what
+ * some RL frameworks do) instead of one request with `n`: the same work, `n` times the requests, each
+ * prefilling or finding the shared prompt on its own.
+ *
  * Stack as the routing benchmark's (bench/routing-bench.ts TIMING: decode 10 ms per step +2% per
  * running sequence, at most 64 running per worker; 8 simulated workers), this router in its own
  * process behind real Envoy, and the peers (PyPI `vllm-router`, `smg`) in front of fresh simulators when
@@ -53,8 +57,12 @@ const TASKS = Array.from({ length: 4 }, (_, k) =>
   wordText(mulberry32(11 + k), TASK_CHARS, `Task family ${k}. Reason step by step, then answer.`, WORDS),
 );
 
-/** One run of every client against `baseUrl`; each client's requests go one after the other. */
-function traffic(baseUrl: string, seed: number, n: number, t: number) {
+/**
+ * One run of every client against `baseUrl`; each client's requests go one after the other. `split`: a
+ * rollout worker sends its group as `n` requests of one sample each, at once (as some RL frameworks
+ * do), instead of one request with `n`.
+ */
+function traffic(baseUrl: string, split: boolean, seed: number, n: number, t: number) {
   return runSessions(n, async (s) => {
     const rng = mulberry32(seed * 1000 + s);
     const rollout = s % rolloutEvery === 0;
@@ -63,6 +71,8 @@ function traffic(baseUrl: string, seed: number, n: number, t: number) {
       const system = TASKS[Math.floor(rng() * TASKS.length)]!;
       const question = wordText(rng, QUESTION_CHARS, `Client ${seed}.${s} question ${k}:`, WORDS);
       const maxTokens = rollout ? rolloutTokens : CHAT_TOKENS;
+      const group = rollout && split ? samples : 1;
+      const n = rollout && !split ? samples : 1;
       const body = {
         model: MODEL,
         messages: [
@@ -71,19 +81,23 @@ function traffic(baseUrl: string, seed: number, n: number, t: number) {
         ],
         max_tokens: maxTokens,
         stream: true,
-        ...(rollout ? { n: samples, temperature: 1 } : {}),
+        ...(n > 1 ? { n } : {}),
+        ...(rollout ? { temperature: 1 } : {}),
       };
-      const r = await streamTurn(`${baseUrl}/v1/chat/completions`, body, maxTokens * (rollout ? samples : 1));
-      out.push(r.turn);
+      const url = `${baseUrl}/v1/chat/completions`;
+      const rs = await Promise.all(Array.from({ length: group }, () => streamTurn(url, body, maxTokens * n)));
+      for (const r of rs) out.push(r.turn);
     }
     return out;
   });
 }
 
 const peers = preparePeers(log);
-const VARIANTS: SessionVariant[] = [
+const VARIANTS: Array<SessionVariant & { split?: boolean }> = [
   { label: 'round_robin', router: { policy: 'round_robin' } },
   { label: 'cache_aware', router: { policy: 'cache_aware' } },
+  { label: 'round_robin, groups split', router: { policy: 'round_robin' }, split: true },
+  { label: 'cache_aware, groups split', router: { policy: 'cache_aware' }, split: true },
   ...(baselineScript === undefined
     ? []
     : [{ label: 'cache_aware (baseline build)', router: { policy: 'cache_aware' }, script: baselineScript }]),
@@ -105,6 +119,6 @@ await runSessionBench({
   turns,
   workers: WORKERS,
   sim: SESSION_SIM,
-  converse: (url, _v, seed, n, t) => traffic(url, seed, n, t),
+  converse: (url, v, seed, n, t) => traffic(url, v.split === true, seed, n, t),
   log,
 });
