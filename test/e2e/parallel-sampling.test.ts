@@ -15,7 +15,6 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Config } from '../../src/config.js';
 import { postThrough, startStack, type Stack } from '../support/stack.js';
 import { adminJson, expectAllLoadsZero, metricsText } from '../support/router-fixture.js';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { waitFor } from '../support/wait-for.js';
 import type { Simulator } from '../../src/sim/simulator.js';
 
@@ -42,7 +41,7 @@ function stackOf(router: Partial<Config>): { get(): Stack } {
 interface WorkerInfo {
   url: string;
   load: number;
-  loadSample: { running?: number; waiting?: number } | null;
+  loadSample: { running?: number; waiting?: number; localAtSample: number } | null;
   routingLoad: { source: string; ahead: number; foreignShare: number };
 }
 
@@ -102,16 +101,22 @@ describe('requests of several sequences, with scraped /metrics', () => {
     try {
       const { sim } = rollout;
       expect(stack.load(sim)).toBe(16);
-      // The worker's own report, scraped: 16 running.
-      await waitFor(async () => (await workerView(stack, sim.url)).loadSample?.running === 16, {
-        timeoutMs: 10_000,
-        message: 'a scrape showing the rollout running',
+      // The worker's own report, scraped: 16 running, and the router counted 16 of its own when it
+      // sent that scrape, so none of them reads as load from elsewhere.
+      let view: WorkerInfo | undefined;
+      await waitFor(
+        async () => {
+          view = await workerView(stack, sim.url);
+          return view.loadSample?.running === 16;
+        },
+        { timeoutMs: 10_000, message: 'a scrape showing the rollout running' },
+      );
+      expect(view).toMatchObject({
+        load: 16,
+        loadSample: { localAtSample: 16 },
+        routingLoad: { source: 'scraped', ahead: 16 },
       });
-      // A dozen more scrapes (50 ms apart): none of the 16 reads as another client's load.
-      await sleep(600);
-      const view = await workerView(stack, sim.url);
-      expect(view).toMatchObject({ load: 16, routingLoad: { source: 'scraped', ahead: 16 } });
-      expect(view.routingLoad.foreignShare).toBeLessThan(0.1);
+      expect(view!.routingLoad.foreignShare).toBeLessThan(0.1);
       const metrics = await metricsText(stack.router);
       expect(metrics).toMatch(new RegExp(`vllm_router_worker_load\\{[^}]*worker="${sim.url}"[^}]*\\} 16\\n`));
     } finally {
