@@ -27,6 +27,12 @@ export interface RouteRequest {
    * extproc/lb-metadata.ts): the worker Envoy is sent to must be one of them. Absent: any.
    */
   readonly subset?: ReadonlySet<string>;
+  /**
+   * Set by the P/D dispatcher on an inference request a decode worker serves whole, without a prefill
+   * leg (a short prompt, several sequences, a stored response's follow-up): that worker prefills it,
+   * so the decode pool prices its prefill and prefix cache as a regular pool does.
+   */
+  readonly prefillHere?: boolean;
 }
 
 export interface Dispatch {

@@ -227,7 +227,9 @@ function usageOnly(d: Dispatch, req: RouteRequest, l: Learners): Dispatch {
 /** Queues the request's prefill on its worker's backlog until its first byte or its end. */
 function queued(d: Dispatch, req: RouteRequest, l: Learners): Dispatch {
   const cost = d.decision.cost;
-  if (l.backlog === undefined || cost === undefined || d.worker.role === 'decode') return d;
+  // A decode leg's prompt arrives by KV transfer; a request its decode worker serves whole prefills there.
+  if (l.backlog === undefined || cost === undefined || (d.worker.role === 'decode' && !req.prefillHere))
+    return d;
   const backlog = l.backlog;
   const worker = d.worker;
   const now = l.clock();

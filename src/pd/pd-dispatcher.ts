@@ -177,7 +177,7 @@ export class PdDispatcher implements Dispatcher {
     if (!this.needsPrefill(req)) {
       const reason = this.localReason(req);
       if (reason !== undefined) this.opts.pd?.localPrefill?.(reason);
-      return this.opts.passthrough.dispatch(req, cancel);
+      return this.opts.passthrough.dispatch(req.inference ? { ...req, prefillHere: true } : req, cancel);
     }
     const { prefillPool, decodePool } = this.opts;
     // --- one synchronous step: reconcile both roles, choose both, before any I/O ---

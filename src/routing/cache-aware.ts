@@ -393,7 +393,8 @@ export class CacheAwarePolicy implements Policy {
       const maxChars = capacity * this.charsPerToken(input.model);
       if (tree.tenantCharCount(tenant) > maxChars + maxChars / 16) tree.evictTenantToSize(tenant, maxChars);
     }
-    if (!this.options.cacheReports || held.heldChars === 0 || this.role === 'decode') return undefined;
+    if (!this.options.cacheReports || held.heldChars === 0) return undefined;
+    if (this.role === 'decode' && input.prefillHere !== true) return undefined;
     return new TreeCacheReport(
       tree,
       tenant,

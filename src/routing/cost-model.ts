@@ -100,7 +100,9 @@
  * Roles (P/D): a prefill pool scores by predicted prefill completion (the formula above: its response is
  * the first token; the legs the router runs itself feed its backlog and estimates, pd-dispatcher.ts
  * `prefillStarted`); a decode pool receives the KV cache from the prefill worker, so its prefix cache is
- * irrelevant and it scores by predicted wait alone (uncached = 0).
+ * irrelevant and it scores by predicted wait alone (uncached = 0), except for a request its decode
+ * worker prefills itself (`input.prefillHere`: no prefill leg, pd-dispatcher.ts `localReason`), scored
+ * with its prefill and the decode workers' prefix caches as in a regular pool.
  *
  * Filters, before scoring (a filtered candidate is skipped while at least one candidate passes; when
  * none passes they are all scored: a request is never refused because the fleet is busy):
@@ -314,7 +316,7 @@ export function scoreCost(
   charsPerToken: number = options.charsPerToken,
 ): CostInputs {
   const workers = input.workers;
-  const usePrefix = role !== 'decode' && input.text.length > 0;
+  const usePrefix = (role !== 'decode' || input.prefillHere === true) && input.text.length > 0;
   const prefix = usePrefix ? resolvePrefix(sources, input, workers, charsPerToken) : undefined;
   const promptTokens = prefix?.promptTokens ?? 0;
 

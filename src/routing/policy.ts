@@ -35,6 +35,11 @@ export interface SelectionInput {
    * request/inference-request.ts `requestSequences`): what its load guard weighs. Absent: 1.
    */
   readonly sequences?: number;
+  /**
+   * A decode pool's request that its worker prefills itself (no prefill leg: pd/pd-dispatcher.ts
+   * `localReason`): scored with its prefill and the worker's prefix cache, as in a regular pool.
+   */
+  readonly prefillHere?: boolean;
 }
 
 export interface Decision {

@@ -166,7 +166,7 @@ export function routingContext(req: RouteRequest): RoutingContext {
   const inf = req.inference;
   const followed = followedResponseId(req.path, inf?.previousResponseId);
   const holder = followed !== undefined ? holderToken(followed) : undefined;
-  if (inf) return new InferenceRoutingContext(inf, req.headers, holder, req.subset);
+  if (inf) return new InferenceRoutingContext(inf, req.headers, holder, req.subset, req.prefillHere === true);
   const model = req.body !== undefined ? (bodyModel(req.headers['content-type'], req.body) ?? '') : '';
   return {
     model,
@@ -192,6 +192,7 @@ class InferenceRoutingContext implements RoutingContext {
     readonly headers: Readonly<Record<string, string>>,
     readonly holder: string | undefined,
     readonly subset: ReadonlySet<string> | undefined,
+    readonly prefillHere: boolean,
   ) {
     this.model = inf.model;
     this.text = inf.text;

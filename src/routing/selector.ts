@@ -35,6 +35,8 @@ export interface RoutingContext {
    * batched prompts); absent: 1. A prefill leg runs one (pd/kv-transfer.ts).
    */
   readonly sequences?: number;
+  /** The decode worker chosen prefills the request itself (RouteRequest `prefillHere`). */
+  readonly prefillHere?: boolean;
 }
 
 export interface RoutingObserver {
@@ -105,6 +107,7 @@ class Selection implements SelectionInput {
   readonly text: RoutingText;
   readonly headers: Readonly<Record<string, string>>;
   readonly sequences: number;
+  readonly prefillHere: boolean;
 
   constructor(
     readonly workers: readonly Worker[],
@@ -115,6 +118,7 @@ class Selection implements SelectionInput {
     this.text = ctx.text;
     this.headers = ctx.headers;
     this.sequences = role === 'prefill' ? 1 : (ctx.sequences ?? 1);
+    this.prefillHere = role === 'decode' && ctx.prefillHere === true;
   }
 
   get body(): Readonly<Record<string, unknown>> | undefined {

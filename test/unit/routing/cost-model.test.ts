@@ -627,6 +627,23 @@ describe('cost model: requests of several sequences (parallel sampling n, batche
   });
 });
 
+describe('cost model: a decode pool request its worker prefills itself (P/D, no prefill leg)', () => {
+  it("is scored with its prefill and the decode workers' prefix caches; a decode leg is not", () => {
+    const choose = (prefillHere: boolean) => {
+      const workers = makeWorkers(2);
+      // Decode worker 0 holds the ~500-token prompt and runs one sequence more than worker 1.
+      const policy = policyFor(workers, [scraped(2), scraped(1)], 'decode');
+      policy.routed({ worker: workers[0]!, branch: 'seed' }, input(workers, { text: MID }), 1);
+      const d = policy.select(input(workers, { text: `${MID} question`, prefillHere }));
+      return { index: workers.indexOf(d.worker), uncached: d.cost!.chosen.uncachedTokens };
+    };
+    expect(choose(true)).toEqual({ index: 0, uncached: expect.any(Number) });
+    expect(choose(true).uncached).toBeLessThan(10);
+    // A decode leg gets its KV cache by transfer: the lighter batch wins, nothing is priced as prefill.
+    expect(choose(false)).toEqual({ index: 1, uncached: 0 });
+  });
+});
+
 describe('cost model: LoRA affinity', () => {
   type State = 'active' | 'free_slot' | 'full' | undefined;
   function lora(states: readonly State[], loads: readonly LoadView[] = []) {
