@@ -174,10 +174,11 @@ export class PdDispatcher implements Dispatcher {
     // No prefill leg (needsPrefill): not an inference request, a stored response's follow-up (only
     // the decode worker stored it; prefill legs are not stored), a request running several sequences
     // or a prompt short enough to prefill on the decode worker (these two counted).
-    if (!this.needsPrefill(req)) {
-      const reason = this.localReason(req);
+    const inf = req.inference;
+    const reason = this.localReason(req);
+    if (inf === undefined || inf.previousResponseId !== undefined || reason !== undefined) {
       if (reason !== undefined) this.opts.pd?.localPrefill?.(reason);
-      return this.opts.passthrough.dispatch(req.inference ? { ...req, prefillHere: true } : req, cancel);
+      return this.opts.passthrough.dispatch(inf ? { ...req, prefillHere: true } : req, cancel);
     }
     const { prefillPool, decodePool } = this.opts;
     // --- one synchronous step: reconcile both roles, choose both, before any I/O ---
