@@ -295,6 +295,22 @@ export const OPTIONS = [
   },
   {
     group: 'Workers and discovery',
+    key: 'fleetControl',
+    flag: 'fleet-control',
+    type: 'bool',
+    default: true,
+    help: "vLLM's engine control endpoints sent through Envoy (POST /pause, /resume, /reset_prefix_cache, /reset_mm_cache, /reset_encoder_cache, /sleep, /wake_up; GET /is_paused, /is_sleeping: an RL trainer's weight-update cycle) are sent by the router to every worker (or those named by `worker_url=`), answered with each worker's result, and followed by the router (a paused worker is preferred last, a reset or slept worker's prefixes forgotten); false passes them on to one worker like any other request. vLLM serves them with VLLM_SERVER_DEV_MODE=1: restrict them at Envoy to the trainer.",
+  },
+  {
+    group: 'Workers and discovery',
+    key: 'fleetControlTimeoutMs',
+    flag: 'fleet-control-timeout-ms',
+    type: 'int',
+    default: 60_000,
+    help: "How long one worker's answer to a fleet control call (--fleet-control) may take (a /pause?mode=wait waits for the requests running there; /sleep and /wake_up move the weights). Keep it below Envoy's ext_proc message_timeout (90 s in envoy/envoy.yaml), which bounds the whole answer.",
+  },
+  {
+    group: 'Workers and discovery',
     key: 'adminToken',
     flag: 'admin-token',
     type: 'string',

@@ -131,10 +131,11 @@ function lifecycleSteps(
       stopIntake: () => c.grpc.setReady(false),
       settle: (timeoutMs) => c.grpc.waitIdle(timeoutMs),
       // After a drain, close gracefully (the last replies of ended sessions may still be in flight).
-      // Then the runtime LoRA calls its sessions may have started (their connection pool).
+      // Then the runtime LoRA and fleet control calls its sessions may have started (their connection pools).
       close: async ({ drained }) => {
         await c.grpc.close(drained ? config.closeGraceMs : 0);
         await c.lora.close();
+        await c.fleet?.close();
       },
     },
     {

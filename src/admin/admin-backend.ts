@@ -187,9 +187,13 @@ export function workerViews(
       load: w.load,
       processed: w.processed,
       healthy: w.healthy,
-      health: (({ active, breaker, asleep, cordoned }) => ({ active, breaker, asleep, cordoned }))(
-        health.view(w, now),
-      ),
+      health: (({ active, breaker, asleep, cordoned, paused }) => ({
+        active,
+        breaker,
+        asleep,
+        cordoned,
+        paused,
+      }))(health.view(w, now)),
       expiresInMs:
         expires === undefined || expires === Infinity ? null : Math.max(0, Math.round(expires - now)),
       ...(Object.keys(w.metadata).length ? { metadata: w.metadata } : {}),

@@ -24,6 +24,7 @@ import { createAdminBackend } from '../admin/admin-backend.js';
 import { AdminServer } from '../admin/admin-server.js';
 import { WorkerSleep } from '../admin/worker-sleep.js';
 import { LoraFanout } from '../routing/lora-fanout.js';
+import { FleetControl } from '../routing/fleet-control.js';
 import { parseCidrList, type CidrMatcher } from '../discovery/cidr.js';
 import { ServiceRegistry } from '../discovery/service-registry.js';
 import { ZmqDiscovery } from '../discovery/zmq-discovery.js';
@@ -126,6 +127,8 @@ export interface Components {
   readonly workerSleep: WorkerSleep;
   /** Runtime LoRA loads and unloads sent to every worker (routing/lora-fanout.ts). */
   readonly lora: LoraFanout;
+  /** vLLM's engine control calls sent to every worker (routing/fleet-control.ts); absent with --fleet-control false. */
+  readonly fleet: FleetControl | undefined;
   readonly admin: AdminServer;
 }
 
@@ -295,7 +298,28 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
   // A worker that joins (or restarts) gets the adapters loaded through the router so far.
   registry.onChange(() => lora.sync());
   lora.sync();
-  const grpc = buildGrpcServer(base, admitted.dispatcher, objectives, lora);
+  // vLLM's engine control calls (an RL trainer's pause, cache reset, resume) go to every worker.
+  const fleet = config.fleetControl
+    ? new FleetControl({
+        members: () => pools.workers(),
+        state: {
+          recordPause: (w, paused, now) => health.recordPause(w, paused, now),
+          recordSleep: (w, asleep, now) => health.recordSleep(w, asleep, now),
+          cacheCleared: (w) => pools.byRole[w.role].policy.cacheCleared?.(w),
+        },
+        clock,
+        ...(config.workerApiKey !== '' ? { apiKey: config.workerApiKey } : {}),
+        timeoutMs: Math.max(1, config.fleetControlTimeoutMs),
+        onAnswered: (path, ok, of) => {
+          metrics.fleetControlCalls.inc({
+            path,
+            outcome: ok === of ? 'ok' : ok === 0 ? 'failed' : 'partial',
+          });
+          logger.info({ path, workers: of, took: ok }, 'fleet control call answered');
+        },
+      })
+    : undefined;
+  const grpc = buildGrpcServer(base, admitted.dispatcher, objectives, lora, fleet);
   const scraper = buildScraper(base);
   const modelsPoller = buildModelsPoller(base);
   // A worker that joins (or re-registers) is asked what it serves at once, not at the next round;
@@ -327,6 +351,7 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
     discovery: buildDiscovery(base),
     workerSleep,
     lora,
+    fleet,
     admin: buildAdmin(base, workerSleep),
   };
 }
@@ -633,6 +658,7 @@ function buildGrpcServer(
   dispatcher: Dispatcher,
   objectives: ObjectiveTable,
   lora: LoraFanout,
+  fleet: FleetControl | undefined,
 ): ExtProcServer {
   const models: ModelListOptions = {
     memberUrls: () => Array.from(pools.workers(), (w) => w.url),
@@ -645,7 +671,8 @@ function buildGrpcServer(
     logger,
     dispatcher,
     answer: (method, path, headers) => modelListAnswer(models, method, path, headers),
-    answerBody: (method, path, headers, body) => lora.answer(method, path, headers, body),
+    answerBody: (method, path, headers, body) =>
+      fleet?.answer(method, path, headers, body) ?? lora.answer(method, path, headers, body),
     ...(config.forwardPriority
       ? { workerPriority: (headers) => vllmPriority(objectives.priority(headers[OBJECTIVE_HEADER])) }
       : {}),

@@ -97,14 +97,15 @@ export interface SessionDeps {
     headers: Readonly<Record<string, string>>,
   ) => LocalAnswer | undefined;
   /**
-   * A request the router answers itself from its body, after calls of its own (routing/lora-fanout.ts):
-   * asked for every request that is not an inference request and has a body.
+   * A request the router answers itself, with its body when it has one, after calls of its own
+   * (routing/lora-fanout.ts, routing/fleet-control.ts): asked for every request that is not an
+   * inference request.
    */
   readonly answerBody?: (
     method: string,
     path: string,
     headers: Readonly<Record<string, string>>,
-    body: Buffer,
+    body: Buffer | undefined,
   ) => Promise<LocalAnswer> | undefined;
   /** Called when a session ends; used by graceful drain. */
   readonly onClose?: () => void;
@@ -324,7 +325,7 @@ export class Session {
       return;
     }
     const later =
-      this.kind === undefined && body !== undefined
+      this.kind === undefined
         ? this.deps.answerBody?.(this.method, this.path, this.headers, body)
         : undefined;
     if (later !== undefined) {

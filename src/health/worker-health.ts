@@ -31,6 +31,12 @@
  * because of the sleep (vLLM's 503, or worse), and kept the woken worker out for a whole cool-down
  * (bench/sleep-mode.bench.ts: four sleeps in a row left no worker selectable).
  *
+ * Pause: vLLM's `POST /pause` (RL weight updates) forwarded by this router (`recordPause`,
+ * routing/fleet-control.ts). A paused engine keeps the requests it gets until `POST /resume`, so it
+ * stays healthy: `worker.paused` only makes its pool prefer the workers that are not paused
+ * (WorkerPool.candidatesFor); while every candidate is paused, requests still go to them and wait
+ * there, as they would sent directly. A new generation starts unpaused (a restarted engine is not).
+ *
  * Cordon: an operator's "no new requests" (admin `POST /workers/cordon`, and `POST /workers/sleep`
  * while it drains the worker before putting it to sleep: admin/worker-sleep.ts). Requests already
  * there finish; only `cordon(worker, false)` ends it (a new generation starts uncordoned).
@@ -86,6 +92,8 @@ export interface WorkerHealthView {
   readonly asleep: boolean;
   /** Held out of selection by the admin API. */
   readonly cordoned: boolean;
+  /** vLLM's generation paused by a `POST /pause` this router forwarded (selectable, not preferred). */
+  readonly paused: boolean;
   /** What `worker.healthy` is set to. */
   readonly selectable: boolean;
 }
@@ -117,6 +125,7 @@ interface State {
   view: WorkerHealthView;
   asleep: boolean;
   cordoned: boolean;
+  paused: boolean;
   /** The metric-scrape source, counted like the checks but apart from them. */
   readonly scrape: { active: ActiveHealth; failures: number; successes: number };
 }
@@ -126,6 +135,7 @@ const FRESH_VIEW: WorkerHealthView = Object.freeze({
   breaker: 'closed',
   asleep: false,
   cordoned: false,
+  paused: false,
   selectable: true,
 });
 
@@ -183,6 +193,14 @@ export class WorkerHealth {
     // it before the page said so) are explained by the sleep: the breaker starts over, so a woken
     // worker is not kept out for a cool-down it did not earn.
     s.breaker = new CircuitBreaker(this.opts.breaker);
+    this.sync(worker, s, now);
+  }
+
+  /** vLLM's generation paused (`POST /pause`) or resumed on the worker (see the header). */
+  recordPause(worker: Worker, paused: boolean, now: number): void {
+    const s = paused ? this.state(worker) : this.states.get(worker);
+    if (s === undefined || s.paused === paused) return;
+    s.paused = paused;
     this.sync(worker, s, now);
   }
 
@@ -272,6 +290,7 @@ export class WorkerHealth {
         view: FRESH_VIEW,
         asleep: false,
         cordoned: false,
+        paused: false,
         scrape: { active: 'healthy', failures: 0, successes: 0 },
       };
       this.states.set(worker, s);
@@ -284,11 +303,12 @@ export class WorkerHealth {
     const breaker = s.breaker.state(now);
     const active: ActiveHealth =
       s.active === 'healthy' && s.scrape.active === 'healthy' ? 'healthy' : 'unhealthy';
-    const { asleep, cordoned } = s;
+    const { asleep, cordoned, paused } = s;
     const selectable = active === 'healthy' && !asleep && !cordoned && s.breaker.allows(now);
     worker.healthy = selectable;
     worker.asleep = asleep;
     worker.cordoned = cordoned;
+    worker.paused = paused;
 
     const next = s.breaker.nextChangeAt();
     if (next === undefined) this.pending.delete(worker);
@@ -303,10 +323,11 @@ export class WorkerHealth {
       prev.breaker === breaker &&
       prev.asleep === asleep &&
       prev.cordoned === cordoned &&
+      prev.paused === paused &&
       prev.selectable === selectable
     )
       return;
-    s.view = Object.freeze({ active, breaker, asleep, cordoned, selectable });
+    s.view = Object.freeze({ active, breaker, asleep, cordoned, paused, selectable });
     this.opts.onChange?.(worker, s.view, prev);
   }
 }

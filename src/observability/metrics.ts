@@ -58,6 +58,7 @@ export class RouterMetrics {
   readonly mediaParts: Counter<'size'>;
   readonly mediaTokens: Counter;
   readonly loraReplays: Counter<'outcome'>;
+  readonly fleetControlCalls: Counter<'path' | 'outcome'>;
   readonly failovers: Counter<'worker' | 'adopted'>;
   readonly shed: Counter<'objective' | 'role'>;
   readonly flowRefused: Counter<'reason' | 'objective'>;
@@ -95,7 +96,7 @@ export class RouterMetrics {
         for (const w of workers()) this.inc(labels(w), w.processed);
       },
     });
-    // Per-worker 0/1 states: whether it is selectable, and two reasons it may not be.
+    // Per-worker 0/1 states: whether it is selectable, two reasons it may not be, and a pause.
     const flags: Array<[string, string, (w: Worker) => boolean]> = [
       [
         'vllm_router_worker_health',
@@ -111,6 +112,11 @@ export class RouterMetrics {
         'vllm_router_worker_cordoned',
         '1 while the admin API holds the worker out of selection (POST /workers/cordon or /workers/sleep), else 0.',
         (w) => w.cordoned,
+      ],
+      [
+        'vllm_router_worker_paused',
+        "1 while vLLM's generation is paused on the worker by a POST /pause sent through the router (selectable, not preferred), else 0.",
+        (w) => w.paused,
       ],
     ];
     for (const [name, help, flag] of flags) {
@@ -268,6 +274,12 @@ export class RouterMetrics {
       name: 'vllm_router_lora_replays_total',
       help: 'LoRA adapters loaded through the router (POST /v1/load_lora_adapter) and then loaded again on a worker that joined or restarted: loaded, or failed (see the log).',
       labelNames: ['outcome'] as const,
+      registers,
+    });
+    this.fleetControlCalls = new Counter({
+      name: 'vllm_router_fleet_control_calls_total',
+      help: 'vLLM engine control calls sent through Envoy and answered by the router for the fleet (--fleet-control: POST /pause, /resume, /reset_prefix_cache, /sleep, /wake_up, ...), by path and outcome: ok (every worker took it), partial, failed.',
+      labelNames: ['path', 'outcome'] as const,
       registers,
     });
     this.contextFits = new Counter({

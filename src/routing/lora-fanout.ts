@@ -29,10 +29,10 @@
  * client's credentials are not kept). Each replica remembers the loads it answered; a restarted
  * router remembers none.
  */
-import { Agent, request } from 'undici';
+import { Agent } from 'undici';
 import type { LocalAnswer } from '../extproc/dispatch.js';
-import { joinUrl } from '../util/http-page.js';
 import type { Worker } from '../workers/worker.js';
+import { callWorker, rolesByUrl } from './worker-call.js';
 
 export const LORA_PATHS: ReadonlySet<string> = new Set(['/v1/load_lora_adapter', '/v1/unload_lora_adapter']);
 
@@ -64,8 +64,6 @@ interface WorkerResult {
   readonly ok: boolean;
 }
 
-const MAX_MESSAGE = 300;
-
 export class LoraFanout {
   private readonly agent = new Agent({ keepAliveTimeout: 4_000 });
   private closed = false;
@@ -77,14 +75,14 @@ export class LoraFanout {
 
   constructor(private readonly opts: LoraFanoutOptions) {}
 
-  /** The answer to a runtime LoRA request, or undefined for any other request. */
+  /** The answer to a runtime LoRA request, or undefined for any other request (or one without a body: the worker says what it lacks). */
   answer(
     method: string,
     path: string,
     headers: Readonly<Record<string, string>>,
-    body: Buffer,
+    body: Buffer | undefined,
   ): Promise<LocalAnswer> | undefined {
-    if (method !== 'POST') return undefined;
+    if (method !== 'POST' || body === undefined) return undefined;
     const q = path.indexOf('?');
     const p = q === -1 ? path : path.slice(0, q);
     if (!LORA_PATHS.has(p)) return undefined;
@@ -154,24 +152,16 @@ export class LoraFanout {
     body: Buffer,
   ): Promise<LocalAnswer> {
     const load = path === '/v1/load_lora_adapter';
-    const byUrl = new Map<string, string[]>();
     const skipped: Array<{ url: string; role: string; reason: string }> = [];
-    // One call per URL: the roles there, and a data-parallel server's ranks (Worker.dpRank), share it.
     for (const w of this.opts.members()) {
-      if (!w.healthy) {
-        if (!skipped.some((x) => x.url === w.url && x.role === w.role)) {
-          skipped.push({
-            url: w.url,
-            role: w.role,
-            reason: w.asleep ? 'asleep' : w.cordoned ? 'cordoned' : 'unhealthy',
-          });
-        }
-        continue;
-      }
-      const roles = byUrl.get(w.url);
-      if (roles === undefined) byUrl.set(w.url, [w.role]);
-      else if (!roles.includes(w.role)) roles.push(w.role);
+      if (w.healthy || skipped.some((x) => x.url === w.url && x.role === w.role)) continue;
+      skipped.push({
+        url: w.url,
+        role: w.role,
+        reason: w.asleep ? 'asleep' : w.cordoned ? 'cordoned' : 'unhealthy',
+      });
     }
+    const byUrl = rolesByUrl(this.opts.members(), (w) => w.healthy);
     const details = load ? 'lora_load' : 'lora_unload';
     if (byUrl.size === 0 || this.closed) {
       return {
@@ -227,38 +217,19 @@ export class LoraFanout {
     auth: string | undefined,
     load: boolean,
   ): Promise<WorkerResult> {
-    try {
-      const res = await request(joinUrl(url, path), {
-        method: 'POST',
-        dispatcher: this.agent,
-        headers: { 'content-type': 'application/json', ...(auth ? { authorization: auth } : {}) },
-        body,
-        headersTimeout: this.opts.timeoutMs,
-        bodyTimeout: this.opts.timeoutMs,
-      });
-      const text = await res.body.text();
-      const message = messageOf(text);
-      const status = res.statusCode;
-      // Idempotent: an adapter already there (load) or already gone (unload) is where it should be.
-      const already = load
-        ? status === 400 && /already been loaded/i.test(message)
-        : status === 404 && /cannot be found|not found/i.test(message);
-      return { url, roles, status, message, ok: (status >= 200 && status < 300) || already };
-    } catch (err) {
-      const message = (err as { code?: string }).code ?? (err as Error).message;
-      return { url, roles, status: 0, message, ok: false };
-    }
+    const call = {
+      url,
+      method: 'POST',
+      path,
+      body,
+      authorization: auth,
+      timeoutMs: this.opts.timeoutMs,
+    } as const;
+    const { status, message } = await callWorker(this.agent, call);
+    // Idempotent: an adapter already there (load) or already gone (unload) is where it should be.
+    const already = load
+      ? status === 400 && /already been loaded/i.test(message)
+      : status === 404 && /cannot be found|not found/i.test(message);
+    return { url, roles, status, message, ok: (status >= 200 && status < 300) || already };
   }
-}
-
-/** vLLM's answer text: its plain-text success line, or the message of its JSON error. */
-function messageOf(text: string): string {
-  try {
-    const j = JSON.parse(text) as { error?: { message?: unknown }; message?: unknown };
-    const m = j.error?.message ?? j.message;
-    if (typeof m === 'string') return m.slice(0, MAX_MESSAGE);
-  } catch {
-    // plain text
-  }
-  return text.slice(0, MAX_MESSAGE);
 }

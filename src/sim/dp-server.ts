@@ -11,7 +11,7 @@
  *   reason a router schedules the ranks itself (workers/data-parallel.ts);
  * - `GET /metrics` is every engine's page merged, each engine's samples labelled `engine="<rank>"`
  *   (vLLM's per-engine label), one HELP/TYPE per family;
- * - admin writes (`/sleep`, `/wake_up`, `/reset_prefix_cache`, LoRA loads) go to every engine, and the
+ * - admin writes (`/sleep`, `/wake_up`, `/pause`, `/resume`, cache resets, LoRA loads) go to every engine, and the
  *   answer is rank 0's; every other request (health, model list, tokenize) is rank 0's, uncounted.
  * KV events: each engine publishes on its own endpoint, stamped with its rank (`kvEvents` of the
  * options is given to rank r with `dataParallelRank: r`; a fixed endpoint port is offset by the rank,
@@ -54,6 +54,10 @@ const BROADCAST = new Set([
   '/sleep',
   '/wake_up',
   '/reset_prefix_cache',
+  '/reset_mm_cache',
+  '/reset_encoder_cache',
+  '/pause',
+  '/resume',
   '/v1/load_lora_adapter',
   '/v1/unload_lora_adapter',
 ]);

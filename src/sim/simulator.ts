@@ -15,6 +15,8 @@
  * the pluggable tokenizer of sim-tokenizer.ts; see tokenize-api.ts), POST /v1/audio/transcriptions and
  * /v1/audio/translations (multipart forms, no engine time; audio-api.ts), POST /v1/embeddings (no
  * engine time; embeddings-api.ts), POST /sleep, POST /wake_up and GET /is_sleeping (vLLM's sleep mode),
+ * POST /pause, POST /resume and GET /is_paused (vLLM's pause of generation for RL weight updates;
+ * pause-gate.ts), POST /reset_prefix_cache (and /reset_mm_cache, /reset_encoder_cache: no-ops),
  * POST /v1/load_lora_adapter and /v1/unload_lora_adapter (with `lora`; lora-adapters-api.ts).
  *
  * Request life cycle: body read -> record pushed (waitForRequests sees it) -> fault (if any) -> parse /
@@ -35,7 +37,8 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { randomUUID } from 'node:crypto';
-import { Engine, type EngineJob } from './engine.js';
+import { Engine, type EngineJob, type SequenceSpec } from './engine.js';
+import { PAUSE_MODES, PauseGate, type PauseMode } from './pause-gate.js';
 import { isAudioPath, serveAudio } from './audio-api.js';
 import { answerEmbeddings, EMBEDDINGS_PATH } from './embeddings-api.js';
 import { answerLoraAdapter, isLoraAdapterPath } from './lora-adapters-api.js';
@@ -300,6 +303,15 @@ export interface Simulator {
    */
   sleep(level?: 1 | 2): Promise<void>;
   wakeUp(): void;
+  /**
+   * vLLM's pause of generation (`POST /pause`, `POST /resume`, `GET /is_paused`; pause-gate.ts): new
+   * generation requests wait for resume(), counted waiting; `abort` cuts the requests running,
+   * `wait` resolves once they have ended, `keep` lets them run; the prefix cache is emptied unless
+   * `keep` or `clearCache` false.
+   */
+  pause(mode?: PauseMode, clearCache?: boolean): Promise<void>;
+  resume(): void;
+  readonly paused: boolean;
   /** 0 awake, else the sleep level. */
   readonly sleepLevel: number;
   /** Generation requests that arrived while asleep. */
@@ -327,6 +339,14 @@ export interface Simulator {
 }
 
 const MAX_BODY_BYTES = 64 * 1024 * 1024;
+/** vLLM's control posts the simulator answers (answerControl). */
+const CONTROL_PATHS: ReadonlySet<string> = new Set([
+  '/reset_prefix_cache',
+  '/reset_mm_cache',
+  '/reset_encoder_cache',
+  '/pause',
+  '/resume',
+]);
 
 interface Ctx {
   readonly req: IncomingMessage;
@@ -350,6 +370,8 @@ interface Ctx {
   transferId?: string;
   /** Decode role: aborts the remote KV fetch when the request goes away. */
   kvFetch?: AbortController;
+  /** Drops the request from the pause gate while it is held there (POST /pause). */
+  unhold?: () => void;
 }
 
 /** A request's prompts as the prefix cache keys them (Simulator.cacheKeys). */
@@ -403,6 +425,11 @@ class SimulatorServer implements Simulator {
   kvEvents: { endpoint: string; replayEndpoint: string | undefined } | undefined;
   private side: KvSideChannel | undefined;
   private inFlightCount = 0;
+  /** The generation requests in flight (a pause with mode=abort cuts them). */
+  private readonly live = new Set<Ctx>();
+  private readonly pauseGate = new PauseGate();
+  /** POST /pause?mode=wait answers once the requests that were running have ended. */
+  private pauseWaiters: Array<() => void> = [];
   private recordedTotal = 0;
   private requestWaiters: Waiter[] = [];
   private idleWaiters: Waiter[] = [];
@@ -545,7 +572,7 @@ class SimulatorServer implements Simulator {
   }
 
   waiting(): number {
-    return this.engine.waiting;
+    return this.engine.waiting + this.pauseGate.heldCount;
   }
 
   injectFault(fault: Fault, opts?: FaultOptions): void {
@@ -569,6 +596,37 @@ class SimulatorServer implements Simulator {
   waitForIdle(): Promise<void> {
     if (this.inFlightCount === 0) return Promise.resolve();
     return new Promise((resolve, reject) => this.idleWaiters.push({ n: 0, resolve, reject }));
+  }
+
+  get paused(): boolean {
+    return this.pauseGate.paused;
+  }
+
+  async pause(mode: PauseMode = 'abort', clearCache = true): Promise<void> {
+    this.pauseGate.pause();
+    if (mode === 'abort') {
+      for (const ctx of [...this.live]) if (ctx.job !== undefined && !ctx.ended) this.reset(ctx);
+    }
+    if (mode === 'wait') {
+      await new Promise<void>((resolve) => {
+        this.pauseWaiters.push(resolve);
+        this.settlePauseWaiters();
+      });
+    }
+    // vLLM empties the prefix cache once the engine is drained, except when it keeps the requests.
+    if (clearCache && mode !== 'keep') await this.resetPrefixCache();
+  }
+
+  resume(): void {
+    this.pauseGate.resume();
+  }
+
+  /** Answers the waiting pauses once nothing but held requests is in flight. */
+  private settlePauseWaiters(): void {
+    if (this.pauseWaiters.length === 0 || this.inFlightCount > this.pauseGate.heldCount) return;
+    const waiters = this.pauseWaiters;
+    this.pauseWaiters = [];
+    for (const resolve of waiters) resolve();
   }
 
   hasResponse(id: string): boolean {
@@ -694,6 +752,9 @@ class SimulatorServer implements Simulator {
       this.registrar?.close();
       void this.side?.close();
       this.engine.close();
+      this.pauseGate.clear();
+      for (const resolve of this.pauseWaiters) resolve();
+      this.pauseWaiters = [];
       for (const t of this.sideTimers) clearTimeout(t);
       this.sideTimers.clear();
       const err = new Error('simulator closed');
@@ -746,6 +807,7 @@ class SimulatorServer implements Simulator {
     }
     if (isTokenizationPath(path)) return this.sendError(res, 405, `method ${req.method ?? ''} not allowed`);
     if (path === '/sleep' || path === '/wake_up') return this.answerSleep(req, res, path);
+    if (req.method === 'POST' && CONTROL_PATHS.has(path)) return this.answerControl(req, res, path);
     if (req.method === 'POST' && path === EMBEDDINGS_PATH) return this.serveEmbeddings(req, res, path);
     if (req.method === 'POST' && isLoraAdapterPath(path) && this.opts.lora !== undefined) {
       return readBody(req, MAX_BODY_BYTES, (raw) => {
@@ -770,6 +832,8 @@ class SimulatorServer implements Simulator {
         return sendJson(res, 200, JSON.stringify({ server_load: this.inFlightCount }));
       case '/is_sleeping':
         return sendJson(res, 200, JSON.stringify({ is_sleeping: this.sleepLevel > 0 }));
+      case '/is_paused':
+        return sendJson(res, 200, JSON.stringify({ is_paused: this.pauseGate.paused }));
       case '/v1/models':
         return sendJson(
           res,
@@ -788,7 +852,7 @@ class SimulatorServer implements Simulator {
         const body = metricsText({
           model: this.model,
           running: this.engine.running,
-          waiting: this.engine.waiting,
+          waiting: this.engine.waiting + this.pauseGate.heldCount,
           kvCacheUsage: this.kvUsage.usage(),
           prefixCacheQueries: this.cache.queriedTokens,
           prefixCacheHits: this.cache.hitTokens,
@@ -894,6 +958,42 @@ class SimulatorServer implements Simulator {
   }
 
   /**
+   * vLLM's cache resets and pause of generation (served with VLLM_SERVER_DEV_MODE=1): POST
+   * /reset_prefix_cache (AllBlocksCleared), /reset_mm_cache and /reset_encoder_cache (nothing to
+   * empty here), /pause?mode=abort|wait|keep&clear_cache=true|false (pause-gate.ts; vLLM's 422 for
+   * another mode; the deprecated `wait_for_inflight_requests=true` is mode=wait), /resume.
+   */
+  private answerControl(req: IncomingMessage, res: ServerResponse, path: string): void {
+    req.resume();
+    const params = new URL(req.url ?? '/', 'http://sim').searchParams;
+    const ok = (body?: string): void => {
+      if (res.destroyed) return;
+      if (body === undefined) res.writeHead(200, { 'content-length': 0 }).end();
+      else sendJson(res, 200, body);
+    };
+    switch (path) {
+      case '/reset_prefix_cache':
+        void this.resetPrefixCache().then(() => ok());
+        return;
+      case '/resume':
+        this.resume();
+        return ok(JSON.stringify({ status: 'resumed' }));
+      case '/pause': {
+        const legacyWait = params.get('wait_for_inflight_requests') === 'true';
+        const mode = params.get('mode') ?? (legacyWait ? 'wait' : 'abort');
+        if (!PAUSE_MODES.has(mode)) {
+          return this.sendError(res, 422, `mode must be one of 'abort', 'wait', 'keep'; got '${mode}'`);
+        }
+        const clear = params.get('clear_cache') !== 'false';
+        void this.pause(mode as PauseMode, clear).then(() => ok(JSON.stringify({ status: 'paused' })));
+        return;
+      }
+      default:
+        return ok();
+    }
+  }
+
+  /**
    * GET /v1/responses/{id}: the stored response; POST /v1/responses/{id}/cancel: vLLM's 400 for a
    * response that is not running in the background (every stored one here). 404 when not stored.
    */
@@ -971,6 +1071,7 @@ class SimulatorServer implements Simulator {
       resetAfter: -1,
     };
     this.inFlightCount++;
+    this.live.add(ctx);
     res.on('close', () => this.onClose(ctx));
     const chunks: Buffer[] = [];
     let size = 0;
@@ -1200,7 +1301,7 @@ class SimulatorServer implements Simulator {
       this.loraSlots !== undefined && request.model !== undefined && !this.baseNames.includes(request.model)
         ? request.model
         : undefined;
-    ctx.job = this.engine.submit({
+    const spec: SequenceSpec = {
       admit,
       // A KV transfer (P/D decode) computes nothing; a local prefill computes its uncached tokens.
       computeMs: () =>
@@ -1223,7 +1324,12 @@ class SimulatorServer implements Simulator {
           else this.finishJson(ctx, record, request, ident, blocks);
         }
       },
+    };
+    // While generation is paused (POST /pause), the request waits for POST /resume before the engine.
+    ctx.unhold = this.pauseGate.admit(() => {
+      if (!ctx.res.destroyed) ctx.job = this.engine.submit(spec);
     });
+    if (this.pauseGate.paused) this.settlePauseWaiters();
   }
 
   private streamToken(
@@ -1411,6 +1517,8 @@ class SimulatorServer implements Simulator {
   /** The single end path of a generation request (finished, aborted, reset, or simulator closed). */
   private onClose(ctx: Ctx): void {
     this.inFlightCount--;
+    this.live.delete(ctx);
+    ctx.unhold?.();
     ctx.gate?.drop();
     ctx.kvFetch?.abort();
     if (ctx.transferId !== undefined) this.side?.endTransfer(ctx.transferId, ctx.record?.outcome === 'ok');
@@ -1429,6 +1537,7 @@ class SimulatorServer implements Simulator {
       this.idleWaiters = [];
       for (const w of waiters) w.resolve();
     }
+    this.settlePauseWaiters();
   }
 
   private pushRecord(record: RequestRecord): void {

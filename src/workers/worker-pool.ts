@@ -31,6 +31,11 @@
  * says by how much: the estimate is no tokenizer). A fleet whose every worker takes it pays one
  * comparison with the memoized shortest length.
  *
+ * Paused engines (`candidatesFor`): a worker vLLM's generation is paused on (`POST /pause` forwarded
+ * by routing/fleet-control.ts) holds its requests until `POST /resume`; while some candidates are
+ * paused and some are not, only the others are candidates (a rolling weight update moves traffic off
+ * the engine being updated); when all are paused, all stay (the requests wait there, as sent directly).
+ *
  * INVARIANT (Node's equivalent of the design's pool lock): callers run reconcile -> select ->
  * guard acquisition -> policy.routed in ONE synchronous step, with no `await` in between, so no
  * other request can observe or install a different snapshot in the middle (see routing/selector.ts).
@@ -94,6 +99,8 @@ export class WorkerPool {
   private lastSnapshot: readonly MemberEntry[] | undefined;
   /** The last candidates array handed out; reused while membership and health are unchanged. */
   private selectable: readonly Worker[] = [];
+  /** preferUnpaused's last answer: the candidates it narrowed and the workers left. */
+  private unpausedMemo: { from: readonly Worker[]; to: readonly Worker[] } | undefined;
   /** candidatesFor's last answer per model, valid for one member list, candidates array and knowledge version. */
   private readonly byModel = new Map<
     string,
@@ -143,6 +150,28 @@ export class WorkerPool {
    * onContextFit hook (once per request: the selection's call, not the checks around it).
    */
   candidatesFor(model: string, need?: ContextNeed, report = false): readonly Worker[] {
+    return this.preferUnpaused(this.serving(model, need, report));
+  }
+
+  /**
+   * `workers` without those vLLM's generation is paused on (`Worker.paused`: a `POST /pause` this
+   * router forwarded, routing/fleet-control.ts), when some are paused and some are not: a paused
+   * engine holds its requests until `POST /resume`, so during a rolling weight update they go to the
+   * others. All or none paused: `workers` itself. The same array comes back while the answer holds.
+   */
+  private preferUnpaused(workers: readonly Worker[]): readonly Worker[] {
+    let paused = 0;
+    for (const w of workers) if (w.paused) paused++;
+    if (paused === 0 || paused === workers.length) return workers;
+    const last = this.unpausedMemo;
+    if (last !== undefined && last.from === workers && stillUnpaused(workers, last.to)) return last.to;
+    const to = workers.filter((w) => !w.paused);
+    this.unpausedMemo = { from: workers, to };
+    return to;
+  }
+
+  /** `candidates()` narrowed to the model's workers and the request's context need (see candidatesFor). */
+  private serving(model: string, need: ContextNeed | undefined, report: boolean): readonly Worker[] {
     const all = this.candidates();
     const models = this.hooks.models;
     if (models === undefined || model === '') return all;
@@ -237,4 +266,15 @@ function stillSelectable(members: readonly Worker[], selectable: readonly Worker
     j++;
   }
   return j === selectable.length;
+}
+
+/** Whether `unpaused` is exactly the members of `workers` that are not paused, in order. No allocation. */
+function stillUnpaused(workers: readonly Worker[], unpaused: readonly Worker[]): boolean {
+  let j = 0;
+  for (const w of workers) {
+    if (w.paused) continue;
+    if (unpaused[j] !== w) return false;
+    j++;
+  }
+  return j === unpaused.length;
 }

@@ -81,6 +81,11 @@ export class Worker {
   asleep = false;
   /** True while the admin API holds it out of selection (another reason for !healthy). */
   cordoned = false;
+  /**
+   * True while vLLM's generation is paused on it by a `POST /pause` this router forwarded
+   * (routing/fleet-control.ts): still healthy, but its pool prefers the workers that are not paused.
+   */
+  paused = false;
 
   constructor(spec: WorkerSpec) {
     this.role = spec.role;

@@ -40,7 +40,7 @@ afterEach(async () => {
 interface WorkerInfo {
   url: string;
   healthy: boolean;
-  health: { active: string; breaker: string; asleep: boolean; cordoned: boolean };
+  health: { active: string; breaker: string; asleep: boolean; cordoned: boolean; paused: boolean };
 }
 
 const views = async () => (await adminJson<WorkerInfo[]>(stack.router, '/workers')).body;
@@ -109,7 +109,13 @@ describe("vLLM's sleep mode", () => {
     await asleepAsRouterSees(holder, false);
     const view = (await views()).find((w) => w.url === holder.url)!;
     expect(view.healthy).toBe(true);
-    expect(view.health).toEqual({ active: 'healthy', breaker: 'closed', asleep: false, cordoned: false });
+    expect(view.health).toEqual({
+      active: 'healthy',
+      breaker: 'closed',
+      asleep: false,
+      cordoned: false,
+      paused: false,
+    });
   });
 
   it('every worker asleep: a JSON 503 that says so, and no worker sees the request', async () => {
@@ -165,7 +171,13 @@ describe("vLLM's sleep mode", () => {
     expect(woke.status).toBe(200);
     expect(a.sleepLevel).toBe(0);
     const view = (await views()).find((w) => w.url === a.url)!;
-    expect(view.health).toEqual({ active: 'healthy', breaker: 'closed', asleep: false, cordoned: false });
+    expect(view.health).toEqual({
+      active: 'healthy',
+      breaker: 'closed',
+      asleep: false,
+      cordoned: false,
+      paused: false,
+    });
     expect(view.healthy).toBe(true);
   });
 });

@@ -98,7 +98,7 @@ describe('POST/GET/DELETE /workers', () => {
         load: 0,
         processed: 0,
         healthy: true,
-        health: { active: 'healthy', breaker: 'closed', asleep: false, cordoned: false },
+        health: { active: 'healthy', breaker: 'closed', asleep: false, cordoned: false, paused: false },
         expiresInMs: 4000,
         // Never scraped (scrapes are off in tests): routing counts in-flight requests; priors only.
         loadSample: null,

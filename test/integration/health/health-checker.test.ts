@@ -81,12 +81,26 @@ describe('HealthChecker against a simulator', () => {
       {
         id: w.id,
         afterCheck: 2,
-        view: { active: 'unhealthy', breaker: 'closed', asleep: false, cordoned: false, selectable: false },
+        view: {
+          active: 'unhealthy',
+          breaker: 'closed',
+          asleep: false,
+          cordoned: false,
+          paused: false,
+          selectable: false,
+        },
       },
       {
         id: w.id,
         afterCheck: 6,
-        view: { active: 'healthy', breaker: 'closed', asleep: false, cordoned: false, selectable: true },
+        view: {
+          active: 'healthy',
+          breaker: 'closed',
+          asleep: false,
+          cordoned: false,
+          paused: false,
+          selectable: true,
+        },
       },
     ]);
     expect(w.healthy).toBe(true);

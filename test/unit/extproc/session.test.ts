@@ -905,13 +905,13 @@ describe("Session: the objective's priority to the worker (--forward-priority)",
   });
 });
 
-describe('Session: requests the router answers from their body (answerBody: runtime LoRA loads)', () => {
+describe('Session: requests the router answers after calls of its own (answerBody: LoRA loads, fleet control)', () => {
   it('answers with the local answer once it resolves; no worker is involved', async () => {
     const pending = deferred<LocalAnswer>();
     const seen: string[] = [];
     const h = harness({
       answerBody: (method, path, _headers, body) => {
-        seen.push(`${method} ${path} ${body.toString()}`);
+        seen.push(`${method} ${path} ${body?.toString() ?? '(no body)'}`);
         return path === '/v1/load_lora_adapter' ? pending.promise : undefined;
       },
     });
@@ -925,6 +925,23 @@ describe('Session: requests the router answers from their body (answerBody: runt
     expect(reply?.status.code).toBe(200);
     expect(JSON.parse((reply?.body as Buffer).toString())).toEqual({ object: 'lora_adapter.load' });
     expect(h.summaries.at(-1)?.outcome).toBe('answered');
+    expect(h.worker.load).toBe(0);
+  });
+
+  it('a request without a body is asked about too (a bare POST /pause)', async () => {
+    const seen: string[] = [];
+    const h = harness({
+      answerBody: (method, path, _headers, body) => {
+        seen.push(`${method} ${path} ${body === undefined ? '(no body)' : body.toString()}`);
+        return Promise.resolve({ status: 200, body: { status: 'paused' }, details: 'fleet_pause' });
+      },
+    });
+    h.stream.deliver(requestHeaders('POST', '/pause?mode=keep', {}, true));
+    await h.settle();
+    expect(seen).toEqual(['POST /pause?mode=keep (no body)']);
+    const reply = h.stream.replies.at(-1)?.immediate_response;
+    expect(reply?.status.code).toBe(200);
+    expect(JSON.parse((reply?.body as Buffer).toString())).toEqual({ status: 'paused' });
     expect(h.worker.load).toBe(0);
   });
 

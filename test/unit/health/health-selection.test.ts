@@ -114,6 +114,7 @@ describe('health and selection', () => {
       breaker: 'closed',
       asleep: false,
       cordoned: false,
+      paused: false,
       selectable: true,
     });
     expect(s.health.view(a, s.now()).active).toBe('unhealthy');

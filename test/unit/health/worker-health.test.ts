@@ -111,6 +111,7 @@ describe('WorkerHealth: passive outcomes and the breaker', () => {
       breaker: 'half_open',
       asleep: false,
       cordoned: false,
+      paused: false,
       selectable: true,
     });
 
@@ -126,6 +127,7 @@ describe('WorkerHealth: passive outcomes and the breaker', () => {
       breaker: 'closed',
       asleep: false,
       cordoned: false,
+      paused: false,
       selectable: true,
     });
   });
@@ -166,6 +168,7 @@ describe('WorkerHealth: passive outcomes and the breaker', () => {
       breaker: 'closed',
       asleep: false,
       cordoned: false,
+      paused: false,
       selectable: false,
     });
     for (let i = 0; i < 2; i++) health.recordCheck(w, true, 1);
@@ -175,6 +178,7 @@ describe('WorkerHealth: passive outcomes and the breaker', () => {
       breaker: 'open',
       asleep: false,
       cordoned: false,
+      paused: false,
       selectable: false,
     });
     expect(w.healthy).toBe(false);
@@ -205,6 +209,7 @@ describe('WorkerHealth: identity and generations', () => {
       breaker: 'closed',
       asleep: false,
       cordoned: false,
+      paused: false,
       selectable: true,
     });
     expect(successor.healthy).toBe(true);
@@ -217,6 +222,7 @@ describe('WorkerHealth: identity and generations', () => {
       breaker: 'open',
       asleep: false,
       cordoned: false,
+      paused: false,
       selectable: false,
     });
     expect(health.details(successor, 6)).toMatchObject({ consecutiveCheckFailures: 0, breakerFailures: 0 });
@@ -252,6 +258,7 @@ describe('WorkerHealth: identity and generations', () => {
       breaker: 'closed',
       asleep: false,
       cordoned: false,
+      paused: false,
       selectable: true,
     });
     health.refresh(5000); // no pending deadline left for it: must not throw or touch it
@@ -305,6 +312,7 @@ describe('WorkerHealth: re-admission after a restart (fake clock)', () => {
       breaker: 'half_open',
       asleep: false,
       cordoned: false,
+      paused: false,
       selectable: false,
     });
     health.recordCheck(w, true, 2000 + INTERVAL);
@@ -314,6 +322,7 @@ describe('WorkerHealth: re-admission after a restart (fake clock)', () => {
       breaker: 'half_open',
       asleep: false,
       cordoned: false,
+      paused: false,
       selectable: true,
     });
     health.routed(w, 2600);
@@ -325,6 +334,7 @@ describe('WorkerHealth: re-admission after a restart (fake clock)', () => {
       breaker: 'closed',
       asleep: false,
       cordoned: false,
+      paused: false,
       selectable: true,
     });
   });
@@ -354,6 +364,7 @@ describe('WorkerHealth: re-admission after a restart (fake clock)', () => {
       breaker: 'half_open',
       asleep: false,
       cordoned: false,
+      paused: false,
       selectable: true,
     });
   });
@@ -428,6 +439,7 @@ describe("WorkerHealth: vLLM's sleep mode (recordSleep)", () => {
       breaker: 'closed',
       asleep: true,
       cordoned: false,
+      paused: false,
       selectable: false,
     });
     health.recordSleep(w, true, 2); // every scrape repeats it: one change only
@@ -513,5 +525,23 @@ describe('WorkerHealth: sleep starts the breaker over', () => {
     health.recordSleep(w, false, 6);
     expect(health.details(w, 6)).toMatchObject({ breaker: 'closed', breakerFailures: 0, selectable: true });
     expect(w.healthy).toBe(true);
+  });
+});
+
+describe("WorkerHealth: vLLM's pause of generation (recordPause)", () => {
+  it('a paused worker stays selectable, shows paused, and a new generation starts unpaused', () => {
+    const seen: boolean[] = [];
+    const health = new WorkerHealth({ onChange: (_w, view) => seen.push(view.paused) });
+    const w = worker();
+    health.recordPause(w, false, 0); // never seen and not paused: nothing to change
+    health.recordPause(w, true, 1);
+    expect([w.healthy, w.paused, health.view(w, 1).paused]).toEqual([true, true, true]);
+    health.recordPause(w, true, 2); // no change, no report
+    health.recordPause(w, false, 3);
+    expect([w.healthy, w.paused]).toEqual([true, false]);
+    expect(seen).toEqual([true, false]);
+    health.recordPause(w, true, 4);
+    const next = worker(2);
+    expect([next.paused, health.view(next, 5).paused]).toEqual([false, false]);
   });
 });

@@ -591,3 +591,34 @@ describe('selector', () => {
     expect([chosen.decision.worker.load, chosen.decision.worker.processed]).toEqual([0, 1]);
   });
 });
+
+describe('paused engines (Worker.paused: POST /pause forwarded by the router)', () => {
+  it('are left out while others are not paused, the same array each time; all paused: all stay', () => {
+    const h = harness();
+    for (const p of PORTS) register(h.registry, 'regular', p);
+    const pool = h.pool('regular', 'round_robin');
+    pool.reconcile();
+    const all = pool.candidatesFor('m');
+    expect(all).toBe(pool.candidates());
+    const [a, b, c, d] = pool.workers as [Worker, Worker, Worker, Worker];
+
+    a.paused = true;
+    const rest = pool.candidatesFor('m');
+    expect(rest).toEqual([b, c, d]);
+    expect(pool.candidatesFor('m')).toBe(rest); // memoized while the answer holds
+    b.paused = true;
+    expect(pool.candidatesFor('m')).toEqual([c, d]);
+    const picks = Array.from({ length: 6 }, () => {
+      const r = mustRoute(pool, ctx(), 0);
+      r.guard.release();
+      return r.decision.worker.url;
+    });
+    expect(new Set(picks)).toEqual(new Set([c.url, d.url]));
+
+    c.paused = true;
+    d.paused = true;
+    expect(pool.candidatesFor('m')).toBe(all); // a request waits on a paused engine, as sent directly
+    for (const w of pool.workers) w.paused = false;
+    expect(pool.candidatesFor('m')).toBe(all);
+  });
+});

@@ -1,0 +1,289 @@
+/**
+ * vLLM's engine control endpoints for the whole fleet: an RL trainer's weight-update cycle sent
+ * through Envoy (`POST /pause`, update the weights, `POST /reset_prefix_cache`, `POST /resume`; or
+ * `/sleep` and `/wake_up` around a colocated training step) is answered by the router, which sends
+ * the same call to every worker and keeps its own picture of the fleet in step.
+ *
+ * Why: passed on like any request, such a call reached ONE worker. The others kept generating
+ * during the update, kept the prefix cache computed with the old weights (their rollouts then start
+ * from KV the new policy would not produce: off-policy samples nobody sees), and the router kept
+ * routing on prefixes no worker held any more.
+ *
+ * Paths (vLLM serves them with `VLLM_SERVER_DEV_MODE=1`; a fleet that does not answers 404, passed on
+ * to the client with a hint):
+ *   POST /pause, /resume          vLLM's pause of generation (`mode=abort|wait|keep`, `clear_cache`)
+ *   POST /reset_prefix_cache      (`reset_running_requests`, `reset_external`), /reset_mm_cache,
+ *                                 /reset_encoder_cache
+ *   POST /sleep, /wake_up         (`level`, `tags`)
+ *   GET  /is_paused, /is_sleeping answered `true` only when every worker says so, with each worker's
+ *                                 answer
+ * The query string and the body go to every worker as the client sent them, with its
+ * `authorization` (or `--worker-api-key`), concurrently, once per URL (the roles of a P/D instance
+ * and a data-parallel server's ranks are one process): every member, whatever its health (`/wake_up`
+ * must reach the workers sleep took out of selection, and a worker left unpaused or holding the old
+ * weights' cache must show as a failure). `worker_url=URL` (repeatable; removed before the call)
+ * narrows the call to those members: a rolling update pauses one engine at a time.
+ *
+ * Answer: 200 when every worker answered 2xx (`status` as vLLM's own answer says it, and `workers`:
+ * each URL, its roles, status and message); a 4xx (the workers' own when they all gave the same one)
+ * when every worker refused the call with a 4xx; 502 otherwise, naming the workers that failed; 503
+ * with no member; 404 for a `worker_url` that is not a member.
+ *
+ * What the router does with each worker's 2xx (so the next request is routed on the fleet as it now
+ * is, not at the next scrape):
+ *   - pause: the worker is paused (`Worker.paused`): its pool prefers the others while any is not
+ *     paused (WorkerPool.candidatesFor). Unless `mode=keep` or `clear_cache=false`, vLLM also empties
+ *     its prefix cache: the router forgets what it held (`cacheCleared`);
+ *   - resume: not paused;
+ *   - reset_prefix_cache: the router forgets what it held;
+ *   - sleep: asleep (out of selection, its cache forgotten, as a scraped sleep gauge does);
+ *   - wake_up: the worker's `GET /is_sleeping` is read and recorded (a `tags=weights` wake leaves
+ *     the KV cache asleep, and the engine with it);
+ *   - is_paused / is_sleeping: each answer is recorded (a pause sent to a worker directly shows).
+ * A paused state lives on the Worker: a restarted engine (a new registration generation) is not
+ * paused. Each replica knows the pauses it forwarded (vLLM reports none on /metrics): requests
+ * another replica sends to a paused engine wait there, as they would sent directly.
+ */
+import { Agent } from 'undici';
+import type { LocalAnswer } from '../extproc/dispatch.js';
+import type { Worker } from '../workers/worker.js';
+import { callWorker, rolesByUrl } from './worker-call.js';
+
+type Operation =
+  'pause' | 'resume' | 'reset' | 'reset_other' | 'sleep' | 'wake_up' | 'is_paused' | 'is_sleeping';
+
+const OPERATIONS: ReadonlyMap<string, { readonly method: 'GET' | 'POST'; readonly op: Operation }> = new Map([
+  ['/pause', { method: 'POST', op: 'pause' }],
+  ['/resume', { method: 'POST', op: 'resume' }],
+  ['/reset_prefix_cache', { method: 'POST', op: 'reset' }],
+  ['/reset_mm_cache', { method: 'POST', op: 'reset_other' }],
+  ['/reset_encoder_cache', { method: 'POST', op: 'reset_other' }],
+  ['/sleep', { method: 'POST', op: 'sleep' }],
+  ['/wake_up', { method: 'POST', op: 'wake_up' }],
+  ['/is_paused', { method: 'GET', op: 'is_paused' }],
+  ['/is_sleeping', { method: 'GET', op: 'is_sleeping' }],
+]);
+
+/** The query parameter that narrows a call to some members (removed before the call). */
+export const WORKER_URL_PARAM = 'worker_url';
+
+/** What the router does with the fleet's answers (the composition root's health and policies). */
+export interface FleetState {
+  recordPause(worker: Worker, paused: boolean, now: number): void;
+  recordSleep(worker: Worker, asleep: boolean, now: number): void;
+  /** The worker's prefix cache is empty: its pool's policy forgets what it held. */
+  cacheCleared(worker: Worker): void;
+}
+
+export interface FleetControlOptions {
+  /** Every pool member (all roles). */
+  readonly members: () => readonly Worker[];
+  readonly state: FleetState;
+  readonly clock: () => number;
+  /** `--worker-api-key`: sent instead of the client's authorization when set. */
+  readonly apiKey?: string;
+  /** Timeout of one worker's answer, ms. */
+  readonly timeoutMs: number;
+  /** Told each answered operation (metrics, logs): the path and how many workers took it of how many. */
+  readonly onAnswered?: (path: string, ok: number, of: number) => void;
+}
+
+interface WorkerResult {
+  readonly url: string;
+  readonly roles: string[];
+  /** 0 when the worker could not be reached. */
+  readonly status: number;
+  readonly message: string;
+  readonly ok: boolean;
+  /** `/is_paused` / `/is_sleeping`: the worker's answer. */
+  readonly value?: boolean;
+}
+
+export class FleetControl {
+  private readonly agent = new Agent({ keepAliveTimeout: 4_000 });
+  private closed = false;
+
+  constructor(private readonly opts: FleetControlOptions) {}
+
+  /** The answer to a control request, or undefined for any other request. */
+  answer(
+    method: string,
+    path: string,
+    headers: Readonly<Record<string, string>>,
+    body: Buffer | undefined,
+  ): Promise<LocalAnswer> | undefined {
+    const q = path.indexOf('?');
+    const p = q === -1 ? path : path.slice(0, q);
+    const known = OPERATIONS.get(p);
+    if (known === undefined || known.method !== method) return undefined;
+    const query = new URLSearchParams(q === -1 ? '' : path.slice(q + 1));
+    return this.fanOut(p, known.op, query, headers, body);
+  }
+
+  /** Aborts the calls in flight (their workers count as unreachable) and closes the connections. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await this.agent.destroy();
+  }
+
+  private async fanOut(
+    path: string,
+    op: Operation,
+    query: URLSearchParams,
+    headers: Readonly<Record<string, string>>,
+    body: Buffer | undefined,
+  ): Promise<LocalAnswer> {
+    const details = `fleet_${path.slice(1)}`;
+    const wanted = query.getAll(WORKER_URL_PARAM).map(normaliseUrl);
+    query.delete(WORKER_URL_PARAM);
+    const members = this.opts.members();
+    const unknown = wanted.filter((u) => !members.some((w) => normaliseUrl(w.url) === u));
+    if (unknown.length > 0) {
+      const message = `${WORKER_URL_PARAM} names no worker of the pools: ${unknown.join(', ')}`;
+      return { status: 404, body: errorBody(message, 'not_found_error', 404), details };
+    }
+    const targets = rolesByUrl(members, (w) => wanted.length === 0 || wanted.includes(normaliseUrl(w.url)));
+    if (targets.size === 0 || this.closed) {
+      const message = `No workers to send ${path} to`;
+      return { status: 503, body: errorBody(message, 'service_unavailable', 503), details };
+    }
+    const rest = query.toString();
+    const target = rest === '' ? path : `${path}?${rest}`;
+    const method = op === 'is_paused' || op === 'is_sleeping' ? 'GET' : 'POST';
+    const authorization = this.opts.apiKey ? `Bearer ${this.opts.apiKey}` : headers.authorization;
+    const results = await Promise.all(
+      [...targets].map(async ([url, roles]): Promise<WorkerResult> => {
+        const call = {
+          url,
+          method,
+          path: target,
+          body,
+          authorization,
+          timeoutMs: this.opts.timeoutMs,
+        } as const;
+        const a = await callWorker(this.agent, call);
+        const ok = a.status >= 200 && a.status < 300;
+        const value = ok ? flagOf(a.text, op) : undefined;
+        return {
+          url,
+          roles,
+          status: a.status,
+          message: a.message,
+          ok,
+          ...(value !== undefined ? { value } : {}),
+        };
+      }),
+    );
+    await this.follow(op, query, results, authorization);
+    const failed = results.filter((r) => !r.ok);
+    this.opts.onAnswered?.(path, results.length - failed.length, results.length);
+    const workers = results.map(({ url, roles, status, message, ok, value }) => ({
+      url,
+      roles,
+      status,
+      ...(!ok && message !== '' ? { message } : {}),
+      ...(value !== undefined ? { [op]: value } : {}),
+    }));
+    if (failed.length === 0) return { status: 200, body: { ...summary(op, results), workers }, details };
+    const refused =
+      failed.length === results.length && failed.every((r) => r.status >= 400 && r.status < 500);
+    if (refused) {
+      const same = failed.every((r) => r.status === failed[0]!.status);
+      const status = same ? failed[0]!.status : 400;
+      const hint = status === 404 ? ` (vLLM serves ${path} with VLLM_SERVER_DEV_MODE=1)` : '';
+      return {
+        status,
+        body: {
+          ...errorBody(`${failed[0]!.message || `status ${status}`}${hint}`, 'invalid_request_error', status),
+          workers,
+        },
+        details,
+      };
+    }
+    const message =
+      `${path}: ${results.length - failed.length} of ${results.length} workers took it; failed: ` +
+      failed.map((r) => `${r.url} (${r.status === 0 ? r.message : `status ${r.status}`})`).join(', ');
+    return { status: 502, body: { ...errorBody(message, 'server_error', 502), workers }, details };
+  }
+
+  /** Records what each worker that took the call now is (see the header). */
+  private async follow(
+    op: Operation,
+    query: URLSearchParams,
+    results: readonly WorkerResult[],
+    authorization: string | undefined,
+  ): Promise<void> {
+    const { state, clock } = this.opts;
+    const at = (url: string): Worker[] => this.opts.members().filter((w) => w.url === url);
+    let awake: Array<{ url: string; asleep: boolean | undefined }> = [];
+    if (op === 'wake_up') {
+      awake = await Promise.all(
+        results
+          .filter((r) => r.ok)
+          .map(async (r) => {
+            const call = {
+              url: r.url,
+              method: 'GET',
+              path: '/is_sleeping',
+              authorization,
+              timeoutMs: this.opts.timeoutMs,
+            } as const;
+            const a = await callWorker(this.agent, call);
+            return { url: r.url, asleep: a.status === 200 ? flagOf(a.text, 'is_sleeping') : undefined };
+          }),
+      );
+    }
+    const now = clock();
+    for (const { url, asleep } of awake) {
+      if (asleep !== undefined) for (const w of at(url)) state.recordSleep(w, asleep, now);
+    }
+    const clears =
+      op === 'pause' ? query.get('mode') !== 'keep' && query.get('clear_cache') !== 'false' : op === 'reset';
+    for (const r of results) {
+      if (!r.ok) continue;
+      for (const w of at(r.url)) {
+        if (op === 'pause' || op === 'resume') state.recordPause(w, op === 'pause', now);
+        else if (op === 'sleep') state.recordSleep(w, true, now);
+        else if (op === 'is_paused' && r.value !== undefined) state.recordPause(w, r.value, now);
+        else if (op === 'is_sleeping' && r.value !== undefined) state.recordSleep(w, r.value, now);
+        if (clears) state.cacheCleared(w);
+      }
+    }
+  }
+}
+
+/** The fleet's answer, in the shape of vLLM's own where it has one. */
+function summary(op: Operation, results: readonly WorkerResult[]): Record<string, unknown> {
+  switch (op) {
+    case 'pause':
+      return { status: 'paused' };
+    case 'resume':
+      return { status: 'resumed' };
+    case 'is_paused':
+    case 'is_sleeping':
+      return { [op]: results.every((r) => r.value === true) };
+    default:
+      return { status: 'ok' };
+  }
+}
+
+/** `{"is_paused": true}` / `{"is_sleeping": true}` -> true; anything else -> undefined. */
+function flagOf(text: string, op: Operation): boolean | undefined {
+  if (op !== 'is_paused' && op !== 'is_sleeping') return undefined;
+  try {
+    const v = (JSON.parse(text) as Record<string, unknown>)[op];
+    return typeof v === 'boolean' ? v : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function errorBody(message: string, type: string, code: number): { error: Record<string, unknown> } {
+  return { error: { message, type, code } };
+}
+
+/** `http://h:p/` and `http://h:p` name one worker. */
+function normaliseUrl(url: string): string {
+  return url.replace(/\/+$/, '');
+}

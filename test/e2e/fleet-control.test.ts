@@ -1,0 +1,166 @@
+/**
+ * End to end through a real Envoy: an RL trainer's weight update sent to the gateway. vLLM's control
+ * endpoints (`POST /pause`, `/reset_prefix_cache`, `/resume`, with VLLM_SERVER_DEV_MODE=1) act on the
+ * ONE engine that gets the call; passed on like any request, a pause reached one worker of the fleet
+ * while the others kept generating and kept the prefix cache computed with the old weights. The
+ * router answers these calls itself: every worker gets the call, the answer lists each one, and the
+ * router follows (a paused worker is preferred last, a reset worker's prefixes are forgotten).
+ */
+import { request } from 'undici';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { postThrough, startStack, type Stack } from '../support/stack.js';
+import { adminJson, expectAllLoadsZero, metricsText } from '../support/router-fixture.js';
+import { waitFor } from '../support/wait-for.js';
+import type { Simulator } from '../../src/sim/simulator.js';
+
+let stack: Stack;
+
+beforeAll(async () => {
+  stack = await startStack({
+    workers: 3,
+    router: { policy: 'cache_aware', decisionHeader: true },
+  });
+});
+afterAll(async () => {
+  await stack?.close();
+});
+afterEach(async () => {
+  for (const s of stack.sims) s.resume();
+  await control('POST', '/resume');
+  await expectAllLoadsZero(stack.router);
+  await Promise.all(stack.sims.map((s) => s.waitForIdle()));
+});
+
+interface FleetAnswer {
+  status?: string;
+  is_paused?: boolean;
+  workers: Array<{ url: string; roles: string[]; status: number }>;
+}
+
+/** A control call through Envoy, as a trainer sends it (no body). */
+async function control(
+  method: 'GET' | 'POST',
+  path: string,
+  base = stack.url,
+): Promise<{ status: number; body: FleetAnswer }> {
+  const r = await request(`${base}${path}`, { method });
+  const text = await r.body.text();
+  return { status: r.statusCode, body: (text === '' ? {} : JSON.parse(text)) as FleetAnswer };
+}
+
+interface WorkerInfo {
+  url: string;
+  health: { paused: boolean };
+}
+const pausedAsRouterSees = async (): Promise<boolean[]> => {
+  const views = (await adminJson<WorkerInfo[]>(stack.router, '/workers')).body;
+  return stack.sims.map((s) => views.find((w) => w.url === s.url)!.health.paused);
+};
+
+const treeSize = (metrics: string, sim: Simulator): number =>
+  Number(
+    new RegExp(`^vllm_router_tree_size\\{[^}]*worker="${sim.url}"[^}]*\\} (\\S+)$`, 'm').exec(metrics)?.[1],
+  );
+
+const SYSTEM =
+  'You grade the proofs a policy model writes, step by step, and explain every deduction. '.repeat(50);
+const ask = (q: string, path = '/v1/chat/completions') =>
+  postThrough(
+    stack,
+    {
+      model: 'sim-model',
+      messages: [
+        { role: 'system', content: SYSTEM },
+        { role: 'user', content: q },
+      ],
+      max_tokens: 2,
+    },
+    path,
+  );
+const cachedOf = (text: string): number =>
+  (JSON.parse(text) as { usage: { prompt_tokens_details?: { cached_tokens?: number } } }).usage
+    .prompt_tokens_details?.cached_tokens ?? 0;
+
+describe('an RL weight update through the gateway (fleet control)', () => {
+  it('pause, reset and resume reach every worker; a request sent meanwhile waits and is served after', async () => {
+    const first = await ask('warm up');
+    expect(first.status).toBe(200);
+    const holder = stack.sims.find((s) => s.url === first.worker)!;
+    expect((await ask('again')).worker).toBe(holder.url);
+    expect(treeSize(await metricsText(stack.router), holder)).toBeGreaterThan(SYSTEM.length);
+
+    const paused = await control('POST', '/pause?mode=keep');
+    expect(paused.status).toBe(200);
+    expect(paused.body.status).toBe('paused');
+    const answered = paused.body.workers.map((w) => `${w.url} ${w.status}`).sort();
+    expect(answered).toEqual(stack.sims.map((s) => `${s.url} 200`).sort());
+    expect(stack.sims.map((s) => s.paused)).toEqual([true, true, true]);
+    expect(await pausedAsRouterSees()).toEqual([true, true, true]);
+    expect(await metricsText(stack.router)).toMatch(/vllm_router_worker_paused\{[^}]*\} 1/);
+    expect((await control('GET', '/is_paused')).body.is_paused).toBe(true);
+
+    // Every worker paused: a rollout request sent now waits on one of them, as it would sent directly.
+    const during = ask('sent during the update');
+    await waitFor(() => stack.sims.some((s) => s.waiting() === 1), {
+      message: 'the request held by a paused engine',
+    });
+
+    // The new weights are in: the old weights' cache goes, on every worker and in the router's picture.
+    const reset = await control('POST', '/reset_prefix_cache');
+    expect(reset.status).toBe(200);
+    expect(reset.body.workers).toHaveLength(3);
+    const metrics = await metricsText(stack.router);
+    for (const s of stack.sims) expect(treeSize(metrics, s)).toBe(0);
+
+    const resumed = await control('POST', '/resume');
+    expect(resumed.status).toBe(200);
+    expect(resumed.body.status).toBe('resumed');
+    expect(stack.sims.map((s) => s.paused)).toEqual([false, false, false]);
+    expect(await pausedAsRouterSees()).toEqual([false, false, false]);
+    const served = await during;
+    expect(served.status).toBe(200);
+    // It ran after the reset: nothing of the old weights' cache was left to reuse.
+    expect(cachedOf(served.text)).toBe(0);
+  });
+
+  it('a rolling update (worker_url): the paused engine gets no request while others are not paused', async () => {
+    const first = await ask('which worker holds the prompt?');
+    const holder = stack.sims.find((s) => s.url === first.worker)!;
+    expect((await ask('still there?')).worker).toBe(holder.url);
+
+    const one = await control('POST', `/pause?mode=keep&worker_url=${encodeURIComponent(holder.url)}`);
+    expect(one.status).toBe(200);
+    expect(one.body.workers.map((w) => w.url)).toEqual([holder.url]);
+    expect(stack.sims.map((s) => s.paused)).toEqual(stack.sims.map((s) => s === holder));
+
+    const during: string[] = [];
+    for (let i = 0; i < 6; i++) {
+      const r = await ask(`during the update ${i}`);
+      expect(r.status).toBe(200);
+      during.push(r.worker);
+    }
+    expect(during.filter((w) => w === holder.url)).toEqual([]);
+    expect(holder.waiting()).toBe(0);
+
+    expect((await control('POST', `/resume?worker_url=${encodeURIComponent(holder.url)}`)).status).toBe(200);
+    // mode=keep kept its cache: the prompt's requests go back to it.
+    const after = await ask('after the update');
+    expect(after.worker).toBe(holder.url);
+    expect(cachedOf(after.text)).toBeGreaterThan(0);
+  });
+});
+
+describe('with --fleet-control false (the behaviour before)', () => {
+  it('a pause sent through the gateway reaches one worker: the others keep generating', async () => {
+    const plain = await startStack({ workers: 2, router: { fleetControl: false } });
+    try {
+      const r = await control('POST', '/pause?mode=keep', plain.url);
+      expect(r.status).toBe(200);
+      expect(plain.sims.filter((s) => s.paused)).toHaveLength(1);
+      for (const s of plain.sims) s.resume();
+      await expectAllLoadsZero(plain.router);
+    } finally {
+      await plain.close();
+    }
+  });
+});

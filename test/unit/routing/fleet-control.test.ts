@@ -1,0 +1,222 @@
+/**
+ * FleetControl against real simulators (real HTTP): vLLM's engine control calls (an RL trainer's
+ * pause, cache reset, resume; sleep and wake) sent to every worker once per URL, answered with each
+ * worker's result, and followed in the router's own state.
+ */
+import { createServer, type IncomingMessage } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterEach, describe, expect, it } from 'vitest';
+import { FleetControl, type FleetState } from '../../../src/routing/fleet-control.js';
+import { startSimulator, type Simulator } from '../../../src/sim/simulator.js';
+import { Worker } from '../../../src/workers/worker.js';
+import type { Role } from '../../../src/workers/role.js';
+
+const open: Array<{ close(): Promise<void> }> = [];
+afterEach(async () => {
+  for (const x of open.splice(0).reverse()) await x.close();
+});
+
+async function sim(): Promise<Simulator> {
+  const s = await startSimulator({ timeScale: 0 });
+  open.push(s);
+  return s;
+}
+
+const worker = (url: string, role: Role = 'regular', dpRank?: number): Worker =>
+  new Worker({
+    role,
+    url,
+    endpoint: new URL(url).host,
+    generation: 1,
+    ...(dpRank !== undefined ? { dpRank } : {}),
+  });
+
+/** The router's side, as recorded calls. */
+class Recorded implements FleetState {
+  readonly calls: string[] = [];
+  recordPause(w: Worker, paused: boolean): void {
+    this.calls.push(`${w.id} paused=${paused}`);
+  }
+  recordSleep(w: Worker, asleep: boolean): void {
+    this.calls.push(`${w.id} asleep=${asleep}`);
+  }
+  cacheCleared(w: Worker): void {
+    this.calls.push(`${w.id} cleared`);
+  }
+}
+
+function control(members: Worker[], state = new Recorded(), apiKey?: string): FleetControl {
+  const f = new FleetControl({
+    members: () => members,
+    state,
+    clock: () => 0,
+    timeoutMs: 5_000,
+    ...(apiKey !== undefined ? { apiKey } : {}),
+  });
+  open.push(f);
+  return f;
+}
+
+/** An HTTP server that records each request line and authorization and answers `status` with `body`. */
+async function capture(status = 200, body = ''): Promise<{ url: string; seen: string[] }> {
+  const seen: string[] = [];
+  const server = createServer((req: IncomingMessage, res) => {
+    req.resume();
+    seen.push(`${req.method} ${req.url} ${req.headers.authorization ?? '-'}`);
+    res.writeHead(status, { 'content-type': 'application/json' }).end(body);
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  open.push({ close: () => new Promise<void>((r) => server.close(() => r())) });
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, seen };
+}
+
+describe('FleetControl', () => {
+  it('answers only the control paths, each with its method', () => {
+    const f = control([]);
+    expect(f.answer('POST', '/v1/completions', {}, undefined)).toBeUndefined();
+    expect(f.answer('GET', '/pause', {}, undefined)).toBeUndefined();
+    expect(f.answer('POST', '/is_paused', {}, undefined)).toBeUndefined();
+    expect(f.answer('POST', '/pausex', {}, undefined)).toBeUndefined();
+  });
+
+  it('pauses every worker once per URL, records it on every worker there, and resumes them', async () => {
+    const [a, b] = [await sim(), await sim()];
+    const state = new Recorded();
+    const members = [
+      worker(a.url, 'prefill'),
+      worker(a.url, 'decode'),
+      worker(b.url, 'regular', 0),
+      worker(b.url, 'regular', 1),
+    ];
+    const f = control(members, state);
+    const res = await f.answer('POST', '/pause?mode=keep', {}, undefined)!;
+    expect(res.status).toBe(200);
+    expect(res.body).toEqual({
+      status: 'paused',
+      workers: [
+        { url: a.url, roles: ['prefill', 'decode'], status: 200 },
+        { url: b.url, roles: ['regular'], status: 200 },
+      ],
+    });
+    expect([a.paused, b.paused]).toEqual([true, true]);
+    // mode=keep leaves vLLM's cache as it is: nothing forgotten.
+    expect(state.calls).toEqual(members.map((w) => `${w.id} paused=true`));
+
+    const polled = await f.answer('GET', '/is_paused', {}, undefined)!;
+    expect(polled.status).toBe(200);
+    expect((polled.body as { is_paused: boolean }).is_paused).toBe(true);
+
+    state.calls.length = 0;
+    const resumed = await f.answer('POST', '/resume', {}, undefined)!;
+    expect(resumed.status).toBe(200);
+    expect((resumed.body as { status: string }).status).toBe('resumed');
+    expect([a.paused, b.paused]).toEqual([false, false]);
+    expect(state.calls).toEqual(members.map((w) => `${w.id} paused=false`));
+    expect(
+      ((await f.answer('GET', '/is_paused', {}, undefined)!).body as { is_paused: boolean }).is_paused,
+    ).toBe(false);
+  });
+
+  it("a pause that empties vLLM's cache (mode abort or wait) and a cache reset make the router forget", async () => {
+    const a = await sim();
+    const w = worker(a.url);
+    const state = new Recorded();
+    const f = control([w], state);
+    expect((await f.answer('POST', '/pause?mode=wait', {}, undefined)!).status).toBe(200);
+    expect(state.calls).toEqual([`${w.id} paused=true`, `${w.id} cleared`]);
+    state.calls.length = 0;
+    expect((await f.answer('POST', '/pause?mode=abort&clear_cache=false', {}, undefined)!).status).toBe(200);
+    expect(state.calls).toEqual([`${w.id} paused=true`]);
+    state.calls.length = 0;
+    expect((await f.answer('POST', '/reset_prefix_cache', {}, undefined)!).status).toBe(200);
+    expect(state.calls).toEqual([`${w.id} cleared`]);
+    state.calls.length = 0;
+    expect((await f.answer('POST', '/reset_mm_cache', {}, undefined)!).status).toBe(200);
+    expect(state.calls).toEqual([]);
+  });
+
+  it('sleep records the workers asleep; wake_up records what their /is_sleeping then says', async () => {
+    const [a, b] = [await sim(), await sim()];
+    const [wa, wb] = [worker(a.url), worker(b.url)];
+    const state = new Recorded();
+    const f = control([wa, wb], state);
+    expect((await f.answer('POST', '/sleep?level=1', {}, undefined)!).status).toBe(200);
+    expect([a.sleepLevel, b.sleepLevel]).toEqual([1, 1]);
+    expect(state.calls).toEqual([`${wa.id} asleep=true`, `${wb.id} asleep=true`]);
+    const asleep = await f.answer('GET', '/is_sleeping', {}, undefined)!;
+    expect((asleep.body as { is_sleeping: boolean }).is_sleeping).toBe(true);
+    state.calls.length = 0;
+    expect((await f.answer('POST', '/wake_up', {}, undefined)!).status).toBe(200);
+    expect([a.sleepLevel, b.sleepLevel]).toEqual([0, 0]);
+    expect(state.calls).toEqual([`${wa.id} asleep=false`, `${wb.id} asleep=false`]);
+  });
+
+  it('worker_url narrows the call to that worker (and is not passed on); an unknown one is a 404', async () => {
+    const [a, b] = [await capture(200, '{"status":"paused"}'), await capture(200, '{"status":"paused"}')];
+    const state = new Recorded();
+    const wb = worker(b.url);
+    const f = control([worker(a.url), wb], state);
+    const res = await f.answer(
+      'POST',
+      `/pause?mode=keep&worker_url=${encodeURIComponent(`${b.url}/`)}`,
+      {},
+      undefined,
+    )!;
+    expect(res.status).toBe(200);
+    expect(a.seen).toEqual([]);
+    expect(b.seen).toEqual(['POST /pause?mode=keep -']);
+    expect(state.calls).toEqual([`${wb.id} paused=true`]);
+
+    const unknown = await f.answer('POST', '/pause?worker_url=http://10.9.9.9:8000', {}, undefined)!;
+    expect(unknown.status).toBe(404);
+    expect(JSON.stringify(unknown.body)).toContain('http://10.9.9.9:8000');
+    expect(b.seen).toHaveLength(1);
+  });
+
+  it("passes the client's authorization and body on, or --worker-api-key instead", async () => {
+    const a = await capture();
+    await control([worker(a.url)]).answer(
+      'POST',
+      '/sleep?level=2',
+      { authorization: 'Bearer client' },
+      Buffer.from('{}'),
+    )!;
+    await control([worker(a.url)], new Recorded(), 'fleet-key').answer(
+      'POST',
+      '/resume',
+      { authorization: 'Bearer client' },
+      undefined,
+    )!;
+    expect(a.seen).toEqual(['POST /sleep?level=2 Bearer client', 'POST /resume Bearer fleet-key']);
+  });
+
+  it('a worker that cannot be reached makes a 502 naming it; the others are paused and recorded', async () => {
+    const a = await sim();
+    const gone = await capture();
+    await open.pop()!.close(); // its port is closed now
+    const [wa, wg] = [worker(a.url), worker(gone.url)];
+    const state = new Recorded();
+    const res = await control([wa, wg], state).answer('POST', '/pause?mode=keep', {}, undefined)!;
+    expect(res.status).toBe(502);
+    const body = res.body as { error: { message: string }; workers: Array<{ url: string; status: number }> };
+    expect(body.error.message).toContain(`1 of 2 workers took it; failed: ${gone.url}`);
+    expect(body.workers.map((w) => w.status)).toEqual([200, 0]);
+    expect(a.paused).toBe(true);
+    expect(state.calls).toEqual([`${wa.id} paused=true`]);
+  });
+
+  it('a fleet that does not serve the path (vLLM without dev mode) gets its 404 with a hint; no member is a 503', async () => {
+    const [a, b] = [
+      await capture(404, '{"detail":"Not Found"}'),
+      await capture(404, '{"detail":"Not Found"}'),
+    ];
+    const state = new Recorded();
+    const res = await control([worker(a.url), worker(b.url)], state).answer('POST', '/pause', {}, undefined)!;
+    expect(res.status).toBe(404);
+    expect((res.body as { error: { message: string } }).error.message).toBe(
+      'Not Found (vLLM serves /pause with VLLM_SERVER_DEV_MODE=1)',
+    );
+    expect(state.calls).toEqual([]);
+    expect((await control([]).answer('POST', '/resume', {}, undefined)!).status).toBe(503);
+  });
+});
