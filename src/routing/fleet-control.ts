@@ -31,8 +31,10 @@
  *
  * What the router does with each worker's 2xx (so the next request is routed on the fleet as it now
  * is, not at the next scrape):
- *   - pause: the worker is paused (`Worker.paused`): its pool prefers the others while any is not
- *     paused (WorkerPool.candidatesFor). Unless `mode=keep` or `clear_cache=false`, vLLM also empties
+ *   - pause: the worker is paused (`Worker.paused`) from the moment the call is sent (a request
+ *     routed while it is on its way would find the engine paused; a worker that does not take it
+ *     gets its state back): its pool prefers the others while any is not paused
+ *     (WorkerPool.candidatesFor). Unless `mode=keep` or `clear_cache=false`, vLLM also empties
  *     its prefix cache: the router forgets what it held (`cacheCleared`);
  *   - resume: not paused;
  *   - reset_prefix_cache: the router forgets what it held;
@@ -152,6 +154,9 @@ export class FleetControl {
     const target = rest === '' ? path : `${path}?${rest}`;
     const method = op === 'is_paused' || op === 'is_sleeping' ? 'GET' : 'POST';
     const authorization = this.opts.apiKey ? `Bearer ${this.opts.apiKey}` : headers.authorization;
+    // A pause counts from the moment it is sent: a request routed while the call is on its way would
+    // reach the engine paused. A worker that does not take it gets its state back.
+    const before = op === 'pause' ? this.markPaused(targets) : undefined;
     const results = await Promise.all(
       [...targets].map(async ([url, roles]): Promise<WorkerResult> => {
         const call = {
@@ -175,6 +180,13 @@ export class FleetControl {
         };
       }),
     );
+    if (before !== undefined) {
+      const now = this.opts.clock();
+      for (const r of results) {
+        if (r.ok) continue;
+        for (const w of this.at(r.url)) this.opts.state.recordPause(w, before.get(w) === true, now);
+      }
+    }
     await this.follow(op, query, results, authorization);
     const failed = results.filter((r) => !r.ok);
     this.opts.onAnswered?.(path, results.length - failed.length, results.length);
@@ -207,6 +219,24 @@ export class FleetControl {
     return { status: 502, body: { ...errorBody(message, 'server_error', 502), workers }, details };
   }
 
+  /** Records every worker at `targets` paused; returns what each was before. */
+  private markPaused(targets: ReadonlyMap<string, string[]>): Map<Worker, boolean> {
+    const before = new Map<Worker, boolean>();
+    const now = this.opts.clock();
+    for (const url of targets.keys()) {
+      for (const w of this.at(url)) {
+        before.set(w, w.paused);
+        this.opts.state.recordPause(w, true, now);
+      }
+    }
+    return before;
+  }
+
+  /** The current members registered at `url`. */
+  private at(url: string): Worker[] {
+    return this.opts.members().filter((w) => w.url === url);
+  }
+
   /** Records what each worker that took the call now is (see the header). */
   private async follow(
     op: Operation,
@@ -215,7 +245,7 @@ export class FleetControl {
     authorization: string | undefined,
   ): Promise<void> {
     const { state, clock } = this.opts;
-    const at = (url: string): Worker[] => this.opts.members().filter((w) => w.url === url);
+    const at = (url: string): Worker[] => this.at(url);
     let awake: Array<{ url: string; asleep: boolean | undefined }> = [];
     if (op === 'wake_up') {
       awake = await Promise.all(
@@ -243,7 +273,7 @@ export class FleetControl {
     for (const r of results) {
       if (!r.ok) continue;
       for (const w of at(r.url)) {
-        if (op === 'pause' || op === 'resume') state.recordPause(w, op === 'pause', now);
+        if (op === 'resume') state.recordPause(w, false, now);
         else if (op === 'sleep') state.recordSleep(w, true, now);
         else if (op === 'is_paused' && r.value !== undefined) state.recordPause(w, r.value, now);
         else if (op === 'is_sleeping' && r.value !== undefined) state.recordSleep(w, r.value, now);

@@ -312,6 +312,8 @@ export interface Simulator {
   pause(mode?: PauseMode, clearCache?: boolean): Promise<void>;
   resume(): void;
   readonly paused: boolean;
+  /** Generation requests that arrived while paused (each waited for resume()). */
+  readonly requestsWhilePaused: number;
   /** 0 awake, else the sleep level. */
   readonly sleepLevel: number;
   /** Generation requests that arrived while asleep. */
@@ -439,6 +441,7 @@ class SimulatorServer implements Simulator {
   private closing: Promise<void> | undefined;
   sleepLevel = 0;
   requestsWhileAsleep = 0;
+  requestsWhilePaused = 0;
   /** LoRA adapters served: `lora.modules`, then those loaded and unloaded at run time. */
   private readonly adapters: Set<string>;
 
@@ -1329,7 +1332,10 @@ class SimulatorServer implements Simulator {
     ctx.unhold = this.pauseGate.admit(() => {
       if (!ctx.res.destroyed) ctx.job = this.engine.submit(spec);
     });
-    if (this.pauseGate.paused) this.settlePauseWaiters();
+    if (this.pauseGate.paused) {
+      this.requestsWhilePaused += 1;
+      this.settlePauseWaiters();
+    }
   }
 
   private streamToken(

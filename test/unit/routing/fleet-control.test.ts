@@ -35,6 +35,7 @@ const worker = (url: string, role: Role = 'regular', dpRank?: number): Worker =>
 class Recorded implements FleetState {
   readonly calls: string[] = [];
   recordPause(w: Worker, paused: boolean): void {
+    w.paused = paused; // as WorkerHealth does
     this.calls.push(`${w.id} paused=${paused}`);
   }
   recordSleep(w: Worker, asleep: boolean): void {
@@ -173,6 +174,23 @@ describe('FleetControl', () => {
     expect(b.seen).toHaveLength(1);
   });
 
+  it('a worker counts as paused from the moment the pause is sent, before its answer', async () => {
+    let answer: () => void = () => undefined;
+    const server = createServer((req, res) => {
+      req.resume();
+      answer = () => res.writeHead(200, { 'content-type': 'application/json' }).end('{"status":"paused"}');
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    open.push({ close: () => new Promise<void>((r) => server.close(() => r())) });
+    const w = worker(`http://127.0.0.1:${(server.address() as AddressInfo).port}`);
+    const pending = control([w]).answer('POST', '/pause?mode=keep', {}, undefined)!;
+    expect(w.paused).toBe(true);
+    await new Promise<void>((r) => server.once('request', () => r()));
+    answer();
+    expect((await pending).status).toBe(200);
+    expect(w.paused).toBe(true);
+  });
+
   it("passes the client's authorization and body on, or --worker-api-key instead", async () => {
     const a = await capture();
     await control([worker(a.url)]).answer(
@@ -202,7 +220,9 @@ describe('FleetControl', () => {
     expect(body.error.message).toContain(`1 of 2 workers took it; failed: ${gone.url}`);
     expect(body.workers.map((w) => w.status)).toEqual([200, 0]);
     expect(a.paused).toBe(true);
-    expect(state.calls).toEqual([`${wa.id} paused=true`]);
+    // Both counted paused from the moment the call went out; the one that did not take it is not.
+    expect(state.calls).toEqual([`${wa.id} paused=true`, `${wg.id} paused=true`, `${wg.id} paused=false`]);
+    expect([wa.paused, wg.paused]).toEqual([true, false]);
   });
 
   it('a fleet that does not serve the path (vLLM without dev mode) gets its 404 with a hint; no member is a 503', async () => {
@@ -216,7 +236,8 @@ describe('FleetControl', () => {
     expect((res.body as { error: { message: string } }).error.message).toBe(
       'Not Found (vLLM serves /pause with VLLM_SERVER_DEV_MODE=1)',
     );
-    expect(state.calls).toEqual([]);
+    expect(state.calls.filter((c) => c.endsWith('paused=false'))).toHaveLength(2);
+    expect(state.calls.filter((c) => c.endsWith('cleared'))).toEqual([]);
     expect((await control([]).answer('POST', '/resume', {}, undefined)!).status).toBe(503);
   });
 });

@@ -46,6 +46,7 @@ describe('simulator: pause of generation', () => {
     const held = postJson(`${s.url}/v1/completions`, { prompt: SHARED + blockPrompt('q2', 1) });
     await s.waitForRequests(2);
     expect(s.waiting()).toBe(1);
+    expect(s.requestsWhilePaused).toBe(1);
     expect(await waitingOnPage(s)).toBe(1);
     expect(s.inFlight()).toBe(1);
 
