@@ -22,6 +22,16 @@
  * Per variant: output tokens/s, time to first token p50 / p90 / p99 / max, and the requests that
  * reached a paused engine (each waited there for the rest of that engine's update).
  *
+ *   npx tsx bench/rl-weight-update.bench.ts --mode sync      synchronous steps (~2 min)
+ *   --steps 4 --turns 4 --update-ms 400
+ *
+ * `--mode sync`: an on-policy trainer's steps. In each of `--steps` steps every client sends `--turns`
+ * requests on the same 4 task prompts (an agent's system prompt and tools do not change between
+ * steps), then the trainer updates the whole fleet: `POST /pause?mode=wait`, `--update-ms`, `POST
+ * /reset_prefix_cache` (the old weights' KV is wrong for the new ones), `POST /resume`, sent to each
+ * engine or through the router. Only the router told of the reset forgets the prefixes the workers
+ * held. Output tokens/s over the steps' own time (updates left out).
+ *
  * Absolute figures on a shared 2-core machine are noisy: compare the ratios within one run.
  */
 import { runInterleaved } from './arm-runs.js';
@@ -34,9 +44,13 @@ import type { Simulator } from '../src/sim/simulator.js';
 
 const repeats = numericFlag('repeats', 2);
 const sessions = numericFlag('sessions', 32);
-const turns = numericFlag('turns', 8);
 const updateMs = numericFlag('update-ms', 400);
 const gapMs = numericFlag('gap-ms', 100);
+const modeAt = process.argv.indexOf('--mode');
+const mode = modeAt === -1 ? 'rolling' : process.argv[modeAt + 1];
+if (mode !== 'rolling' && mode !== 'sync') throw new Error(`--mode rolling|sync, got ${mode}`);
+const steps = numericFlag('steps', 4);
+const turns = numericFlag('turns', mode === 'sync' ? 4 : 8);
 const WORKERS = 8;
 const OUTPUT_TOKENS = 64;
 const MODEL = SESSION_SIM.model as string;
@@ -54,17 +68,23 @@ interface Variant {
   readonly policy: 'cache_aware' | 'round_robin';
   readonly pauses: Pauses;
 }
-const VARIANTS: readonly Variant[] = [
+const SYNC_VARIANTS: readonly Variant[] = [
+  { label: 'cache_aware, update sent to each engine', policy: 'cache_aware', pauses: 'engine' },
+  { label: 'cache_aware, update through the router', policy: 'cache_aware', pauses: 'router' },
+  { label: 'round_robin, update through the router', policy: 'round_robin', pauses: 'router' },
+];
+const ROLLING_VARIANTS: readonly Variant[] = [
   { label: 'cache_aware, pauses sent to each engine', policy: 'cache_aware', pauses: 'engine' },
   { label: 'cache_aware, pauses through the router', policy: 'cache_aware', pauses: 'router' },
   { label: 'round_robin, pauses sent to each engine', policy: 'round_robin', pauses: 'engine' },
   { label: 'round_robin, pauses through the router', policy: 'round_robin', pauses: 'router' },
   { label: 'cache_aware, no update', policy: 'cache_aware', pauses: 'none' },
 ];
+const VARIANTS = mode === 'sync' ? SYNC_VARIANTS : ROLLING_VARIANTS;
 
-function traffic(baseUrl: string, seed: number, n: number, t: number) {
+function traffic(baseUrl: string, seed: number, n: number, t: number, step = 0) {
   return runSessions(n, async (s) => {
-    const rng = mulberry32(seed * 1000 + s);
+    const rng = mulberry32(seed * 1000 + s + step * 100_003);
     const out: Turn[] = [];
     for (let k = 0; k < t; k++) {
       const body = {
@@ -109,6 +129,31 @@ async function trainer(pauses: Pauses, envoyUrl: string, sims: readonly Simulato
   return updates;
 }
 
+/** The whole fleet's update between two synchronous steps: pause, new weights, reset, resume. */
+async function syncUpdate(pauses: Pauses, envoyUrl: string, sims: readonly Simulator[]): Promise<void> {
+  const each = async (path: string): Promise<void> => {
+    if (pauses === 'router') await post(`${envoyUrl}${path}`);
+    else await Promise.all(sims.map((sim) => post(`${sim.url}${path}`)));
+  };
+  await each('/pause?mode=wait');
+  await sleep(updateMs);
+  await each('/reset_prefix_cache');
+  await each('/resume');
+}
+
+/** Synchronous steps (see the header): every step's turns, with the fleet's update in between. */
+async function syncSteps(v: Variant, envoyUrl: string, sims: readonly Simulator[], run: number) {
+  const all: Turn[][] = [];
+  let wallMs = 0;
+  for (let step = 0; step < steps; step++) {
+    if (step > 0) await syncUpdate(v.pauses, envoyUrl, sims);
+    const r = await traffic(envoyUrl, run, sessions, turns, step);
+    all.push(...r.turns);
+    wallMs += r.wallMs;
+  }
+  return { r: { turns: all, wallMs }, updates: steps - 1 };
+}
+
 const script = buildRouter().script;
 const cells = await runInterleaved(
   VARIANTS,
@@ -126,11 +171,16 @@ const cells = await runInterleaved(
       const from = Date.now();
       const held = sims.map((s) => s.requestsWhilePaused);
       let finished = false;
-      const updating =
-        v.pauses === 'none' ? Promise.resolve(0) : trainer(v.pauses, stack.url, sims, () => finished);
-      const r = await traffic(stack.url, run, sessions, turns);
-      finished = true;
-      const updates = await updating;
+      const { r, updates } =
+        mode === 'sync'
+          ? await syncSteps(v, stack.url, sims, run)
+          : await (async () => {
+              const updating =
+                v.pauses === 'none' ? Promise.resolve(0) : trainer(v.pauses, stack.url, sims, () => finished);
+              const traffic_ = await traffic(stack.url, run, sessions, turns);
+              finished = true;
+              return { r: traffic_, updates: await updating };
+            })();
       const ok = r.turns.flat().filter((x) => x.status === 200);
       const ttft = ok.map((x) => x.ttftMs);
       let prompt = 0;
@@ -165,7 +215,7 @@ const cells = await runInterleaved(
 type Cell = (typeof cells)[number];
 const mean = (cs: readonly Cell[], k: keyof Omit<Cell, 'arm'>): number =>
   cs.reduce((a, c) => a + c[k], 0) / cs.length;
-const reference = cells.filter((c) => c.arm === 'cache_aware, no update');
+const reference = cells.filter((c) => c.arm === VARIANTS[VARIANTS.length - 1]!.label);
 const results = Object.fromEntries(
   VARIANTS.map((v) => {
     const cs = cells.filter((c) => c.arm === v.label);
@@ -178,7 +228,7 @@ const results = Object.fromEntries(
         reachedPaused: round(mean(cs, 'reachedPaused')),
         reachedPausedRuns: cs.map((c) => c.reachedPaused),
         tokensPerSec: round(mean(cs, 'tokensPerSec')),
-        vsNoUpdate: round(mean(cs, 'tokensPerSec') / mean(reference, 'tokensPerSec')),
+        vsReference: round(mean(cs, 'tokensPerSec') / mean(reference, 'tokensPerSec')),
         hitRate: round(mean(cs, 'hitRate')),
         ttftP50Ms: round(mean(cs, 'ttftP50')),
         ttftP90Ms: round(mean(cs, 'ttftP90')),
@@ -189,6 +239,6 @@ const results = Object.fromEntries(
   }),
 );
 process.stdout.write(
-  `${JSON.stringify({ benchmark: 'rl-weight-update', workers: WORKERS, sessions, turns, updateMs, gapMs, repeats, results }, null, 2)}\n`,
+  `${JSON.stringify({ benchmark: 'rl-weight-update', mode, workers: WORKERS, sessions, turns, ...(mode === 'sync' ? { steps } : { gapMs }), updateMs, repeats, reference: VARIANTS[VARIANTS.length - 1]!.label, results }, null, 2)}\n`,
 );
 process.exit(0);

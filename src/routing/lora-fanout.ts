@@ -75,7 +75,10 @@ export class LoraFanout {
 
   constructor(private readonly opts: LoraFanoutOptions) {}
 
-  /** The answer to a runtime LoRA request, or undefined for any other request (or one without a body: the worker says what it lacks). */
+  /**
+   * The answer to a runtime LoRA request, or undefined for any other request (and for one without a
+   * body: the worker says what it lacks).
+   */
   answer(
     method: string,
     path: string,

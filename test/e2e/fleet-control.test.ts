@@ -9,9 +9,8 @@
 import { request } from 'undici';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { postThrough, startStack, type Stack } from '../support/stack.js';
-import { adminJson, expectAllLoadsZero, metricsText } from '../support/router-fixture.js';
+import { adminJson, expectAllLoadsZero, metricsText, treeSize } from '../support/router-fixture.js';
 import { waitFor } from '../support/wait-for.js';
-import type { Simulator } from '../../src/sim/simulator.js';
 
 let stack: Stack;
 
@@ -57,11 +56,6 @@ const pausedAsRouterSees = async (): Promise<boolean[]> => {
   return stack.sims.map((s) => views.find((w) => w.url === s.url)!.health.paused);
 };
 
-const treeSize = (metrics: string, sim: Simulator): number =>
-  Number(
-    new RegExp(`^vllm_router_tree_size\\{[^}]*worker="${sim.url}"[^}]*\\} (\\S+)$`, 'm').exec(metrics)?.[1],
-  );
-
 const SYSTEM =
   'You grade the proofs a policy model writes, step by step, and explain every deduction. '.repeat(50);
 const ask = (q: string, path = '/v1/chat/completions') =>
@@ -87,7 +81,7 @@ describe('an RL weight update through the gateway (fleet control)', () => {
     expect(first.status).toBe(200);
     const holder = stack.sims.find((s) => s.url === first.worker)!;
     expect((await ask('again')).worker).toBe(holder.url);
-    expect(treeSize(await metricsText(stack.router), holder)).toBeGreaterThan(SYSTEM.length);
+    expect(treeSize(await metricsText(stack.router), holder.url)).toBeGreaterThan(SYSTEM.length);
 
     const paused = await control('POST', '/pause?mode=keep');
     expect(paused.status).toBe(200);
@@ -110,7 +104,7 @@ describe('an RL weight update through the gateway (fleet control)', () => {
     expect(reset.status).toBe(200);
     expect(reset.body.workers).toHaveLength(3);
     const metrics = await metricsText(stack.router);
-    for (const s of stack.sims) expect(treeSize(metrics, s)).toBe(0);
+    for (const s of stack.sims) expect(treeSize(metrics, s.url)).toBe(0);
 
     const resumed = await control('POST', '/resume');
     expect(resumed.status).toBe(200);

@@ -11,7 +11,7 @@
 import { request } from 'undici';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { postThrough, startStack, type Stack } from '../support/stack.js';
-import { adminJson, expectAllLoadsZero, metricsText } from '../support/router-fixture.js';
+import { adminJson, expectAllLoadsZero, metricsText, treeSize } from '../support/router-fixture.js';
 import { waitFor } from '../support/wait-for.js';
 import type { Simulator } from '../../src/sim/simulator.js';
 
@@ -58,11 +58,6 @@ async function asleepAsRouterSees(sim: Simulator, asleep: boolean): Promise<void
   });
 }
 
-const treeSize = (metrics: string, sim: Simulator): number =>
-  Number(
-    new RegExp(`^vllm_router_tree_size\\{[^}]*worker="${sim.url}"[^}]*\\} (\\S+)$`, 'm').exec(metrics)?.[1],
-  );
-
 /** A long shared system prompt: the cache-aware policy keeps its requests on the worker that holds it. */
 const SYSTEM = 'You are the support assistant of a large hardware store. '.repeat(60);
 const ask = (q: string) =>
@@ -86,7 +81,7 @@ describe("vLLM's sleep mode", () => {
     const holder = stack.sims.find((s) => s.url === first.worker)!;
     const other = stack.sims.find((s) => s !== holder)!;
     for (let i = 0; i < 3; i++) expect((await ask(`question ${i}`)).worker).toBe(holder.url);
-    expect(treeSize(await metricsText(stack.router), holder)).toBeGreaterThan(SYSTEM.length);
+    expect(treeSize(await metricsText(stack.router), holder.url)).toBeGreaterThan(SYSTEM.length);
 
     expect(await post(`${holder.url}/sleep?level=1`)).toBe(200);
     await asleepAsRouterSees(holder, true);
@@ -94,7 +89,7 @@ describe("vLLM's sleep mode", () => {
     expect(metrics).toMatch(new RegExp(`vllm_router_worker_asleep\\{[^}]*worker="${holder.url}"[^}]*\\} 1`));
     expect(metrics).toMatch(new RegExp(`vllm_router_worker_asleep\\{[^}]*worker="${other.url}"[^}]*\\} 0`));
     // Sleep emptied its cache: the router no longer predicts it holds the system prompt.
-    expect(treeSize(metrics, holder)).toBe(0);
+    expect(treeSize(metrics, holder.url)).toBe(0);
 
     const during: string[] = [];
     for (let i = 0; i < 8; i++) {

@@ -49,6 +49,13 @@ export async function metricsText(router: Router): Promise<string> {
   return (await fetch(`http://127.0.0.1:${router.adminPort}/metrics`)).text();
 }
 
+/** The router's `vllm_router_tree_size` of the worker at `url` (characters of its prefix picture), from a /metrics text. */
+export function treeSize(metrics: string, url: string): number {
+  return Number(
+    new RegExp(`^vllm_router_tree_size\\{[^}]*worker="${url}"[^}]*\\} (\\S+)$`, 'm').exec(metrics)?.[1],
+  );
+}
+
 /** Waits until every worker has been scraped once: the router knows what each serves (its model). */
 export async function waitAllScraped(router: Router): Promise<void> {
   await waitFor(
