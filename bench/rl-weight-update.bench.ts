@@ -15,9 +15,13 @@
  * until resume), `--update-ms` long, `--gap-ms` apart, from 300 ms after the clients start until they
  * are done. Variants:
  *   - `... pauses sent to each engine`: the trainer calls each worker's own /pause and /resume; the
- *     router only sees the held requests as waiting on the worker's scraped /metrics;
+ *     router reads each worker's /is_paused every second (`--pause-poll-ms`, health/pause-poller.ts)
+ *     and sees the held requests as waiting on its scraped /metrics; `not polled`: the scrape only
+ *     (`--pause-poll-ms 0`, the router before the poller);
  *   - `... pauses through the router`: the trainer sends them through Envoy with `worker_url=` (the
  *     router's fleet control, routing/fleet-control.ts): the router knows the worker is paused;
+ *     `x2 replicas`: two router replicas behind Envoy (envoy-replicas.yaml's balancing), of which the
+ *     one that forwards a pause knows it at once and the other from its poll;
  *   - `cache_aware, no update`: the same traffic without any pause (the reference).
  * Per variant: output tokens/s, time to first token p50 / p90 / p99 / max, and the requests that
  * reached a paused engine (each waited there for the rest of that engine's update).
@@ -67,6 +71,9 @@ interface Variant {
   readonly label: string;
   readonly policy: 'cache_aware' | 'round_robin';
   readonly pauses: Pauses;
+  /** Router options besides the policy. */
+  readonly router?: Record<string, unknown>;
+  readonly replicas?: 2;
 }
 const SYNC_VARIANTS: readonly Variant[] = [
   { label: 'cache_aware, update sent to each engine', policy: 'cache_aware', pauses: 'engine' },
@@ -74,8 +81,20 @@ const SYNC_VARIANTS: readonly Variant[] = [
   { label: 'round_robin, update through the router', policy: 'round_robin', pauses: 'router' },
 ];
 const ROLLING_VARIANTS: readonly Variant[] = [
+  {
+    label: 'cache_aware, pauses sent to each engine, not polled',
+    policy: 'cache_aware',
+    pauses: 'engine',
+    router: { pausePollMs: 0 },
+  },
   { label: 'cache_aware, pauses sent to each engine', policy: 'cache_aware', pauses: 'engine' },
   { label: 'cache_aware, pauses through the router', policy: 'cache_aware', pauses: 'router' },
+  {
+    label: 'cache_aware x2 replicas, pauses through the router',
+    policy: 'cache_aware',
+    pauses: 'router',
+    replicas: 2,
+  },
   { label: 'round_robin, pauses sent to each engine', policy: 'round_robin', pauses: 'engine' },
   { label: 'round_robin, pauses through the router', policy: 'round_robin', pauses: 'router' },
   { label: 'cache_aware, no update', policy: 'cache_aware', pauses: 'none' },
@@ -162,8 +181,9 @@ const cells = await runInterleaved(
     const stack = await startRoutedStack({
       workers: WORKERS,
       sim: SESSION_SIM,
-      router: { policy: v.policy },
+      router: { policy: v.policy, ...v.router },
       routerScript: script,
+      ...(v.replicas !== undefined ? { replicas: v.replicas } : {}),
     });
     try {
       const sims = stack.cluster.sims;

@@ -13,6 +13,7 @@ import { CACHE_AWARE_MODES, DEFAULT_CACHE_AWARE_OPTIONS as CACHE_AWARE } from '.
 import { DEFAULT_BREAKER_OPTIONS as BREAKER } from './health/circuit-breaker.js';
 import { DEFAULT_SCRAPE_OPTIONS as SCRAPE } from './load/metrics-scraper.js';
 import { DEFAULT_MODELS_INTERVAL_MS } from './discovery/models-poller.js';
+import { DEFAULT_PAUSE_POLL_MS } from './health/pause-poller.js';
 import { DEFAULT_METRIC_NAMES as METRIC_NAMES } from './load/metrics-parse.js';
 import { DEFAULT_STALE_AFTER_MS } from './load/load-board.js';
 import { DEFAULT_SATURATION as SATURATION } from './load/saturation.js';
@@ -308,6 +309,14 @@ export const OPTIONS = [
     type: 'int',
     default: 60_000,
     help: "How long one worker's answer to a fleet control call (--fleet-control) may take (a /pause?mode=wait waits for the requests running there; /sleep and /wake_up move the weights). Keep it below Envoy's ext_proc message_timeout (90 s in envoy/envoy.yaml), which bounds the whole answer.",
+  },
+  {
+    group: 'Workers and discovery',
+    key: 'pausePollMs',
+    flag: 'pause-poll-ms',
+    type: 'int',
+    default: DEFAULT_PAUSE_POLL_MS,
+    help: "How often every worker's GET /is_paused (vLLM with VLLM_SERVER_DEV_MODE=1) is read, so a pause this router did not forward (a trainer calling the engines directly, or another router replica) moves requests off the paused engine too (timeout --scrape-timeout-ms); 0 = off. A worker that answers 404 (dev mode off, SGLang) is not read again until it re-registers.",
   },
   {
     group: 'Workers and discovery',

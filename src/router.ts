@@ -154,6 +154,11 @@ function lifecycleSteps(
       close: () => c.modelsPoller.close(),
     },
     {
+      name: 'pause poller',
+      start: () => c.pausePoller.start(),
+      close: () => c.pausePoller.close(),
+    },
+    {
       name: 'registry janitor',
       start: () => {
         janitor = registryJanitor(c);

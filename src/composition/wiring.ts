@@ -25,6 +25,7 @@ import { AdminServer } from '../admin/admin-server.js';
 import { WorkerSleep } from '../admin/worker-sleep.js';
 import { LoraFanout } from '../routing/lora-fanout.js';
 import { FleetControl } from '../routing/fleet-control.js';
+import { PausePoller } from '../health/pause-poller.js';
 import { parseCidrList, type CidrMatcher } from '../discovery/cidr.js';
 import { ServiceRegistry } from '../discovery/service-registry.js';
 import { ZmqDiscovery } from '../discovery/zmq-discovery.js';
@@ -117,6 +118,8 @@ export interface Components {
   /** What each worker serves (its /v1/models list, else its metrics label). */
   readonly catalog: ModelCatalog;
   readonly modelsPoller: ModelsPoller;
+  /** Reads every worker's `GET /is_paused` (health/pause-poller.ts). */
+  readonly pausePoller: PausePoller;
   /** The request objectives' priorities (--objective; --inference-pool adds Kubernetes' in its lifecycle step). */
   readonly objectives: ObjectiveTable;
   /** --flow-control: the requests held while their pool is saturated. */
@@ -320,6 +323,7 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
       })
     : undefined;
   const grpc = buildGrpcServer(base, admitted.dispatcher, objectives, lora, fleet);
+  const pausePoller = buildPausePoller(base, fleet);
   const scraper = buildScraper(base);
   const modelsPoller = buildModelsPoller(base);
   // A worker that joins (or re-registers) is asked what it serves at once, not at the next round;
@@ -348,6 +352,7 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
     checker: buildHealthChecker(base),
     scraper,
     modelsPoller,
+    pausePoller,
     discovery: buildDiscovery(base),
     workerSleep,
     lora,
@@ -785,6 +790,28 @@ function buildScraper({
     onScrapeFailed: (url, reason) => logger.debug({ worker: url, reason }, 'metrics scrape failed'),
     // The metrics' model_name label: what the worker serves until (or unless) its /v1/models says.
     onScraped: (url, figures) => catalog.recordLabel(url, figures.modelName),
+  });
+}
+
+/**
+ * Pauses this router did not forward, from the workers' own `/is_paused`; a fleet control call to
+ * the worker that ended after the read was sent (or is still in flight) is the newer record.
+ */
+function buildPausePoller(
+  { config, pools, health, clock }: Base,
+  fleet: FleetControl | undefined,
+): PausePoller {
+  return new PausePoller({
+    workers: () => pools.workers(),
+    intervalMs: config.pausePollMs,
+    timeoutMs: Math.max(1, config.scrapeTimeoutMs),
+    ...(config.workerApiKey !== '' ? { apiKey: config.workerApiKey } : {}),
+    clock,
+    onPaused: (url, paused, readAt) => {
+      if (fleet?.supersedes(url, readAt) === true) return;
+      const now = clock();
+      for (const w of pools.workers()) if (w.url === url) health.recordPause(w, paused, now);
+    },
   });
 }
 

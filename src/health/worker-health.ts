@@ -31,8 +31,8 @@
  * because of the sleep (vLLM's 503, or worse), and kept the woken worker out for a whole cool-down
  * (bench/sleep-mode.bench.ts: four sleeps in a row left no worker selectable).
  *
- * Pause: vLLM's `POST /pause` (RL weight updates) forwarded by this router (`recordPause`,
- * routing/fleet-control.ts). A paused engine keeps the requests it gets until `POST /resume`, so it
+ * Pause: vLLM's `POST /pause` (RL weight updates) forwarded by this router, or read from the
+ * worker's own `/is_paused` (`recordPause`; routing/fleet-control.ts, health/pause-poller.ts). A paused engine keeps the requests it gets until `POST /resume`, so it
  * stays healthy: `worker.paused` only makes its pool prefer the workers that are not paused
  * (WorkerPool.candidatesFor); while every candidate is paused, requests still go to them and wait
  * there, as they would sent directly. A new generation starts unpaused (a restarted engine is not).
@@ -92,7 +92,7 @@ export interface WorkerHealthView {
   readonly asleep: boolean;
   /** Held out of selection by the admin API. */
   readonly cordoned: boolean;
-  /** vLLM's generation paused by a `POST /pause` this router forwarded (selectable, not preferred). */
+  /** vLLM's generation paused (forwarded `POST /pause`, or `/is_paused`): selectable, not preferred. */
   readonly paused: boolean;
   /** What `worker.healthy` is set to. */
   readonly selectable: boolean;

@@ -115,7 +115,7 @@ export class RouterMetrics {
       ],
       [
         'vllm_router_worker_paused',
-        "1 while vLLM's generation is paused on the worker by a POST /pause sent through the router (selectable, not preferred), else 0.",
+        "1 while vLLM's generation is paused on the worker (a POST /pause sent through the router, or its own GET /is_paused; selectable, not preferred), else 0.",
         (w) => w.paused,
       ],
     ];

@@ -43,8 +43,9 @@
  *     the KV cache asleep, and the engine with it);
  *   - is_paused / is_sleeping: each answer is recorded (a pause sent to a worker directly shows).
  * A paused state lives on the Worker: a restarted engine (a new registration generation) is not
- * paused. Each replica knows the pauses it forwarded (vLLM reports none on /metrics): requests
- * another replica sends to a paused engine wait there, as they would sent directly.
+ * paused. vLLM's /metrics say nothing of a pause: the pauses this router did not forward (sent to
+ * the engine, or through another replica) are read from each worker's `/is_paused`
+ * (health/pause-poller.ts), whose answers yield to this router's own newer record (`supersedes`).
  */
 import { Agent } from 'undici';
 import type { LocalAnswer } from '../extproc/dispatch.js';
@@ -101,9 +102,14 @@ interface WorkerResult {
   readonly value?: boolean;
 }
 
+/** How long the end of a pause or resume call is remembered for `supersedes`, ms. */
+const SETTLED_MEMORY_MS = 60_000;
+
 export class FleetControl {
   private readonly agent = new Agent({ keepAliveTimeout: 4_000 });
   private closed = false;
+  /** Per URL: pause and resume calls in flight, and when the last one ended (clock). */
+  private readonly pauseCalls = new Map<string, { inFlight: number; endedAt: number }>();
 
   constructor(private readonly opts: FleetControlOptions) {}
 
@@ -120,6 +126,16 @@ export class FleetControl {
     if (known === undefined || known.method !== method) return undefined;
     const query = new URLSearchParams(q === -1 ? '' : path.slice(q + 1));
     return this.fanOut(p, known.op, query, headers, body);
+  }
+
+  /**
+   * Whether this control's record of `url`'s pause is newer than a read of its `/is_paused` sent at
+   * `readAt` (health/pause-poller.ts): a pause or resume call to it is in flight, or ended after the
+   * read was sent (the read may have seen the engine before the call took effect).
+   */
+  supersedes(url: string, readAt: number): boolean {
+    const c = this.pauseCalls.get(url);
+    return c !== undefined && (c.inFlight > 0 || c.endedAt >= readAt);
   }
 
   /** Aborts the calls in flight (their workers count as unreachable) and closes the connections. */
@@ -157,7 +173,37 @@ export class FleetControl {
     // A pause counts from the moment it is sent: a request routed while the call is on its way would
     // reach the engine paused. A worker that does not take it gets its state back.
     const before = op === 'pause' ? this.markPaused(targets) : undefined;
-    const results = await Promise.all(
+    const tracked = op === 'pause' || op === 'resume' ? [...targets.keys()] : [];
+    let results: WorkerResult[];
+    this.trackPauseCalls(tracked, 1);
+    try {
+      results = await this.callAll(targets, method, target, body, authorization, op);
+      if (before !== undefined) {
+        const now = this.opts.clock();
+        for (const r of results) {
+          if (r.ok) continue;
+          for (const w of this.at(r.url)) this.opts.state.recordPause(w, before.get(w) === true, now);
+        }
+      }
+      await this.follow(op, query, results, authorization);
+    } finally {
+      this.trackPauseCalls(tracked, -1);
+    }
+    const failed = results.filter((r) => !r.ok);
+    this.opts.onAnswered?.(path, results.length - failed.length, results.length);
+    return fleetAnswer(path, op, results, failed);
+  }
+
+  /** The call to every target, concurrently: each worker's status, message and `/is_*` answer. */
+  private callAll(
+    targets: ReadonlyMap<string, string[]>,
+    method: 'GET' | 'POST',
+    target: string,
+    body: Buffer | undefined,
+    authorization: string | undefined,
+    op: Operation,
+  ): Promise<WorkerResult[]> {
+    return Promise.all(
       [...targets].map(async ([url, roles]): Promise<WorkerResult> => {
         const call = {
           url,
@@ -180,43 +226,21 @@ export class FleetControl {
         };
       }),
     );
-    if (before !== undefined) {
-      const now = this.opts.clock();
-      for (const r of results) {
-        if (r.ok) continue;
-        for (const w of this.at(r.url)) this.opts.state.recordPause(w, before.get(w) === true, now);
-      }
+  }
+
+  /** A pause or resume call to each of `urls` starts (+1) or has ended (-1). */
+  private trackPauseCalls(urls: readonly string[], delta: 1 | -1): void {
+    if (urls.length === 0) return;
+    const now = this.opts.clock();
+    for (const [url, c] of this.pauseCalls) {
+      if (c.inFlight === 0 && now - c.endedAt > SETTLED_MEMORY_MS) this.pauseCalls.delete(url);
     }
-    await this.follow(op, query, results, authorization);
-    const failed = results.filter((r) => !r.ok);
-    this.opts.onAnswered?.(path, results.length - failed.length, results.length);
-    const workers = results.map(({ url, roles, status, message, ok, value }) => ({
-      url,
-      roles,
-      status,
-      ...(!ok && message !== '' ? { message } : {}),
-      ...(value !== undefined ? { [op]: value } : {}),
-    }));
-    if (failed.length === 0) return { status: 200, body: { ...summary(op, results), workers }, details };
-    const refused =
-      failed.length === results.length && failed.every((r) => r.status >= 400 && r.status < 500);
-    if (refused) {
-      const same = failed.every((r) => r.status === failed[0]!.status);
-      const status = same ? failed[0]!.status : 400;
-      const hint = status === 404 ? ` (vLLM serves ${path} with VLLM_SERVER_DEV_MODE=1)` : '';
-      return {
-        status,
-        body: {
-          ...errorBody(`${failed[0]!.message || `status ${status}`}${hint}`, 'invalid_request_error', status),
-          workers,
-        },
-        details,
-      };
+    for (const url of urls) {
+      const c = this.pauseCalls.get(url) ?? { inFlight: 0, endedAt: now };
+      c.inFlight += delta;
+      c.endedAt = now;
+      this.pauseCalls.set(url, c);
     }
-    const message =
-      `${path}: ${results.length - failed.length} of ${results.length} workers took it; failed: ` +
-      failed.map((r) => `${r.url} (${r.status === 0 ? r.message : `status ${r.status}`})`).join(', ');
-    return { status: 502, body: { ...errorBody(message, 'server_error', 502), workers }, details };
   }
 
   /** Records every worker at `targets` paused; returns what each was before. */
@@ -281,6 +305,42 @@ export class FleetControl {
       }
     }
   }
+}
+
+/** The answer to the client (see the header): 200, the workers' own 4xx, or 502; each worker listed. */
+function fleetAnswer(
+  path: string,
+  op: Operation,
+  results: readonly WorkerResult[],
+  failed: readonly WorkerResult[],
+): LocalAnswer {
+  const details = `fleet_${path.slice(1)}`;
+  const workers = results.map(({ url, roles, status, message, ok, value }) => ({
+    url,
+    roles,
+    status,
+    ...(!ok && message !== '' ? { message } : {}),
+    ...(value !== undefined ? { [op]: value } : {}),
+  }));
+  if (failed.length === 0) return { status: 200, body: { ...summary(op, results), workers }, details };
+  const refused = failed.length === results.length && failed.every((r) => r.status >= 400 && r.status < 500);
+  if (refused) {
+    const same = failed.every((r) => r.status === failed[0]!.status);
+    const status = same ? failed[0]!.status : 400;
+    const hint = status === 404 ? ` (vLLM serves ${path} with VLLM_SERVER_DEV_MODE=1)` : '';
+    return {
+      status,
+      body: {
+        ...errorBody(`${failed[0]!.message || `status ${status}`}${hint}`, 'invalid_request_error', status),
+        workers,
+      },
+      details,
+    };
+  }
+  const message =
+    `${path}: ${results.length - failed.length} of ${results.length} workers took it; failed: ` +
+    failed.map((r) => `${r.url} (${r.status === 0 ? r.message : `status ${r.status}`})`).join(', ');
+  return { status: 502, body: { ...errorBody(message, 'server_error', 502), workers }, details };
 }
 
 /** The fleet's answer, in the shape of vLLM's own where it has one. */

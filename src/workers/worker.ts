@@ -82,8 +82,9 @@ export class Worker {
   /** True while the admin API holds it out of selection (another reason for !healthy). */
   cordoned = false;
   /**
-   * True while vLLM's generation is paused on it by a `POST /pause` this router forwarded
-   * (routing/fleet-control.ts): still healthy, but its pool prefers the workers that are not paused.
+   * True while vLLM's generation is paused on it (a `POST /pause` this router forwarded,
+   * routing/fleet-control.ts, or its `/is_paused`, health/pause-poller.ts): still healthy, but its
+   * pool prefers the workers that are not paused.
    */
   paused = false;
 

@@ -11,13 +11,15 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { postThrough, startStack, type Stack } from '../support/stack.js';
 import { adminJson, expectAllLoadsZero, metricsText, treeSize } from '../support/router-fixture.js';
 import { waitFor } from '../support/wait-for.js';
+import type { Simulator } from '../../src/sim/simulator.js';
 
 let stack: Stack;
 
 beforeAll(async () => {
   stack = await startStack({
     workers: 3,
-    router: { policy: 'cache_aware', decisionHeader: true },
+    // pausePollMs: a pause sent to an engine directly shows within a few rounds.
+    router: { policy: 'cache_aware', decisionHeader: true, pausePollMs: 50 },
   });
 });
 afterAll(async () => {
@@ -74,6 +76,23 @@ const ask = (q: string, path = '/v1/chat/completions') =>
 const cachedOf = (text: string): number =>
   (JSON.parse(text) as { usage: { prompt_tokens_details?: { cached_tokens?: number } } }).usage
     .prompt_tokens_details?.cached_tokens ?? 0;
+
+/**
+ * Pauses every worker but `sim` through the router, asks once (the request can only go to `sim`),
+ * resumes them: the answer's cached tokens.
+ */
+async function onlyThrough(sim: Simulator): Promise<number> {
+  const others = stack.sims.filter((s) => s !== sim).map((s) => `worker_url=${encodeURIComponent(s.url)}`);
+  expect((await control('POST', `/pause?mode=keep&${others.join('&')}`)).status).toBe(200);
+  try {
+    const r = await ask('only one engine runs');
+    expect(r.status).toBe(200);
+    expect(r.worker).toBe(sim.url);
+    return cachedOf(r.text);
+  } finally {
+    expect((await control('POST', `/resume?${others.join('&')}`)).status).toBe(200);
+  }
+}
 
 describe('an RL weight update through the gateway (fleet control)', () => {
   it('pause, reset and resume reach every worker; a request sent meanwhile waits and is served after', async () => {
@@ -138,10 +157,31 @@ describe('an RL weight update through the gateway (fleet control)', () => {
     expect(holder.requestsWhilePaused).toBe(heldBefore);
 
     expect((await control('POST', `/resume?worker_url=${encodeURIComponent(holder.url)}`)).status).toBe(200);
-    // mode=keep kept its cache: the prompt's requests go back to it.
-    const after = await ask('after the update');
-    expect(after.worker).toBe(holder.url);
-    expect(cachedOf(after.text)).toBeGreaterThan(0);
+    // Back in selection, its cache kept (mode=keep): with the others paused now, it serves from it.
+    expect(await onlyThrough(holder)).toBeGreaterThan(0);
+  });
+});
+
+describe('a pause the router did not forward (the trainer calls the engine, or another replica does)', () => {
+  it("is read from the engine's own /is_paused: requests go elsewhere until it resumes", async () => {
+    const first = await ask('who holds it now?');
+    const holder = stack.sims.find((s) => s.url === first.worker)!;
+    const heldBefore = holder.requestsWhilePaused;
+    expect((await request(`${holder.url}/pause?mode=keep`, { method: 'POST' })).statusCode).toBe(200);
+    await waitFor(async () => (await pausedAsRouterSees())[stack.sims.indexOf(holder)] === true, {
+      message: 'the router to read the pause',
+    });
+    for (let i = 0; i < 6; i++) {
+      const r = await ask(`behind the router's back ${i}`);
+      expect(r.status).toBe(200);
+      expect(r.worker).not.toBe(holder.url);
+    }
+    expect(holder.requestsWhilePaused).toBe(heldBefore);
+    expect((await request(`${holder.url}/resume`, { method: 'POST' })).statusCode).toBe(200);
+    await waitFor(async () => (await pausedAsRouterSees()).every((p) => !p), {
+      message: 'the router to read the resume',
+    });
+    expect(await onlyThrough(holder)).toBeGreaterThan(0);
   });
 });
 

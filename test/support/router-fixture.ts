@@ -1,6 +1,7 @@
 /**
  * Starts the router in-process on free ports for tests, with quiet logs and no background checks
- * (no active health checks, no metric scrapes, no /v1/models reads: a test that needs them turns them on).
+ * (no active health checks, no metric scrapes, no /v1/models or /is_paused reads: a test that needs them
+ * turns them on).
  */
 import { expect } from 'vitest';
 import { pino } from 'pino';
@@ -14,6 +15,7 @@ export function testConfig(overrides: Partial<Config> = {}): Config {
     healthCheckIntervalMs: 0,
     scrapeIntervalMs: 0,
     modelsIntervalMs: 0,
+    pausePollMs: 0,
     ...overrides,
   });
 }

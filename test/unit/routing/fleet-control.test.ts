@@ -191,6 +191,35 @@ describe('FleetControl', () => {
     expect(w.paused).toBe(true);
   });
 
+  it("a pause or resume in flight, or ended after a poll read was sent, is newer than that read's answer", async () => {
+    let answer: () => void = () => undefined;
+    const server = createServer((req, res) => {
+      req.resume();
+      answer = () => res.writeHead(200, { 'content-type': 'application/json' }).end('{"status":"resumed"}');
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    open.push({ close: () => new Promise<void>((r) => server.close(() => r())) });
+    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    let now = 100;
+    const f = new FleetControl({
+      members: () => [worker(url)],
+      state: new Recorded(),
+      clock: () => now,
+      timeoutMs: 5_000,
+    });
+    open.push(f);
+    expect(f.supersedes(url, 0)).toBe(false); // nothing sent yet
+    const pending = f.answer('POST', '/resume', {}, undefined)!;
+    expect(f.supersedes(url, 1_000)).toBe(true); // in flight: whatever a read says is older
+    await new Promise<void>((r) => server.once('request', () => r()));
+    now = 200;
+    answer();
+    expect((await pending).status).toBe(200);
+    expect(f.supersedes(url, 150)).toBe(true); // sent before the call ended
+    expect(f.supersedes(url, 250)).toBe(false);
+    expect(f.supersedes('http://127.0.0.1:1', 0)).toBe(false);
+  });
+
   it("passes the client's authorization and body on, or --worker-api-key instead", async () => {
     const a = await capture();
     await control([worker(a.url)]).answer(
