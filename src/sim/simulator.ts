@@ -617,7 +617,7 @@ class SimulatorServer implements Simulator {
       });
     }
     // vLLM empties the prefix cache once the engine is drained, except when it keeps the requests.
-    if (clearCache && mode !== 'keep') await this.resetPrefixCache();
+    if (clearCache && mode !== 'keep' && this.closing === undefined) await this.resetPrefixCache();
   }
 
   resume(): void {

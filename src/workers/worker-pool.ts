@@ -32,7 +32,8 @@
  * comparison with the memoized shortest length.
  *
  * Paused engines (`candidatesFor`): a worker vLLM's generation is paused on (`POST /pause` forwarded
- * by routing/fleet-control.ts) holds its requests until `POST /resume`; while some candidates are
+ * by routing/fleet-control.ts, or its `/is_paused` read by health/pause-poller.ts) holds its requests
+ * until `POST /resume`; while some candidates are
  * paused and some are not, only the others are candidates (a rolling weight update moves traffic off
  * the engine being updated); when all are paused, all stay (the requests wait there, as sent directly).
  *
@@ -154,8 +155,8 @@ export class WorkerPool {
   }
 
   /**
-   * `workers` without those vLLM's generation is paused on (`Worker.paused`: a `POST /pause` this
-   * router forwarded, routing/fleet-control.ts), when some are paused and some are not: a paused
+   * `workers` without those vLLM's generation is paused on (`Worker.paused`), when some are paused
+   * and some are not: a paused
    * engine holds its requests until `POST /resume`, so during a rolling weight update they go to the
    * others. All or none paused: `workers` itself. The same array comes back while the answer holds.
    */
