@@ -8,7 +8,7 @@
  */
 import { request } from 'undici';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { postThrough, startStack, type Stack } from '../support/stack.js';
+import { chatThrough, startStack, type Stack } from '../support/stack.js';
 import { adminJson, expectAllLoadsZero, metricsText, treeSize } from '../support/router-fixture.js';
 import { waitFor } from '../support/wait-for.js';
 import type { Simulator } from '../../src/sim/simulator.js';
@@ -60,19 +60,7 @@ const pausedAsRouterSees = async (): Promise<boolean[]> => {
 
 const SYSTEM =
   'You grade the proofs a policy model writes, step by step, and explain every deduction. '.repeat(50);
-const ask = (q: string, path = '/v1/chat/completions') =>
-  postThrough(
-    stack,
-    {
-      model: 'sim-model',
-      messages: [
-        { role: 'system', content: SYSTEM },
-        { role: 'user', content: q },
-      ],
-      max_tokens: 2,
-    },
-    path,
-  );
+const ask = (q: string) => chatThrough(stack, SYSTEM, q);
 const cachedOf = (text: string): number =>
   (JSON.parse(text) as { usage: { prompt_tokens_details?: { cached_tokens?: number } } }).usage
     .prompt_tokens_details?.cached_tokens ?? 0;

@@ -10,7 +10,7 @@
  */
 import { request } from 'undici';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { postThrough, startStack, type Stack } from '../support/stack.js';
+import { chatThrough, startStack, type Stack } from '../support/stack.js';
 import { adminJson, expectAllLoadsZero, metricsText, treeSize } from '../support/router-fixture.js';
 import { waitFor } from '../support/wait-for.js';
 import type { Simulator } from '../../src/sim/simulator.js';
@@ -60,19 +60,7 @@ async function asleepAsRouterSees(sim: Simulator, asleep: boolean): Promise<void
 
 /** A long shared system prompt: the cache-aware policy keeps its requests on the worker that holds it. */
 const SYSTEM = 'You are the support assistant of a large hardware store. '.repeat(60);
-const ask = (q: string) =>
-  postThrough(
-    stack,
-    {
-      model: 'sim-model',
-      messages: [
-        { role: 'system', content: SYSTEM },
-        { role: 'user', content: q },
-      ],
-      max_tokens: 2,
-    },
-    '/v1/chat/completions',
-  );
+const ask = (q: string) => chatThrough(stack, SYSTEM, q);
 
 describe("vLLM's sleep mode", () => {
   it('a sleeping worker gets no request, even holding the prefix; it is back once awake', async () => {

@@ -85,3 +85,12 @@ export async function postThrough(
   const decision = res.headers.get('x-vllm-router-decision') ?? '';
   return { status: res.status, text, decision, worker: /worker=([^;\s]+)/.exec(decision)?.[1] ?? '' };
 }
+
+/** A two-token chat through the stack: a `system` prompt, then the user's `question`. */
+export function chatThrough(stack: Stack, system: string, question: string): Promise<RoutedAnswer> {
+  const messages = [
+    { role: 'system', content: system },
+    { role: 'user', content: question },
+  ];
+  return postThrough(stack, { model: 'sim-model', messages, max_tokens: 2 }, '/v1/chat/completions');
+}
