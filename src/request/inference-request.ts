@@ -5,6 +5,7 @@
  */
 import { badRequest, RouterError } from './router-error.js';
 import { chatPromptText, completionPromptText, saltedText } from './prompt-text.js';
+import { laxInt } from './lax-int.js';
 import { responsesMessages } from './responses-input.js';
 import { anthropicChatMessages, anthropicChatTools } from './anthropic-messages.js';
 import { exceedsDepth } from './json-depth.js';
@@ -76,14 +77,15 @@ export const MAX_REQUEST_SEQUENCES = 4096;
  * How many sequences vLLM runs for a request: it splits parallel sampling (`n`) into `n` child
  * requests, and a completions `prompt` that is a list of prompts (strings or token-id lists) into one
  * request per prompt, each with its `n` children (vllm/v1/engine/parallel_sampling.py; its scheduler
- * counts every one of them in `vllm:num_requests_running` and `_waiting`). An `n` that is not a
- * positive integer counts 1 (vLLM itself answers it with a 400). The Responses and Messages APIs have
+ * counts every one of them in `vllm:num_requests_running` and `_waiting`). `n` is read as vLLM's
+ * pydantic models read it (lax-int.ts: `"16"` is 16); one that is not a positive integer counts 1
+ * (vLLM itself answers it with a 400). The Responses and Messages APIs have
  * no `n`. Capped at MAX_REQUEST_SEQUENCES.
  */
 export function requestSequences(kind: InferenceKind, body: Readonly<Record<string, unknown>>): number {
   if (kind !== 'chat' && kind !== 'completions') return 1;
-  const n = body.n;
-  const samples = typeof n === 'number' && Number.isInteger(n) && n >= 1 ? n : 1;
+  const n = laxInt(body.n);
+  const samples = n !== undefined && n >= 1 ? n : 1;
   const p = body.prompt;
   const prompts =
     kind === 'completions' && Array.isArray(p) && p.length > 0 && typeof p[0] !== 'number' ? p.length : 1;

@@ -12,12 +12,14 @@
  *   be a positive integer when present.
  * - Parallel sampling: `n` (default 1) choices per prompt, each a sequence of its own in the engine
  *   (vLLM splits the request into `n` child requests that share the prompt's cached blocks). It must
- *   be a positive integer when present (vLLM: "n must be at least 1").
+ *   be a positive integer when present, a string of digits read as vLLM reads it (vLLM: "n must be at
+ *   least 1").
  *
  * Returns `{ error }` (a user-facing 400 message) instead of throwing.
  */
 import type { ResponsesTurn } from './responses-request.js';
 import { renderChatTemplate } from './sim-tokenizer.js';
+import { laxInt } from '../request/lax-int.js';
 
 /**
  * `responses`: a chat generation asked for through the Responses API (responses-request.ts);
@@ -73,10 +75,10 @@ export function parseGenerationRequest(
   }
   let n = 1;
   if (body.n !== undefined && body.n !== null) {
-    if (typeof body.n !== 'number' || !Number.isInteger(body.n) || body.n < 1) {
-      return fail(`n must be at least 1, got ${JSON.stringify(body.n)}.`);
-    }
-    n = body.n;
+    // As vLLM's pydantic model reads it: "4" is 4 (lax-int.ts).
+    const read = laxInt(body.n);
+    if (read === undefined || read < 1) return fail(`n must be at least 1, got ${JSON.stringify(body.n)}.`);
+    n = read;
   }
   const stream = body.stream === true;
   const options = body.stream_options;

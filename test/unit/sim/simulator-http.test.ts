@@ -197,7 +197,13 @@ describe('simulator HTTP', () => {
     expect(indexes).toEqual([0, 1, 0, 1]);
   });
 
-  it.each([0, -1, 1.5])('rejects n = %j as vLLM does', async (n) => {
+  it('reads n = "3" as vLLM\'s pydantic model does: three choices', async () => {
+    const s = await sim();
+    const r = await postJson(`${s.url}/v1/completions`, { prompt: 'a', max_tokens: 2, n: '3' });
+    expect((r.json.choices as unknown[]).length).toBe(3);
+  });
+
+  it.each([0, -1, 1.5, '1.5', 'x'])('rejects n = %j as vLLM does', async (n) => {
     const s = await sim();
     const r = await postJson(`${s.url}/v1/completions`, { prompt: 'a', max_tokens: 2, n });
     expect(r.status).toBe(400);
