@@ -269,7 +269,6 @@ export class FleetControl {
     authorization: string | undefined,
   ): Promise<void> {
     const { state, clock } = this.opts;
-    const at = (url: string): Worker[] => this.at(url);
     let awake: Array<{ url: string; asleep: boolean | undefined }> = [];
     if (op === 'wake_up') {
       awake = await Promise.all(
@@ -290,13 +289,13 @@ export class FleetControl {
     }
     const now = clock();
     for (const { url, asleep } of awake) {
-      if (asleep !== undefined) for (const w of at(url)) state.recordSleep(w, asleep, now);
+      if (asleep !== undefined) for (const w of this.at(url)) state.recordSleep(w, asleep, now);
     }
     const clears =
       op === 'pause' ? query.get('mode') !== 'keep' && query.get('clear_cache') !== 'false' : op === 'reset';
     for (const r of results) {
       if (!r.ok) continue;
-      for (const w of at(r.url)) {
+      for (const w of this.at(r.url)) {
         if (op === 'resume') state.recordPause(w, false, now);
         else if (op === 'sleep') state.recordSleep(w, true, now);
         else if (op === 'is_paused' && r.value !== undefined) state.recordPause(w, r.value, now);
