@@ -19,7 +19,10 @@
  * `--shared-pool` / `--no-shared-pool`: the simulators' running requests and prefix caches share one
  * block pool, as vLLM's (SimulatorOptions.sharedBlockPool), or not, on every workload (default:
  * routing-bench.ts SHARED_POOL_WORKLOADS); `--cache-blocks=N`: N blocks per worker (before the KV runs'
- * scaling) instead of the workload's default.
+ * scaling) instead of the workload's default. `--slow=N:F`: a fleet of mixed hardware, the first N
+ * simulators F times slower in everything (prefill, decode steps, overhead). `--peers`: the reference
+ * router and the SGLang gateway too (their cache_aware and round_robin, one run each, after the
+ * variants; bench/peers.ts installs them into `.venv-peers`, skipped with a note where it cannot).
  * `--kv-events`: the simulators publish KV events (needed by variants with `"kvEvents": true`).
  * With KV events, the mean lag of the live event batches the routers decoded (vllm_router_kv_event_lag_seconds).
  * `BENCH_DUMP_DECISIONS=<file>` appends one JSON line per request (routing-bench.ts `dumpDecisions`; add
@@ -61,6 +64,12 @@ const repeats = Number(flag('repeats') ?? 2);
 const seed = Number(flag('seed') ?? 1);
 if (!Number.isInteger(repeats) || repeats < 1 || repeats > 10) usage('--repeats must be 1-10');
 if (!Number.isInteger(seed)) usage('--seed must be an integer');
+/** `--slow=N:F`: the first N simulators F times slower (routing-bench.ts `slowWorkers`). */
+function parseSlow(v: string): { count: number; factor: number } {
+  const [n, f] = v.split(':').map(Number);
+  if (!Number.isInteger(n) || n! < 0 || !(f! > 0)) usage(`--slow wants N:F (e.g. 4:2), got ${v}`);
+  return { count: n!, factor: f! };
+}
 const variants = args.filter((a) => !a.startsWith('--')).map(parseVariant);
 if (variants.length === 0) usage('give at least one variant');
 
@@ -71,8 +80,10 @@ const result = await runRoutingBench({
   repeats,
   seed,
   kvEvents: args.includes('--kv-events'),
+  peers: args.includes('--peers'),
   ...(args.includes('--shared-pool') ? { sharedBlockPool: workloads as WorkloadName[] } : {}),
   ...(args.includes('--no-shared-pool') ? { sharedBlockPool: [] } : {}),
+  ...(flag('slow') !== undefined ? { slowWorkers: parseSlow(flag('slow')!) } : {}),
   ...(flag('cache-blocks') !== undefined
     ? { cacheBlocks: Object.fromEntries(workloads.map((w) => [w, Number(flag('cache-blocks'))])) }
     : {}),

@@ -297,6 +297,12 @@ export interface RoutingBenchOptions {
    * sharedBlockPool), by workload; default SHARED_POOL_WORKLOADS.
    */
   sharedBlockPool?: readonly WorkloadName[];
+  /**
+   * A fleet of mixed hardware: the first `count` simulators run every duration `factor` times
+   * longer (their timeScale multiplied: prefill, decode steps, overhead), e.g. an older GPU
+   * generation beside newer ones. Default: every simulator alike.
+   */
+  slowWorkers?: { readonly count: number; readonly factor: number };
   /** Per-worker cache blocks by workload, before KV_TOKEN_RATIO scaling (default: cacheBlocks()). */
   cacheBlocks?: Partial<Record<WorkloadName, number>>;
   /** Targets for the result (default routingTargets: the default policy vs round robin). */
@@ -387,6 +393,8 @@ export interface RoutingResult {
     warmUp?: { requests: number; seedOffset: number } | false;
     /** Runs merged into each router cell (absent = 1). */
     repeats?: number;
+    /** Mixed hardware (RoutingBenchOptions.slowWorkers); absent: every simulator alike. */
+    slowWorkers?: { count: number; factor: number };
     /** Peer versions that ran (empty when skipped). */
     peers?: Record<string, string>;
   };
@@ -544,6 +552,13 @@ export async function runRoutingBench(opts: RoutingBenchOptions = {}): Promise<R
   if (!kvRun && variants.some((v) => v.kvEvents)) {
     throw new Error('variants with kvEvents need a run with kvEvents (simulators publishing)');
   }
+  const slow = opts.slowWorkers;
+  if (slow !== undefined && (!Number.isInteger(slow.count) || slow.count < 0 || !(slow.factor > 0))) {
+    throw new RangeError(`slowWorkers needs an integer count >= 0 and a factor > 0`);
+  }
+  /** Simulator i's options: the slow ones' every duration `factor` times longer. */
+  const simAt = (base: SimulatorOptions) => (i: number) =>
+    slow !== undefined && i < slow.count ? { ...base, timeScale: base.timeScale! * slow.factor } : base;
   const cells: RoutingCell[] = [];
   const setupWorkloads: Record<string, Record<string, number | boolean | string>> = {};
   const peers = opts.peers ? preparePeers(log) : [];
@@ -585,9 +600,18 @@ export async function runRoutingBench(opts: RoutingBenchOptions = {}): Promise<R
     const runs = new Map<string, RoutingCell[]>();
     for (let rep = 0; rep < repeats; rep++) {
       for (const variant of variants) {
+        const cellSim = variant.simTiming ? { ...sim, timing: { ...timing, ...variant.simTiming } } : sim;
         const stack = await startRoutedStack({
           workers,
-          sim: variant.simTiming ? { ...sim, timing: { ...timing, ...variant.simTiming } } : sim,
+          sim: cellSim,
+          ...(slow !== undefined
+            ? {
+                fleet: async () => {
+                  const cluster = await startCluster(workers, simAt(cellSim));
+                  return { cluster, urls: cluster.sims.map((s) => s.url) };
+                },
+              }
+            : {}),
           router: { policy: variant.policy, ...variant.router },
           replicas: variant.replicas,
           ...(variant.sessionAffinity || variant.prefixAffinity
@@ -634,7 +658,7 @@ export async function runRoutingBench(opts: RoutingBenchOptions = {}): Promise<R
       if (repeats > 1) log(cellLine(merged));
     }
     for (const variant of PEER_VARIANTS.filter((v) => peers.includes(v.peer))) {
-      const cluster = await startCluster(workers, sim);
+      const cluster = await startCluster(workers, simAt(sim));
       let cell: RoutingCell;
       try {
         const peer = await startPeer(
@@ -669,6 +693,7 @@ export async function runRoutingBench(opts: RoutingBenchOptions = {}): Promise<R
       routerProcess,
       warmUp: warmUp ? { requests: WARM_UP_REQUESTS, seedOffset: WARM_UP_SEED_OFFSET } : false,
       ...(repeats > 1 ? { repeats } : {}),
+      ...(slow !== undefined ? { slowWorkers: slow } : {}),
       peers: Object.fromEntries(peers.map((p) => [p, PEER_VERSIONS[p]])),
     },
     cells,

@@ -787,6 +787,14 @@ export const OPTIONS = [
   },
   {
     group: 'Load and cost model',
+    key: 'costWorkerPace',
+    flag: 'cost-worker-pace',
+    type: 'bool',
+    default: true,
+    help: "cache_aware cost: score each worker with its role's fleet estimates times its own pace, how much slower or faster than the fleet its first tokens come for the same work (learned from its streamed responses; within 1.15x reads 1), so a fleet of mixed hardware (older GPUs, smaller tensor-parallel groups, a shared GPU) sends each worker the work it can do; false scores every worker with the fleet's estimates.",
+  },
+  {
+    group: 'Load and cost model',
     key: 'costRecomputeWeight',
     flag: 'cost-recompute-weight',
     type: 'number',

@@ -178,10 +178,12 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
     : undefined;
   const signals: WorkerSignals = {
     load: (w) => board.view(w.key, w.load, clock()),
-    // Scoring reads the role's fleet estimate (every worker's responses): per-worker fits from a few
-    // dozen noisy samples differ by chance, and a worker whose fit drifted high would lose its cache
-    // affinity for nothing. Per-worker estimates stay on /workers and /metrics.
-    timing: (w) => timing.fleetOf(w.role),
+    // Scoring reads the role's fleet estimate (every worker's responses) times the worker's pace
+    // (timing-estimates.ts): per-worker three-coefficient fits from a few dozen noisy samples differ
+    // by chance, and a worker whose fit drifted high would lose its cache affinity for nothing; one
+    // ratio with a dead band does not, and still tells a slower GPU. Per-worker fits stay on
+    // /workers and /metrics.
+    timing: config.costWorkerPace ? (w) => timing.scoringOf(w) : (w) => timing.fleetOf(w.role),
     backlog: (w) => backlog.of(w, clock()),
     foreignShare: (w) => board.foreignShare(w.key),
     adapter: (w, model) => {

@@ -33,6 +33,18 @@
  * own estimate starts from the fleet's at its first observation. Without this, a worker the router has
  * avoided (and so never observed) would keep the optimistic priors while the workers it did use carry
  * learned costs such as Envoy's and the network's share of TTFT, and would look cheaper than it is.
+ *
+ * Pace (what the cost model scores with, `scoringOf`): the fleet estimate times one number per
+ * worker, how much slower or faster than the fleet it is. Each TTFT sample is compared with what the
+ * fleet estimate predicted for the same features (before that sample updates it); `pace` is the
+ * exponential of an EWMA (alpha PACE_ALPHA, starting at 0: the fleet's own pace) of the log of that
+ * ratio, clipped to 4x either way per sample, and shrunk by PACE_DEADBAND towards 1 (a soft
+ * threshold on the log), so the chance differences between alike workers (a few dozen noisy
+ * samples each, and the different traffic their prefixes attract) read 1 exactly and leave the
+ * cache affinity alone, while a worker on older hardware, a smaller tensor-parallel group or a GPU
+ * shared with another job is priced as slower in every term (its floor, prefill per token, wait
+ * per request and decode step). Per-worker three-coefficient fits (`of`) are too noisy for scoring
+ * (their directions trade off against each other); one ratio is not.
  */
 import type { Role } from '../workers/role.js';
 import type { Worker } from '../workers/worker.js';
@@ -57,6 +69,8 @@ export const DEFAULT_TIMING_PRIORS: Readonly<TimingPriors> = Object.freeze({
 });
 
 export interface WorkerEstimates {
+  /** How much slower than its role's fleet the worker's first tokens come (1 = as the fleet; see the header). */
+  readonly pace: number;
   readonly ttftFloorMs: number;
   readonly prefillMsPerToken: number;
   readonly waitMsPerRequest: number;
@@ -89,6 +103,11 @@ export const MIN_PREFILL_FRACTION = 0.25;
 
 const FORGETTING = 0.98;
 const EWMA_ALPHA = 0.1;
+/** Weight of one TTFT sample in a worker's pace: the last ~40 samples count. */
+export const PACE_ALPHA = 0.05;
+/** Log-ratio shrunk off a worker's pace: within 1.15x of the fleet reads 1 (alike workers' noise). */
+export const PACE_DEADBAND = Math.log(1.15);
+const PACE_CLIP = Math.log(4);
 
 export function resolveTimingPriors(over: Partial<TimingPriors> = {}): Readonly<TimingPriors> {
   const p: Record<keyof TimingPriors, number> = { ...DEFAULT_TIMING_PRIORS };
@@ -113,6 +132,10 @@ class State {
   ttft: number | undefined = undefined;
   ttftSamples = 0;
   chunkSamples = 0;
+  /** EWMA of log(observed TTFT / the fleet's prediction); 0 for a fleet state. */
+  logPace = 0;
+  /** Bumped by every publish: a worker's scored estimate is rebuilt when its fleet's moved. */
+  version = 0;
   published: WorkerEstimates;
   /** The same coefficients with no sample counts: what a worker without observations reads. */
   inherited: WorkerEstimates;
@@ -162,9 +185,22 @@ class State {
     }
   }
 
+  /** The fleet's prediction for features x (this state's published coefficients). */
+  predict(x: readonly [number, number, number]): number {
+    const e = this.published;
+    return e.ttftFloorMs * x[0] + e.prefillMsPerToken * x[1] + e.waitMsPerRequest * x[2];
+  }
+
+  get pace(): number {
+    const shrunk = Math.sign(this.logPace) * Math.max(0, Math.abs(this.logPace) - PACE_DEADBAND);
+    return Math.exp(shrunk);
+  }
+
   publish(): WorkerEstimates {
     const [f, p, q] = this.theta;
+    this.version += 1;
     this.published = Object.freeze({
+      pace: this.pace,
       ttftFloorMs: Math.max(0, f),
       prefillMsPerToken: Math.max(this.minPrefillMsPerToken, p),
       waitMsPerRequest: Math.max(0, q),
@@ -174,6 +210,7 @@ class State {
       chunkSamples: this.chunkSamples,
     });
     this.inherited = Object.freeze({
+      pace: 1,
       ttftFloorMs: this.published.ttftFloorMs,
       prefillMsPerToken: this.published.prefillMsPerToken,
       waitMsPerRequest: this.published.waitMsPerRequest,
@@ -189,6 +226,7 @@ export class TimingEstimates {
   readonly priors: Readonly<TimingPriors>;
   private readonly states = new WeakMap<Worker, State>();
   private readonly fleets = new Map<Role, State>();
+  private readonly scored = new WeakMap<Worker, { fleetVersion: number; est: WorkerEstimates }>();
   private readonly priorVariance: number[];
 
   constructor(priors: Partial<TimingPriors> = {}) {
@@ -212,6 +250,35 @@ export class TimingEstimates {
     return this.fleet(role).published;
   }
 
+  /**
+   * What the cost model scores `worker` with: its role's fleet estimate, every time scaled by the
+   * worker's pace (the header). The fleet's own object while the pace reads 1; else a copy rebuilt
+   * only when the fleet or the pace moved.
+   */
+  scoringOf(worker: Worker): WorkerEstimates {
+    const fleet = this.fleet(worker.role);
+    const own = this.states.get(worker);
+    if (own === undefined) return fleet.published;
+    const pace = own.published.pace;
+    if (pace === 1) return fleet.published;
+    const cached = this.scored.get(worker);
+    if (cached !== undefined && cached.fleetVersion === fleet.version && cached.est.pace === pace) {
+      return cached.est;
+    }
+    const f = fleet.published;
+    const est: WorkerEstimates = Object.freeze({
+      pace,
+      ttftFloorMs: f.ttftFloorMs * pace,
+      prefillMsPerToken: f.prefillMsPerToken * pace,
+      waitMsPerRequest: f.waitMsPerRequest * pace,
+      interChunkMs: f.interChunkMs * pace,
+      ttftSamples: own.ttftSamples,
+      chunkSamples: own.chunkSamples,
+    });
+    this.scored.set(worker, { fleetVersion: fleet.version, est });
+    return est;
+  }
+
   /** Predicted TTFT of a request with these features on `worker`, ms. */
   predictTtftMs(worker: Worker, f: TtftFeatures): number {
     const e = this.of(worker);
@@ -222,7 +289,15 @@ export class TimingEstimates {
     if (!Number.isFinite(ttftMs) || ttftMs < 0) return;
     if (!Number.isFinite(f.prefillTokens) || !Number.isFinite(f.ahead)) return;
     const x: [number, number, number] = [1, Math.max(0, f.prefillTokens), Math.max(0, f.ahead)];
-    for (const s of [this.state(worker), this.fleet(worker.role)]) {
+    const own = this.state(worker);
+    const fleet = this.fleet(worker.role);
+    // The pace: this sample against the fleet's prediction, before the sample moves the fleet.
+    const predicted = fleet.predict(x);
+    if (predicted > 0) {
+      const r = Math.max(-PACE_CLIP, Math.min(PACE_CLIP, Math.log(Math.max(ttftMs, 1e-3) / predicted)));
+      own.logPace += PACE_ALPHA * (r - own.logPace);
+    }
+    for (const s of [own, fleet]) {
       s.fit(x, ttftMs);
       s.ttft = s.ttft === undefined ? ttftMs : s.ttft + EWMA_ALPHA * (ttftMs - s.ttft);
       s.ttftSamples += 1;
@@ -241,6 +316,7 @@ export class TimingEstimates {
 
   forget(worker: Worker): void {
     this.states.delete(worker);
+    this.scored.delete(worker);
   }
 
   private state(worker: Worker): State {

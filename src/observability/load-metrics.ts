@@ -12,7 +12,9 @@
  *   vllm_router_worker_ttft_seconds                             EWMA of observed time to first token
  *   vllm_router_worker_estimate{estimate=...}                   cost-model coefficients: ttft_floor_seconds,
  *                                                               prefill_seconds_per_token,
- *                                                               wait_seconds_per_request, inter_chunk_seconds
+ *                                                               wait_seconds_per_request, inter_chunk_seconds,
+ *                                                               pace (ratio to its role's fleet, unitless:
+ *                                                               what the cost model scales the fleet's by)
  *   vllm_router_chars_per_token{model}                          characters per prompt token learned from the
  *                                                               workers' usage (load/chars-per-token.ts)
  */
@@ -90,7 +92,7 @@ export function registerLoadMetrics(o: LoadMetricsOptions): void {
   );
   new Gauge({
     name: 'vllm_router_worker_estimate',
-    help: 'Learned cost-model coefficients per worker (seconds; prefill per uncached token, wait per request ahead).',
+    help: "Learned cost-model coefficients per worker (seconds; prefill per uncached token, wait per request ahead; pace: how much slower than its role's fleet its first tokens come, unitless).",
     labelNames: [...labelNames, 'estimate'] as const,
     registers,
     collect() {
@@ -102,6 +104,7 @@ export function registerLoadMetrics(o: LoadMetricsOptions): void {
         this.set({ ...l, estimate: 'prefill_seconds_per_token' }, e.prefillMsPerToken / 1000);
         this.set({ ...l, estimate: 'wait_seconds_per_request' }, e.waitMsPerRequest / 1000);
         this.set({ ...l, estimate: 'inter_chunk_seconds' }, e.interChunkMs / 1000);
+        this.set({ ...l, estimate: 'pace' }, e.pace);
       }
     },
   });

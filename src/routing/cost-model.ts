@@ -5,9 +5,11 @@
  * handed; no counters, timers or logging.
  *
  * A cache hit is worth the prefill time it saves; a queue costs the time it makes a request wait. Per
- * candidate w, with the learned estimates it is handed (load/timing-estimates.ts: the router hands every
- * worker its role's fleet estimate, fitted on all their responses), blended load (load/load-board.ts)
- * and this router's queued prefills (load/prefill-backlog.ts):
+ * candidate w, with the learned estimates it is handed (load/timing-estimates.ts `scoringOf`: the router
+ * hands every worker its role's fleet estimate, fitted on all their responses, times the worker's pace,
+ * 1 unless its first tokens come over 1.15x slower or faster than the fleet's for the same work: mixed
+ * hardware), blended load (load/load-board.ts) and this router's queued prefills
+ * (load/prefill-backlog.ts):
  *
  *   uncached_w  = promptTokens - cachedTokens_w          (prefix-source.ts: exact first, radix fallback)
  *   queued_w    = uncached tokens of the requests this router sent to w whose first token has not

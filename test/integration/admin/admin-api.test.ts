@@ -104,6 +104,7 @@ describe('POST/GET/DELETE /workers', () => {
         loadSample: null,
         routingLoad: { source: 'in_flight', ahead: 0, foreignShare: 0 },
         estimates: {
+          pace: 1,
           ttftFloorMs: 10,
           prefillMsPerToken: 0.05,
           waitMsPerRequest: 20,

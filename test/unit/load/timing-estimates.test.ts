@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import {
   DEFAULT_TIMING_PRIORS,
   MIN_PREFILL_FRACTION,
+  PACE_DEADBAND,
   TimingEstimates,
 } from '../../../src/load/timing-estimates.js';
 import { makeWorkers } from '../routing/fixtures.js';
@@ -22,7 +23,7 @@ describe('TimingEstimates', () => {
   it('starts from the priors', () => {
     const est = new TimingEstimates();
     const [w] = makeWorkers(1);
-    expect(est.of(w!)).toEqual({ ...DEFAULT_TIMING_PRIORS, ttftSamples: 0, chunkSamples: 0 });
+    expect(est.of(w!)).toEqual({ ...DEFAULT_TIMING_PRIORS, pace: 1, ttftSamples: 0, chunkSamples: 0 });
     expect(est.predictTtftMs(w!, { prefillTokens: 1000, ahead: 2 })).toBeCloseTo(10 + 50 + 40);
   });
 
@@ -100,12 +101,93 @@ describe('TimingEstimates', () => {
     expect(est.of(b!).ttftFloorMs).toBeCloseTo(est.of(a!).ttftFloorMs);
     expect(est.of(b!).ttftSamples).toBe(0);
     const prefill = new Worker({ role: 'prefill', url: 'http://p:1', endpoint: 'p:1', generation: 1 });
-    expect(est.of(prefill)).toEqual({ ...DEFAULT_TIMING_PRIORS, ttftSamples: 0, chunkSamples: 0 });
+    expect(est.of(prefill)).toEqual({ ...DEFAULT_TIMING_PRIORS, pace: 1, ttftSamples: 0, chunkSamples: 0 });
     // Its own observations then move it on its own; forget() drops them again.
     est.recordInterChunk(b!, 100);
     expect(est.of(b!).interChunkMs).toBeGreaterThan(est.of(a!).interChunkMs + 5);
     est.forget(b!);
     expect(est.of(b!).chunkSamples).toBe(0);
+  });
+
+  describe('pace (what the cost model scores with)', () => {
+    /** Requests of varied size and queue on every worker in turn; worker i's TTFT x speed[i] of the truth. */
+    function fleet(speeds: readonly number[], rounds: number, jitter = 0) {
+      const est = new TimingEstimates();
+      const workers = makeWorkers(speeds.length);
+      let k = 0;
+      for (let r = 0; r < rounds; r++) {
+        workers.forEach((w, i) => {
+          const prefillTokens = [16, 2048, 300, 5000, 64][(r + i) % 5]!;
+          const ahead = [0, 3, 8, 1, 12][(r * 3 + i) % 5]!;
+          // A deterministic +-jitter that differs per sample (alike workers' noise).
+          const noise = 1 + jitter * Math.sin(++k * 12.9898);
+          est.recordTtft(w, (8 + 0.05 * prefillTokens + 20 * ahead) * speeds[i]! * noise, {
+            prefillTokens,
+            ahead,
+          });
+        });
+      }
+      return { est, workers };
+    }
+
+    it('a worker twice as slow as the others is scored slower in every term; the fast ones faster', () => {
+      const { est, workers } = fleet([2, 1, 1, 1], 200);
+      const fleetEst = est.fleetOf('regular');
+      const slow = est.scoringOf(workers[0]!);
+      const fast = workers.slice(1).map((w) => est.scoringOf(w));
+      expect(slow.pace).toBeGreaterThan(1.3);
+      // The fleet's estimate averages the slow worker in: the fast ones read at or below it.
+      for (const f of fast) {
+        expect(f.pace).toBeLessThanOrEqual(1);
+        expect(slow.pace / f.pace).toBeGreaterThan(1.5);
+      }
+      expect(Math.min(...fast.map((f) => f.pace))).toBeLessThan(1);
+      for (const e of [slow, ...fast]) {
+        for (const k of ['ttftFloorMs', 'prefillMsPerToken', 'waitMsPerRequest', 'interChunkMs'] as const) {
+          expect(e[k]).toBeCloseTo(fleetEst[k] * e.pace, 9);
+        }
+      }
+      // /workers and /metrics read the pace on the worker's own estimates too.
+      expect(est.of(workers[0]!).pace).toBe(slow.pace);
+    });
+
+    it('alike workers with noisy samples all read pace 1: the fleet estimate itself, not a copy', () => {
+      const { est, workers } = fleet([1, 1, 1, 1, 1, 1, 1, 1], 100, 0.3);
+      for (const w of workers) {
+        expect(est.of(w).pace).toBe(1);
+        expect(est.scoringOf(w)).toBe(est.fleetOf('regular'));
+      }
+    });
+
+    it('a difference within the dead band reads 1; the pace starts at 1 and moves over tens of samples', () => {
+      const within = Math.exp(PACE_DEADBAND) * 0.97;
+      const { est, workers } = fleet([within, 1, 1, 1], 300);
+      // Relative to a fleet that averages it in, the slightly slower worker stays within the band.
+      expect(est.of(workers[0]!).pace).toBe(1);
+      const fresh = fleet([4, 1, 1, 1], 1);
+      expect(fresh.est.of(fresh.workers[0]!).pace).toBe(1); // one sample moves the EWMA by 5% of it only
+      const later = fleet([4, 1, 1, 1], 60);
+      expect(later.est.of(later.workers[0]!).pace).toBeGreaterThan(2);
+    });
+
+    it('a worker never observed, or forgotten (a new generation), scores with the fleet estimate', () => {
+      const { est, workers } = fleet([3, 1], 100);
+      expect(est.scoringOf(workers[0]!).pace).toBeGreaterThan(1.5);
+      est.forget(workers[0]!);
+      expect(est.scoringOf(workers[0]!)).toBe(est.fleetOf('regular'));
+      const [, , unseen] = makeWorkers(3);
+      expect(est.scoringOf(unseen!)).toBe(est.fleetOf('regular'));
+    });
+
+    it('the scored copy follows the fleet as it learns (no stale coefficients)', () => {
+      const { est, workers } = fleet([3, 1], 100);
+      const before = est.scoringOf(workers[0]!);
+      expect(est.scoringOf(workers[0]!)).toBe(before); // cached while nothing moved
+      est.recordInterChunk(workers[1]!, 500);
+      const after = est.scoringOf(workers[0]!);
+      expect(after).not.toBe(before);
+      expect(after.interChunkMs).toBeCloseTo(est.fleetOf('regular').interChunkMs * after.pace, 9);
+    });
   });
 
   it('rejects invalid priors', () => {

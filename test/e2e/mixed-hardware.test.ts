@@ -1,0 +1,87 @@
+/**
+ * End to end through a real Envoy: a fleet of mixed hardware. One simulated worker runs everything
+ * (prefill, decode steps, overhead) six times slower than the other, as an older GPU generation or a
+ * smaller tensor-parallel group would. The default policy (cache_aware, cost mode) learns each
+ * worker's pace from the first tokens of its streamed responses (load/timing-estimates.ts) and sends
+ * the work where it finishes first:
+ *
+ * - one request at a time, with nothing cached anywhere, goes to the fast worker once the router has
+ *   seen both (before, every worker was scored with the fleet's estimates, and two idle workers tied
+ *   and alternated: half the requests waited six times longer than they had to);
+ * - /workers and /metrics show the slow worker's pace above 1 and the fast one's at or below 1;
+ * - a burst still uses both workers' capacity: the slow one is slower, not closed.
+ * Ends with every load back to 0.
+ */
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { startStack, postThrough, type Stack } from '../support/stack.js';
+import { adminJson, expectAllLoadsZero, metricsText } from '../support/router-fixture.js';
+
+let stack: Stack;
+
+beforeAll(async () => {
+  stack = await startStack({
+    workers: 2,
+    // Worker 0 the slow one: every duration 6x. ~200-token prompts: fast ~12 ms to a first token, slow ~70 ms.
+    sim: (i) => ({
+      timeScale: i === 0 ? 6 : 1,
+      timing: { overheadMs: 2, prefillMsPerToken: 0.05, baseItlMs: 5 },
+    }),
+    // Every streamed response teaches the estimates (the default watches one in 8 per worker).
+    router: { policy: 'cache_aware', decisionHeader: true, responseBodySample: 1 },
+  });
+});
+afterAll(async () => {
+  await stack?.close();
+});
+afterEach(async () => {
+  await expectAllLoadsZero(stack.router);
+  await Promise.all(stack.sims.map((s) => s.waitForIdle()));
+});
+
+interface WorkerInfo {
+  url: string;
+  estimates: { pace: number; ttftSamples: number };
+}
+
+/** A streamed completion of a prompt nobody holds (~200 tokens), through Envoy. */
+async function unique(i: number): Promise<string> {
+  const prompt = `request ${i} ${'x'.repeat(i % 7)}: ` + `tell me about item ${i}. `.repeat(36);
+  const answer = await postThrough(stack, { model: 'sim-model', prompt, max_tokens: 2, stream: true });
+  expect(answer.status).toBe(200);
+  return answer.worker;
+}
+
+describe('a fleet of mixed hardware (cache_aware cost mode, per-worker pace)', () => {
+  it('sends one request at a time to the faster worker once it has seen both', async () => {
+    const [slow, fast] = stack.sims;
+    // Learning: both idle workers tie at first and alternate, so both are seen.
+    for (let i = 0; i < 40; i++) await unique(i);
+    const routed: string[] = [];
+    for (let i = 40; i < 52; i++) routed.push(await unique(i));
+    expect(routed).toEqual(Array(12).fill(fast!.url));
+
+    const view = (await adminJson<WorkerInfo[]>(stack.router, '/workers')).body;
+    const paceOf = (url: string) => view.find((w) => w.url === url)!.estimates.pace;
+    // Each relative to the pool's estimate: the slow one reads well above the fast one.
+    expect(paceOf(slow!.url)).toBeGreaterThan(1.5 * paceOf(fast!.url));
+    const metrics = await metricsText(stack.router);
+    for (const s of [slow!, fast!]) {
+      const series = new RegExp(
+        `vllm_router_worker_estimate\\{[^}]*worker="${s.url}"[^}]*estimate="pace"[^}]*\\} ([0-9.e+-]+)`,
+      ).exec(metrics);
+      expect(Number(series?.[1])).toBeCloseTo(paceOf(s.url), 6);
+    }
+  });
+
+  it('a burst still uses both workers, the faster one more', async () => {
+    const [slow, fast] = stack.sims;
+    const before = [slow!.records.length, fast!.records.length];
+    const workers = await Promise.all(Array.from({ length: 24 }, (_, k) => unique(1000 + k)));
+    const toSlow = workers.filter((w) => w === slow!.url).length;
+    const toFast = workers.filter((w) => w === fast!.url).length;
+    expect(toSlow + toFast).toBe(24);
+    expect(toFast, `fast ${toFast}, slow ${toSlow}`).toBeGreaterThan(toSlow);
+    expect(slow!.records.length - before[0]!).toBe(toSlow);
+    expect(fast!.records.length - before[1]!).toBe(toFast);
+  });
+});
