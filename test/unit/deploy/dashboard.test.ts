@@ -3,10 +3,15 @@
  * must be registered in src/observability/metrics.ts (histograms: with _bucket/_sum/_count), be
  * one the simulator exposes with vLLM's names (src/sim/metrics-text.ts), or be Envoy's (`envoy_*`:
  * test/e2e/dashboard-envoy.test.ts finds each in a real Envoy's /stats/prometheus). And it covers what issue 8
- * asks for: load per worker and role, decisions by branch, cache hit rate, P/D legs, errors, discovery.
+ * asks for: load per worker and role, decisions by branch, cache hit rate, P/D legs, errors, discovery;
+ * and each worker's pace (a fleet of mixed hardware).
  */
 import { describe, expect, it } from 'vitest';
 import { RouterMetrics } from '../../../src/observability/metrics.js';
+import { registerLoadMetrics } from '../../../src/observability/load-metrics.js';
+import { LoadBoard } from '../../../src/load/load-board.js';
+import { TimingEstimates } from '../../../src/load/timing-estimates.js';
+import { CharsPerToken } from '../../../src/load/chars-per-token.js';
 import { metricsText } from '../../../src/sim/metrics-text.js';
 import { dashboard, exprs, metricNames, panels } from '../../support/dashboard.js';
 
@@ -20,6 +25,15 @@ async function knownMetricNames(): Promise<Set<string>> {
     objectives: () => [],
     flowHeld: () => 0,
     processMetrics: false,
+  });
+  // The per-worker load signals and timing estimates (wiring.ts registers them on the same registry).
+  registerLoadMetrics({
+    registry: m.registry,
+    workers: () => [],
+    board: new LoadBoard(1000),
+    timing: new TimingEstimates(),
+    clock: () => 0,
+    charsPerToken: new CharsPerToken({ prior: 4 }),
   });
   const names = new Set<string>();
   for (const metric of await m.registry.getMetricsAsJSON()) {
@@ -78,6 +92,7 @@ describe('Grafana dashboard', () => {
     ['P/D prefill leg latency', 'vllm_router_pd_prefill_duration_seconds_bucket', /histogram_quantile/],
     ['errors by outcome', 'vllm_router_requests_total', /outcome!~"ok\|answered"/],
     ['P/D errors', 'vllm_router_pd_errors_total', /error_type/],
+    ["each worker's pace (mixed hardware)", 'vllm_router_worker_estimate', /estimate="pace"/],
     ['discovery events', 'vllm_router_discovery_updates_total', /event/],
     ['rejected registrations', 'vllm_router_discovery_rejected_total', /reason/],
     ['router replicas in rotation', 'envoy_cluster_membership_healthy', /envoy_cluster_name="vllm_router"/],
