@@ -1,0 +1,59 @@
+/**
+ * End to end through a real Envoy, in P/D mode: a prefill pool of mixed hardware. One prefill worker
+ * computes six times slower than the other. The router runs every prefill leg itself, so each leg's
+ * duration teaches that worker's pace (load/timing-estimates.ts), and the prefill pool's cost model
+ * (cache_aware, the default prefill policy) then sends the legs one at a time to the fast worker,
+ * where two idle workers scored alike would alternate. Ends with every load back to 0.
+ */
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { startPdStack, type PdStack } from '../support/pd-stack.js';
+import { adminJson, expectAllLoadsZero } from '../support/router-fixture.js';
+
+let s: PdStack;
+beforeAll(async () => {
+  s = await startPdStack({
+    prefill: 2,
+    decode: 1,
+    // Prefill worker 0 the slow one; ~200-token prompts: fast ~12 ms per leg, slow ~70 ms.
+    prefillSim: (i) => ({ timeScale: i === 0 ? 6 : 1, timing: { overheadMs: 2, prefillMsPerToken: 0.05 } }),
+    // The production default for the prefill pool (the P/D test stack's is round robin).
+    router: { prefillPolicy: 'cache_aware' },
+  });
+});
+afterAll(async () => {
+  await s?.close();
+});
+afterEach(async () => {
+  await expectAllLoadsZero(s.router);
+});
+
+async function chat(i: number): Promise<void> {
+  const res = await fetch(`${s.url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({
+      model: 'm',
+      messages: [
+        { role: 'user', content: `question ${i} ${'y'.repeat(i % 5)}: ` + `about item ${i}. `.repeat(50) },
+      ],
+      max_tokens: 2,
+    }),
+  });
+  const text = await res.text();
+  expect(res.status, text).toBe(200);
+}
+
+describe('a prefill pool of mixed hardware (P/D)', () => {
+  it('sends the prefill legs to the faster prefill worker once it has seen both', async () => {
+    const [slow, fast] = s.prefill;
+    for (let i = 0; i < 30; i++) await chat(i);
+    const before = [slow!.records.length, fast!.records.length];
+    for (let i = 30; i < 40; i++) await chat(i);
+    expect([slow!.records.length - before[0]!, fast!.records.length - before[1]!]).toEqual([0, 10]);
+    const view = (
+      await adminJson<Array<{ role: string; url: string; estimates: { pace: number } }>>(s.router, '/workers')
+    ).body;
+    const pace = (url: string) => view.find((w) => w.role === 'prefill' && w.url === url)!.estimates.pace;
+    expect(pace(slow!.url)).toBeGreaterThan(1.5 * pace(fast!.url));
+  });
+});
