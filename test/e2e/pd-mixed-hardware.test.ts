@@ -8,6 +8,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startPdStack, type PdStack } from '../support/pd-stack.js';
 import { adminJson, expectAllLoadsZero } from '../support/router-fixture.js';
+import { postThrough } from '../support/stack.js';
 
 let s: PdStack;
 beforeAll(async () => {
@@ -28,19 +29,10 @@ afterEach(async () => {
 });
 
 async function chat(i: number): Promise<void> {
-  const res = await fetch(`${s.url}/v1/chat/completions`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({
-      model: 'm',
-      messages: [
-        { role: 'user', content: `question ${i} ${'y'.repeat(i % 5)}: ` + `about item ${i}. `.repeat(50) },
-      ],
-      max_tokens: 2,
-    }),
-  });
-  const text = await res.text();
-  expect(res.status, text).toBe(200);
+  const content = `question ${i} ${'y'.repeat(i % 5)}: ` + `about item ${i}. `.repeat(50);
+  const body = { model: 'm', messages: [{ role: 'user', content }], max_tokens: 2 };
+  const answer = await postThrough(s, body, '/v1/chat/completions');
+  expect(answer.status, answer.text).toBe(200);
 }
 
 describe('a prefill pool of mixed hardware (P/D)', () => {

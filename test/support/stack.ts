@@ -72,7 +72,7 @@ export interface RoutedAnswer {
 
 /** POSTs `body` as JSON to `path` (default /v1/completions) through Envoy and reads the whole answer. */
 export async function postThrough(
-  stack: Stack,
+  stack: Pick<Stack, 'url'>,
   body: Record<string, unknown>,
   path = '/v1/completions',
 ): Promise<RoutedAnswer> {
