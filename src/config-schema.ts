@@ -791,7 +791,7 @@ export const OPTIONS = [
     flag: 'cost-worker-pace',
     type: 'bool',
     default: true,
-    help: "cache_aware cost: score each worker with its role's fleet estimates times its own pace, how much slower or faster than the fleet its first tokens come for the same work (learned from its streamed responses; within 1.15x reads 1), so a fleet of mixed hardware (older GPUs, smaller tensor-parallel groups, a shared GPU) sends each worker the work it can do; false scores every worker with the fleet's estimates.",
+    help: "cache_aware cost: score each worker with its role's fleet estimates times its own pace, how much slower or faster than the fleet its first tokens come for the same work (learned from its streamed responses; within 1.15x reads 1), in its time to first token, in the request's own decode there (max_tokens up to 256, 64 when unset, times its step time) and in the imbalance filter (requests ahead times pace), so a fleet of mixed hardware (older GPUs, smaller tensor-parallel groups, a shared GPU) sends each worker the work it can do; false scores every worker with the fleet's estimates.",
   },
   {
     group: 'Load and cost model',

@@ -38,8 +38,17 @@
  *           + contention * uncached_w * prefillMsPerToken_w     (recomputed prompt delays those behind)
  *           + costRecomputeWeight * fill_w * uncached_w * prefillMsPerToken_w   (and evicts others)
  *           + ahead_w * interChunkMs_w * costDecodeWeight * seqs (each sequence slows its batch)
+ *           + out * interChunkMs_w                            (its own decode at this worker's pace)
  *
- * `ahead_w` counts sequences, as vLLM's scheduler counts requests: a request with parallel sampling
+ * `out` is the request's `max_tokens` up to OWN_DECODE_MAX_TOKENS (64 when it sets none; 0 in a
+prefill pool). On alike workers the term is the same everywhere and changes no choice; on mixed
+hardware it is what staying on a slow worker costs the request after its first token, which the
+prediction (a time to first token) does not see: with the pace alone, a conversation held by a
+worker three times slower kept its follow-ups there to the last round, and the pass waited on it
+(multi-turn, 1 of 8 workers 3x slower: 0.93x the fleet estimate's output tokens/s; docs/benchmarks.md,
+Analysis, 2026-12-07).
+
+`ahead_w` counts sequences, as vLLM's scheduler counts requests: a request with parallel sampling
  * (`n`) or a batched completions prompt runs `seqs` of them (request/inference-request.ts
  * `requestSequences`; its load guard weighs that many, and so does its entry in the prefill backlog).
  *
@@ -125,7 +134,8 @@
  *   eviction-pressure (caches room for two contexts, so two running requests read as full), 7 of 8
  *   workers were filtered in 12% of decisions, and ignoring the filter there raised the hit rate
  *   from 43% to 49.5% and output tokens/s by 15% (docs/benchmarks.md, Analysis).
- * - imbalance: everything ahead (blended) above both `costBalanceRel` x the candidates' mean and the mean +
+ * - imbalance: everything ahead (blended; times the worker's pace, so on mixed hardware a fast worker
+ *   may hold more requests than a slow one before it counts as busier) above both `costBalanceRel` x the candidates' mean and the mean +
  *   `costBalanceAbs` (defaults 1.5 and 8, the reference router's relative rule with an absolute floor
  *   scaled to per-worker concurrency). The score keeps affinity within that band; the band keeps one
  *   hot prefix (one system prompt shared by every user, a burst on one document) from piling onto one
@@ -362,6 +372,7 @@ export function scoreCost(
       adapter,
       anyState,
       input.sequences ?? 1,
+      ownDecodeTokens(input.outputTokens),
     );
     if (cacheFill !== undefined && options.costRecomputeWeight > 0 && x.recomputeMs > 0) {
       x.displaceMs = options.costRecomputeWeight * cacheFill(worker) * x.recomputeMs;
@@ -373,7 +384,7 @@ export function scoreCost(
     }
     kept += 1;
     if (queued.requests < contention) contention = queued.requests;
-    sumAhead += load.ahead;
+    sumAhead += x.totalAhead;
     if (load.ahead <= 0) anyIdle = true;
     if (x.overloaded) hot += 1;
   }
@@ -388,7 +399,7 @@ export function scoreCost(
   for (const x of c) {
     if (x.totalAhead > cap || x.queuedPrefills >= idleQueue) x.overloaded = true;
     if (!x.loraSkipped && !x.overloaded) anyFit = true;
-    x.scoreMs = x.predictedMs + contention * x.recomputeMs + x.displaceMs + x.decodeMs;
+    x.scoreMs = x.predictedMs + contention * x.recomputeMs + x.displaceMs + x.decodeMs + x.ownDecodeMs;
   }
   const out = (x: Candidate): boolean => x.loraSkipped || (anyFit && x.overloaded);
 
@@ -476,12 +487,14 @@ function filterOf(x: Candidate, cap: number, idleQueue: number): CostFilter {
 interface Candidate extends CostScore {
   scoreMs: number;
   overloaded: boolean;
-  /** Everything ahead (blended), for the imbalance filter. */
+  /** Everything ahead (blended) times the worker's pace (1 on alike workers), for the imbalance filter. */
   readonly totalAhead: number;
   /** Prefills queued ahead: this router's not yet at their first token + the scraped queue of others. */
   readonly queuedPrefills: number;
   /** The decode-batch term of the score. */
   readonly decodeMs: number;
+  /** The request's own decode at this worker's step time (the same on every alike worker). */
+  readonly ownDecodeMs: number;
   displaceMs: number;
   /** Stable across replicas (the worker's URL): the prefix-home rule's label. */
   readonly label: string;
@@ -504,6 +517,8 @@ function candidate(
   anyState: boolean,
   /** The sequences the request adds to the chosen worker's batch (parallel sampling, batched prompts). */
   sequences: number,
+  /** The output tokens the request is expected to decode here (ownDecodeTokens). */
+  outputTokens: number,
 ): Candidate {
   const uncachedTokens = Math.max(0, promptTokens - cachedTokens);
   const others = Math.max(0, load.ahead - queued.requests);
@@ -528,10 +543,12 @@ function candidate(
     uncachedTokens,
     loadSource: load.source,
     overloaded,
-    totalAhead: load.ahead,
+    // In time, not requests: a worker at twice the pace holds its requests twice as long.
+    totalAhead: load.ahead * est.pace,
     queuedPrefills: queued.requests + ahead,
     recomputeMs,
     decodeMs: load.ahead * est.interChunkMs * options.costDecodeWeight * sequences,
+    ownDecodeMs: outputTokens * est.interChunkMs,
     displaceMs: 0,
     label: worker.key,
     eligible: true,
@@ -539,6 +556,17 @@ function candidate(
     ...(adapter === undefined ? {} : { adapter }),
     adapterLoadMs,
   };
+}
+
+/** What the own-decode term counts when a request sets no `max_tokens` (it decodes something). */
+export const OWN_DECODE_DEFAULT_TOKENS = 64;
+/** The most it counts: `max_tokens` is a bound, and long answers are rarer than long bounds. */
+export const OWN_DECODE_MAX_TOKENS = 256;
+
+/** Output tokens of the own-decode term: `max_tokens` up to OWN_DECODE_MAX_TOKENS; 64 unset; 0 unknown. */
+function ownDecodeTokens(outputTokens: number | undefined): number {
+  if (outputTokens === undefined) return 0;
+  return outputTokens > 0 ? Math.min(outputTokens, OWN_DECODE_MAX_TOKENS) : OWN_DECODE_DEFAULT_TOKENS;
 }
 
 /** Mean over the candidates of the share of their load this router did not send (0 without the signal). */

@@ -36,6 +36,11 @@ export interface SelectionInput {
    */
   readonly sequences?: number;
   /**
+   * The output tokens the request asks for at most (`max_tokens`; 0 when unset), on the worker that
+   * decodes it; 0 in a prefill pool (its leg makes one). Absent: unknown.
+   */
+  readonly outputTokens?: number;
+  /**
    * A decode pool's request that its worker prefills itself (no prefill leg: pd/pd-dispatcher.ts
    * `localReason`): scored with its prefill and the worker's prefix cache, as in a regular pool.
    */

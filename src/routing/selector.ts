@@ -107,6 +107,7 @@ class Selection implements SelectionInput {
   readonly text: RoutingText;
   readonly headers: Readonly<Record<string, string>>;
   readonly sequences: number;
+  readonly outputTokens: number | undefined;
   readonly prefillHere: boolean;
 
   constructor(
@@ -118,6 +119,7 @@ class Selection implements SelectionInput {
     this.text = ctx.text;
     this.headers = ctx.headers;
     this.sequences = role === 'prefill' ? 1 : (ctx.sequences ?? 1);
+    this.outputTokens = role === 'prefill' ? 0 : ctx.outputTokens;
     this.prefillHere = role === 'decode' && ctx.prefillHere === true;
   }
 

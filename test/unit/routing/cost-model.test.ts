@@ -267,6 +267,55 @@ describe('cost model scoring (cache_aware default mode)', () => {
     expect(d.cost).toBeDefined();
   });
 
+  describe('mixed hardware: a worker at 3x the pace of the other', () => {
+    /**
+     * Worker 0 holds `held` (a conversation's history; its estimates the priors x `pace0`), worker 1
+     * nothing: where a follow-up asking for `outputTokens` goes (a fresh policy per question).
+     */
+    function followUp(pace0: number, held: string, outputTokens: number | undefined): 0 | 1 {
+      const workers = makeWorkers(2);
+      const priors = new TimingEstimates().fleetOf('regular');
+      const slow = {
+        ...priors,
+        pace: pace0,
+        ttftFloorMs: priors.ttftFloorMs * pace0,
+        prefillMsPerToken: priors.prefillMsPerToken * pace0,
+        waitMsPerRequest: priors.waitMsPerRequest * pace0,
+        interChunkMs: priors.interChunkMs * pace0,
+      };
+      const signals: WorkerSignals = {
+        load: () => idle,
+        timing: (w) => (w === workers[0] ? slow : priors),
+      };
+      const policy = new CacheAwarePolicy({}, { signals });
+      for (const w of workers) policy.addWorker(w);
+      policy.routed({ worker: workers[0]!, branch: 'seed' }, input(workers, { text: held }), 0);
+      const text = held + ' And one more question?';
+      const chosen = policy.select(
+        input(workers, { text, ...(outputTokens === undefined ? {} : { outputTokens }) }),
+      );
+      return chosen.worker === workers[0] ? 0 : 1;
+    }
+
+    it('a follow-up that only wants its first token soonest stays on the slow holder (its prefix saves more)', () => {
+      expect(followUp(3, MID, undefined)).toBe(0);
+    });
+
+    it('a follow-up that will decode 128 tokens leaves the slow holder: its own decode there costs more than the recompute', () => {
+      expect(followUp(3, MID, 128)).toBe(1);
+      expect(followUp(3, MID, 0)).toBe(1); // no max_tokens: it decodes something (64 tokens counted)
+    });
+
+    it('a 200 KB document held by the slow worker keeps a short answer there, not a long one', () => {
+      expect(followUp(3, DOC, 32)).toBe(0); // 2.5 s of recompute elsewhere outweighs 32 slower steps
+      expect(followUp(3, DOC, 256)).toBe(1);
+    });
+
+    it('on alike workers the own decode is the same everywhere and changes nothing', () => {
+      for (const out of [undefined, 0, 2, 128, 100_000]) expect(followUp(1, MID, out)).toBe(0);
+    });
+  });
+
   it('identical idle workers tie and split by (load, processed, index)', () => {
     const workers = makeWorkers(3);
     workers[0]!.processed = 5;
