@@ -41,14 +41,14 @@
  *           + out * interChunkMs_w                            (its own decode at this worker's pace)
  *
  * `out` is the request's `max_tokens` up to OWN_DECODE_MAX_TOKENS (64 when it sets none; 0 in a
-prefill pool). On alike workers the term is the same everywhere and changes no choice; on mixed
-hardware it is what staying on a slow worker costs the request after its first token, which the
-prediction (a time to first token) does not see: with the pace alone, a conversation held by a
-worker three times slower kept its follow-ups there to the last round, and the pass waited on it
-(multi-turn, 1 of 8 workers 3x slower: 0.93x the fleet estimate's output tokens/s; docs/benchmarks.md,
-Analysis, 2026-12-07).
-
-`ahead_w` counts sequences, as vLLM's scheduler counts requests: a request with parallel sampling
+ * prefill pool, whose leg makes one token, and for requests that are not inference). On alike
+ * workers the term is the same everywhere and changes no choice; on mixed hardware it is what staying
+ * on a slow worker costs the request after its first token, which the prediction (a time to first
+ * token) does not see: with the pace alone, a conversation held by a worker three times slower kept
+ * its follow-ups there to the last round, and the pass waited on it (multi-turn, 1 of 8 workers 3x
+ * slower: 0.93x the fleet estimate's output tokens/s; docs/benchmarks.md, Analysis, 2026-12-07).
+ *
+ * `ahead_w` counts sequences, as vLLM's scheduler counts requests: a request with parallel sampling
  * (`n`) or a batched completions prompt runs `seqs` of them (request/inference-request.ts
  * `requestSequences`; its load guard weighs that many, and so does its entry in the prefill backlog).
  *

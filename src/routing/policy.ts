@@ -37,7 +37,7 @@ export interface SelectionInput {
   readonly sequences?: number;
   /**
    * The output tokens the request asks for at most (`max_tokens`; 0 when unset), on the worker that
-   * decodes it; 0 in a prefill pool (its leg makes one). Absent: unknown.
+   * decodes it. Absent: unknown, and in a prefill pool (its leg makes one token; the decode is elsewhere).
    */
   readonly outputTokens?: number;
   /**

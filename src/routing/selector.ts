@@ -119,7 +119,7 @@ class Selection implements SelectionInput {
     this.text = ctx.text;
     this.headers = ctx.headers;
     this.sequences = role === 'prefill' ? 1 : (ctx.sequences ?? 1);
-    this.outputTokens = role === 'prefill' ? 0 : ctx.outputTokens;
+    this.outputTokens = role === 'prefill' ? undefined : ctx.outputTokens;
     this.prefillHere = role === 'decode' && ctx.prefillHere === true;
   }
 

@@ -499,6 +499,27 @@ function counting(policy: Policy): { policy: Policy; calls: string[] } {
   return { policy: wrapped, calls };
 }
 
+describe('what a pool hands its policy', () => {
+  it("a request's max_tokens reaches regular and decode pools, not a prefill pool (its leg makes one token)", () => {
+    const h = harness();
+    for (const role of ['prefill', 'decode', 'regular'] as const) register(h.registry, role, 8000);
+    const seen = new Map<string, number | undefined>();
+    const spy = (): Policy => {
+      const inner = new CacheAwarePolicy();
+      return {
+        name: inner.name,
+        select: (input) => (seen.set(input.workers[0]!.role, input.outputTokens), inner.select(input)),
+      };
+    };
+    for (const role of ['prefill', 'decode', 'regular'] as const) {
+      const pool = new WorkerPool(role, spy(), h.registry);
+      pool.reconcile();
+      expect(choose(pool, { ...ctx('a prompt'), outputTokens: 128 })).toBeDefined();
+    }
+    expect(Object.fromEntries(seen)).toEqual({ prefill: undefined, decode: 128, regular: 128 });
+  });
+});
+
 describe('a request that needs an empty pool', () => {
   it('creates no Worker, guard or policy state', () => {
     const h = harness();
