@@ -238,6 +238,8 @@ export interface RequestRecord {
   path: string;
   startMs: number;
   firstByteMs?: number;
+  /** The order of this first byte among the simulator's (1, 2, ...): first bytes in one ms stay ordered. */
+  firstByteSeq?: number;
   endMs?: number;
   outcome?: 'ok' | 'error' | 'aborted' | 'reset';
   status?: number;
@@ -433,6 +435,8 @@ class SimulatorServer implements Simulator {
   /** POST /pause?mode=wait answers once the requests that were running have ended. */
   private pauseWaiters: Array<() => void> = [];
   private recordedTotal = 0;
+  /** First bytes written so far (RequestRecord.firstByteSeq). */
+  private firstBytes = 0;
   private requestWaiters: Waiter[] = [];
   private idleWaiters: Waiter[] = [];
   private promptTokensTotal = 0;
@@ -480,6 +484,11 @@ class SimulatorServer implements Simulator {
       });
     } else this.engine = new Engine(this.timing, this.timeScale);
     this.server = createServer({ keepAliveTimeout: 30_000 }, this.onRequest);
+  }
+
+  private markFirstByte(record: RequestRecord, atMs: number): void {
+    record.firstByteMs = atMs;
+    record.firstByteSeq = ++this.firstBytes;
   }
 
   get loraLoads(): number {
@@ -931,6 +940,7 @@ class SimulatorServer implements Simulator {
         startMs,
         endMs: Date.now(),
         firstByteMs: Date.now(),
+        firstByteSeq: ++this.firstBytes,
         outcome: answer.status === 200 ? 'ok' : 'error',
         status: answer.status,
         promptTokens: answer.promptTokens,
@@ -1346,7 +1356,7 @@ class SimulatorServer implements Simulator {
     index: number,
     last: boolean,
   ): void {
-    if (index === 0) record.firstByteMs = Date.now();
+    if (index === 0) this.markFirstByte(record, Date.now());
     // One syscall per step even when a step writes several events (role chunk, usage, [DONE], end).
     ctx.res.cork();
     if (f instanceof ResponsesStreamFormatter)
@@ -1489,7 +1499,7 @@ class SimulatorServer implements Simulator {
       const usage = usageOf(record.promptTokens, record.completionTokens, record.cachedTokens);
       body = completionBody(ident, choiceCount(request), request.maxTokens, usage, kv);
     }
-    record.firstByteMs = Date.now();
+    this.markFirstByte(record, Date.now());
     record.status = 200;
     this.finishOk(ctx, record);
     sendJson(ctx.res, 200, body);
@@ -1507,7 +1517,7 @@ class SimulatorServer implements Simulator {
       ctx.record.outcome = 'error';
       ctx.record.status = status;
       ctx.record.endMs = Date.now();
-      ctx.record.firstByteMs = ctx.record.endMs;
+      this.markFirstByte(ctx.record, ctx.record.endMs);
     }
     ctx.req.resume();
     if (ctx.path === MESSAGES_PATH) sendJson(ctx.res, status, messagesErrorBody(status, message));

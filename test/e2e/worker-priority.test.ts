@@ -94,7 +94,8 @@ async function queueBehindLongRequest(
   long.abort(); // the worker's one running slot frees; the queue goes in the worker's order
   await blocker;
   const statuses = await Promise.all(done);
-  const served = (name: string) => named(sim, name)?.firstByteMs ?? Number.POSITIVE_INFINITY;
+  // In the order of their first bytes (several can fall in one millisecond: not firstByteMs).
+  const served = (name: string) => named(sim, name)?.firstByteSeq ?? Number.POSITIVE_INFINITY;
   const order = queued.map(([name]) => name).sort((x, y) => served(x) - served(y));
   return { order, statuses };
 }
