@@ -17,7 +17,7 @@ import { DEFAULT_PAUSE_POLL_MS } from './health/pause-poller.js';
 import { DEFAULT_METRIC_NAMES as METRIC_NAMES } from './load/metrics-parse.js';
 import { DEFAULT_STALE_AFTER_MS } from './load/load-board.js';
 import { DEFAULT_SATURATION as SATURATION } from './load/saturation.js';
-import { DEFAULT_TIMING_PRIORS as PRIORS } from './load/timing-estimates.js';
+import { DEFAULT_PACE_FORGET_MS, DEFAULT_TIMING_PRIORS as PRIORS } from './load/timing-estimates.js';
 import { DEFAULT_MEDIA_TOKENS } from './request/media-tokens.js';
 import { DEFAULT_RESPONSE_BODY_SAMPLE, DEFAULT_RESPONSE_BODY_WATCH_MAX } from './load/timing-dispatcher.js';
 
@@ -792,6 +792,14 @@ export const OPTIONS = [
     type: 'bool',
     default: true,
     help: "cache_aware cost: score each worker with its role's fleet estimates times its own pace, how much slower or faster than the fleet its first tokens come for the same work (learned from its streamed responses; within 1.15x reads 1), in its time to first token, in the request's own decode there (max_tokens up to 256, 64 when unset, times its step time) and in the imbalance filter (requests ahead times pace), so a fleet of mixed hardware (older GPUs, smaller tensor-parallel groups, a shared GPU) sends each worker the work it can do; false scores every worker with the fleet's estimates.",
+  },
+  {
+    group: 'Load and cost model',
+    key: 'costWorkerPaceForgetMs',
+    flag: 'cost-worker-pace-forget-ms',
+    type: 'number',
+    default: DEFAULT_PACE_FORGET_MS,
+    help: "cache_aware cost: a worker's pace (--cost-worker-pace) forgets while the worker goes unobserved: after this many ms without a streamed response from it, the slowness it was priced with halves (in log) every as many ms again, so a worker the router steered away from while it was slow is tried again once it may be well (a still-slow one is learned slow from its next few dozen responses); a worker answering at least this often keeps its pace as measured.",
   },
   {
     group: 'Load and cost model',

@@ -167,6 +167,7 @@ function validate(c: Config): void {
     throw new ConfigError('--flow-control needs the scraped metrics (--scrape-interval-ms > 0)');
   }
   if (c.flowPollMs === 0) throw new ConfigError('--flow-poll-ms must be > 0');
+  if (c.costWorkerPaceForgetMs === 0) throw new ConfigError('--cost-worker-pace-forget-ms must be > 0');
   try {
     parseObjectiveSpecs(c.objective);
   } catch (err) {

@@ -183,7 +183,7 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
     // by chance, and a worker whose fit drifted high would lose its cache affinity for nothing; one
     // ratio with a dead band does not, and still tells a slower GPU. Per-worker fits stay on
     // /workers and /metrics.
-    timing: config.costWorkerPace ? (w) => timing.scoringOf(w) : (w) => timing.fleetOf(w.role),
+    timing: config.costWorkerPace ? (w) => timing.scoringOf(w, clock()) : (w) => timing.fleetOf(w.role),
     backlog: (w) => backlog.of(w, clock()),
     foreignShare: (w) => board.foreignShare(w.key),
     adapter: (w, model) => {
@@ -704,12 +704,15 @@ function buildGrpcServer(
 }
 
 function buildTiming(config: Readonly<Config>): TimingEstimates {
-  return new TimingEstimates({
-    ttftFloorMs: config.priorTtftFloorMs,
-    prefillMsPerToken: config.priorPrefillMsPerToken,
-    waitMsPerRequest: config.priorWaitMsPerRequest,
-    interChunkMs: config.priorInterChunkMs,
-  });
+  return new TimingEstimates(
+    {
+      ttftFloorMs: config.priorTtftFloorMs,
+      prefillMsPerToken: config.priorPrefillMsPerToken,
+      waitMsPerRequest: config.priorWaitMsPerRequest,
+      interChunkMs: config.priorInterChunkMs,
+    },
+    { paceForgetMs: config.costWorkerPaceForgetMs },
+  );
 }
 
 /** Readiness waits for the warm-up; `ready` runs once it is over (gRPC health SERVING unless draining). */

@@ -312,7 +312,7 @@ function timed(d: Dispatch, req: RouteRequest, l: Learners): Dispatch {
         const now = clock();
         if (chunks === 0) {
           first = now;
-          timing.recordTtft(d.worker, now - started, features);
+          timing.recordTtft(d.worker, now - started, features, now);
         }
         last = now;
         chunks += 1;
@@ -358,7 +358,7 @@ export function prefillLegLearner(
     };
     return (ok, durationMs) => {
       backlog.done(worker, entry);
-      if (ok) timing.recordTtft(worker, durationMs, features);
+      if (ok) timing.recordTtft(worker, durationMs, features, clock());
     };
   };
 }

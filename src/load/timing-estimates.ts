@@ -20,7 +20,8 @@
  *   see. The covariance is capped at the prior's (no wind-up while a direction is unexcited), and an
  *   observation is clipped to 2 x the current prediction + 200 ms, so one stalled response cannot wreck
  *   the fit (a worker truly that much slower is learned over a few responses instead of one).
- * - Published coefficients are clamped at 0, the cost per token at MIN_PREFILL_FRACTION of its prior.
+ * - Coefficients are held at 0 or above, the cost per token at MIN_PREFILL_FRACTION of its prior or
+ *   above (each update projected onto these bounds, so what is published is what the fit predicts).
  *   The prefills queued ahead are a feature of their own (in
  *   tokens, at the prefill coefficient: load/prefill-backlog.ts), so `waitMsPerRequest` is what a
  *   request queued ahead by someone else (the worker's scraped queue minus this router's own) costs a
@@ -45,6 +46,14 @@
  * shared with another job is priced as slower in every term (its floor, prefill per token, wait
  * per request and decode step). Per-worker three-coefficient fits (`of`) are too noisy for scoring
  * (their directions trade off against each other); one ratio is not.
+ *
+ * A pace forgets when its worker goes unobserved. The router steers traffic away from a slow worker,
+ * so once the worker is well again (the job sharing its GPU ended, the card cooled down) it might
+ * never get the samples that would show it. Silence longer than `paceForgetMs` (time since the
+ * worker's last TTFT sample) halves the log of its pace every further `paceForgetMs`, so an avoided
+ * worker drifts back to its fleet's pace and is tried again; a worker still slow is learned slow
+ * again from its next few dozen samples. A worker sampled at least once per `paceForgetMs` keeps
+ * its pace unbiased (nothing decays between its samples). Times are the caller's clock, in ms.
  */
 import type { Role } from '../workers/role.js';
 import type { Worker } from '../workers/worker.js';
@@ -103,11 +112,23 @@ export const MIN_PREFILL_FRACTION = 0.25;
 
 const FORGETTING = 0.98;
 const EWMA_ALPHA = 0.1;
-/** Weight of one TTFT sample in a worker's pace: the last ~40 samples count. */
+/**
+ * Weight of one TTFT sample in a worker's pace: the last ~40 samples count. Not more: with the first
+ * samples weighing a fifth each (tried: the start weighing as 4 samples), a fleet with 4 of 8 workers
+ * twice as slow read shared-prefix at hit rate 53-63% instead of 87% (`bench/routing-ab.ts --slow=4:2`):
+ * paces read off a few samples taken under a burst's queues moved the prefixes about.
+ */
 export const PACE_ALPHA = 0.05;
 /** Log-ratio shrunk off a worker's pace: within 1.15x of the fleet reads 1 (alike workers' noise). */
 export const PACE_DEADBAND = Math.log(1.15);
 const PACE_CLIP = Math.log(4);
+/** Default silence after which an unobserved worker's pace starts to forget (see the header). */
+export const DEFAULT_PACE_FORGET_MS = 30_000;
+
+export interface TimingEstimatesOptions {
+  /** Silence (ms since a worker's last TTFT sample) after which its pace halves in log every as much again. */
+  readonly paceForgetMs?: number;
+}
 
 export function resolveTimingPriors(over: Partial<TimingPriors> = {}): Readonly<TimingPriors> {
   const p: Record<keyof TimingPriors, number> = { ...DEFAULT_TIMING_PRIORS };
@@ -121,6 +142,12 @@ export function resolveTimingPriors(over: Partial<TimingPriors> = {}): Readonly<
   return Object.freeze(p);
 }
 
+/** The published pace of a log pace: soft-thresholded by PACE_DEADBAND, to 3 decimals. */
+function paceOfLog(logPace: number): number {
+  const shrunk = Math.sign(logPace) * Math.max(0, Math.abs(logPace) - PACE_DEADBAND);
+  return shrunk === 0 ? 1 : Math.round(Math.exp(shrunk) * 1000) / 1000;
+}
+
 class State {
   /** [floor, prefill per token, wait per request]. */
   readonly theta: [number, number, number];
@@ -132,8 +159,10 @@ class State {
   ttft: number | undefined = undefined;
   ttftSamples = 0;
   chunkSamples = 0;
-  /** EWMA of log(observed TTFT / the fleet's prediction); 0 for a fleet state. */
+  /** EWMA of log(observed TTFT / the fleet's prediction) as of `paceAtMs`; 0 for a fleet state. */
   logPace = 0;
+  /** Time of the last TTFT sample (the pace forgets from there). */
+  paceAtMs = 0;
   /** Bumped by every publish: a worker's scored estimate is rebuilt when its fleet's moved. */
   version = 0;
   published: WorkerEstimates;
@@ -157,19 +186,41 @@ class State {
   fit(x: readonly [number, number, number], y: number): void {
     const P = this.cov;
     const th = this.theta;
-    const Px = [
-      P[0]! * x[0] + P[1]! * x[1] + P[2]! * x[2],
-      P[3]! * x[0] + P[4]! * x[1] + P[5]! * x[2],
-      P[6]! * x[0] + P[7]! * x[1] + P[8]! * x[2],
-    ];
-    const denom = FORGETTING + x[0] * Px[0]! + x[1] * Px[1]! + x[2] * Px[2]!;
-    const predicted = th[0] * x[0] + th[1] * x[1] + th[2] * x[2];
-    const observed = Math.min(y, 2 * Math.max(0, predicted) + 200);
-    const err = observed - predicted;
-    for (let i = 0; i < 3; i++) th[i] = th[i]! + (Px[i]! / denom) * err;
-    // P = (P - Px Px^T / denom) / lambda  (P symmetric, so x^T P = Px^T)
+    const lower = [0, this.minPrefillMsPerToken, 0];
+    const observed = Math.min(y, 2 * Math.max(0, th[0] * x[0] + th[1] * x[1] + th[2] * x[2]) + 200);
+    // Constrained to the bounds the estimates are published with, so the fit predicts what it
+    // publishes. An update that would take a coefficient below its bound holds it there and is made
+    // by the others alone, and that coefficient's covariance with them is dropped. Left free (or
+    // only clipped afterwards), a negative cost per token read off a faster worker's samples at
+    // slightly longer prompts was made up by a large floor: the published pair, the bound and that
+    // floor, predicted many times what was seen, and clipping each update fed the error back.
+    const free = [true, true, true];
+    let Px = [0, 0, 0];
+    let denom = FORGETTING;
+    for (let pass = 0; pass < 3; pass++) {
+      const xf = x.map((v, j) => (free[j] ? v : 0));
+      Px = [0, 1, 2].map((i) => P[i * 3]! * xf[0]! + P[i * 3 + 1]! * xf[1]! + P[i * 3 + 2]! * xf[2]!);
+      denom = FORGETTING + xf[0]! * Px[0]! + xf[1]! * Px[1]! + xf[2]! * Px[2]!;
+      const err = observed - (th[0] * x[0] + th[1] * x[1] + th[2] * x[2]);
+      let held = false;
+      for (let i = 0; i < 3; i++) {
+        if (free[i] && th[i]! + (Px[i]! / denom) * err < lower[i]!) {
+          free[i] = false;
+          th[i] = lower[i]!;
+          held = true;
+        }
+      }
+      if (held) continue;
+      for (let i = 0; i < 3; i++) if (free[i]) th[i] = th[i]! + (Px[i]! / denom) * err;
+      break;
+    }
+    // P = (P - Px Px^T / denom) / lambda over the free coefficients (P symmetric, so x^T P = Px^T);
+    // a held one keeps its variance and loses its covariances.
     for (let i = 0; i < 3; i++) {
-      for (let j = 0; j < 3; j++) P[i * 3 + j] = (P[i * 3 + j]! - (Px[i]! * Px[j]!) / denom) / FORGETTING;
+      for (let j = 0; j < 3; j++) {
+        if (free[i] && free[j]) P[i * 3 + j] = (P[i * 3 + j]! - (Px[i]! * Px[j]!) / denom) / FORGETTING;
+        else if (i !== j) P[i * 3 + j] = 0;
+      }
     }
     // No wind-up: scale row and column i so that P_ii never exceeds the prior variance.
     for (let i = 0; i < 3; i++) {
@@ -192,8 +243,24 @@ class State {
   }
 
   get pace(): number {
-    const shrunk = Math.sign(this.logPace) * Math.max(0, Math.abs(this.logPace) - PACE_DEADBAND);
-    return Math.exp(shrunk);
+    return paceOfLog(this.logPace);
+  }
+
+  /** The log pace at `nowMs`: `logPace` after forgetting over the silence since `paceAtMs`. */
+  logPaceAt(nowMs: number, forgetMs: number): number {
+    return this.logPace === 0 ? 0 : this.logPace * this.kept(nowMs, forgetMs);
+  }
+
+  /** One pace sample (log ratio r) at `nowMs`: what was forgotten first, then the weighted update. */
+  addPaceSample(r: number, nowMs: number, forgetMs: number): void {
+    this.logPace *= this.kept(nowMs, forgetMs);
+    this.logPace += PACE_ALPHA * (r - this.logPace);
+  }
+
+  /** The share of the pace kept over the silence since `paceAtMs` (1 within `forgetMs`). */
+  private kept(nowMs: number, forgetMs: number): number {
+    const silence = nowMs - this.paceAtMs;
+    return silence > forgetMs ? 2 ** (-(silence - forgetMs) / forgetMs) : 1;
   }
 
   publish(): WorkerEstimates {
@@ -201,9 +268,10 @@ class State {
     this.version += 1;
     this.published = Object.freeze({
       pace: this.pace,
-      ttftFloorMs: Math.max(0, f),
-      prefillMsPerToken: Math.max(this.minPrefillMsPerToken, p),
-      waitMsPerRequest: Math.max(0, q),
+      // Within their bounds already (fit holds them there).
+      ttftFloorMs: f,
+      prefillMsPerToken: p,
+      waitMsPerRequest: q,
       interChunkMs: this.interChunk,
       ...(this.ttft === undefined ? {} : { ttftMs: this.ttft }),
       ttftSamples: this.ttftSamples,
@@ -228,9 +296,13 @@ export class TimingEstimates {
   private readonly fleets = new Map<Role, State>();
   private readonly scored = new WeakMap<Worker, { fleetVersion: number; est: WorkerEstimates }>();
   private readonly priorVariance: number[];
+  private readonly paceForgetMs: number;
 
-  constructor(priors: Partial<TimingPriors> = {}) {
+  constructor(priors: Partial<TimingPriors> = {}, opts: TimingEstimatesOptions = {}) {
     this.priors = resolveTimingPriors(priors);
+    const forget = opts.paceForgetMs ?? DEFAULT_PACE_FORGET_MS;
+    if (!(forget > 0)) throw new RangeError(`paceForgetMs must be > 0, got ${String(forget)}`);
+    this.paceForgetMs = forget;
     const variance = (v: number, min: number): number => Math.max(v, min) ** 2;
     // Standard deviation = the prior itself (a small minimum keeps a zero prior learnable).
     this.priorVariance = [
@@ -250,16 +322,22 @@ export class TimingEstimates {
     return this.fleet(role).published;
   }
 
+  /** The worker's pace at `nowMs` (1 before its first sample; forgotten over silence: the header). */
+  paceOf(worker: Worker, nowMs: number): number {
+    const own = this.states.get(worker);
+    return own === undefined ? 1 : paceOfLog(own.logPaceAt(nowMs, this.paceForgetMs));
+  }
+
   /**
-   * What the cost model scores `worker` with: its role's fleet estimate, every time scaled by the
-   * worker's pace (the header). The fleet's own object while the pace reads 1; else a copy rebuilt
-   * only when the fleet or the pace moved.
+   * What the cost model scores `worker` with at `nowMs`: its role's fleet estimate, every time scaled
+   * by the worker's pace (the header). The fleet's own object while the pace reads 1; else a copy
+   * rebuilt only when the fleet or the pace moved.
    */
-  scoringOf(worker: Worker): WorkerEstimates {
+  scoringOf(worker: Worker, nowMs: number): WorkerEstimates {
     const fleet = this.fleet(worker.role);
     const own = this.states.get(worker);
     if (own === undefined) return fleet.published;
-    const pace = own.published.pace;
+    const pace = paceOfLog(own.logPaceAt(nowMs, this.paceForgetMs));
     if (pace === 1) return fleet.published;
     const cached = this.scored.get(worker);
     if (cached !== undefined && cached.fleetVersion === fleet.version && cached.est.pace === pace) {
@@ -285,7 +363,8 @@ export class TimingEstimates {
     return e.ttftFloorMs + e.prefillMsPerToken * f.prefillTokens + e.waitMsPerRequest * f.ahead;
   }
 
-  recordTtft(worker: Worker, ttftMs: number, f: TtftFeatures): void {
+  /** One TTFT sample taken at `nowMs`. */
+  recordTtft(worker: Worker, ttftMs: number, f: TtftFeatures, nowMs: number): void {
     if (!Number.isFinite(ttftMs) || ttftMs < 0) return;
     if (!Number.isFinite(f.prefillTokens) || !Number.isFinite(f.ahead)) return;
     const x: [number, number, number] = [1, Math.max(0, f.prefillTokens), Math.max(0, f.ahead)];
@@ -295,8 +374,9 @@ export class TimingEstimates {
     const predicted = fleet.predict(x);
     if (predicted > 0) {
       const r = Math.max(-PACE_CLIP, Math.min(PACE_CLIP, Math.log(Math.max(ttftMs, 1e-3) / predicted)));
-      own.logPace += PACE_ALPHA * (r - own.logPace);
+      own.addPaceSample(r, nowMs, this.paceForgetMs);
     }
+    if (nowMs > own.paceAtMs) own.paceAtMs = nowMs;
     for (const s of [own, fleet]) {
       s.fit(x, ttftMs);
       s.ttft = s.ttft === undefined ? ttftMs : s.ttft + EWMA_ALPHA * (ttftMs - s.ttft);

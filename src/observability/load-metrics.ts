@@ -104,7 +104,7 @@ export function registerLoadMetrics(o: LoadMetricsOptions): void {
         this.set({ ...l, estimate: 'prefill_seconds_per_token' }, e.prefillMsPerToken / 1000);
         this.set({ ...l, estimate: 'wait_seconds_per_request' }, e.waitMsPerRequest / 1000);
         this.set({ ...l, estimate: 'inter_chunk_seconds' }, e.interChunkMs / 1000);
-        this.set({ ...l, estimate: 'pace' }, e.pace);
+        this.set({ ...l, estimate: 'pace' }, o.timing.paceOf(w, o.clock()));
       }
     },
   });
@@ -142,7 +142,7 @@ export function loadView(
         ? null
         : { ...s.figures, ageMs: Math.max(0, Math.round(now - s.takenAtMs)), localAtSample: s.localAtSample },
     routingLoad: { ...board.view(w.key, w.load, now), foreignShare: board.foreignShare(w.key) },
-    estimates: { ...e },
+    estimates: { ...e, pace: timing.paceOf(w, now) },
   };
 }
 

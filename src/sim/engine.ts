@@ -100,7 +100,7 @@ export class Engine {
 
   constructor(
     private readonly timing: Readonly<TimingModel>,
-    private readonly timeScale: number,
+    private timeScale: number,
     /** LoRA adapter slots and the (already scaled) time to load an adapter; absent: LoRA off. */
     private readonly lora?: { readonly slots: LoraSlots; readonly loadMs: number },
   ) {
@@ -113,6 +113,11 @@ export class Engine {
       (job) => job.spec.sequences ?? 1,
     );
     this.laneFreeAt = new Array<number>(timing.prefillLanes).fill(0);
+  }
+
+  /** Every duration `scale` times from the next step on (Simulator.setTimeScale). */
+  setTimeScale(scale: number): void {
+    this.timeScale = scale;
   }
 
   /** Sequences computing (prefill started, or decoding): vLLM's `num_requests_running`. */

@@ -325,6 +325,8 @@ export interface Simulator {
   /** Engine counters (vLLM's num_requests_running / num_requests_waiting). */
   running(): number;
   waiting(): number;
+  /** Every duration `scale` times from now on (a co-tenant job on its GPU starts or ends). */
+  setTimeScale(scale: number): void;
   injectFault(fault: Fault, opts?: FaultOptions): void;
   clearFaults(): void;
   /**
@@ -415,7 +417,7 @@ class SimulatorServer implements Simulator {
   /** vllm:lora_requests_info's series, by their labels (running|waiting): the time each was last current. */
   private readonly loraSeries = new Map<string, { running: string; waiting: string; at: number }>();
   private readonly timing: Readonly<TimingModel>;
-  private readonly timeScale: number;
+  private timeScale: number;
   private readonly defaultMaxTokens: number;
   private readonly connector: KvConnector;
   private readonly maxRecords: number;
@@ -489,6 +491,16 @@ class SimulatorServer implements Simulator {
   private markFirstByte(record: RequestRecord, atMs: number): void {
     record.firstByteMs = atMs;
     record.firstByteSeq = ++this.firstBytes;
+  }
+
+  /**
+   * Runs every duration `scale` times from now on (steps and requests that start after the call), as a
+   * GPU that a co-tenant job starts or stops sharing would; the LoRA load time keeps its start value.
+   */
+  setTimeScale(scale: number): void {
+    if (!(scale >= 0) || !Number.isFinite(scale)) throw new RangeError('timeScale must be >= 0');
+    this.timeScale = scale;
+    this.engine.setTimeScale(scale);
   }
 
   get loraLoads(): number {

@@ -5,7 +5,7 @@
 import { startEnvoy, type EnvoyHandle } from '../../src/envoy/envoy-process.js';
 import type { EnvoyRenderOptions } from '../../src/envoy/envoy-config.js';
 import type { Config } from '../../src/config.js';
-import type { Router } from '../../src/router.js';
+import type { Router, RouterDeps } from '../../src/router.js';
 import { startSimulator, type Simulator, type SimulatorOptions } from '../../src/sim/simulator.js';
 import { startTestRouter } from './router-fixture.js';
 
@@ -14,6 +14,8 @@ export interface StackOptions {
   /** Every simulator's options, or each one's by its index. */
   sim?: SimulatorOptions | ((index: number) => SimulatorOptions);
   router?: Partial<Config>;
+  /** The router's dependencies (a test's clock). */
+  routerDeps?: Omit<RouterDeps, 'logger'>;
   envoy?: EnvoyRenderOptions;
 }
 
@@ -36,7 +38,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       const sim = typeof opts.sim === 'function' ? opts.sim(i) : opts.sim;
       sims.push(await startSimulator({ timeScale: 0, ...sim }));
     }
-    router = await startTestRouter({ workers: sims.map((s) => s.url), ...opts.router });
+    router = await startTestRouter({ workers: sims.map((s) => s.url), ...opts.router }, opts.routerDeps);
     envoy = await startEnvoy({ routers: [{ host: '127.0.0.1', port: router.grpcPort }], ...opts.envoy });
   } catch (err) {
     await envoy?.close();

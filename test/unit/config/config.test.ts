@@ -105,6 +105,11 @@ describe('flags', () => {
     ['an objective given twice', ['--objective', 'a=-1,a=2'], /"a" given twice/],
     ['a media-tokens field without a value', ['--media-tokens', 'llava=max'], /--media-tokens llava/],
     ['an image token patch of 0', ['--image-token-patch', '0'], /--image-token-patch must be >= 1/],
+    [
+      'a pace forget time of 0',
+      ['--cost-worker-pace-forget-ms', '0'],
+      /--cost-worker-pace-forget-ms must be > 0/,
+    ],
   ])('rejects %s with a ConfigError', (_what, argv, message) => {
     expect(() => parseConfig(argv, {})).toThrow(ConfigError);
     expect(() => parseConfig(argv, {})).toThrow(message);

@@ -14,7 +14,7 @@ function observe(est: TimingEstimates, truth: { floor: number; p: number; q: num
   for (let i = 0; i < n; i++) {
     const prefillTokens = [16, 2048, 300, 5000, 64][i % 5]!;
     const ahead = [0, 3, 8, 1, 12][(i * 3) % 5]!;
-    est.recordTtft(w!, truth.floor + truth.p * prefillTokens + truth.q * ahead, { prefillTokens, ahead });
+    est.recordTtft(w!, truth.floor + truth.p * prefillTokens + truth.q * ahead, { prefillTokens, ahead }, i);
   }
   return w!;
 }
@@ -43,7 +43,7 @@ describe('TimingEstimates', () => {
   it('keeps the priors in directions the data never excites (same prompt size, never a queue)', () => {
     const est = new TimingEstimates();
     const [w] = makeWorkers(1);
-    for (let i = 0; i < 500; i++) est.recordTtft(w!, 15, { prefillTokens: 100, ahead: 0 });
+    for (let i = 0; i < 500; i++) est.recordTtft(w!, 15, { prefillTokens: 100, ahead: 0 }, i);
     const e = est.of(w!);
     expect(e.ttftFloorMs + e.prefillMsPerToken * 100).toBeCloseTo(15, 0); // fits what it saw
     expect(e.waitMsPerRequest).toBeCloseTo(DEFAULT_TIMING_PRIORS.waitMsPerRequest, 0); // untouched
@@ -55,7 +55,7 @@ describe('TimingEstimates', () => {
     // What the router's own choices produce: the more uncached tokens, the emptier the worker it went to.
     for (let i = 0; i < 400; i++) {
       const miss = i % 4 === 0;
-      est.recordTtft(w!, miss ? 120 : 400, { prefillTokens: miss ? 4800 : 300, ahead: miss ? 2 : 3 });
+      est.recordTtft(w!, miss ? 120 : 400, { prefillTokens: miss ? 4800 : 300, ahead: miss ? 2 : 3 }, i);
     }
     const e = est.of(w!);
     expect(e.prefillMsPerToken).toBeGreaterThanOrEqual(
@@ -67,6 +67,29 @@ describe('TimingEstimates', () => {
     expect(miss - hit).toBeGreaterThanOrEqual(
       4500 * MIN_PREFILL_FRACTION * DEFAULT_TIMING_PRIORS.prefillMsPerToken,
     );
+  });
+
+  it('predicts what it fitted: samples that would push a coefficient below its bound cannot inflate the others', () => {
+    // Two workers of one pool, 5x apart, on prompts of nearly one size: the slower one's last samples came
+    // at 199-202 tokens, the faster one's at 209-210. Read naively, a longer prompt is faster: a negative
+    // cost per token, made up by a large floor. The published cost per token is held at its bound, so
+    // the large floor alone was published, and the fleet predicted 100-250 ms for the 14 ms it kept
+    // seeing; the faster worker read 4x faster than its pool for good.
+    const est = new TimingEstimates();
+    const [slow, fast] = makeWorkers(2);
+    let t = 0;
+    for (let i = 0; i < 6; i++) {
+      est.recordTtft(fast!, 15, { prefillTokens: 200, ahead: 0 }, t++);
+      est.recordTtft(slow!, 76, { prefillTokens: 199 + (i % 4), ahead: 0 }, t++);
+    }
+    for (let i = 0; i < 200; i++) est.recordTtft(fast!, 14, { prefillTokens: 209 + (i % 2), ahead: 0 }, t++);
+    const fleet = est.fleetOf('regular');
+    expect(fleet.ttftFloorMs + fleet.prefillMsPerToken * 210).toBeCloseTo(14, 0);
+    expect(fleet.prefillMsPerToken).toBeGreaterThanOrEqual(
+      MIN_PREFILL_FRACTION * DEFAULT_TIMING_PRIORS.prefillMsPerToken,
+    );
+    // Served alone for 200 responses, the faster worker is its pool's pace again.
+    expect(est.paceOf(fast!, t)).toBe(1);
   });
 
   it('learns that requests ahead cost nothing when they do not (queued prefills are a feature apart)', () => {
@@ -83,11 +106,11 @@ describe('TimingEstimates', () => {
     expect(est.of(w!).interChunkMs).toBeCloseTo(19);
     est.recordInterChunk(w!, Number.NaN);
     est.recordInterChunk(w!, -1);
-    est.recordTtft(w!, Number.POSITIVE_INFINITY, { prefillTokens: 1, ahead: 0 });
+    est.recordTtft(w!, Number.POSITIVE_INFINITY, { prefillTokens: 1, ahead: 0 }, 0);
     expect(est.of(w!).chunkSamples).toBe(1);
     expect(est.of(w!).ttftSamples).toBe(0);
     const before = est.predictTtftMs(w!, { prefillTokens: 100, ahead: 1 });
-    est.recordTtft(w!, 1e9, { prefillTokens: 100, ahead: 1 });
+    est.recordTtft(w!, 1e9, { prefillTokens: 100, ahead: 1 }, 0);
     expect(est.predictTtftMs(w!, { prefillTokens: 100, ahead: 1 })).toBeLessThanOrEqual(2 * before + 200);
   });
 
@@ -95,7 +118,7 @@ describe('TimingEstimates', () => {
     const est = new TimingEstimates({ interChunkMs: 20 });
     const [a, b] = makeWorkers(2);
     for (let i = 0; i < 50; i++) est.recordInterChunk(a!, 5);
-    est.recordTtft(a!, 300, { prefillTokens: 10, ahead: 0 });
+    est.recordTtft(a!, 300, { prefillTokens: 10, ahead: 0 }, 0);
     // b was never observed (e.g. avoided): it inherits what the fleet learned, not the optimistic priors.
     expect(est.of(b!).interChunkMs).toBeCloseTo(est.of(a!).interChunkMs);
     expect(est.of(b!).ttftFloorMs).toBeCloseTo(est.of(a!).ttftFloorMs);
@@ -111,9 +134,14 @@ describe('TimingEstimates', () => {
 
   describe('pace (what the cost model scores with)', () => {
     /** Requests of varied size and queue on every worker in turn; worker i's TTFT x speed[i] of the truth. */
-    function fleet(speeds: readonly number[], rounds: number, jitter = 0) {
-      const est = new TimingEstimates();
-      const workers = makeWorkers(speeds.length);
+    function fleet(
+      speeds: readonly number[],
+      rounds: number,
+      jitter = 0,
+      est = new TimingEstimates(),
+      t0 = 0,
+      workers = makeWorkers(speeds.length),
+    ) {
       let k = 0;
       for (let r = 0; r < rounds; r++) {
         workers.forEach((w, i) => {
@@ -121,20 +149,22 @@ describe('TimingEstimates', () => {
           const ahead = [0, 3, 8, 1, 12][(r * 3 + i) % 5]!;
           // A deterministic +-jitter that differs per sample (alike workers' noise).
           const noise = 1 + jitter * Math.sin(++k * 12.9898);
-          est.recordTtft(w, (8 + 0.05 * prefillTokens + 20 * ahead) * speeds[i]! * noise, {
-            prefillTokens,
-            ahead,
-          });
+          est.recordTtft(
+            w,
+            (8 + 0.05 * prefillTokens + 20 * ahead) * speeds[i]! * noise,
+            { prefillTokens, ahead },
+            t0 + r,
+          );
         });
       }
-      return { est, workers };
+      return { est, workers, now: t0 + rounds };
     }
 
     it('a worker twice as slow as the others is scored slower in every term; the fast ones faster', () => {
-      const { est, workers } = fleet([2, 1, 1, 1], 200);
+      const { est, workers, now } = fleet([2, 1, 1, 1], 200);
       const fleetEst = est.fleetOf('regular');
-      const slow = est.scoringOf(workers[0]!);
-      const fast = workers.slice(1).map((w) => est.scoringOf(w));
+      const slow = est.scoringOf(workers[0]!, now);
+      const fast = workers.slice(1).map((w) => est.scoringOf(w, now));
       expect(slow.pace).toBeGreaterThan(1.3);
       // The fleet's estimate averages the slow worker in: the fast ones read at or below it.
       for (const f of fast) {
@@ -152,10 +182,10 @@ describe('TimingEstimates', () => {
     });
 
     it('alike workers with noisy samples all read pace 1: the fleet estimate itself, not a copy', () => {
-      const { est, workers } = fleet([1, 1, 1, 1, 1, 1, 1, 1], 100, 0.3);
+      const { est, workers, now } = fleet([1, 1, 1, 1, 1, 1, 1, 1], 100, 0.3);
       for (const w of workers) {
         expect(est.of(w).pace).toBe(1);
-        expect(est.scoringOf(w)).toBe(est.fleetOf('regular'));
+        expect(est.scoringOf(w, now)).toBe(est.fleetOf('regular'));
       }
     });
 
@@ -167,27 +197,75 @@ describe('TimingEstimates', () => {
       const fresh = fleet([4, 1, 1, 1], 1);
       expect(fresh.est.of(fresh.workers[0]!).pace).toBe(1); // one sample moves the EWMA by 5% of it only
       const later = fleet([4, 1, 1, 1], 60);
-      expect(later.est.of(later.workers[0]!).pace).toBeGreaterThan(2);
+      // 4x against a fleet that averages 1.75x: 2.29x, 2.0 past the dead band, 95% of the way after 60.
+      expect(later.est.of(later.workers[0]!).pace).toBeGreaterThan(1.8);
     });
 
     it('a worker never observed, or forgotten (a new generation), scores with the fleet estimate', () => {
-      const { est, workers } = fleet([3, 1], 100);
-      expect(est.scoringOf(workers[0]!).pace).toBeGreaterThan(1.5);
+      const { est, workers, now } = fleet([3, 1], 100);
+      // 3x against a fleet that averages 2x: 1.5x, 1.3 past the dead band.
+      expect(est.scoringOf(workers[0]!, now).pace).toBeGreaterThan(1.25);
       est.forget(workers[0]!);
-      expect(est.scoringOf(workers[0]!)).toBe(est.fleetOf('regular'));
+      expect(est.scoringOf(workers[0]!, now)).toBe(est.fleetOf('regular'));
       const [, , unseen] = makeWorkers(3);
-      expect(est.scoringOf(unseen!)).toBe(est.fleetOf('regular'));
+      expect(est.scoringOf(unseen!, now)).toBe(est.fleetOf('regular'));
     });
 
     it('the scored copy follows the fleet as it learns (no stale coefficients)', () => {
-      const { est, workers } = fleet([3, 1], 100);
-      const before = est.scoringOf(workers[0]!);
-      expect(est.scoringOf(workers[0]!)).toBe(before); // cached while nothing moved
+      const { est, workers, now } = fleet([3, 1], 100);
+      const before = est.scoringOf(workers[0]!, now);
+      expect(est.scoringOf(workers[0]!, now)).toBe(before); // cached while nothing moved
       est.recordInterChunk(workers[1]!, 500);
-      const after = est.scoringOf(workers[0]!);
+      const after = est.scoringOf(workers[0]!, now);
       expect(after).not.toBe(before);
       expect(after.interChunkMs).toBeCloseTo(est.fleetOf('regular').interChunkMs * after.pace, 9);
     });
+
+    it('an unobserved worker forgets its slowness: after the silence, its pace halves in log per period', () => {
+      const forget = 30_000;
+      const { est, workers, now } = fleet(
+        [3, 1, 1, 1],
+        200,
+        0,
+        new TimingEstimates({}, { paceForgetMs: forget }),
+      );
+      const slow = workers[0]!;
+      const measured = est.paceOf(slow, now);
+      expect(measured).toBeGreaterThan(1.5);
+      // Within the silence it allows, nothing is forgotten (a worker sampled that often is unbiased).
+      expect(est.paceOf(slow, now + forget)).toBe(measured);
+      expect(est.scoringOf(slow, now + forget).pace).toBe(measured);
+      // One period later half of the log is gone; the scored copy and /workers' figure follow.
+      const logAfter = (t: number): number => Math.log(est.paceOf(slow, now + t)) + PACE_DEADBAND;
+      expect(logAfter(2 * forget)).toBeCloseTo((Math.log(measured) + PACE_DEADBAND) / 2, 2);
+      expect(est.scoringOf(slow, now + 2 * forget).pace).toBe(est.paceOf(slow, now + 2 * forget));
+      // Some periods on, it scores as the fleet again: the router tries it once more.
+      expect(est.paceOf(slow, now + 5 * forget)).toBe(1);
+      expect(est.scoringOf(slow, now + 5 * forget)).toBe(est.fleetOf('regular'));
+      // A worker still slow is learned slow again from its next few dozen samples.
+      fleet([3, 1, 1, 1], 60, 0, est, now + 5 * forget, workers);
+      expect(est.paceOf(slow, now + 5 * forget + 60)).toBeGreaterThan(1.3);
+    });
+
+    it('a silence only counts from the last sample, and samples out of order do not move the clock back', () => {
+      const est = new TimingEstimates({}, { paceForgetMs: 10_000 });
+      const [slow, other] = makeWorkers(2);
+      for (let i = 0; i < 100; i++) {
+        est.recordTtft(other!, 10, { prefillTokens: 0, ahead: 0 }, i);
+        est.recordTtft(slow!, 40, { prefillTokens: 0, ahead: 0 }, i);
+      }
+      expect(est.paceOf(slow!, 99)).toBeGreaterThan(1.2);
+      est.recordTtft(slow!, 40, { prefillTokens: 0, ahead: 0 }, 15_000); // after a silence of 15 s
+      est.recordTtft(slow!, 40, { prefillTokens: 0, ahead: 0 }, 14_000); // late: keeps the clock at 15 s
+      expect(est.paceOf(slow!, 15_000)).toBeGreaterThan(1.1);
+      expect(est.paceOf(slow!, 25_000)).toBe(est.paceOf(slow!, 15_000));
+      expect(est.paceOf(slow!, 40_000)).toBeLessThan(est.paceOf(slow!, 15_000));
+    });
+  });
+
+  it('rejects a pace forget time that is not positive', () => {
+    expect(() => new TimingEstimates({}, { paceForgetMs: 0 })).toThrow(RangeError);
+    expect(() => new TimingEstimates({}, { paceForgetMs: Number.NaN })).toThrow(RangeError);
   });
 
   it('rejects invalid priors', () => {

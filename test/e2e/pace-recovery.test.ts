@@ -1,0 +1,88 @@
+/**
+ * End to end through a real Envoy: a worker that was slow and is well again gets its traffic back.
+ *
+ * One simulated worker runs six times slower than the other (a GPU shared with another job). The
+ * default policy learns its pace from its streamed responses and sends one request at a time to the
+ * fast worker, so the slow one stops answering anything. Then the other job ends (the simulator's
+ * time scale goes back to 1). Nothing the router routes reaches the worker, so nothing could show
+ * it is well: without forgetting, its pace stayed where it was and the worker stayed idle for good.
+ * With forgetting (`--cost-worker-pace-forget-ms`, default 30 s), the pace of a worker unobserved for
+ * that long fades back to its fleet's; the router tries it again, sees it is fast and keeps using it.
+ * The router's clock is the test's: real time plus a skew the test moves forward by the minutes that
+ * pass in production between the job's end and the worker's next try (the only faked part).
+ * Ends with every load back to 0.
+ */
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { startStack, postThrough, type Stack } from '../support/stack.js';
+import { adminJson, expectAllLoadsZero } from '../support/router-fixture.js';
+
+let stack: Stack;
+/** Added to the router's clock: time the test lets pass at once. */
+let skewMs = 0;
+
+beforeAll(async () => {
+  stack = await startStack({
+    workers: 2,
+    // Worker 0 the slow one: every duration 6x. ~200-token prompts: fast ~12 ms to a first token, slow ~70 ms.
+    sim: (i) => ({
+      timeScale: i === 0 ? 6 : 1,
+      timing: { overheadMs: 2, prefillMsPerToken: 0.05, baseItlMs: 5 },
+    }),
+    // Every streamed response teaches the estimates (the default watches one in 8 per worker).
+    router: { policy: 'cache_aware', decisionHeader: true, responseBodySample: 1 },
+    routerDeps: { clock: () => performance.now() + skewMs },
+  });
+});
+afterAll(async () => {
+  await stack?.close();
+});
+afterEach(async () => {
+  await expectAllLoadsZero(stack.router);
+  await Promise.all(stack.sims.map((s) => s.waitForIdle()));
+});
+
+interface WorkerInfo {
+  url: string;
+  estimates: { pace: number };
+}
+
+/** A streamed completion of a prompt nobody holds (~200 tokens), through Envoy. */
+async function unique(i: number): Promise<string> {
+  const prompt = `request ${i} ${'x'.repeat(i % 7)}: ` + `tell me about item ${i}. `.repeat(36);
+  const answer = await postThrough(stack, { model: 'sim-model', prompt, max_tokens: 2, stream: true });
+  expect(answer.status).toBe(200);
+  return answer.worker;
+}
+
+async function paceOf(url: string): Promise<number> {
+  const view = (await adminJson<WorkerInfo[]>(stack.router, '/workers')).body;
+  return view.find((w) => w.url === url)!.estimates.pace;
+}
+
+describe('a worker priced slow that is well again (cache_aware cost mode, pace forgetting)', () => {
+  it('is tried again once its pace has faded, and keeps its share once it shows it is fast', async () => {
+    const [slow, fast] = stack.sims;
+    // Learning: both idle workers tie at first and alternate, so both are seen; then only the fast one.
+    for (let i = 0; i < 100; i++) await unique(i);
+    const learned: string[] = [];
+    for (let i = 100; i < 110; i++) learned.push(await unique(i));
+    expect(learned).toEqual(Array(10).fill(fast!.url));
+    const pace = await paceOf(slow!.url);
+    expect(pace).toBeGreaterThan(await paceOf(fast!.url));
+
+    // The job sharing its GPU ends. The router sends it nothing, so only forgetting can bring it back.
+    slow!.setTimeScale(1);
+    skewMs += 20_000; // within the silence a pace keeps as measured (30 s by default)
+    expect(await paceOf(slow!.url)).toBe(pace);
+    expect(await unique(110)).toBe(fast!.url);
+    skewMs += 300_000; // five minutes more without a response from it
+    expect(await paceOf(slow!.url)).toBe(1);
+
+    const routed: string[] = [];
+    for (let i = 111; i < 131; i++) routed.push(await unique(i));
+    const toRecovered = routed.filter((w) => w === slow!.url).length;
+    // Alike again, the two share the requests (idle ties alternate); it stays priced as the fleet.
+    expect(toRecovered, routed.join(' ')).toBeGreaterThanOrEqual(5);
+    expect(await paceOf(slow!.url)).toBe(1);
+  });
+});
