@@ -21,7 +21,8 @@
  *   observation is clipped to 2 x the current prediction + 200 ms, so one stalled response cannot wreck
  *   the fit (a worker truly that much slower is learned over a few responses instead of one).
  * - Coefficients are held at 0 or above, the cost per token at MIN_PREFILL_FRACTION of its prior or
- *   above (each update projected onto these bounds, so what is published is what the fit predicts).
+ *   above, inside the fit (`fit`: an update that would cross a bound is made by the other
+ *   coefficients), so what is published is what the fit predicts.
  *   The prefills queued ahead are a feature of their own (in
  *   tokens, at the prefill coefficient: load/prefill-backlog.ts), so `waitMsPerRequest` is what a
  *   request queued ahead by someone else (the worker's scraped queue minus this router's own) costs a

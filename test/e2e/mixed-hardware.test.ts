@@ -13,22 +13,14 @@
  * Ends with every load back to 0.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { startStack, postThrough, type Stack } from '../support/stack.js';
+import type { Stack } from '../support/stack.js';
 import { adminJson, expectAllLoadsZero, metricsText } from '../support/router-fixture.js';
+import { paceOnWorkers, startMixedFleet, uniqueRequest } from '../support/mixed-fleet.js';
 
 let stack: Stack;
 
 beforeAll(async () => {
-  stack = await startStack({
-    workers: 2,
-    // Worker 0 the slow one: every duration 6x. ~200-token prompts: fast ~12 ms to a first token, slow ~70 ms.
-    sim: (i) => ({
-      timeScale: i === 0 ? 6 : 1,
-      timing: { overheadMs: 2, prefillMsPerToken: 0.05, baseItlMs: 5 },
-    }),
-    // Every streamed response teaches the estimates (the default watches one in 8 per worker).
-    router: { policy: 'cache_aware', decisionHeader: true, responseBodySample: 1 },
-  });
+  stack = await startMixedFleet();
 });
 afterAll(async () => {
   await stack?.close();
@@ -43,13 +35,7 @@ interface WorkerInfo {
   estimates: { pace: number; ttftSamples: number };
 }
 
-/** A streamed completion of a prompt nobody holds (~200 tokens), through Envoy. */
-async function unique(i: number): Promise<string> {
-  const prompt = `request ${i} ${'x'.repeat(i % 7)}: ` + `tell me about item ${i}. `.repeat(36);
-  const answer = await postThrough(stack, { model: 'sim-model', prompt, max_tokens: 2, stream: true });
-  expect(answer.status).toBe(200);
-  return answer.worker;
-}
+const unique = (i: number): Promise<string> => uniqueRequest(stack, i);
 
 describe('a fleet of mixed hardware (cache_aware cost mode, per-worker pace)', () => {
   it('sends one request at a time to the faster worker once it has seen both', async () => {
@@ -92,8 +78,7 @@ describe('a fleet of mixed hardware (cache_aware cost mode, per-worker pace)', (
     expect(slow!.records.length - before[0]!).toBe(toSlow);
     expect(fast!.records.length - before[1]!).toBe(toFast);
     // Measured on the requests the burst gave it too, the slow one is still priced above the fast one.
-    const view = (await adminJson<WorkerInfo[]>(stack.router, '/workers')).body;
-    const paceOf = (url: string) => view.find((w) => w.url === url)!.estimates.pace;
-    expect(paceOf(slow!.url)).toBeGreaterThan(Math.max(1, paceOf(fast!.url)));
+    const paceOf = (url: string): Promise<number> => paceOnWorkers(stack, url);
+    expect(await paceOf(slow!.url)).toBeGreaterThan(Math.max(1, await paceOf(fast!.url)));
   });
 });

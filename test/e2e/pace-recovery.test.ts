@@ -13,25 +13,16 @@
  * Ends with every load back to 0.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { startStack, postThrough, type Stack } from '../support/stack.js';
-import { adminJson, expectAllLoadsZero } from '../support/router-fixture.js';
+import type { Stack } from '../support/stack.js';
+import { expectAllLoadsZero } from '../support/router-fixture.js';
+import { paceOnWorkers, startMixedFleet, uniqueRequest } from '../support/mixed-fleet.js';
 
 let stack: Stack;
 /** Added to the router's clock: time the test lets pass at once. */
 let skewMs = 0;
 
 beforeAll(async () => {
-  stack = await startStack({
-    workers: 2,
-    // Worker 0 the slow one: every duration 6x. ~200-token prompts: fast ~12 ms to a first token, slow ~70 ms.
-    sim: (i) => ({
-      timeScale: i === 0 ? 6 : 1,
-      timing: { overheadMs: 2, prefillMsPerToken: 0.05, baseItlMs: 5 },
-    }),
-    // Every streamed response teaches the estimates (the default watches one in 8 per worker).
-    router: { policy: 'cache_aware', decisionHeader: true, responseBodySample: 1 },
-    routerDeps: { clock: () => performance.now() + skewMs },
-  });
+  stack = await startMixedFleet({ clock: () => performance.now() + skewMs });
 });
 afterAll(async () => {
   await stack?.close();
@@ -41,23 +32,8 @@ afterEach(async () => {
   await Promise.all(stack.sims.map((s) => s.waitForIdle()));
 });
 
-interface WorkerInfo {
-  url: string;
-  estimates: { pace: number };
-}
-
-/** A streamed completion of a prompt nobody holds (~200 tokens), through Envoy. */
-async function unique(i: number): Promise<string> {
-  const prompt = `request ${i} ${'x'.repeat(i % 7)}: ` + `tell me about item ${i}. `.repeat(36);
-  const answer = await postThrough(stack, { model: 'sim-model', prompt, max_tokens: 2, stream: true });
-  expect(answer.status).toBe(200);
-  return answer.worker;
-}
-
-async function paceOf(url: string): Promise<number> {
-  const view = (await adminJson<WorkerInfo[]>(stack.router, '/workers')).body;
-  return view.find((w) => w.url === url)!.estimates.pace;
-}
+const unique = (i: number): Promise<string> => uniqueRequest(stack, i);
+const paceOf = (url: string): Promise<number> => paceOnWorkers(stack, url);
 
 describe('a worker priced slow that is well again (cache_aware cost mode, pace forgetting)', () => {
   it('is tried again once its pace has faded, and keeps its share once it shows it is fast', async () => {
