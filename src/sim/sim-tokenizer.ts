@@ -48,6 +48,8 @@ export interface ChatRenderOptions {
   readonly continueFinalMessage?: boolean;
   /** The request's `tools`, which the template renders (see the header comment). */
   readonly tools?: unknown;
+  /** Further template variables (documents, chat_template_kwargs): a model's Jinja template reads them; this format has none. */
+  readonly variables?: Readonly<Record<string, unknown>>;
 }
 
 export type ChatRenderResult = { ok: true; text: string } | { ok: false; error: string };

@@ -11,7 +11,8 @@
  *   the chat template first; `add_generation_prompt` (default true), `continue_final_message` (default
  *   false; not together with add_generation_prompt), `add_special_tokens` (default false: the template
  *   already holds them), `return_token_strs`, `tools` (rendered as the template renders them,
- *   sim-tokenizer.ts). Other template extras vLLM accepts (`chat_template`, `chat_template_kwargs`,
+ *   sim-tokenizer.ts), `documents` and `chat_template_kwargs` (template variables, as vLLM passes them:
+ *   tokenize/chat-template-args.ts). Other template extras vLLM accepts (`chat_template`,
  *   `mm_processor_kwargs`) are accepted and ignored.
  * - Answer: `{count, max_model_len, tokens, token_strs}` (`token_strs` null unless asked for, as
  *   vLLM's model_dump() writes it).
@@ -27,6 +28,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { errorBody } from './openai-format.js';
 import { readBody } from './read-body.js';
 import type { SimTokenizer } from './sim-tokenizer.js';
+import { chatTemplateArgs } from '../tokenize/chat-template-args.js';
 
 export interface TokenizeApiResult {
   readonly status: number;
@@ -62,10 +64,13 @@ export function tokenizeResponse(
     if (typeof gen === 'string') return bad(gen);
     const cont = optionalBool(body, 'continue_final_message', false);
     if (typeof cont === 'string') return bad(cont);
+    // chat_template_kwargs (and documents) as vLLM hands them to the template; a flag given there wins.
+    const args = chatTemplateArgs(body);
     const r = tokenizer.renderChat(body.messages, {
-      addGenerationPrompt: gen,
-      continueFinalMessage: cont,
+      addGenerationPrompt: args.addGenerationPrompt,
+      continueFinalMessage: args.continueFinalMessage,
       tools: body.tools,
+      ...(args.variables !== undefined ? { variables: args.variables } : {}),
     });
     if (!r.ok) return bad(r.error);
     text = r.text;

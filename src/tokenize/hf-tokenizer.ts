@@ -63,6 +63,8 @@ export interface ChatRenderOptions {
   readonly addGenerationPrompt: boolean;
   readonly continueFinalMessage?: boolean;
   readonly tools?: unknown;
+  /** Further template variables (documents, chat_template_kwargs); they may override the special tokens. */
+  readonly variables?: Readonly<Record<string, unknown>>;
 }
 
 export type ChatRenderResult = { ok: true; text: string } | { ok: false; error: string };
@@ -250,13 +252,14 @@ export class HfTokenizer {
     }
     try {
       let text = this.template.render({
-        messages,
-        add_generation_prompt: opts.addGenerationPrompt,
-        ...(opts.tools !== undefined ? { tools: opts.tools } : {}),
         bos_token: tokenText(this.config.bos_token),
         eos_token: tokenText(this.config.eos_token),
         unk_token: tokenText(this.config.unk_token),
         pad_token: tokenText(this.config.pad_token),
+        ...opts.variables,
+        messages,
+        add_generation_prompt: opts.addGenerationPrompt,
+        ...(opts.tools !== undefined ? { tools: opts.tools } : {}),
       });
       if (opts.continueFinalMessage === true) text = openFinalMessage(text, messages);
       return { ok: true, text };

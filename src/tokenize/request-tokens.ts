@@ -6,9 +6,10 @@
  *   ids -> used as is. A batch (list of several prompts) is `batch_prompt`: several sequences, no one
  *   prefix.
  * - /v1/chat/completions: `messages` rendered with the model's chat template (add_generation_prompt
- *   ?? true, continue_final_message, tools), as vLLM hands them to it (tokenize/vllm-chat-input.ts:
- *   tools as its models dump them, tool-call arguments parsed, contents in the template's content
- *   format), then encode(text, add_special_tokens ?? false).
+ *   ?? true, continue_final_message, tools, documents and chat_template_kwargs: chat-template-args.ts),
+ *   as vLLM hands them to it (tokenize/vllm-chat-input.ts: tools as its models dump them, tool-call
+ *   arguments parsed, contents in the template's content format), then
+ *   encode(text, add_special_tokens ?? false).
  *   Non-text content parts (images, audio: their tokens depend on the model's processor) ->
  *   `multimodal`; a template error (e.g. tool calls the template cannot render) -> `template_error`.
  * - no tokenizer configured for the model -> `no_tokenizer`.
@@ -18,6 +19,7 @@
  */
 import { HfTokenizer, type HfTokenizerOptions } from './hf-tokenizer.js';
 import { vllmChatInput, type ContentFormat } from './vllm-chat-input.js';
+import { chatTemplateArgs } from './chat-template-args.js';
 
 export type TokenizeFallback =
   'no_tokenizer' | 'no_prompt' | 'batch_prompt' | 'multimodal' | 'no_chat_template' | 'template_error';
@@ -95,7 +97,12 @@ export interface BodyTokenizer {
   encodeIds?(text: string, addSpecialTokens?: boolean): ArrayLike<number>;
   renderChat(
     messages: unknown,
-    opts: { addGenerationPrompt: boolean; continueFinalMessage?: boolean; tools?: unknown },
+    opts: {
+      addGenerationPrompt: boolean;
+      continueFinalMessage?: boolean;
+      tools?: unknown;
+      variables?: Readonly<Record<string, unknown>>;
+    },
   ): { ok: true; text: string } | { ok: false; error: string };
   readonly hasChatTemplate?: boolean;
   /** How its template reads a message's content (vLLM's detection); undefined: as the request sent it. */
@@ -119,10 +126,12 @@ export function tokenizeBody(
     // What vLLM hands the template: tools as its models dump them, tool-call arguments parsed.
     const input = vllmChatInput(body.messages, body.tools, t.contentFormat);
     if (input === undefined) return { ok: false, reason: 'template_error' };
+    const args = chatTemplateArgs(body);
     const rendered = t.renderChat(input.messages, {
-      addGenerationPrompt: body.add_generation_prompt !== false,
-      continueFinalMessage: body.continue_final_message === true,
+      addGenerationPrompt: args.addGenerationPrompt,
+      continueFinalMessage: args.continueFinalMessage,
       ...(input.tools !== undefined ? { tools: input.tools } : {}),
+      ...(args.variables !== undefined ? { variables: args.variables } : {}),
     });
     if (!rendered.ok) return { ok: false, reason: 'template_error' };
     return { ok: true, ids: encode(rendered.text, addSpecial ?? false) };

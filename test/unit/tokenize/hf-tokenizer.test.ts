@@ -216,6 +216,41 @@ describe('RequestTokenizer', () => {
     expect(rt.tokenize('other', { prompt: 'x' })).toEqual({ ok: false, reason: 'no_tokenizer' });
   });
 
+  it('renders with chat_template_kwargs and documents as vLLM hands them to the template', () => {
+    // A template that reads variables at its start (a reasoning switch, retrieved documents in the
+    // system part) and at its end (Qwen3's enable_thinking in the generation prompt).
+    const template =
+      '{{ bos_token }}{% if reasoning %}<|reasoning:{{ reasoning }}|>{% endif %}' +
+      '{% for d in documents or [] %}<doc>{{ d.text }}</doc>{% endfor %}' +
+      '{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}' +
+      '{% if add_generation_prompt %}<assistant>{% if enable_thinking is defined and not enable_thinking %}<think></think>{% endif %}{% endif %}';
+    const t = new HfTokenizer(
+      JSON.parse(readFileSync(`${DIR}/tokenizer.json`, 'utf8')) as Record<string, unknown>,
+      { chat_template: template, bos_token: '<s>' },
+    );
+    const r = new RequestTokenizer(new Map([['m', t]]));
+    const messages = [{ role: 'user', content: 'hello' }];
+    const text = (body: Record<string, unknown>): string => {
+      const ids = r.tokenize('m', { messages, ...body });
+      if (!ids.ok) throw new Error(ids.reason);
+      return t.decode(Array.from(ids.ids));
+    };
+    expect(text({})).toBe('<s><user>hello<assistant>');
+    expect(text({ chat_template_kwargs: { enable_thinking: false } })).toBe(
+      '<s><user>hello<assistant><think></think>',
+    );
+    expect(text({ chat_template_kwargs: { reasoning: 'high' }, documents: [{ text: 'D1' }] })).toBe(
+      '<s><|reasoning:high|><doc>D1</doc><user>hello<assistant>',
+    );
+    // A flag given in chat_template_kwargs wins over the request's own, as in vLLM.
+    expect(
+      text({ add_generation_prompt: true, chat_template_kwargs: { add_generation_prompt: false } }),
+    ).toBe('<s><user>hello');
+    expect(text({ chat_template_kwargs: ['not', 'an', 'object'] })).toBe('<s><user>hello<assistant>');
+    // Variables may replace special tokens (transformers merges kwargs over them), never the messages.
+    expect(text({ chat_template_kwargs: { bos_token: '', messages: [] } })).toBe('<user>hello<assistant>');
+  });
+
   it('a template that raises is a template_error', () => {
     const raising = new HfTokenizer(
       JSON.parse(readFileSync(`${DIR}/tokenizer.json`, 'utf8')) as Record<string, unknown>,
