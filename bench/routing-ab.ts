@@ -23,6 +23,7 @@
  * simulators F times slower in everything (prefill, decode steps, overhead). `--peers`: the reference
  * router and the SGLang gateway too (their cache_aware and round_robin, one run each, after the
  * variants; bench/peers.ts installs them into `.venv-peers`, skipped with a note where it cannot).
+ * `--no-stream`: every request asks for a whole response (`stream: false`), as batch clients do.
  * `--kv-events`: the simulators publish KV events (needed by variants with `"kvEvents": true`).
  * With KV events, the mean lag of the live event batches the routers decoded (vllm_router_kv_event_lag_seconds).
  * `BENCH_DUMP_DECISIONS=<file>` appends one JSON line per request (routing-bench.ts `dumpDecisions`; add
@@ -83,6 +84,7 @@ const result = await runRoutingBench({
   peers: args.includes('--peers'),
   ...(args.includes('--shared-pool') ? { sharedBlockPool: workloads as WorkloadName[] } : {}),
   ...(args.includes('--no-shared-pool') ? { sharedBlockPool: [] } : {}),
+  ...(args.includes('--no-stream') ? { stream: false } : {}),
   ...(flag('slow') !== undefined ? { slowWorkers: parseSlow(flag('slow')!) } : {}),
   ...(flag('cache-blocks') !== undefined
     ? { cacheBlocks: Object.fromEntries(workloads.map((w) => [w, Number(flag('cache-blocks'))])) }

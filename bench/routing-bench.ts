@@ -303,6 +303,11 @@ export interface RoutingBenchOptions {
    * generation beside newer ones. Default: every simulator alike.
    */
   slowWorkers?: { readonly count: number; readonly factor: number };
+  /**
+   * false: every request of every workload asks for a whole (non-streamed) response, as batch and
+   * agent clients often do; the warm-up too. Default: each workload's own (streamed, usage included).
+   */
+  stream?: boolean;
   /** Per-worker cache blocks by workload, before KV_TOKEN_RATIO scaling (default: cacheBlocks()). */
   cacheBlocks?: Partial<Record<WorkloadName, number>>;
   /** Targets for the result (default routingTargets: the default policy vs round robin). */
@@ -414,6 +419,17 @@ export const TIMING: Partial<TimingModel> = {
   // GPUs under 70 GiB): an uncached prompt stalls the sequences decoding beside it. Since 2026-12-05.
   maxNumBatchedTokens: 2048,
 };
+
+/** Every workload's options with `stream` set, when it is given. */
+function withStream(
+  o: Record<WorkloadName, WorkloadOptions>,
+  stream: boolean | undefined,
+): Record<WorkloadName, WorkloadOptions> {
+  if (stream === undefined) return o;
+  return Object.fromEntries(
+    Object.entries(o).map(([name, w]) => [name, { ...w, stream }]),
+  ) as Record<WorkloadName, WorkloadOptions>;
+}
 
 function workloadOptions(quick: boolean, seed: number): Record<WorkloadName, WorkloadOptions> {
   if (!quick) {
@@ -534,9 +550,9 @@ export async function runRoutingBench(opts: RoutingBenchOptions = {}): Promise<R
   const variants = (opts.variants ?? POLICY_VARIANTS).filter(
     (v) => !opts.policies || opts.policies.includes(v.label),
   );
-  const wopts = workloadOptions(quick, seed);
+  const wopts = withStream(workloadOptions(quick, seed), opts.stream);
   const warmUp = opts.warmUp ?? !quick;
-  const warmOpts = workloadOptions(quick, seed + WARM_UP_SEED_OFFSET);
+  const warmOpts = withStream(workloadOptions(quick, seed + WARM_UP_SEED_OFFSET), opts.stream);
   const kvRun = opts.kvEvents ?? false;
   const blocks = scaleBlocks({ ...cacheBlocks(quick), ...opts.cacheBlocks }, kvRun ? KV_TOKEN_RATIO : 1);
   const pooled = new Set(opts.sharedBlockPool ?? SHARED_POOL_WORKLOADS);
