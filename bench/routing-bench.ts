@@ -426,9 +426,10 @@ function withStream(
   stream: boolean | undefined,
 ): Record<WorkloadName, WorkloadOptions> {
   if (stream === undefined) return o;
-  return Object.fromEntries(
-    Object.entries(o).map(([name, w]) => [name, { ...w, stream }]),
-  ) as Record<WorkloadName, WorkloadOptions>;
+  return Object.fromEntries(Object.entries(o).map(([name, w]) => [name, { ...w, stream }])) as Record<
+    WorkloadName,
+    WorkloadOptions
+  >;
 }
 
 function workloadOptions(quick: boolean, seed: number): Record<WorkloadName, WorkloadOptions> {

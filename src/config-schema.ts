@@ -791,7 +791,7 @@ export const OPTIONS = [
     flag: 'cost-worker-pace',
     type: 'bool',
     default: true,
-    help: "cache_aware cost: score each worker with its role's fleet estimates times its own pace, how much slower or faster than the fleet its first tokens come for the same work (learned from its streamed responses; within 1.15x reads 1), in its time to first token, in the request's own decode there (max_tokens up to 256, 64 when unset, times its step time) and in the imbalance filter (requests ahead times pace), so a fleet of mixed hardware (older GPUs, smaller tensor-parallel groups, a shared GPU) sends each worker the work it can do; false scores every worker with the fleet's estimates.",
+    help: "cache_aware cost: score each worker with its role's fleet estimates times its own pace, how much slower or faster than the fleet its first tokens come for the same work (learned from its responses, streamed or not; within 1.15x reads 1), in its time to first token, in the request's own decode there (max_tokens up to 256, 64 when unset, times its step time) and in the imbalance filter (requests ahead times pace), so a fleet of mixed hardware (older GPUs, smaller tensor-parallel groups, a shared GPU) sends each worker the work it can do; false scores every worker with the fleet's estimates.",
   },
   {
     group: 'Load and cost model',
@@ -799,7 +799,7 @@ export const OPTIONS = [
     flag: 'cost-worker-pace-forget-ms',
     type: 'number',
     default: DEFAULT_PACE_FORGET_MS,
-    help: "cache_aware cost: a worker's pace (--cost-worker-pace) forgets while the worker goes unobserved: after this many ms without a streamed response from it, the slowness it was priced with halves (in log) every as many ms again, so a worker the router steered away from while it was slow is tried again once it may be well (a still-slow one is learned slow from its next few dozen responses); a worker answering at least this often keeps its pace as measured.",
+    help: "cache_aware cost: a worker's pace (--cost-worker-pace) forgets while the worker goes unobserved: after this many ms without a watched response from it, the slowness it was priced with halves (in log) every as many ms again, so a worker the router steered away from while it was slow is tried again once it may be well (a still-slow one is learned slow from its next few dozen responses); a worker answering at least this often keeps its pace as measured.",
   },
   {
     group: 'Load and cost model',
@@ -879,7 +879,7 @@ export const OPTIONS = [
     flag: 'prior-inter-chunk-ms',
     type: 'number',
     default: PRIORS.interChunkMs,
-    help: 'Starting estimate of the time between streamed chunks (learned per worker).',
+    help: 'Starting estimate of the time between streamed chunks, one decode step (learned per worker, from streamed gaps and from non-streamed durations).',
   },
   {
     group: 'Load and cost model',
@@ -887,7 +887,7 @@ export const OPTIONS = [
     flag: 'response-body-sample',
     type: 'int',
     default: DEFAULT_RESPONSE_BODY_SAMPLE,
-    help: "Watch the body of one streamed response in N per worker, for the timing estimates; Envoy skips the other bodies the router does not need (needs the ext_proc filter's allow_mode_override). 1 = watch every response body.",
+    help: "Watch the body of one response in N per worker (streamed and non-streamed ones counted apart), for the timing estimates; Envoy skips the other bodies the router does not need (needs the ext_proc filter's allow_mode_override). 1 = watch every response body.",
   },
   {
     group: 'Load and cost model',

@@ -18,10 +18,14 @@
  *   routing-text characters.
  * - Cache reports (a dispatch with `cacheFeedback`, routing/cache-report.ts): the same usage's
  *   `prompt_tokens_details.cached_tokens` goes back to the policy, which checks its prefix tree.
- * Non-streamed responses arrive in one piece at the end: they say nothing about the first token and are
- * not sampled for timing. With a learner or a cache report, one in N of them per worker (the same
- * `--response-body-sample`, its own count and cap) is watched for its usage alone: a non-streamed body
- * always carries it, a stream only when the client asked (`stream_options.include_usage`).
+ * - Whole-response sample (a non-streamed 2xx response of one sequence): clock at the dispatch -> the
+ *   body chunk carrying its `usage.completion_tokens` (`output_tokens` for the Responses and Messages
+ *   APIs), with the features above and that many tokens less one as its decode steps
+ *   (TimingEstimates.recordWhole). Such a response arrives in one piece when its last token is out, so
+ *   it says nothing of the first token on its own; the estimates' fit separates prefill, waiting and
+ *   decoding over many of them. One in N of them per worker (the same `--response-body-sample`, its
+ *   own count and cap) is watched, for that and for the usage learners: a non-streamed body always
+ *   carries its usage, a stream only when the client asked (`stream_options.include_usage`).
  *
  * Watched share (`--response-body-sample N`): the chunks of a response cost one ext_proc message each
  * way (issue 15), and a request whose routing reads none of them lets Envoy skip its body
@@ -49,7 +53,13 @@ import type { Worker } from '../workers/worker.js';
 import type { PrefillBacklog } from './prefill-backlog.js';
 import type { TimingEstimates, TtftFeatures } from './timing-estimates.js';
 import type { CharsPerToken } from './chars-per-token.js';
-import { cachedTokensIn, inputTokensIn, promptTokensIn } from './usage-tokens.js';
+import {
+  cachedTokensIn,
+  completionTokensIn,
+  inputTokensIn,
+  outputTokensIn,
+  promptTokensIn,
+} from './usage-tokens.js';
 
 interface Learners {
   readonly timing: TimingEstimates;
@@ -58,7 +68,7 @@ interface Learners {
   readonly sampler: ResponseSampler;
   /** Learns characters per token from the watched responses' `usage.prompt_tokens` (chars-per-token.ts). */
   readonly charsPerToken?: CharsPerToken;
-  /** Non-streamed responses watched for their usage only (one in N per worker, as the streamed share). */
+  /** Non-streamed responses watched for their duration and usage (one in N per worker, as the streamed share). */
   readonly usageSampler: ResponseSampler;
 }
 
@@ -192,13 +202,25 @@ function usageLearner(
 }
 
 /** A non-streamed response: one in N per worker is watched for its usage (its body is one or two chunks). */
-function usageOnly(d: Dispatch, req: RouteRequest, l: Learners): Dispatch {
+/**
+ * A non-streamed response: its duration (dispatch -> the body chunk that carries its usage) with its
+ * generated tokens is one `recordWhole` sample; the same usage feeds the usage learners.
+ */
+function whole(d: Dispatch, req: RouteRequest, l: Learners): Dispatch {
   const learn = usageLearner(d, req, l);
   const usageSampler = l.usageSampler;
-  if (learn === undefined) return d;
+  const inference = req.inference;
+  // Several sequences decode side by side: their tokens are not one sequence's steps.
+  const timed = inference !== undefined && (inference.sequences ?? 1) === 1;
+  if (learn === undefined && !timed) return d;
+  const generated =
+    inference?.kind === 'responses' || inference?.kind === 'messages' ? outputTokensIn : completionTokensIn;
+  const features = timed ? featuresOf(d, req) : undefined;
+  const started = l.clock();
   let status = 0;
   let sampled: boolean | undefined;
   let finished = false;
+  let recorded = false;
   return {
     ...d,
     watchResponseBody(s: number): boolean {
@@ -212,7 +234,15 @@ function usageOnly(d: Dispatch, req: RouteRequest, l: Learners): Dispatch {
     },
     transformResponseChunk(chunk: Buffer, endOfStream: boolean): Buffer | undefined {
       const out = d.transformResponseChunk?.(chunk, endOfStream);
-      learn(status, chunk);
+      learn?.(status, chunk);
+      if (features !== undefined && !recorded && status >= 200 && status < 300 && chunk.length > 0) {
+        const tokens = generated(chunk);
+        if (tokens !== undefined) {
+          recorded = true;
+          const now = l.clock();
+          l.timing.recordWhole(d.worker, now - started, features, Math.max(0, tokens - 1), now);
+        }
+      }
       return out;
     },
     finish(end: RequestEnd): void {
@@ -273,17 +303,27 @@ function queued(d: Dispatch, req: RouteRequest, l: Learners): Dispatch {
   };
 }
 
+/**
+ * What a response's timing is fitted against: the tokens to prefill and the requests ahead the cost
+ * model used for its decision; for other policies, the whole prompt at ~4 chars per token and the
+ * worker's other in-flight requests.
+ */
+function featuresOf(d: Dispatch, req: RouteRequest): TtftFeatures {
+  const cost = d.decision.cost;
+  if (cost !== undefined)
+    return { prefillTokens: cost.chosen.uncachedTokens + cost.chosen.queuedTokens, ahead: cost.chosen.ahead };
+  return {
+    prefillTokens: tokensFromChars(req.inference?.text.length ?? 0, DEFAULT_CHARS_PER_TOKEN),
+    ahead: Math.max(0, d.worker.load - (req.inference?.sequences ?? 1)),
+  };
+}
+
 function timed(d: Dispatch, req: RouteRequest, l: Learners): Dispatch {
   const { timing, clock } = l;
-  if (req.inference?.stream !== true) return usageOnly(d, req, l);
+  if (req.inference?.stream !== true) return whole(d, req, l);
   const learn = usageLearner(d, req, l);
   const cost = d.decision.cost;
-  const features: TtftFeatures = cost
-    ? { prefillTokens: cost.chosen.uncachedTokens + cost.chosen.queuedTokens, ahead: cost.chosen.ahead }
-    : {
-        prefillTokens: tokensFromChars(req.inference.text.length, DEFAULT_CHARS_PER_TOKEN),
-        ahead: Math.max(0, d.worker.load - (req.inference.sequences ?? 1)),
-      };
+  const features = featuresOf(d, req);
   const started = clock();
   let status = 0;
   let chunks = 0;

@@ -8,13 +8,23 @@
  * - TTFT of a streamed response: routing decision -> first response body chunk, with the features the
  *   cost model used for that decision: uncached prompt tokens U and requests ahead A.
  * - Inter-chunk time of a streamed response: (last chunk - first chunk) / (chunks - 1).
+ * - Duration of a non-streamed ("whole") response: routing decision -> its body, with the same
+ *   features and its decode steps M (`usage.completion_tokens` - 1). It arrives in one piece when the
+ *   last token is out, so it says nothing of the first token on its own; the fit below separates it.
  *
  * Estimates:
  * - `interChunkMs`: EWMA (alpha 0.1 per response) of the inter-chunk time: the engine's step time under
  *   its current batch.
  * - TTFT model `ttft = floorMs + prefillMsPerToken * U + waitMsPerRequest * A`, fitted by exponentially
  *   weighted recursive least squares (the three-coefficient generalisation of an EWMA: forgetting factor
- *   0.98, i.e. about the last 50 responses). The priors are the starting coefficients AND a Gaussian prior
+ *   0.98, i.e. about the last 50 responses). The fit has a fourth coefficient, the decode step
+ *   (`interChunkMs`), whose feature is M: a whole response is one observation of
+ *   `ttft + interChunkMs * M`, a streamed first token one with M = 0 (it leaves the step alone), and
+ *   an inter-chunk sample moves the step directly by its EWMA. So a fleet whose clients never stream
+ *   (batch jobs, many agent frameworks) is still learned: the prefill and wait costs from how the
+ *   durations move with U and A, the step from how they move with M (where every response has the
+ *   same length, the prior's weights split the constant: the step's, M times the floor's, takes it),
+ *   and each worker's pace from its durations against the fleet's prediction. The priors are the starting coefficients AND a Gaussian prior
  *   around them (standard deviation = the prior value), so a worker with few or uninformative samples
  *   (every prompt the same size, never any queue) keeps its priors in the directions the data cannot
  *   see. The covariance is capped at the prior's (no wind-up while a direction is unexcited), and an
@@ -89,6 +99,8 @@ export interface WorkerEstimates {
   readonly ttftMs?: number;
   readonly ttftSamples: number;
   readonly chunkSamples: number;
+  /** Non-streamed responses' durations fitted (recordWhole). */
+  readonly wholeSamples: number;
 }
 
 export interface TtftFeatures {
@@ -149,17 +161,22 @@ function paceOfLog(logPace: number): number {
   return shrunk === 0 ? 1 : Math.round(Math.exp(shrunk) * 1000) / 1000;
 }
 
+/** The fit's coefficients: floor, prefill per token, wait per request, decode step. */
+const N = 4;
+/** Features of one observation, in the order of the coefficients: [1, U, A, M]. */
+export type TimingFeatures = readonly [number, number, number, number];
+
 class State {
-  /** [floor, prefill per token, wait per request]. */
-  readonly theta: [number, number, number];
-  /** 3x3 covariance, row-major. */
+  /** [floor, prefill per token, wait per request, decode step (interChunkMs)]. */
+  readonly theta: [number, number, number, number];
+  /** N x N covariance, row-major. */
   readonly cov: number[];
-  interChunk: number;
   /** MIN_PREFILL_FRACTION of the prior: the published cost per token never goes below it. */
   readonly minPrefillMsPerToken: number;
   ttft: number | undefined = undefined;
   ttftSamples = 0;
   chunkSamples = 0;
+  wholeSamples = 0;
   /** EWMA of log(observed TTFT / the fleet's prediction) as of `paceAtMs`; 0 for a fleet state. */
   logPace = 0;
   /** Time of the last TTFT sample (the pace forgets from there). */
@@ -176,35 +193,43 @@ class State {
     from?: State,
   ) {
     this.theta = from
-      ? [from.theta[0], from.theta[1], from.theta[2]]
-      : [priors.ttftFloorMs, priors.prefillMsPerToken, priors.waitMsPerRequest];
-    this.cov = [prior[0]!, 0, 0, 0, prior[1]!, 0, 0, 0, prior[2]!];
+      ? [from.theta[0], from.theta[1], from.theta[2], from.theta[3]]
+      : [priors.ttftFloorMs, priors.prefillMsPerToken, priors.waitMsPerRequest, priors.interChunkMs];
+    this.cov = Array.from({ length: N * N }, (_, k) => (k % (N + 1) === 0 ? prior[k / (N + 1)]! : 0));
     this.minPrefillMsPerToken = MIN_PREFILL_FRACTION * priors.prefillMsPerToken;
-    this.interChunk = from ? from.interChunk : priors.interChunkMs;
     this.published = this.inherited = this.publish();
   }
 
-  fit(x: readonly [number, number, number], y: number): void {
+  /** The interChunk EWMA: the step coefficient, moved directly by a measured gap. */
+  get interChunk(): number {
+    return this.theta[3];
+  }
+
+  set interChunk(v: number) {
+    this.theta[3] = v;
+  }
+
+  fit(x: TimingFeatures, y: number): void {
     const P = this.cov;
     const th = this.theta;
-    const lower = [0, this.minPrefillMsPerToken, 0];
-    const observed = Math.min(y, 2 * Math.max(0, th[0] * x[0] + th[1] * x[1] + th[2] * x[2]) + 200);
+    const lower = [0, this.minPrefillMsPerToken, 0, 0];
+    const observed = Math.min(y, 2 * Math.max(0, dot(th, x)) + 200);
     // Constrained to the bounds the estimates are published with, so the fit predicts what it
     // publishes. An update that would take a coefficient below its bound holds it there and is made
     // by the others alone, and that coefficient's covariance with them is dropped. Left free (or
     // only clipped afterwards), a negative cost per token read off a faster worker's samples at
     // slightly longer prompts was made up by a large floor: the published pair, the bound and that
     // floor, predicted many times what was seen, and clipping each update fed the error back.
-    const free = [true, true, true];
-    let Px = [0, 0, 0];
+    const free = [true, true, true, true];
+    let Px = [0, 0, 0, 0];
     let denom = FORGETTING;
-    for (let pass = 0; pass < 3; pass++) {
+    for (let pass = 0; pass < N; pass++) {
       const xf = x.map((v, j) => (free[j] ? v : 0));
-      Px = [0, 1, 2].map((i) => P[i * 3]! * xf[0]! + P[i * 3 + 1]! * xf[1]! + P[i * 3 + 2]! * xf[2]!);
-      denom = FORGETTING + xf[0]! * Px[0]! + xf[1]! * Px[1]! + xf[2]! * Px[2]!;
-      const err = observed - (th[0] * x[0] + th[1] * x[1] + th[2] * x[2]);
+      Px = xf.map((_, i) => dot(P.slice(i * N, i * N + N), xf));
+      denom = FORGETTING + dot(xf, Px);
+      const err = observed - dot(th, x);
       let held = false;
-      for (let i = 0; i < 3; i++) {
+      for (let i = 0; i < N; i++) {
         if (free[i] && th[i]! + (Px[i]! / denom) * err < lower[i]!) {
           free[i] = false;
           th[i] = lower[i]!;
@@ -212,35 +237,37 @@ class State {
         }
       }
       if (held) continue;
-      for (let i = 0; i < 3; i++) if (free[i]) th[i] = th[i]! + (Px[i]! / denom) * err;
+      for (let i = 0; i < N; i++) if (free[i]) th[i] = th[i]! + (Px[i]! / denom) * err;
       break;
     }
     // P = (P - Px Px^T / denom) / lambda over the free coefficients (P symmetric, so x^T P = Px^T);
     // a held one keeps its variance and loses its covariances.
-    for (let i = 0; i < 3; i++) {
-      for (let j = 0; j < 3; j++) {
-        if (free[i] && free[j]) P[i * 3 + j] = (P[i * 3 + j]! - (Px[i]! * Px[j]!) / denom) / FORGETTING;
-        else if (i !== j) P[i * 3 + j] = 0;
+    for (let i = 0; i < N; i++) {
+      for (let j = 0; j < N; j++) {
+        if (free[i] && free[j]) P[i * N + j] = (P[i * N + j]! - (Px[i]! * Px[j]!) / denom) / FORGETTING;
+        else if (i !== j) P[i * N + j] = 0;
       }
     }
     // No wind-up: scale row and column i so that P_ii never exceeds the prior variance.
-    for (let i = 0; i < 3; i++) {
-      const pii = P[i * 3 + i]!;
+    for (let i = 0; i < N; i++) {
+      const pii = P[i * N + i]!;
       const cap = this.prior[i]!;
       if (pii > cap && pii > 0) {
         const s = Math.sqrt(cap / pii);
-        for (let j = 0; j < 3; j++) {
-          P[i * 3 + j] = P[i * 3 + j]! * s;
-          P[j * 3 + i] = P[j * 3 + i]! * s;
+        for (let j = 0; j < N; j++) {
+          P[i * N + j] = P[i * N + j]! * s;
+          P[j * N + i] = P[j * N + i]! * s;
         }
       }
     }
   }
 
   /** The fleet's prediction for features x (this state's published coefficients). */
-  predict(x: readonly [number, number, number]): number {
+  predict(x: TimingFeatures): number {
     const e = this.published;
-    return e.ttftFloorMs * x[0] + e.prefillMsPerToken * x[1] + e.waitMsPerRequest * x[2];
+    return (
+      e.ttftFloorMs * x[0] + e.prefillMsPerToken * x[1] + e.waitMsPerRequest * x[2] + e.interChunkMs * x[3]
+    );
   }
 
   get pace(): number {
@@ -265,7 +292,7 @@ class State {
   }
 
   publish(): WorkerEstimates {
-    const [f, p, q] = this.theta;
+    const [f, p, q, step] = this.theta;
     this.version += 1;
     this.published = Object.freeze({
       pace: this.pace,
@@ -273,10 +300,11 @@ class State {
       ttftFloorMs: f,
       prefillMsPerToken: p,
       waitMsPerRequest: q,
-      interChunkMs: this.interChunk,
+      interChunkMs: step,
       ...(this.ttft === undefined ? {} : { ttftMs: this.ttft }),
       ttftSamples: this.ttftSamples,
       chunkSamples: this.chunkSamples,
+      wholeSamples: this.wholeSamples,
     });
     this.inherited = Object.freeze({
       pace: 1,
@@ -286,6 +314,7 @@ class State {
       interChunkMs: this.published.interChunkMs,
       ttftSamples: 0,
       chunkSamples: 0,
+      wholeSamples: 0,
     });
     return this.published;
   }
@@ -310,6 +339,7 @@ export class TimingEstimates {
       variance(this.priors.ttftFloorMs, 1),
       variance(this.priors.prefillMsPerToken, 0.001),
       variance(this.priors.waitMsPerRequest, 1),
+      variance(this.priors.interChunkMs, 1),
     ];
   }
 
@@ -353,6 +383,7 @@ export class TimingEstimates {
       interChunkMs: f.interChunkMs * pace,
       ttftSamples: own.ttftSamples,
       chunkSamples: own.chunkSamples,
+      wholeSamples: own.wholeSamples,
     });
     this.scored.set(worker, { fleetVersion: fleet.version, est });
     return est;
@@ -368,24 +399,45 @@ export class TimingEstimates {
   recordTtft(worker: Worker, ttftMs: number, f: TtftFeatures, nowMs: number): void {
     if (!Number.isFinite(ttftMs) || ttftMs < 0) return;
     if (!Number.isFinite(f.prefillTokens) || !Number.isFinite(f.ahead)) return;
-    const x: [number, number, number] = [1, Math.max(0, f.prefillTokens), Math.max(0, f.ahead)];
-    const own = this.state(worker);
-    const fleet = this.fleet(worker.role);
-    // The pace: this sample against the fleet's prediction, before the sample moves the fleet.
-    const predicted = fleet.predict(x);
-    if (predicted > 0) {
-      const r = Math.max(-PACE_CLIP, Math.min(PACE_CLIP, Math.log(Math.max(ttftMs, 1e-3) / predicted)));
-      own.addPaceSample(r, nowMs, this.paceForgetMs);
-    }
-    if (nowMs > own.paceAtMs) own.paceAtMs = nowMs;
-    for (const s of [own, fleet]) {
-      s.fit(x, ttftMs);
+    for (const s of this.observe(worker, features(f, 0), ttftMs, nowMs)) {
       s.ttft = s.ttft === undefined ? ttftMs : s.ttft + EWMA_ALPHA * (ttftMs - s.ttft);
       s.ttftSamples += 1;
       s.publish();
     }
   }
 
+  /**
+   * One non-streamed response, taken at `nowMs`: `durationMs` from the routing decision to its body,
+   * for a prompt with features `f` and `decodeSteps` tokens generated after the first (its
+   * `usage.completion_tokens` - 1, one sequence).
+   */
+  recordWhole(worker: Worker, durationMs: number, f: TtftFeatures, decodeSteps: number, nowMs: number): void {
+    if (!Number.isFinite(durationMs) || durationMs < 0) return;
+    if (!Number.isFinite(f.prefillTokens) || !Number.isFinite(f.ahead) || !Number.isFinite(decodeSteps))
+      return;
+    for (const s of this.observe(worker, features(f, decodeSteps), durationMs, nowMs)) {
+      s.wholeSamples += 1;
+      s.publish();
+    }
+  }
+
+  /** The pace sample and the fit of one observation; the worker's and its fleet's states, to publish. */
+  private observe(worker: Worker, x: TimingFeatures, y: number, nowMs: number): readonly State[] {
+    const own = this.state(worker);
+    const fleet = this.fleet(worker.role);
+    // The pace: this sample against the fleet's prediction, before the sample moves the fleet.
+    const predicted = fleet.predict(x);
+    if (predicted > 0) {
+      const r = Math.max(-PACE_CLIP, Math.min(PACE_CLIP, Math.log(Math.max(y, 1e-3) / predicted)));
+      own.addPaceSample(r, nowMs, this.paceForgetMs);
+    }
+    if (nowMs > own.paceAtMs) own.paceAtMs = nowMs;
+    own.fit(x, y);
+    fleet.fit(x, y);
+    return [own, fleet];
+  }
+
+  /** One streamed response's mean gap between chunks: moves the decode step by its EWMA. */
   recordInterChunk(worker: Worker, gapMs: number): void {
     if (!Number.isFinite(gapMs) || gapMs < 0) return;
     for (const s of [this.state(worker), this.fleet(worker.role)]) {
@@ -418,4 +470,14 @@ export class TimingEstimates {
     }
     return s;
   }
+}
+
+function features(f: TtftFeatures, decodeSteps: number): TimingFeatures {
+  return [1, Math.max(0, f.prefillTokens), Math.max(0, f.ahead), Math.max(0, decodeSteps)];
+}
+
+function dot(a: readonly number[], b: readonly number[]): number {
+  let sum = 0;
+  for (let i = 0; i < N; i++) sum += a[i]! * b[i]!;
+  return sum;
 }

@@ -17,6 +17,8 @@ function isSpace(b: number): boolean {
 
 const CACHED_KEY = Buffer.from('"cached_tokens"');
 const INPUT_KEY = Buffer.from('"input_tokens"');
+const COMPLETION_KEY = Buffer.from('"completion_tokens"');
+const OUTPUT_KEY = Buffer.from('"output_tokens"');
 
 /** The value of the chunk's last `"prompt_tokens": N`, or undefined when it has none (or it is cut). */
 export function promptTokensIn(chunk: Buffer): number | undefined {
@@ -26,6 +28,16 @@ export function promptTokensIn(chunk: Buffer): number | undefined {
 /** The same for a /v1/responses body or event, whose usage says `"input_tokens": N`. */
 export function inputTokensIn(chunk: Buffer): number | undefined {
   return lastValueOf(chunk, INPUT_KEY);
+}
+
+/** The chunk's last `"completion_tokens": N` (the tokens a response generated), as `promptTokensIn`. */
+export function completionTokensIn(chunk: Buffer): number | undefined {
+  return lastValueOf(chunk, COMPLETION_KEY);
+}
+
+/** The same for a /v1/responses or /v1/messages body, whose usage says `"output_tokens": N`. */
+export function outputTokensIn(chunk: Buffer): number | undefined {
+  return lastValueOf(chunk, OUTPUT_KEY);
 }
 
 /**

@@ -111,6 +111,7 @@ describe('POST/GET/DELETE /workers', () => {
           interChunkMs: 20,
           ttftSamples: 0,
           chunkSamples: 0,
+          wholeSamples: 0,
         },
         // Neither its /v1/models (off in tests) nor its metrics label known yet.
         servedModels: null,

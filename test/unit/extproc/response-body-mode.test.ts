@@ -1,5 +1,5 @@
 /**
- * Which responses the router lets Envoy skip (response-body-mode.ts), which streamed responses the
+ * Which responses the router lets Envoy skip (response-body-mode.ts), which responses the
  * timing learners still watch (timing-dispatcher.ts ResponseSampler), and how the two compose on a
  * Dispatch: table-driven.
  */
@@ -127,7 +127,12 @@ describe('withTiming: watchResponseBody', () => {
     ['a dispatch that reads the body (P/D): always watched', () => true, true, [true, true, true]],
     ['a dispatch that says nothing: always watched', undefined, true, [true, true, true]],
     ['streamed, the dispatch reads nothing: every 2nd watched', () => false, true, [true, false, true]],
-    ['non-streamed: never sampled (nothing to learn)', () => false, false, [false, false, false]],
+    [
+      'non-streamed, the dispatch reads nothing: every 2nd watched (its duration)',
+      () => false,
+      false,
+      [true, false, true],
+    ],
   ])('%s', (_name, watch, stream, expected) => {
     const d = withTiming(dispatcher(watch), new TimingEstimates(), () => 0, undefined, 2);
     const answers = [0, 1, 2].map(() => asked(d.dispatch(req(stream), new AbortController()) as Dispatch));

@@ -23,7 +23,13 @@ describe('TimingEstimates', () => {
   it('starts from the priors', () => {
     const est = new TimingEstimates();
     const [w] = makeWorkers(1);
-    expect(est.of(w!)).toEqual({ ...DEFAULT_TIMING_PRIORS, pace: 1, ttftSamples: 0, chunkSamples: 0 });
+    expect(est.of(w!)).toEqual({
+      ...DEFAULT_TIMING_PRIORS,
+      pace: 1,
+      ttftSamples: 0,
+      chunkSamples: 0,
+      wholeSamples: 0,
+    });
     expect(est.predictTtftMs(w!, { prefillTokens: 1000, ahead: 2 })).toBeCloseTo(10 + 50 + 40);
   });
 
@@ -124,7 +130,13 @@ describe('TimingEstimates', () => {
     expect(est.of(b!).ttftFloorMs).toBeCloseTo(est.of(a!).ttftFloorMs);
     expect(est.of(b!).ttftSamples).toBe(0);
     const prefill = new Worker({ role: 'prefill', url: 'http://p:1', endpoint: 'p:1', generation: 1 });
-    expect(est.of(prefill)).toEqual({ ...DEFAULT_TIMING_PRIORS, pace: 1, ttftSamples: 0, chunkSamples: 0 });
+    expect(est.of(prefill)).toEqual({
+      ...DEFAULT_TIMING_PRIORS,
+      pace: 1,
+      ttftSamples: 0,
+      chunkSamples: 0,
+      wholeSamples: 0,
+    });
     // Its own observations then move it on its own; forget() drops them again.
     est.recordInterChunk(b!, 100);
     expect(est.of(b!).interChunkMs).toBeGreaterThan(est.of(a!).interChunkMs + 5);
@@ -260,6 +272,92 @@ describe('TimingEstimates', () => {
       expect(est.paceOf(slow!, 15_000)).toBeGreaterThan(1.1);
       expect(est.paceOf(slow!, 25_000)).toBe(est.paceOf(slow!, 15_000));
       expect(est.paceOf(slow!, 40_000)).toBeLessThan(est.paceOf(slow!, 15_000));
+    });
+  });
+
+  describe('non-streamed responses (recordWhole: a duration with its decode steps)', () => {
+    /** A worker whose responses last floor + p * U + q * A + step * M, none of them streamed. */
+    function observeWhole(
+      est: TimingEstimates,
+      w: Worker,
+      truth: { floor: number; p: number; q: number; step: number },
+      n: number,
+      steps: (i: number) => number,
+    ): void {
+      for (let i = 0; i < n; i++) {
+        const prefillTokens = [16, 2048, 300, 5000, 64][i % 5]!;
+        const ahead = [0, 3, 8, 1, 12][(i * 3) % 5]!;
+        const m = steps(i);
+        const ms = truth.floor + truth.p * prefillTokens + truth.q * ahead + truth.step * m;
+        est.recordWhole(w, ms, { prefillTokens, ahead }, m, i);
+      }
+    }
+
+    it('a fleet whose clients never stream still learns every coefficient', () => {
+      const est = new TimingEstimates();
+      const [w] = makeWorkers(1);
+      // An older GPU than the priors: 4x the prefill cost, 2x the decode step.
+      const truth = { floor: 12, p: 0.2, q: 35, step: 40 };
+      observeWhole(est, w!, truth, 400, (i) => [31, 7, 120, 0, 63, 15][i % 6]!);
+      const e = est.of(w!);
+      expect(e.prefillMsPerToken).toBeCloseTo(truth.p, 2);
+      expect(e.waitMsPerRequest).toBeCloseTo(truth.q, 0);
+      expect(e.interChunkMs).toBeCloseTo(truth.step, 0);
+      expect(e.ttftFloorMs).toBeCloseTo(truth.floor, 0);
+      expect(e.wholeSamples).toBe(400);
+      expect(e.ttftSamples).toBe(0);
+      // Its time to first token, what routing prices, is the fitted one, not the whole duration.
+      expect(est.predictTtftMs(w!, { prefillTokens: 1000, ahead: 2 })).toBeCloseTo(12 + 200 + 70, 0);
+      // And its role's fleet learned it too, for the workers not yet seen.
+      expect(est.fleetOf('regular').prefillMsPerToken).toBeCloseTo(truth.p, 2);
+    });
+
+    it('responses all of one length: the prefill and wait costs are still learned, the step takes the constant', () => {
+      const est = new TimingEstimates();
+      const [w] = makeWorkers(1);
+      const truth = { floor: 12, p: 0.2, q: 35, step: 40 };
+      observeWhole(est, w!, truth, 400, () => 31);
+      const e = est.of(w!);
+      expect(e.prefillMsPerToken).toBeCloseTo(truth.p, 2);
+      expect(e.waitMsPerRequest).toBeCloseTo(truth.q, 0);
+      // floor + 31 steps is all the data shows; nearly all of it goes to the step (its prior is the wider).
+      expect(e.ttftFloorMs + 31 * e.interChunkMs).toBeCloseTo(truth.floor + 31 * truth.step, 0);
+      expect(Math.abs(e.ttftFloorMs - DEFAULT_TIMING_PRIORS.ttftFloorMs)).toBeLessThan(1);
+    });
+
+    it('a first-token sample leaves the decode step alone; a measured gap moves it', () => {
+      const est = new TimingEstimates();
+      const w = observe(est, { floor: 4, p: 0.02, q: 30 }, 200);
+      expect(est.of(w).interChunkMs).toBe(DEFAULT_TIMING_PRIORS.interChunkMs);
+      est.recordInterChunk(w, 30);
+      expect(est.of(w).interChunkMs).toBeCloseTo(21);
+    });
+
+    it("a worker slower than its fleet in whole responses reads a pace well above its alike peers'", () => {
+      const est = new TimingEstimates();
+      const [fast, alike, slow] = makeWorkers(3);
+      const truth = { floor: 10, p: 0.05, q: 20, step: 20 };
+      const slowTruth = { floor: 30, p: 0.15, q: 60, step: 60 };
+      for (let round = 0; round < 20; round++) {
+        observeWhole(est, fast!, truth, 5, (i) => 16 + ((i * 7) % 40));
+        observeWhole(est, alike!, truth, 5, (i) => 16 + ((i * 7) % 40));
+        observeWhole(est, slow!, slowTruth, 5, (i) => 16 + ((i * 7) % 40));
+      }
+      // Against the fleet's prediction, which the slow third's samples lift: the two fast ones read
+      // alike, below 1, and the slow one well above them.
+      expect(est.paceOf(alike!, 100)).toBeCloseTo(est.paceOf(fast!, 100), 1);
+      expect(est.paceOf(fast!, 100)).toBeLessThan(1);
+      expect(est.paceOf(slow!, 100)).toBeGreaterThan(2 * est.paceOf(fast!, 100));
+    });
+
+    it('ignores a duration or feature that is not a finite number', () => {
+      const est = new TimingEstimates();
+      const [w] = makeWorkers(1);
+      est.recordWhole(w!, Number.NaN, { prefillTokens: 10, ahead: 0 }, 3, 0);
+      est.recordWhole(w!, -1, { prefillTokens: 10, ahead: 0 }, 3, 0);
+      est.recordWhole(w!, 100, { prefillTokens: 10, ahead: 0 }, Number.POSITIVE_INFINITY, 0);
+      expect(est.of(w!).wholeSamples).toBe(0);
+      expect(est.of(w!).interChunkMs).toBe(DEFAULT_TIMING_PRIORS.interChunkMs);
     });
   });
 

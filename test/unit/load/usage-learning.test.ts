@@ -120,9 +120,14 @@ describe('withTiming: characters per token from usage', () => {
     expect(learned.of('m')).toBe(3);
   });
 
-  it('without a learner, a non-streamed response is never watched (nothing to learn)', () => {
+  it('without a learner, a non-streamed response is watched for its duration alone; of several sequences, not at all', () => {
     const d = withTiming(inner, new TimingEstimates(), () => 0, undefined, 1);
-    expect(respond(d.dispatch(req(false), new AbortController()) as Dispatch, 200, [USAGE(5)])).toBe(false);
+    expect(respond(d.dispatch(req(false), new AbortController()) as Dispatch, 200, [USAGE(5)])).toBe(true);
+    const several: RouteRequest = {
+      ...req(false),
+      inference: { ...req(false).inference!, sequences: 2 },
+    };
+    expect(respond(d.dispatch(several, new AbortController()) as Dispatch, 200, [USAGE(5)])).toBe(false);
   });
 
   it('learns nothing from an error response, a body without usage, or a request it could not parse', () => {

@@ -1,0 +1,57 @@
+/**
+ * End to end through a real Envoy: clients that never stream. A non-streamed response arrives in one
+ * piece when its last token is out, so it shows no first token; the router still learns from it (its
+ * duration with the tokens it generated: load/timing-estimates.ts `recordWhole`). On the mixed fleet
+ * of mixed-hardware.test.ts (one worker six times slower):
+ *
+ * - one request at a time, nothing cached anywhere, goes to the fast worker once the router has seen
+ *   both (without learning from such responses, both workers kept their pace of 1, tied when idle
+ *   and alternated: half the requests waited six times longer than they had to);
+ * - /workers counts the responses learned from (`wholeSamples`) and shows the slow worker's pace above
+ *   the fast one's.
+ * Ends with every load back to 0.
+ */
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import type { Stack } from '../support/stack.js';
+import { adminJson, expectAllLoadsZero } from '../support/router-fixture.js';
+import { paceOnWorkers, startMixedFleet, uniqueRequest } from '../support/mixed-fleet.js';
+
+let stack: Stack;
+
+beforeAll(async () => {
+  stack = await startMixedFleet();
+});
+afterAll(async () => {
+  await stack?.close();
+});
+afterEach(async () => {
+  await expectAllLoadsZero(stack.router);
+  await Promise.all(stack.sims.map((s) => s.waitForIdle()));
+});
+
+interface WorkerInfo {
+  url: string;
+  estimates: { ttftSamples: number; wholeSamples: number };
+}
+
+describe('clients that never stream (cache_aware cost mode)', () => {
+  it('learns each worker from its whole responses and sends one request at a time to the faster one', async () => {
+    const [slow, fast] = stack.sims;
+    // Learning, as with streamed responses (mixed-hardware.test.ts): both idle workers tie at first
+    // and alternate, and the slow one is tried again until its pace is past the dead band.
+    for (let i = 0; i < 100; i++) await uniqueRequest(stack, i, false);
+    const routed: string[] = [];
+    for (let i = 100; i < 112; i++) routed.push(await uniqueRequest(stack, i, false));
+    expect(routed).toEqual(Array(12).fill(fast!.url));
+
+    const view = (await adminJson<WorkerInfo[]>(stack.router, '/workers')).body;
+    const of = (url: string) => view.find((w) => w.url === url)!.estimates;
+    // Every response taught the estimates, none as a first token.
+    expect(of(fast!.url).wholeSamples + of(slow!.url).wholeSamples).toBe(112);
+    expect(of(slow!.url).wholeSamples).toBe(slow!.records.length);
+    expect(of(fast!.url).ttftSamples + of(slow!.url).ttftSamples).toBe(0);
+    const slowPace = await paceOnWorkers(stack, slow!.url);
+    expect(slowPace).toBeGreaterThan(await paceOnWorkers(stack, fast!.url));
+    expect(slowPace).toBeGreaterThan(1);
+  });
+});
