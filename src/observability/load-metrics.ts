@@ -108,6 +108,22 @@ export function registerLoadMetrics(o: LoadMetricsOptions): void {
       }
     },
   });
+  new Gauge({
+    name: 'vllm_router_worker_timing_samples',
+    help: "Responses the worker's timing estimates learned from (this registration generation), by kind: ttft (a streamed response's first token), inter_chunk (a streamed response's chunk gaps), whole (a non-streamed response's duration with its generated tokens).",
+    labelNames: [...labelNames, 'kind'] as const,
+    registers,
+    collect() {
+      this.reset();
+      for (const w of o.workers()) {
+        const e = o.timing.of(w);
+        const l = labels(w);
+        this.set({ ...l, kind: 'ttft' }, e.ttftSamples);
+        this.set({ ...l, kind: 'inter_chunk' }, e.chunkSamples);
+        this.set({ ...l, kind: 'whole' }, e.wholeSamples);
+      }
+    },
+  });
   const ratios = o.charsPerToken;
   if (ratios !== undefined) {
     new Gauge({

@@ -7,13 +7,14 @@
  * - one request at a time, nothing cached anywhere, goes to the fast worker once the router has seen
  *   both (without learning from such responses, both workers kept their pace of 1, tied when idle
  *   and alternated: half the requests waited six times longer than they had to);
- * - /workers counts the responses learned from (`wholeSamples`) and shows the slow worker's pace above
- *   the fast one's.
+ * - /workers counts the responses learned from (`wholeSamples`; /metrics as
+ *   `vllm_router_worker_timing_samples{kind="whole"}`) and shows the slow worker's pace above the
+ *   fast one's.
  * Ends with every load back to 0.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Stack } from '../support/stack.js';
-import { adminJson, expectAllLoadsZero } from '../support/router-fixture.js';
+import { adminJson, expectAllLoadsZero, metricsText } from '../support/router-fixture.js';
 import { paceOnWorkers, startMixedFleet, uniqueRequest } from '../support/mixed-fleet.js';
 
 let stack: Stack;
@@ -50,6 +51,14 @@ describe('clients that never stream (cache_aware cost mode)', () => {
     expect(of(fast!.url).wholeSamples + of(slow!.url).wholeSamples).toBe(112);
     expect(of(slow!.url).wholeSamples).toBe(slow!.records.length);
     expect(of(fast!.url).ttftSamples + of(slow!.url).ttftSamples).toBe(0);
+    // Prometheus counts them too, per worker and kind.
+    const metrics = await metricsText(stack.router);
+    for (const s of [slow!, fast!]) {
+      const series = new RegExp(
+        `vllm_router_worker_timing_samples\\{[^}]*worker="${s.url}"[^}]*kind="whole"[^}]*\\} ([0-9]+)`,
+      ).exec(metrics);
+      expect(Number(series?.[1])).toBe(of(s.url).wholeSamples);
+    }
     const slowPace = await paceOnWorkers(stack, slow!.url);
     expect(slowPace).toBeGreaterThan(await paceOnWorkers(stack, fast!.url));
     expect(slowPace).toBeGreaterThan(1);
