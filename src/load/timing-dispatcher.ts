@@ -201,10 +201,10 @@ function usageLearner(
   };
 }
 
-/** A non-streamed response: one in N per worker is watched for its usage (its body is one or two chunks). */
 /**
- * A non-streamed response: its duration (dispatch -> the body chunk that carries its usage) with its
- * generated tokens is one `recordWhole` sample; the same usage feeds the usage learners.
+ * A non-streamed response, one in N per worker watched (its body is one or two chunks): its duration
+ * (dispatch -> the body chunk that carries its usage) with its generated tokens is one `recordWhole`
+ * sample; the same usage feeds the usage learners.
  */
 function whole(d: Dispatch, req: RouteRequest, l: Learners): Dispatch {
   const learn = usageLearner(d, req, l);

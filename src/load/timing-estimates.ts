@@ -17,15 +17,18 @@
  *   its current batch.
  * - TTFT model `ttft = floorMs + prefillMsPerToken * U + waitMsPerRequest * A`, fitted by exponentially
  *   weighted recursive least squares (the three-coefficient generalisation of an EWMA: forgetting factor
- *   0.98, i.e. about the last 50 responses). The fit has a fourth coefficient, the decode step
- *   (`interChunkMs`), whose feature is M: a whole response is one observation of
- *   `ttft + interChunkMs * M`, a streamed first token one with M = 0 (it leaves the step alone), and
- *   an inter-chunk sample moves the step directly by its EWMA. So a fleet whose clients never stream
+ *   0.98, i.e. about the last 50 responses). The fit has a fourth coefficient, its decode step,
+ *   whose feature is M: a whole response is one observation of `ttft + step * M`, a streamed first
+ *   token one with M = 0 (it leaves the step alone). The published `interChunkMs` is the EWMA of
+ *   the measured gaps once there are any, else the fit's step: the two are kept apart because a
+ *   gap is what the router sees between chunks (Envoy may coalesce tokens), and the fit's step,
+ *   pulled towards it, put the difference into the floor and the cost per token (measured through
+ *   Envoy with half the requests streamed: 0.17 ms per token for 0.2). So a fleet whose clients never stream
  *   (batch jobs, many agent frameworks) is still learned: the prefill and wait costs from how the
  *   durations move with U and A, the step from how they move with M (where every response has the
  *   same length, the prior's weights split the constant: the step's, M times the floor's, takes it),
- *   and each worker's pace from its durations against the fleet's prediction. The priors are the starting coefficients AND a Gaussian prior
- *   around them (standard deviation = the prior value), so a worker with few or uninformative samples
+ *   and each worker's pace from its durations against the fleet's prediction.
+ *   The priors are the starting coefficients AND a Gaussian prior around them (standard deviation = the prior value), so a worker with few or uninformative samples
  *   (every prompt the same size, never any queue) keeps its priors in the directions the data cannot
  *   see. The covariance is capped at the prior's (no wind-up while a direction is unexcited), and an
  *   observation is clipped to 2 x the current prediction + 200 ms, so one stalled response cannot wreck
@@ -47,21 +50,21 @@
  * learned costs such as Envoy's and the network's share of TTFT, and would look cheaper than it is.
  *
  * Pace (what the cost model scores with, `scoringOf`): the fleet estimate times one number per
- * worker, how much slower or faster than the fleet it is. Each TTFT sample is compared with what the
- * fleet estimate predicted for the same features (before that sample updates it); `pace` is the
+ * worker, how much slower or faster than the fleet it is. Each TTFT or whole sample is compared with
+ * what the fleet estimate predicted for the same features (before that sample updates it); `pace` is the
  * exponential of an EWMA (alpha PACE_ALPHA, starting at 0: the fleet's own pace) of the log of that
  * ratio, clipped to 4x either way per sample, and shrunk by PACE_DEADBAND towards 1 (a soft
  * threshold on the log), so the chance differences between alike workers (a few dozen noisy
  * samples each, and the different traffic their prefixes attract) read 1 exactly and leave the
  * cache affinity alone, while a worker on older hardware, a smaller tensor-parallel group or a GPU
  * shared with another job is priced as slower in every term (its floor, prefill per token, wait
- * per request and decode step). Per-worker three-coefficient fits (`of`) are too noisy for scoring
+ * per request and decode step). Per-worker fits (`of`) are too noisy for scoring
  * (their directions trade off against each other); one ratio is not.
  *
  * A pace forgets when its worker goes unobserved. The router steers traffic away from a slow worker,
  * so once the worker is well again (the job sharing its GPU ended, the card cooled down) it might
  * never get the samples that would show it. Silence longer than `paceForgetMs` (time since the
- * worker's last TTFT sample) halves the log of its pace every further `paceForgetMs`, so an avoided
+ * worker's last TTFT or whole sample) halves the log of its pace every further `paceForgetMs`, so an avoided
  * worker drifts back to its fleet's pace and is tried again; a worker still slow is learned slow
  * again from its next few dozen samples. A worker sampled at least once per `paceForgetMs` keeps
  * its pace unbiased (nothing decays between its samples). Times are the caller's clock, in ms.
@@ -139,7 +142,7 @@ const PACE_CLIP = Math.log(4);
 export const DEFAULT_PACE_FORGET_MS = 30_000;
 
 export interface TimingEstimatesOptions {
-  /** Silence (ms since a worker's last TTFT sample) after which its pace halves in log every as much again. */
+  /** Silence (ms since a worker's last TTFT or whole sample) after which its pace halves in log every as much again. */
   readonly paceForgetMs?: number;
 }
 
@@ -164,11 +167,13 @@ function paceOfLog(logPace: number): number {
 /** The fit's coefficients: floor, prefill per token, wait per request, decode step. */
 const N = 4;
 /** Features of one observation, in the order of the coefficients: [1, U, A, M]. */
-export type TimingFeatures = readonly [number, number, number, number];
+type TimingFeatures = readonly [number, number, number, number];
 
 class State {
-  /** [floor, prefill per token, wait per request, decode step (interChunkMs)]. */
+  /** [floor, prefill per token, wait per request, decode step]. */
   readonly theta: [number, number, number, number];
+  /** EWMA of the measured inter-chunk gaps (the priors' until the first). */
+  interChunk: number;
   /** N x N covariance, row-major. */
   readonly cov: number[];
   /** MIN_PREFILL_FRACTION of the prior: the published cost per token never goes below it. */
@@ -177,9 +182,9 @@ class State {
   ttftSamples = 0;
   chunkSamples = 0;
   wholeSamples = 0;
-  /** EWMA of log(observed TTFT / the fleet's prediction) as of `paceAtMs`; 0 for a fleet state. */
+  /** EWMA of log(observed / the fleet's prediction) as of `paceAtMs`; 0 for a fleet state. */
   logPace = 0;
-  /** Time of the last TTFT sample (the pace forgets from there). */
+  /** Time of the last TTFT or whole sample (the pace forgets from there). */
   paceAtMs = 0;
   /** Bumped by every publish: a worker's scored estimate is rebuilt when its fleet's moved. */
   version = 0;
@@ -197,16 +202,8 @@ class State {
       : [priors.ttftFloorMs, priors.prefillMsPerToken, priors.waitMsPerRequest, priors.interChunkMs];
     this.cov = Array.from({ length: N * N }, (_, k) => (k % (N + 1) === 0 ? prior[k / (N + 1)]! : 0));
     this.minPrefillMsPerToken = MIN_PREFILL_FRACTION * priors.prefillMsPerToken;
+    this.interChunk = from ? from.interChunk : priors.interChunkMs;
     this.published = this.inherited = this.publish();
-  }
-
-  /** The interChunk EWMA: the step coefficient, moved directly by a measured gap. */
-  get interChunk(): number {
-    return this.theta[3];
-  }
-
-  set interChunk(v: number) {
-    this.theta[3] = v;
   }
 
   fit(x: TimingFeatures, y: number): void {
@@ -262,12 +259,9 @@ class State {
     }
   }
 
-  /** The fleet's prediction for features x (this state's published coefficients). */
+  /** The fleet's prediction for features x (this state's fitted coefficients, as published). */
   predict(x: TimingFeatures): number {
-    const e = this.published;
-    return (
-      e.ttftFloorMs * x[0] + e.prefillMsPerToken * x[1] + e.waitMsPerRequest * x[2] + e.interChunkMs * x[3]
-    );
+    return dot(this.theta, x);
   }
 
   get pace(): number {
@@ -300,7 +294,8 @@ class State {
       ttftFloorMs: f,
       prefillMsPerToken: p,
       waitMsPerRequest: q,
-      interChunkMs: step,
+      // The measured gaps once there are any; a pool that never streams has its fitted step.
+      interChunkMs: this.chunkSamples === 0 && this.wholeSamples > 0 ? step : this.interChunk,
       ...(this.ttft === undefined ? {} : { ttftMs: this.ttft }),
       ttftSamples: this.ttftSamples,
       chunkSamples: this.chunkSamples,
