@@ -4,8 +4,10 @@
  *
  * Per request (memoised per SelectionInput, so cachedTokens() and promptTokens() tokenize once):
  * 1. tokenize the request as vLLM will (tokenize/request-tokens.ts); a request that cannot be tokenized
- *    (no tokenizer for the model, multimodal parts, a template error, a batch) -> undefined: the next
- *    source (the approximate radix tree) answers, and `fallback(input)` tells why;
+ *    (no tokenizer for the model, multimodal parts, a template error) -> undefined: the next source
+ *    (the approximate radix tree) answers, and `fallback(input)` tells why. A batched completions
+ *    prompt is one sequence per prompt, as vLLM runs it: each is looked up on its own and a
+ *    candidate's cached tokens are their sum (and the prompt tokens the sum of their lengths);
  * 2. block keys of the prompt's full blocks (block-keys.ts), seeded with the model name when events
  *    named it as a LoRA adapter, else the base seed, with the request's `cache_salt` in block 0 (vLLM
  *    salts the first block's hash); at the configured block size, else at each block size the
@@ -39,11 +41,16 @@ const MAX_IDS_PER_KEY = 16;
 export type ExactFallback = TokenizeFallback | 'no_publisher';
 
 interface Memo {
-  ids: ArrayLike<number> | undefined;
+  /** The request's token ids, one list per sequence (a batched prompt has several). */
+  seqs: readonly ArrayLike<number>[] | undefined;
   reason: ExactFallback | undefined;
-  keys: Map<number, number[]>;
-  /** Per block size, per candidate id: the blocks its events showed when it was asked (pending window only). */
-  shown: Map<number, Map<string, number>> | undefined;
+  /** Per block size: each sequence's block keys. */
+  keys: Map<number, number[][]>;
+  /**
+   * Per block size, per sequence, per candidate id: the blocks its events showed when it was asked
+   * (pending window only).
+   */
+  shown: Map<number, Map<string, number>[]> | undefined;
 }
 
 export interface KvPrefixSourceOptions {
@@ -81,7 +88,7 @@ export class KvPrefixSource implements PrefixSource {
       return undefined;
     }
     const memo = this.memoOf(input, true);
-    if (memo.ids === undefined) return undefined;
+    if (memo.seqs === undefined) return undefined;
     const configured = this.opts.blockSize ?? 0;
     const sizes = configured > 0 ? [configured] : this.learnedBlockSizes(workers);
     if (sizes.length === 0) return subs.cachedTokens([], 1, workers); // nothing stored anywhere yet
@@ -91,11 +98,18 @@ export class KvPrefixSource implements PrefixSource {
       if (keys === undefined) {
         const seed = keySeed(subs.index.isAdapter(input.model) ? input.model : undefined);
         const salt = input.body?.cache_salt;
-        keys = promptKeys(memo.ids, bs, seed, typeof salt === 'string' ? salt : undefined);
+        const saltKey = typeof salt === 'string' ? salt : undefined;
+        keys = memo.seqs.map((ids) => promptKeys(ids, bs, seed, saltKey));
         memo.keys.set(bs, keys);
       }
-      const answer = subs.cachedTokens(keys, bs, workers);
-      if (this.pendingTtlMs > 0) this.addPending(memo, answer, keys, bs, workers);
+      let answer: (number | undefined)[] | undefined;
+      for (let s = 0; s < keys.length; s++) {
+        const one = subs.cachedTokens(keys[s]!, bs, workers);
+        if (this.pendingTtlMs > 0) this.addPending(memo, one, keys[s]!, bs, s, workers);
+        if (answer === undefined) answer = one;
+        else for (let i = 0; i < one.length; i++) answer[i] = sumOrUndefined(answer[i], one[i]);
+      }
+      if (answer === undefined) continue;
       if (out === undefined) out = answer;
       else for (let i = 0; i < answer.length; i++) if (out[i] === undefined) out[i] = answer[i];
     }
@@ -127,9 +141,11 @@ export class KvPrefixSource implements PrefixSource {
     const memo = this.memo.get(input);
     if (memo === undefined) return;
     for (const [bs, keys] of memo.keys) {
-      // Only what the worker was not shown to hold is pending (pending-blocks.ts: confirm's cost).
-      const from = memo.shown?.get(bs)?.get(worker.id) ?? 0;
-      this.pending.add(worker.id, keys, nowMs, this.pendingTtlMs, from);
+      for (let s = 0; s < keys.length; s++) {
+        // Only what the worker was not shown to hold is pending (pending-blocks.ts: confirm's cost).
+        const from = memo.shown?.get(bs)?.[s]?.get(worker.id) ?? 0;
+        this.pending.add(worker.id, keys[s]!, nowMs, this.pendingTtlMs, from);
+      }
     }
     this.noteId(worker);
   }
@@ -161,19 +177,28 @@ export class KvPrefixSource implements PrefixSource {
     ids.add(worker.id);
   }
 
-  /** Per subscribed candidate: confirm what its events show, then extend it by the pending run after it. */
+  /**
+   * Per subscribed candidate: confirm what its events show of sequence `seq`, then extend it by the
+   * pending run after it.
+   */
   private addPending(
     memo: Memo,
     answer: (number | undefined)[],
     keys: readonly number[],
     blockSize: number,
+    seq: number,
     workers: readonly Worker[],
   ): void {
     const now = this.now();
-    let shownBy = memo.shown?.get(blockSize);
+    let bySeq = memo.shown?.get(blockSize);
+    if (bySeq === undefined) {
+      bySeq = [];
+      (memo.shown ??= new Map()).set(blockSize, bySeq);
+    }
+    let shownBy = bySeq[seq];
     if (shownBy === undefined) {
       shownBy = new Map();
-      (memo.shown ??= new Map()).set(blockSize, shownBy);
+      bySeq[seq] = shownBy;
     }
     for (let i = 0; i < workers.length; i++) {
       const held = answer[i];
@@ -188,7 +213,11 @@ export class KvPrefixSource implements PrefixSource {
   }
 
   promptTokens(input: SelectionInput): number | undefined {
-    return this.memoOf(input, true).ids?.length;
+    const seqs = this.memoOf(input, true).seqs;
+    if (seqs === undefined) return undefined;
+    let n = 0;
+    for (const ids of seqs) n += ids.length;
+    return n;
   }
 
   /** Why this request was not answered exactly (undefined when it was, or was never asked). */
@@ -199,21 +228,26 @@ export class KvPrefixSource implements PrefixSource {
   private memoOf(input: SelectionInput, tokenize: boolean): Memo {
     let memo = this.memo.get(input);
     if (memo === undefined) {
-      memo = { ids: undefined, reason: undefined, keys: new Map(), shown: undefined };
+      memo = { seqs: undefined, reason: undefined, keys: new Map(), shown: undefined };
       this.memo.set(input, memo);
       if (!tokenize) return memo;
     } else if (
       !tokenize ||
-      memo.ids !== undefined ||
+      memo.seqs !== undefined ||
       (memo.reason !== undefined && memo.reason !== 'no_publisher')
     ) {
       return memo;
     }
     const r = this.opts.tokenizer.tokenize(input.model, input.body);
     if (r.ok) {
-      memo.ids = r.ids;
+      memo.seqs = r.batch ?? [r.ids];
       memo.reason = undefined;
     } else memo.reason = r.reason;
     return memo;
   }
+}
+
+/** a + b, or undefined when either is (a candidate with no subscription has no exact answer). */
+function sumOrUndefined(a: number | undefined, b: number | undefined): number | undefined {
+  return a === undefined || b === undefined ? undefined : a + b;
 }

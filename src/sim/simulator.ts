@@ -382,8 +382,8 @@ interface Ctx {
 
 /** A request's prompts as the prefix cache keys them (Simulator.cacheKeys). */
 interface CacheKeys {
-  /** Token mode (KV events): the one prompt's ids, cache salt and block hashes. */
-  readonly tokens?: { ids: ArrayLike<number>; salt: string | undefined; hashes: number[] };
+  /** Token mode (KV events): per prompt, its ids, cache salt and block hashes. */
+  readonly tokens?: ReadonlyArray<{ ids: ArrayLike<number>; salt: string | undefined; hashes: number[] }>;
   /** Text mode: the prompts. */
   readonly texts?: readonly string[];
   /** Per prompt: its block hashes and prompt tokens. */
@@ -689,20 +689,21 @@ class SimulatorServer implements Simulator {
 
   /**
    * The request's prompts as the prefix cache keys them, computed once (a shared-pool admission check
-   * and the lookup both need them): the token ids when KV events are on and the one prompt tokenizes,
-   * else the text of each prompt.
+   * and the lookup both need them): the token ids of each prompt (a batched prompt's each on its own,
+   * as vLLM runs them) when KV events are on and the request tokenizes, else the text of each prompt.
    */
   private cacheKeys(body: unknown, prompts: readonly string[]): CacheKeys {
     const publisher = this.kvPublisher;
-    if (publisher !== undefined && prompts.length === 1 && isObj(body)) {
+    if (publisher !== undefined && isObj(body)) {
       const r = tokenizeBody(this.tokenizer as unknown as BodyTokenizer, body);
-      if (r.ok) {
+      const seqs = r.ok ? (r.batch ?? [r.ids]) : [];
+      if (seqs.length === prompts.length) {
         const salt =
           typeof body.cache_salt === 'string' && body.cache_salt.length > 0 ? body.cache_salt : undefined;
-        const hashes = this.cache.hashTokens(r.ids, salt);
+        const tokens = seqs.map((ids) => ({ ids, salt, hashes: this.cache.hashTokens(ids, salt) }));
         return {
-          tokens: { ids: r.ids, salt, hashes },
-          prompts: [{ hashes, tokens: Math.max(1, r.ids.length) }],
+          tokens,
+          prompts: tokens.map((t) => ({ hashes: t.hashes, tokens: Math.max(1, t.ids.length) })),
         };
       }
     }
@@ -736,7 +737,7 @@ class SimulatorServer implements Simulator {
   /** Token-mode lookup (KV events on): inserts the prompt's blocks and publishes what changed. */
   private lookupTokens(
     publisher: KvEventPublisher,
-    t: NonNullable<CacheKeys['tokens']>,
+    t: NonNullable<CacheKeys['tokens']>[number],
     held: number[],
   ): { promptTokens: number; cachedTokens: number } {
     const changes: CacheChanges = { stored: [], removed: [] };
@@ -1291,10 +1292,16 @@ class SimulatorServer implements Simulator {
       const held: number[] = [];
       const k = keysOf();
       const publisher = this.kvPublisher;
-      const tokenMode =
-        k.tokens !== undefined && publisher !== undefined
-          ? this.lookupTokens(publisher, k.tokens, held)
-          : undefined;
+      let tokenMode: { promptTokens: number; cachedTokens: number; blocks: number } | undefined;
+      if (k.tokens !== undefined && publisher !== undefined) {
+        tokenMode = { promptTokens: 0, cachedTokens: 0, blocks: 0 };
+        for (const t of k.tokens) {
+          const r = this.lookupTokens(publisher, t, held);
+          tokenMode.promptTokens += r.promptTokens;
+          tokenMode.cachedTokens += r.cachedTokens;
+          tokenMode.blocks += Math.ceil(r.promptTokens / this.cache.options.blockTokens);
+        }
+      }
       // With KV events, what a text-keyed prompt evicts is published too: its subscribers indexed it.
       const removed: number[] | undefined = publisher !== undefined ? [] : undefined;
       for (let i = 0; i < (k.texts?.length ?? 0); i++) {
@@ -1308,7 +1315,7 @@ class SimulatorServer implements Simulator {
       if (tokenMode !== undefined) {
         prompt = tokenMode.promptTokens;
         cached = tokenMode.cachedTokens;
-        blocks = Math.ceil(prompt / this.cache.options.blockTokens);
+        blocks = tokenMode.blocks;
       }
       const fullTokens = held.length * this.cache.options.blockTokens;
       ctx.kv = { hashes: held, tailTokens: prompt - fullTokens, generated: () => record.completionTokens };

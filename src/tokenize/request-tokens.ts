@@ -3,8 +3,9 @@
  * router cannot know them (the caller then falls back to the approximate prefix tree).
  *
  * - /v1/completions: `prompt` a string -> encode(prompt, add_special_tokens ?? true); a list of token
- *   ids -> used as is. A batch (list of several prompts) is `batch_prompt`: several sequences, no one
- *   prefix.
+ *   ids -> used as is. A batch (a list of several strings, or of several token-id lists) is several
+ *   engine requests in vLLM, one per prompt, each with its own prefix: `ids` is the first prompt's
+ *   and `batch` every prompt's, in order. A list mixing strings and token-id lists -> `no_prompt`.
  * - /v1/chat/completions: `messages` rendered with the model's chat template (add_generation_prompt
  *   ?? true, continue_final_message, tools, documents and chat_template_kwargs: chat-template-args.ts),
  *   as vLLM hands them to it (tokenize/vllm-chat-input.ts: tools as its models dump them, tool-call
@@ -22,9 +23,16 @@ import { vllmChatInput, type ContentFormat } from './vllm-chat-input.js';
 import { chatTemplateArgs } from './chat-template-args.js';
 
 export type TokenizeFallback =
-  'no_tokenizer' | 'no_prompt' | 'batch_prompt' | 'multimodal' | 'no_chat_template' | 'template_error';
+  'no_tokenizer' | 'no_prompt' | 'multimodal' | 'no_chat_template' | 'template_error';
 
-export type RequestTokens = { ok: true; ids: ArrayLike<number> } | { ok: false; reason: TokenizeFallback };
+export type RequestTokens =
+  | {
+      ok: true;
+      ids: ArrayLike<number>;
+      /** A batched completions prompt: every prompt's ids (`ids` is the first's); absent for one prompt. */
+      batch?: readonly ArrayLike<number>[];
+    }
+  | { ok: false; reason: TokenizeFallback };
 
 /** Parses repeatable `MODEL=PATH` specs. Throws a RangeError naming the bad spec. */
 export function parseTokenizerSpecs(specs: readonly string[]): Map<string, string> {
@@ -140,13 +148,13 @@ export function tokenizeBody(
   if (typeof prompt === 'string') return { ok: true, ids: encode(prompt, addSpecial ?? true) };
   if (Array.isArray(prompt) && prompt.length > 0) {
     if (prompt.every(isTokenId)) return { ok: true, ids: prompt as number[] };
-    if (prompt.length === 1 && typeof prompt[0] === 'string') {
-      return { ok: true, ids: encode(prompt[0], addSpecial ?? true) };
-    }
-    if (prompt.length === 1 && Array.isArray(prompt[0]) && (prompt[0] as unknown[]).every(isTokenId)) {
-      return { ok: true, ids: prompt[0] as number[] };
-    }
-    return { ok: false, reason: 'batch_prompt' };
+    let batch: ArrayLike<number>[];
+    if (prompt.every((p) => typeof p === 'string')) {
+      batch = (prompt as string[]).map((p) => encode(p, addSpecial ?? true));
+    } else if (prompt.every((p) => Array.isArray(p) && p.length > 0 && p.every(isTokenId))) {
+      batch = prompt as number[][];
+    } else return { ok: false, reason: 'no_prompt' };
+    return batch.length === 1 ? { ok: true, ids: batch[0]! } : { ok: true, ids: batch[0]!, batch };
   }
   return { ok: false, reason: 'no_prompt' };
 }

@@ -54,6 +54,14 @@ async function metric(name: string, labels: string): Promise<number> {
   const line = text.split('\n').find((l) => l.startsWith(`${name}{`) && l.includes(labels));
   return line === undefined ? 0 : Number(line.slice(line.lastIndexOf(' ') + 1));
 }
+/** Lookups that fell back to the approximate tree, every reason. */
+async function fallbackLookups(): Promise<number> {
+  const text = await metricsText(router);
+  return text
+    .split('\n')
+    .filter((l) => l.startsWith('vllm_router_kv_fallback_lookups_total{'))
+    .reduce((sum, l) => sum + Number(l.slice(l.lastIndexOf(' ') + 1)), 0);
+}
 const indexBlocks = (sim: Simulator): Promise<number> =>
   metric('vllm_router_kv_index_blocks', `worker="${sim.url}"`);
 
@@ -159,6 +167,43 @@ describe('kv_aware through Envoy', () => {
     const last = b.records[b.records.length - 1]!;
     expect(last.path).toBe('/v1/messages');
     expect(last.cachedTokens).toBeGreaterThanOrEqual(b.records[b.records.length - 2]!.promptTokens - 16);
+    await expectAllLoadsZero(router);
+  });
+
+  it('a batched completions prompt is matched prompt by prompt, on the worker holding them', async () => {
+    const [, b] = sims as [Simulator, Simulator];
+    // ~90 tokens each: together well within a worker's 16 blocks.
+    const prompts = ['the first of two prompts ', 'a second prompt, unlike the first '].map((p) =>
+      p.repeat(6),
+    );
+    // Worker b computed each prompt on its own (direct traffic).
+    for (const prompt of prompts) {
+      const res = await fetch(`${b.url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'sim-model', prompt, max_tokens: 1 }),
+      });
+      expect(res.status).toBe(200);
+      await res.text();
+    }
+    await waitFor(async () => (await indexBlocks(b)) === b.cache.usedBlocks, { message: 'b indexed' });
+    const fallbacks = await fallbackLookups();
+    // vLLM runs a batch as one engine request per prompt: each prompt's own prefix counts.
+    const res = await fetch(`http://127.0.0.1:${envoy.listenerPort}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'sim-model', prompt: prompts, max_tokens: 1 }),
+    });
+    expect(res.status).toBe(200);
+    await res.text();
+    const d = res.headers.get('x-vllm-router-decision') ?? '';
+    expect(/branch=(\w+)/.exec(d)?.[1]).toBe('exact_hit');
+    expect(/worker=([^;\s]+)/.exec(d)?.[1]).toBe(b.url);
+    // b found both prompts cached, all but each one's last partial block.
+    const last = b.records[b.records.length - 1]!;
+    expect(last.cachedTokens).toBeGreaterThanOrEqual(last.promptTokens - 2 * 16);
+    expect(last.cachedTokens).toBeGreaterThan(0);
+    expect(await fallbackLookups()).toBe(fallbacks); // answered exactly, not by the approximate tree
     await expectAllLoadsZero(router);
   });
 

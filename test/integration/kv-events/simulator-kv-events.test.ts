@@ -18,8 +18,8 @@ afterEach(async () => {
   for (const c of closers.splice(0).reverse()) await c();
 });
 
-async function post(sim: Simulator, body: Record<string, unknown>): Promise<void> {
-  const res = await fetch(`${sim.url}/v1/completions`, {
+async function post(sim: Simulator, body: Record<string, unknown>, path = '/v1/completions'): Promise<void> {
+  const res = await fetch(`${sim.url}${path}`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
     body: JSON.stringify({ model: 'sim-model', max_tokens: 1, ...body }),
@@ -83,7 +83,7 @@ describe('simulator KV events', () => {
     },
   );
 
-  it('publishes what a prompt it cannot tokenize evicts (a batch prompt keyed by its text)', async () => {
+  it('publishes what a prompt it cannot tokenize evicts (a chat with an image, keyed by its text)', async () => {
     const { sim, index } = await subscribedSimulator({
       cache: { capacityBlocks: 8 },
       kvEvents: { replayEndpoint: 'tcp://127.0.0.1:0' },
@@ -94,12 +94,40 @@ describe('simulator KV events', () => {
     const keys = promptKeys(ids.ids, 16, keySeed(undefined));
     await post(sim, { prompt });
     await waitFor(() => index.cachedTokens(keys, 16, ['w'])[0]! > 0);
-    // Two prompts in one request: several sequences, keyed by their text, not announced as stored;
-    // they fill the cache, and the announced blocks they evict are announced as removed.
-    const other = 'Envoy asks the external processor which worker. '.repeat(12);
-    await post(sim, { prompt: [other, `${other} again`] });
+    // A chat with an image part: keyed by its text, not announced as stored; it fills the cache, and
+    // the announced blocks it evicts are announced as removed.
+    const other = 'Envoy asks the external processor which worker. '.repeat(24);
+    const image = { type: 'image_url', image_url: { url: 'data:image/png;base64,iVBORw0KGgo=' } };
+    await post(
+      sim,
+      { messages: [{ role: 'user', content: [{ type: 'text', text: other }, image] }] },
+      '/v1/chat/completions',
+    );
     await waitFor(() => index.cachedTokens(keys, 16, ['w'])[0] === 0, { message: 'eviction published' });
     expect(index.size('w')).toBe(0);
+  });
+
+  it("a batched prompt: each prompt's blocks are stored and published on their own, as vLLM runs them", async () => {
+    const { sim, index } = await subscribedSimulator({ kvEvents: { replayEndpoint: 'tcp://127.0.0.1:0' } });
+    const a = 'Prefix caching keeps the key and value tensors of a prompt. '.repeat(6);
+    const b = 'Envoy asks the external processor which worker. '.repeat(8);
+    const keysOf = (prompt: string): number[] => {
+      const r = tokenizeBody(tokenizer, { prompt });
+      if (!r.ok) throw new Error('fixture cannot tokenize');
+      return promptKeys(r.ids, 16, keySeed(undefined));
+    };
+    const [ka, kb] = [keysOf(a), keysOf(b)];
+    await post(sim, { prompt: [a, b] });
+    await waitFor(
+      () =>
+        index.cachedTokens(ka, 16, ['w'])[0] === ka.length * 16 &&
+        index.cachedTokens(kb, 16, ['w'])[0] === kb.length * 16,
+      { message: "both prompts' blocks published" },
+    );
+    // The same prompts again, alone: each is a hit on the worker too.
+    const hits = sim.cache.hitTokens;
+    await post(sim, { prompt: b });
+    expect(sim.cache.hitTokens).toBe(hits + kb.length * 16);
   });
 
   it('cache_salt: salted blocks are cached and published apart, and match only the same salt', async () => {

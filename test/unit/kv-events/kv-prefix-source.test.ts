@@ -145,3 +145,64 @@ describe('KvPrefixSource: blocks routed but not yet shown by events', () => {
     expect(cached()).toEqual(held(home));
   });
 });
+
+describe('KvPrefixSource: a batched completions prompt is one sequence per prompt', () => {
+  const other = 'Summarise the following report for an executive audience in three bullet points. '.repeat(
+    150,
+  );
+  const otherIds = (tokenizer.tokenize('m', { prompt: other }) as { ok: true; ids: number[] }).ids;
+  const otherBlocks = Math.floor(otherIds.length / BS);
+  const batch = { prompt: [prompt, other] };
+
+  /** Worker i's events store `n` leading blocks of `tokens` (engine hashes from `base`). */
+  function storeOn(
+    subs: ReturnType<typeof unstartedSubscriptions>,
+    w: Worker,
+    tokens: number[],
+    n: number,
+    base: number,
+  ) {
+    subs.index.apply(`${workerKey(w.url)}#0`, [
+      {
+        type: 'stored',
+        hashes: Array.from({ length: n }, (_, b) => base + b),
+        parent: undefined,
+        tokens: tokens.slice(0, n * BS),
+        blockSize: BS,
+        medium: 'GPU',
+        loraName: undefined,
+        extraKeys: undefined,
+      },
+    ]);
+  }
+
+  it("scores each prompt's own prefix and sums them; the batch goes where both are held", () => {
+    const workers = makeWorkers(2);
+    const subs = unstartedSubscriptions(workers);
+    closers.push(() => subs.close());
+    const source = new KvPrefixSource({ subscriptions: subs, tokenizer, blockSize: BS });
+    const policy = new CacheAwarePolicy({}, { prefixSources: [source] });
+    for (const w of workers) policy.addWorker(w);
+    storeOn(subs, workers[0]!, ids, blocks, 1000); // worker 0: the first prompt only
+    storeOn(subs, workers[1]!, ids, blocks, 5000); // worker 1: both
+    storeOn(subs, workers[1]!, otherIds, otherBlocks, 9000);
+    const req = input(workers, { text: `${prompt}\n${other}`, body: batch });
+    expect(source.cachedTokens(req, workers)).toEqual([blocks * BS, (blocks + otherBlocks) * BS]);
+    expect(source.promptTokens(req)).toBe(ids.length + otherIds.length);
+    expect(source.fallback(req)).toBeUndefined();
+    const r = route(policy, input(workers, { text: `${prompt}\n${other}`, body: batch }), 0);
+    expect(r.decision.worker).toBe(workers[1]);
+    r.guard.release();
+  });
+
+  it("a batch routed to a worker leaves every prompt's blocks pending there", () => {
+    const { workers, source, clock } = fleet(TTL);
+    const policy = new CacheAwarePolicy({}, { prefixSources: [source] });
+    for (const w of workers) policy.addWorker(w);
+    const first = route(policy, input(workers, { text: `${prompt}\n${other}`, body: batch }), clock.now);
+    const home = workers.indexOf(first.decision.worker);
+    first.guard.release();
+    const answer = source.cachedTokens(input(workers, { text: `${prompt}\n${other}`, body: batch }), workers);
+    expect(answer).toEqual([0, 1].map((i) => (i === home ? (blocks + otherBlocks) * BS : 0)));
+  });
+});

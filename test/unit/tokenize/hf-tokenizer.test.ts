@@ -176,7 +176,21 @@ describe('RequestTokenizer', () => {
     ],
     ['token ids as is', { prompt: [5, 6, 7] }, { ok: true, ids: [5, 6, 7] }],
     ['one-element batch', { prompt: [[5, 6]] }, { ok: true, ids: [5, 6] }],
-    ['batch of prompts', { prompt: ['a', 'b'] }, { ok: false, reason: 'batch_prompt' }],
+    [
+      'batch of token-id prompts: one sequence each',
+      { prompt: [[5, 6], [7]] },
+      { ok: true, ids: [5, 6], batch: [[5, 6], [7]] },
+    ],
+    [
+      'batch of strings: each encoded on its own',
+      { prompt: ['Hello world', 'Hello world'], add_special_tokens: false },
+      {
+        ok: true,
+        ids: expected.samples[0]!.ids_no_special,
+        batch: [expected.samples[0]!.ids_no_special, expected.samples[0]!.ids_no_special],
+      },
+    ],
+    ['a batch mixing strings and token ids', { prompt: ['a', [5]] }, { ok: false, reason: 'no_prompt' }],
     [
       'image part',
       { messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'x' } }] }] },
@@ -186,7 +200,15 @@ describe('RequestTokenizer', () => {
     ['no prompt', { max_tokens: 3 }, { ok: false, reason: 'no_prompt' }],
   ])('%s', (_name, body, out) => {
     const r = rt.tokenize('m', body);
-    expect(r.ok ? { ok: true, ids: Array.from(r.ids) } : r).toEqual(out);
+    expect(
+      r.ok
+        ? {
+            ok: true,
+            ids: Array.from(r.ids),
+            ...(r.batch !== undefined ? { batch: r.batch.map((b) => Array.from(b)) } : {}),
+          }
+        : r,
+    ).toEqual(out);
   });
 
   it("encodeIds gives encode's ids in a typed array, long prompts included", () => {
