@@ -90,40 +90,55 @@ export function registerLoadMetrics(o: LoadMetricsOptions): void {
       return t === undefined ? undefined : t / 1000;
     },
   );
-  new Gauge({
-    name: 'vllm_router_worker_estimate',
-    help: "Learned cost-model coefficients per worker (seconds; prefill per uncached token, wait per request ahead; pace: how much slower than its role's fleet its first tokens come, unitless).",
-    labelNames: [...labelNames, 'estimate'] as const,
-    registers,
-    collect() {
-      this.reset();
-      for (const w of o.workers()) {
-        const e = o.timing.of(w);
-        const l = labels(w);
-        this.set({ ...l, estimate: 'ttft_floor_seconds' }, e.ttftFloorMs / 1000);
-        this.set({ ...l, estimate: 'prefill_seconds_per_token' }, e.prefillMsPerToken / 1000);
-        this.set({ ...l, estimate: 'wait_seconds_per_request' }, e.waitMsPerRequest / 1000);
-        this.set({ ...l, estimate: 'inter_chunk_seconds' }, e.interChunkMs / 1000);
-        this.set({ ...l, estimate: 'pace' }, o.timing.paceOf(w, o.clock()));
-      }
+  /** A gauge with several series per worker, one per value of `label`. */
+  const perWorker = (
+    name: string,
+    help: string,
+    label: string,
+    values: (w: Worker) => ReadonlyArray<readonly [string, number]>,
+  ): void => {
+    new Gauge({
+      name,
+      help,
+      labelNames: [...labelNames, label],
+      registers,
+      collect() {
+        this.reset();
+        for (const w of o.workers()) {
+          const l = labels(w);
+          for (const [k, v] of values(w)) this.set({ ...l, [label]: k }, v);
+        }
+      },
+    });
+  };
+  perWorker(
+    'vllm_router_worker_estimate',
+    "Learned cost-model coefficients per worker (seconds; prefill per uncached token, wait per request ahead; pace: how much slower than its role's fleet its first tokens come, unitless).",
+    'estimate',
+    (w) => {
+      const e = o.timing.of(w);
+      return [
+        ['ttft_floor_seconds', e.ttftFloorMs / 1000],
+        ['prefill_seconds_per_token', e.prefillMsPerToken / 1000],
+        ['wait_seconds_per_request', e.waitMsPerRequest / 1000],
+        ['inter_chunk_seconds', e.interChunkMs / 1000],
+        ['pace', o.timing.paceOf(w, o.clock())],
+      ];
     },
-  });
-  new Gauge({
-    name: 'vllm_router_worker_timing_samples',
-    help: "Responses the worker's timing estimates learned from (this registration generation), by kind: ttft (a streamed response's first token), inter_chunk (a streamed response's chunk gaps), whole (a non-streamed response's duration with its generated tokens).",
-    labelNames: [...labelNames, 'kind'] as const,
-    registers,
-    collect() {
-      this.reset();
-      for (const w of o.workers()) {
-        const e = o.timing.of(w);
-        const l = labels(w);
-        this.set({ ...l, kind: 'ttft' }, e.ttftSamples);
-        this.set({ ...l, kind: 'inter_chunk' }, e.chunkSamples);
-        this.set({ ...l, kind: 'whole' }, e.wholeSamples);
-      }
+  );
+  perWorker(
+    'vllm_router_worker_timing_samples',
+    "Responses the worker's timing estimates learned from (this registration generation), by kind: ttft (a streamed response's first token), inter_chunk (a streamed response's chunk gaps), whole (a non-streamed response's duration with its generated tokens).",
+    'kind',
+    (w) => {
+      const e = o.timing.of(w);
+      return [
+        ['ttft', e.ttftSamples],
+        ['inter_chunk', e.chunkSamples],
+        ['whole', e.wholeSamples],
+      ];
     },
-  });
+  );
   const ratios = o.charsPerToken;
   if (ratios !== undefined) {
     new Gauge({

@@ -77,8 +77,8 @@ const chat = (topic: string, words: number) => ({
   max_tokens: 2,
 });
 
-async function direct(sim: Simulator, body: unknown): Promise<void> {
-  const res = await fetch(`${sim.url}/v1/chat/completions`, {
+async function direct(sim: Simulator, body: unknown, path = '/v1/chat/completions'): Promise<void> {
+  const res = await fetch(`${sim.url}${path}`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
     body: JSON.stringify(body),
@@ -87,8 +87,11 @@ async function direct(sim: Simulator, body: unknown): Promise<void> {
   await res.text();
 }
 
-async function viaEnvoy(body: unknown): Promise<{ worker: string; branch: string }> {
-  const res = await fetch(`http://127.0.0.1:${envoy.listenerPort}/v1/chat/completions`, {
+async function viaEnvoy(
+  body: unknown,
+  path = '/v1/chat/completions',
+): Promise<{ worker: string; branch: string }> {
+  const res = await fetch(`http://127.0.0.1:${envoy.listenerPort}${path}`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
     body: JSON.stringify(body),
@@ -177,28 +180,13 @@ describe('kv_aware through Envoy', () => {
       p.repeat(6),
     );
     // Worker b computed each prompt on its own (direct traffic).
-    for (const prompt of prompts) {
-      const res = await fetch(`${b.url}/v1/completions`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ model: 'sim-model', prompt, max_tokens: 1 }),
-      });
-      expect(res.status).toBe(200);
-      await res.text();
-    }
+    for (const prompt of prompts)
+      await direct(b, { model: 'sim-model', prompt, max_tokens: 1 }, '/v1/completions');
     await waitFor(async () => (await indexBlocks(b)) === b.cache.usedBlocks, { message: 'b indexed' });
     const fallbacks = await fallbackLookups();
     // vLLM runs a batch as one engine request per prompt: each prompt's own prefix counts.
-    const res = await fetch(`http://127.0.0.1:${envoy.listenerPort}/v1/completions`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ model: 'sim-model', prompt: prompts, max_tokens: 1 }),
-    });
-    expect(res.status).toBe(200);
-    await res.text();
-    const d = res.headers.get('x-vllm-router-decision') ?? '';
-    expect(/branch=(\w+)/.exec(d)?.[1]).toBe('exact_hit');
-    expect(/worker=([^;\s]+)/.exec(d)?.[1]).toBe(b.url);
+    const routed = await viaEnvoy({ model: 'sim-model', prompt: prompts, max_tokens: 1 }, '/v1/completions');
+    expect(routed).toEqual({ worker: expect.stringContaining(`:${b.port}`), branch: 'exact_hit' });
     // b found both prompts cached, all but each one's last partial block.
     const last = b.records[b.records.length - 1]!;
     expect(last.cachedTokens).toBeGreaterThanOrEqual(last.promptTokens - 2 * 16);

@@ -11,6 +11,7 @@ import { TimingEstimates } from '../../../src/load/timing-estimates.js';
 import { PrefillBacklog } from '../../../src/load/prefill-backlog.js';
 import { CacheAwarePolicy } from '../../../src/routing/cache-aware.js';
 import { input, makeWorkers } from '../routing/fixtures.js';
+import { innerDispatcher } from '../../support/respond.js';
 
 const ok: ResponseStart = {
   requestMode: 'per_message',
@@ -110,17 +111,8 @@ describe('withTiming: watchResponseBody', () => {
       inference: { stream, text: 'p'.repeat(400) } as RouteRequest['inference'],
     };
   }
-  function dispatcher(watch: Dispatch['watchResponseBody']): Dispatcher {
-    return {
-      dispatch: () => ({
-        worker: w!,
-        decision,
-        setHeaders: {},
-        ...(watch ? { watchResponseBody: watch } : {}),
-        finish: () => undefined,
-      }),
-    };
-  }
+  const dispatcher = (watch: Dispatch['watchResponseBody']): Dispatcher =>
+    innerDispatcher(w!, decision, { watchResponseBody: watch });
   const asked = (d: Dispatch) => d.watchResponseBody?.(200);
 
   it.each<[string, Dispatch['watchResponseBody'], boolean, Array<boolean | undefined>]>([
@@ -169,17 +161,11 @@ describe('withTiming: watchResponseBody', () => {
   });
 
   it('an inner finish that throws still frees the watch slot', () => {
-    const inner: Dispatcher = {
-      dispatch: () => ({
-        worker: w!,
-        decision,
-        setHeaders: {},
-        watchResponseBody: () => false,
-        finish: () => {
-          throw new Error('inner finish failed');
-        },
-      }),
-    };
+    const inner = innerDispatcher(w!, decision, {
+      finish: () => {
+        throw new Error('inner finish failed');
+      },
+    });
     const d = withTiming(inner, new TimingEstimates(), () => 0, undefined, 2, 1);
     const next = () => d.dispatch(req(true), new AbortController()) as Dispatch;
     const first = next();

@@ -4,12 +4,12 @@
  * watched for that alone.
  */
 import { describe, expect, it } from 'vitest';
-import type { Dispatch, Dispatcher, RouteRequest } from '../../../src/extproc/dispatch.js';
+import type { Dispatch, RouteRequest } from '../../../src/extproc/dispatch.js';
 import { withTiming } from '../../../src/load/timing-dispatcher.js';
 import { TimingEstimates } from '../../../src/load/timing-estimates.js';
 import { CharsPerToken, MIN_SAMPLES } from '../../../src/load/chars-per-token.js';
 import { CacheAwarePolicy } from '../../../src/routing/cache-aware.js';
-import { respond } from '../../support/respond.js';
+import { innerDispatcher, respond } from '../../support/respond.js';
 import { input, makeWorkers } from '../routing/fixtures.js';
 
 const [w] = makeWorkers(1);
@@ -25,15 +25,7 @@ function req(stream: boolean, model = 'm'): RouteRequest {
   };
 }
 
-const inner: Dispatcher = {
-  dispatch: () => ({
-    worker: w!,
-    decision,
-    setHeaders: {},
-    watchResponseBody: () => false,
-    finish: () => undefined,
-  }),
-};
+const inner = innerDispatcher(w!, decision);
 
 const USAGE = (n: number) =>
   Buffer.from(

@@ -4,26 +4,18 @@
  * tokens less one as decode steps), so a fleet whose clients never stream is still learned.
  */
 import { describe, expect, it } from 'vitest';
-import type { Dispatch, Dispatcher, RouteRequest } from '../../../src/extproc/dispatch.js';
+import type { Dispatch, RouteRequest } from '../../../src/extproc/dispatch.js';
 import { withTiming } from '../../../src/load/timing-dispatcher.js';
 import { TimingEstimates } from '../../../src/load/timing-estimates.js';
 import { CacheAwarePolicy } from '../../../src/routing/cache-aware.js';
-import { respond } from '../../support/respond.js';
+import { innerDispatcher, respond } from '../../support/respond.js';
 import { input, makeWorkers } from '../routing/fixtures.js';
 
 const [w] = makeWorkers(1);
 const TEXT = 'p'.repeat(1800);
 const decision = new CacheAwarePolicy().select(input([w!], { text: TEXT }));
 
-const inner: Dispatcher = {
-  dispatch: () => ({
-    worker: w!,
-    decision,
-    setHeaders: {},
-    watchResponseBody: () => false,
-    finish: () => undefined,
-  }),
-};
+const inner = innerDispatcher(w!, decision);
 
 function req(kind?: 'responses' | 'messages', sequences?: number): RouteRequest {
   return {

@@ -5,7 +5,7 @@
  * the responses it watches.
  */
 import { describe, expect, it } from 'vitest';
-import type { Dispatch, Dispatcher, RouteRequest } from '../../../src/extproc/dispatch.js';
+import type { Dispatch, RouteRequest } from '../../../src/extproc/dispatch.js';
 import { withTiming } from '../../../src/load/timing-dispatcher.js';
 import { TimingEstimates } from '../../../src/load/timing-estimates.js';
 import { CacheAwarePolicy } from '../../../src/routing/cache-aware.js';
@@ -13,7 +13,7 @@ import { isStale } from '../../../src/routing/cache-report.js';
 import type { CacheFeedback, Decision } from '../../../src/routing/policy.js';
 import { RadixPrefixSource } from '../../../src/routing/prefix-source.js';
 import { RadixTree } from '../../../src/routing/radix-tree.js';
-import { respond } from '../../support/respond.js';
+import { innerDispatcher, respond } from '../../support/respond.js';
 import { input, makeWorkers } from './fixtures.js';
 
 const SYS = 'You are a helpful assistant. '.repeat(20); // a shared opening, 580 chars
@@ -144,16 +144,7 @@ describe('withTiming delivers the workers usage reports to the policy', () => {
   const [w] = makeWorkers(1);
   const reports: Array<[number, number]> = [];
   const feedback: CacheFeedback = { observe: (p, c) => void reports.push([p, c]) };
-  const inner: Dispatcher = {
-    dispatch: () => ({
-      worker: w!,
-      decision: { worker: w!, branch: 'test' },
-      cacheFeedback: feedback,
-      setHeaders: {},
-      watchResponseBody: () => false,
-      finish: () => undefined,
-    }),
-  };
+  const inner = innerDispatcher(w!, { worker: w!, branch: 'test' }, { cacheFeedback: feedback });
   const req = (stream: boolean): RouteRequest => ({
     method: 'POST',
     path: '/v1/completions',
