@@ -7,7 +7,10 @@
  *    (no tokenizer for the model, multimodal parts, a template error) -> undefined: the next source
  *    (the approximate radix tree) answers, and `fallback(input)` tells why. A batched completions
  *    prompt is one sequence per prompt, as vLLM runs it: each is looked up on its own and a
- *    candidate's cached tokens are their sum (and the prompt tokens the sum of their lengths);
+ *    candidate's cached tokens are their sum (and the prompt tokens the sum of their lengths). Only
+ *    the first MAX_EXACT_PROMPTS are looked up; the rest count as uncached everywhere (a lookup is
+ *    per prompt and candidate, so a batch of thousands on a large fleet would cost more than
+ *    tokenizing it, which grows with the body's size as for one prompt);
  * 2. block keys of the prompt's full blocks (block-keys.ts), seeded with the model name when events
  *    named it as a LoRA adapter, else the base seed, with the request's `cache_salt` in block 0 (vLLM
  *    salts the first block's hash); at the configured block size, else at each block size the
@@ -35,14 +38,18 @@ import { safeKey, type KvEventSubscriptions } from './kv-event-subscriptions.js'
 import { PendingBlocks } from './pending-blocks.js';
 
 const MAX_KEYS = 4096;
+/** Prompts of a batch looked up one by one; the rest count as uncached (see the header). */
+export const MAX_EXACT_PROMPTS = 64;
 /** Worker ids per URL: its roles times the registration generations still pending (bounded). */
 const MAX_IDS_PER_KEY = 16;
 
 export type ExactFallback = TokenizeFallback | 'no_publisher';
 
 interface Memo {
-  /** The request's token ids, one list per sequence (a batched prompt has several). */
+  /** The request's token ids, one list per sequence looked up (a batched prompt has several). */
   seqs: readonly ArrayLike<number>[] | undefined;
+  /** Prompt tokens of a batch's prompts past MAX_EXACT_PROMPTS (never looked up). */
+  unlooked: number;
   reason: ExactFallback | undefined;
   /** Per block size: each sequence's block keys. */
   keys: Map<number, number[][]>;
@@ -213,10 +220,10 @@ export class KvPrefixSource implements PrefixSource {
   }
 
   promptTokens(input: SelectionInput): number | undefined {
-    const seqs = this.memoOf(input, true).seqs;
-    if (seqs === undefined) return undefined;
-    let n = 0;
-    for (const ids of seqs) n += ids.length;
+    const memo = this.memoOf(input, true);
+    if (memo.seqs === undefined) return undefined;
+    let n = memo.unlooked;
+    for (const ids of memo.seqs) n += ids.length;
     return n;
   }
 
@@ -228,7 +235,7 @@ export class KvPrefixSource implements PrefixSource {
   private memoOf(input: SelectionInput, tokenize: boolean): Memo {
     let memo = this.memo.get(input);
     if (memo === undefined) {
-      memo = { seqs: undefined, reason: undefined, keys: new Map(), shown: undefined };
+      memo = { seqs: undefined, unlooked: 0, reason: undefined, keys: new Map(), shown: undefined };
       this.memo.set(input, memo);
       if (!tokenize) return memo;
     } else if (
@@ -240,7 +247,10 @@ export class KvPrefixSource implements PrefixSource {
     }
     const r = this.opts.tokenizer.tokenize(input.model, input.body);
     if (r.ok) {
-      memo.seqs = r.batch ?? [r.ids];
+      const all = r.batch ?? [r.ids];
+      memo.seqs = all.length > MAX_EXACT_PROMPTS ? all.slice(0, MAX_EXACT_PROMPTS) : all;
+      memo.unlooked = 0;
+      for (let i = MAX_EXACT_PROMPTS; i < all.length; i++) memo.unlooked += all[i]!.length;
       memo.reason = undefined;
     } else memo.reason = r.reason;
     return memo;
