@@ -6,8 +6,8 @@
  * the work where it finishes first:
  *
  * - one request at a time, with nothing cached anywhere, goes to the fast worker once the router has
- *   seen both (before, every worker was scored with the fleet's estimates, and two idle workers tied
- *   and alternated: half the requests waited six times longer than they had to);
+ *   learned both (before, every worker was scored with the fleet's estimates, and two idle workers
+ *   tied and alternated: half the requests waited six times longer than they had to);
  * - /workers and /metrics show the slow worker's pace above the fast one's, the fast one's at or below 1;
  * - a burst still uses both workers' capacity: the slow one is slower, not closed.
  * Ends with every load back to 0.
@@ -15,7 +15,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Stack } from '../support/stack.js';
 import { adminJson, expectAllLoadsZero, metricsText } from '../support/router-fixture.js';
-import { paceOnWorkers, startMixedFleet, uniqueRequest } from '../support/mixed-fleet.js';
+import { learnPaces, paceOnWorkers, startMixedFleet, uniqueRequest } from '../support/mixed-fleet.js';
 
 let stack: Stack;
 
@@ -40,12 +40,10 @@ const unique = (i: number): Promise<string> => uniqueRequest(stack, i);
 describe('a fleet of mixed hardware (cache_aware cost mode, per-worker pace)', () => {
   it('sends one request at a time to the faster worker once it has seen both', async () => {
     const [slow, fast] = stack.sims;
-    // Learning: both idle workers tie at first and alternate, so both are seen. The slow one is
-    // tried again whenever the fast one's pace climbs back to 1 (as the pool's estimate comes to be
-    // made of its samples), until the slow one's own pace is past the dead band: a few dozen requests.
-    for (let i = 0; i < 100; i++) await unique(i);
+    // Learning (mixed-fleet.ts `learnPaces`): until the slow one is priced at least 1.1.
+    const learned = await learnPaces(stack);
     const routed: string[] = [];
-    for (let i = 100; i < 112; i++) routed.push(await unique(i));
+    for (let i = learned; i < learned + 12; i++) routed.push(await unique(i));
     expect(routed).toEqual(Array(12).fill(fast!.url));
 
     const view = (await adminJson<WorkerInfo[]>(stack.router, '/workers')).body;
@@ -65,9 +63,7 @@ describe('a fleet of mixed hardware (cache_aware cost mode, per-worker pace)', (
 
   it('a burst still uses both workers, the faster one more', async () => {
     const [slow, fast] = stack.sims;
-    // One request at a time, the slow worker was tried only until its pace read past the dead band
-    // (~1.05): too little to price it six times slower. Two bursts give it requests to learn from;
-    // the third is the one measured.
+    // The slow worker's pace was learned only until it read 1.1: far from six times slower. Two bursts give it requests to learn from; the third is the one measured.
     for (const at of [800, 900]) await Promise.all(Array.from({ length: 24 }, (_, k) => unique(at + k)));
     const before = [slow!.records.length, fast!.records.length];
     const workers = await Promise.all(Array.from({ length: 24 }, (_, k) => unique(1000 + k)));
