@@ -8,7 +8,7 @@
  *    (the approximate radix tree) answers, and `fallback(input)` tells why. A batched completions
  *    prompt is one sequence per prompt, as vLLM runs it: each is looked up on its own and a
  *    candidate's cached tokens are their sum (and the prompt tokens the sum of their lengths). Only
- *    the first MAX_EXACT_PROMPTS are looked up; the rest count as uncached everywhere (a lookup is
+ *    the first MAX_SCORED_PROMPTS are looked up; the rest count as uncached everywhere (a lookup is
  *    per prompt and candidate, so a batch of thousands on a large fleet would cost more than
  *    tokenizing it, which grows with the body's size as for one prompt);
  * 2. block keys of the prompt's full blocks (block-keys.ts), seeded with the model name when events
@@ -29,6 +29,7 @@
  * Synchronous (runs inside the selection step); the memo is a WeakMap on the input. The only state
  * it changes while selecting is the pending set's own confirmation and expiry.
  */
+import { MAX_SCORED_PROMPTS } from '../request/prompt-text.js';
 import type { SelectionInput } from '../routing/policy.js';
 import type { PrefixSource } from '../routing/prefix-source.js';
 import type { RequestTokenizer, TokenizeFallback } from '../tokenize/request-tokens.js';
@@ -38,8 +39,6 @@ import { safeKey, type KvEventSubscriptions } from './kv-event-subscriptions.js'
 import { PendingBlocks } from './pending-blocks.js';
 
 const MAX_KEYS = 4096;
-/** Prompts of a batch looked up one by one; the rest count as uncached (see the header). */
-export const MAX_EXACT_PROMPTS = 64;
 /** Worker ids per URL: its roles times the registration generations still pending (bounded). */
 const MAX_IDS_PER_KEY = 16;
 
@@ -48,7 +47,7 @@ export type ExactFallback = TokenizeFallback | 'no_publisher';
 interface Memo {
   /** The request's token ids, one list per sequence looked up (a batched prompt has several). */
   seqs: readonly ArrayLike<number>[] | undefined;
-  /** Prompt tokens of a batch's prompts past MAX_EXACT_PROMPTS (never looked up). */
+  /** Prompt tokens of a batch's prompts past MAX_SCORED_PROMPTS (never looked up). */
   unlooked: number;
   reason: ExactFallback | undefined;
   /** Per block size: each sequence's block keys. */
@@ -248,9 +247,9 @@ export class KvPrefixSource implements PrefixSource {
     const r = this.opts.tokenizer.tokenize(input.model, input.body);
     if (r.ok) {
       const all = r.batch ?? [r.ids];
-      memo.seqs = all.length > MAX_EXACT_PROMPTS ? all.slice(0, MAX_EXACT_PROMPTS) : all;
+      memo.seqs = all.length > MAX_SCORED_PROMPTS ? all.slice(0, MAX_SCORED_PROMPTS) : all;
       memo.unlooked = 0;
-      for (let i = MAX_EXACT_PROMPTS; i < all.length; i++) memo.unlooked += all[i]!.length;
+      for (let i = MAX_SCORED_PROMPTS; i < all.length; i++) memo.unlooked += all[i]!.length;
       memo.reason = undefined;
     } else memo.reason = r.reason;
     return memo;

@@ -4,7 +4,7 @@
  * this boundary with any other type.
  */
 import { badRequest, RouterError } from './router-error.js';
-import { chatPromptText, completionPromptText, saltedText } from './prompt-text.js';
+import { chatPromptText, completionBatchTexts, completionPromptText, saltedText } from './prompt-text.js';
 import { laxInt } from './lax-int.js';
 import { responsesMessages } from './responses-input.js';
 import { anthropicChatMessages, anthropicChatTools } from './anthropic-messages.js';
@@ -37,6 +37,11 @@ export interface InferenceRequest {
   readonly stream: boolean;
   /** Routing text (see prompt-text.ts); a long one in pieces. */
   readonly text: RoutingText;
+  /**
+   * A batched completions request's prompts, one routing text each (prompt-text.ts
+   * `completionBatchTexts`; `text` is their join); absent for everything else.
+   */
+  readonly prompts?: readonly RoutingText[];
   /**
    * The parsed body (callers that rewrite it copy first). Read only where the whole body is needed: a
    * long body's long texts are joined into strings on the first read (json-body.ts).
@@ -158,6 +163,7 @@ export function parseInferenceRequest(
     pieces,
     parts,
     requestSequences(kind, obj),
+    kind === 'completions' ? completionBatchTexts(obj.prompt, obj.cache_salt) : undefined,
   );
 }
 
@@ -224,6 +230,7 @@ class ParsedInferenceRequest implements InferenceRequest {
     private pieces: boolean,
     readonly media: Readonly<MediaTally> | undefined,
     readonly sequences: number,
+    readonly prompts: readonly RoutingText[] | undefined,
   ) {}
 
   get json(): Readonly<Record<string, unknown>> {

@@ -57,6 +57,33 @@ export function completionPromptText(prompt: unknown): RoutingText | undefined {
   return undefined;
 }
 
+/**
+ * Most prompts of a batched completions request the prefix sources look up (the approximate tree here,
+ * KV events in kv-events/kv-prefix-source.ts), and the tree records: a lookup costs per prompt and
+ * candidate. The rest count in the prompt's tokens as uncached everywhere.
+ */
+export const MAX_SCORED_PROMPTS = 64;
+
+/**
+ * A batched completions `prompt` (a list of two or more strings, or of two or more token-id lists),
+ * one routing text per prompt, each as `completionPromptText` writes it and opened by the salt's
+ * marker (`saltedText`: vLLM salts every prompt's first block); at most MAX_SCORED_PROMPTS of them.
+ * vLLM runs each prompt as an engine request of its own, with its own prefix in the cache, so the
+ * approximate tree matches and records each apart (routing/prefix-source.ts, routing/cache-aware.ts)
+ * instead of their join, whose prefix is the first prompt's alone. Undefined for anything else.
+ */
+export function completionBatchTexts(prompt: unknown, salt: unknown): RoutingText[] | undefined {
+  if (!Array.isArray(prompt) || prompt.length < 2) return undefined;
+  const scored = prompt.length > MAX_SCORED_PROMPTS ? prompt.slice(0, MAX_SCORED_PROMPTS) : prompt;
+  if (prompt.every((p) => typeof p === 'string')) {
+    return (scored as string[]).map((p) => saltedText(p, salt));
+  }
+  if (prompt.every((p) => Array.isArray(p) && p.length > 0 && p.every(isTokenId))) {
+    return (scored as number[][]).map((ids) => saltedText(ids.join(' '), salt));
+  }
+  return undefined;
+}
+
 function isTokenId(v: unknown): v is number {
   return typeof v === 'number' && Number.isInteger(v) && v >= 0;
 }

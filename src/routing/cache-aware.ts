@@ -3,8 +3,10 @@
  * that worker is overloaded; spread everything else by load.
  *
  * State: one multi-tenant radix tree per model (radix-tree.ts), tenant = worker id. routed() inserts
- * the routing text under the chosen worker, so the tree approximates each worker's prefix cache.
- * select() is pure: it only reads the tree and the live loads.
+ * the routing text under the chosen worker, so the tree approximates each worker's prefix cache; a
+ * batched completions request inserts each of its prompts (SelectionInput.prompts), as vLLM caches
+ * each, and the cost mode matches each (RadixPrefixSource). The reference modes match the join, as
+ * the reference router does. select() is pure: it only reads the tree and the live loads.
  *
  * Match: `prefixMatch(text)` over the nodes held by at least one CANDIDATE (selectable) worker, so an
  * unhealthy or departed worker's cache can neither attract traffic nor hide a candidate's shorter
@@ -385,7 +387,11 @@ export class CacheAwarePolicy implements Policy {
     if (input.text.length >= keyChars) this.reuse.observe(homeKeyHash(input.text, keyChars));
     const tree = this.treeFor(input.model);
     const tenant = decision.worker.id;
-    const held = tree.insert(input.text, tenant, nowMs);
+    // A batch's prompts each enter the worker's cache (SelectionInput.prompts); the check of a belief
+    // against the worker's report is per prompt and its usage is the batch's, so a batch makes none.
+    let held = { heldChars: 0, heldTick: 0 };
+    if (input.prompts === undefined) held = tree.insert(input.text, tenant, nowMs);
+    else for (const prompt of input.prompts) tree.insert(prompt, tenant, nowMs);
     const capacity = this.capacityTokens?.(decision.worker);
     if (capacity !== undefined) {
       // The worker's cache evicts its least recently used blocks once full; so does its picture here

@@ -23,6 +23,13 @@ export interface SelectionInput {
   readonly model: string;
   /** Routing text: what the model sees (see request/prompt-text.ts; a long one in pieces); '' when not parsed. */
   readonly text: RoutingText;
+  /**
+   * A batched completions request's prompts, one routing text each (at most MAX_SCORED_PROMPTS;
+   * request/prompt-text.ts `completionBatchTexts`): vLLM runs each as an engine request with its own
+   * prefix, so the approximate tree matches and records each; `text` is their join. Absent for
+   * everything else, and in a prefill pool.
+   */
+  readonly prompts?: readonly RoutingText[];
   /** Lower-cased request headers. */
   readonly headers: Readonly<Record<string, string>>;
   /**

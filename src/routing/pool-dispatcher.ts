@@ -184,6 +184,7 @@ export function routingContext(req: RouteRequest): RoutingContext {
 class InferenceRoutingContext implements RoutingContext {
   readonly model: string;
   readonly text: RoutingText;
+  readonly prompts: readonly RoutingText[] | undefined;
   readonly outputTokens: number;
   readonly sequences: number;
 
@@ -196,6 +197,7 @@ class InferenceRoutingContext implements RoutingContext {
   ) {
     this.model = inf.model;
     this.text = inf.text;
+    this.prompts = inf.prompts;
     this.outputTokens = inf.outputTokens ?? 0;
     this.sequences = inf.sequences ?? 1;
   }

@@ -14,7 +14,8 @@
  * divided by `charsPerToken` (a number, default 4, the usual English BPE average and the simulator's
  * rule; or per model, as cache_aware passes it: learned from the workers' usage, load/chars-per-token.ts),
  * rounded down; a candidate the tree has never seen holds 0. It knows nothing (undefined) for an empty routing
- * text (a request the router could not parse).
+ * text (a request the router could not parse). A batched completions request (SelectionInput.prompts)
+ * holds the sum over its prompts, each matched on its own, as vLLM caches each.
  *
  * Sources are read inside the synchronous selection step: they must not await and must not mutate
  * shared state; the policy's routed() does the bookkeeping and passes each choice on to the sources'
@@ -78,7 +79,16 @@ export class RadixPrefixSource implements PrefixSource {
     const tree = this.treeOf(input.model);
     if (tree === undefined) return out;
     const chars = new Map<string, number>();
-    tree.matchEachTenant(input.text, (tenant, n) => chars.set(tenant, n));
+    if (input.prompts === undefined) tree.matchEachTenant(input.text, (tenant, n) => chars.set(tenant, n));
+    else {
+      // A batch: each prompt's own prefix (the deepest a tenant is visited at), summed over them.
+      const one = new Map<string, number>();
+      for (const prompt of input.prompts) {
+        one.clear();
+        tree.matchEachTenant(prompt, (tenant, n) => one.set(tenant, n));
+        for (const [tenant, n] of one) chars.set(tenant, (chars.get(tenant) ?? 0) + n);
+      }
+    }
     if (chars.size === 0) return out;
     const ratio = this.ratioOf(input.model);
     for (let i = 0; i < workers.length; i++) {

@@ -13,6 +13,8 @@ import { holderAmong } from './response-affinity.js';
 export interface RoutingContext {
   readonly model: string;
   readonly text: RoutingText;
+  /** A batched completions request's prompts (InferenceRequest `prompts`). */
+  readonly prompts?: readonly RoutingText[];
   readonly headers: Readonly<Record<string, string>>;
   readonly body?: Readonly<Record<string, unknown>>;
   /**
@@ -105,6 +107,7 @@ export const RESPONSE_AFFINITY = 'response_affinity';
 class Selection implements SelectionInput {
   readonly model: string;
   readonly text: RoutingText;
+  readonly prompts: readonly RoutingText[] | undefined;
   readonly headers: Readonly<Record<string, string>>;
   readonly sequences: number;
   readonly outputTokens: number | undefined;
@@ -117,6 +120,7 @@ class Selection implements SelectionInput {
   ) {
     this.model = ctx.model;
     this.text = ctx.text;
+    this.prompts = role === 'prefill' ? undefined : ctx.prompts;
     this.headers = ctx.headers;
     this.sequences = role === 'prefill' ? 1 : (ctx.sequences ?? 1);
     this.outputTokens = role === 'prefill' ? undefined : ctx.outputTokens;

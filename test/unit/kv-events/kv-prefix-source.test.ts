@@ -1,7 +1,8 @@
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { CacheAwarePolicy } from '../../../src/routing/cache-aware.js';
-import { KvPrefixSource, MAX_EXACT_PROMPTS } from '../../../src/kv-events/kv-prefix-source.js';
+import { KvPrefixSource } from '../../../src/kv-events/kv-prefix-source.js';
+import { MAX_SCORED_PROMPTS } from '../../../src/request/prompt-text.js';
 import { workerKey } from '../../../src/kv-events/kv-event-sources.js';
 import { RequestTokenizer } from '../../../src/tokenize/request-tokens.js';
 import type { Worker } from '../../../src/workers/worker.js';
@@ -207,20 +208,20 @@ describe('KvPrefixSource: a batched completions prompt is one sequence per promp
   });
 });
 
-describe('KvPrefixSource: a batch past MAX_EXACT_PROMPTS', () => {
+describe('KvPrefixSource: a batch past MAX_SCORED_PROMPTS', () => {
   it('looks up the first prompts only; the rest count as uncached, their tokens still counted', () => {
     const workers = makeWorkers(2);
     const subs = unstartedSubscriptions(workers);
     closers.push(() => subs.close());
     const source = new KvPrefixSource({ subscriptions: subs, tokenizer, blockSize: BS });
     // The last one shares no block with the others (they share their first).
-    const prompts = Array.from({ length: MAX_EXACT_PROMPTS }, (_, i) => `prompt ${i}: ${prompt}`);
+    const prompts = Array.from({ length: MAX_SCORED_PROMPTS }, (_, i) => `prompt ${i}: ${prompt}`);
     prompts.push('Summarise the following report for an executive audience. '.repeat(40));
     const seqs = prompts.map(
       (p) => (tokenizer.tokenize('m', { prompt: p }) as { ok: true; ids: number[] }).ids,
     );
     // Worker 1 holds only the prompt past the bound.
-    const last = seqs[MAX_EXACT_PROMPTS]!;
+    const last = seqs[MAX_SCORED_PROMPTS]!;
     storeBlocks(subs, workers, 1, last, Math.floor(last.length / BS), BS);
     const req = input(workers, { text: prompts.join('\n'), body: { prompt: prompts } });
     expect(source.cachedTokens(req, workers)).toEqual([0, 0]);

@@ -10,6 +10,7 @@ import {
 import {
   chatPromptText,
   completionPromptText,
+  MAX_SCORED_PROMPTS,
   MAX_MEDIA_FILL_CHARS,
   MEDIA_CHARS_PER_TOKEN,
 } from '../../../src/request/prompt-text.js';
@@ -156,6 +157,44 @@ describe('sequences: what vLLM runs for a request (parallel sampling, batched pr
     ['messages (no n)', 'messages', { ...chat, max_tokens: 8, n: 4 }, 1],
   ])('%s', (_name, kind, body, want) => {
     expect(parse(kind, body)).toBe(want);
+  });
+});
+
+describe("a batched completions request's prompts (prompt-text.ts completionBatchTexts)", () => {
+  const prompts = (kind: InferenceKind, body: Record<string, unknown>) =>
+    parseInferenceRequest(kind, 'application/json', json({ model: 'm', ...body })).prompts?.map(String);
+
+  it.each<[string, InferenceKind, Record<string, unknown>, string[] | undefined]>([
+    ['strings: one text each', 'completions', { prompt: ['a b', 'c'] }, ['a b', 'c']],
+    ['token-id lists: their ids each', 'completions', { prompt: [[1, 2], [3]] }, ['1 2', '3']],
+    ['one prompt', 'completions', { prompt: 'a' }, undefined],
+    ['a list of one prompt', 'completions', { prompt: ['a'] }, undefined],
+    ['one prompt of token ids', 'completions', { prompt: [1, 2, 3] }, undefined],
+    ['chat', 'chat', { messages: [{ role: 'user', content: 'hi' }] }, undefined],
+  ])('%s', (_name, kind, body, want) => {
+    expect(prompts(kind, body)).toEqual(want);
+  });
+
+  it('joined, they are the routing text; each opens with the salt, as vLLM salts every prompt', () => {
+    const body = { prompt: ['first prompt', 'second prompt'], cache_salt: 'tenant-a' };
+    const req = parseInferenceRequest('completions', 'application/json', json({ model: 'm', ...body }));
+    const [one, two] = req.prompts!.map(String);
+    const single = (prompt: string) =>
+      parseInferenceRequest(
+        'completions',
+        'application/json',
+        json({ model: 'm', prompt, cache_salt: 'tenant-a' }),
+      ).text.toString();
+    expect(one).toBe(single('first prompt'));
+    expect(two).toBe(single('second prompt'));
+    expect(req.text.toString().endsWith('first prompt\nsecond prompt')).toBe(true);
+  });
+
+  it(`gives the first ${MAX_SCORED_PROMPTS} of a longer batch (the rest count as uncached)`, () => {
+    const prompt = Array.from({ length: MAX_SCORED_PROMPTS + 10 }, (_, i) => `prompt ${i}`);
+    const got = prompts('completions', { prompt });
+    expect(got).toHaveLength(MAX_SCORED_PROMPTS);
+    expect(got!.at(-1)).toBe(`prompt ${MAX_SCORED_PROMPTS - 1}`);
   });
 });
 

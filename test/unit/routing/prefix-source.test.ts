@@ -8,6 +8,7 @@ import {
 } from '../../../src/routing/prefix-source.js';
 import { RadixTree } from '../../../src/routing/radix-tree.js';
 import type { SelectionInput } from '../../../src/routing/policy.js';
+import { parseInferenceRequest } from '../../../src/request/inference-request.js';
 import type { Worker } from '../../../src/workers/worker.js';
 import { input, makeWorkers } from './fixtures.js';
 
@@ -42,6 +43,33 @@ describe('RadixPrefixSource', () => {
     // Unknown model: no tree yet, every worker holds 0. Empty text: no knowledge.
     expect(source.cachedTokens(input(workers, { text: 'x', model: 'other' }), workers)).toEqual([0, 0, 0]);
     expect(source.cachedTokens(input(workers, { text: '' }), workers)).toBeUndefined();
+  });
+
+  it('matches each prompt of a batch on its own and sums them; routed() records each', () => {
+    // vLLM runs a batched completions request as one engine request per prompt: each prompt's own
+    // prefix is what a worker's cache holds of it (a few-shot evaluation: one shared preamble, many
+    // questions per request). Their join matched the first prompt's prefix alone.
+    const workers = makeWorkers(2);
+    const policy = new CacheAwarePolicy();
+    for (const w of workers) policy.addWorker(w);
+    const batch = (...prompts: string[]): SelectionInput => {
+      const req = parseInferenceRequest(
+        'completions',
+        'application/json',
+        Buffer.from(JSON.stringify({ model: 'm', prompt: prompts })),
+      );
+      return input(workers, { text: req.text, ...(req.prompts ? { prompts: req.prompts } : {}) });
+    };
+    policy.routed({ worker: workers[1]!, branch: 'seed' }, batch(`${DOC}q1`, `${DOC}q2`), 1);
+    const source = new RadixPrefixSource((m) => policy.treeOf(m), 4);
+    // Three prompts, two opening with DOC + 'q' (401 characters each): 802 / 4 on worker 1, not 401 / 4.
+    const next = batch(`${DOC}q3`, `${DOC}q4`, 'other');
+    expect(source.cachedTokens(next, workers)).toEqual([0, 200]);
+    // Every prompt was recorded whole: the second one sent alone is held to its end.
+    const second = input(workers, { text: `${DOC}q2` });
+    expect(source.cachedTokens(second, workers)).toEqual([0, 100]); // floor(403 / 4)
+    // The tree holds their shared opening once, and each ending.
+    expect(policy.treeOf('m')!.tenantCharCount(workers[1]!.id)).toBe(401 + 2);
   });
 
   it('rejects a non-positive chars-per-token', () => {
