@@ -31,7 +31,7 @@
  */
 import { exitOnSignals } from './bench-stack.js';
 import { runRoutingBench, type PolicyVariant } from './routing-bench.js';
-import { WORKLOAD_NAMES, type WorkloadName } from './workloads.js';
+import { isWorkloadName, type WorkloadName } from './workloads.js';
 
 function usage(message: string): never {
   process.stderr.write(
@@ -58,7 +58,7 @@ const args = process.argv.slice(2);
 const flag = (name: string) => args.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3);
 const workloads = (flag('workloads') ?? '').split(',').filter((w) => w.length > 0);
 for (const w of workloads) {
-  if (!(WORKLOAD_NAMES as readonly string[]).includes(w)) usage(`unknown workload ${w}`);
+  if (!isWorkloadName(w)) usage(`unknown workload ${w}`);
 }
 if (workloads.length === 0) usage('--workloads is required');
 const repeats = Number(flag('repeats') ?? 2);

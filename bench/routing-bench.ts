@@ -444,6 +444,7 @@ function workloadOptions(quick: boolean, seed: number): Record<WorkloadName, Wor
       'external-load': { seed },
       // Prefill-heavy, as llm-d's benchmark: long contexts, short answers.
       'eviction-pressure': { seed, outputTokens: 16 },
+      'batched-fewshot': { seed, outputTokens: 16 },
     };
   }
   return {
@@ -498,6 +499,15 @@ function workloadOptions(quick: boolean, seed: number): Record<WorkloadName, Wor
       questionTokens: 16,
       outputTokens: 8,
     },
+    'batched-fewshot': {
+      seed,
+      tasks: 12,
+      batchesPerTask: 2,
+      promptsPerBatch: 4,
+      preambleTokens: 256,
+      questionTokens: 16,
+      outputTokens: 8,
+    },
   };
 }
 
@@ -534,6 +544,8 @@ function cacheBlocks(quick: boolean): Record<WorkloadName, number> {
     'external-load': q,
     // Room for about two tenant contexts per worker (3072 tokens = 192 blocks; quick: 256 = 16 blocks).
     'eviction-pressure': quick ? 40 : 400,
+    // Room for about 10 of its 48 tasks' preambles per worker (1,536 tokens = 96 blocks each).
+    'batched-fewshot': q,
   };
 }
 

@@ -55,7 +55,15 @@ export const WORKLOAD_NAMES = [
   'external-load',
   'eviction-pressure',
 ] as const;
-export type WorkloadName = (typeof WORKLOAD_NAMES)[number];
+/**
+ * Workloads run only when named (`--workloads=`): not in the standard run, whose tables
+ * docs/benchmarks.md keeps.
+ * - batched-fewshot: an evaluation harness's traffic (lm-eval's completions with a batch size):
+ *   each request a batched completions prompt, 8 prompts of one task, each the task's few-shot
+ *   preamble and one question; more tasks than a worker's cache holds. Whole responses.
+ */
+export const EXTRA_WORKLOAD_NAMES = ['batched-fewshot'] as const;
+export type WorkloadName = (typeof WORKLOAD_NAMES)[number] | (typeof EXTRA_WORKLOAD_NAMES)[number];
 
 export interface BenchRequest {
   /** Position in the stream (0-based). */
@@ -139,6 +147,11 @@ export interface WorkloadOptions {
   externalOutputTokens?: number;
   /** Milliseconds the direct clients run before the router's traffic starts (default 1000). */
   externalSettleMs?: number;
+  /** batched-fewshot (also `questionTokens`) */
+  tasks?: number;
+  batchesPerTask?: number;
+  promptsPerBatch?: number;
+  preambleTokens?: number;
   /** eviction-pressure */
   tenants?: number;
   visitsPerTenant?: number;
@@ -352,6 +365,40 @@ export function generateWorkload(name: WorkloadName, opts: WorkloadOptions = {})
       params = { documents: docs, questionsPerDocument: per, documentBytes: bytes, questionTokens: q / 4 };
       break;
     }
+    case 'batched-fewshot': {
+      const tasks = positiveInt('tasks', opts.tasks ?? 48);
+      const batches = positiveInt('batchesPerTask', opts.batchesPerTask ?? 4);
+      const per = positiveInt('promptsPerBatch', opts.promptsPerBatch ?? 8);
+      const pre = positiveInt('preambleTokens', opts.preambleTokens ?? 1536) * CHARS_PER_TOKEN;
+      const q = positiveInt('questionTokens', opts.questionTokens ?? 48) * CHARS_PER_TOKEN;
+      // Whole responses, as a harness reads them (one usage for the batch).
+      const whole: Common = { ...c, stream: false };
+      items = [];
+      for (let t = 0; t < tasks; t++) {
+        const preamble = `task ${t} examples: ${randomText(c.rng, pre)}`.slice(0, pre);
+        sharedChars += preamble.length;
+        for (let b = 0; b < batches; b++) {
+          const prompts = Array.from({ length: per }, () => `${preamble}\nQ: ${randomText(c.rng, q)}\nA:`);
+          const one = completion(whole, prompts[0]!, { group: t });
+          items.push({
+            ...one,
+            body: { ...one.body, prompt: prompts },
+            outputTokens: c.outputTokens * per,
+            promptChars: prompts.reduce((n, p) => n + p.length, 0),
+          });
+        }
+      }
+      shuffle(c.rng, items);
+      c.stream = false;
+      params = {
+        tasks,
+        batchesPerTask: batches,
+        promptsPerBatch: per,
+        preambleTokens: pre / 4,
+        questionTokens: q / 4,
+      };
+      break;
+    }
     default: {
       const never: never = name;
       throw new RangeError(`unknown workload ${String(never)}`);
@@ -469,7 +516,11 @@ export function sharedPrefixHitCeiling(p: {
 }
 
 export function isWorkloadName(v: unknown): v is WorkloadName {
-  return typeof v === 'string' && (WORKLOAD_NAMES as readonly string[]).includes(v);
+  return (
+    typeof v === 'string' &&
+    ((WORKLOAD_NAMES as readonly string[]).includes(v) ||
+      (EXTRA_WORKLOAD_NAMES as readonly string[]).includes(v))
+  );
 }
 
 /** FNV-1a of the name, so workloads with the same seed still draw different streams. */

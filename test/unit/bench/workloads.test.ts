@@ -70,6 +70,32 @@ describe('generateWorkload', () => {
     }
   });
 
+  it('batched-fewshot: each request a batch of one task, every prompt its preamble and a question', () => {
+    const opts = { tasks: 3, batchesPerTask: 2, promptsPerBatch: 4, preambleTokens: 32, seed: 7 };
+    const w = generateWorkload('batched-fewshot', { ...opts, outputTokens: 8 });
+    expect(w.requests).toHaveLength(6);
+    expect(JSON.stringify(generateWorkload('batched-fewshot', { ...opts, outputTokens: 8 }).requests)).toBe(
+      JSON.stringify(w.requests),
+    );
+    const preambles = new Set<string>();
+    for (const r of w.requests) {
+      const prompts = r.body.prompt as string[];
+      expect(prompts).toHaveLength(4);
+      const preamble = prompts[0]!.slice(0, 128);
+      expect(preamble.startsWith(`task ${r.group} examples: `)).toBe(true);
+      for (const p of prompts) expect(p.slice(0, 128)).toBe(preamble);
+      expect(new Set(prompts).size).toBe(4);
+      preambles.add(preamble);
+      // Whole responses: 4 answers of 8 tokens each.
+      expect(r.stream).toBe(false);
+      expect(r.body.stream).toBeUndefined();
+      expect(r.outputTokens).toBe(32);
+      expect(r.promptChars).toBe(prompts.reduce((n, p) => n + p.length, 0));
+    }
+    expect(preambles.size).toBe(3);
+    expect(w.sharedChars).toBe(3 * 128);
+  });
+
   it.each([
     { name: 'shared-prefix' as const, n: 12 },
     { name: 'multi-turn' as const, n: 12 },
