@@ -13,40 +13,27 @@
  * pass in production between the job's end and the worker's next try (the only faked part).
  * Ends with every load back to 0.
  */
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import type { Stack } from '../support/stack.js';
-import { expectAllLoadsZero } from '../support/router-fixture.js';
+import { describe, expect, it } from 'vitest';
 import {
   FLEET_PACE_FORGET_MS,
   learnPaces,
   paceOnWorkers,
-  startMixedFleet,
   uniqueRequest,
+  useMixedFleet,
 } from '../support/mixed-fleet.js';
 
-let stack: Stack;
 /** Added to the router's clock: time the test lets pass at once. */
 let skewMs = 0;
+const fleet = useMixedFleet({ clock: () => performance.now() + skewMs });
 
-beforeAll(async () => {
-  stack = await startMixedFleet({ clock: () => performance.now() + skewMs });
-});
-afterAll(async () => {
-  await stack?.close();
-});
-afterEach(async () => {
-  await expectAllLoadsZero(stack.router);
-  await Promise.all(stack.sims.map((s) => s.waitForIdle()));
-});
-
-const unique = (i: number): Promise<string> => uniqueRequest(stack, i);
-const paceOf = (url: string): Promise<number> => paceOnWorkers(stack, url);
+const unique = (i: number): Promise<string> => uniqueRequest(fleet.stack, i);
+const paceOf = (url: string): Promise<number> => paceOnWorkers(fleet.stack, url);
 
 describe('a worker priced slow that is well again (cache_aware cost mode, pace forgetting)', () => {
   it('is tried again once its pace has faded, and keeps its share once it shows it is fast', async () => {
-    const [slow, fast] = stack.sims;
+    const [slow, fast] = fleet.stack.sims;
     // Learning, one request at a time (mixed-fleet.ts `learnPaces`): until the slow one reads slower.
-    const learned = await learnPaces(stack, { mode: 'sequential' });
+    const learned = await learnPaces(fleet.stack, { mode: 'sequential' });
     const pace = await paceOf(slow!.url);
     expect(pace).toBeGreaterThan(await paceOf(fast!.url));
 

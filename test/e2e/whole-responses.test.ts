@@ -12,23 +12,11 @@
  *   fast one's.
  * Ends with every load back to 0.
  */
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import type { Stack } from '../support/stack.js';
-import { adminJson, expectAllLoadsZero, metricsText } from '../support/router-fixture.js';
-import { learnPaces, paceOnWorkers, startMixedFleet, uniqueRequest } from '../support/mixed-fleet.js';
+import { describe, expect, it } from 'vitest';
+import { adminJson, metricsText } from '../support/router-fixture.js';
+import { learnPaces, paceOnWorkers, uniqueRequest, useMixedFleet } from '../support/mixed-fleet.js';
 
-let stack: Stack;
-
-beforeAll(async () => {
-  stack = await startMixedFleet();
-});
-afterAll(async () => {
-  await stack?.close();
-});
-afterEach(async () => {
-  await expectAllLoadsZero(stack.router);
-  await Promise.all(stack.sims.map((s) => s.waitForIdle()));
-});
+const fleet = useMixedFleet();
 
 interface WorkerInfo {
   url: string;
@@ -37,28 +25,30 @@ interface WorkerInfo {
 
 describe('clients that never stream (cache_aware cost mode)', () => {
   it('learns each worker from its whole responses and sends one request at a time to the faster one', async () => {
-    const [slow, fast] = stack.sims;
+    const [slow, fast] = fleet.stack.sims;
     // Learning, as with streamed responses (mixed-hardware.test.ts), from whole responses alone:
     // until the slow one is priced at least 1.1.
-    const learned = await learnPaces(stack, { stream: false });
+    const learned = await learnPaces(fleet.stack, { stream: false });
     const routed: string[] = [];
-    for (let i = learned; i < learned + 12; i++) routed.push(await uniqueRequest(stack, i, false));
+    for (let i = learned; i < learned + 12; i++) routed.push(await uniqueRequest(fleet.stack, i, false));
     expect(routed).toEqual(Array(12).fill(fast!.url));
 
-    const view = (await adminJson<WorkerInfo[]>(stack.router, '/workers')).body;
+    const view = (await adminJson<WorkerInfo[]>(fleet.stack.router, '/workers')).body;
     const of = (url: string) => view.find((w) => w.url === url)!.estimates;
     // Every response taught the estimates, none as a first token.
     expect(of(fast!.url).wholeSamples + of(slow!.url).wholeSamples).toBe(learned + 12);
     expect(of(slow!.url).wholeSamples).toBe(slow!.records.length);
     expect(of(fast!.url).ttftSamples + of(slow!.url).ttftSamples).toBe(0);
     // Prometheus counts them too, per worker and kind.
-    const metrics = await metricsText(stack.router);
+    const metrics = await metricsText(fleet.stack.router);
     for (const s of [slow!, fast!]) {
       const series = new RegExp(
         `vllm_router_worker_timing_samples\\{[^}]*worker="${s.url}"[^}]*kind="whole"[^}]*\\} ([0-9]+)`,
       ).exec(metrics);
       expect(Number(series?.[1])).toBe(of(s.url).wholeSamples);
     }
-    expect(await paceOnWorkers(stack, slow!.url)).toBeGreaterThan(await paceOnWorkers(stack, fast!.url));
+    expect(await paceOnWorkers(fleet.stack, slow!.url)).toBeGreaterThan(
+      await paceOnWorkers(fleet.stack, fast!.url),
+    );
   });
 });

@@ -9,15 +9,15 @@
  * loaded machine (CI runs many Envoys at once) never forgets for a test mid-way. Forgetting itself is
  * tested by pace-recovery.test.ts, which moves the router's clock past this window.
  */
-import { expect } from 'vitest';
+import { afterAll, afterEach, beforeAll, expect } from 'vitest';
 import type { RouterDeps } from '../../src/router.js';
-import { adminJson } from './router-fixture.js';
+import { adminJson, expectAllLoadsZero } from './router-fixture.js';
 import { postThrough, startStack, type Stack } from './stack.js';
 
 /** How long a worker's pace keeps without samples, ms: longer than any of these tests runs. */
 export const FLEET_PACE_FORGET_MS = 600_000;
 
-export async function startMixedFleet(routerDeps?: Omit<RouterDeps, 'logger'>): Promise<Stack> {
+async function startMixedFleet(routerDeps?: Omit<RouterDeps, 'logger'>): Promise<Stack> {
   return startStack({
     workers: 2,
     sim: (i) => ({
@@ -33,6 +33,29 @@ export async function startMixedFleet(routerDeps?: Omit<RouterDeps, 'logger'>): 
     },
     ...(routerDeps !== undefined ? { routerDeps } : {}),
   });
+}
+
+/**
+ * One mixed fleet for a test file: started before its tests, closed after them, and after each test
+ * every load back to 0 and both simulators idle. `fleet.stack` is the running stack.
+ */
+export function useMixedFleet(routerDeps?: Omit<RouterDeps, 'logger'>): { readonly stack: Stack } {
+  let stack: Stack | undefined;
+  beforeAll(async () => {
+    stack = await startMixedFleet(routerDeps);
+  });
+  afterAll(async () => {
+    await stack?.close();
+  });
+  afterEach(async () => {
+    await expectAllLoadsZero(stack!.router);
+    await Promise.all(stack!.sims.map((s) => s.waitForIdle()));
+  });
+  return {
+    get stack(): Stack {
+      return stack!;
+    },
+  };
 }
 
 /**
