@@ -425,14 +425,17 @@ export function scoreCost(
   };
   let home = false;
   let margin: number | undefined;
+  // A batch's cached tokens are summed over its prompts (prefix-source.ts): held per prompt.
+  const prompts = input.prompts?.length ?? 1;
   if (
     usePrefix &&
     homeApplies(
       input.text.length,
       (c[chosenIndex] as Candidate).cachedTokens,
-      keyHolders(c, charsPerToken, homeOptions),
+      keyHolders(c, charsPerToken, homeOptions, prompts),
       charsPerToken,
       homeOptions,
+      prompts,
     )
   ) {
     for (const x of c) x.eligible = !out(x);

@@ -132,6 +132,10 @@ export function rendezvousWeight(keyHash: number, label: string): number {
  * Whether the rule applies: the prompt is at least as long as its key (a shorter one is not worth a
  * home: it saves almost no prefill, and the shortest queue serves it best), the picked worker does
  * not hold as much of it as its key, and at most MAX_HOLDERS candidates do.
+ * A batched completions request of `prompts` prompts (SelectionInput.prompts: its text is their join,
+ * its cached tokens their sum) is held per prompt: its prompts must be a key long on average, and the
+ * picked worker holds it when it holds a key's worth of each on average. Summed, a short opening the
+ * prompts share (`Q: `) would otherwise read as a held key once there are enough prompts.
  */
 export function homeApplies(
   promptChars: number,
@@ -139,26 +143,33 @@ export function homeApplies(
   holders: number,
   charsPerToken: number,
   options: Readonly<PrefixHomeOptions>,
+  prompts = 1,
 ): boolean {
+  const keyChars = options.keyChars * Math.max(1, prompts);
   return (
     options.margin > 0 &&
-    promptChars >= options.keyChars &&
+    promptChars >= keyChars &&
     holders <= MAX_HOLDERS &&
-    pickedCachedTokens * charsPerToken < options.keyChars
+    pickedCachedTokens * charsPerToken < keyChars
   );
 }
 
 /** Candidates holding the key beyond which a spill follows the cost model alone (see the header). */
 export const MAX_HOLDERS = 1;
 
-/** How many candidates hold the key's worth of the prompt. */
+/**
+ * How many candidates hold the key's worth of the prompt (of each of a batch's `prompts` on average:
+ * see homeApplies).
+ */
 export function keyHolders(
   candidates: Iterable<{ readonly cachedTokens: number }>,
   charsPerToken: number,
   options: Readonly<PrefixHomeOptions>,
+  prompts = 1,
 ): number {
+  const keyChars = options.keyChars * Math.max(1, prompts);
   let n = 0;
-  for (const c of candidates) if (c.cachedTokens * charsPerToken >= options.keyChars) n += 1;
+  for (const c of candidates) if (c.cachedTokens * charsPerToken >= keyChars) n += 1;
   return n;
 }
 

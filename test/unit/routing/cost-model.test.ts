@@ -6,6 +6,11 @@ import { TimingEstimates } from '../../../src/load/timing-estimates.js';
 import { PrefillBacklog } from '../../../src/load/prefill-backlog.js';
 import type { PrefixSource } from '../../../src/routing/prefix-source.js';
 import type { Role } from '../../../src/workers/role.js';
+import {
+  DEFAULT_PREFIX_HOME_OPTIONS,
+  homeKeyHash,
+  rendezvousWeight,
+} from '../../../src/routing/prefix-home.js';
 import type { Worker } from '../../../src/workers/worker.js';
 import { input, makeWorkers } from './fixtures.js';
 
@@ -675,6 +680,46 @@ describe('cost model: requests of several sequences (parallel sampling n, batche
     expect(choose(16)).toBe(1);
   });
 });
+
+describe('cost model: a batch is held per prompt (prefix home)', () => {
+  // Eight prompts that share a 64-character opening, then go their own way for 400 characters.
+  const OPENING = 'Answer the question below in one short sentence, and cite it:  ';
+  const batch = (tag: string) =>
+    Array.from({ length: 8 }, (_, i) => `${OPENING}${`${tag} item ${i} `.repeat(40).slice(0, 400)}`);
+
+  it("a short opening the prompts share is no holder: a new batch goes to its own key's home", () => {
+    // Summed over 8 prompts the 16-token opening reads as 128 tokens held, past the 64-token key.
+    let checked = 0;
+    for (let t = 0; t < 20 && checked < 3; t++) {
+      const workers = makeWorkers(4);
+      const policy = policyFor(workers, []);
+      const seen = batch(`seen ${t}`);
+      policy.routed(
+        { worker: workers[0]!, branch: 'seed' },
+        input(workers, { text: seen.join(''), prompts: seen }),
+        1,
+      );
+      const fresh = batch(`fresh ${t}`);
+      const text = fresh.join('');
+      const home = heaviestOf(homeKeyHash(text, DEFAULT_PREFIX_HOME_OPTIONS.keyChars), workers);
+      if (home === 0) continue; // the home is the opening's holder too: nothing to tell apart
+      const d = policy.select(input(workers, { text, prompts: fresh, sequences: 8 }));
+      expect(d.cost!.chosen.uncachedTokens).toBeGreaterThan(0);
+      expect(workers.indexOf(d.worker)).toBe(home);
+      checked += 1;
+    }
+    expect(checked).toBe(3);
+  });
+});
+
+/** Index of the worker with the highest rendezvous weight for `keyHash` (its URL). */
+function heaviestOf(keyHash: number, workers: readonly Worker[]): number {
+  let best = 0;
+  for (let i = 1; i < workers.length; i++) {
+    if (rendezvousWeight(keyHash, workers[i]!.url) > rendezvousWeight(keyHash, workers[best]!.url)) best = i;
+  }
+  return best;
+}
 
 describe('cost model: a decode pool request its worker prefills itself (P/D, no prefill leg)', () => {
   it("is scored with its prefill and the decode workers' prefix caches; a decode leg is not", () => {

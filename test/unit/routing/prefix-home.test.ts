@@ -6,6 +6,7 @@ import {
   homeApplies,
   homeKeyHash,
   homeMargin,
+  keyHolders,
   prefixHome,
   rendezvousWeight,
   DEFAULT_PREFIX_HOME_OPTIONS,
@@ -107,8 +108,43 @@ describe('homeApplies', () => {
     },
     { name: 'one holder, busy: a spill, on', chars: 8000, cached: 0, holders: 1, opts: o, want: true },
     { name: 'margin 0 turns it off', chars: 8000, cached: 0, opts: { ...o, margin: 0 }, want: false },
-  ])('$name -> $want', ({ chars, cached, holders, opts, want }) => {
-    expect(homeApplies(chars, cached, holders ?? 0, 4, opts)).toBe(want);
+    {
+      name: 'a batch of 8 holding a 16-token opening of each (128 summed): not its key',
+      chars: 8000,
+      cached: 128,
+      prompts: 8,
+      opts: o,
+      want: true,
+    },
+    {
+      name: 'a batch holding the key of each prompt',
+      chars: 8000,
+      cached: 512,
+      prompts: 8,
+      opts: o,
+      want: false,
+    },
+    {
+      name: 'a batch of prompts shorter than the key',
+      chars: 1600,
+      cached: 0,
+      prompts: 8,
+      opts: o,
+      want: false,
+    },
+  ])('$name -> $want', ({ chars, cached, holders, prompts, opts, want }) => {
+    expect(homeApplies(chars, cached, holders ?? 0, 4, opts, prompts)).toBe(want);
+  });
+});
+
+describe('keyHolders', () => {
+  const o = DEFAULT_PREFIX_HOME_OPTIONS; // key 256 chars: 64 tokens at 4 chars per token
+  const cands = [{ cachedTokens: 0 }, { cachedTokens: 128 }, { cachedTokens: 600 }];
+  it('one prompt: every candidate holding 64 tokens', () => {
+    expect(keyHolders(cands, 4, o)).toBe(2);
+  });
+  it("a batch of 8: a key's worth of each prompt on average (512 tokens summed)", () => {
+    expect(keyHolders(cands, 4, o, 8)).toBe(1);
   });
 });
 
