@@ -326,7 +326,7 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
     : undefined;
   const grpc = buildGrpcServer(base, admitted.dispatcher, objectives, lora, fleet);
   const pausePoller = buildPausePoller(base, fleet);
-  const scraper = buildScraper(base);
+  const scraper = buildScraper(base, fleet);
   const modelsPoller = buildModelsPoller(base);
   // A worker that joins (or re-registers) is asked what it serves at once, not at the next round;
   // one that left is forgotten (the pools reconciled in the listener above).
@@ -765,21 +765,19 @@ function buildHealthChecker({ config, logger, pools, health, clock }: Base): Hea
   });
 }
 
-function buildScraper({
-  config,
-  logger,
-  pools,
-  health,
-  board,
-  backlog,
-  clock,
-  catalog,
-}: Base): MetricsScraper {
+function buildScraper(
+  { config, logger, pools, health, board, backlog, clock, catalog }: Base,
+  fleet: FleetControl | undefined,
+): MetricsScraper {
   return new MetricsScraper({
     workers: () => pools.workers(),
     board,
     queuedOf: (w) => backlog.of(w, clock()).requests,
     health,
+    // A page read while a sleep or wake_up sent through the router took effect is older than its record.
+    ...(fleet !== undefined
+      ? { sleepSuperseded: (url: string, takenAtMs: number) => fleet.supersedes(url, takenAtMs, 'sleep') }
+      : {}),
     intervalMs: config.scrapeIntervalMs,
     timeoutMs: Math.max(1, config.scrapeTimeoutMs),
     concurrency: Math.max(1, config.scrapeConcurrency),

@@ -20,7 +20,8 @@
  * Outcomes:
  * - 2xx: the sample is recorded (even one without load figures: the board then falls back to in-flight
  *   counts), `health.recordCheck(worker, true, now, 'metrics')`, and `health.recordSleep` with what
- *   the page says of vLLM's sleep mode (an asleep worker leaves selection until a page says awake).
+ *   the page says of vLLM's sleep mode (an asleep worker leaves selection until a page says awake),
+ *   unless a sleep or wake_up call through the router is newer than the page (`sleepSuperseded`).
  * - 404 / 405: the worker exports no metrics. Not a health failure (nothing is recorded; routing uses
  *   in-flight counts for it).
  * - any other status, a connect error, a reset, a timeout, an oversized body: a failed check of the
@@ -55,6 +56,12 @@ export interface MetricsScraperOptions {
   readonly workers: () => Iterable<Worker>;
   readonly board: LoadBoard;
   readonly health?: ScrapeHealthTarget;
+  /**
+   * Whether a newer record of `url`'s sleep state than a page read at `takenAtMs` exists (a sleep or
+   * wake_up call through the router in flight or ended since: routing/fleet-control.ts
+   * `supersedes`): that page's sleep state is then not recorded. Default: never.
+   */
+  readonly sleepSuperseded?: (url: string, takenAtMs: number) => boolean;
   /** Tick interval, ms; 0 disables the scraper. */
   readonly intervalMs: number;
   /** Whole-request timeout of one scrape, ms. */
@@ -181,9 +188,10 @@ export class MetricsScraper extends PagePoller {
             figures,
           });
         }
+        const sleepRead = this.opts.sleepSuperseded?.(url, takenAtMs) !== true;
         for (const w of workers) {
           this.opts.health?.recordCheck(w, true, now, 'metrics');
-          this.opts.health?.recordSleep?.(w, page.asleep === true, now);
+          if (sleepRead) this.opts.health?.recordSleep?.(w, page.asleep === true, now);
         }
         this.opts.onScraped?.(url, page);
         return;

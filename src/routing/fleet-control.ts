@@ -38,7 +38,10 @@
  *     its prefix cache: the router forgets what it held (`cacheCleared`);
  *   - resume: not paused;
  *   - reset_prefix_cache: the router forgets what it held;
- *   - sleep: asleep (out of selection, its cache forgotten, as a scraped sleep gauge does);
+ *   - sleep: asleep (out of selection, its cache forgotten, as a scraped sleep gauge does), from the
+ *     moment the call is sent: falling asleep takes vLLM seconds, and a request routed meanwhile
+ *     would reach an engine freeing its weights under it (vllm-project/vllm#15483). A worker that
+ *     does not take it is recorded awake again (a page of its metrics says otherwise soon enough);
  *   - wake_up: the worker's `GET /is_sleeping` is read and recorded (a `tags=weights` wake leaves
  *     the KV cache asleep, and the engine with it);
  *   - is_paused / is_sleeping: each answer is recorded (a pause sent to a worker directly shows).
@@ -46,6 +49,11 @@
  * paused. vLLM's /metrics say nothing of a pause: the pauses this router did not forward (sent to
  * the engine, or through another replica) are read from each worker's `/is_paused`
  * (health/pause-poller.ts), whose answers yield to this router's own newer record (`supersedes`).
+ * Its sleep gauge does say it, and each scraped page sets the worker's sleep state
+ * (load/metrics-scraper.ts); a page read before a sleep or wake_up call through this router ended
+ * (or while it is in flight) yields to that call's record the same way (`supersedes(url, readAt,
+ * 'sleep')`): read while the engine was still falling asleep, it would put the worker back in
+ * selection.
  */
 import { Agent } from 'undici';
 import type { LocalAnswer } from '../extproc/dispatch.js';
@@ -105,11 +113,25 @@ interface WorkerResult {
 /** How long the end of a pause or resume call is remembered for `supersedes`, ms. */
 const SETTLED_MEMORY_MS = 60_000;
 
+/** What a worker's own report (`/is_paused`, a scraped sleep gauge) may be superseded on. */
+export type ReportedState = 'pause' | 'sleep';
+
+/** The calls that set each reported state. */
+const TRACKED: Readonly<Partial<Record<Operation, ReportedState>>> = {
+  pause: 'pause',
+  resume: 'pause',
+  sleep: 'sleep',
+  wake_up: 'sleep',
+};
+
 export class FleetControl {
   private readonly agent = new Agent({ keepAliveTimeout: 4_000 });
   private closed = false;
-  /** Per URL: pause and resume calls in flight, and when the last one ended (clock). */
-  private readonly pauseCalls = new Map<string, { inFlight: number; endedAt: number }>();
+  /** Per reported state, per URL: the calls setting it in flight, and when the last one ended (clock). */
+  private readonly calls: Record<ReportedState, Map<string, { inFlight: number; endedAt: number }>> = {
+    pause: new Map(),
+    sleep: new Map(),
+  };
 
   constructor(private readonly opts: FleetControlOptions) {}
 
@@ -129,12 +151,13 @@ export class FleetControl {
   }
 
   /**
-   * Whether this control's record of `url`'s pause is newer than a read of its `/is_paused` sent at
-   * `readAt` (health/pause-poller.ts): a pause or resume call to it is in flight, or ended after the
-   * read was sent (the read may have seen the engine before the call took effect).
+   * Whether this control's record of `url`'s pause (or sleep) is newer than a read of its
+   * `/is_paused` (health/pause-poller.ts; its sleep gauge: load/metrics-scraper.ts) sent at `readAt`:
+   * a pause or resume (sleep or wake_up) call to it is in flight, or ended after the read was sent
+   * (the read may have seen the engine before the call took effect).
    */
-  supersedes(url: string, readAt: number): boolean {
-    const c = this.pauseCalls.get(url);
+  supersedes(url: string, readAt: number, state: ReportedState = 'pause'): boolean {
+    const c = this.calls[state].get(url);
     return c !== undefined && (c.inFlight > 0 || c.endedAt >= readAt);
   }
 
@@ -170,24 +193,28 @@ export class FleetControl {
     const target = rest === '' ? path : `${path}?${rest}`;
     const method = op === 'is_paused' || op === 'is_sleeping' ? 'GET' : 'POST';
     const authorization = this.opts.apiKey ? `Bearer ${this.opts.apiKey}` : headers.authorization;
-    // A pause counts from the moment it is sent: a request routed while the call is on its way would
-    // reach the engine paused. A worker that does not take it gets its state back.
-    const before = op === 'pause' ? this.markPaused(targets) : undefined;
-    const tracked = op === 'pause' || op === 'resume' ? [...targets.keys()] : [];
+    // A pause (a sleep) counts from the moment it is sent: a request routed while the call is on its
+    // way would reach the engine paused (falling asleep). A worker that does not take it gets its
+    // state back.
+    const marked = op === 'pause' || op === 'sleep' ? this.mark(targets, op) : undefined;
+    const tracked = TRACKED[op];
     let results: WorkerResult[];
-    this.trackPauseCalls(tracked, 1);
+    this.track(tracked, targets, 1);
     try {
       results = await this.callAll(targets, method, target, body, authorization, op);
-      if (before !== undefined) {
+      if (marked !== undefined) {
         const now = this.opts.clock();
         for (const r of results) {
           if (r.ok) continue;
-          for (const w of this.at(r.url)) this.opts.state.recordPause(w, before.get(w) === true, now);
+          for (const w of this.at(r.url)) {
+            if (op === 'pause') this.opts.state.recordPause(w, marked.get(w) === true, now);
+            else this.opts.state.recordSleep(w, marked.get(w) === true, now);
+          }
         }
       }
       await this.follow(op, query, results, authorization);
     } finally {
-      this.trackPauseCalls(tracked, -1);
+      this.track(tracked, targets, -1);
     }
     const failed = results.filter((r) => !r.ok);
     this.opts.onAnswered?.(path, results.length - failed.length, results.length);
@@ -228,29 +255,39 @@ export class FleetControl {
     );
   }
 
-  /** A pause or resume call to each of `urls` starts (+1) or has ended (-1). */
-  private trackPauseCalls(urls: readonly string[], delta: 1 | -1): void {
-    if (urls.length === 0) return;
+  /** A call setting `state` on each of `targets` starts (+1) or has ended (-1). */
+  private track(
+    state: ReportedState | undefined,
+    targets: ReadonlyMap<string, string[]>,
+    delta: 1 | -1,
+  ): void {
+    if (state === undefined) return;
+    const calls = this.calls[state];
     const now = this.opts.clock();
-    for (const [url, c] of this.pauseCalls) {
-      if (c.inFlight === 0 && now - c.endedAt > SETTLED_MEMORY_MS) this.pauseCalls.delete(url);
+    for (const [url, c] of calls) {
+      if (c.inFlight === 0 && now - c.endedAt > SETTLED_MEMORY_MS) calls.delete(url);
     }
-    for (const url of urls) {
-      const c = this.pauseCalls.get(url) ?? { inFlight: 0, endedAt: now };
+    for (const url of targets.keys()) {
+      const c = calls.get(url) ?? { inFlight: 0, endedAt: now };
       c.inFlight += delta;
       c.endedAt = now;
-      this.pauseCalls.set(url, c);
+      calls.set(url, c);
     }
   }
 
-  /** Records every worker at `targets` paused; returns what each was before. */
-  private markPaused(targets: ReadonlyMap<string, string[]>): Map<Worker, boolean> {
+  /** Records every worker at `targets` paused (asleep); returns what each was before. */
+  private mark(targets: ReadonlyMap<string, string[]>, op: 'pause' | 'sleep'): Map<Worker, boolean> {
     const before = new Map<Worker, boolean>();
     const now = this.opts.clock();
     for (const url of targets.keys()) {
       for (const w of this.at(url)) {
-        before.set(w, w.paused);
-        this.opts.state.recordPause(w, true, now);
+        if (op === 'pause') {
+          before.set(w, w.paused);
+          this.opts.state.recordPause(w, true, now);
+        } else {
+          before.set(w, w.asleep);
+          this.opts.state.recordSleep(w, true, now);
+        }
       }
     }
     return before;

@@ -123,6 +123,36 @@ describe('MetricsScraper (real HTTP servers on port 0)', () => {
     ]);
   });
 
+  it("a page's sleep state is recorded unless a sleep or wake_up call through the router is newer", async () => {
+    const asleepPage =
+      page(0, 0) +
+      `vllm:engine_sleep_state{engine="0",model_name="m",sleep_state="awake"} 1.0\n` +
+      `vllm:engine_sleep_state{engine="0",model_name="m",sleep_state="weights_offloaded"} 0.0\n`;
+    const s = await serve((_req, res) => res.end(asleepPage));
+    const w = workerAt(s.url);
+    const sleeps: boolean[] = [];
+    let superseded = true;
+    const reads: number[] = [];
+    const { scraped } = start({
+      workers: () => [w],
+      health: { recordCheck: () => undefined, recordSleep: (_w, asleep) => sleeps.push(asleep) },
+      sleepSuperseded: (url, takenAtMs) => {
+        expect(url).toBe(s.url);
+        reads.push(takenAtMs);
+        return superseded;
+      },
+    });
+    // A sleep sent through the router is taking effect: the page, read meanwhile, says awake.
+    await scraped.waitFor(s.url, 2);
+    expect(sleeps).toEqual([]);
+    superseded = false;
+    const at = scraped.count(s.url);
+    await scraped.waitFor(s.url, at + 1);
+    expect(sleeps.length).toBeGreaterThan(0);
+    expect(sleeps.every((a) => a === false)).toBe(true);
+    expect(reads.every((t) => Number.isFinite(t))).toBe(true);
+  });
+
   it("records each data-parallel rank's own engine series under its key, from one scrape of the URL", async () => {
     const twoEngines =
       `vllm:num_requests_waiting{engine="0",model_name="m"} 1.0\nvllm:num_requests_waiting{engine="1",model_name="m"} 6.0\n` +

@@ -39,6 +39,8 @@ class Recorded implements FleetState {
     this.calls.push(`${w.id} paused=${paused}`);
   }
   recordSleep(w: Worker, asleep: boolean): void {
+    if (w.asleep === asleep) return; // as WorkerHealth does: a change, or nothing
+    w.asleep = asleep;
     this.calls.push(`${w.id} asleep=${asleep}`);
   }
   cacheCleared(w: Worker): void {
@@ -56,6 +58,27 @@ function control(members: Worker[], state = new Recorded(), apiKey?: string): Fl
   });
   open.push(f);
   return f;
+}
+
+/** An HTTP server that holds each request until the test answers it (`answer` waits for one to arrive). */
+async function holding(): Promise<{ url: string; answer(status: number, body: string): Promise<void> }> {
+  const waiting: Array<(status: number, body: string) => void> = [];
+  let arrived: (() => void) | undefined;
+  const server = createServer((req, res) => {
+    req.resume();
+    waiting.push((status, body) => res.writeHead(status, { 'content-type': 'application/json' }).end(body));
+    arrived?.();
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  open.push({ close: () => new Promise<void>((r) => server.close(() => r())) });
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    async answer(status, body) {
+      if (waiting.length === 0) await new Promise<void>((r) => (arrived = r));
+      arrived = undefined;
+      waiting.shift()!(status, body);
+    },
+  };
 }
 
 /** An HTTP server that records each request line and authorization and answers `status` with `body`. */
@@ -218,6 +241,50 @@ describe('FleetControl', () => {
     expect(f.supersedes(url, 150)).toBe(true); // sent before the call ended
     expect(f.supersedes(url, 250)).toBe(false);
     expect(f.supersedes('http://127.0.0.1:1', 0)).toBe(false);
+  });
+
+  it('a sleep counts from the moment it is sent; a worker that refuses it is awake again', async () => {
+    const held = await holding();
+    const w = worker(held.url);
+    const state = new Recorded();
+    const f = control([w], state);
+    // Falling asleep takes vLLM seconds: no request may be routed to the engine meanwhile.
+    const taken = f.answer('POST', '/sleep?level=1', {}, undefined)!;
+    expect(w.asleep).toBe(true);
+    await held.answer(200, '');
+    expect((await taken).status).toBe(200);
+    expect(w.asleep).toBe(true);
+    expect(state.calls).toEqual([`${w.id} asleep=true`]);
+
+    state.calls.length = 0;
+    w.asleep = false;
+    const refused = f.answer('POST', '/sleep?level=1', {}, undefined)!;
+    expect(w.asleep).toBe(true);
+    await held.answer(500, '{"detail":"sleep mode is not enabled"}');
+    expect((await refused).status).toBe(502);
+    expect(w.asleep).toBe(false);
+    expect(state.calls).toEqual([`${w.id} asleep=true`, `${w.id} asleep=false`]);
+  });
+
+  it('a sleep or wake_up in flight, or ended after a metrics page was read, is newer than its sleep state', async () => {
+    const held = await holding();
+    let now = 100;
+    const f = new FleetControl({
+      members: () => [worker(held.url)],
+      state: new Recorded(),
+      clock: () => now,
+      timeoutMs: 5_000,
+    });
+    open.push(f);
+    expect(f.supersedes(held.url, 0, 'sleep')).toBe(false);
+    const pending = f.answer('POST', '/sleep', {}, undefined)!;
+    expect(f.supersedes(held.url, 1_000, 'sleep')).toBe(true);
+    expect(f.supersedes(held.url, 1_000, 'pause')).toBe(false); // a sleep says nothing of a pause
+    now = 200;
+    await held.answer(200, '');
+    expect((await pending).status).toBe(200);
+    expect(f.supersedes(held.url, 150, 'sleep')).toBe(true); // read while it was falling asleep
+    expect(f.supersedes(held.url, 250, 'sleep')).toBe(false);
   });
 
   it("passes the client's authorization and body on, or --worker-api-key instead", async () => {
