@@ -271,6 +271,7 @@ export function parseWorkerUrl(raw: string): { url: string; host: string; port: 
   if (u.pathname !== '/' || u.search || u.hash)
     throw new ConfigError(`worker URL "${raw}" must not have a path`);
   const port = u.port ? Number(u.port) : 80;
+  if (port < 1) throw new ConfigError(`worker URL "${raw}" must have a port 1-65535`);
   const host = u.hostname.replace(/^\[|\]$/g, '');
   const url = `http://${u.host || `${u.hostname}:${port}`}`.replace(/\/$/, '');
   return { url: u.port ? url : `${url}:${port}`, host, port };

@@ -143,7 +143,12 @@ export class AdminServer {
   }
 
   private async route(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
-    const url = new URL(req.url ?? '/', 'http://admin');
+    let url: URL;
+    try {
+      url = new URL(req.url ?? '/', 'http://admin');
+    } catch {
+      throw new AdminInputError(`malformed request target ${JSON.stringify(req.url)}`, 'invalid_request');
+    }
     const route = `${req.method} ${url.pathname}`;
     switch (route) {
       case 'GET /metrics': {

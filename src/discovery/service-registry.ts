@@ -13,7 +13,9 @@
  * - a heartbeat that changes the `endpoint` (ip:port Envoy dials, e.g. the DNS name now resolves
  *   elsewhere) or the `zmqAddress` (the KV address peers use) is also a new lifetime (`replaced`):
  *   the persistent Worker built from an entry is immutable in those fields, so keeping the generation
- *   would pair the old Worker with a different process; so is a changed `bootstrapPort` (Mooncake);
+ *   would pair the old Worker with a different process; so is a changed `bootstrapPort` (Mooncake),
+ *   and a changed metadata port the Worker derives a field from (`bootstrap_port`, `metrics_port`,
+ *   `kv_events_port`);
  * - after `deregister`, the next registration is a new lifetime (`registered`).
  * Generation allocation and insertion happen in the same synchronous call, so no interleaving can
  * observe a generation that is not in the table.
@@ -112,6 +114,24 @@ function transferModeOf(metadata: Readonly<Record<string, unknown>> | undefined)
   return metadata?.['transfer_mode'];
 }
 
+/**
+ * Metadata a Worker derives immutable fields from (worker.ts: bootstrapPort, metricsPort, kvEventsPort):
+ * a live heartbeat that changes one is a new lifetime, like a changed `endpoint` or `bootstrapPort`.
+ */
+const WORKER_IDENTITY_METADATA = [
+  'bootstrap_port',
+  'bootstrapPort',
+  'metrics_port',
+  'kv_events_port',
+] as const;
+
+function sameWorkerIdentityMetadata(
+  a: Readonly<Record<string, unknown>> | undefined,
+  b: Readonly<Record<string, unknown>> | undefined,
+): boolean {
+  return WORKER_IDENTITY_METADATA.every((key) => Object.is(a?.[key], b?.[key]));
+}
+
 function compareByUrl(a: RegistryEntry, b: RegistryEntry): number {
   return a.url < b.url ? -1 : a.url > b.url ? 1 : 0;
 }
@@ -152,7 +172,8 @@ export class ServiceRegistry {
       live &&
       previous.endpoint === reg.endpoint &&
       previous.zmqAddress === reg.zmqAddress &&
-      previous.bootstrapPort === reg.bootstrapPort
+      previous.bootstrapPort === reg.bootstrapPort &&
+      sameWorkerIdentityMetadata(previous.metadata, reg.metadata)
     ) {
       if (transferModeOf(previous.metadata) !== transferModeOf(reg.metadata)) {
         return { rejected: 'transfer_mode_mismatch' };

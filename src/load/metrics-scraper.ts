@@ -21,9 +21,12 @@
  * - 2xx: the sample is recorded (even one without load figures: the board then falls back to in-flight
  *   counts), `health.recordCheck(worker, true, now, 'metrics')`, and `health.recordSleep` with what
  *   the page says of vLLM's sleep mode (an asleep worker leaves selection until a page says awake),
- *   unless a sleep or wake_up call through the router is newer than the page (`sleepSuperseded`).
- * - 404 / 405: the worker exports no metrics. Not a health failure (nothing is recorded; routing uses
- *   in-flight counts for it).
+ *   unless the page has no sleep gauge (it says nothing of sleep: a worker put to sleep through the
+ *   router stays asleep) or a sleep or wake_up call through the router is newer than the page
+ *   (`sleepSuperseded`).
+ * - 404 / 405: the worker exports no metrics. Not a health failure (no sample is recorded; routing
+ *   uses in-flight counts for it); the process answered, so it counts as a passed check of the
+ *   `metrics` source (one that failed while the worker was down comes back).
  * - any other status, a connect error, a reset, a timeout, an oversized body: a failed check of the
  *   `metrics` source (worker-health.ts counts it apart from /health checks, with the same thresholds).
  * - a timeout whose timer itself fired over 250 ms late: the router's event loop was blocked, so the
@@ -188,15 +191,21 @@ export class MetricsScraper extends PagePoller {
             figures,
           });
         }
-        const sleepRead = this.opts.sleepSuperseded?.(url, takenAtMs) !== true;
+        // A page without the sleep gauge says nothing of sleep mode: it must not wake a worker put to
+        // sleep through the router (fleet-control.ts, admin/worker-sleep.ts); nor may one read while a
+        // sleep or wake_up sent through it took effect.
+        const asleep = this.opts.sleepSuperseded?.(url, takenAtMs) === true ? undefined : page.asleep;
         for (const w of workers) {
           this.opts.health?.recordCheck(w, true, now, 'metrics');
-          if (sleepRead) this.opts.health?.recordSleep?.(w, page.asleep === true, now);
+          if (asleep !== undefined) this.opts.health?.recordSleep?.(w, asleep, now);
         }
         this.opts.onScraped?.(url, page);
         return;
       }
       case 'absent':
+        // No metrics exported, but the process answered: a scrape source that failed while the worker
+        // was down (a restart) must not stay unhealthy for good.
+        for (const w of workers) this.opts.health?.recordCheck(w, true, now, 'metrics');
         return;
       case 'stalled':
         this.opts.onScrapeFailed?.(url, 'router_stalled');
