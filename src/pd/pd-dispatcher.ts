@@ -432,7 +432,10 @@ export class PdDispatcher implements Dispatcher {
       // attempt gets its own.
       const leg = this.leg(worker, decodeWorker, 'sequential');
       try {
-        if (!leg) throw new PrefillError('transport', `prefill worker ${worker.url}: no bootstrap engine id`);
+        if (!leg) {
+          prefill.guard.release(); // runPrefill, which releases it, never runs for this attempt
+          throw new PrefillError('transport', `prefill worker ${worker.url}: no bootstrap engine id`);
+        }
         const result = await this.runPrefill(req, leg.ctx, leg.requestId, prefill, signal, {
           headers: leg.headers,
         });
@@ -442,7 +445,8 @@ export class PdDispatcher implements Dispatcher {
         if (e.kind === 'aborted')
           throw new RouterError('client_cancelled', 499, 'client went away during prefill');
         if (e.kind === 'transport') opts.bootstrap?.invalidate(worker);
-        const next = attempt < opts.prefillRetries ? this.retryTarget(req, tried) : undefined;
+        const next =
+          attempt < opts.prefillRetries && !clientFault(e) ? this.retryTarget(req, tried) : undefined;
         if (!next) throw prefillFailure(e, worker);
         opts.pd?.error?.('prefill_retry');
         prefill = reserve(opts.prefillPool, next, opts.observer, opts.clock());
@@ -492,7 +496,8 @@ export class PdDispatcher implements Dispatcher {
           throw new RouterError('client_cancelled', 499, 'client went away during prefill');
         }
         if (failed.kind === 'transport') opts.bootstrap?.invalidate(worker);
-        const next = attempt < opts.prefillRetries ? this.retryTarget(req, tried) : undefined;
+        const next =
+          attempt < opts.prefillRetries && !clientFault(failed) ? this.retryTarget(req, tried) : undefined;
         if (!next) throw prefillFailure(failed, worker);
         opts.pd?.error?.('prefill_retry');
         prefill = reserve(opts.prefillPool, next, opts.observer, opts.clock());
@@ -672,7 +677,25 @@ function cutsLeg(end: RequestEnd): boolean {
   return end.kind !== 'response' && end.kind !== 'failed_over';
 }
 
+/**
+ * A prefill worker's 4xx refused the client's request itself (a prompt longer than the context, a bad
+ * parameter): another worker would refuse it too, and the client needs the worker's status and
+ * message, as a regular fleet gives them. Not 404 (a LoRA adapter this worker lacks), 408 or 429:
+ * another worker may take it.
+ */
+function clientFault(e: PrefillError): boolean {
+  const s = e.status;
+  return e.kind === 'status' && s !== undefined && s >= 400 && s < 500 && s !== 404 && s !== 408 && s !== 429;
+}
+
 function prefillFailure(e: PrefillError, worker: Worker): RouterError {
+  if (clientFault(e)) {
+    return new RouterError(
+      'prefill_failed',
+      e.status as number,
+      e.detail ?? `prefill worker ${worker.url} answered ${e.status as number}`,
+    );
+  }
   const what =
     e.kind === 'status'
       ? `answered ${e.status}`

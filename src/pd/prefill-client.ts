@@ -15,6 +15,8 @@ export class PrefillError extends RouterBaseError<`prefill_${PrefillErrorKind}`>
     readonly kind: PrefillErrorKind,
     message: string,
     readonly status?: number,
+    /** The worker's own error message (a non-2xx answer's `message` / `error.message`), when it gave one. */
+    readonly detail?: string,
   ) {
     super(`prefill_${kind}`, message);
   }
@@ -136,6 +138,7 @@ export class PrefillClient {
           'status',
           `prefill worker ${worker.url} answered ${res.statusCode}: ${text.slice(0, 200)}`,
           res.statusCode,
+          errorMessageOf(text),
         );
       }
       let json: unknown;
@@ -205,4 +208,15 @@ async function readLimited(
     chunks.push(chunk);
   }
   return Buffer.concat(chunks).toString('utf8');
+}
+
+/** vLLM's error body: `{"message": ...}` (older) or `{"error": {"message": ...}}`; undefined otherwise. */
+function errorMessageOf(text: string): string | undefined {
+  try {
+    const j = JSON.parse(text) as { message?: unknown; error?: { message?: unknown } } | null;
+    const m = j?.error?.message ?? j?.message;
+    return typeof m === 'string' && m !== '' ? m : undefined;
+  } catch {
+    return undefined;
+  }
 }
