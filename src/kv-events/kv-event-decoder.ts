@@ -160,7 +160,13 @@ export function decodePayload(
   const events: KvEvent[] = [];
   const skipped: Partial<Record<EventSkipReason, number>> = {};
   for (const raw of rawEvents) {
-    const event = decodeEvent(raw);
+    let event: KvEvent | EventSkipReason;
+    try {
+      event = decodeEvent(raw);
+    } catch {
+      // e.g. extra_keys nested deeper than JSON.stringify's recursion allows: never let a frame throw.
+      event = 'invalid_event';
+    }
     if (typeof event === 'string') skipped[event] = (skipped[event] ?? 0) + 1;
     else events.push(event);
   }

@@ -107,6 +107,8 @@ export class KvEventSubscriber {
   private replaySocket: zmq.Dealer | undefined;
   private resyncDone: Promise<void> = Promise.resolve();
   private firstReplayDone = false;
+  /** A reconnect happened while a replay was in flight: replay from 0 once it ends. */
+  private replayAfterReconnect = false;
   private closing: Promise<void> | undefined;
 
   constructor(private readonly opts: KvEventSubscriberOptions) {
@@ -167,8 +169,13 @@ export class KvEventSubscriber {
     const first = this.connects++ === 0;
     if (!first) this.hook((h) => h.reconnect?.(this.opts.worker));
     if (this.opts.replayEndpoint !== undefined) {
-      if (!first) this.reset('reconnect');
-      this.startResync(0);
+      if (!first) {
+        this.reset('reconnect');
+        // The new connection's seqs may restart from 0: nothing from the old one is "covered".
+        this.expected = undefined;
+      }
+      if (this.resyncing) this.replayAfterReconnect = true;
+      else this.startResync(0);
     } else if (!first) {
       this.reset('reconnect');
       this.expected = undefined;
@@ -186,7 +193,15 @@ export class KvEventSubscriber {
         await yieldToEventLoop();
         continue;
       }
-      this.onFrame(parts);
+      try {
+        this.onFrame(parts);
+      } catch {
+        // A frame no check foresaw must not end the loop (the worker's index would never move again,
+        // and the loop's rejection would go unhandled): what it held is unknown, as after a gap.
+        this.drop('bad_batch', 1);
+        this.reset('gap');
+        this.expected = undefined;
+      }
       if (++sinceYield >= YIELD_EVERY) {
         sinceYield = 0;
         await yieldToEventLoop();
@@ -278,6 +293,13 @@ export class KvEventSubscriber {
     this.resyncDone = this.resync(from).then((again) => {
       this.resyncing = false;
       this.firstReplayDone = true;
+      if (this.replayAfterReconnect && !this.closed) {
+        // The replay that was in flight may predate the reconnect: start over from 0.
+        this.replayAfterReconnect = false;
+        this.opts.index.clearWorker(this.opts.indexKey);
+        this.startResync(0);
+        return this.resyncDone;
+      }
       if (again !== undefined && !this.closed) {
         if (chained + 1 < MAX_CHAINED_RESYNCS) {
           this.startResync(again, chained + 1);
@@ -313,11 +335,18 @@ export class KvEventSubscriber {
       this.expected = undefined;
     } else {
       const complete = replies.length === 0 || (replies[0] as { seq: number }).seq <= from;
-      this.hook((h) => h.replay?.(this.opts.worker, complete ? 'ok' : 'partial'));
+      // A replayed batch the decoder rejected leaves a hole in the sequence (fetchReplay skips it).
+      const holed = replies.some((r, i) => i > 0 && r.seq !== (replies[i - 1] as { seq: number }).seq + 1);
+      this.hook((h) => h.replay?.(this.opts.worker, complete && !holed ? 'ok' : 'partial'));
       // History before the first replayed batch is lost: drop what may be stale (a no-op on start).
       if (!complete && from > 0) this.reset('gap');
+      // The seq that must come next, when known: a replayed batch the decoder rejected leaves a hole.
+      let next = complete && from > 0 ? this.expected : undefined;
       for (const { seq, batch } of replies) {
         if (this.expected !== undefined && seq < this.expected && from > 0) continue;
+        // What the missing batch removed is unknown: drop what may be stale, as after a live gap.
+        if (next !== undefined && seq !== next) this.reset('gap');
+        next = seq + 1;
         this.hook((h) => h.received?.(this.opts.worker, batch.received));
         this.countSkipped(batch);
         this.applyBatch(seq, batch);

@@ -57,7 +57,7 @@ async function badRequestServer(): Promise<{ port: number; hits: () => number }>
   return { port: (server.address() as AddressInfo).port, hits: () => hits };
 }
 
-describe('review: a prefill worker answering 4xx', () => {
+describe('a prefill worker answering 4xx', () => {
   it("gives the client the worker's 4xx and message, without retrying on another prefill worker", async () => {
     const a = await badRequestServer();
     const b = await badRequestServer();

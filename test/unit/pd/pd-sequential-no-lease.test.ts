@@ -73,7 +73,7 @@ function setup(mode: PdDispatchMode) {
   return { dispatcher, loads, calls };
 }
 
-describe('review: Mooncake prefill attempt without a rank lease', () => {
+describe('Mooncake prefill attempt without a rank lease', () => {
   it('sequential: 502, and the prefill guard is released', async () => {
     const s = setup('sequential');
     const err = await (s.dispatcher.dispatch(REQ, new AbortController()) as Promise<Dispatch>).catch(
@@ -104,7 +104,7 @@ import { ServiceRegistry } from '../../../src/discovery/service-registry.js';
 import { WorkerPool } from '../../../src/workers/worker-pool.js';
 import { createPolicy } from '../../../src/routing/create-policy.js';
 
-describe('review: real BootstrapDirectory, a DP rank the bootstrap server does not list yet', () => {
+describe('real BootstrapDirectory, a DP rank the bootstrap server does not list yet', () => {
   it('sequential: no prefill load is left behind by the rank without an engine id', async () => {
     const server = http.createServer((_req, res) => {
       res.writeHead(200, { 'content-type': 'application/json' });
