@@ -93,8 +93,9 @@ export interface Dispatcher {
   /**
    * The gateway served `from`'s request on `endpoint` instead (a fallback endpoint, or its own load
    * balancer's choice once the list ran out): a Dispatch holding the request's load on that worker,
-   * or undefined when no worker of the pool has that endpoint. `req` carries the request line and
-   * headers only (the body is gone by then). The caller then finishes `from` (`failed_over`).
+   * or undefined when no worker of the pool has that endpoint. `req` carries the request line, the
+   * headers and what the request weighs (its parsed `inference` without body or prompt: kind, model,
+   * stream, sequences; the body is gone by then). The caller then finishes `from` (`failed_over`).
    */
   adopt?(req: RouteRequest, from: Dispatch, endpoint: string): Dispatch | undefined;
 }

@@ -53,7 +53,12 @@ import {
 } from './proto.js';
 import type { ServerCall } from './grpc-server.js';
 import { REQUEST_ID_HEADER, UNTRUSTED_REQUEST_HEADERS } from './headers.js';
-import { inferenceKind, parseInferenceRequest, type InferenceKind } from '../request/inference-request.js';
+import {
+  inferenceKind,
+  parseInferenceRequest,
+  type InferenceKind,
+  type InferenceRequest,
+} from '../request/inference-request.js';
 import type { MediaTally, MediaTokensFor } from '../request/media-tokens.js';
 import { RouterError } from '../request/router-error.js';
 import { MODEL_REWRITE_HEADER, withModel } from '../request/model-rewrite.js';
@@ -149,6 +154,8 @@ export class Session {
   private headers: Record<string, string> = {};
   /** The gateway's endpoint subset for this request, when it sent one (lb-metadata.ts). */
   private subset: ReadonlySet<string> | undefined;
+  /** What a fallback's dispatch (failOver) reads of the parsed body: its model and sequences. */
+  private routedAs: InferenceRequest | undefined;
   private bodyChunks: Buffer[] = [];
   private bodyBytes = 0;
   private dispatch: Dispatch | undefined;
@@ -419,6 +426,7 @@ export class Session {
       tools: this.deps.toolsInPrompt,
     });
     if (req.media !== undefined) this.deps.onMedia?.(req.media);
+    this.routedAs = bodiless(req);
     return req;
   }
 
@@ -485,7 +493,12 @@ export class Session {
    * under a dispatch holding its load on the served worker, when the pool has one at that endpoint.
    */
   private failOver(routed: Dispatch, served: string): void {
-    const req: RouteRequest = { method: this.method, path: this.path, headers: this.headers };
+    const req: RouteRequest = {
+      method: this.method,
+      path: this.path,
+      headers: this.headers,
+      ...(this.routedAs !== undefined ? { inference: this.routedAs } : {}),
+    };
     let next: Dispatch | undefined;
     try {
       next = this.deps.dispatcher.adopt?.(req, routed, served);
@@ -607,6 +620,25 @@ export class Session {
     }
     this.deps.onClose?.();
   }
+}
+
+const NO_BODY: Readonly<Record<string, unknown>> = Object.freeze({});
+
+/**
+ * The parsed request without its body and prompt (kept for the whole response, they would stay
+ * reachable): what a fallback endpoint's dispatch needs, the model and the sequences it weighs.
+ */
+function bodiless(req: InferenceRequest): InferenceRequest {
+  return {
+    kind: req.kind,
+    model: req.model,
+    stream: req.stream,
+    text: '',
+    json: NO_BODY,
+    promptBody: NO_BODY,
+    namesFreeResponse: false,
+    ...(req.sequences !== undefined ? { sequences: req.sequences } : {}),
+  };
 }
 
 function isPromise<T>(v: T | Promise<T>): v is Promise<T> {

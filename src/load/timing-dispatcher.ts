@@ -160,9 +160,10 @@ export function withTiming(
         ? d.then((x) => timed(queued(x, req, l), req, l))
         : timed(queued(d, req, l), req, l);
     },
+    // A request taken over at its response headers (a fallback endpoint served it): nothing to learn
+    // (its clock would start at the response, and the body is gone), nothing queued (no cost decision).
     adopt(req: RouteRequest, from: Dispatch, endpoint: string): Dispatch | undefined {
-      const d = inner.adopt?.(req, from, endpoint);
-      return d && timed(queued(d, req, l), req, l);
+      return inner.adopt?.(req, from, endpoint);
     },
   };
 }
