@@ -14,6 +14,9 @@
  * - BlockStored: parent unresolvable (we joined mid-stream, or it was already evicted) -> the event is
  *   dropped (`unknown_parent`): its own keys cannot be computed. Otherwise own keys are chained from the
  *   parent's own key (or the adapter's seed) over `token_ids`, and each block gains the event's medium.
+ * - Offloaded (vLLM's offloading connector copied blocks it announced to its CPU / storage tier,
+ *   without their tokens: kv-event-decoder.ts): each resolvable block gains the medium, so it stays
+ *   held, at that tier's credit, once the GPU evicts it. Unknown hashes are ignored (`unknownBlocks`).
  * - BlockRemoved: the medium is cleared from each resolvable block; a block left on no medium is
  *   forgotten. Unknown hashes are ignored (`unknown_block`, normal after a clear or an LRU drop).
  * - AllBlocksCleared: the worker's entries are dropped.
@@ -57,7 +60,7 @@ export interface ApplyResult {
   applied: number;
   /** Events dropped, by reason. */
   dropped: Partial<Record<'unknown_parent' | 'block_size_mismatch' | 'too_many_tiers', number>>;
-  /** BlockRemoved hashes that matched nothing. */
+  /** BlockRemoved (and offloaded) hashes that matched nothing. */
   unknownBlocks: number;
   /** Entries forgotten by the per-worker bound. */
   evicted: number;
@@ -133,6 +136,21 @@ export class KvBlockIndex {
             w.held.delete(own);
             w.engineToOwn.delete(h);
           }
+        }
+        continue;
+      }
+      if (event.type === 'offloaded') {
+        result.applied++;
+        const bit = this.tierBit(event.medium);
+        if (bit === undefined) {
+          bump(result.dropped, 'too_many_tiers');
+          continue;
+        }
+        for (const h of event.hashes) {
+          const own = w?.engineToOwn.get(h);
+          const entry = own === undefined ? undefined : w?.held.get(own);
+          if (entry === undefined) result.unknownBlocks++;
+          else entry.tiers |= bit;
         }
         continue;
       }

@@ -12,6 +12,11 @@
  * Events: `BlockStored(block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium,
  * lora_name, extra_keys?, group_idx?, kv_cache_spec_kind?, kv_cache_spec_sliding_window?)`,
  * `BlockRemoved(block_hashes, medium, group_idx?)`, `AllBlocksCleared()`.
+ * vLLM's offloading connector (CPU / storage tiers) publishes a BlockStored without tokens for a block
+ * it copied to its tier when it has no payload of its own for it (`token_ids` empty, `block_size` 0,
+ * no parent: kv_connector/v1/offloading/events.py `_placeholder_stored`): the block's engine hash, on
+ * that medium. It decodes to an `offloaded` event (the blocks the worker already announced are now
+ * held on that medium too), not an invalid one.
  *
  * Block hashes are 64-bit ints (`VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1`, the default; older vLLM
  * published Python's signed hash()) or digest bytes. They are normalised to one `EngineHash` value
@@ -54,6 +59,13 @@ export interface BlockStoredEvent {
   readonly extraKeys: readonly string[] | undefined;
 }
 
+/** Blocks the worker already announced (by engine hash), now also held on `medium` (see the header). */
+export interface BlocksOffloadedEvent {
+  readonly type: 'offloaded';
+  readonly hashes: readonly EngineHash[];
+  readonly medium: string;
+}
+
 export interface BlockRemovedEvent {
   readonly type: 'removed';
   readonly hashes: readonly EngineHash[];
@@ -64,7 +76,7 @@ export interface AllBlocksClearedEvent {
   readonly type: 'cleared';
 }
 
-export type KvEvent = BlockStoredEvent | BlockRemovedEvent | AllBlocksClearedEvent;
+export type KvEvent = BlockStoredEvent | BlocksOffloadedEvent | BlockRemovedEvent | AllBlocksClearedEvent;
 
 export type FrameRejectReason =
   'frame_parts' | 'bad_seq' | 'oversized' | 'not_msgpack' | 'bad_batch' | 'too_many_events';
@@ -232,12 +244,19 @@ function notPrefixGroup(f: Record<string, unknown>): boolean {
   return typeof kind === 'string' && /sliding|chunked|mamba/i.test(kind);
 }
 
-function decodeStored(f: Record<string, unknown>): BlockStoredEvent | EventSkipReason {
+function decodeStored(f: Record<string, unknown>): BlockStoredEvent | BlocksOffloadedEvent | EventSkipReason {
   if (notPrefixGroup(f)) return 'not_prefix';
   const hashes = hashList(f.block_hashes);
   const blockSize = f.block_size;
   const tokens = f.token_ids;
   if (hashes === undefined || hashes.length === 0) return 'invalid_event';
+  if (Array.isArray(tokens) && tokens.length === 0 && (blockSize === 0 || blockSize === undefined)) {
+    // The offloading connector's tier copy of blocks it has no payload for (see the header).
+    const parent = f.parent_block_hash;
+    const medium = mediumOf(f.medium);
+    if ((parent !== undefined && parent !== null) || medium === undefined) return 'invalid_event';
+    return { type: 'offloaded', hashes, medium };
+  }
   if (typeof blockSize !== 'number' || !Number.isInteger(blockSize) || blockSize < 1) return 'invalid_event';
   if (!Array.isArray(tokens) || tokens.length !== hashes.length * blockSize) return 'invalid_event';
   for (let i = 0; i < tokens.length; i++) {

@@ -100,6 +100,19 @@ describe('KvBlockIndex', () => {
     expect(r.unknownBlocks).toBe(2);
   });
 
+  it("the offloading connector's tier copies keep evicted blocks held at the tier's credit", () => {
+    const index = new KvBlockIndex({ tierCredit: { GPU: 1, CPU: 0.5 } });
+    const offloaded = (hashes: number[]): KvEvent => ({ type: 'offloaded', hashes, medium: 'CPU' });
+    index.apply('a', [stored([1, 2, 3], tokens(12))]);
+    const r = index.apply('a', [offloaded([1, 2, 99])]); // 99: never announced
+    expect(r).toMatchObject({ applied: 1, unknownBlocks: 1 });
+    index.apply('a', [removed([1, 2, 3])]); // the GPU evicts all three
+    expect(index.cachedTokens(keys, BS, ['a'])).toEqual([(4 + 4) * 0.5]);
+    index.apply('a', [removed([1, 2], 'CPU')]);
+    expect(index.cachedTokens(keys, BS, ['a'])).toEqual([0]);
+    expect(index.size('a')).toBe(0);
+  });
+
   it('AllBlocksCleared and clearWorker empty one worker only', () => {
     const index = new KvBlockIndex();
     index.apply('a', [stored([1], tokens(4))]);

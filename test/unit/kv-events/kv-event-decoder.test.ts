@@ -81,6 +81,26 @@ const TAGGED_SLIDING_WINDOW = hex(`
           b2 6b765f63616368655f737065635f6b696e64 ae 736c6964696e675f77696e646f77
           bc 6b765f63616368655f737065635f736c6964696e675f77696e646f77 cc 80`);
 
+// vLLM's offloading connector copying a block to CPU it has no payload for (offloading/events.py
+// `_placeholder_stored`): {ts: 5.0, events: [{type: BlockStored, block_hashes: [H1],
+//  parent_block_hash: nil, token_ids: [], block_size: 0, lora_id: nil, medium: "CPU", lora_name: nil}]}
+const TAGGED_OFFLOADED = hex(`
+  82 a2 7473 cb 4014000000000000
+     a6 6576656e7473 91
+       88 a4 74797065 ab 426c6f636b53746f726564
+          ac 626c6f636b5f686173686573 91 cf fedcba9876543210
+          b1 706172656e745f626c6f636b5f68617368 c0
+          a9 746f6b656e5f696473 90
+          aa 626c6f636b5f73697a65 00
+          a7 6c6f72615f6964 c0
+          a6 6d656469756d a3 435055
+          a9 6c6f72615f6e616d65 c0`);
+// [5.0, [["BlockStored", [H1], nil, [], 0, nil, "CPU", nil]], nil]
+const ARRAY_OFFLOADED = hex(`
+  93 cb 4014000000000000 91
+     98 ab 426c6f636b53746f726564 91 cf fedcba9876543210 c0 90 00 c0 a3 435055 c0
+  c0`);
+
 const STORED_EVENT = {
   type: 'stored',
   hashes: [H1, H2],
@@ -118,6 +138,15 @@ describe('decodePayload: both encodings vLLM has shipped', () => {
     expect(b.ts).toBe(2);
     expect(b.rank).toBe(rank);
     expect(b.events).toEqual([{ type: 'removed', hashes: [H2], medium }, { type: 'cleared' }]);
+  });
+
+  it.each([
+    ['tagged maps', TAGGED_OFFLOADED],
+    ['array-like', ARRAY_OFFLOADED],
+  ])("%s: the offloading connector's BlockStored without tokens is a tier copy, not invalid", (_n, bytes) => {
+    const b = batch(bytes);
+    expect(b.events).toEqual([{ type: 'offloaded', hashes: [H1], medium: 'CPU' }]);
+    expect(b.skipped).toEqual({});
   });
 
   it('digest-bytes hashes, a parent, LoRA name and a CPU medium', () => {
