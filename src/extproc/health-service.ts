@@ -27,6 +27,11 @@ export class HealthService {
     for (const call of this.watchers.get(service) ?? []) call.write({ status: STATUS[status] });
   }
 
+  /** Service names with a Watch open now (each one's watchers are forgotten with its last Watch). */
+  watchedServices(): number {
+    return this.watchers.size;
+  }
+
   addTo(server: GrpcServer): void {
     const c = codecs();
     const codec = { request: c.healthCheckRequest, response: c.healthCheckResponse };
@@ -49,7 +54,11 @@ export class HealthService {
           let set = this.watchers.get(req.service);
           if (!set) this.watchers.set(req.service, (set = new Set()));
           set.add(call);
-          call.once('close', () => set.delete(call));
+          call.once('close', () => {
+            // Any service name may be watched: forget one nobody watches any more.
+            set.delete(call);
+            if (set.size === 0 && this.watchers.get(req.service) === set) this.watchers.delete(req.service);
+          });
         }),
     });
   }

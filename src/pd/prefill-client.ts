@@ -85,8 +85,10 @@ const sentHook: Dispatcher.DispatcherComposeInterceptor = (dispatch) => (opts, h
 };
 
 export class PrefillClient {
+  // Idle sockets close after 4 s, below the 5 s idle timeout of vLLM's server (uvicorn) and Node's:
+  // kept longer, a prefill written as the worker closes the socket fails as a transport error.
   private readonly agent = new Agent({
-    keepAliveTimeout: 30_000,
+    keepAliveTimeout: 4_000,
     keepAliveMaxTimeout: 600_000,
     pipelining: 1,
   });

@@ -167,7 +167,14 @@ describe('gRPC server over node:http2', () => {
       health.setStatus('readiness', 'NOT_SERVING');
       await expect.poll(() => seen).toEqual(['SERVING', 'NOT_SERVING']);
       expect(await check('readiness')).toEqual({ code: 0, status: 'NOT_SERVING' });
+      // Any name may be watched; once its Watch ends, nothing of it is kept.
+      const other = hc.Watch({ service: `made-up-${'x'.repeat(64)}` });
+      other.on('data', () => undefined);
+      other.on('error', () => undefined);
+      await expect.poll(() => health.watchedServices()).toBe(2);
+      other.cancel();
       watch.cancel();
+      await expect.poll(() => health.watchedServices()).toBe(0);
     } finally {
       hc.close();
     }
