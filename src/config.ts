@@ -138,6 +138,9 @@ function coerce(o: OptionSpec, raw: unknown, where: string): unknown {
   }
 }
 
+/** The longest delay a Node timer takes (2^31 - 1 ms). */
+const MAX_TIMER_MS = 2_147_483_647;
+
 function validate(c: Config): void {
   for (const port of [c.grpcPort, c.adminPort]) {
     if (port > 65535) throw new ConfigError(`port ${port} is out of range`);
@@ -167,6 +170,14 @@ function validate(c: Config): void {
     throw new ConfigError('--flow-control needs the scraped metrics (--scrape-interval-ms > 0)');
   }
   if (c.flowPollMs === 0) throw new ConfigError('--flow-poll-ms must be > 0');
+  if (c.prefillTimeoutMs === 0) throw new ConfigError('--prefill-timeout-ms must be > 0');
+  // Node fires a timer set beyond 2^31-1 ms after 1 ms instead: a long timeout would act as none.
+  for (const o of OPTIONS) {
+    const v = (c as unknown as Record<string, unknown>)[o.key];
+    if (o.key.endsWith('Ms') && typeof v === 'number' && v > MAX_TIMER_MS) {
+      throw new ConfigError(`--${o.flag} must be <= ${MAX_TIMER_MS} (Node's longest timer, ~24.8 days)`);
+    }
+  }
   if (c.costWorkerPaceForgetMs === 0) throw new ConfigError('--cost-worker-pace-forget-ms must be > 0');
   try {
     parseObjectiveSpecs(c.objective);

@@ -105,6 +105,13 @@ describe('flags', () => {
     ['an objective given twice', ['--objective', 'a=-1,a=2'], /"a" given twice/],
     ['a media-tokens field without a value', ['--media-tokens', 'llava=max'], /--media-tokens llava/],
     ['an image token patch of 0', ['--image-token-patch', '0'], /--image-token-patch must be >= 1/],
+    ['a prefill timeout of 0', ['--prefill-timeout-ms', '0'], /--prefill-timeout-ms must be > 0/],
+    [
+      "a timeout past Node's longest timer",
+      ['--prefill-timeout-ms', '3000000000'],
+      /--prefill-timeout-ms must be <= 2147483647/,
+    ],
+    ['a scrape interval past it', ['--scrape-interval-ms', '2147483648'], /--scrape-interval-ms must be <=/],
     [
       'a pace forget time of 0',
       ['--cost-worker-pace-forget-ms', '0'],
