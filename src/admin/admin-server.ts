@@ -20,6 +20,7 @@
 import http from 'node:http';
 import { timingSafeEqual } from 'node:crypto';
 import type { Logger } from 'pino';
+import { isValidZmqAddress } from '../discovery/registration-message.js';
 import { RouterError } from '../request/router-error.js';
 import { isRole, type Role } from '../workers/role.js';
 import { dataParallelSizeOf, MAX_DATA_PARALLEL_SIZE } from '../workers/data-parallel.js';
@@ -257,8 +258,12 @@ function validateRegistration(body: unknown): WorkerRegistrationRequest {
   if (!isRole(role)) throw new AdminInputError('"role" must be prefill, decode or regular');
   if (typeof url !== 'string' || url.length === 0 || url.length > 512)
     throw new AdminInputError('"url" must be a string');
-  if (zmqAddress !== undefined && (typeof zmqAddress !== 'string' || zmqAddress.length > 512)) {
-    throw new AdminInputError('"zmqAddress" must be a string');
+  if (
+    zmqAddress !== undefined &&
+    (typeof zmqAddress !== 'string' || zmqAddress.length > 512 || !isValidZmqAddress(zmqAddress))
+  ) {
+    // As a heartbeat's zmq_address (it becomes the P/D request ids' and headers' address).
+    throw new AdminInputError('"zmqAddress" must be host:port (or a MoRI-IO key:value list)');
   }
   if (permanent !== undefined && typeof permanent !== 'boolean')
     throw new AdminInputError('"permanent" must be a boolean');

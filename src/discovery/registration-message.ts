@@ -134,8 +134,8 @@ export function parseHostPort(text: string): HostPort | undefined {
   return { host: name, port, kind: 'dns', authority: `${name}:${port}` };
 }
 
-/** `host:port`, or MoRI-IO's `key:value[,key:value...]` list. */
-function isValidZmqAddress(text: string): boolean {
+/** A `zmq_address`: `host:port`, or MoRI-IO's comma-separated key:value list. */
+export function isValidZmqAddress(text: string): boolean {
   if (text.length === 0 || text.length > 512) return false;
   if (!text.includes(',')) return parseHostPort(text) !== undefined;
   const parts = text.split(',');

@@ -186,6 +186,10 @@ describe('POST/GET/DELETE /workers', () => {
     ['an https url', { role: 'regular', url: 'https://127.0.0.1:9000' }],
     ['a url with a path', { role: 'regular', url: 'http://127.0.0.1:9000/v1' }],
     ['a non-string zmqAddress', { role: 'prefill', url: 'http://127.0.0.1:9000', zmqAddress: 5 }],
+    [
+      'a zmqAddress that is no address',
+      { role: 'prefill', url: 'http://127.0.0.1:9000', zmqAddress: 'a b\r\nx-injected: 1' },
+    ],
     ['a non-boolean permanent', { role: 'regular', url: 'http://127.0.0.1:9000', permanent: 'yes' }],
     ['a metadata array', { role: 'regular', url: 'http://127.0.0.1:9000', metadata: [1] }],
     ['a nested metadata value', { role: 'regular', url: 'http://127.0.0.1:9000', metadata: { a: { b: 1 } } }],
