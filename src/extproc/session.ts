@@ -352,18 +352,18 @@ export class Session {
     // goes to the worker (request/worker-priority.ts): everything below reads the edited body, and
     // Envoy gets it unless the dispatcher writes one of its own (then built from it).
     let edited: Buffer | undefined;
-    if (body !== undefined) {
-      const target = this.headers[MODEL_REWRITE_HEADER];
-      edited = target ? withModel(body, target) : undefined;
-      // vLLM's Messages API takes no `priority` (its request model has none): left as it is.
-      const takes =
-        this.kind !== undefined ? this.kind !== 'messages' : takesPriority(this.method, this.path);
-      const priority = takes ? this.deps.workerPriority?.(this.headers) : undefined;
-      const prioritised = priority !== undefined ? withPriority(edited ?? body, priority) : undefined;
-      edited = prioritised ?? edited;
-      if (edited !== undefined) body = edited;
-    }
     try {
+      if (body !== undefined) {
+        const target = this.headers[MODEL_REWRITE_HEADER];
+        edited = target ? withModel(body, target) : undefined;
+        // vLLM's Messages API takes no `priority` (its request model has none): left as it is.
+        const takes =
+          this.kind !== undefined ? this.kind !== 'messages' : takesPriority(this.method, this.path);
+        const priority = takes ? this.deps.workerPriority?.(this.headers) : undefined;
+        const prioritised = priority !== undefined ? withPriority(edited ?? body, priority) : undefined;
+        edited = prioritised ?? edited;
+        if (edited !== undefined) body = edited;
+      }
       const req: RouteRequest = {
         method: this.method,
         path: this.path,

@@ -4,7 +4,13 @@
  * this boundary with any other type.
  */
 import { badRequest, RouterError } from './router-error.js';
-import { chatPromptText, completionBatchTexts, completionPromptText, saltedText } from './prompt-text.js';
+import {
+  chatPromptText,
+  completionBatchTexts,
+  completionEmbedsText,
+  completionPromptText,
+  saltedText,
+} from './prompt-text.js';
 import { laxInt } from './lax-int.js';
 import { responsesMessages } from './responses-input.js';
 import { anthropicChatMessages, anthropicChatTools } from './anthropic-messages.js';
@@ -135,7 +141,8 @@ export function parseInferenceRequest(
   if (typeof obj.model !== 'string' || obj.model.length === 0) {
     throw badRequest('missing_model', '"model" must be a non-empty string');
   }
-  if (obj.stream !== undefined && typeof obj.stream !== 'boolean') {
+  // vLLM's request models take `stream: Optional[bool]`: null is no stream, as absent.
+  if (obj.stream !== undefined && obj.stream !== null && typeof obj.stream !== 'boolean') {
     throw badRequest('invalid_body', '"stream" must be a boolean');
   }
   const tally: MediaTally = { sized: 0, unsized: 0, unkeyed: 0, tokens: 0 };
@@ -176,7 +183,10 @@ function promptText(
     tools: boolean;
   },
 ): RoutingText | undefined {
-  if (kind === 'completions') return completionPromptText(obj.prompt);
+  if (kind === 'completions') {
+    // vLLM takes `prompt_embeds` in place of a prompt (--enable-prompt-embeds).
+    return obj.prompt == null ? completionEmbedsText(obj.prompt_embeds) : completionPromptText(obj.prompt);
+  }
   const { media, tally } = opts;
   const text = { media, tally, toolCalls: opts.tools };
   if (kind === 'chat')
@@ -192,7 +202,7 @@ function invalidPrompt(kind: InferenceKind): RouterError {
   if (kind === 'completions') {
     return badRequest(
       'invalid_prompt',
-      '"prompt" must be a string, an array of strings, or an array of token ids (or of arrays of them)',
+      '"prompt" must be a string, an array of strings, or an array of token ids (or of arrays of them); or "prompt_embeds" a base64 tensor (or an array of them)',
     );
   }
   if (kind === 'messages') {

@@ -34,7 +34,7 @@
  * Returns undefined when the field is missing or of the wrong type (the caller reports a 400).
  */
 import { hash32 } from '../util/hash32.js';
-import { mediaKey, mediaPayload } from './media-key.js';
+import { mediaKey, mediaPayload, mediaStringKey } from './media-key.js';
 import {
   DEFAULT_MEDIA_TOKENS,
   mediaTokens,
@@ -56,6 +56,25 @@ export function completionPromptText(prompt: unknown): RoutingText | undefined {
   }
   return undefined;
 }
+
+/**
+ * A completions request's `prompt_embeds` (vLLM `--enable-prompt-embeds`: a base64 tensor, or a list of
+ * them, sent without `prompt`) as a routing text: a key of each tensor (media-key.ts), one per line.
+ * vLLM keys such a prompt's cache blocks by a hash of its embeddings, so the same tensor sent again
+ * is a hit and any other shares nothing; their token count is not known here (the text is short, and
+ * the cost model prices them as short prompts). Undefined for anything else.
+ */
+export function completionEmbedsText(embeds: unknown): string | undefined {
+  // A long base64 string may come parsed into pieces (request/json-body.ts).
+  const isTensor = (e: unknown): e is string | PieceText =>
+    (typeof e === 'string' || e instanceof PieceText) && e.length > 0;
+  const list = isTensor(embeds) ? [embeds] : embeds;
+  if (!Array.isArray(list) || list.length === 0 || !list.every(isTensor)) return undefined;
+  return list.map((e) => `${EMBEDS_MARK}${mediaStringKey(e)}`).join('\n');
+}
+
+/** Opens each prompt_embeds key in a routing text (a control character no prompt text is likely to hold). */
+const EMBEDS_MARK = '\u001bembeds:';
 
 /**
  * Most prompts of a batched completions request the prefix sources look up (the approximate tree here,

@@ -833,6 +833,19 @@ describe("Session: the objective's priority to the worker (--forward-priority)",
     expect(h.worker.load).toBe(0);
   });
 
+  it('a pooling body too deep to check its priority is a JSON 400, never passed on with it', async () => {
+    const h = harness({ workerPriority });
+    const deep = '['.repeat(80) + ']'.repeat(80);
+    h.stream.deliver(
+      requestHeaders('POST', '/v1/embeddings'),
+      requestBody(`{"model":"a","input":"x","priority":-100,"x":${deep}}`),
+    );
+    await h.settle();
+    expect(h.stream.replies.at(-1)?.immediate_response?.status.code).toBe(400);
+    expect(h.summaries.map((s) => [s.outcome, s.status])).toEqual([['rejected', 400]]);
+    expect(h.worker.load).toBe(0);
+  });
+
   it("replaces the client's own priority, and removes it when the request has no objective", async () => {
     const mine = harness({ workerPriority });
     mine.stream.deliver(
