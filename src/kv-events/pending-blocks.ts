@@ -127,13 +127,18 @@ export class PendingBlocks {
       }
       if (map.size === 0) this.byWorker.delete(worker);
     }
-    for (const [worker, map] of this.byWorker) {
-      for (const key of map.keys()) {
-        if (this.total <= target) return;
-        map.delete(key);
-        this.total -= 1;
-      }
-      if (map.size === 0) this.byWorker.delete(worker);
+    if (this.total <= target) return;
+    // Oldest first across workers (by expiry: every entry's TTL is the caller's), not worker by worker.
+    const all: Array<{ expiry: number; worker: string; key: number }> = [];
+    for (const [worker, map] of this.byWorker)
+      for (const [key, expiry] of map) all.push({ expiry, worker, key });
+    all.sort((a, b) => a.expiry - b.expiry);
+    for (const e of all) {
+      if (this.total <= target) break;
+      const map = this.byWorker.get(e.worker) as Map<number, number>;
+      map.delete(e.key);
+      this.total -= 1;
+      if (map.size === 0) this.byWorker.delete(e.worker);
     }
   }
 }

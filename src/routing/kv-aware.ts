@@ -69,14 +69,17 @@ export class KvAwarePolicy implements Policy {
       opts.cacheAware,
       opts.foreignShare !== undefined ? { foreignShare: opts.foreignShare } : {},
     );
-    const radix = new RadixPrefixSource((model) => this.approximate.treeOf(model));
+    const radix = new RadixPrefixSource(
+      (model) => this.approximate.treeOf(model),
+      this.approximate.options.charsPerToken,
+    );
     this.sources = opts.exact === undefined ? [radix] : [opts.exact, radix];
   }
 
   select(input: SelectionInput): Decision {
     const workers = input.workers;
     if (this.opts.exact === undefined) return this.approximate.select(input);
-    const view = resolvePrefix(this.sources, input, workers);
+    const view = resolvePrefix(this.sources, input, workers, this.approximate.options.charsPerToken);
     const exactName = this.opts.exact.name ?? 'source0';
     if (!view.sourceOf.includes(exactName)) return this.approximate.select(input);
     let best = 0;
