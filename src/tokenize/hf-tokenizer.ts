@@ -33,7 +33,8 @@
  * shared pieces it exists for. A hash collision only admits a piece early. (Requiring the second
  * sighting always cost a second tokenization of every reused piece: +25-70% tokenizer time per request
  * on the exact-mode micro-benchmark's chat workloads.) Special tokens added by the post-processor
- * (BOS) are found once by encoding '' and prepended. Added tokens declared with lstrip/rstrip change
+ * (BOS; EOS for add_eos_token tokenizers) are found once around a probe text's ids and added around
+ * the text's. Added tokens declared with lstrip/rstrip change
  * the neighbouring whitespace; for such tokenizers the cache falls back to whole-text keys.
  *
  * Lines: a plain completion prompt has no added tokens (a shared document + '\n' + a question is one
@@ -97,6 +98,8 @@ export class HfTokenizer {
   /** Added token content -> [id] (a run encodePieces appends as is). */
   private readonly addedRuns = new Map<string, readonly number[]>();
   private readonly specialPrefix: number[];
+  /** What the post-processor appends (EOS of an add_eos_token tokenizer; usually nothing). */
+  private readonly specialSuffix: number[];
   /** Piece text -> its ids, in LRU order; `key` is the stored (flat) copy of the text. */
   private readonly cache = new Map<string, { readonly key: string; readonly ids: Uint32Array }>();
   private cachedChars = 0;
@@ -141,7 +144,7 @@ export class HfTokenizer {
         .map((s) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'));
       this.splitter = new RegExp(`(${alternatives.join('|')})`);
     }
-    this.specialPrefix = this.tokenizer.encode('', { add_special_tokens: true }).ids.map(Number);
+    [this.specialPrefix, this.specialSuffix] = specialRuns(this.tokenizer);
     this.vocab = vocabOf(tokenizerJson);
     // Pieces hold no added tokens only when the text is split at them (not with lstrip/rstrip ones).
     const fast =
@@ -157,11 +160,15 @@ export class HfTokenizer {
       })
         ? fast
         : undefined;
-    this.splitsLines = LINE_PROBES.every((probe) => {
-      const lines = splitLines(probe);
-      const joined = lines.flatMap((line) => this.encodeUncached(line, false));
-      return sameIds(joined, this.encodeUncached(probe, false));
-    });
+    // A stripping added token takes the whitespace before or after it, newlines too ("a\n<tok>" with
+    // lstrip is "a", "<tok>"): its text is never cut apart (whole-text keys, see the header).
+    this.splitsLines =
+      !stripping &&
+      LINE_PROBES.every((probe) => {
+        const lines = splitLines(probe);
+        const joined = lines.flatMap((line) => this.encodeUncached(line, false));
+        return sameIds(joined, this.encodeUncached(probe, false));
+      });
   }
 
   /** Loads `<dir>/tokenizer.json` and `<dir>/tokenizer_config.json` (the latter optional). */
@@ -250,18 +257,32 @@ export class HfTokenizer {
         error: 'Cannot set both `continue_final_message` and `add_generation_prompt` to True.',
       };
     }
+    const marked = opts.continueFinalMessage === true ? markFinalMessage(messages) : undefined;
+    if (marked !== undefined && !marked.ok) return marked;
     try {
       let text = this.template.render({
+        // transformers always passes these (None when the request has none): `tools is not none`.
+        tools: null,
+        documents: null,
         bos_token: tokenText(this.config.bos_token),
         eos_token: tokenText(this.config.eos_token),
         unk_token: tokenText(this.config.unk_token),
         pad_token: tokenText(this.config.pad_token),
         ...opts.variables,
-        messages,
+        messages: marked !== undefined ? marked.messages : messages,
         add_generation_prompt: opts.addGenerationPrompt,
         ...(opts.tools !== undefined ? { tools: opts.tools } : {}),
       });
-      if (opts.continueFinalMessage === true) text = openFinalMessage(text, messages);
+      if (marked !== undefined) {
+        const open = openFinalMessage(text, marked.finalText);
+        if (open === undefined) {
+          return {
+            ok: false,
+            error: 'continue_final_message: the final message does not appear in the render',
+          };
+        }
+        text = open;
+      }
       return { ok: true, text };
     } catch (err) {
       return { ok: false, error: `chat template failed: ${(err as Error).message}` };
@@ -273,6 +294,7 @@ export class HfTokenizer {
     const parts: Array<ArrayLike<number>> = [];
     if (addSpecialTokens && this.specialPrefix.length > 0) parts.push(this.specialPrefix);
     this.encodePieces(text, parts);
+    if (addSpecialTokens && this.specialSuffix.length > 0) parts.push(this.specialSuffix);
     return parts;
   }
 
@@ -351,9 +373,11 @@ export class HfTokenizer {
  * ("word\n|next"), or, when spaces end a line, before them after a letter or digit ("word| \nnext",
  * "word|\r\nnext"), since a regex pre-tokenizer joins such spaces to the newline
  * (GPT-2's `\s+(?!\S)`, Llama 3's `\s*[\r\n]+`). A newline after punctuation is cut only after it:
- * Llama 3 joins "." and "\n". (lineCuts scans the newlines for the same positions.)
+ * Llama 3 joins "." and "\n". Never before a '/': o200k's and Mistral Tekken's ` ?[^\s\p{L}\p{N}]+[\r\n/]*`
+ * runs on over the newline into slashes ("();\n//" is one pre-token). (lineCuts scans the newlines
+ * for the same positions.)
  */
-export const LINE_BREAK = /(?<=\S\n)(?=\S)|(?<=[\p{L}\p{N}])(?=[^\S\n]+\n\S)/u;
+export const LINE_BREAK = /(?<=\S\n)(?=[^\s/])|(?<=[\p{L}\p{N}])(?=[^\S\n]+\n\S)/u;
 const WHITESPACE = /\s/;
 const WORD_CHAR = /[\p{L}\p{N}]/u;
 
@@ -361,7 +385,7 @@ const WORD_CHAR = /[\p{L}\p{N}]/u;
 function* lineCuts(text: string): Generator<number> {
   for (let nl = text.indexOf('\n'); nl !== -1; nl = text.indexOf('\n', nl + 1)) {
     const next = text[nl + 1];
-    if (next === undefined || WHITESPACE.test(next) || nl === 0) continue;
+    if (next === undefined || WHITESPACE.test(next) || next === '/' || nl === 0) continue;
     const prev = text[nl - 1] as string;
     if (!WHITESPACE.test(prev)) {
       yield nl + 1;
@@ -420,6 +444,23 @@ function joinRuns(runs: ReadonlyArray<ArrayLike<number>>): number[] {
   return out;
 }
 
+/**
+ * The special ids the post-processor writes before and after a text's own ids: found around a probe
+ * text's ids (encoding '' alone cannot tell a BOS prefix from an EOS suffix). When the probe's ids are
+ * not found in one piece, all of ''s specials count as a prefix.
+ */
+function specialRuns(tokenizer: Tokenizer): [number[], number[]] {
+  const probe = 'a';
+  const inner: number[] = tokenizer.encode(probe, { add_special_tokens: false }).ids.map(Number);
+  const outer: number[] = tokenizer.encode(probe, { add_special_tokens: true }).ids.map(Number);
+  for (let at = 0; inner.length > 0 && at + inner.length <= outer.length; at++) {
+    if (inner.every((id, i) => outer[at + i] === id)) {
+      return [outer.slice(0, at), outer.slice(at + inner.length)];
+    }
+  }
+  return [tokenizer.encode('', { add_special_tokens: true }).ids.map(Number), []];
+}
+
 function sameIds(a: readonly number[], b: readonly number[]): boolean {
   return a.length === b.length && a.every((x, i) => x === b[i]);
 }
@@ -444,13 +485,59 @@ function tokenText(v: unknown): string {
   return '';
 }
 
-/** continue_final_message: cut the rendered text right after the final message's content. */
-function openFinalMessage(text: string, messages: readonly unknown[]): string {
-  const last = messages[messages.length - 1] as { content?: unknown };
-  const content = typeof last?.content === 'string' ? last.content.trim() : '';
-  if (content.length === 0) return text;
-  const at = text.lastIndexOf(content);
-  return at === -1 ? text : text.slice(0, at + content.length);
+/** transformers' sentinel for continue_final_message (chat_template_utils.py), verbatim. */
+const CONTINUE_TAG = 'CONTINUE_FINAL_MESSAGE_TAG ';
+
+/**
+ * continue_final_message as transformers' apply_chat_template does it (vLLM passes the flag on): the
+ * sentinel appended to the final message's content (a string) or to its LAST part with a `text`
+ * (a list), before rendering. `finalText`: that text without the sentinel.
+ */
+function markFinalMessage(
+  messages: readonly unknown[],
+): { ok: true; messages: unknown[]; finalText: string } | { ok: false; error: string } {
+  const last = messages[messages.length - 1];
+  const content = (last as { content?: unknown } | null)?.content;
+  const fail = {
+    ok: false,
+    error: 'continue_final_message: the final message has no text to continue',
+  } as const;
+  if (typeof last !== 'object' || last === null || content === null || content === undefined) return fail;
+  let marked: unknown;
+  let finalText: string;
+  if (typeof content === 'string') {
+    finalText = content;
+    marked = content + CONTINUE_TAG;
+  } else if (Array.isArray(content)) {
+    let at = content.length - 1;
+    while (at >= 0 && !hasText(content[at])) at--;
+    if (at < 0) return fail;
+    const part = content[at] as { text: unknown };
+    if (typeof part.text !== 'string') return fail;
+    finalText = part.text;
+    marked = content.map((p, i) => (i === at ? { ...part, text: part.text + CONTINUE_TAG } : p));
+  } else return fail;
+  const out = messages.slice();
+  out[out.length - 1] = { ...last, content: marked };
+  return { ok: true, messages: out, finalText };
+}
+
+function hasText(part: unknown): boolean {
+  return typeof part === 'object' && part !== null && 'text' in part;
+}
+
+/**
+ * The render cut at the sentinel (transformers: kept as is when the template kept the sentinel's
+ * trailing space, else right-stripped: the template trimmed the content); undefined when the final
+ * text or the sentinel is not in it (transformers raises).
+ */
+function openFinalMessage(text: string, finalText: string): string | undefined {
+  const tag = CONTINUE_TAG.trim();
+  if (!text.includes(finalText.trim()) || !text.includes(tag)) return undefined;
+  const at = text.lastIndexOf(tag);
+  return text.slice(at, at + CONTINUE_TAG.length) === CONTINUE_TAG
+    ? text.slice(0, at)
+    : text.slice(0, at).trimEnd();
 }
 
 function vocabOf(json: Record<string, unknown>): Map<number, string> {
