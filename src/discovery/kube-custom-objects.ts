@@ -21,7 +21,10 @@ export function customObjects<T>(
   const { group, version, plural, namespace } = r;
   return {
     path: `/apis/${group}/${version}/namespaces/${encodeURIComponent(namespace)}/${plural}`,
-    list: async (page): Promise<ListPage<T>> =>
-      (await api.listNamespacedCustomObject({ group, version, namespace, plural, ...page })) as ListPage<T>,
+    list: async (page, options): Promise<ListPage<T>> =>
+      (await api.listNamespacedCustomObject(
+        { group, version, namespace, plural, ...page },
+        options,
+      )) as ListPage<T>,
   };
 }

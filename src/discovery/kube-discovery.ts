@@ -173,6 +173,12 @@ export class KubeRoleSource {
       this.noteReason(key, 'url_taken', `${w.url} belongs to pod ${owner}`);
       return;
     }
+    // Another source's live entry (a static worker, a ZMQ registration): joining or replacing it would make
+    // this source remove it later. It stays theirs; the pod is re-evaluated at its next event or relist.
+    if (this.registry.get(w.role, w.url) !== undefined) {
+      this.noteReason(key, 'url_taken', `${w.url} is registered by another source`);
+      return;
+    }
     const result = this.registry.register({
       role: w.role,
       url: w.url,

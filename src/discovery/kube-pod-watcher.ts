@@ -32,10 +32,10 @@ export class KubePodWatcher extends KubeListWatch<V1Pod> {
     super({
       ...opts,
       path: ns === undefined ? '/api/v1/pods' : `/api/v1/namespaces/${encodeURIComponent(ns)}/pods`,
-      list: (page) =>
+      list: (page, options) =>
         ns === undefined
-          ? api.listPodForAllNamespaces(page)
-          : api.listNamespacedPod({ namespace: ns, ...page }),
+          ? api.listPodForAllNamespaces(page, options)
+          : api.listNamespacedPod({ namespace: ns, ...page }, options),
     });
   }
 }
