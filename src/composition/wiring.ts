@@ -202,6 +202,9 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
   const room = { hasRoom: (w: Worker): boolean => hasRoom(w, signals, limits), saturated: saturation };
   // The exact prefix source (KV events, when configured) ahead of each cache_aware policy's radix tree.
   const prefixSources: PrefixSource[] = exact.source !== undefined ? [exact.source] : [];
+  // Keys of the workers that left a pool, until the pools are reconciled: the request path's
+  // per-worker counters of a key no pool holds any more leave /metrics (pod churn: new URLs).
+  const departedKeys = new Set<string>();
   const pools = buildPools(config, registry, metrics, health, exact, bootstrap, {
     signals,
     prefixSources,
@@ -215,6 +218,7 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
       of: (w) => catalog.of(w.url),
     },
     replaced: (w) => catalog.forget(w.url),
+    departed: (w) => departedKeys.add(w.key),
     // The worker's KV-cache capacity from its latest scraped page (any age: it does not change).
     capacityTokens: (w) => {
       const f = board.latest(w.key)?.figures;
@@ -235,6 +239,11 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
   // KV-event subscriptions (a re-registered worker starts with an empty exact index).
   registry.onChange(() => {
     pools.reconcile();
+    if (departedKeys.size > 0) {
+      const live = new Set(Array.from(pools.members(), (w) => w.key));
+      for (const key of departedKeys) if (!live.has(key)) metrics.forgetWorker(key);
+      departedKeys.clear();
+    }
     exact.sync();
   });
 
@@ -455,6 +464,8 @@ function buildPools(
     models: ModelKnowledge;
     /** A worker was replaced by a new generation at its URL (a new process may serve other models). */
     replaced: (w: Worker) => void;
+    /** A worker left its pool (another pool may still hold its key: one URL in two roles). */
+    departed: (w: Worker) => void;
   },
 ): RolePools {
   return new RolePools((role) => {
@@ -503,6 +514,7 @@ function buildPools(
         bootstrap?.untrack(w);
         load.timing.forget(w);
         if (reason === 'replaced') load.replaced(w);
+        else load.departed(w);
       },
       models: load.models,
       tokensOf: (model, chars) => Math.ceil(chars / (load.charsPerToken?.(model) ?? config.charsPerToken)),
@@ -616,7 +628,12 @@ function admission(
       pollMs: config.flowPollMs,
       observer: {
         released: (waitedMs) => metrics.flowWait.observe(waitedMs / 1000),
-        refused: (reason, objective) => metrics.flowRefused.inc({ reason, objective }),
+        // The header is the client's: only an objective the table knows is a label value (bounded).
+        refused: (reason, objective) =>
+          metrics.flowRefused.inc({
+            reason,
+            objective: objectives.entries().has(objective) ? objective : '',
+          }),
       },
     });
     return { dispatcher: flow, flow };

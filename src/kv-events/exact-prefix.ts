@@ -86,7 +86,10 @@ export function createExactPrefix(
       }
     },
     sync: () => {
-      if (started) subscriptions?.sync(workers());
+      if (!started || subscriptions === undefined) return;
+      subscriptions.sync(workers());
+      // A worker that left takes its KV-event series with it (a restart keeps its key: kept).
+      metrics.retain(new Set(subscriptions.sizes().keys()));
     },
     close: async () => {
       await subscriptions?.close();

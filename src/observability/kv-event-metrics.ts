@@ -10,6 +10,8 @@ export interface KvEventMetrics {
   readonly hooks: KvEventHooks;
   /** A request routed without exact data (why: no_tokenizer, multimodal, no_publisher, ...). */
   fallback(reason: string): void;
+  /** Drops the series of every worker not in `workers` (it left: pod churn must not grow /metrics). */
+  retain(workers: ReadonlySet<string>): void;
 }
 
 export function createKvEventMetrics(registry: Registry, sizes: () => Map<string, number>): KvEventMetrics {
@@ -71,17 +73,55 @@ export function createKvEventMetrics(registry: Registry, sizes: () => Map<string
     'Requests routed on the approximate prefix tree instead of exact KV data, by reason.',
     ['reason'],
   );
+  // Per worker, how to remove each series it has (keyed by metric and label values).
+  const series = new Map<string, Map<string, () => void>>();
+  const seen = (worker: string, id: string, remove: () => void): void => {
+    let of = series.get(worker);
+    if (of === undefined) series.set(worker, (of = new Map()));
+    if (!of.has(id)) of.set(id, remove);
+  };
   return {
     hooks: {
-      received: (worker, n) => received.inc({ worker }, n),
-      applied: (worker, n) => applied.inc({ worker }, n),
-      dropped: (worker, reason, n) => dropped.inc({ worker, reason }, n),
-      gap: (worker) => gaps.inc({ worker }),
-      replay: (worker, outcome) => replays.inc({ worker, outcome }),
-      reconnect: (worker) => reconnects.inc({ worker }),
-      reset: (worker, reason) => resets.inc({ worker, reason }),
-      lag: (worker, seconds) => lag.observe({ worker }, seconds),
+      received: (worker, n) => {
+        received.inc({ worker }, n);
+        seen(worker, 'received', () => received.remove({ worker }));
+      },
+      applied: (worker, n) => {
+        applied.inc({ worker }, n);
+        seen(worker, 'applied', () => applied.remove({ worker }));
+      },
+      dropped: (worker, reason, n) => {
+        dropped.inc({ worker, reason }, n);
+        seen(worker, `dropped ${reason}`, () => dropped.remove({ worker, reason }));
+      },
+      gap: (worker) => {
+        gaps.inc({ worker });
+        seen(worker, 'gap', () => gaps.remove({ worker }));
+      },
+      replay: (worker, outcome) => {
+        replays.inc({ worker, outcome });
+        seen(worker, `replay ${outcome}`, () => replays.remove({ worker, outcome }));
+      },
+      reconnect: (worker) => {
+        reconnects.inc({ worker });
+        seen(worker, 'reconnect', () => reconnects.remove({ worker }));
+      },
+      reset: (worker, reason) => {
+        resets.inc({ worker, reason });
+        seen(worker, `reset ${reason}`, () => resets.remove({ worker, reason }));
+      },
+      lag: (worker, seconds) => {
+        lag.observe({ worker }, seconds);
+        seen(worker, 'lag', () => lag.remove({ worker }));
+      },
     },
     fallback: (reason) => fallbacks.inc({ reason }),
+    retain: (workers) => {
+      for (const [worker, of] of series) {
+        if (workers.has(worker)) continue;
+        for (const remove of of.values()) remove();
+        series.delete(worker);
+      }
+    },
   };
 }

@@ -326,7 +326,7 @@ export class RouterMetrics {
     }
     this.flowRefused = new Counter({
       name: 'vllm_router_flow_refused_total',
-      help: '--flow-control: requests refused by reason (queue_full: --flow-queue-max held already; queue_timeout: held --flow-queue-ttl-ms) and objective.',
+      help: '--flow-control: requests refused by reason (queue_full: --flow-queue-max held already; queue_timeout: held --flow-queue-ttl-ms) and objective (one the router knows; "" for none or any other name).',
       labelNames: ['reason', 'objective'] as const,
       registers,
     });
@@ -444,6 +444,16 @@ export class RouterMetrics {
         },
       });
     }
+  }
+
+  /**
+   * Drops the series the request path counted for worker `key` (P/D legs, failovers): called once no
+   * pool holds a worker at that key, so a fleet whose pods come and go does not grow /metrics.
+   */
+  forgetWorker(key: string): void {
+    this.pdPrefillRequests.remove({ worker: key });
+    this.pdDecodeRequests.remove({ worker: key });
+    for (const adopted of ['true', 'false']) this.failovers.remove({ worker: key, adopted });
   }
 
   text(): Promise<string> {
