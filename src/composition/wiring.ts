@@ -141,7 +141,15 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
   const bootstrap = buildBootstrap(config, logger, () => metrics);
   // A worker put to sleep has an empty KV cache: its pool's policy forgets what it thought it held
   // (the pools are built below; health changes only ever concern their members).
-  const health = buildHealth(config, logger, bootstrap, (w) => pools.byRole[w.role].policy.cacheCleared?.(w));
+  // Built below; a worker back in selection gets the LoRA adapters a load skipped it for.
+  const late: { lora?: LoraFanout } = {};
+  const health = buildHealth(
+    config,
+    logger,
+    bootstrap,
+    (w) => pools.byRole[w.role].policy.cacheCleared?.(w),
+    () => late.lora?.sync(),
+  );
   const catalog = new ModelCatalog();
   // The pools' hooks count into the metrics and the metrics read the pools at scrape time (only
   // then: never during construction), so the metrics are built first.
@@ -312,6 +320,7 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
   // A worker that joins (or restarts) gets the adapters loaded through the router so far.
   registry.onChange(() => lora.sync());
   lora.sync();
+  late.lora = lora;
   // vLLM's engine control calls (an RL trainer's pause, cache reset, resume) go to every worker.
   const fleet = config.fleetControl
     ? new FleetControl({
@@ -417,6 +426,7 @@ function buildHealth(
   logger: Logger,
   bootstrap: BootstrapDirectory | undefined,
   cacheCleared: (w: Worker) => void,
+  selectableAgain: () => void,
 ): WorkerHealth {
   return new WorkerHealth({
     checkFailureThreshold: config.healthFailureThreshold,
@@ -430,6 +440,7 @@ function buildHealth(
       logger.info({ worker: w.id, ...view, previous }, 'worker health changed');
       // vLLM's sleep empties the prefix cache (and publishes AllBlocksCleared for the exact index).
       if (view.asleep && !previous.asleep) cacheCleared(w);
+      if (view.selectable && !previous.selectable) selectableAgain();
       // A prefill instance going down or coming back (active health, breaker opening or leaving open)
       // may be a restarted process with new engine ids: asked again before it takes Mooncake traffic.
       const open = (v: typeof view): boolean => v.breaker === 'open';

@@ -28,14 +28,23 @@ export function fallbackWorkers(
   // One entry per endpoint: the data-parallel ranks of one server share theirs (a retry on the chosen
   // endpoint, or twice on another, is no fallback).
   const used = new Set<string>([chosen.endpoint]);
-  if (runnerUp !== undefined && !used.has(runnerUp.endpoint) && candidates.includes(runnerUp)) {
+  // A request pinned to a data-parallel rank keeps its `X-data-parallel-rank` on every retry: only
+  // that rank of another server can take it (vLLM refuses a rank it does not have; a server of one
+  // rank has rank 0).
+  const takes = (w: Worker): boolean => chosen.dpRank === undefined || (w.dpRank ?? 0) === chosen.dpRank;
+  if (
+    runnerUp !== undefined &&
+    !used.has(runnerUp.endpoint) &&
+    takes(runnerUp) &&
+    candidates.includes(runnerUp)
+  ) {
     out.push(runnerUp);
     used.add(runnerUp.endpoint);
   }
   const left: number[] = [];
   for (let i = 0; i < candidates.length; i++) {
     const w = candidates[i] as Worker;
-    if (!used.has(w.endpoint)) left.push(i);
+    if (!used.has(w.endpoint) && takes(w)) left.push(i);
   }
   while (out.length < count && left.length > 0) {
     const best = leastLoaded(candidates, left);

@@ -18,8 +18,8 @@
  * - At most `--flow-queue-max` requests are held; one more gets a 429 `queue_full` at once.
  * - A client that goes away while held is dropped from the queue: nothing was loaded or sent.
  * - Room is read on a timer every `pollMs` while anything is held. A round lets go, best first, the
- *   held requests whose workers have room, at most one per worker with room in the pool (of the pool
- *   with the fewest), reading room again after each: with the cost
+ *   held requests whose workers have room, at most one per worker with room in each pool it uses (a
+ *   request without a prefill leg spends only the decode pool's), reading room again after each: with the cost
  *   model (the default policy) the router's own queued prefills count on top of each sample at once
  *   (load/saturation.ts); with other policies a worker's room shows only in its next scrape, so a
  *   round's budget bounds how far one sample's room is handed out.
@@ -145,13 +145,17 @@ export class FlowControl implements Dispatcher {
       e.item.reject(queueTimeout(e.priority, this.opts.ttlMs));
     }
     this.reconcile();
-    let budget = this.roomy();
+    // A round's budget per pool: a request without a prefill leg spends the decode pool's alone.
+    let budget = this.room(this.opts.pool);
+    let prefillBudget = this.opts.prefillPool === undefined ? Infinity : this.room(this.opts.prefillPool);
     // Room per model within one pick (a release changes the room of its workers: read again).
     const memo = new Map<string, boolean>();
     const ready = (e: QueuedRequest<Held>): boolean => {
       const { ctx, req } = e.item;
+      const prefill = this.needsPrefill(req);
+      if (prefill && prefillBudget <= 0) return false;
       if (ctx.subset !== undefined) return this.roomFor(ctx, req);
-      const key = `${req.inference !== undefined ? 'i' : 'o'}${ctx.model}`;
+      const key = `${prefill ? 'p' : 'd'}${ctx.model}`;
       let room = memo.get(key);
       if (room === undefined) memo.set(key, (room = this.roomFor(ctx, req)));
       return room;
@@ -160,6 +164,7 @@ export class FlowControl implements Dispatcher {
       const e = this.queue.take(ready);
       if (e === undefined) break;
       budget--;
+      if (this.needsPrefill(e.item.req)) prefillBudget--;
       memo.clear();
       this.leave(e.item);
       this.opts.observer?.released?.(now - e.queuedAt);
@@ -215,17 +220,16 @@ export class FlowControl implements Dispatcher {
     const { pool, prefillPool, hasRoom } = this.opts;
     const decode = candidates(pool, ctx);
     if (decode.length > 0 && !decode.some(hasRoom)) return false;
-    if (prefillPool === undefined || !(this.opts.needsPrefill?.(req) ?? req.inference !== undefined))
-      return true;
-    const prefill = candidates(prefillPool, ctx);
+    if (!this.needsPrefill(req)) return true;
+    const prefill = candidates(prefillPool as WorkerPool, ctx);
     return prefill.length === 0 || prefill.some(hasRoom);
   }
 
-  /** Selectable workers with room, in the pool with the fewest (P/D: prefill or decode): a round's budget. */
-  private roomy(): number {
-    const { pool, prefillPool } = this.opts;
-    const room = this.room(pool);
-    return prefillPool === undefined ? room : Math.min(room, this.room(prefillPool));
+  /** P/D: whether the request uses the prefill pool too (a prefill leg). */
+  private needsPrefill(req: RouteRequest): boolean {
+    return (
+      this.opts.prefillPool !== undefined && (this.opts.needsPrefill?.(req) ?? req.inference !== undefined)
+    );
   }
 
   /** Selectable workers with room; Infinity for a pool without any (its requests get the 503). */

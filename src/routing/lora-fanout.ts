@@ -71,6 +71,8 @@ export class LoraFanout {
   private readonly remembered = new Map<string, Buffer>();
   /** `url generation` of the members seen by sync(). */
   private readonly known = new Set<string>();
+  /** URLs a load skipped (not selectable then): loaded with the rest once selectable again. */
+  private readonly owed = new Set<string>();
   private synced = false;
 
   constructor(private readonly opts: LoraFanoutOptions) {}
@@ -108,6 +110,16 @@ export class LoraFanout {
     this.known.clear();
     for (const k of current) this.known.add(k);
     this.synced = true;
+    // A member a load skipped (cordoned, asleep, unhealthy) is the same process once selectable
+    // again: it gets the adapters too.
+    for (const url of this.owed) {
+      const at = this.opts.members().filter((w) => w.url === url);
+      if (at.length === 0) this.owed.delete(url);
+      else if (at.some((w) => w.healthy)) {
+        this.owed.delete(url);
+        joined.add(url);
+      }
+    }
     if (this.remembered.size === 0) return;
     for (const url of joined) void this.replay(url);
   }
@@ -119,8 +131,15 @@ export class LoraFanout {
 
   private async replay(url: string): Promise<void> {
     const auth = this.opts.apiKey ? `Bearer ${this.opts.apiKey}` : undefined;
-    for (const [name, body] of [...this.remembered]) {
+    // Read the remembered adapters afresh after each load: one unloaded meanwhile is not sent, one
+    // loaded meanwhile (the worker may have been skipped, not selectable yet) is.
+    const sent = new Map<string, Buffer>();
+    for (;;) {
       if (this.closed) return;
+      const next = [...this.remembered].find(([name, body]) => sent.get(name) !== body);
+      if (next === undefined) break;
+      const [name, body] = next;
+      sent.set(name, body);
       const r = await this.send(url, [], '/v1/load_lora_adapter', body, auth, true);
       this.opts.onReplayed?.(url, name, r.ok, r.message);
     }
@@ -186,7 +205,10 @@ export class LoraFanout {
     );
     this.opts.onAnswered?.(results.filter((r) => r.status !== 0).map((r) => r.url));
     const failed = results.filter((r) => !r.ok);
-    if (failed.length < results.length) this.remember(load, body);
+    if (failed.length < results.length) {
+      this.remember(load, body);
+      if (load) for (const x of skipped) if (!byUrl.has(x.url)) this.owed.add(x.url);
+    }
     const summary = { workers: results, ...(skipped.length > 0 ? { skipped } : {}) };
     if (failed.length === 0) {
       return {
