@@ -922,7 +922,7 @@ export const OPTIONS = [
     flag: 'prefill-timeout-ms',
     type: 'int',
     default: 60000,
-    help: "Timeout of the prefill leg; keep it below Envoy's ext_proc message_timeout.",
+    help: "Timeout of the prefill leg, its --prefill-retries included (they share it); keep it below Envoy's ext_proc message_timeout.",
   },
   {
     group: 'Prefill/decode',

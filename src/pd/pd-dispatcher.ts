@@ -425,6 +425,10 @@ export class PdDispatcher implements Dispatcher {
     const { opts } = this;
     const tried = new Set<Worker>();
     let prefill = first;
+    // --prefill-timeout-ms bounds the whole prefill phase, retries included: Envoy's message_timeout
+    // (90 s for a 60 s prefill timeout in the shipped configs) waits for this one reply, so a retry
+    // with a fresh timeout of its own would let Envoy's bare 504 fire before the router's JSON error.
+    const deadline = opts.clock() + opts.prefillTimeoutMs;
     for (let attempt = 0; ; attempt++) {
       const worker = prefill.decision.worker;
       tried.add(worker);
@@ -436,9 +440,15 @@ export class PdDispatcher implements Dispatcher {
           prefill.guard.release(); // runPrefill, which releases it, never runs for this attempt
           throw new PrefillError('transport', `prefill worker ${worker.url}: no bootstrap engine id`);
         }
-        const result = await this.runPrefill(req, leg.ctx, leg.requestId, prefill, signal, {
-          headers: leg.headers,
-        });
+        const result = await this.runPrefill(
+          req,
+          leg.ctx,
+          leg.requestId,
+          prefill,
+          signal,
+          { headers: leg.headers },
+          Math.max(1, Math.ceil(deadline - opts.clock())),
+        );
         return { result, ctx: leg.ctx, requestId: leg.requestId, decision: prefill.decision };
       } catch (err) {
         const e = err as PrefillError;
@@ -446,7 +456,9 @@ export class PdDispatcher implements Dispatcher {
           throw new RouterError('client_cancelled', 499, 'client went away during prefill');
         if (e.kind === 'transport') opts.bootstrap?.invalidate(worker);
         const next =
-          attempt < opts.prefillRetries && !clientFault(e) ? this.retryTarget(req, tried) : undefined;
+          attempt < opts.prefillRetries && !clientFault(e) && opts.clock() < deadline
+            ? this.retryTarget(req, tried)
+            : undefined;
         if (!next) throw prefillFailure(e, worker);
         opts.pd?.error?.('prefill_retry');
         prefill = reserve(opts.prefillPool, next, opts.observer, opts.clock());
@@ -565,6 +577,7 @@ export class PdDispatcher implements Dispatcher {
     reservation: Reservation,
     signal: AbortSignal,
     leg: PrefillLegOptions = {},
+    timeoutMs: number = this.opts.prefillTimeoutMs,
   ): Promise<PrefillResult> {
     const guard = reservation.guard;
     const inf = req.inference;
@@ -585,7 +598,7 @@ export class PdDispatcher implements Dispatcher {
         req.headers,
         requestId,
         signal,
-        this.opts.prefillTimeoutMs,
+        timeoutMs,
         leg,
       );
       guard.release();
