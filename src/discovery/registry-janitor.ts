@@ -6,8 +6,8 @@
  * removed, `onExpired(entries)`. Routing does not depend on this pass: `snapshot()` already excludes
  * expired entries; the janitor bounds memory and drives removal notifications (metrics, logs, pools).
  *
- * The timer is `.unref()`ed. An exception thrown by `onExpired` must not kill the process from a timer
- * callback, so it is passed to `onError` (wire it to the logger in the composition root; without it
+ * The timer is `.unref()`ed. An exception thrown by `onExpired`, or by a registry listener while
+ * `cleanup()` notifies it, must not kill the process from a timer callback, so it is passed to `onError` (wire it to the logger in the composition root; without it
  * the exception is dropped). `close()` is idempotent.
  */
 import type { RegistryEntry, ServiceRegistry } from './service-registry.js';
@@ -36,7 +36,14 @@ export class RegistryJanitor {
 
   /** One cleanup pass (also used by tests). Returns the removed entries. */
   runOnce(): RegistryEntry[] {
-    const expired = this.opts.registry.cleanup();
+    let expired: RegistryEntry[];
+    try {
+      expired = this.opts.registry.cleanup();
+    } catch (err) {
+      // A registry listener (pools, subscriptions) threw while the entries went: not out of the timer.
+      this.opts.onError?.(err);
+      return [];
+    }
     if (expired.length > 0) {
       try {
         this.opts.onExpired?.(expired);

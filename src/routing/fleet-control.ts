@@ -43,7 +43,8 @@
  *     would reach an engine freeing its weights under it (vllm-project/vllm#15483). A worker that
  *     does not take it is recorded awake again (a page of its metrics says otherwise soon enough);
  *   - wake_up: the worker's `GET /is_sleeping` is read and recorded (a `tags=weights` wake leaves
- *     the KV cache asleep, and the engine with it);
+ *     the KV cache asleep, and the engine with it); when it cannot be read, a wake without `tags`
+ *     records the worker awake (its 2xx says so), one with `tags` leaves it to the next scrape;
  *   - is_paused / is_sleeping: each answer is recorded (a pause sent to a worker directly shows).
  * A paused state lives on the Worker: a restarted engine (a new registration generation) is not
  * paused. vLLM's /metrics say nothing of a pause: the pauses this router did not forward (sent to
@@ -326,7 +327,9 @@ export class FleetControl {
     }
     const now = clock();
     for (const { url, asleep } of awake) {
-      if (asleep !== undefined) for (const w of this.at(url)) state.recordSleep(w, asleep, now);
+      // Unread (the call failed, or an answer without the flag): a whole wake (no `tags`) woke it.
+      const recorded = asleep ?? (query.has('tags') ? undefined : false);
+      if (recorded !== undefined) for (const w of this.at(url)) state.recordSleep(w, recorded, now);
     }
     const clears =
       op === 'pause' ? query.get('mode') !== 'keep' && query.get('clear_cache') !== 'false' : op === 'reset';

@@ -48,6 +48,24 @@ describe('RegistryJanitor', () => {
     }
   });
 
+  it('a registry listener that throws while it removes entries goes to onError, not out of the timer', () => {
+    const { clock, registry } = setup();
+    const errors: unknown[] = [];
+    registry.register({ role: 'prefill', url: 'http://a:1', endpoint: 'a:1' });
+    registry.onChange(() => {
+      throw new Error('listener failed');
+    });
+    clock.now = 1000;
+    const janitor = new RegistryJanitor({ registry, intervalMs: 60_000, onError: (err) => errors.push(err) });
+    try {
+      expect(() => janitor.runOnce()).not.toThrow();
+      expect(errors.map((e) => (e as Error).message)).toEqual(['listener failed']);
+      expect(registry.size('prefill')).toBe(0);
+    } finally {
+      janitor.close();
+    }
+  });
+
   it('rejects a non-positive interval', () => {
     expect(() => new RegistryJanitor({ registry: new ServiceRegistry(), intervalMs: 0 })).toThrow(RangeError);
   });

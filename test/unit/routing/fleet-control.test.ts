@@ -175,6 +175,18 @@ describe('FleetControl', () => {
     expect(state.calls).toEqual([`${wa.id} asleep=false`, `${wb.id} asleep=false`]);
   });
 
+  it('a wake whose /is_sleeping cannot be read: awake without tags, as before with them', async () => {
+    const a = await capture(200, ''); // every path 200, no {"is_sleeping": ...} in the answer
+    const w = worker(a.url);
+    w.asleep = true;
+    const f = control([w]);
+    expect((await f.answer('POST', '/wake_up?tags=weights', {}, undefined)!).status).toBe(200);
+    expect(w.asleep).toBe(true); // a partial wake: the KV cache may still sleep
+    expect((await f.answer('POST', '/wake_up', {}, undefined)!).status).toBe(200);
+    expect(w.asleep).toBe(false);
+    expect(a.seen.filter((l) => l.startsWith('GET /is_sleeping'))).toHaveLength(2);
+  });
+
   it('worker_url narrows the call to that worker (and is not passed on); an unknown one is a 404', async () => {
     const [a, b] = [await capture(200, '{"status":"paused"}'), await capture(200, '{"status":"paused"}')];
     const state = new Recorded();
