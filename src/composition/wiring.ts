@@ -225,7 +225,11 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
       },
       of: (w) => catalog.of(w.url),
     },
-    replaced: (w) => catalog.forget(w.url),
+    // A new process at the URL: its models and its load are its own, not the old one's.
+    replaced: (w) => {
+      catalog.forget(w.url);
+      board.forget(w.key);
+    },
     departed: (w) => departedKeys.add(w.key),
     // The worker's KV-cache capacity from its latest scraped page (any age: it does not change).
     capacityTokens: (w) => {

@@ -103,6 +103,15 @@ export class LoadBoard {
     return s !== undefined && nowMs - s.takenAtMs <= this.staleAfterMs ? s : undefined;
   }
 
+  /**
+   * Forgets one key's sample and foreign share: a new process registered there (a new generation) must
+   * not be read through the old one's last page (its queue, its KV capacity) until its own first scrape.
+   */
+  forget(url: string): void {
+    this.samples.delete(url);
+    this.foreign.delete(url);
+  }
+
   /** Drops URLs no longer in any pool (keeps the map bounded by the fleet). */
   retain(urls: ReadonlySet<string>): void {
     for (const url of this.samples.keys()) if (!urls.has(url)) this.samples.delete(url);
