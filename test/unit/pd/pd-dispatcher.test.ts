@@ -17,6 +17,7 @@ import type { PdDispatchMode } from '../../../src/pd/kv-transfer.js';
 import { harness, register } from '../workers/pool-harness.js';
 import { parseInferenceRequest } from '../../../src/request/inference-request.js';
 import { holderToken, responseIdFor, workerToken } from '../../../src/routing/response-affinity.js';
+import { COMPLETION_REQ } from './pd-fixtures.js';
 
 interface Call {
   worker: Worker;
@@ -59,20 +60,7 @@ const OK: PrefillResult = {
   cachedTokens: 3,
 };
 
-const REQ: RouteRequest = {
-  method: 'POST',
-  path: '/v1/completions',
-  headers: {},
-  inference: {
-    kind: 'completions',
-    model: 'm',
-    stream: false,
-    text: 'hello',
-    json: { model: 'm', prompt: 'hello', max_tokens: 4 },
-    promptBody: { model: 'm', prompt: 'hello', max_tokens: 4 },
-    namesFreeResponse: false,
-  },
-};
+const REQ: RouteRequest = COMPLETION_REQ;
 
 function setup(
   opts: {

@@ -12,6 +12,7 @@ import { PrefillClient } from '../../../src/pd/prefill-client.js';
 import { PoolDispatcher } from '../../../src/routing/pool-dispatcher.js';
 import type { Dispatch, RouteRequest } from '../../../src/extproc/dispatch.js';
 import { harness, register } from '../workers/pool-harness.js';
+import { COMPLETION_REQ } from './pd-fixtures.js';
 
 const VLLM_400 = JSON.stringify({
   object: 'error',
@@ -22,20 +23,7 @@ const VLLM_400 = JSON.stringify({
   code: 400,
 });
 
-const REQ: RouteRequest = {
-  method: 'POST',
-  path: '/v1/completions',
-  headers: {},
-  inference: {
-    kind: 'completions',
-    model: 'm',
-    stream: false,
-    text: 'hello',
-    json: { model: 'm', prompt: 'hello', max_tokens: 4 },
-    promptBody: { model: 'm', prompt: 'hello', max_tokens: 4 },
-    namesFreeResponse: false,
-  },
-};
+const REQ: RouteRequest = COMPLETION_REQ;
 
 const cleanup: Array<() => Promise<void>> = [];
 afterEach(async () => {

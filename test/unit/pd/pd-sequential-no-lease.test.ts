@@ -13,20 +13,7 @@ import type { BootstrapDirectory } from '../../../src/pd/mooncake-bootstrap.js';
 import type { PdDispatchMode } from '../../../src/pd/kv-transfer.js';
 import { harness, register } from '../workers/pool-harness.js';
 
-const REQ: RouteRequest = {
-  method: 'POST',
-  path: '/v1/completions',
-  headers: {},
-  inference: {
-    kind: 'completions',
-    model: 'm',
-    stream: false,
-    text: 'hello',
-    json: { model: 'm', prompt: 'hello', max_tokens: 4 },
-    promptBody: { model: 'm', prompt: 'hello', max_tokens: 4 },
-    namesFreeResponse: false,
-  },
-};
+const REQ: RouteRequest = COMPLETION_REQ;
 
 function setup(mode: PdDispatchMode) {
   const h = harness();
@@ -103,6 +90,7 @@ import { BootstrapDirectory as RealDirectory } from '../../../src/pd/mooncake-bo
 import { ServiceRegistry } from '../../../src/discovery/service-registry.js';
 import { WorkerPool } from '../../../src/workers/worker-pool.js';
 import { createPolicy } from '../../../src/routing/create-policy.js';
+import { COMPLETION_REQ } from './pd-fixtures.js';
 
 describe('real BootstrapDirectory, a DP rank the bootstrap server does not list yet', () => {
   it('sequential: no prefill load is left behind by the rank without an engine id', async () => {
