@@ -305,7 +305,8 @@ export function helpText(): string {
       lines.push('', `${group}:`);
     }
     const arg = o.type === 'bool' ? '' : o.type === 'enum' ? ` <${o.values?.join('|')}>` : ` <${o.type}>`;
-    const flag = `  --${o.flag}${arg}`;
+    // A switch that is on by default is turned off with its --no- form (a value is refused).
+    const flag = o.type === 'bool' && o.default === true ? `  --[no-]${o.flag}` : `  --${o.flag}${arg}`;
     const def = Array.isArray(o.default) ? (o.default.length ? o.default.join(',') : '') : String(o.default);
     const help = `${o.help}${def !== '' ? ` (default: ${def})` : ''}`;
     lines.push(flag.length < 36 ? `${flag.padEnd(36)}${help}` : `${flag}\n${' '.repeat(36)}${help}`);

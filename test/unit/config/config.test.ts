@@ -2,7 +2,14 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { ConfigError, defaultConfig, parseConfig, parseWorkerUrl, type Config } from '../../../src/config.js';
+import {
+  ConfigError,
+  defaultConfig,
+  helpText,
+  parseConfig,
+  parseWorkerUrl,
+  type Config,
+} from '../../../src/config.js';
 import { OPTIONS, type OptionSpec } from '../../../src/config-schema.js';
 import { DEFAULT_CACHE_AWARE_OPTIONS } from '../../../src/routing/cache-aware.js';
 import { DEFAULT_BREAKER_OPTIONS } from '../../../src/health/circuit-breaker.js';
@@ -124,6 +131,12 @@ describe('flags', () => {
 
   it('--help short-circuits', () => {
     expect(parseConfig(['--help'], {})).toEqual({ help: true });
+  });
+
+  it('--help names the --no- form of a switch that is on by default, which is how it goes off', () => {
+    expect(helpText()).toMatch(/^ {2}--\[no-\]fleet-control /m);
+    expect(() => parseConfig(['--fleet-control', 'false'], {})).toThrow(ConfigError);
+    expect(parse(['--no-fleet-control'])).toMatchObject({ fleetControl: false });
   });
 });
 

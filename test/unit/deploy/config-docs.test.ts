@@ -34,6 +34,8 @@ describe('docs/configuration.md', () => {
 
 describe('--help', () => {
   it.each(options.map((o) => [o.flag, o] as const))('lists --%s', (_f, o) => {
-    expect(helpText()).toMatch(new RegExp(`^  --${o.flag}(\\s|$)`, 'm'));
+    // A switch on by default shows its --no- form too (`--[no-]flag`).
+    const name = o.type === 'bool' && o.default === true ? `\\[no-\\]${o.flag}` : o.flag;
+    expect(helpText()).toMatch(new RegExp(`^  --${name}(\\s|$)`, 'm'));
   });
 });
