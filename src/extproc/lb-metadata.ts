@@ -40,7 +40,8 @@ export function endpointSubset(
     if (typeof s !== 'string') return;
     for (const part of s.split(',')) if (part.trim() !== '') out.add(part.trim());
   };
-  if (value.listValue !== undefined) for (const v of value.listValue.values ?? []) add(v?.stringValue);
+  // protobufjs leaves an unset oneof member null (not undefined) on a decoded Value.
+  if (value.listValue != null) for (const v of value.listValue.values ?? []) add(v?.stringValue);
   else add(value.stringValue);
   return out;
 }

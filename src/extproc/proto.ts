@@ -64,7 +64,7 @@ export interface DecodedStruct {
 export interface DecodedValue {
   stringValue?: string;
   structValue?: DecodedStruct;
-  listValue?: { values?: Array<DecodedValue | undefined> };
+  listValue?: { values?: Array<DecodedValue | undefined> } | null;
 }
 /** envoy.config.core.v3.Metadata: the namespaces the filter's `forwarding_namespaces` lists. */
 export interface MetadataContext {
