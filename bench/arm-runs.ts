@@ -35,5 +35,6 @@ export function armMean<A, R extends { readonly arm: A }>(
 /** The `q` quantile of ascending `sorted` (nearest rank), to 0.1; NaN when empty. */
 export function quantile(sorted: readonly number[], q: number): number {
   if (sorted.length === 0) return NaN;
-  return Math.round(sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]! * 10) / 10;
+  const rank = Math.ceil(q * sorted.length);
+  return Math.round(sorted[Math.min(sorted.length - 1, Math.max(0, rank - 1))]! * 10) / 10;
 }

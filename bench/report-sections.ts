@@ -5,11 +5,12 @@
  */
 import {
   saturationBudget,
+  STREAMS_THROUGHPUT_TARGET,
   type OverheadResult,
   type OverheadRun,
   type RouterProfile,
 } from './overhead-bench.js';
-import { BOUND_LABEL, findCell, type RoutingResult } from './routing-bench.js';
+import { BOUND_LABEL, findCell, THROUGHPUT_TARGETS, type RoutingResult } from './routing-bench.js';
 import type { ScaleResult } from './scale-bench.js';
 import type { TimingModel } from '../src/sim/timing-model.js';
 import { renderBarChart } from './svg-chart.js';
@@ -144,7 +145,10 @@ export function renderRouting(r: RoutingResult): RenderedSection {
             (cellOf(w, p)?.outputTokPerSec ?? NaN) / (cellOf(w, 'round_robin')?.outputTokPerSec ?? NaN),
         ),
         format: (v) => (Number.isFinite(v) ? v.toFixed(2) : 'n/a'),
-        reference: { value: 1.5, label: 'target 1.5x (shared-prefix)' },
+        reference: {
+          value: THROUGHPUT_TARGETS['shared-prefix']!,
+          label: `target ${THROUGHPUT_TARGETS['shared-prefix']!.toFixed(1)}x (shared-prefix)`,
+        },
       }),
     },
     {
@@ -366,7 +370,10 @@ export function renderOverhead(r: OverheadResult): RenderedSection {
         yLabel: 'c / b',
         categories: labels,
         series: [{ name: 'c / b', values: r.runs.map((x) => x.throughputRatioRouterOverEnvoy) }],
-        reference: { value: 0.9, label: 'target 0.9 (256 streams)' },
+        reference: {
+          value: STREAMS_THROUGHPUT_TARGET,
+          label: `target ${STREAMS_THROUGHPUT_TARGET} (256 streams)`,
+        },
       }),
     },
   ];
@@ -452,6 +459,8 @@ export function renderSummary(
   routing: RoutingResult | undefined,
   overhead: OverheadResult | undefined,
   scale: ScaleResult | undefined,
+  /** The exact-prefix run (`kv-events`): its targets are routing targets of its own. */
+  kvEvents?: RoutingResult,
 ): string {
   const lines: string[] = ['## Summary (generated from the latest results)', ''];
   if (routing) {
@@ -487,6 +496,7 @@ export function renderSummary(
   const targets = [
     ...(routing?.targets.map((t) => ({ ...t, bench: 'routing' })) ?? []),
     ...(overhead?.targets.map((t) => ({ ...t, bench: 'overhead' })) ?? []),
+    ...(kvEvents?.targets.map((t) => ({ ...t, bench: 'kv-events' })) ?? []),
   ];
   const incomplete = scale?.selection.filter((c) => !c.complete) ?? [];
   lines.push('', '### Every target', '');
@@ -512,6 +522,7 @@ export function renderSummary(
     missed === 0
       ? 'Every target met.'
       : `${missed} target(s) missed${unreachable > 0 ? `, ${unreachable} of them beyond what any routing could reach in that run (the ceiling in the verdict)` : ''}: see "Analysis" below for the causes.`,
+    'The router-replicas targets (hit rate kept with a second replica) are in "Router replicas" below.',
   );
   return lines.join('\n');
 }

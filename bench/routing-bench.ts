@@ -1042,7 +1042,7 @@ export function findCell(
 }
 
 /** Issue 12's throughput floor of the default cache_aware vs round robin, per workload. */
-const THROUGHPUT_TARGETS: Readonly<Record<string, number>> = {
+export const THROUGHPUT_TARGETS: Readonly<Record<string, number>> = {
   'shared-prefix': 1.9,
   'multi-turn': 1.2,
   'chat-one-system-prompt': 1.2,

@@ -94,6 +94,7 @@ async function publishSummary(): Promise<void> {
       readResult<RoutingResult>('routing'),
       readResult<OverheadResult>('overhead'),
       readResult<ScaleResult>('scale'),
+      readResult<RoutingResult>('kv-events'),
     ),
   );
 }
