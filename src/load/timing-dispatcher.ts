@@ -17,7 +17,9 @@
  *   `usage.prompt_tokens` a watched 2xx response carries (load/usage-tokens.ts), against the request's
  *   routing-text characters.
  * - Cache reports (a dispatch with `cacheFeedback`, routing/cache-report.ts): the same usage's
- *   `prompt_tokens_details.cached_tokens` goes back to the policy, which checks its prefix tree.
+ *   `prompt_tokens_details.cached_tokens` goes back to the policy, which checks its prefix tree. vLLM
+ *   writes the details only when something was cached, so once a worker has sent them, a usage
+ *   object that visibly ends without them reports 0 (usage-tokens.ts `usageShowsNoCached`).
  * - Whole-response sample (a non-streamed 2xx response of one sequence): clock at the dispatch -> the
  *   body chunk carrying its `usage.completion_tokens` (`output_tokens` for the Responses and Messages
  *   APIs), with the features above and that many tokens less one as its decode steps
@@ -59,6 +61,7 @@ import {
   inputTokensIn,
   outputTokensIn,
   promptTokensIn,
+  usageShowsNoCached,
 } from './usage-tokens.js';
 
 interface Learners {
@@ -70,6 +73,8 @@ interface Learners {
   readonly charsPerToken?: CharsPerToken;
   /** Non-streamed responses watched for their duration and usage (one in N per worker, as the streamed share). */
   readonly usageSampler: ResponseSampler;
+  /** Workers seen sending `cached_tokens` (`--enable-prompt-tokens-details`): their usage without it is 0. */
+  readonly reportsCached: WeakSet<Worker>;
 }
 
 /**
@@ -151,6 +156,7 @@ export function withTiming(
     sampler,
     ...(backlog ? { backlog } : {}),
     usageSampler: new ResponseSampler(sampleEvery, watchMax),
+    reportsCached: new WeakSet(),
     ...(charsPerToken ? { charsPerToken } : {}),
   };
   return {
@@ -197,7 +203,13 @@ function usageLearner(
     learner?.observe(inference.model, inference.text.length, tokens);
     if (feedback !== undefined) {
       const cached = cachedTokensIn(chunk);
-      if (cached !== undefined) feedback.observe(tokens, cached);
+      if (cached !== undefined) {
+        l.reportsCached.add(d.worker);
+        feedback.observe(tokens, cached);
+      } else if (l.reportsCached.has(d.worker) && usageShowsNoCached(chunk)) {
+        // vLLM writes the details only when something was cached: a worker that sends them read a miss.
+        feedback.observe(tokens, 0);
+      }
     }
   };
 }

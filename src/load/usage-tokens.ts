@@ -49,6 +49,33 @@ export function cachedTokensIn(chunk: Buffer): number | undefined {
   return lastValueOf(chunk, CACHED_KEY);
 }
 
+const DETAILS_KEY = Buffer.from('"prompt_tokens_details"');
+const NULL = Buffer.from('null');
+const CLOSE = 0x7d; // }
+
+/**
+ * Whether the chunk's usage object (from its last `"prompt_tokens"`) visibly carries no cached tokens:
+ * `"prompt_tokens_details": null`, or the object closes with no `prompt_tokens_details` at all. vLLM
+ * (`--enable-prompt-tokens-details`) writes the details only when something was cached
+ * (serving_completion.py / serving_chat.py: `if ... and num_cached_tokens`), so for a worker known to
+ * send them this reads as 0 cached. False when the object is cut by the chunk's end.
+ */
+export function usageShowsNoCached(chunk: Buffer): boolean {
+  const at = chunk.lastIndexOf(KEY);
+  if (at < 0) return false;
+  const details = chunk.indexOf(DETAILS_KEY, at);
+  if (details >= 0) {
+    let i = details + DETAILS_KEY.length;
+    while (i < chunk.length && isSpace(chunk[i] as number)) i += 1;
+    if (chunk[i] !== COLON) return false;
+    i += 1;
+    while (i < chunk.length && isSpace(chunk[i] as number)) i += 1;
+    return chunk.subarray(i, i + NULL.length).equals(NULL);
+  }
+  // Without details the usage object holds only numbers: its first '}' closes it.
+  return chunk.indexOf(CLOSE, at) >= 0;
+}
+
 function lastValueOf(chunk: Buffer, key: Buffer): number | undefined {
   const at = chunk.lastIndexOf(key);
   if (at < 0) return undefined;

@@ -26,7 +26,10 @@ export interface PrefillResult {
   readonly status: number;
   /** The prefill response's `kv_transfer_params`, when it had some. */
   readonly kvTransferParams: Record<string, unknown> | undefined;
-  /** `usage.prompt_tokens_details.cached_tokens` as the prefill worker reported it. */
+  /**
+   * `usage.prompt_tokens_details.cached_tokens` as the prefill worker reported it; 0 for a usage without
+   * details (vLLM writes them only when something was cached); undefined without a usage.
+   */
   readonly cachedTokens: number | undefined;
 }
 
@@ -155,8 +158,12 @@ export class PrefillClient {
       }
       const obj = (typeof json === 'object' && json !== null ? json : {}) as Record<string, unknown>;
       const kv = obj.kv_transfer_params;
-      const usage = obj.usage as { prompt_tokens_details?: { cached_tokens?: unknown } } | undefined;
-      const cached = usage?.prompt_tokens_details?.cached_tokens;
+      const usage = obj.usage as
+        { prompt_tokens?: unknown; prompt_tokens_details?: { cached_tokens?: unknown } | null } | undefined;
+      // vLLM writes the details only when something was cached: a usage without them is a miss.
+      const cached =
+        usage?.prompt_tokens_details?.cached_tokens ??
+        (typeof usage?.prompt_tokens === 'number' && usage.prompt_tokens_details == null ? 0 : undefined);
       return {
         status: res.statusCode,
         kvTransferParams:

@@ -37,7 +37,8 @@ export interface Usage {
   prompt_tokens: number;
   completion_tokens: number;
   total_tokens: number;
-  prompt_tokens_details: { cached_tokens: number };
+  /** null when nothing was cached: vLLM sets it only `if enable_prompt_tokens_details and num_cached_tokens`. */
+  prompt_tokens_details: { cached_tokens: number } | null;
 }
 
 export function usageOf(promptTokens: number, completionTokens: number, cachedTokens: number): Usage {
@@ -45,7 +46,7 @@ export function usageOf(promptTokens: number, completionTokens: number, cachedTo
     prompt_tokens: promptTokens,
     completion_tokens: completionTokens,
     total_tokens: promptTokens + completionTokens,
-    prompt_tokens_details: { cached_tokens: cachedTokens },
+    prompt_tokens_details: cachedTokens > 0 ? { cached_tokens: cachedTokens } : null,
   };
 }
 

@@ -12,8 +12,9 @@
  *   53-bit integer key: measured ~1.5 ns/char on Node 20, 3x faster than a 64-bit FNV in 16-bit lanes
  *   and 9x faster than chained crypto SHA-1. A collision needs both lanes to collide (~2^-53 per pair).
  * - Lookup walks blocks from the start and stops at the first miss (a prefix match), like vLLM.
- *   `cachedTokens = hitBlocks * blockTokens`. (vLLM additionally never counts the very last prompt
- *   token as cached; the simulator ignores that one-token detail.)
+ *   `cachedTokens = hitBlocks * blockTokens`. As vLLM (`get_computed_blocks`: the hit is capped at
+ *   `num_tokens - 1` so the last token is recomputed for its logits, block-aligned), a hit never covers
+ *   the block holding the prompt's last token: a fully cached k-block prompt hits k - 1 blocks.
  * - Capacity is `capacityBlocks` (default 4096 = 65,536 tokens per worker: enough to hold a few dozen
  *   2k-token shared prefixes, small enough that a benchmark can overflow it and exercise eviction).
  *   Eviction is LRU over blocks. After a request, its blocks are touched from LAST to FIRST, so the
@@ -180,8 +181,9 @@ export class PrefixCache {
     removed?: number[],
   ): CacheLookup {
     const promptTokens = this.tokensOf(text);
+    const maxHit = Math.min(hashes.length, Math.floor((promptTokens - 1) / this.options.blockTokens));
     let hitBlocks = 0;
-    while (hitBlocks < hashes.length && this.blocks.has(hashes[hitBlocks]!)) hitBlocks++;
+    while (hitBlocks < maxHit && this.blocks.has(hashes[hitBlocks]!)) hitBlocks++;
     this.touchAndEvict(hashes, removed);
     const cachedTokens = Math.min(promptTokens, hitBlocks * this.options.blockTokens);
     this.queried += promptTokens;
@@ -203,8 +205,9 @@ export class PrefixCache {
   ): CacheLookup {
     const bt = this.options.blockTokens;
     const promptTokens = Math.max(1, ids.length);
+    const maxHit = Math.min(hashes.length, Math.floor((promptTokens - 1) / bt));
     let hitBlocks = 0;
-    while (hitBlocks < hashes.length && this.blocks.has(hashes[hitBlocks]!)) hitBlocks++;
+    while (hitBlocks < maxHit && this.blocks.has(hashes[hitBlocks]!)) hitBlocks++;
     for (let b = 0; b < hashes.length; b++) {
       if (changes !== undefined && !this.blocks.has(hashes[b]!)) {
         changes.stored.push({

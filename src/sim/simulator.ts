@@ -383,7 +383,13 @@ interface Ctx {
 /** A request's prompts as the prefix cache keys them (Simulator.cacheKeys). */
 interface CacheKeys {
   /** Token mode (KV events): per prompt, its ids, cache salt and block hashes. */
-  readonly tokens?: ReadonlyArray<{ ids: ArrayLike<number>; salt: string | undefined; hashes: number[] }>;
+  readonly tokens?: ReadonlyArray<{
+    ids: ArrayLike<number>;
+    salt: string | undefined;
+    /** The LoRA adapter (BlockStored's lora_name); undefined for the base model. */
+    loraName: string | undefined;
+    hashes: number[];
+  }>;
   /** Text mode: the prompts. */
   readonly texts?: readonly string[];
   /** Per prompt: its block hashes and prompt tokens. */
@@ -692,15 +698,24 @@ class SimulatorServer implements Simulator {
    * and the lookup both need them): the token ids of each prompt (a batched prompt's each on its own,
    * as vLLM runs them) when KV events are on and the request tokenizes, else the text of each prompt.
    */
-  private cacheKeys(body: unknown, prompts: readonly string[]): CacheKeys {
+  private cacheKeys(body: unknown, prompts: readonly string[], adapter: string | undefined): CacheKeys {
     const publisher = this.kvPublisher;
+    // vLLM puts a LoRA request's adapter name in every block's extra keys (kv_cache_utils.py
+    // _gen_lora_extra_hash_keys): no block is shared across adapters or with the base model.
+    const loraKey = adapter === undefined ? '' : `\u0001${adapter}\u0001`;
     if (publisher !== undefined && isObj(body)) {
       const r = tokenizeBody(this.tokenizer as unknown as BodyTokenizer, body);
       const seqs = r.ok ? (r.batch ?? [r.ids]) : [];
       if (seqs.length === prompts.length) {
         const salt =
           typeof body.cache_salt === 'string' && body.cache_salt.length > 0 ? body.cache_salt : undefined;
-        const tokens = seqs.map((ids) => ({ ids, salt, hashes: this.cache.hashTokens(ids, salt) }));
+        const seed = adapter === undefined ? salt : `${loraKey}${salt ?? ''}`;
+        const tokens = seqs.map((ids) => ({
+          ids,
+          salt,
+          loraName: adapter,
+          hashes: this.cache.hashTokens(ids, seed),
+        }));
         return {
           tokens,
           prompts: tokens.map((t) => ({ hashes: t.hashes, tokens: Math.max(1, t.ids.length) })),
@@ -710,7 +725,8 @@ class SimulatorServer implements Simulator {
     // vLLM salts a request's first block with its cache_salt, so no block is shared across salts: the
     // text-keyed cache gets the same by opening the salted prompts with the salt.
     const salt = isObj(body) && typeof body.cache_salt === 'string' ? body.cache_salt : '';
-    const texts = salt === '' ? prompts : prompts.map((p) => `\u0000${salt}\u0000${p}`);
+    const open = `${loraKey}${salt === '' ? '' : `\u0000${salt}\u0000`}`;
+    const texts = open === '' ? prompts : prompts.map((p) => `${open}${p}`);
     return {
       texts,
       prompts: texts.map((p) => ({ hashes: this.cache.hashText(p), tokens: this.cache.tokensOf(p) })),
@@ -756,6 +772,7 @@ class SimulatorServer implements Simulator {
           parent: run[0]!.parent === undefined ? undefined : BigInt(run[0]!.parent),
           tokens: run.flatMap((b) => b.tokens),
           blockSize,
+          ...(t.loraName !== undefined ? { loraName: t.loraName } : {}),
           ...(salted ? { extraKeys: run.map((b) => b.extraKeys ?? null) } : {}),
         });
         run = [];
@@ -1285,7 +1302,7 @@ class SimulatorServer implements Simulator {
     let keys: CacheKeys | undefined;
     // A Responses turn keys the cache by its conversation as a chat body: the ids a chat request gets.
     const keysOf = (): CacheKeys =>
-      (keys ??= this.cacheKeys(turn?.chatBody ?? request.chatBody ?? record.body, request.prompts));
+      (keys ??= this.cacheKeys(turn?.chatBody ?? request.chatBody ?? record.body, request.prompts, adapter));
     const admit = (): number => {
       let prompt = 0;
       let cached = 0;

@@ -50,11 +50,12 @@ async function complete(s: Stack, prompt: string, stream: boolean): Promise<Answ
   });
   expect(res.status).toBe(200);
   const body = await res.text();
+  // vLLM writes prompt_tokens_details only when something was cached: none is a miss.
+  expect(body).toMatch(/"prompt_tokens":\d+/);
   const cached = /"cached_tokens":(\d+)/.exec(body);
   const match = /match=([\d.]+)/.exec(res.headers.get('x-vllm-router-decision') ?? '');
-  expect(cached, body).not.toBeNull();
   expect(match).not.toBeNull();
-  return { match: Number(match![1]), cachedTokens: Number(cached![1]) };
+  return { match: Number(match![1]), cachedTokens: cached === null ? 0 : Number(cached[1]) };
 }
 
 async function reports(s: Stack): Promise<Record<string, number>> {

@@ -42,11 +42,12 @@ async function ask(
     }),
   });
   const body = (await res.json()) as {
-    usage: { prompt_tokens: number; prompt_tokens_details: { cached_tokens: number } };
+    usage: { prompt_tokens: number; prompt_tokens_details: { cached_tokens: number } | null };
   };
   expect(res.status).toBe(200);
   return {
-    cached: body.usage.prompt_tokens_details.cached_tokens,
+    // vLLM writes prompt_tokens_details only when something was cached.
+    cached: body.usage.prompt_tokens_details?.cached_tokens ?? 0,
     prompt: body.usage.prompt_tokens,
     worker: /worker=(\S+?);/.exec(res.headers.get('x-vllm-router-decision') ?? '')?.[1] ?? '',
   };

@@ -60,6 +60,23 @@ describe('PrefillClient', () => {
     expect(rec?.headers[':path']).toBeUndefined();
   });
 
+  it("reads the prefill's cached tokens: 0 on a miss (vLLM writes no details then), the count on a hit", async () => {
+    const send = (rid: string, prompt: string) =>
+      client.send(
+        worker,
+        '/v1/completions',
+        Buffer.from(JSON.stringify({ ...JSON.parse(String(body)), prompt })),
+        headers,
+        rid,
+        new AbortController().signal,
+        5000,
+      );
+    const prompt =
+      'a prompt long enough to fill several cache blocks of the simulated prefill worker. '.repeat(4);
+    expect((await send('rid-miss', prompt)).cachedTokens).toBe(0);
+    expect((await send('rid-hit', prompt)).cachedTokens).toBeGreaterThan(0);
+  });
+
   it('maps a non-2xx answer to a status error carrying the status', async () => {
     sim.injectFault({ status: 503 });
     const e = await failure(

@@ -8,6 +8,7 @@ import type { Dispatch, RouteRequest } from '../../../src/extproc/dispatch.js';
 import { withTiming } from '../../../src/load/timing-dispatcher.js';
 import { TimingEstimates } from '../../../src/load/timing-estimates.js';
 import { CharsPerToken, MIN_SAMPLES } from '../../../src/load/chars-per-token.js';
+import { usageShowsNoCached } from '../../../src/load/usage-tokens.js';
 import { CacheAwarePolicy } from '../../../src/routing/cache-aware.js';
 import { innerDispatcher, respond } from '../../support/respond.js';
 import { input, makeWorkers } from '../routing/fixtures.js';
@@ -146,5 +147,29 @@ describe('withTiming: characters per token from usage', () => {
     const e = next();
     expect(e.watchResponseBody?.(200)).toBe(true);
     for (const x of [b, c, e]) x.finish({ kind: 'response', status: 200 });
+  });
+});
+
+describe('usageShowsNoCached: vLLM writes prompt_tokens_details only when something was cached', () => {
+  it.each([
+    [
+      'details null (a whole body)',
+      '{"usage":{"prompt_tokens":9,"total_tokens":11,"completion_tokens":2,"prompt_tokens_details":null}}',
+      true,
+    ],
+    [
+      'no details, the object closed (a stream usage chunk)',
+      'data: {"usage":{"prompt_tokens":9,"total_tokens":11,"completion_tokens":2}}\n\n',
+      true,
+    ],
+    [
+      'details with a count',
+      '{"usage":{"prompt_tokens":9,"prompt_tokens_details":{"cached_tokens":8}}}',
+      false,
+    ],
+    ['the object cut by the chunk end', '{"usage":{"prompt_tokens":9,"total_tokens":11,', false],
+    ['no usage at all', '{"choices":[]}', false],
+  ])('%s -> %s', (_what, text, want) => {
+    expect(usageShowsNoCached(Buffer.from(text))).toBe(want);
   });
 });

@@ -156,20 +156,24 @@ describe('withTiming delivers the workers usage reports to the policy', () => {
       `data: {"choices":[],"usage":{"prompt_tokens":${prompt},"completion_tokens":4,"prompt_tokens_details":{"cached_tokens":${cached}}}}\n\ndata: [DONE]\n\n`,
     );
 
-  it('from a watched stream and a watched non-streamed response, not from an error or a body without details', () => {
+  it('from a watched stream and a watched non-streamed response, not from an error; a body without details is a miss once the worker sent details', () => {
     reports.length = 0;
     // Every response watched; no characters-per-token learner: the report alone is reason to watch.
     const d = withTiming(inner, new TimingEstimates(), () => 0, undefined, 1);
+    const noDetails = (n: number) =>
+      Buffer.from(`data: {"choices":[],"usage":{"prompt_tokens":${n},"prompt_tokens_details":null}}\n\n`);
+    // Before the worker ever sent details (it may run without --enable-prompt-tokens-details): nothing.
+    respond(d.dispatch(req(true), new AbortController()) as Dispatch, 200, [noDetails(249)]);
     const first = Buffer.from('data: {"choices":[{"text":"a"}]}\n\n');
     respond(d.dispatch(req(true), new AbortController()) as Dispatch, 200, [first, usage(250, 16)]);
     respond(d.dispatch(req(false), new AbortController()) as Dispatch, 200, [usage(251, 240)]);
     respond(d.dispatch(req(true), new AbortController()) as Dispatch, 503, [usage(252, 0)]);
-    respond(d.dispatch(req(true), new AbortController()) as Dispatch, 200, [
-      Buffer.from('data: {"choices":[],"usage":{"prompt_tokens":253,"prompt_tokens_details":null}}\n\n'),
-    ]);
+    // vLLM writes the details only when something was cached: now a miss.
+    respond(d.dispatch(req(true), new AbortController()) as Dispatch, 200, [noDetails(253)]);
     expect(reports).toEqual([
       [250, 16],
       [251, 240],
+      [253, 0],
     ]);
   });
 });

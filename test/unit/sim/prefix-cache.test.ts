@@ -41,9 +41,17 @@ describe('PrefixCache', () => {
   it.each([
     { name: 'cold prompt', warm: [], prompt: blocks('p', 4), cached: 0, hitBlocks: 0, total: 4 },
     {
-      name: 'identical prompt',
+      name: 'identical prompt: the block of its last token is recomputed (vLLM get_computed_blocks)',
       warm: [blocks('p', 4)],
       prompt: blocks('p', 4),
+      cached: 48,
+      hitBlocks: 3,
+      total: 4,
+    },
+    {
+      name: 'identical prompt plus a partial block: every full block hits',
+      warm: [blocks('p', 4)],
+      prompt: blocks('p', 4) + '.',
       cached: 64,
       hitBlocks: 4,
       total: 4,
@@ -101,9 +109,9 @@ describe('PrefixCache', () => {
     cache.lookupAndInsert(blocks('a', 2)); // touch a: b is now least recently used
     cache.lookupAndInsert(blocks('c', 1)); // evicts b's tail block only
     expect(cache.usedBlocks).toBe(4);
-    expect(cache.lookupAndInsert(blocks('a', 2)).hitBlocks).toBe(2);
+    expect(cache.lookupAndInsert(blocks('a', 2) + '.').hitBlocks).toBe(2);
     // b's head block survived (prefix kept, tail evicted first), its tail did not.
-    expect(cache.lookupAndInsert(blocks('b', 2)).hitBlocks).toBe(1);
+    expect(cache.lookupAndInsert(blocks('b', 2) + '.').hitBlocks).toBe(1);
   });
 
   it('token mode: a Uint32Array prompt stores and publishes what the same array of numbers does', () => {
@@ -154,8 +162,8 @@ describe('PrefixCache', () => {
         changes,
       );
       cache.lookupAndInsert(blocks('c', 1));
-      expect(cache.lookupAndInsert(blocks('a', 2)).hitBlocks).toBe(2);
-      expect(cache.lookupAndInsert(blocks('b', 2)).hitBlocks).toBe(0);
+      expect(cache.lookupAndInsert(blocks('a', 2) + '.').hitBlocks).toBe(2);
+      expect(cache.lookupAndInsert(blocks('b', 2) + '.').hitBlocks).toBe(0);
       expect(removed).toHaveLength(1);
     });
 
@@ -169,8 +177,8 @@ describe('PrefixCache', () => {
       privateBlocks = 4; // running requests' tails and outputs take 4 of the 8 blocks
       cache.lookupAndInsert(blocks('c', 1));
       expect(cache.usedBlocks).toBe(4);
-      expect(cache.lookupAndInsert(blocks('b', 3)).hitBlocks).toBe(3); // b was more recent than a
-      expect(cache.lookupAndInsert(blocks('a', 3)).hitBlocks).toBe(0);
+      expect(cache.lookupAndInsert(blocks('b', 3) + '.').hitBlocks).toBe(3); // b was more recent than a
+      expect(cache.lookupAndInsert(blocks('a', 3) + '.').hitBlocks).toBe(0);
     });
 
     it("keeps a request's own blocks even when held blocks fill the pool", () => {
@@ -183,7 +191,7 @@ describe('PrefixCache', () => {
       held.clear();
       cache.lookupAndInsert(blocks('b', 2));
       expect(cache.usedBlocks).toBe(4);
-      expect(cache.lookupAndInsert(blocks('b', 2)).hitBlocks).toBe(2);
+      expect(cache.lookupAndInsert(blocks('b', 2) + '.').hitBlocks).toBe(2);
     });
   });
 

@@ -29,8 +29,10 @@ const SHARED = blockPrompt('sys', 4);
 async function cachedTokens(s: Simulator, q: string): Promise<number> {
   const r = await postJson(`${s.url}/v1/completions`, { prompt: SHARED + blockPrompt(q, 1) });
   expect(r.status).toBe(200);
-  return (r.json.usage as { prompt_tokens_details: { cached_tokens: number } }).prompt_tokens_details
-    .cached_tokens;
+  return (
+    (r.json.usage as { prompt_tokens_details: { cached_tokens: number } | null }).prompt_tokens_details
+      ?.cached_tokens ?? 0
+  );
 }
 
 describe('simulator: pause of generation', () => {
@@ -54,8 +56,8 @@ describe('simulator: pause of generation', () => {
     const done = await held;
     expect(done.status).toBe(200);
     expect(
-      (done.json.usage as { prompt_tokens_details: { cached_tokens: number } }).prompt_tokens_details
-        .cached_tokens,
+      (done.json.usage as { prompt_tokens_details: { cached_tokens: number } | null }).prompt_tokens_details
+        ?.cached_tokens ?? 0,
     ).toBe(64);
     expect(await isPaused(s)).toEqual({ is_paused: false });
     expect(s.waiting()).toBe(0);

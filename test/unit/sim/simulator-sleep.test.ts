@@ -63,9 +63,9 @@ describe('simulator: sleep mode', () => {
     const cached = async (q: string): Promise<number> =>
       (
         (await postJson(`${s.url}/v1/completions`, { prompt: shared + blockPrompt(q, 1) })).json.usage as {
-          prompt_tokens_details: { cached_tokens: number };
+          prompt_tokens_details: { cached_tokens: number } | null;
         }
-      ).prompt_tokens_details.cached_tokens;
+      ).prompt_tokens_details?.cached_tokens ?? 0;
     await cached('q1');
     expect(await cached('q2')).toBe(64);
     await s.sleep();
