@@ -213,6 +213,9 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
   // Keys of the workers that left a pool, until the pools are reconciled: the request path's
   // per-worker counters of a key no pool holds any more leave /metrics (pod churn: new URLs).
   const departedKeys = new Set<string>();
+  // `role url` -> the registration generation of its last Worker, until a registry change finds no
+  // member there (the catalog forgets the URL then too).
+  const lifetimes = new Map<string, number>();
   const pools = buildPools(config, registry, metrics, health, exact, bootstrap, {
     signals,
     prefixSources,
@@ -225,10 +228,17 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
       },
       of: (w) => catalog.of(w.url),
     },
-    // A new process at the URL: its models and its load are its own, not the old one's.
-    replaced: (w) => {
-      catalog.forget(w.url);
-      board.forget(w.key);
+    // A new process at the URL (a new generation) has its own models and load, not the old one's:
+    // replaced in place, or seen after the old Worker left first (an expiry read before the janitor's
+    // sweep) or under other keys (its data-parallel size changed).
+    joined: (w) => {
+      const id = `${w.role} ${w.url}`;
+      const before = lifetimes.get(id);
+      if (before !== undefined && before !== w.generation) {
+        catalog.forget(w.url);
+        board.forget(w.key);
+      }
+      lifetimes.set(id, w.generation);
     },
     departed: (w) => departedKeys.add(w.key),
     // The worker's KV-cache capacity from its latest scraped page (any age: it does not change).
@@ -255,6 +265,10 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
       const live = new Set(Array.from(pools.members(), (w) => w.key));
       for (const key of departedKeys) if (!live.has(key)) metrics.forgetWorker(key);
       departedKeys.clear();
+    }
+    if (lifetimes.size > 0) {
+      const held = new Set(Array.from(pools.members(), (w) => `${w.role} ${w.url}`));
+      for (const id of lifetimes.keys()) if (!held.has(id)) lifetimes.delete(id);
     }
     exact.sync();
   });
@@ -477,10 +491,10 @@ function buildPools(
     capacityTokens: (w: Worker) => number | undefined;
     charsPerToken?: (model: string) => number;
     models: ModelKnowledge;
-    /** A worker was replaced by a new generation at its URL (a new process may serve other models). */
-    replaced: (w: Worker) => void;
     /** A worker left its pool (another pool may still hold its key: one URL in two roles). */
     departed: (w: Worker) => void;
+    /** A Worker joined its pool (a new URL, rank or generation). */
+    joined: (w: Worker) => void;
   },
 ): RolePools {
   return new RolePools((role) => {
@@ -521,6 +535,7 @@ function buildPools(
     return new WorkerPool(role, policy, registry, {
       onAdded: (w) => {
         metrics.poolChanges.inc({ role: w.role, change: 'added' });
+        load.joined(w);
         if (w.role === 'prefill') bootstrap?.track(w);
       },
       onRemoved: (w, reason) => {
@@ -528,8 +543,7 @@ function buildPools(
         health.forget(w);
         bootstrap?.untrack(w);
         load.timing.forget(w);
-        if (reason === 'replaced') load.replaced(w);
-        else load.departed(w);
+        if (reason === 'departed') load.departed(w);
       },
       models: load.models,
       tokensOf: (model, chars) => Math.ceil(chars / (load.charsPerToken?.(model) ?? config.charsPerToken)),
