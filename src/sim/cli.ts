@@ -40,8 +40,21 @@ import { KV_CONNECTORS, type KvConnector } from './kv-transfer.js';
 import { startSimulator, type SimulatorOptions, type SimulatorRole } from './simulator.js';
 import type { TimingModel } from './timing-model.js';
 
-const { values } = parseArgs({
+const USAGE = `usage: npx tsx src/sim/cli.ts --port 8001 --role regular|prefill|decode --model m [--register tcp://host:port]
+  [--time-scale 1] [--host 127.0.0.1] [--kv-connector nixl|mooncake|moriio|p2pnccl] [--id name]
+  [--max-tokens 16] [--zmq-address host:port] [--register-interval-ms 3000] [--transfer-mode READ|WRITE]
+  [--cache-blocks 4096] [--shared-block-pool] [--max-running 64] [--overhead-ms 5]
+  [--prefill-ms-per-token 0.05] [--itl-ms 10] [--itl-growth 0.02] [--kv-transfer-ms-per-token 0.005]
+  [--prefill-lanes 0] [--max-num-batched-tokens 0] [--tokenizer DIR]
+  [--kv-events tcp://*:5557] [--kv-events-replay tcp://*:5558]
+  [--max-loras N] [--lora-load-ms 50] [--lora-modules a,b] [--aliases name,..] [--strict-models]
+  [--api-key KEY] [--scheduling-policy fcfs|priority]
+(src/sim/cli.ts's header says what each does)
+`;
+
+const COMMAND_LINE = {
   options: {
+    help: { type: 'boolean' },
     host: { type: 'string' },
     port: { type: 'string' },
     role: { type: 'string' },
@@ -76,7 +89,23 @@ const { values } = parseArgs({
     'scheduling-policy': { type: 'string' },
   },
   strict: true,
-});
+} as const;
+
+/** The command line, with a bad flag reported as one line and the usage (not a stack trace). */
+function parseCommandLine() {
+  try {
+    return parseArgs(COMMAND_LINE);
+  } catch (err) {
+    process.stderr.write(`${(err as Error).message}\n${USAGE}`);
+    process.exit(2);
+  }
+}
+
+const { values } = parseCommandLine();
+if (values.help) {
+  process.stdout.write(USAGE);
+  process.exit(0);
+}
 
 function num(name: string, v: string | undefined): number | undefined {
   if (v === undefined) return undefined;
