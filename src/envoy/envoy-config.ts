@@ -298,7 +298,13 @@ export function renderEnvoyConfig(opts: EnvoyRenderOptions = {}): string {
       connect_timeout: '5s',
       per_connection_buffer_limit_bytes: 33554432,
       // As vllm_workers: close idle worker connections before the worker's 5 s keep-alive does.
-      common_http_protocol_options: { idle_timeout: '4s' },
+      typed_extension_protocol_options: {
+        [HTTP_PROTOCOL_OPTIONS]: {
+          '@type': 'type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions',
+          common_http_protocol_options: { idle_timeout: '4s' },
+          explicit_http_config: { http_protocol_options: {} },
+        },
+      },
       load_assignment: {
         cluster_name: 'vllm_workers_fallback',
         endpoints: [
