@@ -533,6 +533,13 @@ export class Session {
     if (this.phase === 'response_headers') {
       // Nothing reached the client yet: answer with the error instead of the decode response.
       this.reject(e);
+    } else if ((this.status ?? 0) >= 400) {
+      // The worker already answered an error (a decode whose KV pull failed with the prefill): it is
+      // the client's answer. A reset would turn it into Envoy's empty 503.
+      this.deps.logger.warn(
+        { err: e.message, status: this.status, path: this.path, requestId: this.requestId },
+        'leg failed after an error response; passing the error on',
+      );
     } else {
       // Mid-stream: the only honest signal left is to abort the stream.
       this.deps.logger.warn(

@@ -11,7 +11,12 @@
  *     [--prefill-lanes 0] [--max-num-batched-tokens 0] [--tokenizer DIR]
  *     [--kv-events tcp://*:5557] [--kv-events-replay tcp://*:5558]
  *     [--max-loras N] [--lora-load-ms 50] [--lora-modules a,b] [--aliases name,..] [--strict-models]
- *     [--api-key KEY] [--scheduling-policy fcfs|priority]
+ *     [--api-key KEY] [--scheduling-policy fcfs|priority] [--bootstrap-port 8998]
+ *
+ * `--bootstrap-port N` (prefill role, mooncake / nixl) binds the KV side channel, the Mooncake bootstrap
+ * server (`GET /query`), on N instead of an ephemeral port (the log line names it): the router's
+ * `--prefill URL N` or the admin API's `bootstrapPort` must name it, and with `--register` the heartbeat
+ * carries it as `bootstrap_port`.
  *
  * `--max-loras N` serves LoRA adapters as vLLM with `--enable-lora --max-loras N`: a request naming any
  * model other than `--model` runs with that adapter, at most N adapters at once, a load costing
@@ -48,7 +53,7 @@ const USAGE = `usage: npx tsx src/sim/cli.ts --port 8001 --role regular|prefill|
   [--prefill-lanes 0] [--max-num-batched-tokens 0] [--tokenizer DIR]
   [--kv-events tcp://*:5557] [--kv-events-replay tcp://*:5558]
   [--max-loras N] [--lora-load-ms 50] [--lora-modules a,b] [--aliases name,..] [--strict-models]
-  [--api-key KEY] [--scheduling-policy fcfs|priority]
+  [--api-key KEY] [--scheduling-policy fcfs|priority] [--bootstrap-port 8998]
 (src/sim/cli.ts's header says what each does)
 `;
 
@@ -87,6 +92,7 @@ const COMMAND_LINE = {
     'strict-models': { type: 'boolean' },
     'api-key': { type: 'string' },
     'scheduling-policy': { type: 'string' },
+    'bootstrap-port': { type: 'string' },
   },
   strict: true,
 } as const;
@@ -139,6 +145,11 @@ const timing = defined<Partial<TimingModel>>({
   maxNumBatchedTokens: num('max-num-batched-tokens', values['max-num-batched-tokens']),
 });
 const cacheBlocks = num('cache-blocks', values['cache-blocks']);
+const bootstrapPort = num('bootstrap-port', values['bootstrap-port']);
+const registerExtra = defined<Record<string, unknown>>({
+  transfer_mode: values['transfer-mode'],
+  bootstrap_port: role === 'prefill' ? bootstrapPort : undefined,
+});
 
 for (const flag of ['lora-load-ms', 'lora-modules'] as const) {
   if (values[flag] !== undefined && values['max-loras'] === undefined)
@@ -172,6 +183,7 @@ const options: SimulatorOptions = defined<SimulatorOptions>({
   id: values.id,
   kvConnector: connector as KvConnector,
   timeScale: num('time-scale', values['time-scale']),
+  bootstrapPort,
   defaultMaxTokens: num('max-tokens', values['max-tokens']),
   timing,
   cache: cacheBlocks === undefined ? undefined : { capacityBlocks: cacheBlocks },
@@ -191,8 +203,7 @@ const options: SimulatorOptions = defined<SimulatorOptions>({
           zmq: values.register,
           intervalMs: num('register-interval-ms', values['register-interval-ms']),
           zmqAddress: values['zmq-address'],
-          extra:
-            values['transfer-mode'] === undefined ? undefined : { transfer_mode: values['transfer-mode'] },
+          extra: Object.keys(registerExtra).length === 0 ? undefined : registerExtra,
         }) as NonNullable<SimulatorOptions['register']>),
 });
 
@@ -205,6 +216,7 @@ log.info(
     role: sim.role,
     model: sim.model,
     zmqAddress: sim.zmqAddress,
+    bootstrapPort: sim.bootstrapPort,
     kvEvents: sim.kvEvents,
   },
   'simulator listening',
