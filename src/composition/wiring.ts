@@ -39,7 +39,7 @@ import { mediaTokensFor, type MediaTokensFor } from '../request/media-tokens.js'
 import { HealthChecker } from '../health/health-checker.js';
 import { WorkerHealth } from '../health/worker-health.js';
 import type { Logger } from '../observability/logger.js';
-import { RouterMetrics } from '../observability/metrics.js';
+import { DEPARTED_SERIES_MS, RouterMetrics } from '../observability/metrics.js';
 import { PdDispatcher } from '../pd/pd-dispatcher.js';
 import { PrefillClient } from '../pd/prefill-client.js';
 import { BootstrapDirectory } from '../pd/mooncake-bootstrap.js';
@@ -210,9 +210,10 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
   const room = { hasRoom: (w: Worker): boolean => hasRoom(w, signals, limits), saturated: saturation };
   // The exact prefix source (KV events, when configured) ahead of each cache_aware policy's radix tree.
   const prefixSources: PrefixSource[] = exact.source !== undefined ? [exact.source] : [];
-  // Keys of the workers that left a pool, until the pools are reconciled: the request path's
-  // per-worker counters of a key no pool holds any more leave /metrics (pod churn: new URLs).
-  const departedKeys = new Set<string>();
+  // Keys of the workers that left a pool, and when: the request path's per-worker counters of a key
+  // no pool holds any more leave /metrics DEPARTED_SERIES_MS later (pod churn: new URLs), not at
+  // once: a worker that dies is when its failovers count, and Prometheus must get to scrape them.
+  const departedKeys = new Map<string, number>();
   // `role url` -> the registration generation of its last Worker, until a registry change finds no
   // member there (the catalog forgets the URL then too).
   const lifetimes = new Map<string, number>();
@@ -240,7 +241,7 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
       }
       lifetimes.set(id, w.generation);
     },
-    departed: (w) => departedKeys.add(w.key),
+    departed: (w) => departedKeys.set(w.key, clock()),
     // The worker's KV-cache capacity from its latest scraped page (any age: it does not change).
     capacityTokens: (w) => {
       const f = board.latest(w.key)?.figures;
@@ -263,8 +264,15 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
     pools.reconcile();
     if (departedKeys.size > 0) {
       const live = new Set(Array.from(pools.members(), (w) => w.key));
-      for (const key of departedKeys) if (!live.has(key)) metrics.forgetWorker(key);
-      departedKeys.clear();
+      const now = clock();
+      for (const [key, at] of departedKeys) {
+        if (live.has(key))
+          departedKeys.delete(key); // back (a new process at the URL): its counts go on
+        else if (now - at >= DEPARTED_SERIES_MS) {
+          metrics.forgetWorker(key);
+          departedKeys.delete(key);
+        }
+      }
     }
     if (lifetimes.size > 0) {
       const held = new Set(Array.from(pools.members(), (w) => `${w.role} ${w.url}`));

@@ -9,6 +9,7 @@
 import type { Registry } from 'prom-client';
 import type { Logger } from 'pino';
 import { createKvEventMetrics } from '../observability/kv-event-metrics.js';
+import { DEPARTED_SERIES_MS } from '../observability/metrics.js';
 import { RequestTokenizer } from '../tokenize/request-tokens.js';
 import type { Worker } from '../workers/worker.js';
 import { parseKvEventSettings, type KvEventSettings } from './kv-event-config.js';
@@ -89,7 +90,7 @@ export function createExactPrefix(
       if (!started || subscriptions === undefined) return;
       subscriptions.sync(workers());
       // A worker that left takes its KV-event series with it (a restart keeps its key: kept).
-      metrics.retain(new Set(subscriptions.sizes().keys()));
+      metrics.retain(new Set(subscriptions.sizes().keys()), clock(), DEPARTED_SERIES_MS);
     },
     close: async () => {
       await subscriptions?.close();

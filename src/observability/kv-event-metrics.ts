@@ -11,7 +11,11 @@ export interface KvEventMetrics {
   /** A request routed without exact data (why: no_tokenizer, multimodal, no_publisher, ...). */
   fallback(reason: string): void;
   /** Drops the series of every worker not in `workers` (it left: pod churn must not grow /metrics). */
-  retain(workers: ReadonlySet<string>): void;
+  /**
+   * Drops the series of every worker not in `workers` for `keepMs` or more (it left: pod churn must not
+   * grow /metrics; its last counts stay a few scrapes). `now` and `keepMs` in ms; keepMs 0: at once.
+   */
+  retain(workers: ReadonlySet<string>, now: number, keepMs: number): void;
 }
 
 export function createKvEventMetrics(registry: Registry, sizes: () => Map<string, number>): KvEventMetrics {
@@ -75,6 +79,8 @@ export function createKvEventMetrics(registry: Registry, sizes: () => Map<string
   );
   // Per worker, how to remove each series it has (keyed by metric and label values).
   const series = new Map<string, Map<string, () => void>>();
+  // Per worker no longer subscribed: since when (its series go DEPARTED keepMs later).
+  const goneSince = new Map<string, number>();
   const seen = (worker: string, id: string, remove: () => void): void => {
     let of = series.get(worker);
     if (of === undefined) series.set(worker, (of = new Map()));
@@ -116,11 +122,18 @@ export function createKvEventMetrics(registry: Registry, sizes: () => Map<string
       },
     },
     fallback: (reason) => fallbacks.inc({ reason }),
-    retain: (workers) => {
+    retain: (workers, now, keepMs) => {
       for (const [worker, of] of series) {
-        if (workers.has(worker)) continue;
+        if (workers.has(worker)) {
+          goneSince.delete(worker);
+          continue;
+        }
+        const since = goneSince.get(worker) ?? now;
+        goneSince.set(worker, since);
+        if (now - since < keepMs) continue;
         for (const remove of of.values()) remove();
         series.delete(worker);
+        goneSince.delete(worker);
       }
     },
   };

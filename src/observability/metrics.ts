@@ -40,6 +40,12 @@ export interface MetricsOptions {
   processMetrics?: boolean;
 }
 
+/**
+ * How long a departed worker's own series (request-path counters, KV-event series) stay on /metrics:
+ * several scrape intervals, so the last counts of a worker that died (its failovers) are scraped.
+ */
+export const DEPARTED_SERIES_MS = 10 * 60_000;
+
 export class RouterMetrics {
   readonly registry = new Registry();
 
@@ -447,8 +453,9 @@ export class RouterMetrics {
   }
 
   /**
-   * Drops the series the request path counted for worker `key` (P/D legs, failovers): called once no
-   * pool holds a worker at that key, so a fleet whose pods come and go does not grow /metrics.
+   * Drops the series the request path counted for worker `key` (P/D legs, failovers): called when no
+   * pool has held a worker at that key for DEPARTED_SERIES_MS (wiring.ts), so the last counts
+   * of a worker that died are scraped), so a fleet whose pods come and go does not grow /metrics.
    */
   forgetWorker(key: string): void {
     this.pdPrefillRequests.remove({ worker: key });

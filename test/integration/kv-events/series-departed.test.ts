@@ -13,6 +13,7 @@ import { createExactPrefix } from '../../../src/kv-events/exact-prefix.js';
 import { KvEventPublisher } from '../../../src/sim/kv-event-publisher.js';
 import { Worker } from '../../../src/workers/worker.js';
 import { waitFor } from '../../support/wait-for.js';
+import { DEPARTED_SERIES_MS } from '../../../src/observability/metrics.js';
 
 const closers: Array<() => Promise<void>> = [];
 afterEach(async () => {
@@ -31,6 +32,7 @@ describe('KV-event series of a departed worker', () => {
       generation: 1,
     });
     let members: Worker[] = [worker];
+    let now = 0;
     const registry = new Registry();
     const exact = createExactPrefix(
       {
@@ -51,6 +53,7 @@ describe('KV-event series of a departed worker', () => {
       registry,
       () => members,
       pino({ level: 'silent' }),
+      () => now,
     );
     closers.push(() => exact.close());
     exact.start();
@@ -70,6 +73,10 @@ describe('KV-event series of a departed worker', () => {
     members = []; // the worker left (the registry change reconciles the subscriptions)
     exact.sync();
     expect(exact.subscriptions!.publishes(worker.url)).toBe(false);
+    // Kept a few scrapes (its last counts), then gone at a registry change after DEPARTED_SERIES_MS.
+    expect(await registry.metrics()).toContain('worker="http://127.0.0.1:8000"');
+    now += DEPARTED_SERIES_MS;
+    exact.sync();
     const left = (await registry.metrics())
       .split('\n')
       .filter((l) => !l.startsWith('#') && l.includes('worker="http://127.0.0.1:8000"'));

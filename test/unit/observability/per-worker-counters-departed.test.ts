@@ -8,11 +8,13 @@
 import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
 import { wireRouter } from '../../../src/composition/wiring.js';
+import { DEPARTED_SERIES_MS } from '../../../src/observability/metrics.js';
 import { testConfig } from '../../support/router-fixture.js';
 
 describe('per-worker counters of a departed worker', () => {
-  it('leave /metrics with the worker', async () => {
-    const c = wireRouter(testConfig({ mode: 'pd' }), { logger: pino({ level: 'silent' }), clock: () => 0 });
+  it('stay for several scrapes after the worker left (its failovers count then), then leave /metrics', async () => {
+    let now = 0;
+    const c = wireRouter(testConfig({ mode: 'pd' }), { logger: pino({ level: 'silent' }), clock: () => now });
     const prefill = 'http://127.0.0.1:9811';
     const decode = 'http://127.0.0.1:9812';
     c.registry.register({ role: 'prefill', url: prefill, endpoint: '127.0.0.1:9811' });
@@ -28,11 +30,14 @@ describe('per-worker counters of a departed worker', () => {
     c.registry.deregister('prefill', prefill);
     c.registry.deregister('decode', decode);
     expect(c.pools.workers()).toEqual([]);
-    const text = await c.metrics.text();
-    const left = text
-      .split('\n')
-      .filter((l) => !l.startsWith('#') && /worker="http:\/\/127\.0\.0\.1:981[12]"/.test(l));
-    expect(left).toEqual([]);
+    const left = async () =>
+      (await c.metrics.text())
+        .split('\n')
+        .filter((l) => !l.startsWith('#') && /worker="http:\/\/127\.0\.0\.1:981[12]"/.test(l));
+    expect(await left()).toHaveLength(3); // a dead worker's failovers are what an operator looks for
+    now += DEPARTED_SERIES_MS;
+    c.registry.register({ role: 'regular', url: 'http://127.0.0.1:9819', endpoint: '127.0.0.1:9819' }); // any change
+    expect(await left()).toEqual([]);
   });
 
   it('a worker that is still a member keeps its counts (a new generation at its URL included)', async () => {
