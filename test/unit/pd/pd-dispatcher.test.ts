@@ -7,9 +7,8 @@
 import v8 from 'node:v8';
 import vm from 'node:vm';
 import { describe, expect, it } from 'vitest';
-import { PdDispatcher, type PdObserver } from '../../../src/pd/pd-dispatcher.js';
+import type { PdObserver } from '../../../src/pd/pd-dispatcher.js';
 import { PrefillError, type PrefillClient, type PrefillResult } from '../../../src/pd/prefill-client.js';
-import { PoolDispatcher } from '../../../src/routing/pool-dispatcher.js';
 import type { Dispatch, RouteRequest } from '../../../src/extproc/dispatch.js';
 import { RouterError } from '../../../src/request/router-error.js';
 import type { Worker } from '../../../src/workers/worker.js';
@@ -17,7 +16,7 @@ import type { PdDispatchMode } from '../../../src/pd/kv-transfer.js';
 import { harness, register } from '../workers/pool-harness.js';
 import { parseInferenceRequest } from '../../../src/request/inference-request.js';
 import { holderToken, responseIdFor, workerToken } from '../../../src/routing/response-affinity.js';
-import { COMPLETION_REQ } from './pd-fixtures.js';
+import { COMPLETION_REQ, pdDispatcherOver } from './pd-fixtures.js';
 
 interface Call {
   worker: Worker;
@@ -94,20 +93,9 @@ function setup(
     decodeAbandoned: (w) => events.push(`decodeAbandoned:${w.url}`),
     error: (type) => events.push(`error:${type}`),
   };
-  const observer = {};
-  const dispatcher = new PdDispatcher({
-    prefillPool,
-    decodePool,
-    passthrough: new PoolDispatcher({
-      pool: decodePool,
-      observer,
-      clock: h.clock.read,
-      decisionHeader: false,
-    }),
-    observer,
+  const dispatcher = pdDispatcherOver(h.clock.read, prefillPool, decodePool, {
     pd,
     client: client as unknown as PrefillClient,
-    clock: h.clock.read,
     connector: 'nixl',
     dispatch: opts.mode ?? 'sequential',
     prefillTimeoutMs: 1000,

@@ -7,12 +7,10 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
-import { PdDispatcher } from '../../../src/pd/pd-dispatcher.js';
 import { PrefillClient } from '../../../src/pd/prefill-client.js';
-import { PoolDispatcher } from '../../../src/routing/pool-dispatcher.js';
 import type { Dispatch, RouteRequest } from '../../../src/extproc/dispatch.js';
 import { harness, register } from '../workers/pool-harness.js';
-import { COMPLETION_REQ } from './pd-fixtures.js';
+import { COMPLETION_REQ, pdDispatcherOver } from './pd-fixtures.js';
 
 const VLLM_400 = JSON.stringify({
   object: 'error',
@@ -57,19 +55,8 @@ describe('a prefill worker answering 4xx', () => {
     const decodePool = h.pool('decode', 'round_robin');
     const client = new PrefillClient();
     cleanup.push(() => client.close());
-    const observer = {};
-    const dispatcher = new PdDispatcher({
-      prefillPool,
-      decodePool,
-      passthrough: new PoolDispatcher({
-        pool: decodePool,
-        observer,
-        clock: h.clock.read,
-        decisionHeader: false,
-      }),
-      observer,
+    const dispatcher = pdDispatcherOver(h.clock.read, prefillPool, decodePool, {
       client,
-      clock: h.clock.read,
       connector: 'nixl',
       dispatch: 'sequential',
       prefillTimeoutMs: 10_000,

@@ -31,19 +31,8 @@ function setup(mode: PdDispatchMode) {
   } as unknown as BootstrapDirectory;
   const calls: unknown[] = [];
   const client = { send: (...a: unknown[]) => (calls.push(a), new Promise(() => undefined)) };
-  const observer = {};
-  const dispatcher = new PdDispatcher({
-    prefillPool,
-    decodePool,
-    passthrough: new PoolDispatcher({
-      pool: decodePool,
-      observer,
-      clock: h.clock.read,
-      decisionHeader: false,
-    }),
-    observer,
+  const dispatcher = pdDispatcherOver(h.clock.read, prefillPool, decodePool, {
     client: client as unknown as PrefillClient,
-    clock: h.clock.read,
     connector: 'mooncake',
     dispatch: mode,
     prefillTimeoutMs: 1000,
@@ -90,7 +79,7 @@ import { BootstrapDirectory as RealDirectory } from '../../../src/pd/mooncake-bo
 import { ServiceRegistry } from '../../../src/discovery/service-registry.js';
 import { WorkerPool } from '../../../src/workers/worker-pool.js';
 import { createPolicy } from '../../../src/routing/create-policy.js';
-import { COMPLETION_REQ } from './pd-fixtures.js';
+import { COMPLETION_REQ, pdDispatcherOver } from './pd-fixtures.js';
 
 describe('real BootstrapDirectory, a DP rank the bootstrap server does not list yet', () => {
   it('sequential: no prefill load is left behind by the rank without an engine id', async () => {
