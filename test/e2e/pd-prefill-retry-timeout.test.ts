@@ -3,7 +3,7 @@
  * fires first and the client gets the router's JSON error rather than Envoy's" (docs/deploy-envoy.md).
  * But the router retries a timed-out prefill leg (--prefill-retries, default 1) with a fresh
  * --prefill-timeout-ms (60 s) each: up to 120 s of prefill inside one ext_proc reply. Scaled down here
- * (2 s prefill timeout, 3.5 s message_timeout), with both prefill workers stuck: the timeout bounds the
+ * (4 s prefill timeout, 7 s message_timeout), with both prefill workers stuck: the timeout bounds the
  * prefill phase, retries included.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -16,10 +16,10 @@ describe('sequential P/D: a stuck prefill leg and its retry vs the ext_proc mess
   let envoy: EnvoyHandle;
   const d = defaultConfig();
   // As shipped (message_timeout 90 s / prefill timeout 60 s = 1.5), message_timeout lies between one
-  // prefill timeout and two (a retry with a fresh timeout of its own): 2 s and 3.5 s here, so the
-  // router's error has 1.5 s to reach Envoy first.
-  const prefillTimeoutMs = 2000;
-  const messageTimeout = '3.5s';
+  // prefill timeout and two (a retry with a fresh timeout of its own): 4 s and 7 s here, so the
+  // router's error has 3 s to reach Envoy first even on a loaded 2-core machine.
+  const prefillTimeoutMs = 4000;
+  const messageTimeout = '7s';
   beforeAll(async () => {
     s = await startPdStack({
       prefill: 2,
