@@ -148,17 +148,14 @@ export class FlowControl implements Dispatcher {
     // A round's budget per pool: a request without a prefill leg spends the decode pool's alone.
     let budget = this.room(this.opts.pool);
     let prefillBudget = this.opts.prefillPool === undefined ? Infinity : this.room(this.opts.prefillPool);
-    // Room per model within one pick (a release changes the room of its workers: read again).
-    const memo = new Map<string, boolean>();
+    // Room per candidate set within one pick (a release changes the room of its workers: read again).
+    // Keyed by the pool's candidates array, not the model: requests of one model that fit different
+    // workers (context length) or gateway subsets have candidate sets of their own.
+    const memo = new Map<readonly Worker[], boolean>();
     const ready = (e: QueuedRequest<Held>): boolean => {
       const { ctx, req } = e.item;
-      const prefill = this.needsPrefill(req);
-      if (prefill && prefillBudget <= 0) return false;
-      if (ctx.subset !== undefined) return this.roomFor(ctx, req);
-      const key = `${prefill ? 'p' : 'd'}${ctx.model}`;
-      let room = memo.get(key);
-      if (room === undefined) memo.set(key, (room = this.roomFor(ctx, req)));
-      return room;
+      if (this.needsPrefill(req) && prefillBudget <= 0) return false;
+      return this.roomFor(ctx, req, memo);
     };
     while (budget > 0 && this.queue.size > 0) {
       const e = this.queue.take(ready);
@@ -214,15 +211,23 @@ export class FlowControl implements Dispatcher {
 
   /**
    * Whether the request's workers have room: some candidate of each pool it needs has. A pool with no
-   * candidate for it counts as room: the dispatcher answers it (503).
+   * candidate for it counts as room: the dispatcher answers it (503). `memo`: room per candidates array.
    */
-  private roomFor(ctx: RoutingContext, req: RouteRequest): boolean {
+  private roomFor(ctx: RoutingContext, req: RouteRequest, memo?: Map<readonly Worker[], boolean>): boolean {
     const { pool, prefillPool, hasRoom } = this.opts;
+    const someRoom = (workers: readonly Worker[]): boolean => {
+      let room = memo?.get(workers);
+      if (room === undefined) {
+        room = workers.some(hasRoom);
+        memo?.set(workers, room);
+      }
+      return room;
+    };
     const decode = candidates(pool, ctx);
-    if (decode.length > 0 && !decode.some(hasRoom)) return false;
+    if (decode.length > 0 && !someRoom(decode)) return false;
     if (!this.needsPrefill(req)) return true;
     const prefill = candidates(prefillPool as WorkerPool, ctx);
-    return prefill.length === 0 || prefill.some(hasRoom);
+    return prefill.length === 0 || someRoom(prefill);
   }
 
   /** P/D: whether the request uses the prefill pool too (a prefill leg). */

@@ -12,6 +12,9 @@ import { ObjectiveTable } from '../../../src/routing/objectives.js';
 import { PoolDispatcher } from '../../../src/routing/pool-dispatcher.js';
 import type { Worker } from '../../../src/workers/worker.js';
 import { harness, register, servingPool } from '../workers/pool-harness.js';
+import { createPolicy } from '../../../src/routing/create-policy.js';
+import { ModelCatalog, parseModelList } from '../../../src/workers/served-models.js';
+import { WorkerPool } from '../../../src/workers/worker-pool.js';
 
 const OBJECTIVES = new ObjectiveTable(
   new Map([
@@ -264,6 +267,77 @@ describe('FlowControl', () => {
     flow.pump();
     const l = await first;
     for (const d of [q, l]) d.finish({ kind: 'response', status: 200 });
+    expect(pool.workers.map((w) => w.load)).toEqual([0, 0]);
+  });
+});
+
+describe('FlowControl: requests of one model that fit different workers', () => {
+  /** Model m on 8000 (max_model_len 4096) and 8001 (131072); `full` holds the workers without room. */
+  function mixedLengths() {
+    const h = harness();
+    const catalog = new ModelCatalog();
+    for (const [port, len] of [
+      [8000, 4096],
+      [8001, 131_072],
+    ] as const) {
+      const { url } = register(h.registry, 'regular', port);
+      catalog.recordListed(url, parseModelList(JSON.stringify({ data: [{ id: 'm', max_model_len: len }] })));
+    }
+    const pool = new WorkerPool('regular', createPolicy('round_robin', {}), h.registry, {
+      models: {
+        get version() {
+          return catalog.version;
+        },
+        of: (w) => catalog.of(w.url),
+      },
+      tokensOf: (_model, chars) => Math.ceil(chars / 4),
+    });
+    pool.reconcile();
+    const [short, long] = pool.workers as [Worker, Worker];
+    const full = new Set<Worker>();
+    const inner = new PoolDispatcher({ pool, observer: {}, clock: h.clock.read, decisionHeader: false });
+    const flow = new FlowControl(inner, {
+      objectives: OBJECTIVES,
+      pool,
+      hasRoom: (w) => !full.has(w),
+      clock: h.clock.read,
+      ttlMs: 30_000,
+      maxQueued: 100,
+      pollMs: 3_600_000,
+    });
+    return { pool, flow, full, short, long };
+  }
+
+  const prompt = (chars: number): RouteRequest => {
+    const raw = Buffer.from(JSON.stringify({ model: 'm', prompt: 'x'.repeat(chars) }));
+    return {
+      method: 'POST',
+      path: '/v1/completions',
+      headers: {},
+      body: raw,
+      inference: parseInferenceRequest('completions', undefined, raw),
+    };
+  };
+
+  it('lets a short request go to a worker with room while a long one waits for the only long-context worker', async () => {
+    const { pool, flow, full, short, long } = mixedLengths();
+    full.add(long);
+    // ~10k tokens: only the 128k worker takes it, and it is full.
+    const big = flow.dispatch(prompt(40_000), cancellation()) as Promise<Dispatch>;
+    expect(flow.held).toBe(1);
+    // A short one of the same model queues behind it (arrival order) ...
+    const small = flow.dispatch(prompt(100), cancellation()) as Promise<Dispatch>;
+    expect(flow.held).toBe(2);
+    // ... and goes with the next round: the 4k worker has room for it.
+    flow.pump();
+    expect(flow.held).toBe(1);
+    const s = await small;
+    expect(s.worker).toBe(short);
+    full.clear();
+    flow.pump();
+    const b = await big;
+    expect(b.worker).toBe(long);
+    for (const d of [s, b]) d.finish({ kind: 'response', status: 200 });
     expect(pool.workers.map((w) => w.load)).toEqual([0, 0]);
   });
 });
