@@ -47,6 +47,9 @@ export function createPolicy(name: PolicyName, options: CreatePolicyOptions = {}
         ...(options.cacheAwareDeps?.signals?.foreignShare !== undefined
           ? { foreignShare: options.cacheAwareDeps.signals.foreignShare }
           : {}),
+        ...(options.cacheAwareDeps?.charsPerToken !== undefined
+          ? { charsPerToken: options.cacheAwareDeps.charsPerToken }
+          : {}),
       });
     default: {
       const unknown: never = name;

@@ -57,29 +57,34 @@ export interface KvAwareOptions {
    * Only the cache_aware fallback reads it (its prefix home's alone margin; see the header).
    */
   foreignShare?(worker: Worker): number;
+  /**
+   * Characters per token for `model` (load/chars-per-token.ts: learned from the workers' usage);
+   * absent = the configured `charsPerToken`. The fallback tree's estimates read it, as cache_aware's.
+   */
+  charsPerToken?(model: string): number;
 }
 
 export class KvAwarePolicy implements Policy {
   readonly name = 'kv_aware' as const;
   private readonly approximate: CacheAwarePolicy;
   private readonly sources: PrefixSource[];
+  private readonly charsPerToken: (model: string) => number;
 
   constructor(private readonly opts: KvAwareOptions = {}) {
-    this.approximate = new CacheAwarePolicy(
-      opts.cacheAware,
-      opts.foreignShare !== undefined ? { foreignShare: opts.foreignShare } : {},
-    );
-    const radix = new RadixPrefixSource(
-      (model) => this.approximate.treeOf(model),
-      this.approximate.options.charsPerToken,
-    );
+    this.approximate = new CacheAwarePolicy(opts.cacheAware, {
+      ...(opts.foreignShare !== undefined ? { foreignShare: opts.foreignShare } : {}),
+      ...(opts.charsPerToken !== undefined ? { charsPerToken: opts.charsPerToken } : {}),
+    });
+    const fixed = this.approximate.options.charsPerToken;
+    this.charsPerToken = opts.charsPerToken ?? (() => fixed);
+    const radix = new RadixPrefixSource((model) => this.approximate.treeOf(model), this.charsPerToken);
     this.sources = opts.exact === undefined ? [radix] : [opts.exact, radix];
   }
 
   select(input: SelectionInput): Decision {
     const workers = input.workers;
     if (this.opts.exact === undefined) return this.approximate.select(input);
-    const view = resolvePrefix(this.sources, input, workers, this.approximate.options.charsPerToken);
+    const view = resolvePrefix(this.sources, input, workers, this.charsPerToken(input.model));
     const exactName = this.opts.exact.name ?? 'source0';
     if (!view.sourceOf.includes(exactName)) return this.approximate.select(input);
     let best = 0;
