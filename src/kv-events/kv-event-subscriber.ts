@@ -53,7 +53,7 @@ export type ReplayOutcome = 'ok' | 'partial' | 'failed';
 
 /** Observations for metrics and logs (all optional; exceptions thrown by hooks are ignored). */
 export interface KvEventHooks {
-  /** A batch arrived (live or replayed) with `events` events. */
+  /** A batch arrived (live, or replayed: not again for a copy of one that came live) with `events` events. */
   received?(worker: string, events: number): void;
   applied?(worker: string, events: number): void;
   dropped?(worker: string, reason: KvDropReason, count: number): void;
@@ -342,13 +342,18 @@ export class KvEventSubscriber {
       if (!complete && from > 0) this.reset('gap');
       // The seq that must come next, when known: a replayed batch the decoder rejected leaves a hole.
       let next = complete && from > 0 ? this.expected : undefined;
+      // Batches that arrived live while the replay ran were counted then: their replayed copies are not.
+      const counted = new Set<number>();
+      for (const p of this.pending) counted.add(p.seq);
       for (const { seq, batch } of replies) {
         if (this.expected !== undefined && seq < this.expected && from > 0) continue;
         // What the missing batch removed is unknown: drop what may be stale, as after a live gap.
         if (next !== undefined && seq !== next) this.reset('gap');
         next = seq + 1;
-        this.hook((h) => h.received?.(this.opts.worker, batch.received));
-        this.countSkipped(batch);
+        if (!counted.has(seq)) {
+          this.hook((h) => h.received?.(this.opts.worker, batch.received));
+          this.countSkipped(batch);
+        }
         this.applyBatch(seq, batch);
       }
     }

@@ -191,6 +191,23 @@ describe('KvEventSubscriber over real ZMQ', () => {
     expect(cached(index)).toBe(16);
   });
 
+  it('a gap replay counts each batch received once: the live batch that showed the gap is not counted again', async () => {
+    const { pub, sub, index, rec } = await setup({ replay: true });
+    await waitFor(() => rec.replays.length === 1, { message: 'start-up replay' });
+    await handshake(pub, rec);
+    const before = rec.received;
+    await pub.publish([storeBlock(0)]);
+    pub.skip([storeBlock(1)]);
+    pub.skip([storeBlock(2)]);
+    await pub.publish([storeBlock(3)]);
+    await waitFor(() => rec.replays.length === 2 && rec.applied >= 4, { message: 'gap replay' });
+    await sub.idle();
+    // Batches 0 and 3 arrived live, 1 and 2 by the replay (which sends 3 again): four batches.
+    expect(rec.received - before).toBe(4);
+    expect(rec.applied).toBe(4);
+    expect(cached(index)).toBe(16);
+  });
+
   it('on start with a replay endpoint, catches up on what was published before it subscribed', async () => {
     const pub = new KvEventPublisher({ replayEndpoint: 'tcp://127.0.0.1:0' });
     const { endpoint, replayEndpoint } = await pub.start();
