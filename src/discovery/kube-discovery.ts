@@ -165,7 +165,10 @@ export class KubeRoleSource {
     const w = verdict.worker;
     const metadataKey = JSON.stringify(w.metadata);
     if (current !== undefined) {
-      if (current.uid === w.uid && current.url === w.url && current.metadataKey === metadataKey) return;
+      const same = current.uid === w.uid && current.url === w.url && current.metadataKey === metadataKey;
+      // Unchanged and still this source's entry. Another source may have replaced it (a heartbeat with a
+      // zmq address starts its own lifetime) or removed it (it expired, an admin DELETE): registered again.
+      if (same && this.registry.get(w.role, w.url)?.generation === current.generation) return;
       this.remove(key, current, 'replaced');
     }
     const owner = this.urlOwner.get(w.url);
