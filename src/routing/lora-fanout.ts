@@ -27,7 +27,10 @@
  * member appears (`sync`, on every registry change: a new URL, or a restarted process at a known
  * one, which lost its adapters), loads every remembered adapter on it, with `--worker-api-key` (a
  * client's credentials are not kept). Each replica remembers the loads it answered; a restarted
- * router remembers none.
+ * router remembers none. A member a load or an unload skipped (not selectable then) is the same process
+ * when it is back in selection: it is sent the unloads it missed (it still holds those adapters: an
+ * adapter swapped for a new version under its name would stay the old one there, vLLM refusing the new
+ * load as "already been loaded"), then every remembered load.
  */
 import { Agent } from 'undici';
 import type { LocalAnswer } from '../extproc/dispatch.js';
@@ -55,6 +58,8 @@ export const MAX_REMEMBERED = 1024;
 /** A load body larger than this is not remembered (vLLM's is a name and a path). */
 const MAX_REMEMBERED_BODY = 64 * 1024;
 
+const NO_UNLOADS: ReadonlyMap<string, Buffer> = new Map();
+
 interface WorkerResult {
   readonly url: string;
   readonly roles: string[];
@@ -71,8 +76,11 @@ export class LoraFanout {
   private readonly remembered = new Map<string, Buffer>();
   /** `url generation` of the members seen by sync(). */
   private readonly known = new Set<string>();
-  /** URLs a load skipped (not selectable then): loaded with the rest once selectable again. */
-  private readonly owed = new Set<string>();
+  /**
+   * URLs a load or unload skipped (not selectable then), with the unload bodies they missed by
+   * `lora_name`: sent those, then the remembered loads, once selectable again.
+   */
+  private readonly owed = new Map<string, Map<string, Buffer>>();
   private synced = false;
 
   constructor(private readonly opts: LoraFanoutOptions) {}
@@ -101,27 +109,28 @@ export class LoraFanout {
   sync(): void {
     if (this.closed) return;
     const current = new Set<string>();
-    const joined = new Set<string>();
+    const joined = new Map<string, ReadonlyMap<string, Buffer>>();
     for (const w of this.opts.members()) {
       const key = `${w.url} ${w.generation}`;
       current.add(key);
-      if (!this.known.has(key) && this.synced) joined.add(w.url);
+      if (!this.known.has(key) && this.synced) joined.set(w.url, NO_UNLOADS);
     }
     this.known.clear();
     for (const k of current) this.known.add(k);
     this.synced = true;
-    // A member a load skipped (cordoned, asleep, unhealthy) is the same process once selectable
-    // again: it gets the adapters too.
-    for (const url of this.owed) {
+    // A member a load or unload skipped (cordoned, asleep, unhealthy) is the same process once
+    // selectable again: it gets the unloads it missed, then the adapters.
+    for (const [url, unloads] of this.owed) {
       const at = this.opts.members().filter((w) => w.url === url);
       if (at.length === 0) this.owed.delete(url);
       else if (at.some((w) => w.healthy)) {
         this.owed.delete(url);
-        joined.add(url);
+        joined.set(url, unloads);
       }
     }
-    if (this.remembered.size === 0) return;
-    for (const url of joined) void this.replay(url);
+    for (const [url, unloads] of joined) {
+      if (this.remembered.size > 0 || unloads.size > 0) void this.replay(url, unloads);
+    }
   }
 
   /** The names of the adapters a joining worker gets. */
@@ -129,8 +138,13 @@ export class LoraFanout {
     return [...this.remembered.keys()];
   }
 
-  private async replay(url: string): Promise<void> {
+  private async replay(url: string, unloads: ReadonlyMap<string, Buffer>): Promise<void> {
     const auth = this.opts.apiKey ? `Bearer ${this.opts.apiKey}` : undefined;
+    // The unloads it missed first (one it never had answers 404: already gone).
+    for (const body of unloads.values()) {
+      if (this.closed) return;
+      await this.send(url, [], '/v1/unload_lora_adapter', body, auth, false);
+    }
     // Read the remembered adapters afresh after each load: one unloaded meanwhile is not sent, one
     // loaded meanwhile (the worker may have been skipped, not selectable yet) is.
     const sent = new Map<string, Buffer>();
@@ -146,19 +160,30 @@ export class LoraFanout {
     this.opts.onAnswered?.([url]);
   }
 
-  /** Remembers a load some worker took, or forgets an unloaded adapter. */
-  private remember(load: boolean, body: Buffer): void {
+  /** Remembers a load some worker took, or forgets an unloaded adapter. Returns the adapter's name. */
+  private remember(load: boolean, body: Buffer): string | undefined {
     let name: unknown;
     try {
       name = (JSON.parse(body.toString('utf8')) as { lora_name?: unknown }).lora_name;
     } catch {
-      return;
+      return undefined;
     }
-    if (typeof name !== 'string' || name === '') return;
+    if (typeof name !== 'string' || name === '') return undefined;
     this.remembered.delete(name);
-    if (!load || body.length > MAX_REMEMBERED_BODY) return;
+    if (!load || body.length > MAX_REMEMBERED_BODY) return name;
     this.remembered.set(name, body);
     if (this.remembered.size > MAX_REMEMBERED) this.remembered.delete(this.remembered.keys().next().value!);
+    return name;
+  }
+
+  /** A skipped member owes the remembered loads, and `unload` (name and body) when one skipped it. */
+  private owe(url: string, unload: [string, Buffer] | undefined): void {
+    let unloads = this.owed.get(url);
+    if (unloads === undefined) this.owed.set(url, (unloads = new Map()));
+    if (unload === undefined || unload[1].length > MAX_REMEMBERED_BODY) return;
+    unloads.delete(unload[0]);
+    unloads.set(unload[0], unload[1]);
+    if (unloads.size > MAX_REMEMBERED) unloads.delete(unloads.keys().next().value!);
   }
 
   /** Aborts the calls in flight (their workers count as unreachable) and closes the connections. */
@@ -206,8 +231,9 @@ export class LoraFanout {
     this.opts.onAnswered?.(results.filter((r) => r.status !== 0).map((r) => r.url));
     const failed = results.filter((r) => !r.ok);
     if (failed.length < results.length) {
-      this.remember(load, body);
-      if (load) for (const x of skipped) if (!byUrl.has(x.url)) this.owed.add(x.url);
+      const name = this.remember(load, body);
+      const unload: [string, Buffer] | undefined = !load && name !== undefined ? [name, body] : undefined;
+      for (const x of skipped) if (!byUrl.has(x.url)) this.owe(x.url, unload);
     }
     const summary = { workers: results, ...(skipped.length > 0 ? { skipped } : {}) };
     if (failed.length === 0) {
