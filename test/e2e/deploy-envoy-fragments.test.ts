@@ -12,7 +12,9 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { parse, parseAllDocuments, stringify } from 'yaml';
 import { DESTINATION_HEADER, LB_METADATA_NAMESPACE } from '../../src/extproc/headers.js';
-import { findEnvoy } from '../../src/envoy/envoy-process.js';
+import { findEnvoy, startEnvoy } from '../../src/envoy/envoy-process.js';
+import { startSimulator } from '../../src/sim/simulator.js';
+import { expectAllLoadsZero, startTestRouter } from '../support/router-fixture.js';
 
 type Yaml = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
 
@@ -33,9 +35,11 @@ const cluster = (name: string) =>
   (envoy.static_resources.clusters as Yaml[]).find((c) => c.name === name) as Yaml;
 
 describe('Envoy fragments injected by the Gateway and Istio manifests', () => {
-  /** A bootstrap holding the fragments: Envoy validates it without starting. */
-  function validate(filter: Yaml, workers: Yaml): { status: number | null; output: string } {
-    const bootstrap = {
+  /** A bootstrap holding the fragments, its router cluster at 127.0.0.1:`routerPort`. */
+  function bootstrapOf(filter: Yaml, workers: Yaml, routerPort = 9002): Yaml {
+    const routerCluster = filter.typed_config.grpc_service.envoy_grpc.cluster_name as string;
+    return {
+      admin: { address: { socket_address: { address: '127.0.0.1', port_value: 0 } } },
       static_resources: {
         listeners: [
           {
@@ -80,15 +84,30 @@ describe('Envoy fragments injected by the Gateway and Istio manifests', () => {
           {
             ...cluster('vllm_router'),
             // Istio names the router's cluster after the Service.
-            name: filter.typed_config.grpc_service.envoy_grpc.cluster_name,
+            name: routerCluster,
             load_assignment: {
-              ...cluster('vllm_router').load_assignment,
-              cluster_name: filter.typed_config.grpc_service.envoy_grpc.cluster_name,
+              cluster_name: routerCluster,
+              endpoints: [
+                {
+                  lb_endpoints: [
+                    {
+                      endpoint: {
+                        address: { socket_address: { address: '127.0.0.1', port_value: routerPort } },
+                      },
+                    },
+                  ],
+                },
+              ],
             },
           },
         ],
       },
     };
+  }
+
+  /** Envoy validates the bootstrap holding the fragments without starting. */
+  function validate(filter: Yaml, workers: Yaml): { status: number | null; output: string } {
+    const bootstrap = bootstrapOf(filter, workers);
     const dir = mkdtempSync(path.join(tmpdir(), 'vllm-router-validate-'));
     try {
       const file = path.join(dir, 'envoy.yaml');
@@ -121,6 +140,35 @@ describe('Envoy fragments injected by the Gateway and Istio manifests', () => {
     expect(filter.typed_config.status_on_error).toEqual(extProc.status_on_error);
     const r = validate(filter, workers);
     expect(r.status, r.output).toBe(0);
+  });
+
+  it("Istio EnvoyFilter: requests are routed through the ext_proc stream on Istio's router cluster (its name, with `|`, is no valid :authority)", async () => {
+    const f = yamlDocs('deploy/kubernetes/istio-envoyfilter.yaml').find(
+      (d) => d.kind === 'EnvoyFilter',
+    ) as Yaml;
+    const patches = f.spec.configPatches as Yaml[];
+    const filter = patches.find((p) => p.applyTo === 'HTTP_FILTER')?.patch.value as Yaml;
+    const workers = patches.find((p) => p.applyTo === 'CLUSTER')?.patch.value as Yaml;
+    const sim = await startSimulator();
+    const router = await startTestRouter({ workers: [sim.url] });
+    const envoyProc = await startEnvoy({ config: stringify(bootstrapOf(filter, workers, router.grpcPort)) });
+    try {
+      const res = await fetch(`http://127.0.0.1:${envoyProc.listenerPort}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'sim-model', prompt: 'hello', max_tokens: 2 }),
+      });
+      // Without an `authority` Envoy sends the cluster name (`outbound|9002||...`) as the gRPC
+      // stream's :authority, which Node's HTTP/2 server refuses (PROTOCOL_ERROR): every request a 503.
+      expect(res.status, await res.clone().text()).toBe(200);
+      expect(((await res.json()) as { choices: unknown[] }).choices).toHaveLength(1);
+      expect(sim.records).toHaveLength(1);
+      await expectAllLoadsZero(router);
+    } finally {
+      await envoyProc.close();
+      await router.close();
+      await sim.close();
+    }
   });
 
   it('Envoy Gateway EnvoyPatchPolicy: the ORIGINAL_DST cluster is valid Envoy 1.40 config', () => {

@@ -88,6 +88,25 @@ describe('deploy/kubernetes manifests against the real apiserver and the publish
     expect(refused).toEqual([]);
   });
 
+  it("the Kubernetes objects of the guides' YAML examples (docs/*.md) are accepted too", async () => {
+    const docs = join(REPO, 'docs');
+    const objs = readdirSync(docs)
+      .filter((f) => f.endsWith('.md'))
+      .flatMap((f) => [...readFileSync(join(docs, f), 'utf8').matchAll(/```yaml\n([\s\S]*?)```/g)])
+      .flatMap((m) => documents(m[1] as string))
+      .filter((o) => typeof o.apiVersion === 'string');
+    expect(objs.map((o) => o.kind)).toEqual(
+      expect.arrayContaining(['InferencePool', 'EnvoyExtensionPolicy']),
+    );
+    const refused: string[] = [];
+    for (const o of objs) {
+      const { status, message } = await dryRunCreate(o);
+      if (status !== 201 && status !== 200)
+        refused.push(`${o.kind} ${o.metadata.name}: ${status} ${message}`);
+    }
+    expect(refused).toEqual([]);
+  });
+
   it('refuses what the schemas forbid, so an accepted manifest means something', async () => {
     const byKind = new Map(
       files.flatMap((f) => documents(readFileSync(join(MANIFESTS, f), 'utf8'))).map((o) => [o.kind, o]),

@@ -316,6 +316,7 @@ describe('deploy/kubernetes', () => {
     const filter = istio.spec.configPatches[0].patch.value.typed_config;
     const host = `${service.metadata.name}.${service.metadata.namespace}.svc.cluster.local`;
     expect(filter.grpc_service.envoy_grpc.cluster_name).toBe(`outbound|${portOf('grpc')}||${host}`);
+    expect(filter.grpc_service.envoy_grpc.authority).toBe(host); // not the cluster name (`|`)
     // The gateway's cluster for the router Service ejects a dead replica and gives up a connect as
     // envoy.yaml's vllm_router cluster does.
     const rule = yamlDocs('deploy/kubernetes/istio-envoyfilter.yaml').find(
