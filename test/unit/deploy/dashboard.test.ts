@@ -13,6 +13,7 @@ import { LoadBoard } from '../../../src/load/load-board.js';
 import { TimingEstimates } from '../../../src/load/timing-estimates.js';
 import { CharsPerToken } from '../../../src/load/chars-per-token.js';
 import { metricsText } from '../../../src/sim/metrics-text.js';
+import { requestOutcome } from '../../../src/request/request-end.js';
 import { dashboard, exprs, metricNames, panels } from '../../support/dashboard.js';
 
 /** Names a scrape can return: the router's registry (every metric, incl. optional ones) + the simulator's. */
@@ -90,7 +91,7 @@ describe('Grafana dashboard', () => {
     ['router cache hit rate', 'vllm_router_cache_misses_total', /vllm_router_cache_hits_total/],
     ['worker cache hit rate', 'vllm:prefix_cache_queries_total', /vllm:prefix_cache_hits_total/],
     ['P/D prefill leg latency', 'vllm_router_pd_prefill_duration_seconds_bucket', /histogram_quantile/],
-    ['errors by outcome', 'vllm_router_requests_total', /outcome!~"ok\|answered"/],
+    ['errors by outcome', 'vllm_router_requests_total', /outcome!~"/],
     ['P/D errors', 'vllm_router_pd_errors_total', /error_type/],
     ["each worker's pace (mixed hardware)", 'vllm_router_worker_estimate', /estimate="pace"/],
     ['discovery events', 'vllm_router_discovery_updates_total', /event/],
@@ -100,6 +101,32 @@ describe('Grafana dashboard', () => {
     ['stream retry overflow', 'envoy_cluster_upstream_rq_retry_overflow', /envoy_cluster_name="vllm_router"/],
   ])('shows %s', (_what, metric, shape) => {
     expect(exprs.some(({ expr }) => metricNames(expr).includes(metric) && shape.test(expr))).toBe(true);
+  });
+
+  it('counts no successful request as an error, and times the 2xx responses whose bodies the router skipped', () => {
+    // With allow_mode_override (envoy/envoy.yaml), most 2xx responses end `unwatched`: the router
+    // skips their bodies (all but --response-body-sample of them per worker).
+    const success = [
+      requestOutcome({ kind: 'response', status: 200 }, 'routed'),
+      requestOutcome({ kind: 'unwatched', status: 200 }, 'routed'),
+      requestOutcome({ kind: 'answered', status: 200 }, 'unrouted'),
+      requestOutcome({ kind: 'released', status: 200 }, 'routed'),
+    ];
+    const matchers = exprs.flatMap(({ panel, expr }) =>
+      [...expr.matchAll(/\boutcome(!~|=~|!=|=)"([^"]*)"/g)].map((m) => ({
+        panel,
+        op: m[1] as string,
+        re: new RegExp(`^(?:${m[2] as string})$`), // PromQL regexes are anchored
+        duration: expr.includes('vllm_router_request_duration_seconds'),
+      })),
+    );
+    expect(matchers.length).toBeGreaterThan(0);
+    for (const { panel, op, re, duration } of matchers) {
+      if (op === '!~' || op === '!=')
+        for (const o of success) expect(re.test(o), `${panel}: counts ${o} as an error`).toBe(true);
+      if (duration)
+        for (const o of ['ok', 'unwatched']) expect(re.test(o), `${panel}: leaves out ${o}`).toBe(true);
+    }
   });
 
   it('uses the provisioned datasource through the $datasource variable', () => {
