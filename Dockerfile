@@ -16,8 +16,10 @@ FROM ${NODE_IMAGE} AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
 # --ignore-scripts: the package's own `prepare` (tsc) needs the sources, copied below; zeromq's
-# install script only checks that its prebuilt addon loads.
-RUN npm ci --no-audit --no-fund --ignore-scripts
+# install script only checks that its prebuilt addon loads. patch-package applies patches/ (the
+# @huggingface/jinja patch: chat templates render ~6x faster), which the runtime stage copies.
+COPY patches ./patches
+RUN npm ci --no-audit --no-fund --ignore-scripts && npx patch-package --error-on-fail
 COPY tsconfig.json tsconfig.build.json ./
 COPY src ./src
 COPY protos ./protos
@@ -28,6 +30,7 @@ ENV NODE_ENV=production
 WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --omit=dev --no-audit --no-fund --ignore-scripts && npm cache clean --force
+COPY --from=build /app/node_modules/@huggingface/jinja ./node_modules/@huggingface/jinja
 COPY --from=build /app/dist/src ./dist/src
 COPY protos ./protos
 COPY envoy ./envoy

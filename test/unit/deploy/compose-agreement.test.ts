@@ -6,7 +6,9 @@
  * the simulator's CLI flags (src/sim/cli.ts). The Envoy fragments that the Gateway/Istio manifests
  * inject are validated by the real Envoy binary in test/e2e/deploy-envoy-fragments.test.ts.
  */
-import { readFileSync, readdirSync } from 'node:fs';
+import { execSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
@@ -250,6 +252,41 @@ describe('Dockerfile', () => {
     expect(runtime).toMatch(/^COPY --from=build \/app\/dist\/src \.\/dist\/src$/m);
     const simEntry = (compose.services['prefill-1'] as Yaml).entrypoint as string[];
     expect(simEntry).toEqual(['node', 'dist/src/sim/cli.js']);
+  });
+
+  it('ships the patched dependencies patched (patches/ applied in the build stage, copied to the runtime)', () => {
+    const build = dockerfile.slice(0, dockerfile.lastIndexOf('\nFROM '));
+    expect(build).toMatch(/^COPY patches \.\/patches$/m);
+    expect(build).toMatch(/npx patch-package --error-on-fail/);
+    const patched = readdirSync(path.join(ROOT, 'patches')).map((f) =>
+      f.replace(/\+[^+]+\.patch$/, '').replace('+', '/'),
+    );
+    expect(patched.length).toBeGreaterThan(0);
+    for (const pkg of patched) {
+      expect(runtime).toContain(`COPY --from=build /app/node_modules/${pkg} ./node_modules/${pkg}`);
+    }
+  });
+});
+
+describe('package.json', () => {
+  it('installs as a dependency: postinstall applies patches/ only in a checkout that has it', () => {
+    const pkg = JSON.parse(read('package.json')) as { scripts: Record<string, string> };
+    const elsewhere = mkdtempSync(path.join(tmpdir(), 'postinstall-'));
+    try {
+      // A consumer's install runs the script in the package's folder, without patches/ (not in
+      // `files`) and without patch-package (a dev dependency).
+      const PATH = (process.env.PATH ?? '')
+        .split(path.delimiter)
+        .filter((dir) => !dir.includes('node_modules'))
+        .join(path.delimiter);
+      execSync(pkg.scripts.postinstall as string, {
+        cwd: elsewhere,
+        stdio: 'pipe',
+        env: { ...process.env, PATH },
+      });
+    } finally {
+      rmSync(elsewhere, { recursive: true, force: true });
+    }
   });
 });
 
