@@ -94,6 +94,8 @@ export class ExtProcServer {
       },
     });
     this.sessions.add(session);
+    // A stream that crossed the closing server's GOAWAY: handed back once routed, like the others.
+    if (this.closed) session.release();
   }
 
   /** Resolves when no stream is open, or after `timeoutMs` (returns whether it drained). */
@@ -113,7 +115,8 @@ export class ExtProcServer {
    * Stops accepting streams. First every routed request still open (a drain that timed out on long
    * generations, or a close without a drain) is handed back to Envoy (Session.release): its stream
    * ends with gRPC OK and Envoy finishes the response without the router, where a reset would cut it
-   * (fail-closed). With `graceMs` > 0, open calls may finish first (GOAWAY, then up to graceMs): a
+   * (fail-closed); a request routed later (its body or prefill leg still to come) is handed back when
+   * it is. With `graceMs` > 0, open calls may finish first (GOAWAY, then up to graceMs): a
    * session can end before Envoy has read the replies to its last messages, so a forceShutdown right
    * after a drain would cut those responses; the same holds for the OK statuses of released streams,
    * so they get at least RELEASE_FLUSH_MS. Then closes the rest (requests not routed yet: reset,

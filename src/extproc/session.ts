@@ -164,6 +164,8 @@ export class Session {
   private status: number | undefined;
   /** False once the router told Envoy to skip the response body (response-body-mode.ts). */
   private bodyWatched = true;
+  /** release() came before the request was routed: it is handed back once routed. */
+  private releaseWhenRouted = false;
   private ended = false;
 
   constructor(
@@ -182,11 +184,17 @@ export class Session {
    * answered, waiting for or streaming the response) is handed back to Envoy: the session ends
    * (`released`: its load guards are released) and the ext_proc stream ends with gRPC OK, after
    * which Envoy carries on without the router, so the response goes on to the client even when the
-   * filter fails closed. A request not routed yet is left alone (closing resets it, and Envoy retries
-   * it on another replica). Returns whether the stream was handed back.
+   * filter fails closed. A request not routed yet (its body or its prefill leg still to come) is
+   * handed back as soon as it is routed; if closing resets its stream first, Envoy retries it on
+   * another replica only when the router had not answered it yet. Returns whether the stream was
+   * handed back now.
    */
   release(): boolean {
-    if (this.ended || (this.phase !== 'response_headers' && this.phase !== 'response_body')) return false;
+    if (this.ended) return false;
+    if (this.phase !== 'response_headers' && this.phase !== 'response_body') {
+      this.releaseWhenRouted = true;
+      return false;
+    }
     this.end({ kind: 'released', ...(this.status !== undefined ? { status: this.status } : {}) });
     this.stream.end();
     return true;
@@ -417,6 +425,8 @@ export class Session {
         replacement,
       );
     for (const reply of replies) this.send(reply);
+    // Not while a prefill leg runs beside the response: handing back would cut it (cutsLeg).
+    if (this.releaseWhenRouted && dispatch.failure === undefined) this.release();
   }
 
   private parse(body: Buffer) {

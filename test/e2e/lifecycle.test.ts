@@ -7,6 +7,8 @@
  *    signal exits 1 at once;
  *  - a rolling restart: Envoy balances ext_proc streams over two gRPC-health-checked routers; one is
  *    drained, closed and replaced on the same port under a bounded load: zero failed requests;
+ *  - closing after a drain that timed out: a request routed during the close grace (its prefill leg
+ *    was still running) is handed back to Envoy too, not cut when the grace ends;
  *  - router down: Envoy fails closed with a 503 and no request reaches a worker.
  *
  * Rolling restart protocol (what router.drain() must do, prototyped here with drain(0)):
@@ -27,6 +29,7 @@ import { expectAllLoadsZero, startTestRouter } from '../support/router-fixture.j
 import { freePorts } from '../support/free-ports.js';
 import { waitFor } from '../support/wait-for.js';
 import { healthClient, startRouterChild, type RouterChild } from '../integration/lifecycle/router-child.js';
+import { startPdStack } from '../support/pd-stack.js';
 
 const EXTPROC_SERVICE = 'envoy.service.ext_proc.v3.ExternalProcessor';
 const cleanups: Array<() => unknown> = [];
@@ -191,6 +194,40 @@ describe('CLI shutdown (child process behind Envoy)', () => {
     expect(await child.exited).toEqual({ code: 1, signal: null });
     ac.abort();
     await pending;
+  });
+});
+
+describe('closing after a drain that timed out', () => {
+  it('P/D: a request whose prefill leg ends during the close grace is handed back to Envoy and streams to its end', async () => {
+    const stack = await startPdStack({ router: { pdDispatch: 'sequential', closeGraceMs: 3000 } });
+    cleanups.push(() => stack.close());
+    const [prefill] = stack.prefill as [Simulator];
+    const [decode] = stack.decode as [Simulator];
+    // The prefill leg is held until closing has begun; the decode stream after two events until the
+    // close grace is over (the router's gRPC server is closed), however slow the machine.
+    const prefillHold = prefill.hold({ stream: false });
+    const decodeHold = decode.hold({ afterChunks: 2, stream: true });
+    const responding = completion(stack.url, {
+      prompt: 'prefill across the close',
+      max_tokens: 8,
+      stream: true,
+    });
+    await prefillHold.reached();
+    // The drain finds the request still in its prefill leg (not routed yet: nothing to hand back).
+    expect(await stack.router.drain(0, 0)).toBe(false);
+    const closing = stack.router.close();
+    prefillHold.release();
+    const res = await responding;
+    expect(res.status).toBe(200);
+    const reading = readStream(res);
+    await decodeHold.reached();
+    await closing;
+    decodeHold.release();
+    const text = await reading;
+    // Routed during the close grace, it went on without the router instead of being cut at its end.
+    expect(text).toContain('data: [DONE]');
+    expect(stack.load(prefill)).toBe(0);
+    expect(stack.load(decode)).toBe(0);
   });
 });
 
