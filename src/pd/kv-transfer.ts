@@ -15,7 +15,9 @@
  *   p2pnccl   none: the X-Request-Id carries both peers' addresses
  * Decode leg: the original request plus the `kv_transfer_params` that tell the decode worker where
  * the KV cache comes from:
- *   nixl      sequential ("pull"): the prefill response's params, verbatim (required)
+ *   nixl      sequential ("pull"): the prefill response's params, verbatim; a prefill response without
+ *             them (its one token ended the request, or its connector is not configured) is served by
+ *             the decode worker without params, which prefills the prompt itself (vLLM's NIXL proxy)
  *   mooncake  {do_remote_decode: false, do_remote_prefill: true, remote_bootstrap_addr:
  *              "http://<prefill host>:<bootstrap port>", remote_engine_id: <engine id of the chosen DP
  *              rank, from the bootstrap server's /query>, transfer_id} (mooncake-bootstrap.ts)
@@ -86,6 +88,14 @@ export function prefillKvParams(ctx: LegContext): Json | undefined {
     case 'p2pnccl':
       return undefined;
   }
+}
+
+/**
+ * Whether the decode leg's params come from the prefill response (NIXL pull, MoRI-IO READ: sequential
+ * legs). Without them there is no KV cache to pull: the decode worker prefills the prompt itself.
+ */
+export function readsPrefillParams(ctx: LegContext): boolean {
+  return ctx.mode === 'sequential' && (ctx.connector === 'nixl' || ctx.connector === 'moriio');
 }
 
 /**

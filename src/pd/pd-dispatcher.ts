@@ -65,6 +65,7 @@ import {
   pdRequestId,
   prefillBody,
   prefillKvParams,
+  readsPrefillParams,
   type Json,
   type KvConnector,
   type LegContext,
@@ -78,6 +79,7 @@ import {
 } from './prefill-client.js';
 import type { BootstrapDirectory } from './mooncake-bootstrap.js';
 import { SseUsageRewriter } from './usage-rewriter.js';
+import { unsplittable, type WholeOnDecode } from './split-support.js';
 
 export interface PdObserver {
   /**
@@ -105,7 +107,8 @@ export interface PdObserver {
   decodeRouted?(worker: Worker): void;
   /**
    * A request went whole to a decode worker, without a prefill leg: its prompt was short enough
-   * (`localPrefill`), or it runs several sequences (parallel sampling, batched prompts).
+   * (`localPrefill`), it runs several sequences (parallel sampling, batched prompts), or vLLM cannot
+   * serve it split (a beam search, prompt logprobs: split-support.ts).
    */
   localPrefill?(reason: LocalPrefillReason): void;
   /** A decode worker was chosen (and committed) but the request failed before reaching it. */
@@ -114,7 +117,7 @@ export interface PdObserver {
 }
 
 /** Why a request skipped its prefill leg (PdDispatcher `localReason`). */
-export type LocalPrefillReason = 'short_prompt' | 'parallel_sampling';
+export type LocalPrefillReason = 'short_prompt' | 'parallel_sampling' | WholeOnDecode;
 
 export interface PdDispatcherOptions {
   readonly prefillPool: WorkerPool;
@@ -223,11 +226,15 @@ export class PdDispatcher implements Dispatcher {
    * one child's blocks and request (vLLM PR #38900: "P/D did not support parallel sampling"; its
    * list-valued parameters are not in every release). On its decode worker alone the prompt is
    * prefilled once and its children share the cached blocks, on any vLLM version and connector.
+   *
+   * `beam_search`, `prompt_logprobs`: what vLLM cannot serve split in two legs (split-support.ts).
    */
   private localReason(req: RouteRequest): LocalPrefillReason | undefined {
     const inf = req.inference;
     if (inf === undefined || inf.previousResponseId !== undefined) return undefined;
     if ((inf.sequences ?? 1) > 1) return 'parallel_sampling';
+    const whole = unsplittable(inf.kind, inf.json);
+    if (whole !== undefined) return whole;
     const local = this.opts.localPrefill;
     return local !== undefined && local.tokensOf(inf.text.length, inf.model) <= local.maxTokens
       ? 'short_prompt'
@@ -299,6 +306,25 @@ export class PdDispatcher implements Dispatcher {
         throw err;
       }
       const { result, ctx, requestId, decision: prefillDecision } = leg;
+      if (result.kvTransferParams === undefined && readsPrefillParams(ctx)) {
+        // No KV cache kept for a decode worker (vLLM keeps it only for a prefill capped at its one
+        // token): the decode worker prefills the prompt itself, as vLLM's NIXL proxy sends it. A
+        // request its one token ended (EOS, a stop) is vLLM's way; a capped one without params is a
+        // prefill worker whose connector is not configured.
+        if (!result.stopped) opts.pd?.error?.('prefill_no_kv_transfer_params');
+        const decodeGuard = new LoadGuard(decodeWorker);
+        opts.pd?.decodeRouted?.(decodeWorker);
+        return this.decodeDispatch(
+          req,
+          d,
+          decodeGuard,
+          requestId,
+          decodeBody(req.inference?.json ?? {}, undefined),
+          {
+            prefill: prefillDecision,
+          },
+        );
+      }
       const kv = decodeKvParams(ctx, result.kvTransferParams);
       if (kv && 'error' in kv) {
         opts.pd?.error?.('prefill_invalid_response');

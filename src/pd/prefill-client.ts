@@ -31,6 +31,13 @@ export interface PrefillResult {
    * details (vLLM writes them only when something was cached); undefined without a usage.
    */
   readonly cachedTokens: number | undefined;
+  /**
+   * The prefill's one token ended the request (an end-of-sequence token, a stop string or stop token
+   * id: finish_reason `stop`, a Messages `stop_reason` other than `max_tokens`, a completed response)
+   * instead of its `max_tokens` of 1. vLLM then frees the prompt's KV blocks at once and answers without
+   * `kv_transfer_params` (NIXL's request_finished keeps them only for a length-capped request).
+   */
+  readonly stopped: boolean;
 }
 
 /** Client headers that must not be forwarded to the prefill worker. */
@@ -171,6 +178,7 @@ export class PrefillClient {
             ? (kv as Record<string, unknown>)
             : undefined,
         cachedTokens: typeof cached === 'number' ? cached : undefined,
+        stopped: endedByStop(obj),
       };
     } catch (err) {
       if (err instanceof PrefillError) throw err;
@@ -217,6 +225,16 @@ async function readLimited(
     chunks.push(chunk);
   }
   return Buffer.concat(chunks).toString('utf8');
+}
+
+/** Whether a prefill response says its request ended before its one-token limit (PrefillResult.stopped). */
+function endedByStop(obj: Record<string, unknown>): boolean {
+  const { choices } = obj;
+  if (Array.isArray(choices)) {
+    return choices.some((c) => (c as { finish_reason?: unknown } | null)?.finish_reason === 'stop');
+  }
+  if (typeof obj.stop_reason === 'string') return obj.stop_reason !== 'max_tokens'; // /v1/messages
+  return obj.status === 'completed'; // /v1/responses: `incomplete` when capped by max_output_tokens
 }
 
 /** vLLM's error body: `{"message": ...}` (older) or `{"error": {"message": ...}}`; undefined otherwise. */

@@ -1,4 +1,6 @@
 /** The prefill leg's HTTP client against a real simulated prefill worker: every way it can end. */
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PrefillClient, PrefillError } from '../../../src/pd/prefill-client.js';
 import { startSimulator, type Simulator } from '../../../src/sim/simulator.js';
@@ -148,5 +150,42 @@ describe('PrefillClient', () => {
     );
     expect(e.kind).toBe('transport');
     expect(sent).toBe(0);
+  });
+
+  it.each([
+    ['completions stopped by its one token', { choices: [{ finish_reason: 'stop' }] }, true],
+    ['chat capped at its one token', { choices: [{ finish_reason: 'length' }] }, false],
+    ['messages stopped (end_turn)', { stop_reason: 'end_turn' }, true],
+    ['messages capped (max_tokens)', { stop_reason: 'max_tokens' }, false],
+    ['responses completed', { status: 'completed' }, true],
+    ['responses incomplete (max_output_tokens)', { status: 'incomplete' }, false],
+  ])('tells a prefill its one token ended from one capped by it: %s', async (_what, answer, stopped) => {
+    // vLLM answers a stopped prefill with `kv_transfer_params: null` (no KV kept for a decode worker).
+    const server = createServer((_req, res) => {
+      res.setHeader('content-type', 'application/json');
+      res.end(JSON.stringify({ ...answer, kv_transfer_params: null }));
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const { port } = server.address() as AddressInfo;
+    const w = new Worker({
+      role: 'prefill',
+      url: `http://127.0.0.1:${port}`,
+      endpoint: `127.0.0.1:${port}`,
+      generation: 1,
+    });
+    try {
+      const r = await client.send(
+        w,
+        '/v1/completions',
+        body,
+        headers,
+        'rid-8',
+        new AbortController().signal,
+        5000,
+      );
+      expect(r).toMatchObject({ status: 200, kvTransferParams: undefined, stopped });
+    } finally {
+      await new Promise((r) => server.close(r));
+    }
   });
 });

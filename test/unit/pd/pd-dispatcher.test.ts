@@ -57,6 +57,7 @@ const OK: PrefillResult = {
   status: 200,
   kvTransferParams: { remote_engine_id: 'p', remote_block_ids: [1], remote_host: 'h', remote_port: 1 },
   cachedTokens: 3,
+  stopped: false,
 };
 
 const REQ: RouteRequest = COMPLETION_REQ;
@@ -141,6 +142,38 @@ describe('PdDispatcher: sequential', () => {
     ]);
     expect(typeof s.durations[0]).toBe('number'); // the router ran this leg: it measured it
   });
+
+  it.each([
+    ['its one token ended the request (EOS, a stop): vLLM keeps no KV', true, []],
+    ['capped at one token: its connector is not configured', false, ['error:prefill_no_kv_transfer_params']],
+  ] as const)(
+    'a prefill answering without kv_transfer_params sends the request whole to its decode worker, not a 502 (%s)',
+    async (_what, stopped, errors) => {
+      // vLLM's NIXL proxy (toy_proxy_server.py) sends the decode leg without them; the decode worker
+      // prefills the prompt itself. NIXL's request_finished gives params only to a length-capped prefill.
+      const s = setup();
+      const req = {
+        ...REQ,
+        inference: { ...REQ.inference!, json: { ...REQ.inference!.json, kv_transfer_params: { x: 1 } } },
+      };
+      const pending = s.dispatcher.dispatch(req, new AbortController()) as Promise<Dispatch>;
+      const call = await s.client.call(1);
+      call.resolve({ status: 200, kvTransferParams: undefined, cachedTokens: 0, stopped });
+      const d = await pending;
+      expect(d.worker).toBe(s.decodePool.workers[0]);
+      expect(d.setHeaders['x-request-id']).toBe(call.requestId);
+      expect(JSON.parse((d.body as Buffer).toString())).toEqual({
+        model: 'm',
+        prompt: 'hello',
+        max_tokens: 4,
+      });
+      expect(d.transformResponseChunk).toBeUndefined(); // the decode worker's own cached_tokens are honest
+      expect(s.events.filter((e) => e.startsWith('error:'))).toEqual(errors);
+      expect(s.loads()).toEqual({ prefill: [0, 0], decode: [1] });
+      d.finish({ kind: 'response', status: 200 });
+      expect(s.loads()).toEqual({ prefill: [0, 0], decode: [0] });
+    },
+  );
 
   it('with fallback endpoints, names the one decode worker in every slot (no retry reaches another)', async () => {
     const s = setup({ decode: 2, fallbackSlots: 2 });
@@ -473,7 +506,7 @@ describe('PdDispatcher: selective disaggregation (localPrefill)', () => {
   });
 });
 
-describe('PdDispatcher: requests of several sequences (parallel sampling, batched prompts)', () => {
+describe('PdDispatcher: requests a decode worker serves whole (several sequences, beam search, prompt logprobs)', () => {
   const sampled = (sequences: number): RouteRequest => ({
     ...REQ,
     inference: { ...REQ.inference!, sequences, json: { ...REQ.inference!.json, n: sequences } },
@@ -494,6 +527,32 @@ describe('PdDispatcher: requests of several sequences (parallel sampling, batche
     const leg = await pending;
     expect(s.loads()).toEqual({ prefill: [0, 0], decode: [1] });
     leg.finish({ kind: 'response', status: 200 });
+    expect(s.loads()).toEqual({ prefill: [0, 0], decode: [0] });
+  });
+
+  it.each([
+    ['a beam search (vLLM runs it without kv_transfer_params)', { use_beam_search: true }, 'beam_search'],
+    [
+      'prompt_logprobs (a decode worker given the KV never ran the prompt)',
+      { prompt_logprobs: 1 },
+      'prompt_logprobs',
+    ],
+    ['echo with logprobs (an lm-eval loglikelihood request)', { echo: true, logprobs: 1 }, 'prompt_logprobs'],
+  ] as const)('serves %s on a decode worker alone', async (_what, fields, reason) => {
+    // vLLM: beam_search builds each step's SamplingParams itself (a prefill leg answers without
+    // kv_transfer_params: a 502 under NIXL before); prompt logprobs crash a decode engine whose
+    // prompt KV came from a prefill worker (vllm-project/vllm#50792).
+    const s = setup();
+    const req: RouteRequest = {
+      ...REQ,
+      inference: { ...REQ.inference!, json: { ...REQ.inference!.json, ...fields } },
+    };
+    const d = (await s.dispatcher.dispatch(req, new AbortController())) as Dispatch;
+    expect(s.client.calls).toHaveLength(0);
+    expect(d.body).toBeUndefined();
+    expect(s.events).toEqual([`localPrefill:${reason}`]);
+    expect(s.loads()).toEqual({ prefill: [0, 0], decode: [1] });
+    d.finish({ kind: 'response', status: 200 });
     expect(s.loads()).toEqual({ prefill: [0, 0], decode: [0] });
   });
 });
