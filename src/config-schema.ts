@@ -482,7 +482,7 @@ export const OPTIONS = [
     flag: 'max-tree-size',
     type: 'int',
     default: CACHE_AWARE.maxTreeSize,
-    help: 'cache_aware: characters of prompt text kept per worker.',
+    help: 'cache_aware: characters of prompt text kept per worker, over all the models it was sent (the least recently used models go first).',
   },
   // KV events (exact prefix routing)
   {

@@ -38,8 +38,9 @@
  *   and proportional skew at high load does.
  * - evictionIntervalMs 120000: how often maintain() runs (`maintenanceIntervalMs`, read by the
  *   composition root's maintenance timer).
- * - maxTreeSize 2^26: characters kept per worker per model tree; maintain() evicts each tenant's
- *   least-recently-used leaves down to it. Between maintenance runs a tree may grow past it.
+ * - maxTreeSize 2^26: characters kept per worker, over all its model trees; maintain() evicts each
+ *   tenant's least recently used trees' text, then leaves, down to it. Between maintenance runs a
+ *   tree may grow past it.
  *
  * Membership: addWorker registers the tenant in every model tree (and in trees created later), so a
  * discovered worker has cache state from its first request; removeWorker removes the tenant from every
@@ -429,14 +430,38 @@ export class CacheAwarePolicy implements Policy {
     }
   }
 
-  /** Evicts every tenant of every model tree down to maxTreeSize; drops empty trees. Returns chars evicted. */
+  /**
+   * Evicts every tenant down to maxTreeSize characters over all its model trees (a client may name
+   * any model: a tree each must not multiply the bound), its least recently inserted trees' text
+   * first; drops empty trees. Returns chars evicted.
+   */
   maintain(_nowMs: number): number {
+    const max = this.options.maxTreeSize;
     let evicted = 0;
-    for (const [model, tree] of this.trees) {
-      for (const tenant of tree.tenants())
-        evicted += tree.evictTenantToSize(tenant, this.options.maxTreeSize);
-      if (tree.totalChars() === 0) this.trees.delete(model);
+    const tenants = new Set<string>(this.members);
+    for (const tree of this.trees.values()) for (const tenant of tree.tenants()) tenants.add(tenant);
+    for (const tenant of tenants) {
+      const held: RadixTree[] = [];
+      let total = 0;
+      for (const tree of this.trees.values()) {
+        const chars = tree.tenantCharCount(tenant);
+        if (chars === 0) continue;
+        held.push(tree);
+        total += chars;
+      }
+      if (total <= max) continue;
+      held.sort(
+        (a, b) => (a.tenantLastInsertMs(tenant) as number) - (b.tenantLastInsertMs(tenant) as number),
+      );
+      for (const tree of held) {
+        if (total <= max) break;
+        const chars = tree.tenantCharCount(tenant);
+        const dropped = tree.evictTenantToSize(tenant, Math.max(0, chars - (total - max)));
+        evicted += dropped;
+        total -= dropped;
+      }
     }
+    for (const [model, tree] of this.trees) if (tree.totalChars() === 0) this.trees.delete(model);
     return evicted;
   }
 

@@ -409,4 +409,22 @@ describe('cache_aware model trees are bounded', () => {
     route('c'); // evicts b
     expect(policy.models().sort()).toEqual(['a', 'c']);
   });
+
+  it("holds each worker's picture to maxTreeSize over all its model trees (clients naming many models)", () => {
+    // A client may name any model: each new name is a tree of its own (up to maxModels), and the
+    // request is routed (and its prompt recorded) before the worker answers 404. --max-tree-size is
+    // the characters kept per worker; a tree each must not multiply it by the models named.
+    const workers = makeWorkers(2);
+    const policy = policyWith(workers, { maxTreeSize: 1000 });
+    const prompt = (i: number) => `${i} ${'x'.repeat(300)}`;
+    for (let i = 0; i < 200; i++) seed(policy, workers[i % 2]!, prompt(i), i, `model-${i}`);
+    policy.maintain(1000);
+    for (const chars of policy.treeChars().values()) expect(chars).toBeLessThanOrEqual(1000);
+    expect(policy.models().length).toBeLessThanOrEqual(2 * Math.ceil(1000 / prompt(199).length));
+    // The models routed last keep their prompts.
+    for (const i of [198, 199]) {
+      const d = policy.select(input(workers, { text: prompt(i), model: `model-${i}` }));
+      expect(d).toMatchObject({ branch: 'cache_hit', worker: workers[i % 2] });
+    }
+  });
 });
