@@ -148,6 +148,8 @@ export class MetricsScraper extends PagePoller {
     const keys = new Set<string>();
     for (const workers of byUrl.values()) for (const w of workers) keys.add(w.key);
     this.opts.board.retain(keys);
+    // Bounded by the fleet: a worker that left is forgotten (pods churn through new addresses).
+    for (const url of this.attempted) if (!byUrl.has(url)) this.attempted.delete(url);
     for (const [url, workers] of byUrl) {
       this.reads.add(url, async (handle) => {
         try {

@@ -298,6 +298,21 @@ describe('MetricsScraper (real HTTP servers on port 0)', () => {
     expect(checks).toEqual([]);
   });
 
+  it('keeps nothing of the workers that left: pods churning through new addresses do not grow it', async () => {
+    const s = await serve((_req, res) => res.end(page(0, 0)));
+    // One server under many URLs (a path each): a pod per URL, each gone when the next one comes.
+    let current = [workerAt(`${s.url}/pod-0`)];
+    const { scraper, scraped } = start({ workers: () => current, intervalMs: 0 });
+    for (let i = 0; i < 50; i++) {
+      current = [workerAt(`${s.url}/pod-${i}`)];
+      scraper.tick();
+      await scraped.waitFor(current[0]!.url, 1);
+    }
+    scraper.tick(); // a round after the last one left: only the live worker is remembered
+    const remembered = (scraper as unknown as { attempted: ReadonlySet<string> }).attempted;
+    expect([...remembered].filter((url) => url !== `${s.url}/pod-49`)).toEqual([]);
+  });
+
   it('interval 0 is off; invalid settings are rejected', () => {
     const board = new LoadBoard();
     const off = new MetricsScraper({ workers: () => [], board, intervalMs: 0, timeoutMs: 1 });
