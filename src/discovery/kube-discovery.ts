@@ -144,6 +144,8 @@ export class KubeRoleSource {
     this.pods.delete(key);
     // A watch with a label selector reports a pod relabelled out of it as DELETED (with the new labels).
     this.apply(key, matchesSelector(pod.metadata?.labels, this.rule.selector) ? 'deleted' : 'selector');
+    // No longer watched (its real deletion is never seen): nothing of it is kept.
+    this.lastReason.delete(key);
   }
 
   /** Removes everything this source registered. */

@@ -111,6 +111,18 @@ describe('KubeRoleSource', () => {
     expect(changes.at(-1)).toMatchObject({ type: 'removed', reason: 'selector' });
   });
 
+  it('keeps nothing of pods relabelled out of the selector (their later deletion is never seen)', () => {
+    const { source } = setup();
+    for (let i = 0; i < 50; i++) {
+      source.event('ADDED', pod(`p${i}`, `10.0.1.${i}`));
+      // Taken out of service by relabelling: the watch's last word on the pod.
+      source.event('DELETED', pod(`p${i}`, `10.0.1.${i}`, { labels: { app: 'quarantined' } }));
+    }
+    expect(source.memberCount).toBe(0);
+    const reasons = (source as unknown as { lastReason: ReadonlyMap<string, string> }).lastReason;
+    expect(reasons.size).toBe(0);
+  });
+
   it('a changed port annotation is a new generation with the new metadata', () => {
     const { registry, source } = setup();
     source.synced([pod('a', '10.0.0.1', { annotations: { 'vllm.ai/bootstrap-port': '8998' } })]);
