@@ -7,7 +7,10 @@
  *                                             become text parts, any other part (`input_image`,
  *                                             `input_file`, ...) stays as it is, a non-text part
  *   {type: 'function_call', call_id, name, arguments}   an assistant message with one tool call
- *   {type: 'function_call_output', call_id, output}     a `tool` message
+ *   {type: 'function_call_output', call_id, output}     a `tool` message; `output` a string, or
+ *                                             content parts as a message's (the SDK's
+ *                                             `ResponseFunctionCallOutputItemList`: a tool's text,
+ *                                             images, files), which vLLM passes on as the content
  *   {type: 'reasoning' | 'item_reference' | ...}        left out (no prompt text of its own here)
  *
  * vLLM renders these messages with the model's chat template, as it renders /v1/chat/completions, so a
@@ -67,8 +70,8 @@ function itemMessage(item: Record<string, unknown>): Message | undefined {
     return { role: 'assistant', content: null, tool_calls: [call] };
   }
   if (type === 'function_call_output') {
-    if (!isText(item.output)) return undefined;
-    return { role: 'tool', tool_call_id: item.call_id, content: item.output };
+    const content = messageContent(item.output);
+    return content === undefined ? undefined : { role: 'tool', tool_call_id: item.call_id, content };
   }
   return typeof type === 'string' ? SKIP : undefined;
 }

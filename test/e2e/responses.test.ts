@@ -100,6 +100,39 @@ describe('Responses API: one router', () => {
     expect(servedBy(stack.sims, completedId)).toEqual(servedBy(stack.sims, first!.id));
   });
 
+  it('serves a request that names no model, as vLLM serves it (with its own model)', async () => {
+    // vLLM's ResponsesRequest (and its chat and completions requests) take `model: str | None`.
+    const res = await fetch(`${stack.url}/v1/responses`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ input: 'which model are you?', max_output_tokens: 2 }),
+    });
+    expect(res.status, await res.clone().text()).toBe(200);
+    expect(((await res.json()) as { status: string }).status).toBe('completed');
+  });
+
+  it("serves a tool's output given as content parts (text and image), as vLLM does", async () => {
+    // The OpenAI SDK's FunctionCallOutput.output is `str | ResponseFunctionCallOutputItemListParam`:
+    // a tool that returns an image (a screenshot, an agent's view_image) sends it as parts.
+    const r = await openai.responses.create({
+      model: MODEL,
+      max_output_tokens: 2,
+      input: [
+        { role: 'user', content: 'what does the screen show?' },
+        { type: 'function_call', call_id: 'c1', name: 'screenshot', arguments: '{}' },
+        {
+          type: 'function_call_output',
+          call_id: 'c1',
+          output: [
+            { type: 'input_text', text: 'the screen:' },
+            { type: 'input_image', image_url: 'https://example.com/screen.png', detail: 'auto' },
+          ],
+        },
+      ],
+    });
+    expect(r.status).toBe('completed');
+  });
+
   it("keeps the client's own request_id, and answers a malformed input with a JSON 400", async () => {
     const own = `client-${Date.now()}`;
     const res = await fetch(`${stack.url}/v1/responses`, {

@@ -61,6 +61,31 @@ describe('responsesMessages', () => {
         { role: 'tool', tool_call_id: 'c1', content: 'sunny' },
       ],
     ],
+    [
+      "a function call's output given as content parts becomes a tool message of those parts",
+      {
+        input: [
+          {
+            type: 'function_call_output',
+            call_id: 'c1',
+            output: [
+              { type: 'input_text', text: 'screen:' },
+              { type: 'input_image', image_url: 'https://x/s.png' },
+            ],
+          },
+        ],
+      },
+      [
+        {
+          role: 'tool',
+          tool_call_id: 'c1',
+          content: [
+            { type: 'text', text: 'screen:' },
+            { type: 'input_image', image_url: 'https://x/s.png' },
+          ],
+        },
+      ],
+    ],
   ])('%s', (_name, body, messages) => {
     expect(responsesMessages(body)).toEqual(messages);
   });
@@ -115,7 +140,7 @@ describe('parseInferenceRequest: /v1/responses', () => {
   it.each([
     ['a missing input', { model: 'm' }, 'invalid_input'],
     ['a bad previous_response_id', { model: 'm', input: 'x', previous_response_id: 7 }, 'invalid_body'],
-    ['a missing model', { input: 'x' }, 'missing_model'],
+    ['a model that is not a string', { model: 7, input: 'x' }, 'missing_model'],
   ])('answers %s with a 400', (_name, body, code) => {
     let err: unknown;
     try {
