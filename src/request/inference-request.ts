@@ -138,15 +138,21 @@ export function parseInferenceRequest(
     throw badRequest('invalid_body', 'request body must be a JSON object');
   }
   const obj = json as Record<string, unknown>;
-  if (typeof obj.model !== 'string' || obj.model.length === 0) {
-    throw badRequest('missing_model', '"model" must be a non-empty string');
+  // vLLM's OpenAI requests take `model: str | None`: none (absent, null or empty) is the server's own
+  // model (serving_engine.py `_is_model_supported`), so the request goes to any worker ('': no model
+  // to filter by). Its Messages API requires one.
+  const model = obj.model ?? '';
+  if (typeof model !== 'string' || (kind === 'messages' && model.length === 0)) {
+    throw badRequest(
+      'missing_model',
+      kind === 'messages' ? '"model" must be a non-empty string' : '"model" must be a string',
+    );
   }
   // vLLM's request models take `stream: Optional[bool]`: null is no stream, as absent.
   if (obj.stream !== undefined && obj.stream !== null && typeof obj.stream !== 'boolean') {
     throw badRequest('invalid_body', '"stream" must be a boolean');
   }
   const tally: MediaTally = { sized: 0, unsized: 0, unkeyed: 0, tokens: 0 };
-  const model = obj.model;
   const { media } = opts;
   const weights = media === undefined ? undefined : () => media(model);
   const prompt = promptText(kind, obj, { media: weights, tally, tools: opts.tools !== false });
@@ -163,7 +169,7 @@ export function parseInferenceRequest(
   const parts = tally.sized + tally.unsized + tally.unkeyed > 0 ? tally : undefined;
   return new ParsedInferenceRequest(
     kind,
-    obj.model,
+    model,
     obj.stream === true,
     routingText,
     obj,

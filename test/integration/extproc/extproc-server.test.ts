@@ -95,7 +95,7 @@ describe('ext_proc server', () => {
     ['malformed JSON', '{"model": "m", "prompt": ', 400, 'invalid_json'],
     ['a body that is not an object', '[1,2]', 400, 'invalid_body'],
     ['a missing prompt', '{"model":"m"}', 400, 'invalid_prompt'],
-    ['a missing model', '{"prompt":"x"}', 400, 'missing_model'],
+    ['a model that is not a string', '{"model":5,"prompt":"x"}', 400, 'missing_model'],
   ])('answers %s with a JSON %i and takes no load', async (_name, body, status, code) => {
     const s = client.open();
     await s.send(requestHeaders('POST', '/v1/completions'));

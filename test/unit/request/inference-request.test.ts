@@ -62,6 +62,14 @@ describe('parseInferenceRequest', () => {
     expect(r).toMatchObject({ kind: 'completions', model: 'm', stream: true, text: 'hi' });
   });
 
+  it('takes a body without a model, as vLLM does (its own model): routed to any worker', () => {
+    for (const body of ['{"prompt":"x"}', '{"model":null,"prompt":"x"}', '{"model":"","prompt":"x"}']) {
+      expect(parseInferenceRequest('completions', 'application/json', Buffer.from(body)).model).toBe('');
+    }
+    const chat = json({ messages: [{ role: 'user', content: 'hi' }] });
+    expect(parseInferenceRequest('chat', 'application/json', chat).model).toBe('');
+  });
+
   it('accepts a content type with parameters and a missing content type', () => {
     const body = json({ model: 'm', prompt: 'hi' });
     expect(parseInferenceRequest('completions', 'application/json; charset=utf-8', body).text).toBe('hi');
@@ -74,7 +82,6 @@ describe('parseInferenceRequest', () => {
     ['array body', 'application/json', '[]', 400, 'invalid_body'],
     ['string body', 'application/json', '"x"', 400, 'invalid_body'],
     ['null body', 'application/json', 'null', 400, 'invalid_body'],
-    ['missing model', 'application/json', '{"prompt":"x"}', 400, 'missing_model'],
     ['numeric model', 'application/json', '{"model":1,"prompt":"x"}', 400, 'missing_model'],
     ['missing prompt', 'application/json', '{"model":"m"}', 400, 'invalid_prompt'],
     ['object prompt', 'application/json', '{"model":"m","prompt":{}}', 400, 'invalid_prompt'],
