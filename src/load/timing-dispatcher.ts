@@ -3,8 +3,9 @@
  * wrapper, like health-dispatcher.ts, that watches each STREAMED response's body chunks.
  *
  * - TTFT sample: clock at the dispatch (after the policy chose and the guard was taken; for P/D after
- *   the prefill leg, so a decode worker's TTFT is its own) -> first non-empty body chunk of a 2xx
- *   response. Features: the tokens to prefill (own uncached + queued ahead) and other requests ahead
+ *   the prefill leg, so a decode worker's TTFT is its own) -> the first body chunk of a 2xx response
+ *   with a token (first-token.ts: the first non-empty one, past a /v1/responses stream's opening
+ *   events). Features: the tokens to prefill (own uncached + queued ahead) and other requests ahead
  *   the cost model used for this decision (`decision.cost`); for other policies, the whole prompt at ~4
  *   chars per token and the worker's other in-flight requests.
  * - Prefill backlog (cost mode, prefill-computing roles): the request's uncached tokens are queued on
@@ -63,6 +64,7 @@ import {
   promptTokensIn,
   usageShowsNoCached,
 } from './usage-tokens.js';
+import { firstTokenWatch } from './first-token.js';
 
 interface Learners {
   readonly timing: TimingEstimates;
@@ -291,6 +293,7 @@ function queued(d: Dispatch, req: RouteRequest, l: Learners): Dispatch {
   const sequences = req.inference?.sequences ?? 1;
   let entry = backlog.add(worker, cost.chosen.uncachedTokens, deadline, sequences);
   let queued = true;
+  const firstToken = firstTokenWatch(req.inference?.kind);
   const done = (): void => {
     queued = false;
     backlog.done(worker, entry);
@@ -306,7 +309,7 @@ function queued(d: Dispatch, req: RouteRequest, l: Learners): Dispatch {
       d.onResponseStart?.(status, bodyWatched);
     },
     transformResponseChunk(chunk: Buffer, endOfStream: boolean): Buffer | undefined {
-      if (queued && chunk.length > 0) done(); // per chunk: one boolean test after the first
+      if (queued && chunk.length > 0 && firstToken(chunk)) done(); // one boolean test after the first
       return d.transformResponseChunk?.(chunk, endOfStream);
     },
     finish(end: RequestEnd): void {
@@ -337,6 +340,8 @@ function timed(d: Dispatch, req: RouteRequest, l: Learners): Dispatch {
   const learn = usageLearner(d, req, l);
   const cost = d.decision.cost;
   const features = featuresOf(d, req);
+  // A /v1/responses stream opens with events sent before the first token (first-token.ts).
+  const firstToken = firstTokenWatch(req.inference?.kind);
   const started = clock();
   let status = 0;
   let chunks = 0;
@@ -362,13 +367,15 @@ function timed(d: Dispatch, req: RouteRequest, l: Learners): Dispatch {
     transformResponseChunk(chunk: Buffer, endOfStream: boolean): Buffer | undefined {
       const out = d.transformResponseChunk?.(chunk, endOfStream);
       if (chunk.length > 0 && status >= 200 && status < 300) {
-        const now = clock();
-        if (chunks === 0) {
-          first = now;
-          timing.recordTtft(d.worker, now - started, features, now);
+        if (chunks > 0 || firstToken(chunk)) {
+          const now = clock();
+          if (chunks === 0) {
+            first = now;
+            timing.recordTtft(d.worker, now - started, features, now);
+          }
+          last = now;
+          chunks += 1;
         }
-        last = now;
-        chunks += 1;
         learn?.(status, chunk);
       }
       return out;
