@@ -71,6 +71,8 @@ const MAX_CHARS_PER_TOKEN = 7;
 
 export class CharTokenizer implements SimTokenizer {
   readonly name: string;
+  /** No special ids around a text's (request-tokens.ts truncation). */
+  readonly specialCounts = [0, 0] as const;
   /** bases[L] = first id of chunks of length L (1..charsPerToken); bases[charsPerToken + 1] = code points. */
   private readonly bases: number[];
 

@@ -8,6 +8,12 @@
  * prompt at the end, others a reasoning switch or documents in the system part at the start, where
  * a router that rendered without them would part from the worker's tokens at the first block.
  *
+ * A request's `reasoning_effort` reaches the template too (vLLM's ChatCompletionRequest
+ * build_chat_params, over chat_template_kwargs' own), and, unless chat_template_kwargs names
+ * `enable_thinking`, as `enable_thinking` = (effort != "none") (vllm-project/vllm#43401): GLM's
+ * templates write the effort into a system line at the start, Qwen3's and Gemma 4's switch thinking
+ * at the end.
+ *
  * Not passed as variables: `messages`, `tools` and `conversation` (the router renders the request's
  * own, as vLLM prepares them), `chat_template` (a per-request template; vLLM refuses it unless the
  * server trusts request templates, and this router renders the model's own) and `tokenize`.
@@ -15,7 +21,7 @@
 export interface ChatTemplateArgs {
   readonly addGenerationPrompt: boolean;
   readonly continueFinalMessage: boolean;
-  /** Further template variables: `documents` and the request's chat_template_kwargs. */
+  /** Further template variables: `documents`, the request's chat_template_kwargs, `reasoning_effort`. */
   readonly variables: Readonly<Record<string, unknown>> | undefined;
 }
 
@@ -44,6 +50,12 @@ export function chatTemplateArgs(body: Readonly<Record<string, unknown>>): ChatT
       if (NOT_VARIABLES.has(k)) continue;
       (variables ??= {})[k] = v;
     }
+  }
+  const effort = body.reasoning_effort;
+  if (typeof effort === 'string') {
+    variables ??= {};
+    variables.reasoning_effort = effort;
+    if (kwargs === undefined || !('enable_thinking' in kwargs)) variables.enable_thinking = effort !== 'none';
   }
   return {
     addGenerationPrompt: flag('add_generation_prompt', true),

@@ -51,7 +51,7 @@
  * covered and the fast path gives the library's ids on probe texts at load time (FAST_PROBES: words,
  * contractions, digits, whitespace runs, non-ASCII, emoji); otherwise by the library.
  */
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Tokenizer } from '@huggingface/tokenizers';
 import { Template } from '@huggingface/jinja';
@@ -92,6 +92,12 @@ export class HfTokenizer {
   readonly name: string;
   private readonly tokenizer: Tokenizer;
   private readonly template: Template | undefined;
+  /**
+   * The `tool_use` template of a tokenizer with named templates: what transformers renders for a
+   * request with tools (`get_chat_template`), and vLLM with it.
+   */
+  private readonly toolUseTemplate: Template | undefined;
+  private readonly toolUseFormat: ContentFormat | undefined;
   private readonly config: Record<string, unknown>;
   private readonly splitter: RegExp | undefined;
   private readonly addedIds = new Map<string, number>();
@@ -128,6 +134,9 @@ export class HfTokenizer {
     const chatTemplate = chatTemplateOf(config);
     this.template = chatTemplate === undefined ? undefined : new Template(chatTemplate);
     this.contentFormat = chatTemplate === undefined ? undefined : detectContentFormat(chatTemplate);
+    const toolUse = namedTemplate(config, 'tool_use');
+    this.toolUseTemplate = toolUse === undefined ? undefined : new Template(toolUse);
+    this.toolUseFormat = toolUse === undefined ? undefined : detectContentFormat(toolUse);
     const added = (
       Array.isArray(tokenizerJson.added_tokens) ? tokenizerJson.added_tokens : []
     ) as AddedTokenSpec[];
@@ -171,7 +180,10 @@ export class HfTokenizer {
       });
   }
 
-  /** Loads `<dir>/tokenizer.json` and `<dir>/tokenizer_config.json` (the latter optional). */
+  /**
+   * Loads `<dir>/tokenizer.json` and `<dir>/tokenizer_config.json` (the latter optional), with the
+   * chat templates transformers (>= 4.47) reads beside them (templateFiles): they win over the config's.
+   */
   static load(dir: string, opts: HfTokenizerOptions = {}): HfTokenizer {
     const json = JSON.parse(readFileSync(join(dir, 'tokenizer.json'), 'utf8')) as Record<string, unknown>;
     let config: Record<string, unknown> = {};
@@ -183,6 +195,8 @@ export class HfTokenizer {
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
     }
+    const files = templateFiles(dir);
+    if (files !== undefined) config = { ...config, chat_template: files };
     return new HfTokenizer(json, config, dir, opts);
   }
 
@@ -203,6 +217,20 @@ export class HfTokenizer {
 
   get hasChatTemplate(): boolean {
     return this.template !== undefined;
+  }
+
+  /** The content format of the template a request with `tools` renders with (see toolUseTemplate). */
+  contentFormatFor(tools: unknown): ContentFormat | undefined {
+    return this.toolUseFor(tools) !== undefined ? this.toolUseFormat : this.contentFormat;
+  }
+
+  private toolUseFor(tools: unknown): Template | undefined {
+    return tools !== undefined && tools !== null ? this.toolUseTemplate : undefined;
+  }
+
+  /** How many ids `encode(text, true)` adds before and after the text's (request-tokens.ts truncation). */
+  get specialCounts(): readonly [number, number] {
+    return [this.specialPrefix.length, this.specialSuffix.length];
   }
 
   /** Token ids of `text`; `addSpecialTokens` (default true) adds what the post-processor adds (BOS). */
@@ -260,7 +288,7 @@ export class HfTokenizer {
     const marked = opts.continueFinalMessage === true ? markFinalMessage(messages) : undefined;
     if (marked !== undefined && !marked.ok) return marked;
     try {
-      let text = this.template.render({
+      let text = (this.toolUseFor(opts.tools) ?? this.template).render({
         // transformers always passes these (None when the request has none): `tools is not none`.
         tools: null,
         documents: null,
@@ -475,6 +503,46 @@ function chatTemplateOf(config: Record<string, unknown>): string | undefined {
     if (pick !== undefined && typeof pick.template === 'string') return pick.template;
   }
   return undefined;
+}
+
+/** A named template of a config that lists them (`[{name, template}, ...]`). */
+function namedTemplate(config: Record<string, unknown>, name: string): string | undefined {
+  const t = config.chat_template;
+  if (!Array.isArray(t)) return undefined;
+  const pick = (t as Array<{ name?: unknown; template?: unknown }>).find((x) => x.name === name);
+  return typeof pick?.template === 'string' ? pick.template : undefined;
+}
+
+/**
+ * The chat templates in files beside tokenizer_config.json, as transformers reads them: the default
+ * from `chat_template.jinja`, named ones from `additional_chat_templates/<name>.jinja` (together in
+ * the config's list form; the default alone as a string). Undefined when there are none (the config's
+ * own template stands).
+ */
+function templateFiles(dir: string): string | Array<{ name: string; template: string }> | undefined {
+  const read = (path: string): string | undefined => {
+    try {
+      return readFileSync(path, 'utf8');
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code === 'ENOENT' || code === 'ENOTDIR') return undefined;
+      throw err;
+    }
+  };
+  const main = read(join(dir, 'chat_template.jinja'));
+  let names: string[] = [];
+  try {
+    names = readdirSync(join(dir, 'additional_chat_templates')).filter((f) => f.endsWith('.jinja'));
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code !== 'ENOENT' && code !== 'ENOTDIR') throw err;
+  }
+  if (names.length === 0) return main;
+  const named = names.sort().map((f) => ({
+    name: f.slice(0, -'.jinja'.length),
+    template: readFileSync(join(dir, 'additional_chat_templates', f), 'utf8'),
+  }));
+  return main === undefined ? named : [{ name: 'default', template: main }, ...named];
 }
 
 function tokenText(v: unknown): string {

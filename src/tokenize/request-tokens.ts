@@ -12,7 +12,16 @@
  *   arguments parsed, contents in the template's content format), then
  *   encode(text, add_special_tokens ?? false).
  *   Non-text content parts (images, audio: their tokens depend on the model's processor) ->
- *   `multimodal`; a template error (e.g. tool calls the template cannot render) -> `template_error`.
+ *   `multimodal`; a template error (e.g. tool calls the template cannot render) -> `template_error`;
+ *   a request's own `chat_template` (or one in `chat_template_kwargs`: vLLM renders it when the server
+ *   trusts request templates; the router renders only the model's) -> `request_chat_template`.
+ * - `truncate_prompt_tokens` k (both endpoints): vLLM keeps the prompt's LAST k tokens (its generate
+ *   tokenizers truncate on the left; `truncation_side: "right"` keeps the first k). A text encoded
+ *   with special tokens keeps them: the Hugging Face tokenizer truncates the text's own ids to k minus
+ *   the specials, then adds them (BOS + the last k-1 ids); token-id prompts and chat renders (no added
+ *   specials by default) are sliced. Every block key depends on where the kept run starts, so a
+ *   prompt longer than k keyed untruncated matches nothing a worker stored. -1 (truncate to the
+ *   model's context, which the router does not know) -> `truncation`.
  * - no tokenizer configured for the model -> `no_tokenizer`.
  *
  * Tokenizers come from `--tokenizer MODEL=PATH` (a directory with tokenizer.json and
@@ -21,9 +30,16 @@
 import { HfTokenizer, type HfTokenizerOptions } from './hf-tokenizer.js';
 import { vllmChatInput, type ContentFormat } from './vllm-chat-input.js';
 import { chatTemplateArgs } from './chat-template-args.js';
+import { laxInt } from '../request/lax-int.js';
 
 export type TokenizeFallback =
-  'no_tokenizer' | 'no_prompt' | 'multimodal' | 'no_chat_template' | 'template_error';
+  | 'no_tokenizer'
+  | 'no_prompt'
+  | 'multimodal'
+  | 'no_chat_template'
+  | 'template_error'
+  | 'request_chat_template'
+  | 'truncation';
 
 export type RequestTokens =
   | {
@@ -113,8 +129,15 @@ export interface BodyTokenizer {
     },
   ): { ok: true; text: string } | { ok: false; error: string };
   readonly hasChatTemplate?: boolean;
+  /**
+   * How many ids `encode(text, true)` adds before and after the text's own (BOS; EOS of an
+   * add_eos_token tokenizer); undefined when unknown (a truncated prompt with specials falls back).
+   */
+  readonly specialCounts?: readonly [number, number];
   /** How its template reads a message's content (vLLM's detection); undefined: as the request sent it. */
   readonly contentFormat?: ContentFormat;
+  /** The same for the template a request with `tools` renders with (a named `tool_use` template's). */
+  contentFormatFor?(tools: unknown): ContentFormat | undefined;
 }
 
 /** The prompt token ids of one OpenAI body under `t` (see the header comment). */
@@ -123,16 +146,23 @@ export function tokenizeBody(
   body: Readonly<Record<string, unknown>> | undefined,
 ): RequestTokens {
   if (body === undefined) return { ok: false, reason: 'no_prompt' };
-  const encode = (text: string, add: boolean): ArrayLike<number> =>
+  const cut = truncation(body);
+  if (cut === 'unknown') return { ok: false, reason: 'truncation' };
+  const raw = (text: string, add: boolean): ArrayLike<number> =>
     t.encodeIds !== undefined ? t.encodeIds(text, add) : t.encode(text, add);
+  // Undefined: truncated with special tokens the tokenizer does not say it adds.
+  const encode = (text: string, add: boolean): ArrayLike<number> | undefined =>
+    cut === undefined ? raw(text, add) : truncated(raw(text, add), cut, add ? t.specialCounts : [0, 0]);
   const addSpecial = typeof body.add_special_tokens === 'boolean' ? body.add_special_tokens : undefined;
   if (body.messages !== undefined) {
     if (t.hasChatTemplate === false) return { ok: false, reason: 'no_chat_template' };
     if (!Array.isArray(body.messages) || body.messages.length === 0)
       return { ok: false, reason: 'no_prompt' };
+    if (hasRequestTemplate(body)) return { ok: false, reason: 'request_chat_template' };
     if (hasNonTextPart(body.messages)) return { ok: false, reason: 'multimodal' };
     // What vLLM hands the template: tools as its models dump them, tool-call arguments parsed.
-    const input = vllmChatInput(body.messages, body.tools, t.contentFormat);
+    const format = t.contentFormatFor !== undefined ? t.contentFormatFor(body.tools) : t.contentFormat;
+    const input = vllmChatInput(body.messages, body.tools, format);
     if (input === undefined) return { ok: false, reason: 'template_error' };
     const args = chatTemplateArgs(body);
     const rendered = t.renderChat(input.messages, {
@@ -142,21 +172,76 @@ export function tokenizeBody(
       ...(args.variables !== undefined ? { variables: args.variables } : {}),
     });
     if (!rendered.ok) return { ok: false, reason: 'template_error' };
-    return { ok: true, ids: encode(rendered.text, addSpecial ?? false) };
+    const ids = encode(rendered.text, addSpecial ?? false);
+    return ids === undefined ? { ok: false, reason: 'truncation' } : { ok: true, ids };
   }
   const prompt = body.prompt;
-  if (typeof prompt === 'string') return { ok: true, ids: encode(prompt, addSpecial ?? true) };
+  if (typeof prompt === 'string') {
+    const ids = encode(prompt, addSpecial ?? true);
+    return ids === undefined ? { ok: false, reason: 'truncation' } : { ok: true, ids };
+  }
   if (Array.isArray(prompt) && prompt.length > 0) {
-    if (prompt.every(isTokenId)) return { ok: true, ids: prompt as number[] };
+    const given = (ids: readonly number[]): ArrayLike<number> =>
+      cut === undefined ? ids : truncated(ids, cut, [0, 0])!;
+    if (prompt.every(isTokenId)) return { ok: true, ids: given(prompt as number[]) };
     let batch: ArrayLike<number>[];
     if (prompt.every((p) => typeof p === 'string')) {
-      batch = (prompt as string[]).map((p) => encode(p, addSpecial ?? true));
+      const encoded = (prompt as string[]).map((p) => encode(p, addSpecial ?? true));
+      if (encoded.includes(undefined)) return { ok: false, reason: 'truncation' };
+      batch = encoded as ArrayLike<number>[];
     } else if (prompt.every((p) => Array.isArray(p) && p.length > 0 && p.every(isTokenId))) {
-      batch = prompt as number[][];
+      batch = (prompt as number[][]).map(given);
     } else return { ok: false, reason: 'no_prompt' };
     return batch.length === 1 ? { ok: true, ids: batch[0]! } : { ok: true, ids: batch[0]!, batch };
   }
   return { ok: false, reason: 'no_prompt' };
+}
+
+interface Truncation {
+  /** Tokens kept. */
+  readonly keep: number;
+  /** Whether the last `keep` are kept (vLLM's default for generate models), else the first. */
+  readonly left: boolean;
+}
+
+/** The request's `truncate_prompt_tokens` (see the header comment); 'unknown' for -1 or 0. */
+function truncation(body: Readonly<Record<string, unknown>>): Truncation | 'unknown' | undefined {
+  const v = body.truncate_prompt_tokens;
+  if (v === undefined || v === null) return undefined;
+  const keep = laxInt(v);
+  if (keep === undefined || keep < 1) return 'unknown';
+  return { keep, left: body.truncation_side !== 'right' };
+}
+
+/**
+ * `ids` cut to `cut.keep` as the Hugging Face tokenizer truncates an encoding with `specials` [before,
+ * after] added around the text's own ids: those are kept and the text's ids cut to the rest.
+ * Undefined when the specials are unknown or leave no room (the tokenizer refuses that).
+ */
+function truncated(
+  ids: ArrayLike<number>,
+  cut: Truncation,
+  specials: readonly [number, number] | undefined,
+): ArrayLike<number> | undefined {
+  if (ids.length <= cut.keep) return ids;
+  if (specials === undefined) return undefined;
+  const [before, after] = specials;
+  const room = cut.keep - before - after;
+  if (room <= 0) return undefined;
+  const all = Array.from(ids);
+  const own = all.slice(before, all.length - after);
+  const kept = cut.left ? own.slice(own.length - room) : own.slice(0, room);
+  return [...all.slice(0, before), ...kept, ...all.slice(all.length - after)];
+}
+
+/** A template of the request's own: `chat_template`, or one given in `chat_template_kwargs`. */
+function hasRequestTemplate(body: Readonly<Record<string, unknown>>): boolean {
+  const kwargs = body.chat_template_kwargs;
+  const inKwargs =
+    typeof kwargs === 'object' && kwargs !== null && (kwargs as { chat_template?: unknown }).chat_template;
+  return (
+    (typeof body.chat_template === 'string' && body.chat_template.length > 0) || typeof inKwargs === 'string'
+  );
 }
 
 function isTokenId(v: unknown): v is number {

@@ -67,6 +67,23 @@ function routedTo(workers: readonly Worker[], send: () => ReturnType<typeof rout
   return workers.indexOf(r.decision.worker);
 }
 
+describe('KvPrefixSource: what vLLM feeds its engine', () => {
+  it('a request with truncate_prompt_tokens matches the blocks a worker stored from the truncated prompt', () => {
+    const workers = makeWorkers(2);
+    const subs = unstartedSubscriptions(workers);
+    closers.push(() => subs.close());
+    const source = new KvPrefixSource({ subscriptions: subs, tokenizer, blockSize: BS });
+    const keep = 60;
+    // vLLM keeps BOS and the prompt's last keep - 1 ids (a left-truncating generate tokenizer).
+    const kept = [ids[0]!, ...ids.slice(ids.length - (keep - 1))];
+    storeBlocks(subs, workers, 1, kept, keep / BS, BS);
+    const req = input(workers, { text: prompt, body: { prompt, truncate_prompt_tokens: keep } });
+    expect(source.cachedTokens(req, workers)).toEqual([0, keep]);
+    expect(source.promptTokens(req)).toBe(keep);
+    expect(source.fallback(req)).toBeUndefined();
+  });
+});
+
 describe('KvPrefixSource: blocks routed but not yet shown by events', () => {
   it('a burst sharing a new prompt follows the first request before the worker publishes it', () => {
     const { workers, send, cached } = fleet(TTL);

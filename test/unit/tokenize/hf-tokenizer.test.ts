@@ -1,4 +1,6 @@
-import { readFileSync } from 'node:fs';
+import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { HfTokenizer, LINE_BREAK, splitLines } from '../../../src/tokenize/hf-tokenizer.js';
@@ -271,6 +273,152 @@ describe('RequestTokenizer', () => {
     expect(text({ chat_template_kwargs: ['not', 'an', 'object'] })).toBe('<s><user>hello<assistant>');
     // Variables may replace special tokens (transformers merges kwargs over them), never the messages.
     expect(text({ chat_template_kwargs: { bos_token: '', messages: [] } })).toBe('<user>hello<assistant>');
+  });
+
+  it('truncate_prompt_tokens keeps the last k tokens as vLLM does (BOS kept), on both endpoints', () => {
+    // Golden ids: transformers' AutoTokenizer on the fixture, truncation_side "left" as vLLM loads a
+    // generate model's tokenizer, tokenizer(text, truncation=True, max_length=k).
+    const text = expected.samples[1]!.text; // 21 ids with BOS
+    const ids = (body: Record<string, unknown>): unknown => {
+      const r = rt.tokenize('m', body);
+      return r.ok ? Array.from(r.ids) : r;
+    };
+    expect(ids({ prompt: text, truncate_prompt_tokens: 5 })).toEqual([0, 344, 499, 383, 17]);
+    expect(ids({ prompt: text, truncate_prompt_tokens: '5' })).toEqual([0, 344, 499, 383, 17]);
+    expect(ids({ prompt: text, truncate_prompt_tokens: 5, add_special_tokens: false })).toEqual([
+      264, 344, 499, 383, 17,
+    ]);
+    expect(ids({ prompt: text, truncate_prompt_tokens: 5, truncation_side: 'right' })).toEqual([
+      0, 352, 88, 330, 263,
+    ]);
+    expect(ids({ prompt: text, truncate_prompt_tokens: 100 })).toEqual(expected.samples[1]!.ids);
+    expect(ids({ prompt: [5, 6, 7, 8, 9], truncate_prompt_tokens: 2 })).toEqual([8, 9]);
+    const batch = rt.tokenize('m', { prompt: [[5, 6, 7], [8]], truncate_prompt_tokens: 2 });
+    expect(batch.ok && batch.batch!.map((b) => Array.from(b))).toEqual([[6, 7], [8]]);
+    // A chat render (no added specials): its last 8 ids.
+    expect(ids({ messages: chat.messages, truncate_prompt_tokens: 8 })).toEqual([
+      1, 2, 68, 296, 339, 3, 202, 202,
+    ]);
+    // -1 truncates to the model's context, which the router does not know.
+    expect(ids({ prompt: text, truncate_prompt_tokens: -1 })).toEqual({ ok: false, reason: 'truncation' });
+  });
+
+  it("a request's own chat_template falls back: the router renders only the model's", () => {
+    expect(rt.tokenize('m', { messages: chat.messages, chat_template: '{{ messages[0].content }}' })).toEqual(
+      { ok: false, reason: 'request_chat_template' },
+    );
+    expect(
+      rt.tokenize('m', { messages: chat.messages, chat_template_kwargs: { chat_template: '{{ 1 }}' } }),
+    ).toEqual({ ok: false, reason: 'request_chat_template' });
+  });
+
+  describe('which chat template renders (as transformers picks it, golden ids from it)', () => {
+    const MAIN =
+      '{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n{{ m.content }}<|eot_id|>{% endfor %}';
+    const TOOL_USE =
+      '{{ bos_token }}{% for t in tools %}{{ t.function.name }}: {{ t.function.description }}\n{% endfor %}' +
+      '{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n{{ m.content }}<|eot_id|>{% endfor %}';
+    const messages = [{ role: 'user', content: 'Summarise the document.' }];
+    const tools = [{ type: 'function', function: { name: 'ls', description: 'list files' } }];
+    const PLAIN_IDS = [0, 2, 297, 261, 3, 202, 202, 54, 283, 379, 495, 264, 511, 462, 17, 1];
+    const TOOL_IDS = [0, 79, 86, 29, 471, 300, 368, 361, 202, ...PLAIN_IDS.slice(1)];
+    const ids = (r: RequestTokenizer, body: Record<string, unknown>): unknown => {
+      const out = r.tokenize('m', body);
+      return out.ok ? Array.from(out.ids) : out;
+    };
+
+    it("a model directory's chat_template.jinja wins over tokenizer_config's; tools pick additional_chat_templates/tool_use.jinja", () => {
+      const dir = mkdtempSync(join(tmpdir(), 'tok-'));
+      try {
+        copyFileSync(join(DIR, 'tokenizer.json'), join(dir, 'tokenizer.json'));
+        const config = JSON.parse(readFileSync(join(DIR, 'tokenizer_config.json'), 'utf8')) as Record<
+          string,
+          unknown
+        >;
+        writeFileSync(
+          join(dir, 'tokenizer_config.json'),
+          JSON.stringify({ ...config, chat_template: '{{ bos_token }}stale{{ messages[0].content }}' }),
+        );
+        writeFileSync(join(dir, 'chat_template.jinja'), MAIN);
+        mkdirSync(join(dir, 'additional_chat_templates'));
+        writeFileSync(join(dir, 'additional_chat_templates', 'tool_use.jinja'), TOOL_USE);
+        const r = RequestTokenizer.load(new Map([['m', dir]]));
+        expect(ids(r, { messages })).toEqual(PLAIN_IDS);
+        expect(ids(r, { messages, tools })).toEqual(TOOL_IDS);
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    });
+
+    it("tools pick a config's named tool_use template, as transformers' get_chat_template does", () => {
+      const t = new HfTokenizer(
+        JSON.parse(readFileSync(`${DIR}/tokenizer.json`, 'utf8')) as Record<string, unknown>,
+        {
+          bos_token: '<|begin_of_text|>',
+          chat_template: [
+            { name: 'default', template: MAIN },
+            { name: 'tool_use', template: TOOL_USE },
+          ],
+        },
+      );
+      const r = new RequestTokenizer(new Map([['m', t]]));
+      expect(ids(r, { messages })).toEqual(PLAIN_IDS);
+      expect(ids(r, { messages, tools: null })).toEqual(PLAIN_IDS);
+      expect(ids(r, { messages, tools })).toEqual(TOOL_IDS);
+    });
+  });
+
+  it("passes a request's reasoning_effort to the template, and enable_thinking from it, as vLLM does", () => {
+    // A GLM-style template: the effort in a system line at the start, a thinking switch at the end.
+    const template =
+      '{{ bos_token }}{% if reasoning_effort is defined %}<|start_header_id|>system<|end_header_id|>\n\nReasoning Effort: {{ reasoning_effort }}<|eot_id|>{% endif %}' +
+      '{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n{{ m.content }}<|eot_id|>{% endfor %}' +
+      '{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% if enable_thinking is defined and not enable_thinking %}<think></think>{% endif %}{% endif %}';
+    const t = new HfTokenizer(
+      JSON.parse(readFileSync(`${DIR}/tokenizer.json`, 'utf8')) as Record<string, unknown>,
+      { chat_template: template, bos_token: '<|begin_of_text|>' },
+    );
+    const r = new RequestTokenizer(new Map([['m', t]]));
+    const messages = [{ role: 'user', content: 'Summarise the document.' }];
+    const ids = (body: Record<string, unknown>): unknown => {
+      const out = r.tokenize('m', { messages, ...body });
+      return out.ok ? Array.from(out.ids) : out;
+    };
+    // Golden ids: transformers' apply_chat_template with the kwargs vLLM passes, then the tokenizer.
+    const SYSTEM = [0, 2, 387, 450, 3, 202, 202, 53, 72, 68, 86, 272, 304, 224, 40, 73, 73, 267, 87, 29, 224];
+    const REST = [
+      1, 2, 297, 261, 3, 202, 202, 54, 283, 379, 495, 264, 511, 462, 17, 1, 2, 68, 296, 339, 3, 202, 202,
+    ];
+    expect(ids({ reasoning_effort: 'high' })).toEqual([...SYSTEM, 75, 76, 74, 75, ...REST]);
+    expect(ids({ reasoning_effort: 'none' })).toEqual([
+      ...SYSTEM,
+      81,
+      272,
+      72,
+      ...REST,
+      31,
+      87,
+      75,
+      271,
+      78,
+      33,
+      31,
+      18,
+      87,
+      75,
+      271,
+      78,
+      33,
+    ]);
+    // chat_template_kwargs' own enable_thinking stands.
+    expect(ids({ reasoning_effort: 'none', chat_template_kwargs: { enable_thinking: true } })).toEqual([
+      ...SYSTEM,
+      81,
+      272,
+      72,
+      ...REST,
+    ]);
+    expect(ids({})).toEqual([0, ...REST.slice(1)]);
   });
 
   it('a template that raises is a template_error', () => {
