@@ -24,10 +24,20 @@
  * A page with several samples of a figure (data-parallel engines, several `model_name`s) sums the
  * counts and takes the largest KV usage (the fullest engine is the one that will queue).
  * Per engine (`perEngine`, for a server whose data-parallel ranks are scheduled one by one:
- * workers/data-parallel.ts): vLLM labels each engine's series `engine="<rank>"`; `engines` then maps
- * each rank seen on the page to the figures of its own series alone, as above (a figure with no
- * series for that engine is missing; the cache config, LoRA state and model name fall back to the
- * page's, which every engine of one server shares).
+ * workers/data-parallel.ts): vLLM labels each engine's series `engine="<rank>"` with its GLOBAL
+ * data-parallel rank (vllm/v1/engine/async_llm.py: `engine_idxs=engine_ranks_managed`), which on a
+ * node of a hybrid or external load-balanced deployment starts at `--data-parallel-start-rank`, while
+ * `X-data-parallel-rank` picks one of the server's own engines by its index from 0 (core_client.py
+ * DPLBAsyncMPClient indexes `core_engines`, the local engines; input_processor.py checks it against
+ * the local size). `engines` therefore maps each engine seen on the page BY ITS INDEX in the server
+ * (its label minus the page's lowest engine label; the same thing on a page labelled from 0) to the
+ * figures of its own series alone, as above (a figure with no series for that engine is missing; the
+ * cache config and model name fall back to the page's, which every engine of one server shares).
+ * LoRA state: vLLM writes `vllm:lora_requests_info` without an `engine` label, every engine to the
+ * same series set (loggers.py; it warns that the gauge is "incorrect/misleading with data parallel"),
+ * so the latest series is whichever engine stepped last. On a page of several engines an engine gets
+ * only the server's `max_lora` from it (no adapters running or waiting: what the router has in flight
+ * there stands for them, routing/lora-affinity.ts), never another engine's adapters.
  *
  * Parsing: the exposition format is parsed by `parse-prometheus-text-format` (a port of the Prometheus
  * Python client's parser: label escapes, timestamps, `# HELP`/`# TYPE`). A vLLM page is ~1,000 lines,
@@ -85,7 +95,10 @@ export interface LoadFigures {
   readonly asleep?: boolean;
   /** Lines the parser rejected. */
   readonly malformedLines: number;
-  /** `perEngine`: each data-parallel engine's own figures, by its `engine` label (see the header). */
+  /**
+   * `perEngine`: each data-parallel engine's own figures, by its index in the server (its `engine`
+   * label minus the page's lowest one: see the header).
+   */
   readonly engines?: ReadonlyMap<string, LoadFigures>;
 }
 
@@ -107,21 +120,32 @@ export function parseLoadFigures(
   const page = figuresOf(families, names, malformed);
   if (opts.perEngine !== true) return page;
   const engines = new Map<string, LoadFigures>();
-  for (const engine of engineLabels(families, names)) {
+  const labels = engineLabels(families, names);
+  const first = Math.min(...labels);
+  // An unlabelled LoRA series is one engine's only when the page has one engine (see the header).
+  const pageLora =
+    page.lora === undefined || labels.length <= 1
+      ? page.lora
+      : {
+          ...(page.lora.maxLora !== undefined ? { maxLora: page.lora.maxLora } : {}),
+          running: [],
+          waiting: [],
+        };
+  for (const engine of labels) {
     const own = new Map<string, Samples>();
     for (const [name, samples] of families)
       own.set(
         name,
-        samples.filter((m) => m.labels?.engine === engine),
+        samples.filter((m) => engineOf(m) === engine),
       );
     const f = figuresOf(own, names, 0);
-    engines.set(engine, {
+    engines.set(String(engine - first), {
       ...f,
       ...(f.blockSize === undefined && page.blockSize !== undefined ? { blockSize: page.blockSize } : {}),
       ...(f.numGpuBlocks === undefined && page.numGpuBlocks !== undefined
         ? { numGpuBlocks: page.numGpuBlocks }
         : {}),
-      ...(f.lora === undefined && page.lora !== undefined ? { lora: page.lora } : {}),
+      ...(f.lora === undefined && pageLora !== undefined ? { lora: pageLora } : {}),
       ...(f.modelName === undefined && page.modelName !== undefined ? { modelName: page.modelName } : {}),
       ...(f.asleep === undefined && page.asleep !== undefined ? { asleep: page.asleep } : {}),
     });
@@ -129,16 +153,22 @@ export function parseLoadFigures(
   return { ...page, engines };
 }
 
-/** The `engine` label values of the load samples (waiting, running, KV usage), in page order. */
-function engineLabels(families: Map<string, Samples>, names: Readonly<MetricNames>): string[] {
-  const out = new Set<string>();
+/** The `engine` labels (as ranks) of the load samples (waiting, running, KV usage), in page order. */
+function engineLabels(families: Map<string, Samples>, names: Readonly<MetricNames>): number[] {
+  const out = new Set<number>();
   for (const name of [...names.waiting, ...names.running, ...names.kvUsage]) {
     for (const m of families.get(name) ?? []) {
-      const e = m.labels?.engine;
-      if (e !== undefined && /^[0-9]{1,3}$/.test(e)) out.add(String(Number(e)));
+      const e = engineOf(m);
+      if (e !== undefined) out.add(e);
     }
   }
   return [...out];
+}
+
+/** A sample's `engine` label as a rank, when it is one. */
+function engineOf(sample: Samples[number]): number | undefined {
+  const e = sample.labels?.engine;
+  return e !== undefined && /^[0-9]{1,3}$/.test(e) ? Number(e) : undefined;
 }
 
 function figuresOf(

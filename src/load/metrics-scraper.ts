@@ -11,8 +11,9 @@
  * and a decode role of one process, the data-parallel ranks of one server) share one scrape.
  *
  * Board entries are keyed by Worker.key: the URL, or `<url>@<rank>` for a rank scheduled on its own
- * (workers/data-parallel.ts), whose sample is its engine's series alone (`engine="<rank>"`; a page
- * without that engine's series gives the rank a sample without load figures: in-flight counts).
+ * (workers/data-parallel.ts), whose sample is its engine's series alone (the server's `rank`-th
+ * `engine` label: vLLM labels engines by global rank, metrics-parse.ts; a page without that engine's
+ * series gives the rank a sample without load figures: in-flight counts).
  *
  * A scrape sends `GET <url>/metrics` (on the worker's own metrics port when it has one: scrapeBase),
  * takes the clock, this router's in-flight count on the URL and its queued prefills there (`queuedOf`)

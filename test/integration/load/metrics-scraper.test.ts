@@ -187,6 +187,31 @@ describe('MetricsScraper (real HTTP servers on port 0)', () => {
     expect(checks.slice(0, 3).map(([, ok]) => ok)).toEqual([true, true, true]);
   });
 
+  it("gives each rank of a hybrid-LB node its own engine's load, though vLLM labels engines by global rank", async () => {
+    // Node 2 of `vllm serve --data-parallel-size 4 --data-parallel-size-local 2 --data-parallel-start-rank 2
+    // --data-parallel-hybrid-lb`: X-data-parallel-rank 0 / 1 pins its engines, labelled engine="2" / "3".
+    const node2 =
+      `# TYPE vllm:num_requests_waiting gauge\n` +
+      `vllm:num_requests_waiting{engine="2",model_name="m"} 1.0\nvllm:num_requests_waiting{engine="3",model_name="m"} 6.0\n` +
+      `# TYPE vllm:num_requests_running gauge\n` +
+      `vllm:num_requests_running{engine="2",model_name="m"} 2.0\nvllm:num_requests_running{engine="3",model_name="m"} 9.0\n`;
+    const s = await serve((_req, res) => res.end(node2));
+    const rank = (r: number) =>
+      new Worker({
+        role: 'regular',
+        url: s.url,
+        endpoint: s.url.slice('http://'.length),
+        generation: 1,
+        dpRank: r,
+      });
+    const [r0, r1] = [rank(0), rank(1)];
+    const { board, scraped } = start({ workers: () => [r0, r1] });
+    await scraped.waitFor(s.url, 1);
+    expect(board.latest(`${s.url}@0`)?.figures).toMatchObject({ waiting: 1, running: 2 });
+    expect(board.latest(`${s.url}@1`)?.figures).toMatchObject({ waiting: 6, running: 9 });
+    expect([r0.load, r1.load]).toEqual([0, 0]);
+  });
+
   it("scrapes a worker's own metrics port (annotation / metadata) and keys the sample by its URL", async () => {
     const http = await serve((_req, res) => res.writeHead(500).end('not here'));
     const metrics = await serve((_req, res) => res.end(page(5, 2)));

@@ -302,6 +302,58 @@ describe('parseLoadFigures: per data-parallel engine (perEngine)', () => {
     expect(plain.engines?.size).toBe(0);
   });
 
+  it("keys a hybrid-LB node's engines by their index in the server, not vLLM's global rank label", () => {
+    // Node 2 of `vllm serve --data-parallel-size 4 --data-parallel-size-local 2
+    // --data-parallel-start-rank 2 --data-parallel-hybrid-lb`: its API server labels its engines with
+    // their global ranks 2 and 3 (engine_ranks_managed), while X-data-parallel-rank 0 / 1 picks them.
+    const node2 = [
+      '# TYPE vllm:num_requests_running gauge',
+      'vllm:num_requests_running{engine="2",model_name="m"} 3.0',
+      'vllm:num_requests_running{engine="3",model_name="m"} 7.0',
+      '# TYPE vllm:num_requests_waiting gauge',
+      'vllm:num_requests_waiting{engine="2",model_name="m"} 0.0',
+      'vllm:num_requests_waiting{engine="3",model_name="m"} 5.0',
+      '# TYPE vllm:kv_cache_usage_perc gauge',
+      'vllm:kv_cache_usage_perc{engine="2",model_name="m"} 0.25',
+      'vllm:kv_cache_usage_perc{engine="3",model_name="m"} 0.75',
+      '# TYPE vllm:cache_config_info gauge',
+      'vllm:cache_config_info{block_size="16",engine="2",num_gpu_blocks="1000"} 1.0',
+      'vllm:cache_config_info{block_size="16",engine="3",num_gpu_blocks="1000"} 1.0',
+      '',
+    ].join('\n');
+    const f = parseLoadFigures(node2, DEFAULT_METRIC_NAMES, { perEngine: true });
+    expect([...(f.engines?.keys() ?? [])]).toEqual(['0', '1']);
+    expect(f.engines?.get('0')).toMatchObject({ running: 3, waiting: 0, kvUsage: 0.25, blockSize: 16 });
+    expect(f.engines?.get('1')).toMatchObject({ running: 7, waiting: 5, kvUsage: 0.75, blockSize: 16 });
+  });
+
+  it("never gives an engine another engine's LoRA adapters (vLLM's lora gauge has no engine label)", () => {
+    // `--enable-lora --max-loras 1 --data-parallel-size 2`: every engine sets the one unlabelled gauge
+    // to the time under its own adapters (loggers.py set_to_current_time); engine 1, running adapter
+    // B, stepped last. Engine 0 runs nothing: it has its slot free, not B.
+    const withLora =
+      PAGE +
+      [
+        '# TYPE vllm:lora_requests_info gauge',
+        'vllm:lora_requests_info{max_lora="1",running_lora_adapters="",waiting_lora_adapters=""} 1.7e9',
+        'vllm:lora_requests_info{max_lora="1",running_lora_adapters="B",waiting_lora_adapters=""} 1.7000001e9',
+        '',
+      ].join('\n');
+    const f = parseLoadFigures(withLora, DEFAULT_METRIC_NAMES, { perEngine: true });
+    expect(f.lora).toEqual({ maxLora: 1, running: ['B'], waiting: [] }); // the server's page, as before
+    for (const rank of ['0', '1']) {
+      expect(f.engines?.get(rank)?.lora).toEqual({ maxLora: 1, running: [], waiting: [] });
+    }
+    // One engine on the page: the gauge is that engine's.
+    const one = parseLoadFigures(
+      'vllm:num_requests_running{engine="0",model_name="m"} 1\n' +
+        'vllm:lora_requests_info{max_lora="2",running_lora_adapters="B",waiting_lora_adapters=""} 5\n',
+      DEFAULT_METRIC_NAMES,
+      { perEngine: true },
+    );
+    expect(one.engines?.get('0')?.lora).toEqual({ maxLora: 2, running: ['B'], waiting: [] });
+  });
+
   it('ignores engine labels that are not ranks', () => {
     const f = parseLoadFigures(
       'vllm:num_requests_running{engine="x",model_name="m"} 2\n',

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { adapterState, type AdapterFacts } from '../../../src/routing/lora-affinity.js';
+import { DEFAULT_METRIC_NAMES, parseLoadFigures } from '../../../src/load/metrics-parse.js';
 
 const base = 'llama';
 const lora = (maxLora: number | undefined, running: string[], waiting: string[] = []) => ({
@@ -115,5 +116,29 @@ describe('adapterState', () => {
     },
   ])('$name', ({ model, facts, want }) => {
     expect(adapterState(model, facts)).toBe(want);
+  });
+});
+
+describe('adapterState of the data-parallel ranks of one vLLM server (its one unlabelled LoRA gauge)', () => {
+  // `vllm serve --enable-lora --max-loras 1 --data-parallel-size 2`: engine 1 runs adapter sql and
+  // stepped last; engine 0 is idle. vLLM's lora_requests_info has no engine label (loggers.py).
+  const page = [
+    'vllm:num_requests_running{engine="0",model_name="llama"} 0.0',
+    'vllm:num_requests_running{engine="1",model_name="llama"} 4.0',
+    'vllm:lora_requests_info{max_lora="1",running_lora_adapters="",waiting_lora_adapters=""} 1.7e9',
+    'vllm:lora_requests_info{max_lora="1",running_lora_adapters="sql",waiting_lora_adapters=""} 1.7000001e9',
+    '',
+  ].join('\n');
+  const engines = parseLoadFigures(page, DEFAULT_METRIC_NAMES, { perEngine: true }).engines!;
+  const state = (rank: string, inFlight: Map<string, number> = new Map()) =>
+    adapterState('sql', { lora: engines.get(rank)!.lora!, baseModels: [base], inFlight });
+
+  it('an idle rank is not taken for running the adapter another rank runs (it would load it)', () => {
+    expect(state('0')).toBe('free_slot');
+  });
+
+  it("the rank this router sent the adapter's requests to is where it is active", () => {
+    expect(state('1', new Map([['sql', 2]]))).toBe('active');
+    expect(state('0', new Map([['chat', 1]]))).toBe('full');
   });
 });
