@@ -7,7 +7,8 @@
  * A relist replaces the whole store, so a pod deleted while no watch ran is simply absent and leaves.
  *
  * Registry mapping. A member pod is registered as `{role, url: http://podIP:port, endpoint, metadata}`
- * (`permanent`: this source, not a TTL, ends its lifetime). What this source registered is remembered per pod
+ * (`permanent`: this source, not a TTL, ends its lifetime; `sourceOwned`: a lifetime another source starts
+ * at the url does not inherit that). What this source registered is remembered per pod
  * as (uid, url, metadata, generation). A pod is removed at once (deregistered) when it stops being a member;
  * in-flight requests keep their Worker object and finish normally (the pool only drops it from selection).
  * A NEW registration lifetime, hence a new generation and a fresh Worker, starts when:
@@ -17,7 +18,10 @@
  * Two pods claiming the same url (a recreated pod whose predecessor's removal has not been seen yet): the
  * first keeps it; the other is re-evaluated when the url frees up.
  * Only entries this source registered are deregistered (checked by generation), so a static worker or a
- * ZMQ registration at the same (role, url) is never removed by it.
+ * ZMQ registration at the same (role, url) is never removed by it. A member pod whose url another source
+ * holds, or whose entry another source took over, is held out until that entry goes: the source follows
+ * the registry's change notifications, so the pod joins (again) at that moment, not at its next event or
+ * relist (registryChanged).
  *
  * A role may take its selector and port from an InferencePool (`pool`, kube-inference-pool.ts) instead of
  * a flag: its pods are watched once the pool is read, and whenever what the pool selects changes, the
@@ -100,13 +104,20 @@ export class KubeRoleSource {
   private readonly members = new Map<string, Registered>();
   private readonly urlOwner = new Map<string, string>();
   private readonly lastReason = new Map<string, string>();
+  /** Pods held out because another source's live entry holds their url: pod key -> url. */
+  private readonly waiting = new Map<string, string>();
+  /** > 0 while this source itself changes the registry (its own changes need no second look). */
+  private busy = 0;
+  private readonly unsubscribe: () => void;
 
   constructor(
     private rule: RoleRule,
     private readonly registry: ServiceRegistry,
     private readonly logger: Logger,
     private readonly hooks: KubeDiscoveryHooks,
-  ) {}
+  ) {
+    this.unsubscribe = registry.onChange((role) => this.registryChanged(role));
+  }
 
   get memberCount(): number {
     return this.members.size;
@@ -148,13 +159,47 @@ export class KubeRoleSource {
     this.lastReason.delete(key);
   }
 
-  /** Removes everything this source registered. */
+  /** Removes everything this source registered, and stops following the registry. */
   clear(): void {
-    for (const [key, reg] of [...this.members]) this.remove(key, reg, 'closed');
+    this.unsubscribe();
+    this.busy += 1;
+    try {
+      for (const [key, reg] of [...this.members]) this.remove(key, reg, 'closed');
+    } finally {
+      this.busy -= 1;
+    }
     this.pods.clear();
+    this.waiting.clear();
+  }
+
+  /**
+   * Another source changed `role`'s entries. A member whose entry it took over (a heartbeat with a zmq
+   * address, a static registration after an admin DELETE) is held out at once, and a pod held out joins
+   * as soon as the other source's entry goes (its heartbeats' expiry, an admin DELETE), instead of at
+   * its next event or relist. A member whose own entry an admin DELETE removed stays out until then.
+   */
+  private registryChanged(role: Role): void {
+    if (role !== this.rule.role || this.busy > 0) return;
+    for (const [key, reg] of [...this.members]) {
+      const entry = this.registry.get(role, reg.url);
+      if (entry !== undefined && entry.generation !== reg.generation) this.apply(key);
+    }
+    for (const [key, url] of [...this.waiting]) {
+      if (this.registry.get(role, url) === undefined) this.apply(key);
+    }
   }
 
   private apply(key: string, goneReason: KubeRemovalReason = 'deleted'): void {
+    this.busy += 1;
+    try {
+      this.applyNow(key, goneReason);
+    } finally {
+      this.busy -= 1;
+    }
+  }
+
+  private applyNow(key: string, goneReason: KubeRemovalReason): void {
+    this.waiting.delete(key);
     const pod = this.pods.get(key);
     const verdict = pod === undefined ? undefined : podMembership(pod, this.rule);
     const current = this.members.get(key);
@@ -179,8 +224,9 @@ export class KubeRoleSource {
       return;
     }
     // Another source's live entry (a static worker, a ZMQ registration): joining or replacing it would make
-    // this source remove it later. It stays theirs; the pod is re-evaluated at its next event or relist.
+    // this source remove it later. It stays theirs; the pod joins when it goes (registryChanged).
     if (this.registry.get(w.role, w.url) !== undefined) {
+      this.waiting.set(key, w.url);
       this.noteReason(key, 'url_taken', `${w.url} is registered by another source`);
       return;
     }
@@ -190,6 +236,7 @@ export class KubeRoleSource {
       endpoint: w.endpoint,
       metadata: w.metadata,
       permanent: true,
+      sourceOwned: true,
     });
     if ('rejected' in result) {
       this.noteReason(key, result.rejected);

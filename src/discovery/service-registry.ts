@@ -23,8 +23,14 @@
  * MoRI-IO: `metadata.transfer_mode` is fixed by the first registration of a lifetime; a heartbeat
  * carrying a different value (including present vs absent) is rejected and changes nothing.
  *
- * Permanent entries (static configuration) never expire (`expiresAtMs = Infinity`); permanence is
- * sticky for the lifetime: a later non-permanent heartbeat for the same key does not make it expire.
+ * Permanent entries (static configuration, the admin API's `permanent: true`) never expire
+ * (`expiresAtMs = Infinity`), and permanence is sticky for the (role, url) until it is deregistered: a
+ * later non-permanent registration does not make it expire, whether it is a heartbeat of the lifetime
+ * or starts a new one (a vLLM heartbeat that adds a `zmq_address` to a static worker, a changed
+ * endpoint): an operator's static worker stays when those heartbeats stop, and a heartbeat only
+ * refreshes what it announces. Except a `sourceOwned` entry (Kubernetes discovery: permanent because
+ * that source, not a TTL, ends it, and it removes only its own generation): a lifetime another
+ * registration starts at its key is that registration's, permanent only if it says so.
  *
  * Snapshot cost: `snapshot(role)` runs before every routing decision, so each role caches its sorted,
  * frozen array of live entries. The cache is dropped when the role's membership or an entry's identity
@@ -57,8 +63,14 @@ export interface Registration {
   zmqAddress?: string;
   /** Connector metadata (e.g. MoRI-IO `transfer_mode`, tp/dp sizes). */
   metadata?: Record<string, unknown>;
-  /** Static entry: never expires. */
+  /** Never expires; sticky for the (role, url) until deregistered (see the module comment). */
   permanent?: boolean;
+  /**
+   * With `permanent`: the registering source ends this lifetime itself and removes only its own
+   * generation (Kubernetes discovery), so a new lifetime another registration starts at the key does
+   * not inherit the permanence. Fixed by the first registration of a lifetime.
+   */
+  sourceOwned?: boolean;
   /** Mooncake bootstrap server port (prefill instances); part of the identity like `endpoint`. */
   bootstrapPort?: number;
 }
@@ -184,6 +196,7 @@ export class ServiceRegistry {
         registeredAtMs: previous.registeredAtMs,
         expiresAtMs: permanent ? Infinity : now + this.ttlMs,
         permanent,
+        sourceOwned: previous.sourceOwned === true,
       });
       table.entries.set(reg.url, entry);
       // A plain heartbeat only moves expiry forward: the cached snapshot stays correct (see header).
@@ -193,12 +206,15 @@ export class ServiceRegistry {
       return { entry, event: 'heartbeat' };
     }
 
-    const permanent = reg.permanent === true;
+    // A live static entry's permanence carries over to the new lifetime at its key (module comment).
+    const permanent =
+      reg.permanent === true || (live && previous.permanent === true && previous.sourceOwned !== true);
     const entry = this.freezeEntry(reg, {
       generation: ++this.lastGeneration,
       registeredAtMs: now,
       expiresAtMs: permanent ? Infinity : now + this.ttlMs,
       permanent,
+      sourceOwned: reg.permanent === true && reg.sourceOwned === true,
     });
     table.entries.set(reg.url, entry);
     this.changed(table, reg.role);
@@ -273,7 +289,13 @@ export class ServiceRegistry {
 
   private freezeEntry(
     reg: Registration,
-    lifetime: { generation: number; registeredAtMs: number; expiresAtMs: number; permanent: boolean },
+    lifetime: {
+      generation: number;
+      registeredAtMs: number;
+      expiresAtMs: number;
+      permanent: boolean;
+      sourceOwned: boolean;
+    },
   ): RegistryEntry {
     const entry: RegistryEntry = {
       role: reg.role,
@@ -283,6 +305,7 @@ export class ServiceRegistry {
       ...(reg.metadata !== undefined ? { metadata: Object.freeze({ ...reg.metadata }) } : {}),
       ...(reg.bootstrapPort !== undefined ? { bootstrapPort: reg.bootstrapPort } : {}),
       permanent: lifetime.permanent,
+      ...(lifetime.sourceOwned ? { sourceOwned: true } : {}),
       generation: lifetime.generation,
       expiresAtMs: lifetime.expiresAtMs,
       registeredAtMs: lifetime.registeredAtMs,

@@ -235,6 +235,28 @@ describe('ZmqDiscovery (real zeromq sockets)', () => {
     expect(h.registry.size('prefill')).toBe(0);
   });
 
+  it('a static --decode worker stays in the registry when vLLM heartbeats carrying its zmq address stop', async () => {
+    let now = 0;
+    const registry = new ServiceRegistry({ clock: () => now });
+    // router.ts staticWorkersStep: `--decode http://127.0.0.1:8200`.
+    registry.register({
+      role: 'decode',
+      url: 'http://127.0.0.1:8200',
+      endpoint: '127.0.0.1:8200',
+      permanent: true,
+    });
+    const h = await startDiscovery({ registry });
+    const d = dealer(h.endpoint, '127.0.0.1:22001');
+    await d.send(heartbeat('D', '127.0.0.1:8200', '127.0.0.1:22001'));
+    await waitFor(() => registry.get('decode', 'http://127.0.0.1:8200')?.zmqAddress === '127.0.0.1:22001');
+    // The heartbeats stop (vLLM's proxy address changed, the ZMQ port is firewalled): long past the TTL.
+    now += 10 * registry.ttlMs;
+    expect(registry.cleanup()).toEqual([]);
+    expect(registry.snapshot('decode')).toMatchObject([
+      { url: 'http://127.0.0.1:8200', zmqAddress: '127.0.0.1:22001', permanent: true },
+    ]);
+  });
+
   it('close() is idempotent, ends the loop and releases the port', async () => {
     const h = await startDiscovery();
     const p = dealer(h.endpoint, '127.0.0.1:21001');

@@ -125,6 +125,56 @@ describe('ServiceRegistry', () => {
     expect(heartbeat.entry.expiresAtMs).toBe(Infinity);
   });
 
+  it('a static worker stays after a heartbeat that added a zmq address stops (a new lifetime, still permanent)', () => {
+    const { clock, registry } = setup();
+    // --worker / admin `permanent: true`: no zmq address.
+    registered(
+      registry.register({
+        role: 'decode',
+        url: 'http://10.0.0.1:8000',
+        endpoint: '10.0.0.1:8000',
+        permanent: true,
+      }),
+    );
+    // vLLM's P2P NCCL connector heartbeats the same url with its zmq address: a new Worker (lifetime).
+    const hb = registered(registry.register(reg('http://10.0.0.1:8000', 'decode')));
+    expect(hb.event).toBe('replaced');
+    expect(hb.entry).toMatchObject({
+      zmqAddress: '10.0.0.1:8000-kv',
+      permanent: true,
+      expiresAtMs: Infinity,
+    });
+    // The heartbeats stop; the process still serves: the configured worker must not leave.
+    clock.advance(1e9);
+    expect(registry.cleanup()).toEqual([]);
+    expect(registry.snapshot('decode')).toEqual([hb.entry]);
+    // Only a deregistration ends it; the next heartbeat then starts an expiring lifetime.
+    expect(registry.deregister('decode', 'http://10.0.0.1:8000')).toBe(true);
+    expect(registered(registry.register(reg('http://10.0.0.1:8000', 'decode'))).entry.permanent).toBe(false);
+  });
+
+  it("a source-owned permanent entry (Kubernetes) does not pass its permanence to another source's lifetime", () => {
+    const { clock, registry } = setup();
+    const url = 'http://10.0.0.1:8000';
+    const kube = registered(
+      registry.register({
+        role: 'decode',
+        url,
+        endpoint: '10.0.0.1:8000',
+        permanent: true,
+        sourceOwned: true,
+      }),
+    ).entry;
+    // A heartbeat of the same identity stays the source's lifetime.
+    const same = registered(registry.register({ role: 'decode', url, endpoint: '10.0.0.1:8000' }));
+    expect(same.entry).toMatchObject({ generation: kube.generation, permanent: true, sourceOwned: true });
+    const zmq = registered(registry.register(reg(url, 'decode')));
+    expect(zmq.event).toBe('replaced');
+    expect(zmq.entry.permanent).toBe(false);
+    clock.advance(registry.ttlMs);
+    expect(registry.cleanup().map((e) => e.generation)).toEqual([zmq.entry.generation]);
+  });
+
   it('keeps roles separate at identical urls', () => {
     const { registry } = setup();
     const p = registered(registry.register(reg('http://10.0.0.1:8000', 'prefill'))).entry;
@@ -266,7 +316,8 @@ describe('ServiceRegistry properties', () => {
                 expect(result.entry.generation).toBeGreaterThan(maxGeneration);
                 maxGeneration = result.entry.generation;
               }
-              const permanent = op.permanent || (heartbeat && previous.expiresAtMs === Infinity);
+              // Permanence is sticky for the key while it is live (a new lifetime there included).
+              const permanent = op.permanent || (previous !== undefined && previous.expiresAtMs === Infinity);
               model.set(key, {
                 generation: result.entry.generation,
                 expiresAtMs: permanent ? Infinity : now + 5000,
