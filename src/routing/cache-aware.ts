@@ -83,9 +83,10 @@ export interface CacheAwareDeps {
   /** Exact prefix sources, consulted before this policy's radix tree. */
   readonly prefixSources?: readonly PrefixSource[];
   /**
-   * The worker's KV-cache capacity in tokens (scraped `vllm:cache_config_info`), when known: the tree
-   * keeps at most that much of the worker's prompts (x charsPerToken), least recently used dropped
-   * first, as the worker's own prefix cache does. Without it only maxTreeSize bounds the tree.
+   * The worker's KV-cache capacity in tokens (scraped `vllm:cache_config_info`), when known: its
+   * trees together (one per model or adapter it is sent; vLLM has one KV cache per engine) keep at
+   * most that much of the worker's prompts (x each model's charsPerToken), least recently used dropped
+   * first, as the worker's own prefix cache does. Without it only maxTreeSize bounds them.
    */
   readonly capacityTokens?: (worker: Worker) => number | undefined;
   /**
@@ -233,6 +234,12 @@ export class CacheAwarePolicy implements Policy {
   readonly options: Readonly<CacheAwareOptions>;
   private readonly trees = new Map<string, RadixTree>();
   private readonly members = new Set<string>();
+  /**
+   * Tokens of each worker's picture over all its trees (with a known capacity): as last counted plus
+   * what routed() inserted since; off the truth once a report or a dropped tree evicted (above it: counted
+   * again when it passes the bound) or the learned characters per token moved, until maintain().
+   */
+  private readonly pictured = new Map<string, number>();
   private readonly indexCache = new WeakMap<readonly Worker[], Map<string, number>>();
   private readonly role: Role;
   private readonly signals: WorkerSignals;
@@ -390,15 +397,14 @@ export class CacheAwarePolicy implements Policy {
     const tenant = decision.worker.id;
     // A batch's prompts each enter the worker's cache (SelectionInput.prompts); the check of a belief
     // against the worker's report is per prompt and its usage is the batch's, so a batch makes none.
+    const capacity = this.capacityTokens?.(decision.worker);
+    const before = capacity === undefined ? 0 : tree.tenantCharCount(tenant);
     let held = { heldChars: 0, heldTick: 0 };
     if (input.prompts === undefined) held = tree.insert(input.text, tenant, nowMs);
     else for (const prompt of input.prompts) tree.insert(prompt, tenant, nowMs);
-    const capacity = this.capacityTokens?.(decision.worker);
     if (capacity !== undefined) {
-      // The worker's cache evicts its least recently used blocks once full; so does its picture here
-      // (with 1/16 of slack, so eviction runs in batches rather than on every request).
-      const maxChars = capacity * this.charsPerToken(input.model);
-      if (tree.tenantCharCount(tenant) > maxChars + maxChars / 16) tree.evictTenantToSize(tenant, maxChars);
+      const added = (tree.tenantCharCount(tenant) - before) / this.charsPerToken(input.model);
+      this.trimToCapacity(tenant, capacity, added);
     }
     if (!this.options.cacheReports || held.heldChars === 0) return undefined;
     if (this.role === 'decode' && input.prefillHere !== true) return undefined;
@@ -412,6 +418,59 @@ export class CacheAwarePolicy implements Policy {
     );
   }
 
+  /**
+   * The worker's cache evicts its least recently used blocks once full, and it is one cache for all
+   * its adapters and models (vLLM: one KV cache per engine, blocks keyed by adapter); so does its
+   * picture here, over all its trees (with 1/16 of slack, so eviction runs in batches rather than on
+   * every request). The picture's tokens are a running sum (`pictured`), counted over the trees only
+   * when that sum passes the bound or is unknown: once per capacity / 16 tokens routed to the worker.
+   */
+  private trimToCapacity(tenant: string, capacity: number, addedTokens: number): void {
+    const known = this.pictured.get(tenant);
+    const limit = capacity + capacity / 16;
+    if (known !== undefined && known + addedTokens <= limit) {
+      this.pictured.set(tenant, known + addedTokens);
+      return;
+    }
+    const tokens = this.shrinkTenant(tenant, limit, capacity, (model) => 1 / this.charsPerToken(model));
+    this.pictured.set(tenant, tokens.size);
+  }
+
+  /**
+   * Counts `tenant`'s picture over all its trees, each tree's characters x `weight(model)`; past
+   * `limit`, evicts its least recently used trees' text first, down to `target`. Returns the size
+   * left and the characters evicted.
+   */
+  private shrinkTenant(
+    tenant: string,
+    limit: number,
+    target: number,
+    weight: (model: string) => number,
+  ): { size: number; evicted: number } {
+    const held: Array<{ tree: RadixTree; weight: number }> = [];
+    let total = 0;
+    for (const [model, tree] of this.trees) {
+      const chars = tree.tenantCharCount(tenant);
+      if (chars === 0) continue;
+      const w = weight(model);
+      held.push({ tree, weight: w });
+      total += chars * w;
+    }
+    if (total <= limit) return { size: total, evicted: 0 };
+    held.sort(
+      (a, b) => (a.tree.tenantLastInsertMs(tenant) as number) - (b.tree.tenantLastInsertMs(tenant) as number),
+    );
+    let evicted = 0;
+    for (const { tree, weight: w } of held) {
+      if (total <= target) break;
+      const chars = tree.tenantCharCount(tenant);
+      const dropped = tree.evictTenantToSize(tenant, Math.max(0, chars - (total - target) / w));
+      evicted += dropped;
+      total -= dropped * w;
+    }
+    return { size: Math.max(0, total), evicted };
+  }
+
   addWorker(worker: Worker): void {
     this.members.add(worker.id);
     for (const tree of this.trees.values()) tree.addTenant(worker.id);
@@ -419,11 +478,13 @@ export class CacheAwarePolicy implements Policy {
 
   removeWorker(worker: Worker): void {
     this.members.delete(worker.id);
+    this.pictured.delete(worker.id);
     for (const tree of this.trees.values()) tree.removeTenant(worker.id);
   }
 
   cacheCleared(worker: Worker): void {
     if (!this.members.has(worker.id)) return;
+    this.pictured.delete(worker.id);
     for (const tree of this.trees.values()) {
       tree.removeTenant(worker.id);
       tree.addTenant(worker.id);
@@ -440,28 +501,10 @@ export class CacheAwarePolicy implements Policy {
     let evicted = 0;
     const tenants = new Set<string>(this.members);
     for (const tree of this.trees.values()) for (const tenant of tree.tenants()) tenants.add(tenant);
-    for (const tenant of tenants) {
-      const held: RadixTree[] = [];
-      let total = 0;
-      for (const tree of this.trees.values()) {
-        const chars = tree.tenantCharCount(tenant);
-        if (chars === 0) continue;
-        held.push(tree);
-        total += chars;
-      }
-      if (total <= max) continue;
-      held.sort(
-        (a, b) => (a.tenantLastInsertMs(tenant) as number) - (b.tenantLastInsertMs(tenant) as number),
-      );
-      for (const tree of held) {
-        if (total <= max) break;
-        const chars = tree.tenantCharCount(tenant);
-        const dropped = tree.evictTenantToSize(tenant, Math.max(0, chars - (total - max)));
-        evicted += dropped;
-        total -= dropped;
-      }
-    }
+    for (const tenant of tenants) evicted += this.shrinkTenant(tenant, max, max, () => 1).evicted;
     for (const [model, tree] of this.trees) if (tree.totalChars() === 0) this.trees.delete(model);
+    // Counted again on each worker's next request (reports and dropped trees have evicted meanwhile).
+    this.pictured.clear();
     return evicted;
   }
 

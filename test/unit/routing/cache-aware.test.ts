@@ -335,6 +335,28 @@ describe('cache_aware maintenance', () => {
     expect(a).toMatchObject({ worker: workers[1], branch: 'cache_hit' });
   });
 
+  it("keeps a worker's picture within its one KV cache over all its adapters and models, least recently used first", () => {
+    // vLLM has one KV cache per engine: its adapters' prefixes (each adapter a model name, a tree
+    // here) share its blocks and evict each other (vllm/v1/core/kv_cache_utils.py keys a block by
+    // the adapter's name, in one block pool). Worker 0 caches 100 tokens (400 chars at 4 a token).
+    const workers = makeWorkers(2);
+    const policy = new CacheAwarePolicy(
+      { mode: 'per_request' },
+      { capacityTokens: (w) => (w === workers[0] ? 100 : undefined) },
+    );
+    for (const w of workers) policy.addWorker(w);
+    const doc = (c: string) => c.repeat(300);
+    seed(policy, workers[0]!, doc('a'), 1, 'lora-1');
+    seed(policy, workers[0]!, doc('b'), 2, 'lora-2'); // 600 chars > 400: lora-1's document goes
+    seed(policy, workers[0]!, doc('c'), 3, 'base'); // and then lora-2's
+    expect(policy.treeChars().get(workers[0]!.id)).toBeLessThanOrEqual(400);
+    const held = (text: string, model: string) =>
+      policy.select({ ...input(workers, { text }), model }).branch === 'cache_hit';
+    expect(held(doc('a'), 'lora-1')).toBe(false);
+    expect(held(doc('b'), 'lora-2')).toBe(false);
+    expect(held(doc('c'), 'base')).toBe(true);
+  });
+
   it("sizes a worker's picture by the model's learned characters per token (load/chars-per-token.ts)", () => {
     const workers = makeWorkers(2);
     // Both workers cache 250 tokens. The configured ratio (4) reads that as 1,000 characters: two
