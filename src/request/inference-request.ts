@@ -191,7 +191,9 @@ function promptText(
 ): RoutingText | undefined {
   if (kind === 'completions') {
     // vLLM takes `prompt_embeds` in place of a prompt (--enable-prompt-embeds).
-    return obj.prompt == null ? completionEmbedsText(obj.prompt_embeds) : completionPromptText(obj.prompt);
+    return obj.prompt == null
+      ? completionEmbedsText(obj.prompt_embeds, opts.media)
+      : completionPromptText(obj.prompt);
   }
   const { media, tally } = opts;
   const text = { media, tally, toolCalls: opts.tools };

@@ -4,7 +4,8 @@
  * `stream` flag.
  *
  *  - /v1/completions: `prompt` as a string; an array of strings joined by '\n'; token ids rendered as
- *    space-separated decimal numbers (an array of arrays is joined by '\n').
+ *    space-separated decimal numbers (an array of arrays is joined by '\n'); `prompt_embeds` as a key
+ *    of each tensor and filler for its tokens (completionEmbedsText).
  *  - /v1/chat/completions: each message in order as `<role>\n<text>\n`, where text is a string
  *    content or the concatenation of its `text` parts; a non-text part contributes its type and a key
  *    of its media (request/media-key.ts: its `uuid`, else a hash of its URL or data), so requests with
@@ -35,6 +36,7 @@
  */
 import { hash32 } from '../util/hash32.js';
 import { mediaKey, mediaPayload, mediaStringKey } from './media-key.js';
+import { promptEmbedsTokens } from './prompt-embeds-tokens.js';
 import {
   DEFAULT_MEDIA_TOKENS,
   mediaTokens,
@@ -59,18 +61,40 @@ export function completionPromptText(prompt: unknown): RoutingText | undefined {
 
 /**
  * A completions request's `prompt_embeds` (vLLM `--enable-prompt-embeds`: a base64 tensor, or a list of
- * them, sent without `prompt`) as a routing text: a key of each tensor (media-key.ts), one per line.
- * vLLM keys such a prompt's cache blocks by a hash of its embeddings, so the same tensor sent again
- * is a hit and any other shares nothing; their token count is not known here (the text is short, and
- * the cost model prices them as short prompts). Undefined for anything else.
+ * them, sent without `prompt`) as a routing text: a key of each tensor (media-key.ts), one per line,
+ * each followed by filler characters for the prompt tokens the tensor holds (its first dimension,
+ * prompt-embeds-tokens.ts) at the model's characters per token, as a media part's (`media`), within
+ * the same budget; a tensor whose shape cannot be read gets its key alone. vLLM keys such a prompt's
+ * cache blocks by a hash of its embeddings, so the same tensor sent again is a hit and any other
+ * shares nothing. Undefined for anything else.
  */
-export function completionEmbedsText(embeds: unknown): string | undefined {
+export function completionEmbedsText(
+  embeds: unknown,
+  media: Readonly<MediaTokenOptions> | (() => Readonly<MediaTokenOptions>) = DEFAULT_MEDIA_TOKENS,
+): RoutingText | undefined {
   // A long base64 string may come parsed into pieces (request/json-body.ts).
   const isTensor = (e: unknown): e is string | PieceText =>
     (typeof e === 'string' || e instanceof PieceText) && e.length > 0;
   const list = isTensor(embeds) ? [embeds] : embeds;
   if (!Array.isArray(list) || list.length === 0 || !list.every(isTensor)) return undefined;
-  return list.map((e) => `${EMBEDS_MARK}${mediaStringKey(e)}`).join('\n');
+  const out = new RoutingTextBuilder(PIECE_CHARS);
+  let fillLeft = MAX_MEDIA_FILL_CHARS;
+  for (let i = 0; i < list.length; i++) {
+    const tensor = list[i] as string | PieceText;
+    out.append(`${i > 0 ? '\n' : ''}${EMBEDS_MARK}${mediaStringKey(tensor)}`);
+    const tokens = promptEmbedsTokens(tensor);
+    if (tokens === undefined) continue;
+    if (typeof media === 'function') media = media();
+    const chars = Math.min(fillLeft, Math.round(tokens * (media.charsPerToken ?? MEDIA_CHARS_PER_TOKEN)));
+    fillLeft -= chars;
+    appendFiller(out, chars);
+  }
+  return out.build();
+}
+
+/** `chars` filler characters, in pieces of at most PIECE_CHARS. */
+function appendFiller(out: RoutingTextBuilder, chars: number): void {
+  for (let left = chars; left > 0; left -= PIECE_CHARS) out.append(FILL.repeat(Math.min(left, PIECE_CHARS)));
 }
 
 /** Opens each prompt_embeds key in a routing text (a control character no prompt text is likely to hold). */
@@ -211,8 +235,7 @@ class ChatTextBuilder extends RoutingTextBuilder {
     if (chars === 0) return;
     if (t !== undefined) t.tokens += Math.round(chars / perToken);
     this.fillLeft -= chars;
-    for (let left = chars; left > 0; left -= PIECE_CHARS)
-      this.append(FILL.repeat(Math.min(left, PIECE_CHARS)));
+    appendFiller(this, chars);
   }
 }
 

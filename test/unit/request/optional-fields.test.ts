@@ -1,11 +1,15 @@
 /**
  * Fields vLLM's request models take as optional, accepted as vLLM accepts them: `"stream": null` (no
  * stream: `stream: Optional[bool] = False`), and a completion with `prompt_embeds` in place of a
- * `prompt` (`--enable-prompt-embeds`).
+ * `prompt` (`--enable-prompt-embeds`), weighed by its tensor's tokens (real torch.save payloads in
+ * test/fixtures/prompt-embeds).
  */
+import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { parseInferenceRequest } from '../../../src/request/inference-request.js';
-import { flatText } from '../../../src/util/piece-text.js';
+import { DEFAULT_MEDIA_TOKENS } from '../../../src/request/media-tokens.js';
+import { MAX_MEDIA_FILL_CHARS } from '../../../src/request/prompt-text.js';
+import { flatText, type RoutingText } from '../../../src/util/piece-text.js';
 
 describe('"stream": null', () => {
   it.each([
@@ -39,6 +43,37 @@ describe('a completion with prompt_embeds and no prompt', () => {
     const big = tensor('big', 3 << 20);
     expect(flatText(parse(big).text)).toBe(flatText(parse(big).text));
     expect(flatText(parse([tensor('a', 64), tensor('b', 64)]).text).split('\n')).toHaveLength(2);
+  });
+
+  it("weighs each tensor's prompt tokens (its first dimension) as the prefill it is", () => {
+    const fixtures = (
+      JSON.parse(
+        readFileSync(new URL('../../fixtures/prompt-embeds/tensors.json', import.meta.url), 'utf8'),
+      ) as { tensors: Array<{ name: string; base64: string }> }
+    ).tensors;
+    const payload = (name: string) => fixtures.find((f) => f.name === name)!.base64;
+    /** The filler characters in a routing text (what the tensors weigh beyond their keys). */
+    const filler = (text: RoutingText) => flatText(text).split('\u001a').length - 1;
+    expect(filler(parse(tensor('a', 64)).text)).toBe(0); // unreadable: its key alone, as before
+    // 300 tokens at the default 4 characters per token.
+    expect(filler(parse(payload('300 tokens, float32')).text)).toBe(1200);
+    // At the model's characters per token (learned, as a media part's filler).
+    const learned = parseInferenceRequest(
+      'completions',
+      'application/json',
+      Buffer.from(JSON.stringify({ model: 'm', prompt_embeds: payload('300 tokens, float32') })),
+      { media: () => ({ ...DEFAULT_MEDIA_TOKENS, charsPerToken: 2 }) },
+    );
+    expect(filler(learned.text)).toBe(600);
+    // A list: each tensor's own tokens after its key; the same tensors again read the same.
+    const list = [payload('7 tokens, float16'), payload('[1, 5, 8] bfloat16, squeezed')];
+    const lines = flatText(parse(list).text).split('\n');
+    expect(lines.map((l) => l.split('\u001a').length - 1)).toEqual([28, 20]);
+    expect(flatText(parse(list).text)).toBe(flatText(parse(list).text));
+    // 70,000 tokens: within the media filler budget of a request, kept in pieces.
+    const long = parse(payload('70000 tokens, one stored row expanded')).text;
+    expect(filler(long)).toBe(Math.min(70_000 * 4, MAX_MEDIA_FILL_CHARS));
+    expect(typeof long).not.toBe('string');
   });
 
   it.each([[''], [[]], [[1]], [{}]])('prompt_embeds %j is a 400 invalid_prompt', (embeds) => {
