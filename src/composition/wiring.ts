@@ -43,6 +43,7 @@ import { DEPARTED_SERIES_MS, RouterMetrics } from '../observability/metrics.js';
 import { PdDispatcher } from '../pd/pd-dispatcher.js';
 import { PrefillClient } from '../pd/prefill-client.js';
 import { BootstrapDirectory } from '../pd/mooncake-bootstrap.js';
+import { prefillFailureLog } from '../pd/prefill-failure-log.js';
 import { createPolicy } from '../routing/create-policy.js';
 import { createExactPrefix, type ExactPrefix } from '../kv-events/exact-prefix.js';
 import type { PolicyName } from '../routing/policy.js';
@@ -582,7 +583,7 @@ function routingObserver({ health, metrics, clock, logger }: Base): RoutingObser
 }
 
 function buildDispatcher(c: Base & { prefillClient: PrefillClient | undefined }): Dispatcher {
-  const { config, pools, health, metrics, clock } = c;
+  const { config, pools, health, metrics, clock, logger } = c;
   const observer = routingObserver(c);
   const passthrough = new PoolDispatcher({
     pool: config.mode === 'pd' ? pools.byRole.decode : pools.byRole.regular,
@@ -625,6 +626,7 @@ function buildDispatcher(c: Base & { prefillClient: PrefillClient | undefined })
         metrics.pdPrefillRequests.inc({ worker: w.key });
         if (ms !== undefined) metrics.pdPrefillDuration.observe({ outcome }, ms / 1000);
       },
+      prefillFailed: prefillFailureLog(logger, clock),
       decodeRouted: (w) => metrics.pdDecodeRequests.inc({ worker: w.key }),
       localPrefill: (reason) => metrics.pdLocalPrefills.inc({ reason }),
       // A decode worker chosen for a request whose prefill failed never sees it: a neutral outcome

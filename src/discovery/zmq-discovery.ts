@@ -48,6 +48,7 @@ import { isIP } from 'node:net';
 import type { Logger } from 'pino';
 import type { CidrMatcher } from './cidr.js';
 import { DnsCache } from './dns-cache.js';
+import { LogThrottle } from '../observability/log-throttle.js';
 import { formatEndpoint, resolveHost } from '../workers/endpoint.js';
 import {
   DEFAULT_MAX_FRAME_BYTES,
@@ -97,11 +98,6 @@ interface PendingMessage {
   decoded: DecodedHeartbeat;
 }
 
-interface WarnState {
-  lastWarnMs: number;
-  suppressed: number;
-}
-
 /** Printable sender identity for logs: the zmq address vLLM uses, or hex for binary ids. */
 function describeIdentity(identity: Buffer): string {
   const text = identity.toString('latin1');
@@ -116,14 +112,13 @@ function normaliseBind(bind: string): string {
 export class ZmqDiscovery {
   private readonly opts: ZmqDiscoveryOptions;
   private readonly maxFrameBytes: number;
-  private readonly warnIntervalMs: number;
   private readonly clock: () => number;
   private readonly resolve: (host: string) => Promise<string>;
   private socket: zmq.Router | undefined;
   private loop: Promise<void> | undefined;
   private closing: Promise<void> | undefined;
   private closed = false;
-  private readonly warnState = new Map<string, WarnState>();
+  private readonly warnThrottle: LogThrottle;
   private readonly dnsCache = new DnsCache();
   /** DNS name -> messages waiting for its lookup, latest per (role, url). */
   private readonly dnsWaiting = new Map<string, Map<string, PendingMessage>>();
@@ -134,7 +129,7 @@ export class ZmqDiscovery {
   constructor(opts: ZmqDiscoveryOptions) {
     this.opts = opts;
     this.maxFrameBytes = opts.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES;
-    this.warnIntervalMs = opts.warnIntervalMs ?? DEFAULT_WARN_INTERVAL_MS;
+    this.warnThrottle = new LogThrottle(opts.warnIntervalMs ?? DEFAULT_WARN_INTERVAL_MS, MAX_WARN_SENDERS);
     this.clock = opts.clock ?? (() => performance.now());
     this.resolve = opts.resolve ?? resolveHost;
   }
@@ -338,19 +333,8 @@ export class ZmqDiscovery {
   ): void {
     this.callHook(() => this.opts.hooks?.onReject?.(reason));
     const sender = describeIdentity(identity);
-    const now = this.clock();
-    const state = this.warnState.get(sender);
-    if (state !== undefined && now - state.lastWarnMs < this.warnIntervalMs) {
-      state.suppressed++;
-      return;
-    }
-    const suppressed = state?.suppressed ?? 0;
-    this.warnState.delete(sender);
-    this.warnState.set(sender, { lastWarnMs: now, suppressed: 0 });
-    if (this.warnState.size > MAX_WARN_SENDERS) {
-      const oldest = this.warnState.keys().next().value;
-      if (oldest !== undefined) this.warnState.delete(oldest);
-    }
+    const suppressed = this.warnThrottle.take(sender, this.clock());
+    if (suppressed === undefined) return;
     this.opts.logger.warn({ sender, reason, suppressed, ...details }, 'zmq discovery message rejected');
   }
 

@@ -5,8 +5,9 @@
  *
  * Decoded messages have the shapes declared in proto.ts (snake_case field names as in the .proto,
  * bytes as Buffer views into the received frame, no copy). Unset fields read as protobufjs defaults:
- * `null` for messages, `false`/`''`/`0`, an empty buffer for bytes. Encoding takes plain objects of
- * the same shapes (google.protobuf.Struct uses protobufjs's camelCase field names, e.g. stringValue).
+ * `null` for messages, `false`/`''`/`0`, an empty Array (not a Buffer) for bytes. Encoding takes
+ * plain objects of the same shapes (google.protobuf.Struct uses protobufjs's camelCase field names,
+ * e.g. stringValue).
  */
 import protobuf from 'protobufjs';
 import { protoPath as healthProtoPath } from 'grpc-health-check';

@@ -47,6 +47,12 @@ export interface Dispatch {
   readonly body?: Buffer;
   /** Extra response headers (e.g. the decision header); called once. */
   responseHeaders?(status: number): HeaderSet | undefined;
+  /**
+   * Response headers to remove, asked once with responseHeaders: `content-length` when the dispatch
+   * rewrites the body to another length (Envoy keeps the worker's otherwise, and the client would
+   * get a body that does not match it).
+   */
+  removeResponseHeaders?(status: number): readonly string[] | undefined;
   /** Optional rewrite of a response body chunk; return undefined to pass the chunk unchanged. */
   transformResponseChunk?(chunk: Buffer, endOfStream: boolean): Buffer | undefined;
   /**

@@ -298,7 +298,7 @@ export class Session {
       this.phase !== 'request_body';
     if (repeatedLast) return;
     if (!this.advance('request_body', 'request_body', 'request_body')) return;
-    const chunk = b.body ?? Buffer.alloc(0);
+    const chunk = bodyOf(b);
     this.bodyBytes += chunk.length;
     if (this.bodyBytes > this.deps.maxBodyBytes) {
       return this.reject(
@@ -467,14 +467,16 @@ export class Session {
     this.bodyWatched = !skip;
     d?.onResponseStart?.(status, !skip);
     const extra: HeaderSet | undefined = d?.responseHeaders?.(status);
+    const remove = d?.removeResponseHeaders?.(status);
+    const edited = extra !== undefined || remove !== undefined;
     if (skip) {
       this.send(
-        extra
-          ? { ...responseHeadersReply({ set: extra }), mode_override: SKIP_RESPONSE_BODY }
+        edited
+          ? { ...responseHeadersReply({ set: extra, remove }), mode_override: SKIP_RESPONSE_BODY }
           : SKIP_BODY_RESPONSE_HEADERS,
       );
     } else {
-      this.send(extra ? responseHeadersReply({ set: extra }) : PASS_RESPONSE_HEADERS);
+      this.send(edited ? responseHeadersReply({ set: extra, remove }) : PASS_RESPONSE_HEADERS);
     }
     if (eos) this.end({ kind: 'response', status });
   }
@@ -482,7 +484,7 @@ export class Session {
   private onResponseBody(b: HttpBody): void {
     if (this.phase === 'done') return; // duplicate final chunk
     if (!this.advance('response_body', 'response_body', 'response_body')) return;
-    const chunk = b.body ?? Buffer.alloc(0);
+    const chunk = bodyOf(b);
     const eos = b.end_of_stream === true;
     const rewritten = this.dispatch?.transformResponseChunk?.(chunk, eos);
     this.send(responseChunkReply(this.responseMode, chunk, eos, rewritten));
@@ -656,6 +658,16 @@ function bodiless(req: InferenceRequest): InferenceRequest {
     namesFreeResponse: false,
     ...(req.sequences !== undefined ? { sequences: req.sequences } : {}),
   };
+}
+
+const EMPTY_BODY = Buffer.alloc(0);
+
+/**
+ * A body message's bytes. Envoy leaves an empty body out of the message (a last chunk that only ends
+ * the stream), and protobufjs reads an absent bytes field as an empty Array, not a Buffer.
+ */
+function bodyOf(b: HttpBody): Buffer {
+  return Buffer.isBuffer(b.body) ? b.body : EMPTY_BODY;
 }
 
 function isPromise<T>(v: T | Promise<T>): v is Promise<T> {

@@ -78,7 +78,7 @@ import {
   type PrefillResult,
 } from './prefill-client.js';
 import type { BootstrapDirectory } from './mooncake-bootstrap.js';
-import { SseUsageRewriter } from './usage-rewriter.js';
+import { JsonUsageRewriter, SseUsageRewriter } from './usage-rewriter.js';
 import { unsplittable, type WholeOnDecode } from './split-support.js';
 
 export interface PdObserver {
@@ -92,6 +92,16 @@ export interface PdObserver {
     outcome: 'ok' | PrefillError['kind'],
     durationMs: number | undefined,
     status?: number,
+  ): void;
+  /**
+   * A prefill leg the router ran failed (not one the request's end cut short), retried or not: for
+   * the log (prefill-failure-log.ts). `requestId`: the request's x-request-id as Envoy sent it;
+   * `prefillRequestId`: the P/D request id the leg carried to the prefill worker.
+   */
+  prefillFailed?(
+    worker: Worker,
+    error: PrefillError,
+    ids: { readonly requestId: string | undefined; readonly prefillRequestId: string },
   ): void;
   /**
    * A prefill leg the router runs itself starts on `worker`, chosen by `decision`; the returned
@@ -638,7 +648,13 @@ export class PdDispatcher implements Dispatcher {
       const ms = performance.now() - started;
       ended?.(false, ms);
       this.opts.pd?.prefillEnded?.(ctx.prefill, e.kind, ms, e.status);
-      if (e.kind !== 'aborted') this.opts.pd?.error?.(`prefill_${e.kind}`);
+      if (e.kind !== 'aborted') {
+        this.opts.pd?.error?.(`prefill_${e.kind}`);
+        this.opts.pd?.prefillFailed?.(ctx.prefill, e, {
+          requestId: req.headers[REQUEST_ID_HEADER],
+          prefillRequestId: requestId,
+        });
+      }
       throw e;
     }
   }
@@ -683,7 +699,11 @@ export class PdDispatcher implements Dispatcher {
       rewritten = namedResponseBody(req, worker);
     }
     if (requestId) setHeaders[REQUEST_ID_HEADER] = requestId;
-    const rewriter = req.inference?.stream && cachedTokens ? new SseUsageRewriter(cachedTokens) : undefined;
+    const streamed = req.inference?.stream === true;
+    const rewriter = streamed && cachedTokens ? new SseUsageRewriter(cachedTokens) : undefined;
+    // A non-streamed answer's usage is in its one JSON body: a 2xx one is held whole and rewritten.
+    const rewritesWhole = !streamed && cachedTokens !== undefined && req.inference !== undefined;
+    let whole: JsonUsageRewriter | undefined;
     const decisionHeader = this.opts.decisionHeader;
     const prefillPolicy = this.opts.prefillPool.policy.name;
     const decodePolicy = this.opts.decodePool.policy.name;
@@ -698,7 +718,19 @@ export class PdDispatcher implements Dispatcher {
             [DECISION_HEADER]: `${describeDecision(decodePolicy, decision)}; prefill_${describeDecision(prefillPolicy, prefillDecision).replace(/; /g, '; prefill_')}`,
           })
         : undefined,
-      transformResponseChunk: rewriter ? (chunk, eos) => rewriter.transform(chunk, eos) : undefined,
+      transformResponseChunk: rewriter
+        ? (chunk, eos) => rewriter.transform(chunk, eos)
+        : rewritesWhole
+          ? (chunk, eos) => whole?.transform(chunk, eos)
+          : undefined,
+      ...(rewritesWhole
+        ? {
+            onResponseStart: (status: number) => {
+              if (status >= 200 && status < 300) whole = new JsonUsageRewriter(cachedTokens);
+            },
+            removeResponseHeaders: () => (whole !== undefined ? LENGTH_HEADER : undefined),
+          }
+        : {}),
       finish: (end) => {
         guard.release();
         onFinish?.(end);
@@ -706,6 +738,9 @@ export class PdDispatcher implements Dispatcher {
     };
   }
 }
+
+/** The worker's Content-Length, which a rewritten body no longer matches. */
+const LENGTH_HEADER: readonly string[] = Object.freeze(['content-length']);
 
 /**
  * Whether the decode dispatch's end cuts a prefill leg still running beside it: the request is over

@@ -27,8 +27,9 @@ export interface PrefillResult {
   /** The prefill response's `kv_transfer_params`, when it had some. */
   readonly kvTransferParams: Record<string, unknown> | undefined;
   /**
-   * `usage.prompt_tokens_details.cached_tokens` as the prefill worker reported it; 0 for a usage without
-   * details (vLLM writes them only when something was cached); undefined without a usage.
+   * `usage.prompt_tokens_details.cached_tokens` (a /v1/responses leg: `usage.input_tokens_details`) as
+   * the prefill worker reported it; 0 for a usage without details (vLLM writes them only when
+   * something was cached); undefined without a usage.
    */
   readonly cachedTokens: number | undefined;
   /**
@@ -166,10 +167,17 @@ export class PrefillClient {
       const obj = (typeof json === 'object' && json !== null ? json : {}) as Record<string, unknown>;
       const kv = obj.kv_transfer_params;
       const usage = obj.usage as
-        { prompt_tokens?: unknown; prompt_tokens_details?: { cached_tokens?: unknown } | null } | undefined;
-      // vLLM writes the details only when something was cached: a usage without them is a miss.
+        | {
+            prompt_tokens?: unknown;
+            prompt_tokens_details?: { cached_tokens?: unknown } | null;
+            input_tokens_details?: { cached_tokens?: unknown } | null;
+          }
+        | undefined;
+      // vLLM writes the details only when something was cached: a usage without them is a miss. A
+      // /v1/responses leg always has them, as `input_tokens_details`.
       const cached =
         usage?.prompt_tokens_details?.cached_tokens ??
+        usage?.input_tokens_details?.cached_tokens ??
         (typeof usage?.prompt_tokens === 'number' && usage.prompt_tokens_details == null ? 0 : undefined);
       return {
         status: res.statusCode,

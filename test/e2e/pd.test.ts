@@ -232,6 +232,37 @@ describe('sequential P/D (NIXL)', () => {
     expect(usage?.prompt_tokens_details?.cached_tokens).toBe(p.cachedTokens);
     expect(p.cachedTokens).toBeLessThan(p.promptTokens);
   });
+
+  it("answers a non-streamed P/D chat completion with the prefill worker's cached tokens, framed right", async () => {
+    const messages = [
+      { role: 'system', content: 'Another long shared system prompt. '.repeat(30) },
+      { role: 'user', content: 'hello, whole' },
+    ];
+    const r = await post(s.url, '/v1/chat/completions', { model: 'sim-model', messages, max_tokens: 4 });
+    expect(r.status).toBe(200);
+    const raw = Buffer.from(await r.arrayBuffer());
+    // A Content-Length that outlived the rewrite would cut or overrun the body.
+    const length = r.headers.get('content-length');
+    if (length !== null) expect(Number(length)).toBe(raw.length);
+    const body = JSON.parse(raw.toString('utf8')) as {
+      choices: unknown[];
+      usage: {
+        prompt_tokens: number;
+        completion_tokens: number;
+        prompt_tokens_details?: { cached_tokens?: number };
+      };
+    };
+    expect(body.choices).toHaveLength(1);
+    expect(body.usage.completion_tokens).toBe(4);
+    const d = s.decode[0]!.records.at(-1)!;
+    const p = s.prefill.flatMap((x) => x.records).find((x) => x.requestId === d.requestId)!;
+    // The decode worker claims the whole prompt as cached; the client sees what prefill computed.
+    expect(d.cachedTokens).toBe(d.promptTokens);
+    expect(p.cachedTokens).toBeLessThan(p.promptTokens);
+    expect(body.usage.prompt_tokens).toBe(d.promptTokens);
+    expect(body.usage.prompt_tokens_details?.cached_tokens).toBe(p.cachedTokens);
+    await waitFor(() => decodeLoad() === 0);
+  });
 });
 
 describe('concurrent P/D (MoRI-IO WRITE)', () => {
@@ -481,6 +512,43 @@ describe('P/D behind an endpoint-picker style Envoy (FULL_DUPLEX_STREAMED bodies
           ?.remote_engine_id,
       ).toBe(prefill.engineIds[0]); // the prefill's engine id, echoed from its response
       expect(d.completionTokens).toBe(5);
+      await expectAllLoadsZero(router);
+    } finally {
+      await envoy.close();
+      await router.close();
+      await prefill.close();
+      await decode.close();
+    }
+  });
+});
+
+describe.each([
+  { responseBodyMode: 'FULL_DUPLEX_STREAMED' as const, trailerMode: 'SEND' as const },
+  { responseBodyMode: 'BUFFERED' as const },
+])('a non-streamed P/D answer through an Envoy whose response body is $responseBodyMode', (modes) => {
+  it("carries the prefill worker's cached tokens in valid JSON, its length matching", async () => {
+    const prefill = await startSimulator({ role: 'prefill', timeScale: 0 });
+    const decode = await startSimulator({ role: 'decode', timeScale: 0 });
+    const router = await startTestRouter({ mode: 'pd', prefill: [prefill.url], decode: [decode.url] });
+    const envoy = await startEnvoy({ routers: [{ host: '127.0.0.1', port: router.grpcPort }], ...modes });
+    try {
+      const r = await post(`http://127.0.0.1:${envoy.listenerPort}`, '/v1/completions', {
+        model: 'sim-model',
+        prompt: 'a whole answer, '.repeat(40),
+        max_tokens: 5,
+      });
+      const raw = Buffer.from(await r.arrayBuffer());
+      expect(r.status, raw.toString()).toBe(200);
+      const length = r.headers.get('content-length');
+      if (length !== null) expect(Number(length)).toBe(raw.length);
+      const body = JSON.parse(raw.toString('utf8')) as {
+        usage: { completion_tokens: number; prompt_tokens_details?: { cached_tokens?: number } };
+      };
+      expect(body.usage.completion_tokens).toBe(5);
+      const d = decode.records.at(-1)!;
+      expect(d.cachedTokens).toBe(d.promptTokens);
+      const p = prefill.records.find((x) => x.requestId === d.requestId)!;
+      expect(body.usage.prompt_tokens_details?.cached_tokens).toBe(p.cachedTokens);
       await expectAllLoadsZero(router);
     } finally {
       await envoy.close();

@@ -225,4 +225,34 @@ describe('Responses API: P/D', () => {
     // The follow-up ran on the decode worker alone: no second prefill leg.
     expect(s.prefill.flatMap((p) => p.records.filter((r) => r.path === '/v1/responses'))).toHaveLength(1);
   });
+
+  it("reports the prefill worker's cached input tokens, not the decode worker's, streamed or not", async () => {
+    const openai = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: 'unused', maxRetries: 0 });
+    const input = 'A long shared preamble for the cache. '.repeat(30);
+    // The two legs of the latest request.
+    const lastLegs = () => {
+      const d = s.decode.flatMap((x) => x.records).reduce((a, b) => (b.startMs > a.startMs ? b : a));
+      const p = s.prefill.flatMap((x) => x.records).find((r) => r.requestId === d.requestId)!;
+      return { d, p };
+    };
+    const whole = await openai.responses.create({ model: MODEL, input, max_output_tokens: 3 });
+    const wholeLeg = lastLegs();
+    const streamed = await openai.responses.create({
+      model: MODEL,
+      input,
+      max_output_tokens: 3,
+      stream: true,
+    });
+    let usage: OpenAI.Responses.ResponseUsage | undefined;
+    for await (const e of streamed) if (e.type === 'response.completed') usage = e.response.usage;
+    const streamedLeg = lastLegs();
+    for (const [u, { d, p }] of [
+      [whole.usage, wholeLeg],
+      [usage, streamedLeg],
+    ] as const) {
+      expect(d.cachedTokens).toBe(d.promptTokens); // the decode worker claims the whole prompt
+      expect(u?.input_tokens).toBe(d.promptTokens);
+      expect(u?.input_tokens_details.cached_tokens).toBe(p.cachedTokens);
+    }
+  });
 });

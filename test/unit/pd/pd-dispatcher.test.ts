@@ -17,6 +17,8 @@ import { harness, register } from '../workers/pool-harness.js';
 import { parseInferenceRequest } from '../../../src/request/inference-request.js';
 import { holderToken, responseIdFor, workerToken } from '../../../src/routing/response-affinity.js';
 import { COMPLETION_REQ, pdDispatcherOver } from './pd-fixtures.js';
+import { pino, type Logger } from 'pino';
+import { prefillFailureLog } from '../../../src/pd/prefill-failure-log.js';
 
 interface Call {
   worker: Worker;
@@ -70,6 +72,8 @@ function setup(
     retries?: number;
     localMax?: number;
     fallbackSlots?: number;
+    /** Failed legs are logged here (prefill-failure-log.ts), at most once per worker per `intervalMs`. */
+    failureLog?: { logger: Logger; intervalMs: number };
   } = {},
 ) {
   const h = harness();
@@ -93,6 +97,9 @@ function setup(
     localPrefill: (reason) => events.push(`localPrefill:${reason}`),
     decodeAbandoned: (w) => events.push(`decodeAbandoned:${w.url}`),
     error: (type) => events.push(`error:${type}`),
+    ...(opts.failureLog
+      ? { prefillFailed: prefillFailureLog(opts.failureLog.logger, h.clock.read, opts.failureLog.intervalMs) }
+      : {}),
   };
   const dispatcher = pdDispatcherOver(h.clock.read, prefillPool, decodePool, {
     pd,
@@ -113,7 +120,7 @@ function setup(
     prefill: prefillPool.workers.map((w) => w.load),
     decode: decodePool.workers.map((w) => w.load),
   });
-  return { dispatcher, client, events, durations, loads, prefillPool, decodePool };
+  return { dispatcher, client, events, durations, loads, prefillPool, decodePool, clock: h.clock };
 }
 
 describe('PdDispatcher: sequential', () => {
@@ -270,6 +277,68 @@ describe('PdDispatcher: sequential', () => {
     d.finish({ kind: 'response', status: 200 });
     expect(s.client.calls).toHaveLength(0);
     expect(s.loads().decode).toEqual([0]);
+  });
+});
+
+describe('PdDispatcher: a failed prefill leg in the log', () => {
+  it('logs a warn line naming the prefill worker, the error and the request ids; a burst logs one line', async () => {
+    const lines: Array<Record<string, unknown>> = [];
+    const logger = pino({ level: 'info' }, { write: (line: string) => lines.push(JSON.parse(line)) });
+    const s = setup({ prefill: 1, retries: 0, failureLog: { logger, intervalMs: 1000 } });
+    const fail = async (id: string, error: PrefillError) => {
+      const n = s.client.calls.length + 1;
+      const pending = s.dispatcher.dispatch(
+        { ...REQ, headers: { 'x-request-id': id } },
+        new AbortController(),
+      ) as Promise<Dispatch>;
+      const call = await s.client.call(n);
+      call.reject(error);
+      await expect(pending).rejects.toMatchObject({ status: 502 });
+      return call;
+    };
+    const first = await fail('req-1', new PrefillError('transport', 'connect ECONNREFUSED'));
+    expect(lines).toEqual([
+      expect.objectContaining({
+        level: 40,
+        msg: 'prefill leg failed',
+        worker: first.worker.url,
+        error: 'transport',
+        requestId: 'req-1',
+        prefillRequestId: first.requestId,
+        suppressed: 0,
+      }),
+    ]);
+    // The worker is dead: every request fails on it. One line for the whole burst.
+    for (let i = 0; i < 20; i++)
+      await fail(`burst-${i}`, new PrefillError('transport', 'connect ECONNREFUSED'));
+    s.clock.advance(999);
+    await fail('late', new PrefillError('status', 'answered 503', 503));
+    expect(lines).toHaveLength(1);
+    // An interval later: the next failure is logged, with the count held back meanwhile.
+    s.clock.advance(1);
+    await fail('next', new PrefillError('status', 'answered 503', 503));
+    expect(lines).toHaveLength(2);
+    expect(lines[1]).toMatchObject({
+      worker: first.worker.url,
+      error: 'status',
+      status: 503,
+      requestId: 'next',
+    });
+    expect(lines[1]!.suppressed).toBe(21);
+    expect(s.loads()).toEqual({ prefill: [0], decode: [0] });
+  });
+
+  it('logs nothing for a leg the client cut short', async () => {
+    const lines: unknown[] = [];
+    const logger = pino({ level: 'info' }, { write: (line: string) => lines.push(line) });
+    const s = setup({ failureLog: { logger, intervalMs: 1000 } });
+    const cancel = new AbortController();
+    const pending = s.dispatcher.dispatch(REQ, cancel) as Promise<Dispatch>;
+    await s.client.call(1);
+    cancel.abort();
+    await expect(pending).rejects.toMatchObject({ code: 'client_cancelled' });
+    expect(lines).toEqual([]);
+    expect(s.loads()).toEqual({ prefill: [0, 0], decode: [0] });
   });
 });
 

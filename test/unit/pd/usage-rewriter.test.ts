@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { SseUsageRewriter } from '../../../src/pd/usage-rewriter.js';
+import { JsonUsageRewriter, SseUsageRewriter } from '../../../src/pd/usage-rewriter.js';
 
 const frame = (o: unknown) => `data: ${JSON.stringify(o)}\n\n`;
 const token = frame({ choices: [{ text: 'a' }] });
@@ -75,5 +75,88 @@ describe('SseUsageRewriter', () => {
     const out = Buffer.concat(parts).toString('utf8');
     expect(out).toContain('héllo 🌍');
     expect(out).toContain('"cached_tokens":1');
+  });
+});
+
+/** What the client receives: each chunk's replacement (empty while held) or the chunk itself. */
+function forward(rw: JsonUsageRewriter, chunks: readonly Buffer[]): { out: Buffer; held: number } {
+  let held = 0;
+  const parts = chunks.map((c, i) => {
+    const r = rw.transform(c, i === chunks.length - 1);
+    if (r !== undefined && r.length === 0) held++;
+    return r ?? c;
+  });
+  return { out: Buffer.concat(parts), held };
+}
+
+function pieces(text: string, size: number): Buffer[] {
+  const bytes = Buffer.from(text);
+  const out: Buffer[] = [];
+  for (let i = 0; i < bytes.length; i += size) out.push(bytes.subarray(i, i + size));
+  return out;
+}
+
+describe('JsonUsageRewriter (non-streamed answers)', () => {
+  const chat = JSON.stringify({
+    id: 'chatcmpl-1',
+    choices: [{ index: 0, message: { role: 'assistant', content: 'héllo 🌍 "usage"' } }],
+    usage: { prompt_tokens: 100, completion_tokens: 4, prompt_tokens_details: { cached_tokens: 100 } },
+  });
+
+  it("holds the body's chunks and answers its end with the prefill worker's count", () => {
+    const { out, held } = forward(new JsonUsageRewriter(() => 32), pieces(chat, 7));
+    const body = JSON.parse(out.toString('utf8'));
+    expect(body.usage.prompt_tokens_details).toEqual({ cached_tokens: 32 });
+    expect(body.usage.prompt_tokens).toBe(100);
+    expect(body.choices[0].message.content).toBe('héllo 🌍 "usage"');
+    expect(held).toBe(pieces(chat, 7).length - 1);
+  });
+
+  it("rewrites a /v1/responses body's input_tokens_details", () => {
+    const resp = JSON.stringify({
+      id: 'resp_1',
+      output: [],
+      usage: { input_tokens: 100, input_tokens_details: { cached_tokens: 100 }, output_tokens: 3 },
+    });
+    const { out } = forward(new JsonUsageRewriter(() => 5), [Buffer.from(resp), Buffer.alloc(0)]);
+    expect(JSON.parse(out.toString()).usage.input_tokens_details).toEqual({ cached_tokens: 5 });
+  });
+
+  it('removes cached_tokens when the prefill worker reported none', () => {
+    const { out } = forward(new JsonUsageRewriter(() => undefined), [Buffer.from(chat)]);
+    expect(JSON.parse(out.toString()).usage.prompt_tokens_details).toEqual({});
+  });
+
+  it.each([
+    ['not JSON', '<html>bad gateway</html>'],
+    ['JSON without usage', '{"object":"list","data":[]}'],
+    ['a cut JSON body', chat.slice(0, chat.length - 5)],
+  ])('gives back %s byte for byte', (_what, text) => {
+    const { out } = forward(new JsonUsageRewriter(() => 1), pieces(text, 5));
+    expect(out.toString('utf8')).toBe(text);
+  });
+
+  it('past its cap, passes everything held and the rest on unchanged, and holds nothing more', () => {
+    const big = JSON.stringify({ choices: [{ text: 'x'.repeat(200) }], usage: JSON.parse(chat).usage });
+    const rw = new JsonUsageRewriter(() => 1, 64);
+    const chunks = pieces(big, 30);
+    const replies = chunks.map((c, i) => rw.transform(c, i === chunks.length - 1));
+    // Two chunks (60 bytes) are held; the third passes the cap and carries them on with it.
+    expect(replies.slice(0, 2).map((r) => r?.length)).toEqual([0, 0]);
+    expect(replies[2]?.toString()).toBe(big.slice(0, 90));
+    expect(replies.slice(3).every((r) => r === undefined)).toBe(true);
+    const out = Buffer.concat(replies.map((r, i) => r ?? (chunks[i] as Buffer)));
+    expect(out.toString()).toBe(big); // the decode worker's count: unchanged, never truncated
+  });
+
+  it('keeps its own copy of a held chunk (the message buffer it came in may be reused)', () => {
+    const first = Buffer.from(chat.slice(0, 20));
+    const rw = new JsonUsageRewriter(() => 2);
+    expect(rw.transform(first, false)?.length).toBe(0);
+    const original = first.toString();
+    first.fill(0);
+    const out = rw.transform(Buffer.from(chat.slice(20)), true) as Buffer;
+    expect(out.toString().startsWith(original)).toBe(true);
+    expect(JSON.parse(out.toString()).usage.prompt_tokens_details.cached_tokens).toBe(2);
   });
 });
