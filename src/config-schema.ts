@@ -573,7 +573,7 @@ export const OPTIONS = [
     flag: 'tokenizer',
     type: 'list',
     default: [],
-    help: "MODEL=PATH (repeatable): a directory with the model's tokenizer.json and tokenizer_config.json, to tokenize requests (chat template included) as vLLM does. Requests for models without one fall back to the approximate tree.",
+    help: "MODEL=PATH (repeatable): a directory with the model's tokenizer.json and tokenizer_config.json (and chat_template.jinja, additional_chat_templates/ when it has them), to tokenize requests (chat template included) as vLLM does. Requests for models without one fall back to the approximate tree.",
   },
   {
     group: 'KV events',
