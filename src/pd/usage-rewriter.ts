@@ -9,7 +9,8 @@
  * Streaming, not buffering: chunks that end on a frame boundary (`\n\n`) and carry no usage pass
  * through untouched (the common case, one byte search). Only an incomplete trailing frame is held back
  * until the next chunk completes it, so a usage frame split across chunks is still rewritten; bytes are
- * kept as Buffers so a multi-byte character split across chunks is never corrupted.
+ * kept as Buffers so a multi-byte character split across chunks is never corrupted. A frame is held
+ * only up to MAX_HELD_FRAME_BYTES: a longer one passes on unchanged.
  *
  * A non-streamed response (JsonUsageRewriter) carries its usage in the one JSON body: its chunks are
  * held (each answered with an empty body) and the whole is rewritten at its end, as vLLM's router
@@ -22,6 +23,9 @@ const FRAME_END = Buffer.from('\n\n');
 const MARKER = Buffer.from('"prompt_tokens_details"');
 const RESPONSES_MARKER = Buffer.from('"input_tokens_details"');
 
+/** The reply that holds a chunk back (the client gets nothing for it yet). */
+const HOLD = Buffer.alloc(0);
+
 function hasUsage(b: Buffer): boolean {
   return b.indexOf(MARKER) !== -1 || b.indexOf(RESPONSES_MARKER) !== -1;
 }
@@ -32,28 +36,89 @@ interface UsageFrame {
   response?: { usage?: { input_tokens_details?: Details } };
 }
 
-export class SseUsageRewriter {
-  private carry: Buffer | undefined;
+/**
+ * The most of one incomplete SSE frame held for its rewrite (vllm-project/router's
+ * MAX_SSE_FRAME_BYTES): past it (a worker or upstream sending one huge `data:` line, or one never
+ * ended), the frame is passed on unchanged up to its end, so the router never holds it whole.
+ */
+export const MAX_HELD_FRAME_BYTES = 8 * 1024 * 1024;
 
-  constructor(private readonly cachedTokens: () => number | undefined) {}
+export class SseUsageRewriter {
+  /**
+   * The incomplete trailing frame, in pieces (copies). It never holds a frame end, so a chunk that
+   * brings none is appended, not joined with it.
+   */
+  private held: Buffer[] = [];
+  private heldBytes = 0;
+  /** Inside a frame passed on past the cap: its bytes go on unchanged until its end. */
+  private passing = false;
+  /** The last chunk ended with `\n` (a frame end may straddle two chunks). */
+  private newlineLast = false;
+
+  constructor(
+    private readonly cachedTokens: () => number | undefined,
+    private readonly maxFrameBytes: number = MAX_HELD_FRAME_BYTES,
+  ) {}
 
   /** Returns the bytes to forward instead of `chunk`, or undefined to forward it unchanged. */
   transform(chunk: Buffer, endOfStream: boolean): Buffer | undefined {
-    if (!this.carry && endsWithFrame(chunk) && !hasUsage(chunk)) return undefined;
-    const data = this.carry ? Buffer.concat([this.carry, chunk]) : chunk;
-    this.carry = undefined;
-    let complete = data;
-    if (!endOfStream) {
-      const end = data.lastIndexOf(FRAME_END);
-      if (end === -1) {
-        this.carry = data;
-        return Buffer.alloc(0);
+    const newlineBefore = this.newlineLast;
+    if (chunk.length > 0) this.newlineLast = chunk[chunk.length - 1] === 10;
+    if (!this.passing) return this.step(chunk, endOfStream, newlineBefore);
+    // The passed frame's end: straddling the last chunk and this one, or in this one.
+    const straddles = newlineBefore && chunk[0] === 10;
+    const at = straddles ? 0 : chunk.indexOf(FRAME_END);
+    if (at === -1) return undefined;
+    this.passing = false;
+    const end = straddles ? 1 : at + 2;
+    const rest = this.step(chunk.subarray(end), endOfStream, true);
+    return rest === undefined ? undefined : Buffer.concat([chunk.subarray(0, end), rest]);
+  }
+
+  private step(chunk: Buffer, endOfStream: boolean, newlineBefore: boolean): Buffer | undefined {
+    if (this.heldBytes === 0 && endsWithFrame(chunk) && !hasUsage(chunk)) return undefined;
+    const endsFrame =
+      chunk.indexOf(FRAME_END) !== -1 || (this.heldBytes > 0 && newlineBefore && chunk[0] === 10);
+    if (!endOfStream && !endsFrame) {
+      if (this.heldBytes + chunk.length > this.maxFrameBytes) {
+        // Past the cap: what was held and this chunk go on unchanged, and so does the rest of the frame.
+        this.passing = true;
+        return this.release(chunk);
       }
-      complete = data.subarray(0, end + 2);
-      if (end + 2 < data.length) this.carry = Buffer.from(data.subarray(end + 2));
+      // A copy: the chunk may be a view into a message buffer that is not ours to keep.
+      if (chunk.length > 0) this.held.push(Buffer.from(chunk));
+      this.heldBytes += chunk.length;
+      return HOLD;
     }
-    if (!hasUsage(complete)) return complete === chunk ? undefined : complete;
-    return Buffer.from(this.rewriteFrames(complete.toString('utf8')));
+    const data = this.release(chunk) ?? chunk;
+    let complete = data;
+    let passed: Buffer | undefined;
+    if (!endOfStream) {
+      const end = data.lastIndexOf(FRAME_END) + 2;
+      complete = data.subarray(0, end);
+      if (end < data.length) {
+        const rest = data.subarray(end);
+        if (rest.length > this.maxFrameBytes) {
+          this.passing = true;
+          passed = rest;
+        } else {
+          this.held.push(Buffer.from(rest));
+          this.heldBytes = rest.length;
+        }
+      }
+    }
+    if (hasUsage(complete)) complete = Buffer.from(this.rewriteFrames(complete.toString('utf8')));
+    const out = passed ? Buffer.concat([complete, passed]) : complete;
+    return out === chunk ? undefined : out;
+  }
+
+  /** What is held, with `chunk` after it (undefined: nothing was held); holds nothing after. */
+  private release(chunk: Buffer): Buffer | undefined {
+    if (this.heldBytes === 0) return undefined;
+    const all = Buffer.concat([...this.held, chunk]);
+    this.held = [];
+    this.heldBytes = 0;
+    return all;
   }
 
   private rewriteFrames(text: string): string {
@@ -79,8 +144,6 @@ export class SseUsageRewriter {
 
 /** The most of a non-streamed response body held for its rewrite; past it, the body passes unchanged. */
 export const MAX_HELD_JSON_BYTES = 4 * 1024 * 1024;
-
-const HOLD = Buffer.alloc(0);
 
 /** Fixes the usage of a non-streamed (JSON) P/D decode response; see the module comment. */
 export class JsonUsageRewriter {

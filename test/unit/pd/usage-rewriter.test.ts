@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { JsonUsageRewriter, SseUsageRewriter } from '../../../src/pd/usage-rewriter.js';
+import { JsonUsageRewriter, MAX_HELD_FRAME_BYTES, SseUsageRewriter } from '../../../src/pd/usage-rewriter.js';
 
 const frame = (o: unknown) => `data: ${JSON.stringify(o)}\n\n`;
 const token = frame({ choices: [{ text: 'a' }] });
@@ -75,6 +75,49 @@ describe('SseUsageRewriter', () => {
     const out = Buffer.concat(parts).toString('utf8');
     expect(out).toContain('héllo 🌍');
     expect(out).toContain('"cached_tokens":1');
+  });
+});
+
+describe('SseUsageRewriter: a frame too long to hold', () => {
+  it('never holds more than its cap of one unended data line, and the stream reaches the client whole', () => {
+    // A worker (or a hostile upstream) sending one huge `data:` line without a newline.
+    const piece = Buffer.alloc(64 * 1024, 'x');
+    const pieces = Math.ceil((MAX_HELD_FRAME_BYTES * 1.25) / piece.length);
+    const rw = new SseUsageRewriter(() => 3);
+    let inBytes = 0;
+    let outBytes = 0;
+    let mostHeld = 0;
+    const out: Buffer[] = [];
+    const send = (c: Buffer, eos: boolean) => {
+      const r = rw.transform(c, eos) ?? c;
+      inBytes += c.length;
+      outBytes += r.length;
+      mostHeld = Math.max(mostHeld, inBytes - outBytes);
+      out.push(r);
+    };
+    send(Buffer.from('data: {"choices":[{"text":"'), false);
+    for (let i = 0; i < pieces; i++) send(piece, false);
+    send(Buffer.from('"}]}\n\n' + usage), false);
+    send(Buffer.from('data: [DONE]\n\n'), true);
+    expect(mostHeld).toBeLessThanOrEqual(MAX_HELD_FRAME_BYTES);
+    const text = Buffer.concat(out).toString();
+    expect(text.length).toBe(inBytes - usage.length + usage.replace('100}', '3}').length);
+    expect(
+      text.endsWith(usage.replace('"cached_tokens":100', '"cached_tokens":3') + 'data: [DONE]\n\n'),
+    ).toBe(true);
+  });
+
+  it('with a cap below one frame, passes that frame on and rewrites the usage after it, wherever the chunks are cut', () => {
+    const big = frame({ choices: [{ text: 'y'.repeat(300) }] });
+    const whole = token + big + usage + 'data: [DONE]\n\n';
+    const expected =
+      token + big + usage.replace('"cached_tokens":100', '"cached_tokens":5') + 'data: [DONE]\n\n';
+    for (let cut = 1; cut < whole.length; cut++) {
+      // Three pieces: cut at `cut`, the rest halved, so frame ends straddle chunks somewhere.
+      const mid = cut + Math.ceil((whole.length - cut) / 2);
+      const parts = [whole.slice(0, cut), whole.slice(cut, mid), whole.slice(mid)].filter((p) => p);
+      expect(run(new SseUsageRewriter(() => 5, 200), parts), `cut at ${cut}`).toBe(expected);
+    }
   });
 });
 
