@@ -491,7 +491,35 @@ export class Session {
     if (eos) this.end({ kind: 'response', status: this.status ?? 0 });
   }
 
+  /**
+   * An upstream response with trailers (an HTTP/2 upstream's) never ends its body with end_of_stream:
+   * Envoy sends the trailers after the last chunk. What the dispatch still holds of the body (a
+   * rewriter's incomplete frame or whole JSON body) is due now. In FULL_DUPLEX_STREAMED Envoy takes a
+   * body chunk before the trailers reply (processor_state.cc handleTrailersResponse); in STREAMED it
+   * sends the trailers only once every chunk was answered, so the held bytes can no longer reach the
+   * client: the stream is reset rather than the response passed on cut short as if complete.
+   */
   private onResponseTrailers(): void {
+    const held =
+      this.phase === 'response_body' ? this.dispatch?.transformResponseChunk?.(EMPTY_BODY, true) : undefined;
+    if (held !== undefined && held.length > 0) {
+      if (this.responseMode === 'full_duplex') {
+        this.send(responseChunkReply('full_duplex', held, false, undefined));
+      } else {
+        const e = new RouterError(
+          'internal_error',
+          502,
+          'response trailers came after body bytes held for a rewrite',
+        );
+        this.deps.logger.warn(
+          { bytes: held.length, path: this.path, requestId: this.requestId },
+          'response trailers in STREAMED mode: the held end of the body cannot be sent; resetting stream',
+        );
+        this.end({ kind: 'cancelled', afterHeaders: true, status: this.status }, e);
+        this.stream.destroy(e);
+        return;
+      }
+    }
     this.send(PASS_RESPONSE_TRAILERS);
     if (this.phase === 'response_body' || this.phase === 'response_headers') {
       this.end({ kind: 'response', status: this.status ?? 0 });

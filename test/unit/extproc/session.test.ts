@@ -450,6 +450,59 @@ describe('Session: FULL_DUPLEX_STREAMED', () => {
   });
 });
 
+describe('Session: response trailers after body bytes a rewriter holds', () => {
+  // An upstream with trailers (HTTP/2) never ends the body with end_of_stream: Envoy 1.40 sends the
+  // last chunk with end_of_stream false, then response_trailers (response_trailer_mode SEND). A P/D
+  // non-streamed answer is held whole by its usage rewriter until the body ends.
+  const body = JSON.stringify({
+    choices: [{ text: 'hi' }],
+    usage: { prompt_tokens: 9, prompt_tokens_details: { cached_tokens: 9 } },
+  });
+  async function holding(mode: number) {
+    const { JsonUsageRewriter } = await import('../../../src/pd/usage-rewriter.js');
+    const rw = new JsonUsageRewriter(() => 4);
+    const h = harness({
+      dispatch: (_req, make) => ({ ...make(), transformResponseChunk: (c, eos) => rw.transform(c, eos) }),
+    });
+    const config: ProcessingRequest = {
+      protocol_config: { request_body_mode: BodySendMode.BUFFERED, response_body_mode: mode },
+    };
+    h.stream.deliver(
+      { ...requestHeaders('POST', '/v1/completions'), ...config },
+      requestBody({ ...COMPLETION, stream: false }),
+      responseHeaders(200),
+      responseBody(body.slice(0, 20)),
+      responseBody(body.slice(20)),
+      { response_trailers: {} },
+    );
+    await h.settle();
+    return h;
+  }
+
+  it('FULL_DUPLEX_STREAMED: the held body goes to the client before the trailers reply, rewritten', async () => {
+    const h = await holding(BodySendMode.FULL_DUPLEX_STREAMED);
+    const replies = h.stream.replies.slice(3);
+    expect(kinds(replies)).toEqual(['response_body', 'response_body', 'response_body', 'response_trailers']);
+    const sent = replies
+      .map((r) => r.response_body?.response?.body_mutation?.streamed_response)
+      .filter((c) => c !== undefined);
+    expect(sent.map((c) => c.end_of_stream)).toEqual([false, false, false]);
+    const client = Buffer.concat(sent.map((c) => c.body ?? Buffer.alloc(0))).toString();
+    expect(JSON.parse(client).usage.prompt_tokens_details).toEqual({ cached_tokens: 4 });
+    expect(h.summaries.map((s) => [s.outcome, s.status])).toEqual([['ok', 200]]);
+    expect(h.worker.load).toBe(0);
+  });
+
+  it('STREAMED: the held body can no longer be sent, so the stream is reset, never passed on empty as ok', async () => {
+    const h = await holding(BodySendMode.STREAMED);
+    expect(h.stream.destroyed).toBe(true);
+    expect(kinds(h.stream.replies).at(-1)).toBe('response_body');
+    expect(h.summaries.map((s) => s.outcome)).toEqual(['cancelled']);
+    expect(h.ends).toEqual([{ kind: 'cancelled', afterHeaders: true, status: 200 }]);
+    expect(h.worker.load).toBe(0);
+  });
+});
+
 describe('Session: a concurrent leg that fails', () => {
   function withLeg(failure: Promise<unknown>) {
     return harness({ dispatch: (_req, d) => ({ ...d(), failure }) });
