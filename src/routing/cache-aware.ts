@@ -276,18 +276,21 @@ export class CacheAwarePolicy implements Policy {
   /**
    * How full each worker's prefix cache is, over the capacity the worker reports: what its KV events
    * show it holds when a source knows (prefix-source.ts `heldTokens`), else this router's picture of
-   * it (the model's tree, which evicts like the worker once at its capacity) over this router's share
-   * of the worker's load (`cacheFillOwnShare`: the rest of an LRU cache fills with the prompts other
-   * replicas and direct clients send, at their share of the traffic); undefined when the weight is 0,
-   * a worker without a known capacity reads 0.
+   * it (its trees, which evict like the worker once at its capacity: all of them, as the worker's one
+   * KV cache holds every adapter's and model's prompts, whatever this request names) over this
+   * router's share of the worker's load (`cacheFillOwnShare`: the rest of an LRU cache fills with the
+   * prompts other replicas and direct clients send, at their share of the traffic); undefined when
+   * the weight is 0, a worker without a known capacity reads 0.
    */
-  private cacheFill(model: string): ((worker: Worker) => number) | undefined {
+  private cacheFill(): ((worker: Worker) => number) | undefined {
     const capacityOf = this.capacityTokens;
     if (this.options.costRecomputeWeight <= 0 || capacityOf === undefined) return undefined;
-    const tree = this.trees.get(model);
     const held = this.heldSources;
-    if (tree === undefined && held.length === 0) return undefined;
-    const charsPerToken = this.charsPerToken(model);
+    if (this.trees.size === 0 && held.length === 0) return undefined;
+    // Each tree's characters count at its own model's characters per token.
+    const trees: Array<{ tree: RadixTree; tokensPerChar: number }> = [];
+    for (const [model, tree] of this.trees)
+      trees.push({ tree, tokensPerChar: 1 / this.charsPerToken(model) });
     const foreign = this.options.cacheFillOwnShare ? this.signals.foreignShare : undefined;
     return (worker) => {
       const capacity = capacityOf(worker);
@@ -296,9 +299,10 @@ export class CacheAwarePolicy implements Policy {
         const tokens = s.heldTokens?.(worker);
         if (tokens !== undefined) return Math.min(1, tokens / capacity);
       }
-      if (tree === undefined) return 0;
+      let tokens = 0;
+      for (const t of trees) tokens += t.tree.tenantCharCount(worker.id) * t.tokensPerChar;
       const own = foreign === undefined ? 1 : Math.max(MIN_OWN_SHARE, 1 - foreign(worker));
-      return Math.min(1, tree.tenantCharCount(worker.id) / (capacity * charsPerToken * own));
+      return Math.min(1, tokens / (capacity * own));
     };
   }
 
@@ -334,7 +338,7 @@ export class CacheAwarePolicy implements Policy {
         this.signals,
         this.options,
         this.reuse.rate(),
-        this.cacheFill(input.model),
+        this.cacheFill(),
         this.charsPerToken(input.model),
       );
       return { worker: cost.chosen.worker, branch: costBranch(cost), matchRate: cost.bestMatchRate, cost };

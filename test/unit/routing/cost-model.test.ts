@@ -568,6 +568,56 @@ describe('cost model scoring (cache_aware default mode)', () => {
     expect(choose(4000, 0).worker).toBe(workers[1]);
   });
 
+  it.each([
+    // [what fills worker 1's cache, the request's model, worker chosen]
+    { fill: 'nothing', model: 'm', chosen: 1 },
+    { fill: 'the same model', model: 'm', chosen: 0 },
+    // vLLM has one KV cache per engine, shared by its adapters (blocks keyed by adapter name): a
+    // worker full of another adapter's prompts evicts them to recompute this one, as for its own.
+    { fill: 'another adapter (lora-2)', model: 'm', chosen: 0 },
+    { fill: 'the base model', model: 'lora-1', chosen: 0 },
+  ])('displacement without events: a cache full of $fill counts as full for a $model request', (row) => {
+    const workers = makeWorkers(2);
+    const held = 'h'.repeat(4000); // 1000 tokens: 50 ms of prefill
+    const backlog = new PrefillBacklog();
+    backlog.add(workers[0]!, 1500, Infinity); // 75 ms queued on the holder, nothing on the other
+    const policy = new CacheAwarePolicy({}, { signals: withBacklog(backlog), capacityTokens: () => 1000 });
+    for (const w of workers) policy.addWorker(w);
+    const seedOn = (w: Worker, text: string, model: string, at: number) =>
+      policy.routed({ worker: w, branch: 'seed' }, input(workers, { text, model }), at);
+    seedOn(workers[0]!, held, row.model, 1);
+    const other = {
+      'the same model': row.model,
+      'another adapter (lora-2)': 'lora-2',
+      'the base model': 'm',
+    };
+    const fillModel = other[row.fill as keyof typeof other];
+    if (fillModel !== undefined) seedOn(workers[1]!, 'o'.repeat(4000), fillModel, 2);
+    const d = policy.select({ ...input(workers, { text: `${held}?` }), model: row.model });
+    expect(d.worker).toBe(workers[row.chosen]);
+  });
+
+  it("displacement without events: a worker full of other models' prompts is not where a new model's first prompt goes", () => {
+    // No tree for the new adapter yet: worker 0's cache is full of the base model's prompts, worker 1's
+    // is empty; both idle. Recomputing on worker 0 would evict as many tokens of its contexts.
+    const workers = makeWorkers(2);
+    const policy = new CacheAwarePolicy(
+      {},
+      { signals: withBacklog(new PrefillBacklog()), capacityTokens: () => 1000 },
+    );
+    for (const w of workers) policy.addWorker(w);
+    policy.routed(
+      { worker: workers[0]!, branch: 'seed' },
+      input(workers, { text: 'o'.repeat(4000), model: 'm' }),
+      1,
+    );
+    // Whatever its opening's home (prefix-home.ts) would be.
+    for (const c of 'nopqrstu') {
+      const d = policy.select({ ...input(workers, { text: c.repeat(2000) }), model: 'lora-new' });
+      expect(d.worker, c).toBe(workers[1]);
+    }
+  });
+
   it("displacement: a cache the workers' KV events show full counts as full, though this router sent it nothing", () => {
     // Another replica filled worker 1's cache: this router's tree has nothing there, its events show
     // it full. Same setup as above: the holder has 75 ms of this router's prefills queued.
