@@ -96,8 +96,8 @@ export function streamedBody(body: Buffer, endOfStream: boolean): BodyMutation {
 /** A JSON ImmediateResponse carrying a RouterError. */
 /**
  * The ImmediateResponse of a user-facing error: its JSON body in the OpenAI shape, or, for the
- * Anthropic Messages API (`/v1/messages`), in Anthropic's (RouterError.toAnthropicJSON), which its
- * clients (the Anthropic SDKs, Claude Code) read.
+ * Anthropic Messages API (`/v1/messages`, `/v1/messages/count_tokens`), in Anthropic's
+ * (RouterError.toAnthropicJSON), which its clients (the Anthropic SDKs, Claude Code) read.
  */
 export function errorReply(err: RouterError, shape: 'openai' | 'anthropic' = 'openai'): ProcessingResponse {
   const body = shape === 'anthropic' ? err.toAnthropicJSON() : err.toJSON();

@@ -54,6 +54,7 @@ import {
 import type { ServerCall } from './grpc-server.js';
 import { REQUEST_ID_HEADER, UNTRUSTED_REQUEST_HEADERS } from './headers.js';
 import {
+  anthropicPath,
   inferenceKind,
   parseInferenceRequest,
   type InferenceKind,
@@ -363,7 +364,7 @@ export class Session {
     try {
       if (body !== undefined) {
         const target = this.headers[MODEL_REWRITE_HEADER];
-        edited = target ? withModel(body, target) : undefined;
+        edited = target ? withModel(body, target, this.headers['content-type']) : undefined;
         // vLLM's Messages API takes no `priority` (its request model has none): left as it is.
         const takes =
           this.kind !== undefined ? this.kind !== 'messages' : takesPriority(this.method, this.path);
@@ -600,7 +601,7 @@ export class Session {
   }
 
   private reject(err: RouterError): void {
-    this.send(errorReply(err, this.kind === 'messages' ? 'anthropic' : 'openai'));
+    this.send(errorReply(err, anthropicPath(this.path) ? 'anthropic' : 'openai'));
     this.end({ kind: 'rejected', status: err.status, code: err.code }, err);
   }
 

@@ -14,8 +14,11 @@
  *                    an assertion, #27449). The reference router merges the prefill's prompt logprobs
  *                    into a non-streamed answer; a decode worker that prefills the prompt itself
  *                    computes them, streamed or not.
+ *
+ * The flags are read as vLLM's pydantic models read them (request/lax-bool.ts: `"true"` is true).
  */
 import type { InferenceKind } from '../request/inference-request.js';
+import { laxBool } from '../request/lax-bool.js';
 
 export type WholeOnDecode = 'beam_search' | 'prompt_logprobs';
 
@@ -24,9 +27,9 @@ export function unsplittable(
   body: Readonly<Record<string, unknown>>,
 ): WholeOnDecode | undefined {
   if (kind !== 'chat' && kind !== 'completions') return undefined;
-  if (body.use_beam_search === true) return 'beam_search';
+  if (laxBool(body.use_beam_search) === true) return 'beam_search';
   if (body.prompt_logprobs != null) return 'prompt_logprobs';
-  if (body.echo !== true) return undefined;
+  if (laxBool(body.echo) !== true) return undefined;
   // vLLM: `prompt_logprobs = self.logprobs` (completions) / `self.top_logprobs` (chat, default 0).
   const asked = kind === 'completions' ? body.logprobs : 'top_logprobs' in body ? body.top_logprobs : 0;
   return asked != null ? 'prompt_logprobs' : undefined;

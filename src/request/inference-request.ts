@@ -12,7 +12,8 @@ import {
   saltedText,
 } from './prompt-text.js';
 import { laxInt } from './lax-int.js';
-import { responsesMessages } from './responses-input.js';
+import { laxBool } from './lax-bool.js';
+import { responsesChatBody, responsesMessages } from './responses-input.js';
 import { anthropicChatMessages, anthropicChatTools } from './anthropic-messages.js';
 import { exceedsDepth } from './json-depth.js';
 import { joinLongTexts, parseLongStringBody } from './json-body.js';
@@ -37,6 +38,17 @@ export function inferenceKind(method: string, path: string): InferenceKind | und
   return undefined;
 }
 
+/**
+ * Whether a path is vLLM's Anthropic Messages API, `/v1/messages` or `/v1/messages/count_tokens`
+ * (vllm/entrypoints/anthropic/api_router.py), whose clients (the Anthropic SDKs, Claude Code, which
+ * counts tokens before it sends) read errors in Anthropic's shape, as vLLM answers them there.
+ */
+export function anthropicPath(path: string): boolean {
+  const q = path.indexOf('?');
+  const p = q === -1 ? path : path.slice(0, q);
+  return p === '/v1/messages' || p === '/v1/messages/count_tokens';
+}
+
 export interface InferenceRequest {
   readonly kind: InferenceKind;
   readonly model: string;
@@ -56,7 +68,8 @@ export interface InferenceRequest {
   /**
    * The body as the code that reads the prompt sees it (the tokenizer, request/request-tokens.ts):
    * `json` itself, except for /v1/responses, whose `instructions` and `input` it gives as the chat
-   * `messages` vLLM renders them to (request/responses-input.ts), and /v1/messages, whose `system`,
+   * `messages` vLLM renders them to, with the template arguments vLLM derives from the request
+   * (request/responses-input.ts `responsesChatBody`), and /v1/messages, whose `system`,
    * `messages` and `tools` it gives as the chat `messages` and `tools` (request/anthropic-messages.ts).
    */
   readonly promptBody: Readonly<Record<string, unknown>>;
@@ -148,10 +161,10 @@ export function parseInferenceRequest(
       kind === 'messages' ? '"model" must be a non-empty string' : '"model" must be a string',
     );
   }
-  // vLLM's request models take `stream: Optional[bool]`: null is no stream, as absent.
-  if (obj.stream !== undefined && obj.stream !== null && typeof obj.stream !== 'boolean') {
-    throw badRequest('invalid_body', '"stream" must be a boolean');
-  }
+  // vLLM's request models take `stream: Optional[bool]`: null is no stream, as absent, and pydantic
+  // reads it laxly (lax-bool.ts: `"true"` streams).
+  const stream = obj.stream == null ? false : laxBool(obj.stream);
+  if (stream === undefined) throw badRequest('invalid_body', '"stream" must be a boolean');
   const tally: MediaTally = { sized: 0, unsized: 0, unkeyed: 0, tokens: 0 };
   const { media } = opts;
   const weights = media === undefined ? undefined : () => media(model);
@@ -170,7 +183,7 @@ export function parseInferenceRequest(
   return new ParsedInferenceRequest(
     kind,
     model,
-    obj.stream === true,
+    stream,
     routingText,
     obj,
     pieces,
@@ -262,23 +275,23 @@ class ParsedInferenceRequest implements InferenceRequest {
   get promptBody(): Readonly<Record<string, unknown>> {
     if (this.kind !== 'responses' && this.kind !== 'messages') return this.json;
     // Built once, on the first read (the policies that tokenize), from the joined body.
-    this.asChat ??=
-      this.kind === 'responses'
-        ? { ...this.json, messages: responsesMessages(this.json) }
-        : messagesAsChat(this.json);
+    this.asChat ??= this.kind === 'responses' ? responsesChatBody(this.json) : messagesAsChat(this.json);
     return this.asChat;
   }
 
   get outputTokens(): number {
     const b = this.body;
     for (const v of [b.max_tokens, b.max_completion_tokens, b.max_output_tokens]) {
-      if (typeof v === 'number' && Number.isInteger(v) && v >= 0) return v;
+      const n = laxInt(v); // as vLLM reads it: "64" is 64
+      if (n !== undefined && n >= 0) return n;
     }
     return 0;
   }
 
   get namesFreeResponse(): boolean {
-    return this.kind === 'responses' && this.body.store !== false && this.body.request_id === undefined;
+    return (
+      this.kind === 'responses' && laxBool(this.body.store) !== false && this.body.request_id === undefined
+    );
   }
 
   get previousResponseId(): string | undefined {

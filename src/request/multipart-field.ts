@@ -8,7 +8,8 @@
  * decoded) and stops at the field. Anything malformed (no boundary, a part without the blank line that
  * ends its headers, headers longer than MAX_HEADER_BYTES, a field longer than MAX_VALUE_BYTES, a file
  * part of that name) reads as no field: the request then goes on unrouted by model and the worker
- * answers it, as for a JSON body that names none. Pure: no I/O, timers or logging.
+ * answers it, as for a JSON body that names none. The same scan finds the field for the gateway's
+ * model-name rewrite (withFormField). Pure: no I/O, timers or logging.
  */
 
 const MAX_HEADER_BYTES = 8 * 1024;
@@ -34,6 +35,41 @@ export function formBoundary(contentType: string | undefined): string | undefine
 
 /** The text of form field `name` (not a file), or undefined when the body has none (or is malformed). */
 export function formField(body: Buffer, boundary: string, name: string): string | undefined {
+  const found = findField(body, boundary, name);
+  return found?.start === undefined ? undefined : body.toString('utf8', found.start, found.end);
+}
+
+/**
+ * `body` with the text of form field `name` set to `value` (the gateway's model-name rewrite,
+ * model-rewrite.ts): the field's bytes replaced, every other byte (the file's) as it was; a form
+ * without the field gets it as a first part. Undefined, the body to be left as it is, when the form is
+ * malformed (as formField reads it), the field is a file, or `value` could end its part early.
+ */
+export function withFormField(
+  body: Buffer,
+  boundary: string,
+  name: string,
+  value: string,
+): Buffer | undefined {
+  if (/[\r\n]/.test(value) || value.includes(`--${boundary}`) || /["\r\n]/.test(name)) return undefined;
+  const found = findField(body, boundary, name);
+  if (found === undefined) return undefined;
+  if (found.start !== undefined) {
+    return Buffer.concat([body.subarray(0, found.start), Buffer.from(value), body.subarray(found.end)]);
+  }
+  const part = `--${boundary}\r\nContent-Disposition: form-data; name="${name}"\r\n\r\n${value}\r\n`;
+  return Buffer.concat([body.subarray(0, found.first), Buffer.from(part), body.subarray(found.first)]);
+}
+
+/**
+ * Where form field `name`'s text lies ([start, end)), or, when the form has no such field, where its
+ * first delimiter starts (`first`, start undefined); undefined when malformed (see the header).
+ */
+function findField(
+  body: Buffer,
+  boundary: string,
+  name: string,
+): { first: number; start?: number; end?: number } | undefined {
   const delimiter = Buffer.from(`--${boundary}`);
   const next = Buffer.from(`\r\n--${boundary}`);
   // The first delimiter opens the body or follows a preamble's line break.
@@ -44,9 +80,10 @@ export function formField(body: Buffer, boundary: string, name: string): string 
     if (first === -1) return undefined;
     at = first + CRLF.length;
   }
+  const first = at;
   for (;;) {
     const afterDelimiter = at + delimiter.length;
-    if (body[afterDelimiter] === 0x2d && body[afterDelimiter + 1] === 0x2d) return undefined; // "--": the end
+    if (body[afterDelimiter] === 0x2d && body[afterDelimiter + 1] === 0x2d) return { first }; // "--": the end
     const lineEnd = body.indexOf(CRLF, afterDelimiter);
     if (lineEnd === -1) return undefined;
     const headersEnd = body.indexOf(HEADERS_END, lineEnd);
@@ -57,7 +94,7 @@ export function formField(body: Buffer, boundary: string, name: string): string 
     const disposition = partDisposition(body.toString('latin1', lineEnd + CRLF.length, headersEnd));
     if (disposition?.name === name) {
       if (disposition.file || contentEnd - contentStart > MAX_VALUE_BYTES) return undefined;
-      return body.toString('utf8', contentStart, contentEnd);
+      return { first, start: contentStart, end: contentEnd };
     }
     at = contentEnd + CRLF.length;
   }

@@ -94,3 +94,54 @@ function messageContent(content: unknown): unknown {
   }
   return parts;
 }
+
+/**
+ * Chat completion fields that shape a prompt and that vLLM's ResponsesRequest does not have: a
+ * /v1/responses body that carries them renders without them there (pydantic drops unknown fields).
+ */
+const CHAT_ONLY = [
+  'add_generation_prompt',
+  'continue_final_message',
+  'documents',
+  'add_special_tokens',
+  'chat_template',
+  'reasoning_effort',
+  'truncate_prompt_tokens',
+  'truncation_side',
+] as const;
+
+/**
+ * The /v1/responses body as the chat request the tokenizer reads (request-tokens.ts), the way vLLM
+ * renders a Responses request (vllm/entrypoints/openai/responses/protocol.py `build_chat_params`):
+ * its messages, the request's `chat_template_kwargs`, and over them `reasoning_effort` from
+ * `reasoning.effort` (which chat-template-args.ts also turns into `enable_thinking`, as
+ * vllm-project/vllm#43401 does for both APIs), and `continue_final_message` (with no generation
+ * prompt) when the last input item is a message still `in_progress` or `incomplete` (responses/utils.py
+ * `should_continue_final_message`: a partial assistant message to continue). Every other member is
+ * kept (a policy may key on `user` or `prompt_cache_key`), but not the chat-only ones (CHAT_ONLY).
+ */
+export function responsesChatBody(body: Readonly<Record<string, unknown>>): Record<string, unknown> {
+  const chat: Record<string, unknown> = { ...body, messages: responsesMessages(body) };
+  for (const key of CHAT_ONLY) delete chat[key];
+  const reasoning = body.reasoning;
+  const effort =
+    typeof reasoning === 'object' && reasoning !== null
+      ? (reasoning as { effort?: unknown }).effort
+      : undefined;
+  if (typeof effort === 'string') chat.reasoning_effort = effort;
+  const continues = continuesFinalItem(body.input);
+  chat.add_generation_prompt = !continues;
+  chat.continue_final_message = continues;
+  return chat;
+}
+
+/** Whether the last input item is a message (or reasoning) vLLM continues rather than answers. */
+function continuesFinalItem(input: unknown): boolean {
+  if (!Array.isArray(input) || input.length === 0) return false;
+  const last: unknown = input[input.length - 1];
+  if (typeof last !== 'object' || last === null) return false;
+  const { type = 'message', status } = last as { type?: unknown; status?: unknown };
+  return (
+    (type === 'message' || type === 'reasoning') && (status === 'in_progress' || status === 'incomplete')
+  );
+}

@@ -64,8 +64,8 @@ export function tokenizeResponse(
     if (typeof gen === 'string') return bad(gen);
     const cont = optionalBool(body, 'continue_final_message', false);
     if (typeof cont === 'string') return bad(cont);
-    // The flags above are validated only (400 on a non-boolean); chatTemplateArgs reads them again with
-    // chat_template_kwargs (and documents) merged over them, as vLLM hands them to the template.
+    // The flags above are validated only (400 on a non-boolean); chatTemplateArgs reads them again over
+    // chat_template_kwargs' own, as vLLM hands them to the template.
     const args = chatTemplateArgs(body);
     const r = tokenizer.renderChat(body.messages, {
       addGenerationPrompt: args.addGenerationPrompt,

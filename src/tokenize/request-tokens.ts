@@ -31,6 +31,7 @@ import { HfTokenizer, type HfTokenizerOptions } from './hf-tokenizer.js';
 import { vllmChatInput, type ContentFormat } from './vllm-chat-input.js';
 import { chatTemplateArgs } from './chat-template-args.js';
 import { laxInt } from '../request/lax-int.js';
+import { laxBool } from '../request/lax-bool.js';
 
 export type TokenizeFallback =
   | 'no_tokenizer'
@@ -153,7 +154,7 @@ export function tokenizeBody(
   // Undefined: truncated with special tokens the tokenizer does not say it adds.
   const encode = (text: string, add: boolean): ArrayLike<number> | undefined =>
     cut === undefined ? raw(text, add) : truncated(raw(text, add), cut, add ? t.specialCounts : [0, 0]);
-  const addSpecial = typeof body.add_special_tokens === 'boolean' ? body.add_special_tokens : undefined;
+  const addSpecial = laxBool(body.add_special_tokens);
   if (body.messages !== undefined) {
     if (t.hasChatTemplate === false) return { ok: false, reason: 'no_chat_template' };
     if (!Array.isArray(body.messages) || body.messages.length === 0)

@@ -76,7 +76,12 @@ describe('hostile HTTP input (regular mode)', () => {
     ['model is a number', '{"model": 5, "prompt": "x"}', 400, 'missing_model'],
     ['prompt is an object', '{"model": "sim-model", "prompt": {"a": 1}}', 400, 'invalid_prompt'],
     ['prompt is null', '{"model": "sim-model", "prompt": null}', 400, 'invalid_prompt'],
-    ['stream is a string', '{"model": "sim-model", "prompt": "x", "stream": "yes"}', 400, 'invalid_body'],
+    [
+      'stream is a string pydantic refuses',
+      '{"model": "sim-model", "prompt": "x", "stream": "maybe"}',
+      400,
+      'invalid_body',
+    ],
     ['an empty body', '', 400, 'invalid_body'],
   ])('/v1/completions with %s', async (_name, body, status, code) => {
     const records = () => stack.sims.reduce((n, s) => n + s.records.length, 0);

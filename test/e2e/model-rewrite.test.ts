@@ -3,7 +3,7 @@
  * workers serve two versions of an adapter (`food-review-1`, `food-review-2`) and, as vLLM, answer a
  * model they do not serve with a 404. A gateway doing a canary sets `x-gateway-model-name-rewrite` on
  * some requests for `food-review`: those are served as the version it names, by the worker serving
- * it, streamed or not; a request without the header keeps its model.
+ * it, streamed or not, an audio upload's form too; a request without the header keeps its model.
  * Ends with every load back to 0 and the simulators idle.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -65,6 +65,31 @@ describe('x-gateway-model-name-rewrite', () => {
       }
     }
   });
+
+  it.each(['/v1/audio/transcriptions', '/v1/audio/translations'])(
+    "%s: an audio upload is served as the model the gateway names (the form's model field)",
+    async (path) => {
+      // Audio bytes with line breaks and dashes, as real audio has.
+      const audio = new Uint8Array(4096).map((_, i) => (i % 7 === 0 ? 0x0d : i % 5 === 0 ? 0x2d : i % 251));
+      for (const [target, sim] of [
+        ['food-review-2', stack.sims[1]!],
+        ['food-review-1', stack.sims[0]!],
+      ] as const) {
+        const form = new FormData();
+        form.append('file', new Blob([audio], { type: 'audio/wav' }), 'speech.wav');
+        form.append('model', 'food-review');
+        const res = await fetch(`${stack.url}${path}`, {
+          method: 'POST',
+          headers: { 'x-gateway-model-name-rewrite': target },
+          body: form,
+        });
+        const text = await res.text();
+        expect(res.status, text).toBe(200);
+        expect(res.headers.get('x-vllm-router-decision')).toContain(`worker=${sim.url};`);
+        expect(JSON.parse(text)).toEqual({ text: `${target} heard ${audio.length} bytes of audio` });
+      }
+    },
+  );
 
   it('keeps the model of a request without the header (which these workers do not serve)', async () => {
     const r = await chat(undefined, false);

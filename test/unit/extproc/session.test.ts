@@ -832,6 +832,40 @@ describe("Session: the gateway's model-name rewrite (x-gateway-model-name-rewrit
     expect(JSON.parse(String(mutated))).toEqual({ ...COMPLETION, model: 'b', x: 1 });
   });
 
+  it("routes and forwards an audio upload as the model the gateway names: the form's model part, the file as sent", async () => {
+    const { bodyModel } = await import('../../../src/request/inference-request.js');
+    const type = 'multipart/form-data; boundary=b0';
+    const audio = Buffer.from([0x52, 0x49, 0x46, 0x46, 0x0d, 0x0a, 0x2d, 0x2d, 0x00, 0xff]);
+    const upload = (model: string) =>
+      Buffer.concat([
+        Buffer.from('--b0\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n\r\n'),
+        audio,
+        Buffer.from(`\r\n--b0\r\nContent-Disposition: form-data; name="model"\r\n\r\n${model}\r\n--b0--\r\n`),
+      ]);
+    const seen: Array<string | undefined> = [];
+    const h = harness({
+      dispatch: (req, d) => {
+        seen.push(bodyModel(req.headers['content-type'], req.body as Buffer));
+        return d();
+      },
+    });
+    h.stream.deliver(
+      requestHeaders('POST', '/v1/audio/transcriptions', {
+        'content-type': type,
+        'x-gateway-model-name-rewrite': 'whisper-canary',
+      }),
+      requestBody(upload('whisper')),
+      responseHeaders(200, true),
+    );
+    await h.settle();
+    expect(seen).toEqual(['whisper-canary']); // routed to the workers serving the target model
+    const reply = h.stream.replies.find((r) => r.request_body !== undefined);
+    const mutated = reply?.request_body?.response?.body_mutation?.body;
+    expect(Buffer.from(mutated ?? []).equals(upload('whisper-canary'))).toBe(true);
+    expect(setHeader(reply, 'content-length')).toBe(String(mutated?.length));
+    expect(h.worker.load).toBe(0);
+  });
+
   it('leaves a body that is not a JSON object to its own error, and a request without the header alone', async () => {
     const bad = harness();
     bad.stream.deliver(
@@ -849,6 +883,46 @@ describe("Session: the gateway's model-name rewrite (x-gateway-model-name-rewrit
     await plain.settle();
     const reply = plain.stream.replies.find((r) => r.request_body !== undefined);
     expect(reply?.request_body?.response?.body_mutation).toBeFalsy();
+  });
+});
+
+describe("Session: the router's own errors in the shape the API's clients read", () => {
+  const noWorkers = async () => {
+    const { RouterError } = await import('../../../src/request/router-error.js');
+    return new RouterError('no_workers', 503, 'No workers available');
+  };
+  const errorBody = async (path: string, body: object) => {
+    const err = await noWorkers();
+    const h = harness({
+      dispatch: () => {
+        throw err;
+      },
+    });
+    h.stream.deliver(requestHeaders('POST', path), requestBody(body));
+    await h.settle();
+    const immediate = h.stream.replies.at(-1)?.immediate_response;
+    expect(immediate?.status.code).toBe(503);
+    expect(h.worker.load).toBe(0);
+    return JSON.parse(String(immediate?.body)) as Record<string, unknown>;
+  };
+  const anthropic = { model: 'claude', messages: [{ role: 'user', content: 'hi' }] };
+
+  it.each([
+    '/v1/messages',
+    '/v1/messages?beta=true',
+    '/v1/messages/count_tokens',
+    '/v1/messages/count_tokens?beta=true',
+  ])("%s: Anthropic's error shape, as vLLM answers there", async (path) => {
+    expect(await errorBody(path, { ...anthropic, max_tokens: 8 })).toEqual({
+      type: 'error',
+      error: { type: 'overloaded_error', message: 'No workers available', code: 'no_workers' },
+    });
+  });
+
+  it.each(['/v1/chat/completions', '/v1/embeddings'])("%s: OpenAI's", async (path) => {
+    expect(await errorBody(path, { ...CHAT, input: 'x' })).toEqual({
+      error: { message: 'No workers available', type: 'server_error', code: 'no_workers' },
+    });
   });
 });
 

@@ -15,6 +15,13 @@ describe('unsplittable: what vLLM cannot serve as a prefill leg and a decode leg
     ['chat', { messages: [], echo: true, top_logprobs: null }, undefined],
     ['chat', { messages: [], prompt_logprobs: 5 }, 'prompt_logprobs'],
     ['chat', { messages: [], use_beam_search: true }, 'beam_search'],
+    // As vLLM's pydantic models read them (lax mode): "true" is true, "false" false.
+    ['completions', { prompt: 'p', use_beam_search: 'true' }, 'beam_search'],
+    ['chat', { messages: [], use_beam_search: 'yes' }, 'beam_search'],
+    ['completions', { prompt: 'p', echo: 'true', logprobs: 1 }, 'prompt_logprobs'],
+    ['chat', { messages: [], echo: 'on' }, 'prompt_logprobs'],
+    ['chat', { messages: [], echo: 'false' }, undefined],
+    ['completions', { prompt: 'p', use_beam_search: 'false' }, undefined],
     ['responses', { input: 'x', prompt_logprobs: 1, use_beam_search: true }, undefined],
     ['messages', { messages: [], echo: true }, undefined],
   ] as const)('%s %j -> %s', (kind, body, expected) => {

@@ -87,9 +87,9 @@ describe('parseInferenceRequest', () => {
     ['object prompt', 'application/json', '{"model":"m","prompt":{}}', 400, 'invalid_prompt'],
     ['mixed prompt array', 'application/json', '{"model":"m","prompt":["a",1]}', 400, 'invalid_prompt'],
     [
-      'stream not boolean',
+      'stream not boolean (pydantic refuses "maybe")',
       'application/json',
-      '{"model":"m","prompt":"x","stream":"yes"}',
+      '{"model":"m","prompt":"x","stream":"maybe"}',
       400,
       'invalid_body',
     ],

@@ -1,7 +1,11 @@
-/** The model of a multipart/form-data body (request/multipart-field.ts, inference-request.ts bodyModel). */
+/**
+ * The model of a multipart/form-data body (request/multipart-field.ts, inference-request.ts bodyModel),
+ * and the gateway's rewrite of it (model-rewrite.ts withModel).
+ */
 import { describe, expect, it } from 'vitest';
 import { formBoundary, formField } from '../../../src/request/multipart-field.js';
 import { bodyModel } from '../../../src/request/inference-request.js';
+import { withModel } from '../../../src/request/model-rewrite.js';
 
 /** A form as clients write it (CRLF line breaks, RFC 7578). */
 function form(
@@ -103,5 +107,54 @@ describe('bodyModel of a form', () => {
     expect(bodyModel(type, form('B', [{ name: 'file', value: AUDIO, filename: 'a.wav' }]))).toBeUndefined();
     // a JSON body is still read as JSON
     expect(bodyModel('application/json', Buffer.from('{"model":"e"}'))).toBe('e');
+  });
+});
+
+describe("withModel on an audio upload's form (the gateway's model-name rewrite)", () => {
+  const TYPE = 'multipart/form-data; boundary=xyz';
+  const fields = (body: Buffer) => ({
+    model: formField(body, 'xyz', 'model'),
+    language: formField(body, 'xyz', 'language'),
+  });
+
+  it("sets the form's model, before or after the file, and keeps every byte of the file", () => {
+    for (const parts of [
+      [
+        { name: 'model', value: 'whisper' },
+        { name: 'file', value: AUDIO, filename: 'a.wav' },
+        { name: 'language', value: 'en' },
+      ],
+      [
+        { name: 'file', value: AUDIO, filename: 'a.wav' },
+        { name: 'language', value: 'en' },
+        { name: 'model', value: 'whisper' },
+      ],
+    ]) {
+      const out = withModel(form('xyz', parts), 'whisper-canary', TYPE)!;
+      expect(fields(out)).toEqual({ model: 'whisper-canary', language: 'en' });
+      expect(out.indexOf(AUDIO)).toBeGreaterThan(0);
+      const renamed = parts.map((p) => (p.name === 'model' ? { ...p, value: 'whisper-canary' } : p));
+      expect(out.equals(form('xyz', renamed))).toBe(true);
+    }
+  });
+
+  it('adds the model to a form that names none, as a first part', () => {
+    const out = withModel(form('xyz', [{ name: 'file', value: AUDIO, filename: 'a.wav' }]), 'w2', TYPE)!;
+    expect(fields(out).model).toBe('w2');
+    expect(
+      out.equals(
+        form('xyz', [
+          { name: 'model', value: 'w2' },
+          { name: 'file', value: AUDIO, filename: 'a.wav' },
+        ]),
+      ),
+    ).toBe(true);
+  });
+
+  it('leaves a malformed form, or a model part that is a file, as it is', () => {
+    const open = Buffer.from('--xyz\r\nContent-Disposition: form-data; name="model"\r\n\r\nwhisper');
+    expect(withModel(open, 'w2', TYPE)).toBeUndefined();
+    const file = form('xyz', [{ name: 'model', value: AUDIO, filename: 'm.bin' }]);
+    expect(withModel(file, 'w2', TYPE)).toBeUndefined();
   });
 });

@@ -2,7 +2,8 @@
  * Fields vLLM's request models take as optional, accepted as vLLM accepts them: `"stream": null` (no
  * stream: `stream: Optional[bool] = False`), and a completion with `prompt_embeds` in place of a
  * `prompt` (`--enable-prompt-embeds`), weighed by its tensor's tokens (real torch.save payloads in
- * test/fixtures/prompt-embeds).
+ * test/fixtures/prompt-embeds). Values pydantic's lax mode converts (`"stream": "true"`, `"max_tokens":
+ * "64"`) read as vLLM reads them (request/lax-bool.ts, lax-int.ts).
  */
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
@@ -19,6 +20,30 @@ describe('"stream": null', () => {
   ] as const)('%s: parsed as not streaming', (kind, text) => {
     const r = parseInferenceRequest(kind, 'application/json', Buffer.from(text));
     expect(r.stream).toBe(false);
+  });
+});
+
+describe("values vLLM's pydantic models accept in lax mode", () => {
+  const parse = (kind: 'completions' | 'chat' | 'responses', body: Record<string, unknown>) =>
+    parseInferenceRequest(kind, 'application/json', Buffer.from(JSON.stringify({ model: 'm', ...body })));
+
+  it.each(['true', 'True', 'yes', 'on', 't', '1', 1])(
+    '"stream": %j streams, as on the worker (not a 400)',
+    (stream) => {
+      expect(parse('completions', { prompt: 'hi', stream }).stream).toBe(true);
+      expect(parse('chat', { messages: [{ role: 'user', content: 'hi' }], stream }).stream).toBe(true);
+    },
+  );
+
+  it.each(['false', 'no', 'off', '0', 0])('"stream": %j does not stream', (stream) => {
+    expect(parse('completions', { prompt: 'hi', stream }).stream).toBe(false);
+  });
+
+  it('"max_tokens": "64" asks for 64 output tokens; "store": "false" stores no response to name', () => {
+    expect(parse('completions', { prompt: 'hi', max_tokens: '64' }).outputTokens).toBe(64);
+    expect(parse('responses', { input: 'hi', max_output_tokens: '32' }).outputTokens).toBe(32);
+    expect(parse('responses', { input: 'hi', store: 'false' }).namesFreeResponse).toBe(false);
+    expect(parse('responses', { input: 'hi', store: 'true' }).namesFreeResponse).toBe(true);
   });
 });
 

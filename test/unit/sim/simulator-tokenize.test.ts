@@ -64,13 +64,14 @@ describe('simulator POST /tokenize and /detokenize (vLLM shapes)', () => {
       return_token_strs: true,
     });
     expect((cont.json.token_strs as string[]).join('')).toBe('<|user|>\nhi');
-    // chat_template_kwargs are merged over the request's flags, as vLLM merges them.
+    // The request's own flags win over chat_template_kwargs', as vLLM's TokenizeChatRequest merges them
+    // (merge_kwargs(self.chat_template_kwargs, {add_generation_prompt, continue_final_message})).
     const kw = await postJson(`${s.url}/tokenize`, {
       messages,
       chat_template_kwargs: { add_generation_prompt: false },
       return_token_strs: true,
     });
-    expect((kw.json.token_strs as string[]).join('')).toBe('<|user|>\nhi\n');
+    expect((kw.json.token_strs as string[]).join('')).toBe('<|user|>\nhi\n<|assistant|>\n');
   });
 
   it.each([

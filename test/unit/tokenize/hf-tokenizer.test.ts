@@ -6,6 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { HfTokenizer, LINE_BREAK, splitLines } from '../../../src/tokenize/hf-tokenizer.js';
 import { seededRandom } from '../../../src/util/seeded-random.js';
 import { RequestTokenizer, parseTokenizerSpecs } from '../../../src/tokenize/request-tokens.js';
+import { parseInferenceRequest } from '../../../src/request/inference-request.js';
 
 const DIR = fileURLToPath(new URL('../../fixtures/tokenizer', import.meta.url));
 /** Golden values from the Rust `tokenizers` library and Jinja2 (scripts/gen-tokenizer-fixture.py). */
@@ -176,6 +177,16 @@ describe('RequestTokenizer', () => {
       { prompt: 'Hello world', add_special_tokens: false },
       { ok: true, ids: expected.samples[0]!.ids_no_special },
     ],
+    [
+      'completion, add_special_tokens "false" (pydantic reads it as false, so does vLLM)',
+      { prompt: 'Hello world', add_special_tokens: 'false' },
+      { ok: true, ids: expected.samples[0]!.ids_no_special },
+    ],
+    [
+      'chat, add_special_tokens "true": the BOS vLLM adds on top of the template',
+      { messages: chat.messages, add_special_tokens: 'true' },
+      { ok: true, ids: [0, ...chat.ids] },
+    ],
     ['token ids as is', { prompt: [5, 6, 7] }, { ok: true, ids: [5, 6, 7] }],
     ['one-element batch', { prompt: [[5, 6]] }, { ok: true, ids: [5, 6] }],
     [
@@ -266,10 +277,22 @@ describe('RequestTokenizer', () => {
     expect(text({ chat_template_kwargs: { reasoning: 'high' }, documents: [{ text: 'D1' }] })).toBe(
       '<s><|reasoning:high|><doc>D1</doc><user>hello<assistant>',
     );
-    // A flag given in chat_template_kwargs wins over the request's own, as in vLLM.
+    // The request's own flags and documents win over chat_template_kwargs', as in vLLM's
+    // build_chat_params (merge_kwargs(chat_template_kwargs, {add_generation_prompt, ..., documents})).
+    expect(text({ chat_template_kwargs: { add_generation_prompt: false } })).toBe(
+      '<s><user>hello<assistant>',
+    );
     expect(
-      text({ add_generation_prompt: true, chat_template_kwargs: { add_generation_prompt: false } }),
+      text({ add_generation_prompt: false, chat_template_kwargs: { add_generation_prompt: true } }),
     ).toBe('<s><user>hello');
+    expect(text({ chat_template_kwargs: { documents: [{ text: 'K' }] } })).toBe(
+      '<s><doc>K</doc><user>hello<assistant>',
+    );
+    expect(text({ documents: [{ text: 'D1' }], chat_template_kwargs: { documents: [{ text: 'K' }] } })).toBe(
+      '<s><doc>D1</doc><user>hello<assistant>',
+    );
+    // The flags as vLLM's pydantic models read them: "false" is false.
+    expect(text({ add_generation_prompt: 'false' })).toBe('<s><user>hello');
     expect(text({ chat_template_kwargs: ['not', 'an', 'object'] })).toBe('<s><user>hello<assistant>');
     // Variables may replace special tokens (transformers merges kwargs over them), never the messages.
     expect(text({ chat_template_kwargs: { bos_token: '', messages: [] } })).toBe('<user>hello<assistant>');
@@ -419,6 +442,74 @@ describe('RequestTokenizer', () => {
       ...REST,
     ]);
     expect(ids({})).toEqual([0, ...REST.slice(1)]);
+  });
+
+  it("renders a /v1/responses request with its reasoning.effort as chat's reasoning_effort, as vLLM does", () => {
+    // vLLM's ResponsesRequest.build_chat_params: reasoning.effort as reasoning_effort, enable_thinking
+    // from it unless chat_template_kwargs names it (vllm-project/vllm#43401, #43761).
+    const template =
+      '{{ bos_token }}{% if reasoning_effort is defined %}<|start_header_id|>system<|end_header_id|>\n\nReasoning Effort: {{ reasoning_effort }}<|eot_id|>{% endif %}' +
+      '{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n{{ m.content }}<|eot_id|>{% endfor %}' +
+      '{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% if enable_thinking is defined and not enable_thinking %}<think></think>{% endif %}{% endif %}';
+    const t = new HfTokenizer(
+      JSON.parse(readFileSync(`${DIR}/tokenizer.json`, 'utf8')) as Record<string, unknown>,
+      { chat_template: template, bos_token: '<|begin_of_text|>' },
+    );
+    const r = new RequestTokenizer(new Map([['m', t]]));
+    const ids = (out: ReturnType<RequestTokenizer['tokenize']>): unknown =>
+      out.ok ? Array.from(out.ids) : out;
+    const question = 'Summarise the document.';
+    const chat = (body: Record<string, unknown>) =>
+      ids(r.tokenize('m', { messages: [{ role: 'user', content: question }], ...body }));
+    const responses = (body: Record<string, unknown>) => {
+      const json = Buffer.from(JSON.stringify({ model: 'm', input: question, ...body }));
+      return ids(r.tokenize('m', parseInferenceRequest('responses', 'application/json', json).promptBody));
+    };
+    expect(chat({ reasoning_effort: 'none' })).toEqual(expect.arrayContaining([0]));
+    expect(responses({ reasoning: { effort: 'none' } })).toEqual(chat({ reasoning_effort: 'none' }));
+    expect(responses({ reasoning: { effort: 'high', summary: 'auto' } })).toEqual(
+      chat({ reasoning_effort: 'high' }),
+    );
+    expect(
+      responses({ reasoning: { effort: 'none' }, chat_template_kwargs: { enable_thinking: true } }),
+    ).toEqual(chat({ reasoning_effort: 'none', chat_template_kwargs: { enable_thinking: true } }));
+    expect(responses({ reasoning: { effort: null } })).toEqual(chat({}));
+    // Chat-only fields a ResponsesRequest does not have render nothing there.
+    expect(responses({ reasoning_effort: 'none', add_generation_prompt: false, documents: [] })).toEqual(
+      chat({}),
+    );
+    // A last assistant message still in progress is continued, with no generation prompt.
+    const partial = {
+      type: 'message',
+      role: 'assistant',
+      status: 'incomplete',
+      content: [{ type: 'output_text', text: 'The document' }],
+    };
+    expect(responses({ input: [{ role: 'user', content: question }, partial] })).toEqual(
+      chat({
+        messages: [
+          { role: 'user', content: question },
+          { role: 'assistant', content: [{ type: 'text', text: 'The document' }] },
+        ],
+        add_generation_prompt: false,
+        continue_final_message: true,
+      }),
+    );
+    const completed = responses({
+      input: [
+        { role: 'user', content: question },
+        { ...partial, status: 'completed' },
+      ],
+    });
+    expect(completed).not.toEqual(responses({ input: [{ role: 'user', content: question }, partial] }));
+    expect(completed).toEqual(
+      chat({
+        messages: [
+          { role: 'user', content: question },
+          { role: 'assistant', content: [{ type: 'text', text: 'The document' }] },
+        ],
+      }),
+    );
   });
 
   it('a template that raises is a template_error', () => {
