@@ -8,8 +8,9 @@
  *   sequential  prefill guard taken; the router POSTs the prefill leg itself; the guard is released
  *               when that call ends in any way (a failed leg is retried on another prefill worker up to
  *               --prefill-retries); only then is the decode guard taken and the request handed to Envoy
- *               with the decode body, X-Request-Id and destination. Decode load lives until the response
- *               body ends, errors, or the client goes away.
+ *               with the decode body, X-Request-Id and destination (a decode worker that left the
+ *               fleet during the leg is chosen again: decodeAfterPrefill). Decode load lives until the
+ *               response body ends, errors, or the client goes away.
  *   concurrent  both guards at dispatch; the prefill leg runs in the background while Envoy streams the
  *               decode; each guard ends with its own phase. A failed prefill rejects `failure`, which the
  *               session turns into a client-visible error (or a reset mid-stream); it does not touch the
@@ -322,11 +323,12 @@ export class PdDispatcher implements Dispatcher {
         // request its one token ended (EOS, a stop) is vLLM's way; a capped one without params is a
         // prefill worker whose connector is not configured.
         if (!result.stopped) opts.pd?.error?.('prefill_no_kv_transfer_params');
-        const decodeGuard = new LoadGuard(decodeWorker);
-        opts.pd?.decodeRouted?.(decodeWorker);
+        const decode = this.decodeAfterPrefill(req, d, true);
+        const decodeGuard = new LoadGuard(decode.decision.worker);
+        opts.pd?.decodeRouted?.(decode.decision.worker);
         return this.decodeDispatch(
           req,
-          d,
+          decode,
           decodeGuard,
           requestId,
           decodeBody(req.inference?.json ?? {}, undefined),
@@ -346,17 +348,47 @@ export class PdDispatcher implements Dispatcher {
           'bad_gateway',
         );
       }
-      const decodeGuard = new LoadGuard(decodeWorker);
-      opts.pd?.decodeRouted?.(decodeWorker);
+      // NIXL: the decode worker pulls the blocks the prefill worker named, wherever it is.
+      const decode = this.decodeAfterPrefill(req, d, ctx.connector === 'nixl');
+      const decodeGuard = new LoadGuard(decode.decision.worker);
+      opts.pd?.decodeRouted?.(decode.decision.worker);
       const cached = result.cachedTokens;
-      return this.decodeDispatch(req, d, decodeGuard, requestId, decodeBody(req.inference?.json ?? {}, kv), {
-        cachedTokens: () => cached,
-        prefill: prefillDecision,
-      });
+      return this.decodeDispatch(
+        req,
+        decode,
+        decodeGuard,
+        requestId,
+        decodeBody(req.inference?.json ?? {}, kv),
+        {
+          cachedTokens: () => cached,
+          prefill: prefillDecision,
+        },
+      );
     } finally {
       // After the decode guard is taken (the return above is evaluated first), or on failure.
       this.awaitDecode(decodeWorker, -1);
     }
+  }
+
+  /**
+   * The decode worker of a sequential request whose prefill leg has ended: the one chosen with the
+   * prefill worker while it is still a member of its pool (one synchronous reconcile). One that left
+   * during the leg (deregistered, expired, or another process at its URL: a new generation) gets no
+   * request: when the decode leg can go to any decode worker (`anyDecode`: it prefills the prompt
+   * itself, or pulls the KV the prefill worker named), another one is chosen now; else (the KV went
+   * toward the one that left) the request fails with 503, as when no decode worker is there.
+   */
+  private decodeAfterPrefill(req: RouteRequest, d: Chosen, anyDecode: boolean): Chosen {
+    const { decodePool, observer, clock } = this.opts;
+    decodePool.reconcile();
+    if (decodePool.holds(d.decision.worker)) return d;
+    const again = anyDecode ? choose(decodePool, routingContext(req)) : undefined;
+    if (again === undefined) {
+      this.opts.pd?.error?.('no_workers');
+      throw noWorkers([decodePool]);
+    }
+    commit(decodePool, again, observer, clock());
+    return again;
   }
 
   /**

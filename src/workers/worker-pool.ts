@@ -131,6 +131,11 @@ export class WorkerPool {
     return this.ordered.length;
   }
 
+  /** Whether `worker` is the pool's live Worker at its key (as of the last reconcile). */
+  holds(worker: Worker): boolean {
+    return this.byKey.get(worker.key) === worker;
+  }
+
   /**
    * Members that may be selected (healthy, breaker closed), in member order. The same array comes
    * back until membership or some worker's health changes (policies memoize per-array indexes on it,
