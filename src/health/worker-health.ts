@@ -143,6 +143,11 @@ export class WorkerHealth {
   private readonly states = new WeakMap<Worker, State>();
   /** Workers whose breaker changes by itself at some deadline; `earliest` is the smallest one. */
   private readonly pending = new Set<Worker>();
+  /**
+   * Workers that left their pool (`forget`): a record that comes after (the outcome of a request
+   * that ended after its worker left) creates no state, deadline or change for them.
+   */
+  private readonly forgotten = new WeakSet<Worker>();
   private earliest = Infinity;
   private readonly checkFailureThreshold: number;
   private readonly checkSuccessThreshold: number;
@@ -277,6 +282,7 @@ export class WorkerHealth {
   forget(worker: Worker): void {
     this.pending.delete(worker);
     this.states.delete(worker);
+    this.forgotten.add(worker);
   }
 
   private state(worker: Worker): State {
@@ -293,13 +299,14 @@ export class WorkerHealth {
         paused: false,
         scrape: { active: 'healthy', failures: 0, successes: 0 },
       };
-      this.states.set(worker, s);
+      if (!this.forgotten.has(worker)) this.states.set(worker, s);
     }
     return s;
   }
 
   /** Recomputes the view, writes worker.healthy, tracks the next deadline, reports a change. */
   private sync(worker: Worker, s: State, now: number): void {
+    if (this.forgotten.has(worker)) return;
     const breaker = s.breaker.state(now);
     const active: ActiveHealth =
       s.active === 'healthy' && s.scrape.active === 'healthy' ? 'healthy' : 'unhealthy';

@@ -263,6 +263,25 @@ describe('WorkerHealth: identity and generations', () => {
     });
     health.refresh(5000); // no pending deadline left for it: must not throw or touch it
   });
+
+  // A worker that dies fails the requests it had in flight, and they end after its pool dropped it
+  // (found by test/unit/properties/worker-churn-fuzz.test.ts).
+  it('requests that end after their worker left its pool bring back no state for it', () => {
+    const changes: string[] = [];
+    const health = new WorkerHealth({
+      breaker: BREAKER,
+      onChange: (w, v) => changes.push(`${w.id} ${v.breaker}`),
+    });
+    const w = worker();
+    health.recordOutcome(w, 'success', 0);
+    health.forget(w); // left its pool
+    for (let i = 0; i < 3; i++) health.recordOutcome(w, 'server_error', 10);
+    health.cordon(w, true, 10);
+    // No "worker health changed" (breaker open) for a worker that is gone, no deadline holding it.
+    expect(changes).toEqual([]);
+    expect((health as unknown as { pending: Set<Worker> }).pending.size).toBe(0);
+    expect(health.view(w, 20).breaker).toBe('closed');
+  });
 });
 
 describe('WorkerHealth: onChange', () => {
