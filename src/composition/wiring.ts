@@ -550,6 +550,7 @@ function buildPools(
       onRemoved: (w, reason) => {
         metrics.poolChanges.inc({ role: w.role, change: reason });
         health.forget(w);
+        exact.source?.forget(w);
         bootstrap?.untrack(w);
         load.timing.forget(w);
         if (reason === 'departed') load.departed(w);

@@ -169,6 +169,17 @@ export class KvPrefixSource implements PrefixSource {
     }
   }
 
+  /**
+   * The worker left its pool (departed, or replaced by a new generation: a new id): the blocks routed
+   * to it are pending nowhere any more.
+   */
+  forget(worker: Worker): void {
+    this.pending.dropWorker(worker.id);
+    const key = worker.dpRank === undefined ? safeKey(worker.url) : `${safeKey(worker.url)}#${worker.dpRank}`;
+    const ids = this.idsByKey.get(key);
+    if (ids !== undefined && ids.delete(worker.id) && ids.size === 0) this.idsByKey.delete(key);
+  }
+
   /** Remembers which worker ids (roles, generations) a subscription key names, for confirmStored. */
   private noteId(worker: Worker): void {
     const key = worker.dpRank === undefined ? safeKey(worker.url) : `${safeKey(worker.url)}#${worker.dpRank}`;
