@@ -118,21 +118,75 @@ const CHAT_ONLY = [
  * vllm-project/vllm#43401 does for both APIs), and `continue_final_message` (with no generation
  * prompt) when the last input item is a message still `in_progress` or `incomplete` (responses/utils.py
  * `should_continue_final_message`: a partial assistant message to continue). Every other member is
- * kept (a policy may key on `user` or `prompt_cache_key`), but not the chat-only ones (CHAT_ONLY).
+ * kept (a policy may key on `user` or `prompt_cache_key`), but not the chat-only ones (CHAT_ONLY);
+ * `tools` become the chat tools vLLM renders (responsesChatTools), and `add_special_tokens` is true.
  */
 export function responsesChatBody(body: Readonly<Record<string, unknown>>): Record<string, unknown> {
   const chat: Record<string, unknown> = { ...body, messages: responsesMessages(body) };
   for (const key of CHAT_ONLY) delete chat[key];
+  const tools = responsesChatTools(body.tools);
+  if (tools === undefined) delete chat.tools;
+  else chat.tools = tools;
   const reasoning = body.reasoning;
   const effort =
     typeof reasoning === 'object' && reasoning !== null
       ? (reasoning as { effort?: unknown }).effort
       : undefined;
   if (typeof effort === 'string') chat.reasoning_effort = effort;
+  // vLLM encodes the rendered text with the tokenizer's special tokens (ResponsesRequest.build_tok_params
+  // leaves add_special_tokens at TokenizeParams' default, true, where the chat request's is false): a
+  // BOS-adding tokenizer prepends one to the template's own.
+  chat.add_special_tokens = true;
   const continues = continuesFinalItem(body.input);
   chat.add_generation_prompt = !continues;
   chat.continue_final_message = continues;
   return chat;
+}
+
+/**
+ * The Responses `tools` as the chat tools vLLM hands the template (responses/utils.py
+ * `construct_tool_dicts`, tool_parsers/utils.py `iter_response_function_tool_dicts`): each flat
+ * function tool `{type: "function", name, ...}`, and each function of a `namespace` tool (named
+ * `namespace__name`), as the SDK model dumps it (`FunctionTool`, `NamespaceTool`'s `ToolFunction`:
+ * every field, null when absent, in the model's order, then the client's extra fields), without
+ * `type`, as `{type: "function", function}`; vllm-chat-input.ts then dumps that as vLLM's chat tool
+ * (name, description, parameters, then the rest in this order). Other tools (built-in, MCP, custom)
+ * are not rendered; function tools are whatever `tool_choice` says (vLLM drops them for "none" only
+ * when asked to). Undefined when the request has none.
+ */
+export function responsesChatTools(tools: unknown): unknown[] | undefined {
+  if (!Array.isArray(tools) || tools.length === 0) return undefined;
+  const out: unknown[] = [];
+  for (const tool of tools) {
+    if (!isRecord(tool)) continue;
+    if (tool.type === 'function') out.push(functionTool(tool, tool.name, FUNCTION_TOOL));
+    else if (tool.type === 'namespace' && Array.isArray(tool.tools)) {
+      for (const fn of tool.tools as unknown[]) {
+        if (isRecord(fn) && fn.type === 'function')
+          out.push(functionTool(fn, `${String(tool.name)}__${String(fn.name)}`, NAMESPACE_FUNCTION));
+      }
+    }
+  }
+  return out;
+}
+
+/** The SDK models' fields, in their order: `FunctionTool`, and a namespace's `ToolFunction`. */
+const FUNCTION_TOOL = ['name', 'parameters', 'strict', 'type', 'defer_loading', 'description'];
+const NAMESPACE_FUNCTION = ['name', 'type', 'defer_loading', 'description', 'parameters', 'strict'];
+
+function functionTool(
+  tool: Record<string, unknown>,
+  name: unknown,
+  fields: readonly string[],
+): Record<string, unknown> {
+  const fn: Record<string, unknown> = {};
+  for (const k of fields) if (k !== 'type') fn[k] = k === 'name' ? name : (tool[k] ?? null);
+  for (const [k, v] of Object.entries(tool)) if (!fields.includes(k)) fn[k] = v;
+  return { type: 'function', function: fn };
+}
+
+function isRecord(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
 /** Whether the last input item is a message (or reasoning) vLLM continues rather than answers. */

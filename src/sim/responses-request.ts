@@ -27,6 +27,7 @@
 import { randomUUID } from 'node:crypto';
 import type { GenerationRequest } from './sim-request.js';
 import { renderChatTemplate } from './sim-tokenizer.js';
+import { responsesChatTools } from '../request/responses-input.js';
 
 /** One chat message as the chat template reads it. */
 export type ChatMessage = Readonly<Record<string, unknown>>;
@@ -45,7 +46,10 @@ export interface ResponsesInput {
   readonly model: string | undefined;
   readonly kvTransferParams: Readonly<Record<string, unknown>> | undefined;
   readonly cacheSalt: string | undefined;
-  /** The request's `tools` (the template renders them; a follow-up's own, not its previous turn's). */
+  /**
+   * The request's function tools as vLLM hands them to the template (request/responses-input.ts); a
+   * follow-up's own, not its previous turn's.
+   */
   readonly tools: readonly unknown[] | undefined;
 }
 
@@ -108,7 +112,7 @@ export function parseResponsesRequest(body: unknown, defaultMaxTokens: number): 
       model: typeof body.model === 'string' ? body.model : undefined,
       kvTransferParams: isObject(kv) ? kv : undefined,
       cacheSalt: typeof salt === 'string' && salt.length > 0 ? salt : undefined,
-      tools: Array.isArray(body.tools) && body.tools.length > 0 ? body.tools : undefined,
+      tools: responsesChatTools(body.tools),
     },
   };
 }

@@ -8,7 +8,8 @@
  *   "function"), then `function` with `name`, `description` and `parameters` in that order, null when
  *   absent, then any other field the client sent (the models keep extras, after the declared fields);
  *   then the tool's own extra fields. A template's `tool | tojson` writes exactly that. A tool without
- *   a `function` object (the Responses API's flat function tools) is left as it is.
+ *   a `function` object is left as it is (a Responses request's flat function tools arrive wrapped:
+ *   request/responses-input.ts).
  * - an assistant message's `tool_calls`: an empty list is dropped (the template takes the plain
  *   assistant path); each call's `arguments` JSON string is parsed into the object tool-use templates
  *   expect (`arguments | tojson`, `arguments | items`); missing or empty arguments become {}.

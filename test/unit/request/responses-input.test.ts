@@ -3,6 +3,18 @@ import { responsesMessages } from '../../../src/request/responses-input.js';
 import { chatPromptText } from '../../../src/request/prompt-text.js';
 import { parseInferenceRequest } from '../../../src/request/inference-request.js';
 import { RouterError } from '../../../src/request/router-error.js';
+import { responsesChatBody } from '../../../src/request/responses-input.js';
+import { HfTokenizer } from '../../../src/tokenize/hf-tokenizer.js';
+import { tokenizeBody } from '../../../src/tokenize/request-tokens.js';
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+
+const FIXTURE = fileURLToPath(new URL('../../fixtures/tokenizer', import.meta.url));
+const fixtureJson = JSON.parse(readFileSync(`${FIXTURE}/tokenizer.json`, 'utf8')) as Record<string, unknown>;
+const fixtureConfig = JSON.parse(readFileSync(`${FIXTURE}/tokenizer_config.json`, 'utf8')) as Record<
+  string,
+  unknown
+>;
 
 const json = (v: unknown) => Buffer.from(JSON.stringify(v));
 
@@ -150,5 +162,55 @@ describe('parseInferenceRequest: /v1/responses', () => {
     }
     expect(err).toBeInstanceOf(RouterError);
     expect(err).toMatchObject({ code, status: 400 });
+  });
+});
+
+describe('/v1/responses function tools in the exact tokenization', () => {
+  // A template reading tools as chat tools, as tool-use templates do (Hermes: tool.function.name;
+  // Qwen/Llama: tool | tojson).
+  const template =
+    '{%- if tools %}{%- for tool in tools %}[{{ tool.function.name }}]{{ tool | tojson }}{%- endfor %}{%- endif %}' +
+    "{%- for message in messages %}{{- message['role'] + ': ' + message['content'] + '\\n' }}{%- endfor %}";
+
+  it('renders flat function tools wrapped and dumped as vLLM hands them to the template', () => {
+    const tok = new HfTokenizer(fixtureJson, { ...fixtureConfig, chat_template: template });
+    const body = {
+      model: 'm',
+      input: 'hi',
+      tool_choice: 'none',
+      tools: [
+        { type: 'function', name: 'get_weather', parameters: { type: 'object' } },
+        { type: 'web_search_preview' },
+        {
+          type: 'namespace',
+          name: 'crm',
+          description: 'CRM',
+          tools: [{ type: 'function', name: 'lookup', description: 'Find', strict: true }],
+        },
+      ],
+    };
+    const chat = responsesChatBody(body);
+    const r = tokenizeBody(tok, chat);
+    const tool =
+      '{"type": "function", "function": {"name": "get_weather", "description": null, ' +
+      '"parameters": {"type": "object"}, "strict": null, "defer_loading": null}}';
+    const namespaced =
+      '{"type": "function", "function": {"name": "crm__lookup", "description": "Find", ' +
+      '"parameters": null, "defer_loading": null, "strict": true}}';
+    const expected = tok.encode(`[get_weather]${tool}[crm__lookup]${namespaced}user: hi\n`, true);
+    expect(r.ok && Array.from(r.ids)).toEqual(expected);
+  });
+});
+
+describe('/v1/responses special tokens in the exact tokenization', () => {
+  it('adds the BOS vLLM adds to a Responses render (its tokenize params keep add_special_tokens on)', () => {
+    const tok = new HfTokenizer(fixtureJson, fixtureConfig);
+    const r = tokenizeBody(tok, responsesChatBody({ model: 'm', input: 'hi' }));
+    const rendered = tok.renderChat([{ role: 'user', content: 'hi' }], { addGenerationPrompt: true });
+    if (!rendered.ok) throw new Error(rendered.error);
+    // The fixture's template writes <|begin_of_text|> and its tokenizer adds another: two BOS, as vLLM's.
+    const expected = tok.encode(rendered.text, true);
+    expect(expected.slice(0, 2)).toEqual([0, 0]);
+    expect(r.ok && Array.from(r.ids)).toEqual(expected);
   });
 });

@@ -459,8 +459,16 @@ describe('RequestTokenizer', () => {
     const ids = (out: ReturnType<RequestTokenizer['tokenize']>): unknown =>
       out.ok ? Array.from(out.ids) : out;
     const question = 'Summarise the document.';
+    // vLLM encodes a Responses render with special tokens (ResponsesRequest.build_tok_params): the chat
+    // request it equals is one with add_special_tokens.
     const chat = (body: Record<string, unknown>) =>
-      ids(r.tokenize('m', { messages: [{ role: 'user', content: question }], ...body }));
+      ids(
+        r.tokenize('m', {
+          messages: [{ role: 'user', content: question }],
+          add_special_tokens: true,
+          ...body,
+        }),
+      );
     const responses = (body: Record<string, unknown>) => {
       const json = Buffer.from(JSON.stringify({ model: 'm', input: question, ...body }));
       return ids(r.tokenize('m', parseInferenceRequest('responses', 'application/json', json).promptBody));
