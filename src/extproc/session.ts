@@ -159,6 +159,8 @@ export class Session {
   private routedAs: InferenceRequest | undefined;
   private bodyChunks: Buffer[] = [];
   private bodyBytes = 0;
+  /** A request body message arrived (in FULL_DUPLEX_STREAMED, Envoy then waits for a body reply). */
+  private bodySeen = false;
   private dispatch: Dispatch | undefined;
   /** A destination was handed to Envoy (the dispatch may since have been replaced, or dropped). */
   private routedOnce = false;
@@ -299,6 +301,7 @@ export class Session {
       this.phase !== 'request_body';
     if (repeatedLast) return;
     if (!this.advance('request_body', 'request_body', 'request_body')) return;
+    this.bodySeen = true;
     const chunk = bodyOf(b);
     this.bodyBytes += chunk.length;
     if (this.bodyBytes > this.deps.maxBodyBytes) {
@@ -317,10 +320,17 @@ export class Session {
       if (!this.ended) this.send(PASS_REQUEST_TRAILERS);
     };
     if (this.requestMode === 'full_duplex' && this.phase === 'request_body') {
-      const routing = this.routeBody();
+      // Trailers right after the headers (no body message): Envoy waits for no body reply (a body
+      // reply would be spurious to it), so the request is routed as one without a body.
+      const routing = this.bodySeen ? this.routeBody() : this.routeWithoutBody();
       if (routing) return routing.then(reply);
     }
     reply();
+  }
+
+  private routeWithoutBody(): void | Promise<void> {
+    this.advance('request_body', 'dispatching', 'request_trailers');
+    return this.route_(undefined, 'headers');
   }
 
   private routeBody(): void | Promise<void> {

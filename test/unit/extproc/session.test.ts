@@ -448,6 +448,35 @@ describe('Session: FULL_DUPLEX_STREAMED', () => {
     ]);
     expect(h.summaries.map((s) => s.outcome)).toEqual(['ok']);
   });
+
+  // Envoy sends no body message for a request whose HEADERS are followed by TRAILERS alone; after the
+  // headers reply it waits for the trailers reply (TrailersCallback), and a body reply there is a
+  // spurious message to it: with fail-closed, the client gets Envoy's 500 instead of its response.
+  it('a request ended by trailers without a body message is routed with no body reply', async () => {
+    const h = harness();
+    h.stream.deliver(
+      { ...requestHeaders('POST', '/tokenize'), ...fds },
+      { request_trailers: { trailers: { headers: [] } } },
+    );
+    await h.settle();
+    expect(kinds(h.stream.replies)).toEqual(['request_headers', 'request_trailers']);
+    expect(setHeader(h.stream.replies[0], 'x-gateway-destination-endpoint')).toBe('10.0.0.1:8000');
+    h.stream.deliver(responseHeaders(200), responseBody('{}', true));
+    await h.settle();
+    expect(h.summaries.map((s) => s.outcome)).toEqual(['ok']);
+    expect(h.worker.load).toBe(0);
+  });
+
+  it('an inference request ended by trailers without a body gets the JSON 400 for a missing body', async () => {
+    const h = harness();
+    h.stream.deliver(
+      { ...requestHeaders('POST', '/v1/completions'), ...fds },
+      { request_trailers: { trailers: { headers: [] } } },
+    );
+    await h.settle();
+    expect(kinds(h.stream.replies)).toEqual(['immediate_response']);
+    expect(h.stream.replies[0]?.immediate_response?.status.code).toBe(400);
+  });
 });
 
 describe('Session: response trailers after body bytes a rewriter holds', () => {
