@@ -317,27 +317,13 @@ export class PdDispatcher implements Dispatcher {
         throw err;
       }
       const { result, ctx, requestId, decision: prefillDecision } = leg;
-      if (result.kvTransferParams === undefined && readsPrefillParams(ctx)) {
-        // No KV cache kept for a decode worker (vLLM keeps it only for a prefill capped at its one
-        // token): the decode worker prefills the prompt itself, as vLLM's NIXL proxy sends it. A
-        // request its one token ended (EOS, a stop) is vLLM's way; a capped one without params is a
-        // prefill worker whose connector is not configured.
-        if (!result.stopped) opts.pd?.error?.('prefill_no_kv_transfer_params');
-        const decode = this.decodeAfterPrefill(req, d, true);
-        const decodeGuard = new LoadGuard(decode.decision.worker);
-        opts.pd?.decodeRouted?.(decode.decision.worker);
-        return this.decodeDispatch(
-          req,
-          decode,
-          decodeGuard,
-          requestId,
-          decodeBody(req.inference?.json ?? {}, undefined),
-          {
-            prefill: prefillDecision,
-          },
-        );
-      }
-      const kv = decodeKvParams(ctx, result.kvTransferParams);
+      // No KV cache kept for a decode worker (vLLM keeps it only for a prefill capped at its one
+      // token): the decode worker prefills the prompt itself, as vLLM's NIXL proxy sends it. A
+      // request its one token ended (EOS, a stop) is vLLM's way; a capped one without params is a
+      // prefill worker whose connector is not configured.
+      const kvless = result.kvTransferParams === undefined && readsPrefillParams(ctx);
+      if (kvless && !result.stopped) opts.pd?.error?.('prefill_no_kv_transfer_params');
+      const kv = kvless ? undefined : decodeKvParams(ctx, result.kvTransferParams);
       if (kv && 'error' in kv) {
         opts.pd?.error?.('prefill_invalid_response');
         opts.pd?.decodeAbandoned?.(decodeWorker);
@@ -348,8 +334,9 @@ export class PdDispatcher implements Dispatcher {
           'bad_gateway',
         );
       }
-      // NIXL: the decode worker pulls the blocks the prefill worker named, wherever it is.
-      const decode = this.decodeAfterPrefill(req, d, ctx.connector === 'nixl');
+      // Without KV to pull, or with NIXL (the decode worker pulls the blocks the prefill worker
+      // named, wherever it is), any decode worker can take the decode leg.
+      const decode = this.decodeAfterPrefill(req, d, kvless || ctx.connector === 'nixl');
       const decodeGuard = new LoadGuard(decode.decision.worker);
       opts.pd?.decodeRouted?.(decode.decision.worker);
       const cached = result.cachedTokens;
@@ -359,10 +346,8 @@ export class PdDispatcher implements Dispatcher {
         decodeGuard,
         requestId,
         decodeBody(req.inference?.json ?? {}, kv),
-        {
-          cachedTokens: () => cached,
-          prefill: prefillDecision,
-        },
+        // A decode worker that prefilled the prompt itself reports its own cached tokens honestly.
+        kvless ? { prefill: prefillDecision } : { cachedTokens: () => cached, prefill: prefillDecision },
       );
     } finally {
       // After the decode guard is taken (the return above is evaluated first), or on failure.
