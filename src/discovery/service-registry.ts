@@ -7,15 +7,16 @@
  * registry-wide counter that only grows. A generation names one continuous registration lifetime:
  * - a registration of an unknown (role, url) starts a lifetime: new generation, event `registered`;
  * - a registration of a LIVE entry (`expiresAtMs > now`) is a heartbeat: same generation, expiry pushed
- *   to `now + ttlMs`, metadata refreshed, event `heartbeat`;
+ *   to `now + ttlMs`, event `heartbeat`;
  * - a registration whose previous entry has ALREADY expired (`expiresAtMs <= now`), even if `cleanup()`
  *   has not removed it yet, starts a new lifetime: new, strictly larger generation, event `replaced`;
  * - a heartbeat that changes the `endpoint` (ip:port Envoy dials, e.g. the DNS name now resolves
  *   elsewhere) or the `zmqAddress` (the KV address peers use) is also a new lifetime (`replaced`):
  *   the persistent Worker built from an entry is immutable in those fields, so keeping the generation
  *   would pair the old Worker with a different process; so is a changed `bootstrapPort` (Mooncake),
- *   and a changed metadata port the Worker derives a field from (`bootstrap_port`, `metrics_port`,
- *   `kv_events_port`);
+ *   and a changed `metadata` (the Worker keeps its registration's metadata: P/D reads MoRI-IO's
+ *   `tp_size` / `dp_size` from it, ports derive from it; vLLM builds its heartbeat once per process,
+ *   so a changed one is another process);
  * - after `deregister`, the next registration is a new lifetime (`registered`).
  * Generation allocation and insertion happen in the same synchronous call, so no interleaving can
  * observe a generation that is not in the table.
@@ -180,16 +181,16 @@ export class ServiceRegistry {
     const previous = table.entries.get(reg.url);
     const live = previous !== undefined && previous.expiresAtMs > now;
 
-    if (
+    const sameIdentity =
       live &&
       previous.endpoint === reg.endpoint &&
       previous.zmqAddress === reg.zmqAddress &&
       previous.bootstrapPort === reg.bootstrapPort &&
-      sameWorkerIdentityMetadata(previous.metadata, reg.metadata)
-    ) {
-      if (transferModeOf(previous.metadata) !== transferModeOf(reg.metadata)) {
-        return { rejected: 'transfer_mode_mismatch' };
-      }
+      sameWorkerIdentityMetadata(previous.metadata, reg.metadata);
+    if (sameIdentity && transferModeOf(previous.metadata) !== transferModeOf(reg.metadata)) {
+      return { rejected: 'transfer_mode_mismatch' };
+    }
+    if (sameIdentity && shallowEqualRecords(previous.metadata, reg.metadata)) {
       const permanent = previous.permanent === true || reg.permanent === true;
       const entry = this.freezeEntry(reg, {
         generation: previous.generation,
@@ -200,9 +201,7 @@ export class ServiceRegistry {
       });
       table.entries.set(reg.url, entry);
       // A plain heartbeat only moves expiry forward: the cached snapshot stays correct (see header).
-      if (previous.permanent !== entry.permanent || !shallowEqualRecords(previous.metadata, entry.metadata)) {
-        this.changed(table, reg.role);
-      }
+      if (previous.permanent !== entry.permanent) this.changed(table, reg.role);
       return { entry, event: 'heartbeat' };
     }
 

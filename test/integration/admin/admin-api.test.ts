@@ -7,6 +7,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import type { Config } from '../../../src/config.js';
 import type { Router } from '../../../src/router.js';
 import type { WorkerView } from '../../../src/admin/admin-server.js';
+import { LoadGuard } from '../../../src/workers/load-guard.js';
 import { adminJson, expectAllLoadsZero, metricsText, startTestRouter } from '../../support/router-fixture.js';
 
 const routers: Router[] = [];
@@ -228,6 +229,27 @@ describe('POST/GET/DELETE /workers', () => {
     ]);
     expect((await del(r, 'regular', 'http://127.0.0.1:9104')).status).toBe(200);
     expect(await workers(r)).toEqual([]);
+  });
+
+  it('a re-registration with changed metadata is a new worker: /workers shows what was announced last', async () => {
+    const r = await router();
+    const url = 'http://127.0.0.1:9106';
+    const first = await registerOk(r, { role: 'prefill', url, metadata: { tp_size: 4, dp_size: 1 } });
+    const old = r.workers()[0]!;
+    const guard = new LoadGuard(old); // a request in flight on it
+    try {
+      const second = await registerOk(r, { role: 'prefill', url, metadata: { tp_size: 8, dp_size: 1 } });
+      // What P/D reads (MoRI-IO remote_tp_size) and /workers shows is the metadata announced last,
+      // on a fresh Worker: the request in flight stays on the old one.
+      expect((await workers(r)).map((w) => [w.generation, w.metadata, w.load])).toEqual([
+        [second.generation, { tp_size: 8, dp_size: 1 }, 0],
+      ]);
+      expect(second.event).toBe('replaced');
+      expect(second.generation).toBeGreaterThan(first.generation);
+    } finally {
+      guard.release();
+    }
+    expect(old.load).toBe(0);
   });
 
   it('DELETE without a valid role or url is a JSON 400', async () => {

@@ -11,6 +11,10 @@ import {
 } from '../../../src/discovery/service-registry.js';
 import { ZmqDiscovery, type ZmqDiscoveryOptions } from '../../../src/discovery/zmq-discovery.js';
 import { waitFor } from '../../support/wait-for.js';
+import { WorkerPool } from '../../../src/workers/worker-pool.js';
+import { LoadGuard } from '../../../src/workers/load-guard.js';
+import { createPolicy } from '../../../src/routing/create-policy.js';
+import { parallelSizes } from '../../../src/pd/kv-transfer.js';
 
 interface Harness {
   discovery: ZmqDiscovery;
@@ -177,6 +181,38 @@ describe('ZmqDiscovery (real zeromq sockets)', () => {
     const restarted = dealer(h.endpoint, '127.0.0.1:21001'); // old connection still open
     await restarted.send(heartbeat('P', '127.0.0.1:8100', '127.0.0.1:21001'));
     await waitFor(() => h.registrations.length === 2);
+  });
+
+  it('a MoRI-IO instance restarted within one heartbeat period with another tp_size is a new worker', async () => {
+    const h = await startDiscovery();
+    const pool = new WorkerPool('prefill', createPolicy('round_robin'), h.registry);
+    h.registry.onChange(() => pool.reconcile());
+    // vLLM's MoRI-IO heartbeat (moriio_heartbeat.py): an identity-less DEALER, one payload per process.
+    const mori = {
+      type: 'P',
+      http_address: '127.0.0.1:8100',
+      zmq_address: 'host:127.0.0.1,handshake:6301,notify:61005',
+    };
+    const old = dealer(h.endpoint, 'mori-old');
+    await old.send(Buffer.from(encode({ ...mori, dp_size: 1, tp_size: 4, transfer_mode: 'READ' })));
+    await waitFor(() => h.registrations.length === 1);
+    pool.reconcile();
+    const before = pool.workers[0]!;
+    const guard = new LoadGuard(before); // a request in flight on the old process
+    // The process restarts with --tensor-parallel-size 8 before its entry expires (same addresses).
+    const restarted = dealer(h.endpoint, 'mori-new');
+    await restarted.send(Buffer.from(encode({ ...mori, dp_size: 1, tp_size: 8, transfer_mode: 'READ' })));
+    await waitFor(() => h.registrations.length === 2);
+    expect(h.registrations.map((r) => r.event)).toEqual(['registered', 'replaced']);
+    const after = pool.workers[0]!;
+    expect(after).not.toBe(before);
+    expect(after.generation).toBeGreaterThan(before.generation);
+    // What P/D sends the decode worker as remote_tp_size (kv-transfer.ts parallelSizes).
+    expect(parallelSizes(after)).toEqual({ remote_tp_size: 8, remote_dp_size: 1 });
+    expect(after.load).toBe(0);
+    expect(guard.release()).toBe(true);
+    expect(guard.release()).toBe(false);
+    expect([before.load, after.load]).toEqual([0, 0]);
   });
 
   it('a flooding sender does not starve another sender', async () => {

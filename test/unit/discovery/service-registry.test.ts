@@ -45,8 +45,11 @@ describe('ServiceRegistry', () => {
 
   it('a heartbeat of a live entry keeps its generation and pushes expiry', () => {
     const { clock, registry } = setup();
-    const first = registered(registry.register(reg('http://10.0.0.1:8000'))).entry;
+    const first = registered(
+      registry.register(reg('http://10.0.0.1:8000', 'prefill', { metadata: { tp: 2 } })),
+    ).entry;
     clock.advance(3000);
+    // vLLM sends one payload per process: the heartbeat repeats it.
     const second = registered(
       registry.register(reg('http://10.0.0.1:8000', 'prefill', { metadata: { tp: 2 } })),
     );
@@ -224,6 +227,28 @@ describe('ServiceRegistry', () => {
     expect(next.entry.generation).toBeGreaterThan(first.generation);
     expect(registry.snapshot('prefill')).toEqual([next.entry]);
   });
+
+  it.each([
+    { name: 'tp_size', next: { transfer_mode: 'READ', tp_size: 8, dp_size: 1 } },
+    { name: 'dp_size', next: { transfer_mode: 'READ', tp_size: 4, dp_size: 2 } },
+    { name: 'a field added', next: { transfer_mode: 'READ', tp_size: 4, dp_size: 1, pp_size: 2 } },
+  ])(
+    'a live MoRI-IO heartbeat that announces another $name is another process: a new lifetime with that metadata',
+    ({ next }) => {
+      const { clock, registry } = setup();
+      const first = registered(
+        registry.register(
+          reg('http://m:1', 'prefill', { metadata: { transfer_mode: 'READ', tp_size: 4, dp_size: 1 } }),
+        ),
+      ).entry;
+      clock.advance(1000); // within one heartbeat period: the old lifetime is still live
+      const second = registered(registry.register(reg('http://m:1', 'prefill', { metadata: next })));
+      expect(second.event).toBe('replaced');
+      expect(second.entry.generation).toBeGreaterThan(first.generation);
+      expect(registry.snapshot('prefill')).toEqual([second.entry]);
+      expect(registry.snapshot('prefill')[0]?.metadata).toEqual(next);
+    },
+  );
 
   it('snapshot is cached, frozen, and refreshed on membership changes', () => {
     const { clock, registry } = setup();
