@@ -154,7 +154,7 @@ export const OPTIONS = [
     flag: 'saturation-waiting',
     type: 'int',
     default: SATURATION.waiting,
-    help: "A worker has no room for a sheddable request while its fresh scraped waiting queue (or, when larger, the part of it other clients put there plus this router's prefills queued on it now) is above this. A worker without a fresh sample has no room either.",
+    help: "A worker has no room for a sheddable request while its fresh scraped waiting queue (or, when larger, the part of it other clients put there plus this router's prefills queued on it now) is above this. A worker whose sample is stale (--load-stale-ms) has no room either; one that exports no queue figures (/metrics 404) is judged by this router's prefills queued on it alone.",
   },
   {
     group: 'Admission',

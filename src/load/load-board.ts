@@ -30,7 +30,8 @@
  *
  * Staleness: a sample older than `staleAfterMs` (config `load-stale-ms`, default 1000: ten missed
  * 100 ms scrapes) is ignored and the view falls back to the in-flight count alone (`ahead = localNow`,
- * source `in_flight`), as does a URL never scraped or whose page had neither waiting nor running.
+ * source `in_flight`, `stale`), as does a URL never scraped (its /metrics is 404: it exports none) or
+ * whose page had neither waiting nor running (not `stale`: no load figures were to be had).
  */
 import type { LoadFigures } from './metrics-parse.js';
 
@@ -57,6 +58,8 @@ export interface LoadView {
   readonly kvUsage?: number;
   /** Age of the sample used (fresh samples only). */
   readonly ageMs?: number;
+  /** 'in_flight' because the latest sample with load figures is too old (its scrapes fail or lag). */
+  readonly stale?: true;
 }
 
 export const DEFAULT_STALE_AFTER_MS = 1000;
@@ -123,9 +126,8 @@ export class LoadBoard {
     if (s === undefined) return { source: 'in_flight', ahead: localNow };
     const ageMs = Math.max(0, nowMs - s.takenAtMs);
     const { waiting, running, kvUsage } = s.figures;
-    if (ageMs > this.staleAfterMs || (waiting === undefined && running === undefined)) {
-      return { source: 'in_flight', ahead: localNow };
-    }
+    if (waiting === undefined && running === undefined) return { source: 'in_flight', ahead: localNow };
+    if (ageMs > this.staleAfterMs) return { source: 'in_flight', ahead: localNow, stale: true };
     const external = Math.max(0, (waiting ?? 0) + (running ?? 0) - s.localAtSample);
     return {
       source: 'scraped',

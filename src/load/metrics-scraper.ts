@@ -25,9 +25,10 @@
  *   unless the page has no sleep gauge (it says nothing of sleep: a worker put to sleep through the
  *   router stays asleep) or a sleep or wake_up call through the router is newer than the page
  *   (`sleepSuperseded`).
- * - 404 / 405: the worker exports no metrics. Not a health failure (no sample is recorded; routing
- *   uses in-flight counts for it); the process answered, so it counts as a passed check of the
- *   `metrics` source (one that failed while the worker was down comes back).
+ * - 404 / 405: the worker exports no metrics. Not a health failure (no sample is recorded, and the
+ *   last one, from before it stopped exporting them, is forgotten: routing uses in-flight counts for
+ *   it); the process answered, so it counts as a passed check of the `metrics` source (one that failed
+ *   while the worker was down comes back).
  * - any other status, a connect error, a reset, a timeout, an oversized body: a failed check of the
  *   `metrics` source (worker-health.ts counts it apart from /health checks, with the same thresholds).
  * - a timeout whose timer itself fired over 250 ms late: the router's event loop was blocked, so the
@@ -206,8 +207,11 @@ export class MetricsScraper extends PagePoller {
         return;
       }
       case 'absent':
-        // No metrics exported, but the process answered: a scrape source that failed while the worker
-        // was down (a restart) must not stay unhealthy for good.
+        // No metrics exported (any more): an earlier page must not stand for the worker for good (a
+        // stale sample shows no room: load/saturation.ts).
+        for (const key of atSample.keys()) this.opts.board.forget(key);
+        // But the process answered: a scrape source that failed while the worker was down (a restart)
+        // must not stay unhealthy for good.
         for (const w of workers) this.opts.health?.recordCheck(w, true, now, 'metrics');
         return;
       case 'stalled':

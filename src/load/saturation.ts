@@ -2,9 +2,14 @@
  * Saturation: whether a set of workers has room for one more request, as the Gateway API Inference
  * Extension's endpoint picker decides it (its saturation detector). The set is saturated when NO
  * worker in it has "good capacity":
- *   - a fresh scraped sample (load-board.ts; a stale or missing one is no evidence of room),
+ *   - a sample that is not stale (load-board.ts: a worker whose scrapes fail or lag shows no room),
  *   - a waiting queue of at most `waiting` requests, and
  *   - KV-cache usage of at most `kvUsage` (a page without a usage figure passes this test).
+ * A worker without load figures at all (its /metrics is 404: SGLang without --enable-metrics, a proxy
+ * that forwards only /v1; a page without queue figures; not scraped yet) is judged as routing judges
+ * it, from this router's own counts: its queue is the prefills this router has queued there (none
+ * without a backlog: a policy other than the cost model tracks none). Without that, a fleet that exports no metrics would never have room: flow control would hold every request
+ * until its TTL and admission would shed every sheddable one.
  * An empty set is saturated too (no capacity), though callers route an empty candidate set to the
  * router's own 503 before asking.
  *
@@ -37,7 +42,7 @@ export interface SaturationSignals<W> {
 /** Whether `worker` has room for one more request (see the header). */
 export function hasRoom<W>(worker: W, signals: SaturationSignals<W>, limits: SaturationLimits): boolean {
   const view = signals.load(worker);
-  if (view.source !== 'scraped') return false;
+  if (view.stale === true) return false;
   if (view.kvUsage !== undefined && view.kvUsage > limits.kvUsage) return false;
   return queued(view, signals.backlog?.(worker)) <= limits.waiting;
 }

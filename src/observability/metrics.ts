@@ -321,7 +321,7 @@ export class RouterMetrics {
     if (poolSaturated) {
       new Gauge({
         name: 'vllm_router_pool_saturated',
-        help: '1 while no selectable worker of the pool has room (a fresh scraped sample within --saturation-waiting and --saturation-kv-usage): sheddable requests are shed; else 0. Pools without workers are not listed.',
+        help: "1 while no selectable worker of the pool has room (its scraped sample, not stale, within --saturation-waiting and --saturation-kv-usage; a worker without /metrics: this router's queued prefills within --saturation-waiting): sheddable requests are shed; else 0. Pools without workers are not listed.",
         labelNames: ['role'] as const,
         registers,
         collect() {

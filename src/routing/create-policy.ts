@@ -39,18 +39,26 @@ export function createPolicy(name: PolicyName, options: CreatePolicyOptions = {}
       return new ConsistentHashPolicy();
     case 'cache_aware':
       return new CacheAwarePolicy(options.cacheAware, options.cacheAwareDeps);
-    case 'kv_aware':
+    case 'kv_aware': {
+      const deps = options.cacheAwareDeps;
       return new KvAwarePolicy({
         ...(options.cacheAware !== undefined ? { cacheAware: options.cacheAware } : {}),
         ...(options.exactPrefix !== undefined ? { exact: options.exactPrefix } : {}),
         ...(options.onExactFallback !== undefined ? { onFallback: options.onExactFallback } : {}),
-        ...(options.cacheAwareDeps?.signals?.foreignShare !== undefined
-          ? { foreignShare: options.cacheAwareDeps.signals.foreignShare }
-          : {}),
-        ...(options.cacheAwareDeps?.charsPerToken !== undefined
-          ? { charsPerToken: options.cacheAwareDeps.charsPerToken }
+        ...(deps?.signals?.foreignShare !== undefined ? { foreignShare: deps.signals.foreignShare } : {}),
+        ...(deps?.charsPerToken !== undefined ? { charsPerToken: deps.charsPerToken } : {}),
+        // The fallback reads what the pool's cache_aware would (not its exact sources: kv-aware.ts).
+        ...(deps !== undefined
+          ? {
+              fallbackDeps: {
+                ...(deps.role !== undefined ? { role: deps.role } : {}),
+                ...(deps.signals !== undefined ? { signals: deps.signals } : {}),
+                ...(deps.capacityTokens !== undefined ? { capacityTokens: deps.capacityTokens } : {}),
+              },
+            }
           : {}),
       });
+    }
     default: {
       const unknown: never = name;
       throw new RangeError(`unknown policy: ${String(unknown)}`);

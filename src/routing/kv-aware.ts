@@ -7,7 +7,8 @@
  *   exact cached tokens when it publishes events and the request could be tokenized, else the
  *   tree's estimate;
  * - when NO candidate has an exact answer, the decision is cache_aware's own (same thresholds, same
- *   branches), so kv_aware without events behaves exactly like cache_aware;
+ *   branches, the same load and timing signals and KV capacities as the pool's cache_aware would read:
+ *   `fallbackDeps`), so kv_aware without events behaves exactly like cache_aware;
  * - otherwise matchRate = best cached tokens / prompt tokens. Above `cacheThreshold`: among the
  *   candidates holding the most cached tokens, the least loaded (tie-break.ts); it yields to the least
  *   loaded candidate when it is overloaded by cache_aware's per-request rule (load > mean x
@@ -35,7 +36,7 @@
  * request on one worker), 1.00-1.17 without (the first requests, sent before any event, spread).
  */
 import type { Worker } from '../workers/worker.js';
-import { CacheAwarePolicy, type CacheAwareOptions } from './cache-aware.js';
+import { CacheAwarePolicy, type CacheAwareDeps, type CacheAwareOptions } from './cache-aware.js';
 import type { CacheReportCounts } from './cache-report.js';
 import type { CacheFeedback, Decision, Policy, SelectionInput } from './policy.js';
 import { RadixPrefixSource, resolvePrefix, type PrefixSource } from './prefix-source.js';
@@ -52,6 +53,12 @@ export interface KvAwareOptions {
   /** Absent = no events configured: always the fallback. */
   exact?: ExactPrefixSource;
   onFallback?(reason: string): void;
+  /**
+   * What the cache_aware fallback reads besides the candidates, as the pool's cache_aware does: its
+   * role, the scraped load and learned timing (signals), the workers' KV capacity. Absent: in-flight
+   * counts and the timing priors. No exact prefix sources: kv_aware marks no pending blocks (header).
+   */
+  fallbackDeps?: Pick<CacheAwareDeps, 'role' | 'signals' | 'capacityTokens'>;
   /**
    * Share of a worker's recent load this router did not send (load-board.ts); absent = 0 (alone).
    * Only the cache_aware fallback reads it (its prefix home's alone margin; see the header).
@@ -72,6 +79,7 @@ export class KvAwarePolicy implements Policy {
 
   constructor(private readonly opts: KvAwareOptions = {}) {
     this.approximate = new CacheAwarePolicy(opts.cacheAware, {
+      ...opts.fallbackDeps,
       ...(opts.foreignShare !== undefined ? { foreignShare: opts.foreignShare } : {}),
       ...(opts.charsPerToken !== undefined ? { charsPerToken: opts.charsPerToken } : {}),
     });

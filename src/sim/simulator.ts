@@ -146,6 +146,11 @@ export interface SimulatorOptions {
    * `{"error":"Unauthorized"}` (/health, /metrics and /tokenize stay open, as in vLLM).
    */
   apiKey?: string;
+  /**
+   * Serve `GET /metrics`. Default true. false: a 404, as from a server that exports no Prometheus
+   * metrics (SGLang without --enable-metrics, a proxy in front of vLLM that forwards only /v1).
+   */
+  metrics?: boolean;
   /** Output tokens when the request has no max_tokens. Default 16. */
   defaultMaxTokens?: number;
   /** Multiplies every simulated delay. Default 1; 0 = no delays at all. */
@@ -891,6 +896,7 @@ class SimulatorServer implements Simulator {
           }),
         );
       case '/metrics': {
+        if (this.opts.metrics === false) return this.sendError(res, 404, `no route ${path}`);
         const body = metricsText({
           model: this.model,
           running: this.engine.running,

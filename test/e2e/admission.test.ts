@@ -134,3 +134,40 @@ describe('request objectives: sheddable requests while the workers are saturated
     await waitFor(() => a.inFlight() === 0, { timeoutMs: 10_000, message: 'direct load aborted' });
   });
 });
+
+describe('request objectives in a fleet whose workers export no /metrics', () => {
+  // SGLang without --enable-metrics, or vLLM behind a proxy that forwards only /v1: /metrics is 404,
+  // inference works. Nothing says such a worker is saturated: a sheddable request must be routed.
+  let bare: Stack;
+  beforeAll(async () => {
+    bare = await startStack({
+      workers: 2,
+      sim: { metrics: false },
+      router: { scrapeIntervalMs: 50, objective: ['batch=-1'] },
+    });
+  });
+  afterAll(async () => {
+    await bare?.close();
+  });
+
+  it('routes batch requests instead of shedding them as if every worker were saturated', async () => {
+    // Ready: warm-up waits until every worker's /metrics was tried (here: a 404 each).
+    await waitFor(
+      async () => (await fetch(`http://127.0.0.1:${bare.router.adminPort}/readyz`)).status === 200,
+      { timeoutMs: 10_000, message: 'router ready' },
+    );
+    for (let i = 0; i < 3; i++) {
+      const res = await objectiveChat(bare.url, 'batch');
+      const body = await res.text();
+      expect(res.status, body).toBe(200);
+    }
+    const metrics = await metricsText(bare.router);
+    expect(metrics).not.toMatch(/vllm_router_requests_shed_total\{[^}]*\} [1-9]/);
+    expect(metrics).toMatch(/vllm_router_pool_saturated\{role="regular"\} 0/);
+    await waitFor(() => bare.sims.every((s) => s.inFlight() === 0), {
+      timeoutMs: 10_000,
+      message: 'all done',
+    });
+    await expectAllLoadsZero(bare.router);
+  });
+});

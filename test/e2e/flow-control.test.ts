@@ -143,3 +143,49 @@ describe('flow control in a fleet of two models', () => {
     await expectAllLoadsZero(mixed.router);
   });
 });
+
+describe('flow control in a fleet whose workers export no /metrics', () => {
+  // SGLang without --enable-metrics, or vLLM behind a proxy that forwards only /v1: /metrics is 404,
+  // inference works. Routing uses the router's own counts for such workers; so must flow control.
+  let bare: Stack;
+  beforeAll(async () => {
+    bare = await startStack({
+      workers: 2,
+      sim: { metrics: false },
+      router: {
+        scrapeIntervalMs: 50,
+        flowControl: true,
+        // A request held by mistake fails in 5 s (queue_timeout) instead of the default 30 s.
+        flowQueueTtlMs: 5_000,
+        objective: ['batch=-1'],
+      },
+    });
+  });
+  afterAll(async () => {
+    await bare?.close();
+  });
+
+  it('routes every request at once instead of holding it until --flow-queue-ttl-ms', async () => {
+    // Ready: warm-up waits until every worker's /metrics was tried (here: a 404 each).
+    await waitFor(
+      async () => (await fetch(`http://127.0.0.1:${bare.router.adminPort}/readyz`)).status === 200,
+      { timeoutMs: 10_000, message: 'router ready' },
+    );
+    const answers = await Promise.all(
+      [undefined, 'batch', undefined, 'batch'].map(async (objective) => {
+        const res = await objectiveChat(bare.url, objective);
+        return { status: res.status, body: await res.text() };
+      }),
+    );
+    for (const a of answers) expect(a.status, a.body).toBe(200);
+    expect(bare.sims.reduce((n, s) => n + s.records.length, 0)).toBe(4);
+    const metrics = await metricsText(bare.router);
+    expect(metrics).not.toMatch(/vllm_router_flow_refused_total\{[^}]*\} [1-9]/);
+    expect(metrics).toMatch(/vllm_router_pool_saturated\{role="regular"\} 0/);
+    await waitFor(() => bare.sims.every((s) => s.inFlight() === 0), {
+      timeoutMs: 10_000,
+      message: 'all done',
+    });
+    await expectAllLoadsZero(bare.router);
+  });
+});

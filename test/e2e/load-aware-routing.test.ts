@@ -133,3 +133,63 @@ describe('load-aware routing (cache_aware cost mode, scraped /metrics)', () => {
     for (const n of perWorker) expect(n, JSON.stringify(perWorker)).toBeGreaterThanOrEqual(20);
   });
 });
+
+describe('load-aware routing with kv_aware when no exact KV data answers (its cache_aware fallback)', () => {
+  // kv_aware without KV events for these workers (none configured, a worker that publishes none, a
+  // request the tokenizer cannot render): the decision is cache_aware's, which must read the same
+  // scraped load as the default policy does.
+  let kv: Stack;
+  beforeAll(async () => {
+    kv = await startStack({
+      workers: 2,
+      sim: { timeScale: 1, timing: { baseItlMs: 30, overheadMs: 1 } },
+      router: { policy: 'kv_aware', scrapeIntervalMs: 50, loadStaleMs: 60_000, decisionHeader: true },
+    });
+  });
+  afterAll(async () => {
+    await kv?.close();
+  });
+
+  const ask = async (i: number): Promise<string> => {
+    const res = await fetch(`${kv.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        model: 'sim-model',
+        messages: [{ role: 'user', content: `question ${i}: what is ${i} + ${i}?` }],
+        max_tokens: 3,
+        stream: true,
+      }),
+    });
+    expect(res.status).toBe(200);
+    await res.text();
+    return /worker=(\S+?);/.exec(res.headers.get('x-vllm-router-decision') ?? '')?.[1] ?? '';
+  };
+
+  it('avoids a worker made busy by direct traffic the router never saw, even one that holds the prefix', async () => {
+    // The first question lands on one worker, whose prefix cache (the router's picture of it) now
+    // holds the questions' common opening: that worker is then kept busy by direct clients.
+    const first = await ask(0);
+    const busy = kv.sims.find((s) => s.url === first) as Simulator;
+    const idle = kv.sims.find((s) => s !== busy) as Simulator;
+    const direct = await directLoad(busy, 8);
+    try {
+      await waitFor(
+        async () =>
+          (await adminJson<WorkerInfo[]>(kv.router, '/workers')).body.some(
+            (w) =>
+              w.url === busy.url && (w.loadSample?.running ?? 0) >= 8 && w.routingLoad.source === 'scraped',
+          ),
+        { timeoutMs: 10_000, message: 'a scrape showing the direct load' },
+      );
+      const routed: string[] = [];
+      for (let i = 1; i <= 10; i++) routed.push(await ask(i));
+      expect(routed).toEqual(Array(10).fill(idle.url));
+    } finally {
+      direct.abort();
+    }
+    await waitFor(() => busy.inFlight() === 0, { timeoutMs: 10_000, message: 'direct load aborted' });
+    await expectAllLoadsZero(kv.router);
+    await Promise.all(kv.sims.map((s) => s.waitForIdle()));
+  });
+});

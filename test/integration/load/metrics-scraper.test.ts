@@ -300,6 +300,25 @@ describe('MetricsScraper (real HTTP servers on port 0)', () => {
     expect(checks.filter(([id, okay]) => id === workers[0]!.id && okay)).toEqual([]);
   });
 
+  it('a worker that stops exporting /metrics (404) is no longer read through its last page', async () => {
+    let status = 200;
+    const server = await serve((_req, res) =>
+      status === 200 ? res.end(page(9, 3)) : res.writeHead(404).end(),
+    );
+    const worker = workerAt(server.url);
+    const { scraped, board } = start({ workers: () => [worker] });
+    await scraped.waitFor(server.url, 1);
+    expect(board.latest(server.url)?.figures.waiting).toBe(9);
+
+    // A proxy that forwards only /v1 now stands in front of it (or a server without metrics took over).
+    status = 404;
+    const seen = server.requests;
+    while (server.requests < seen + 2) await new Promise((resolve) => setImmediate(resolve));
+    // Its old queue of 9 must not stand for it: once stale it would show no room for good
+    // (load/saturation.ts), and /workers and the scraped gauges would keep showing it.
+    expect(board.latest(server.url)).toBeUndefined();
+  });
+
   it('a page over 4 MiB is a failed check (too_large), read no further', async () => {
     const line = `# ${'x'.repeat(1022)}\n`; // 1 KiB comment lines: 5 MiB in all
     const huge = await serve((_req, res) => {

@@ -59,7 +59,7 @@ describe('LoadBoard blend', () => {
       sample: { waiting: 40, running: 40, localAtSample: 0 },
       localNow: 2,
       now: 1001,
-      want: { source: 'in_flight', ahead: 2 },
+      want: { source: 'in_flight', ahead: 2, stale: true },
     },
     {
       name: 'exactly at the staleness threshold is still fresh',

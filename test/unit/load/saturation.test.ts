@@ -1,6 +1,7 @@
 /**
  * Saturation (load/saturation.ts): a set of workers is saturated when none has a fresh scraped sample
- * within the waiting and KV-usage limits; the queue counts this router's prefills queued since.
+ * within the waiting and KV-usage limits; the queue counts this router's prefills queued since. A
+ * worker without load figures (no /metrics) is judged from this router's queued prefills alone.
  */
 import { describe, expect, it } from 'vitest';
 import { LoadBoard } from '../../../src/load/load-board.js';
@@ -55,7 +56,13 @@ describe('hasRoom', () => {
     { name: 'KV usage above the limit', figures: { waiting: 0, running: 40, kvUsage: 0.81 }, room: false },
     { name: 'no KV usage figure', figures: { waiting: 1, running: 3 }, room: true },
     { name: 'stale sample', figures: { waiting: 0, running: 0 }, at: NOW - 5_000, room: false },
-    { name: 'page with neither queue nor running', figures: { kvUsage: 0.1 }, room: false },
+    { name: 'page with neither queue nor running', figures: { kvUsage: 0.1 }, room: true },
+    {
+      name: "page with neither queue nor running, this router's prefills fill its queue",
+      figures: {},
+      backlog: { requests: 6, tokens: 600 },
+      room: false,
+    },
     {
       name: "this router's burst since the sample fills the queue",
       figures: { waiting: 2, running: 10 },
@@ -80,9 +87,16 @@ describe('hasRoom', () => {
     });
   }
 
-  it('never scraped: no evidence of room', () => {
+  it("no sample (its /metrics is 404): judged from this router's own queued prefills", () => {
     const board = new LoadBoard(1000);
-    expect(hasRoom({ url: 'http://a', load: 0 }, signalsOf(board), limits)).toBe(false);
+    const s = signalsOf(board);
+    expect(hasRoom({ url: 'http://a', load: 3 }, s, limits)).toBe(true);
+    expect(hasRoom({ url: 'http://a', load: 9, backlog: { requests: 5, tokens: 50 } }, s, limits)).toBe(true);
+    expect(hasRoom({ url: 'http://a', load: 9, backlog: { requests: 6, tokens: 60 } }, s, limits)).toBe(
+      false,
+    );
+    // Without a backlog (a policy that tracks none), nothing says it is saturated.
+    expect(hasRoom({ url: 'http://a', load: 50 }, signalsOf(board, false), limits)).toBe(true);
   });
 
   it('without a backlog, reads the scraped queue alone', () => {

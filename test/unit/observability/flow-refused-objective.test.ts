@@ -31,8 +31,13 @@ describe('flow control refusals: objective label', () => {
       testConfig({ flowControl: true, scrapeIntervalMs: 1000, flowQueueMax: 1, objective: ['batch=-1'] }),
       { logger: pino({ level: 'silent' }), clock: () => 1000 },
     );
-    // One worker, never scraped: no room, so requests are held (the first) or refused (queue_full).
+    // One worker whose scraped queue leaves no room, so requests are held (the first) or refused (queue_full).
     c.registry.register({ role: 'regular', url: 'http://127.0.0.1:9801', endpoint: '127.0.0.1:9801' });
+    c.board.record('http://127.0.0.1:9801', {
+      takenAtMs: 1000,
+      localAtSample: 0,
+      figures: { waiting: 9, running: 4, malformedLines: 0 },
+    });
     const flow = c.flow!;
     const held = Promise.resolve(flow.dispatch(completion('batch'), cancellation())).catch(() => undefined);
     for (let i = 0; i < 50; i++) {

@@ -4,6 +4,10 @@ import { KvAwarePolicy } from '../../../src/routing/kv-aware.js';
 import { KvPrefixSource } from '../../../src/kv-events/kv-prefix-source.js';
 import { workerKey } from '../../../src/kv-events/kv-event-sources.js';
 import { RequestTokenizer } from '../../../src/tokenize/request-tokens.js';
+import { createPolicy } from '../../../src/routing/create-policy.js';
+import type { WorkerSignals } from '../../../src/routing/cost-model.js';
+import { TimingEstimates } from '../../../src/load/timing-estimates.js';
+import type { Worker } from '../../../src/workers/worker.js';
 import { input, makeWorkers, route, storeBlocks, unstartedSubscriptions } from './fixtures.js';
 
 const DIR = fileURLToPath(new URL('../../fixtures/tokenizer', import.meta.url));
@@ -222,5 +226,29 @@ describe('kv_aware maintenance', () => {
   it('trims the fallback tree on the cache_aware eviction interval', () => {
     const policy = new KvAwarePolicy({ cacheAware: { evictionIntervalMs: 5000 } });
     expect(policy.maintenanceIntervalMs).toBe(5000);
+  });
+});
+
+describe("kv_aware's cache_aware fallback (no exact answer)", () => {
+  it('reads the scraped load the pool gives cache_aware: a worker busy with direct traffic is avoided', () => {
+    const [busy, idle] = makeWorkers(2) as [Worker, Worker];
+    const priors = new TimingEstimates();
+    // As the composition root builds a pool's policy: its load signals (busy's queue only its scrape shows).
+    const signals: WorkerSignals = {
+      load: (w) =>
+        w === busy
+          ? { source: 'scraped', ahead: 12, waiting: 4, waitingElsewhere: 4, ageMs: 10 }
+          : { source: 'scraped', ahead: 0, waiting: 0, waitingElsewhere: 0, ageMs: 10 },
+      timing: (w) => priors.of(w),
+    };
+    // No KV events configured for these workers.
+    const policy = createPolicy('kv_aware', { cacheAwareDeps: { role: 'regular', signals } });
+    for (const w of [busy, idle]) policy.addWorker?.(w);
+    for (let i = 0; i < 4; i++) {
+      const { decision, guard } = route(policy, input([busy, idle], { text: `question ${i}` }));
+      expect(decision.worker).toBe(idle);
+      guard.release();
+    }
+    expect([busy.load, idle.load]).toEqual([0, 0]);
   });
 });
