@@ -72,7 +72,9 @@ export function createExactPrefix(
     subscriptions,
     fallback: (reason) => metrics.fallback(reason),
     start: () => {
-      tokenizer.loadSpecs(setup.tokenizers, { maxCachedChars: config.tokenizerCacheChars });
+      tokenizer
+        .loadSpecs(setup.tokenizers, { maxCachedChars: config.tokenizerCacheChars })
+        .loadChatFlags(setup.chatFlags);
       started = true;
       subscriptions?.start();
       if (subscriptions !== undefined) {

@@ -1,12 +1,18 @@
 /**
  * The KV-event settings of a Config, parsed once: publisher rules (kv-event-sources.ts), tier credits
- * (`MEDIUM=credit`), tokenizer specs (`MODEL=PATH`). Throws a RangeError naming the bad value; config.ts
+ * (`MEDIUM=credit`), tokenizer specs (`MODEL=PATH`) and the vLLM servers' chat flags per model
+ * (tokenize/server-chat-flags.ts). Throws a RangeError naming the bad value; config.ts
  * turns it into a ConfigError at start-up.
  */
 import { parseTokenizerSpecs } from '../tokenize/request-tokens.js';
+import {
+  parseServerChatFlags,
+  type ServerChatFlagSettings,
+  type ServerChatFlagSpecs,
+} from '../tokenize/server-chat-flags.js';
 import { hasKvEventSources, parseKvEventSources, type KvEventSourceRules } from './kv-event-sources.js';
 
-export interface KvEventSettings {
+export interface KvEventSettings extends ServerChatFlagSettings {
   readonly kvEventSource: readonly string[];
   readonly kvEventReplay: readonly string[];
   readonly kvEventPort: number;
@@ -29,6 +35,7 @@ export interface KvEventSetup {
   readonly enabled: boolean;
   readonly tierCredit: Readonly<Record<string, number>>;
   readonly tokenizers: ReadonlyMap<string, string>;
+  readonly chatFlags: ServerChatFlagSpecs;
 }
 
 export function parseKvEventSettings(c: KvEventSettings): KvEventSetup {
@@ -59,5 +66,6 @@ export function parseKvEventSettings(c: KvEventSettings): KvEventSetup {
     enabled: hasKvEventSources(rules) || c.serviceDiscovery,
     tierCredit,
     tokenizers: parseTokenizerSpecs(c.tokenizer),
+    chatFlags: parseServerChatFlags(c),
   };
 }

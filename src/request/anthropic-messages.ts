@@ -24,6 +24,11 @@
  *   roles `ctx` and `msg` (sent by recent Claude Code) -> `user`, as vLLM maps them
  *   tools {name, description, input_schema}  -> {type: 'function', function: {name, description,
  *                                               parameters}} (`parameters.type` 'object' by default)
+ *   chat_template_kwargs (vLLM's extension)  -> the chat request's `chat_template_kwargs`
+ *   output_config.effort                     -> `reasoning_effort` (which also switches thinking:
+ *                                               tokenize/chat-template-args.ts)
+ *   tool_choice {type: auto|any|none|tool}   -> "auto" | "required" | "none" | a named tool
+ *                                               (anthropicChatFields)
  *
  * So a conversation sent through /v1/messages shares its routing text, its prompt tokens and its
  * prefix-cache blocks with the same conversation sent through /v1/chat/completions.
@@ -114,6 +119,27 @@ export function anthropicChatTools(tools: unknown): unknown[] | undefined {
     if (typeof tool.description === 'string') fn.description = tool.description;
     fn.parameters = parameters;
     out.push({ type: 'function', function: fn });
+  }
+  return out;
+}
+
+/**
+ * The fields of a Messages body that vLLM carries into its chat request and that reach the template
+ * (vllm/entrypoints/anthropic/serving.py `_build_base_request`, `_handle_output_config`,
+ * `_convert_tool_choice`): without them, a request that asks for an effort or sets template kwargs
+ * renders differently on the worker than here.
+ */
+export function anthropicChatFields(body: Readonly<Record<string, unknown>>): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  if (isObject(body.chat_template_kwargs)) out.chat_template_kwargs = body.chat_template_kwargs;
+  const effort = isObject(body.output_config) ? body.output_config.effort : undefined;
+  if (typeof effort === 'string') out.reasoning_effort = effort;
+  const choice = isObject(body.tool_choice) ? body.tool_choice : undefined;
+  if (choice !== undefined) {
+    const type = choice.type;
+    if (type === 'auto' || type === 'none') out.tool_choice = type;
+    else if (type === 'any') out.tool_choice = 'required';
+    else if (type === 'tool') out.tool_choice = { type: 'function', function: { name: choice.name } };
   }
   return out;
 }

@@ -14,7 +14,7 @@ import {
 import { laxInt } from './lax-int.js';
 import { laxBool } from './lax-bool.js';
 import { responsesChatBody, responsesMessages } from './responses-input.js';
-import { anthropicChatMessages, anthropicChatTools } from './anthropic-messages.js';
+import { anthropicChatFields, anthropicChatMessages, anthropicChatTools } from './anthropic-messages.js';
 import { exceedsDepth } from './json-depth.js';
 import { joinLongTexts, parseLongStringBody } from './json-body.js';
 import { formBoundary, formField } from './multipart-field.js';
@@ -205,7 +205,7 @@ function promptText(
   if (kind === 'completions') {
     // vLLM takes `prompt_embeds` in place of a prompt (--enable-prompt-embeds).
     return obj.prompt == null
-      ? completionEmbedsText(obj.prompt_embeds, opts.media)
+      ? completionEmbedsText(obj.prompt_embeds, opts.media, laxInt(obj.truncate_prompt_tokens))
       : completionPromptText(obj.prompt);
   }
   const { media, tally } = opts;
@@ -302,12 +302,16 @@ class ParsedInferenceRequest implements InferenceRequest {
 }
 
 /**
- * An Anthropic Messages body as the chat body vLLM turns it into: its messages, and its tools when it
- * has some. Nothing else: vLLM carries no other field that shapes the prompt (no `cache_salt`, no
- * `add_generation_prompt`) into that chat request.
+ * An Anthropic Messages body as the chat body vLLM turns it into: its messages, its tools when it has
+ * some, and the fields that reach the template (anthropicChatFields: `chat_template_kwargs`, the
+ * effort, the tool choice). Nothing else: vLLM carries no other field that shapes the prompt (no
+ * `cache_salt`, no `add_generation_prompt`) into that chat request.
  */
 function messagesAsChat(json: Readonly<Record<string, unknown>>): Record<string, unknown> {
-  const chat: Record<string, unknown> = { messages: anthropicChatMessages(json) };
+  const chat: Record<string, unknown> = {
+    messages: anthropicChatMessages(json),
+    ...anthropicChatFields(json),
+  };
   const tools = anthropicChatTools(json.tools);
   if (tools !== undefined) chat.tools = tools;
   return chat;

@@ -5,7 +5,9 @@
  * serving the model they name, as a JSON body's `model` does (inference-request.ts `bodyModel`).
  *
  * The scan goes part by part with Buffer.indexOf (the audio file's bytes are skipped, never copied or
- * decoded) and stops at the field. Anything malformed (no boundary, a part without the blank line that
+ * decoded) to the form's end: a field given twice is read at its LAST part, as vLLM reads the form
+ * (FastAPI takes a field's value with Starlette's `FormData.get`, whose later duplicates win), so a
+ * form naming two models is routed, and rewritten, by the one the worker serves. Anything malformed (no boundary, a part without the blank line that
  * ends its headers, headers longer than MAX_HEADER_BYTES, a field longer than MAX_VALUE_BYTES, a file
  * part of that name) reads as no field: the request then goes on unrouted by model and the worker
  * answers it, as for a JSON body that names none. The same scan finds the field for the gateway's
@@ -43,7 +45,8 @@ export function formField(body: Buffer, boundary: string, name: string): string 
  * `body` with the text of form field `name` set to `value` (the gateway's model-name rewrite,
  * model-rewrite.ts): the field's bytes replaced, every other byte (the file's) as it was; a form
  * without the field gets it as a first part. Undefined, the body to be left as it is, when the form is
- * malformed (as formField reads it), the field is a file, or `value` could end its part early.
+ * malformed (as formField reads it), the field is a file, or `value` could end its part early. A
+ * field given twice has its last part set (the one vLLM reads).
  */
 export function withFormField(
   body: Buffer,
@@ -62,8 +65,9 @@ export function withFormField(
 }
 
 /**
- * Where form field `name`'s text lies ([start, end)), or, when the form has no such field, where its
- * first delimiter starts (`first`, start undefined); undefined when malformed (see the header).
+ * Where form field `name`'s text lies ([start, end)) in its last part, or, when the form has no such
+ * field, where its first delimiter starts (`first`, start undefined); undefined when malformed, or
+ * when that last part is a file or too long (see the header).
  */
 function findField(
   body: Buffer,
@@ -81,9 +85,14 @@ function findField(
     at = first + CRLF.length;
   }
   const first = at;
+  let last: { start: number; end: number } | 'unreadable' | undefined;
   for (;;) {
     const afterDelimiter = at + delimiter.length;
-    if (body[afterDelimiter] === 0x2d && body[afterDelimiter + 1] === 0x2d) return { first }; // "--": the end
+    if (body[afterDelimiter] === 0x2d && body[afterDelimiter + 1] === 0x2d) {
+      // "--": the end
+      if (last === 'unreadable') return undefined;
+      return last === undefined ? { first } : { first, ...last };
+    }
     const lineEnd = body.indexOf(CRLF, afterDelimiter);
     if (lineEnd === -1) return undefined;
     const headersEnd = body.indexOf(HEADERS_END, lineEnd);
@@ -93,8 +102,10 @@ function findField(
     if (contentEnd === -1) return undefined;
     const disposition = partDisposition(body.toString('latin1', lineEnd + CRLF.length, headersEnd));
     if (disposition?.name === name) {
-      if (disposition.file || contentEnd - contentStart > MAX_VALUE_BYTES) return undefined;
-      return { first, start: contentStart, end: contentEnd };
+      last =
+        disposition.file || contentEnd - contentStart > MAX_VALUE_BYTES
+          ? 'unreadable'
+          : { start: contentStart, end: contentEnd };
     }
     at = contentEnd + CRLF.length;
   }

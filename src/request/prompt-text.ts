@@ -66,11 +66,16 @@ export function completionPromptText(prompt: unknown): RoutingText | undefined {
  * prompt-embeds-tokens.ts) at the model's characters per token, as a media part's (`media`), within
  * the same budget; a tensor whose shape cannot be read gets its key alone. vLLM keys such a prompt's
  * cache blocks by a hash of its embeddings, so the same tensor sent again is a hit and any other
- * shares nothing. Undefined for anything else.
+ * shares nothing. The request's `truncate_prompt_tokens` k (>= 1) applies to the tensor as to token ids
+ * (vllm/renderers/params.py `_token_truncation` runs on `prompt_embeds` too: its last k rows): a
+ * longer tensor weighs k tokens, and its key names k (the rows kept are other embeddings than the
+ * whole tensor's). Undefined for anything else.
  */
 export function completionEmbedsText(
   embeds: unknown,
   media: Readonly<MediaTokenOptions> | (() => Readonly<MediaTokenOptions>) = DEFAULT_MEDIA_TOKENS,
+  /** The request's truncate_prompt_tokens, when >= 1. */
+  keep?: number,
 ): RoutingText | undefined {
   // A long base64 string may come parsed into pieces (request/json-body.ts).
   const isTensor = (e: unknown): e is string | PieceText =>
@@ -81,9 +86,11 @@ export function completionEmbedsText(
   let fillLeft = MAX_MEDIA_FILL_CHARS;
   for (let i = 0; i < list.length; i++) {
     const tensor = list[i] as string | PieceText;
-    out.append(`${i > 0 ? '\n' : ''}${EMBEDS_MARK}${mediaStringKey(tensor)}`);
-    const tokens = promptEmbedsTokens(tensor);
-    if (tokens === undefined) continue;
+    const rows = promptEmbedsTokens(tensor);
+    const cut = keep !== undefined && keep >= 1 && (rows === undefined || rows > keep);
+    out.append(`${i > 0 ? '\n' : ''}${EMBEDS_MARK}${mediaStringKey(tensor)}${cut ? `@${keep}` : ''}`);
+    if (rows === undefined) continue;
+    const tokens = cut ? keep : rows;
     if (typeof media === 'function') media = media();
     const chars = Math.min(fillLeft, Math.round(tokens * (media.charsPerToken ?? MEDIA_CHARS_PER_TOKEN)));
     fillLeft -= chars;

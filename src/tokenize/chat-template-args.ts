@@ -19,6 +19,11 @@
  * templates write the effort into a system line at the start, Qwen3's and Gemma 4's switch thinking
  * at the end. The flags are read as vLLM's pydantic models read them (lax-bool.ts: `"false"` is false).
  *
+ * Under all of these, the server's own defaults (vLLM `--default-chat-template-kwargs`, given per model:
+ * server-chat-flags.ts): `ChatParams.with_defaults` merges the request's over them, and drops the
+ * request's kwargs whose value is null or "auto" (vllm/renderers/params.py `merge_kwargs`, whose
+ * `unset_values`), so such a kwarg leaves the server's default, or no variable at all.
+ *
  * Not passed as variables: `messages`, `tools` and `conversation` (the router renders the request's
  * own, as vLLM prepares them), `chat_template` (a per-request template; vLLM refuses it unless the
  * server trusts request templates, and this router renders the model's own) and `tokenize`.
@@ -42,13 +47,20 @@ const NOT_VARIABLES = new Set([
   'continue_final_message',
 ]);
 
-export function chatTemplateArgs(body: Readonly<Record<string, unknown>>): ChatTemplateArgs {
+export function chatTemplateArgs(
+  body: Readonly<Record<string, unknown>>,
+  /** The server's `--default-chat-template-kwargs` for the model. */
+  serverDefaults?: Readonly<Record<string, unknown>>,
+): ChatTemplateArgs {
   const kwargs = plainObject(body.chat_template_kwargs);
   const flag = (key: string, fallback: boolean): boolean => laxBool(body[key]) ?? fallback;
   let variables: Record<string, unknown> | undefined;
+  for (const [k, v] of Object.entries(serverDefaults ?? {})) {
+    if (!NOT_VARIABLES.has(k)) (variables ??= {})[k] = v;
+  }
   if (kwargs !== undefined) {
     for (const [k, v] of Object.entries(kwargs)) {
-      if (NOT_VARIABLES.has(k)) continue;
+      if (NOT_VARIABLES.has(k) || v === null || v === 'auto') continue;
       (variables ??= {})[k] = v;
     }
   }

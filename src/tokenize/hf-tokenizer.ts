@@ -62,6 +62,8 @@ import { detectContentFormat, type ContentFormat } from './vllm-chat-input.js';
 
 export interface ChatRenderOptions {
   readonly addGenerationPrompt: boolean;
+  /** The server's own template (vLLM `--chat-template`), over the model's for every request. */
+  readonly template?: ChatTemplate;
   readonly continueFinalMessage?: boolean;
   readonly tools?: unknown;
   /** Further template variables (documents, chat_template_kwargs); they may override the special tokens. */
@@ -69,6 +71,17 @@ export interface ChatRenderOptions {
 }
 
 export type ChatRenderResult = { ok: true; text: string } | { ok: false; error: string };
+
+/** A chat template compiled once (`chatTemplate`), with its content format (vLLM's "auto" detection). */
+export interface ChatTemplate {
+  readonly template: Template;
+  readonly contentFormat: ContentFormat;
+}
+
+/** Compiles a Jinja chat template; throws on a syntax error. */
+export function chatTemplate(text: string): ChatTemplate {
+  return { template: new Template(text), contentFormat: detectContentFormat(text) };
+}
 
 interface AddedTokenSpec {
   id: number;
@@ -86,6 +99,8 @@ const DOORKEEPER_ENTRIES = 65_536;
 export interface HfTokenizerOptions {
   /** Characters of cached pieces kept (~4 bytes of heap each). Default 16 Mi. */
   maxCachedChars?: number;
+  /** Whether vLLM renders the model's chats with mistral_common (see `mistralCommon`). */
+  mistralCommon?: boolean;
 }
 
 export class HfTokenizer {
@@ -120,6 +135,13 @@ export class HfTokenizer {
   private readonly fast: ByteLevelBpe | undefined;
   /** How the chat template reads a message's content (vLLM's "auto" detection), when it has one. */
   readonly contentFormat: ContentFormat | undefined;
+  /**
+   * The directory is in Mistral's own format too (`tekken.json` or `tokenizer.model.v*`: mistralFormat):
+   * vLLM's default tokenizer mode ("auto") then loads mistral_common's tokenizer and renders chats
+   * with it, never with the Jinja template beside it (vllm/renderers/mistral.py), so the router cannot
+   * render them (request-tokens.ts falls back).
+   */
+  readonly mistralCommon: boolean;
 
   constructor(
     tokenizerJson: Record<string, unknown>,
@@ -131,6 +153,7 @@ export class HfTokenizer {
     this.config = config;
     this.tokenizer = new Tokenizer(tokenizerJson, config);
     this.maxCachedChars = opts.maxCachedChars ?? 16 * 1024 * 1024;
+    this.mistralCommon = opts.mistralCommon === true;
     const chatTemplate = chatTemplateOf(config);
     this.template = chatTemplate === undefined ? undefined : new Template(chatTemplate);
     this.contentFormat = chatTemplate === undefined ? undefined : detectContentFormat(chatTemplate);
@@ -183,6 +206,7 @@ export class HfTokenizer {
   /**
    * Loads `<dir>/tokenizer.json` and `<dir>/tokenizer_config.json` (the latter optional), with the
    * chat templates transformers (>= 4.47) reads beside them (templateFiles): they win over the config's.
+   * A directory holding Mistral's own tokenizer files is marked `mistralCommon`.
    */
   static load(dir: string, opts: HfTokenizerOptions = {}): HfTokenizer {
     const json = JSON.parse(readFileSync(join(dir, 'tokenizer.json'), 'utf8')) as Record<string, unknown>;
@@ -197,7 +221,7 @@ export class HfTokenizer {
     }
     const files = templateFiles(dir);
     if (files !== undefined) config = { ...config, chat_template: files };
-    return new HfTokenizer(json, config, dir, opts);
+    return new HfTokenizer(json, config, dir, { ...opts, mistralCommon: mistralFormat(readdirSync(dir)) });
   }
 
   /** What the piece cache holds now: pieces and their characters (bounded by `maxCachedChars`). */
@@ -273,9 +297,13 @@ export class HfTokenizer {
     return s;
   }
 
-  /** Renders chat messages with the model's template (transformers' apply_chat_template variables). */
+  /**
+   * Renders chat messages with the model's template, or `opts.template` (the server's), with
+   * transformers' apply_chat_template variables.
+   */
   renderChat(messages: unknown, opts: ChatRenderOptions): ChatRenderResult {
-    if (this.template === undefined) return { ok: false, error: `${this.name} has no chat template` };
+    const template = opts.template?.template ?? this.toolUseFor(opts.tools) ?? this.template;
+    if (template === undefined) return { ok: false, error: `${this.name} has no chat template` };
     if (!Array.isArray(messages) || messages.length === 0) {
       return { ok: false, error: 'messages must be a non-empty array' };
     }
@@ -288,7 +316,7 @@ export class HfTokenizer {
     const marked = opts.continueFinalMessage === true ? markFinalMessage(messages) : undefined;
     if (marked !== undefined && !marked.ok) return marked;
     try {
-      let text = (this.toolUseFor(opts.tools) ?? this.template).render({
+      let text = template.render({
         // transformers always passes these (None when the request has none): `tools is not none`.
         tools: null,
         documents: null,
@@ -543,6 +571,20 @@ function templateFiles(dir: string): string | Array<{ name: string; template: st
     template: readFileSync(join(dir, 'additional_chat_templates', f), 'utf8'),
   }));
   return main === undefined ? named : [{ name: 'default', template: main }, ...named];
+}
+
+/**
+ * Whether vLLM's default tokenizer mode loads mistral_common for a model directory with these files:
+ * Mistral's tokenizer (`tekken.json`, `tokenizer.model.v*`) in a repository of Mistral-format weights
+ * (`consolidated*.safetensors`; vllm/tokenizers/registry.py `resolve_tokenizer_args`,
+ * `is_mistral_model_repo`). A tokenizer-only copy of the files has no weights: Mistral's tokenizer
+ * files alone count (they ship with Mistral-format weights); a directory with other weights only
+ * (`model-*.safetensors`, a conversion) does not.
+ */
+function mistralFormat(files: readonly string[]): boolean {
+  if (!files.some((f) => f === 'tekken.json' || f.startsWith('tokenizer.model.v'))) return false;
+  const weights = files.filter((f) => f.endsWith('.safetensors'));
+  return weights.length === 0 || weights.some((f) => f.startsWith('consolidated'));
 }
 
 function tokenText(v: unknown): string {

@@ -14,7 +14,10 @@
  *   Non-text content parts (images, audio: their tokens depend on the model's processor) ->
  *   `multimodal`; a template error (e.g. tool calls the template cannot render) -> `template_error`;
  *   a request's own `chat_template` (or one in `chat_template_kwargs`: vLLM renders it when the server
- *   trusts request templates; the router renders only the model's) -> `request_chat_template`.
+ *   trusts request templates; the router renders only the model's) -> `request_chat_template`; a
+ *   tokenizer directory in Mistral's format (`tekken.json`, `tokenizer.model.v*`: vLLM's default
+ *   tokenizer mode renders such a model's chats with mistral_common, whose placement of the system
+ *   prompt and tools no Jinja template beside it reproduces) -> `mistral_tokenizer`.
  * - `truncate_prompt_tokens` k (both endpoints): vLLM keeps the prompt's LAST k tokens (its generate
  *   tokenizers truncate on the left; `truncation_side: "right"` keeps the first k). A text encoded
  *   with special tokens keeps them: the Hugging Face tokenizer truncates the text's own ids to k minus
@@ -23,11 +26,15 @@
  *   prompt longer than k keyed untruncated matches nothing a worker stored. -1 (truncate to the
  *   model's context, which the router does not know) -> `truncation`.
  * - no tokenizer configured for the model -> `no_tokenizer`.
+ * - the vLLM server's own chat flags for the model (server-chat-flags.ts: `--chat-template`,
+ *   `--default-chat-template-kwargs`, `--chat-template-content-format`,
+ *   `--exclude-tools-when-tool-choice-none`) shape every chat render of it, as on the worker.
  *
  * Tokenizers come from `--tokenizer MODEL=PATH` (a directory with tokenizer.json and
  * tokenizer_config.json), loaded once at start-up; a failure to load is a start-up error.
  */
-import { HfTokenizer, type HfTokenizerOptions } from './hf-tokenizer.js';
+import { HfTokenizer, type ChatTemplate, type HfTokenizerOptions } from './hf-tokenizer.js';
+import { loadServerChatFlags, type ServerChatFlags, type ServerChatFlagSpecs } from './server-chat-flags.js';
 import { vllmChatInput, type ContentFormat } from './vllm-chat-input.js';
 import { chatTemplateArgs } from './chat-template-args.js';
 import { laxInt } from '../request/lax-int.js';
@@ -40,6 +47,7 @@ export type TokenizeFallback =
   | 'no_chat_template'
   | 'template_error'
   | 'request_chat_template'
+  | 'mistral_tokenizer'
   | 'truncation';
 
 export type RequestTokens =
@@ -68,6 +76,7 @@ export function parseTokenizerSpecs(specs: readonly string[]): Map<string, strin
 
 export class RequestTokenizer {
   private readonly byModel = new Map<string, HfTokenizer>();
+  private readonly flagsByModel = new Map<string, ServerChatFlags>();
 
   /** model -> tokenizer; `load` specs are directories (see HfTokenizer.load). */
   constructor(tokenizers: ReadonlyMap<string, HfTokenizer> = new Map()) {
@@ -100,6 +109,20 @@ export class RequestTokenizer {
     return this;
   }
 
+  /**
+   * Loads the vLLM server chat flags of the models (server-chat-flags.ts); throws a RangeError naming
+   * a bad one, or one for a model without a tokenizer (it would change nothing).
+   */
+  loadChatFlags(specs: ServerChatFlagSpecs): this {
+    for (const [model, flags] of loadServerChatFlags(specs)) {
+      if (!this.byModel.has(model)) {
+        throw new RangeError(`chat template flags for "${model}", which has no --tokenizer`);
+      }
+      this.flagsByModel.set(model, flags);
+    }
+    return this;
+  }
+
   get size(): number {
     return this.byModel.size;
   }
@@ -111,7 +134,7 @@ export class RequestTokenizer {
   tokenize(model: string, body: Readonly<Record<string, unknown>> | undefined): RequestTokens {
     const t = this.byModel.get(model);
     if (t === undefined) return { ok: false, reason: 'no_tokenizer' };
-    return tokenizeBody(t, body);
+    return tokenizeBody(t, body, this.flagsByModel.get(model));
   }
 }
 
@@ -125,6 +148,8 @@ export interface BodyTokenizer {
     opts: {
       addGenerationPrompt: boolean;
       continueFinalMessage?: boolean;
+      /** The server's template (`--chat-template`), over the tokenizer's own. */
+      template?: ChatTemplate;
       tools?: unknown;
       variables?: Readonly<Record<string, unknown>>;
     },
@@ -139,12 +164,15 @@ export interface BodyTokenizer {
   readonly contentFormat?: ContentFormat;
   /** The same for the template a request with `tools` renders with (a named `tool_use` template's). */
   contentFormatFor?(tools: unknown): ContentFormat | undefined;
+  /** vLLM renders this model's chats with mistral_common, not a template (HfTokenizer.mistralCommon). */
+  readonly mistralCommon?: boolean;
 }
 
-/** The prompt token ids of one OpenAI body under `t` (see the header comment). */
+/** The prompt token ids of one OpenAI body under `t` and the server's chat flags (see the header comment). */
 export function tokenizeBody(
   t: BodyTokenizer,
   body: Readonly<Record<string, unknown>> | undefined,
+  server: ServerChatFlags = {},
 ): RequestTokens {
   if (body === undefined) return { ok: false, reason: 'no_prompt' };
   const cut = truncation(body);
@@ -156,19 +184,27 @@ export function tokenizeBody(
     cut === undefined ? raw(text, add) : truncated(raw(text, add), cut, add ? t.specialCounts : [0, 0]);
   const addSpecial = laxBool(body.add_special_tokens);
   if (body.messages !== undefined) {
-    if (t.hasChatTemplate === false) return { ok: false, reason: 'no_chat_template' };
+    if (t.mistralCommon === true) return { ok: false, reason: 'mistral_tokenizer' };
+    if (t.hasChatTemplate === false && server.template === undefined)
+      return { ok: false, reason: 'no_chat_template' };
     if (!Array.isArray(body.messages) || body.messages.length === 0)
       return { ok: false, reason: 'no_prompt' };
     if (hasRequestTemplate(body)) return { ok: false, reason: 'request_chat_template' };
     if (hasNonTextPart(body.messages)) return { ok: false, reason: 'multimodal' };
+    const tools =
+      server.excludeToolsWhenToolChoiceNone === true && body.tool_choice === 'none' ? undefined : body.tools;
     // What vLLM hands the template: tools as its models dump them, tool-call arguments parsed.
-    const format = t.contentFormatFor !== undefined ? t.contentFormatFor(body.tools) : t.contentFormat;
-    const input = vllmChatInput(body.messages, body.tools, format);
+    const format =
+      server.contentFormat ??
+      server.template?.contentFormat ??
+      (t.contentFormatFor !== undefined ? t.contentFormatFor(tools) : t.contentFormat);
+    const input = vllmChatInput(body.messages, tools, format);
     if (input === undefined) return { ok: false, reason: 'template_error' };
-    const args = chatTemplateArgs(body);
+    const args = chatTemplateArgs(body, server.defaultKwargs);
     const rendered = t.renderChat(input.messages, {
       addGenerationPrompt: args.addGenerationPrompt,
       continueFinalMessage: args.continueFinalMessage,
+      ...(server.template !== undefined ? { template: server.template } : {}),
       ...(input.tools !== undefined ? { tools: input.tools } : {}),
       ...(args.variables !== undefined ? { variables: args.variables } : {}),
     });

@@ -91,6 +91,35 @@ describe('formField', () => {
   });
 });
 
+describe('a form naming a field twice', () => {
+  // vLLM's audio endpoints read their form with FastAPI, which takes a field from Starlette's FormData
+  // with `.get`: the last duplicate wins. The router routes, and rewrites, by that one.
+  const twice = form('B', [
+    { name: 'model', value: 'whisper-small' },
+    { name: 'file', value: AUDIO, filename: 'a.wav' },
+    { name: 'model', value: 'whisper-large-v3' },
+  ]);
+
+  it('is routed by the model vLLM serves it with: the last one', () => {
+    expect(formField(twice, 'B', 'model')).toBe('whisper-large-v3');
+    expect(bodyModel('multipart/form-data; boundary=B', twice)).toBe('whisper-large-v3');
+  });
+
+  it("has the gateway's rewrite set on the part vLLM reads", () => {
+    const out = withModel(twice, 'whisper-canary', 'multipart/form-data; boundary=B')!;
+    expect(formField(out, 'B', 'model')).toBe('whisper-canary');
+    expect(
+      out.equals(
+        form('B', [
+          { name: 'model', value: 'whisper-small' },
+          { name: 'file', value: AUDIO, filename: 'a.wav' },
+          { name: 'model', value: 'whisper-canary' },
+        ]),
+      ),
+    ).toBe(true);
+  });
+});
+
 describe('bodyModel of a form', () => {
   it("is the form's model field; empty or absent is none", () => {
     const type = 'multipart/form-data; boundary=B';

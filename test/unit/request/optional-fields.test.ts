@@ -101,6 +101,31 @@ describe('a completion with prompt_embeds and no prompt', () => {
     expect(typeof long).not.toBe('string');
   });
 
+  it('truncate_prompt_tokens k weighs a longer tensor as its last k rows, which vLLM keeps', () => {
+    const fixtures = (
+      JSON.parse(
+        readFileSync(new URL('../../fixtures/prompt-embeds/tensors.json', import.meta.url), 'utf8'),
+      ) as { tensors: Array<{ name: string; base64: string }> }
+    ).tensors;
+    const payload = fixtures.find((f) => f.name === '300 tokens, float32')!.base64;
+    const cut = (truncate: unknown) =>
+      parseInferenceRequest(
+        'completions',
+        'application/json',
+        Buffer.from(JSON.stringify({ model: 'm', prompt_embeds: payload, truncate_prompt_tokens: truncate })),
+      ).text;
+    const filler = (text: RoutingText) => flatText(text).split('\u001a').length - 1;
+    // vLLM's TokenizeParams truncates prompt_embeds as token ids: 300 rows cut to the last 50.
+    expect(filler(cut(50))).toBe(200);
+    expect(filler(cut('50'))).toBe(200);
+    expect(filler(cut(1000))).toBe(1200);
+    expect(filler(cut(-1))).toBe(1200); // to the model's context: unknown here
+    // Other rows than the whole tensor's: not the same prefix.
+    const key = (text: RoutingText) => flatText(text).split('\u001a')[0];
+    expect(key(cut(50))).not.toBe(key(cut(undefined)));
+    expect(key(cut(1000))).toBe(key(cut(undefined)));
+  });
+
   it.each([[''], [[]], [[1]], [{}]])('prompt_embeds %j is a 400 invalid_prompt', (embeds) => {
     expect(() => parse(embeds)).toThrow(/prompt_embeds/);
   });

@@ -520,6 +520,66 @@ describe('RequestTokenizer', () => {
     );
   });
 
+  it('renders a /v1/messages request with its output_config.effort and chat_template_kwargs, as vLLM converts it', () => {
+    // vLLM's Anthropic serving: chat_template_kwargs passed on, output_config.effort as reasoning_effort
+    // (vllm/entrypoints/anthropic/serving.py _build_base_request, _handle_output_config).
+    const template =
+      '{{ bos_token }}{% if reasoning_effort is defined %}<|start_header_id|>system<|end_header_id|>\n\nReasoning Effort: {{ reasoning_effort }}<|eot_id|>{% endif %}' +
+      '{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n{{ m.content }}<|eot_id|>{% endfor %}' +
+      '{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% if enable_thinking is defined and not enable_thinking %}<think></think>{% endif %}{% endif %}';
+    const t = new HfTokenizer(
+      JSON.parse(readFileSync(`${DIR}/tokenizer.json`, 'utf8')) as Record<string, unknown>,
+      { chat_template: template, bos_token: '<|begin_of_text|>' },
+    );
+    const r = new RequestTokenizer(new Map([['m', t]]));
+    const ids = (out: ReturnType<RequestTokenizer['tokenize']>): unknown =>
+      out.ok ? Array.from(out.ids) : out;
+    const messages = [{ role: 'user', content: 'Summarise the document.' }];
+    const anthropic = (body: Record<string, unknown>) => {
+      const json = Buffer.from(JSON.stringify({ model: 'm', max_tokens: 64, messages, ...body }));
+      return ids(r.tokenize('m', parseInferenceRequest('messages', 'application/json', json).promptBody));
+    };
+    // Golden ids (transformers' apply_chat_template with reasoning_effort="high", enable_thinking=True).
+    const SYSTEM = [0, 2, 387, 450, 3, 202, 202, 53, 72, 68, 86, 272, 304, 224, 40, 73, 73, 267, 87, 29, 224];
+    const REST = [
+      1, 2, 297, 261, 3, 202, 202, 54, 283, 379, 495, 264, 511, 462, 17, 1, 2, 68, 296, 339, 3, 202, 202,
+    ];
+    expect(anthropic({ output_config: { effort: 'high' } })).toEqual([...SYSTEM, 75, 76, 74, 75, ...REST]);
+    expect(anthropic({ output_config: { effort: 'high' } })).toEqual(
+      ids(r.tokenize('m', { messages, reasoning_effort: 'high' })),
+    );
+    expect(anthropic({ chat_template_kwargs: { enable_thinking: false } })).toEqual(
+      ids(r.tokenize('m', { messages, chat_template_kwargs: { enable_thinking: false } })),
+    );
+    expect(anthropic({ chat_template_kwargs: { enable_thinking: false } })).not.toEqual(anthropic({}));
+    expect(anthropic({})).toEqual([0, ...REST.slice(1)]);
+  });
+
+  it("a Mistral-format model's chats fall back: vLLM renders them with mistral_common, not the template beside it", () => {
+    // vLLM's default tokenizer mode loads mistral_common for a directory with tekken.json or
+    // tokenizer.model.v* (and Mistral-format weights) and renders chats with it (renderers/mistral.py).
+    const dir = mkdtempSync(join(tmpdir(), 'tok-'));
+    try {
+      for (const f of ['tokenizer.json', 'tokenizer_config.json']) copyFileSync(join(DIR, f), join(dir, f));
+      const chatBody = { messages: chat.messages };
+      expect(RequestTokenizer.load(new Map([['m', dir]])).tokenize('m', chatBody).ok).toBe(true);
+      writeFileSync(join(dir, 'tekken.json'), '{}');
+      const r = RequestTokenizer.load(new Map([['m', dir]]));
+      expect(r.tokenize('m', chatBody)).toEqual({ ok: false, reason: 'mistral_tokenizer' });
+      // A completions prompt is the tokenizer's own encoding still.
+      const prompt = r.tokenize('m', { prompt: 'Hello world' });
+      expect(prompt.ok && Array.from(prompt.ids)).toEqual(expected.samples[0]!.ids);
+      writeFileSync(join(dir, 'consolidated.safetensors'), '');
+      expect(RequestTokenizer.load(new Map([['m', dir]])).tokenize('m', chatBody).ok).toBe(false);
+      // Converted weights only (no consolidated*.safetensors): vLLM loads the Hugging Face tokenizer.
+      rmSync(join(dir, 'consolidated.safetensors'));
+      writeFileSync(join(dir, 'model-00001-of-00001.safetensors'), '');
+      expect(RequestTokenizer.load(new Map([['m', dir]])).tokenize('m', chatBody).ok).toBe(true);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('a template that raises is a template_error', () => {
     const raising = new HfTokenizer(
       JSON.parse(readFileSync(`${DIR}/tokenizer.json`, 'utf8')) as Record<string, unknown>,
