@@ -14,7 +14,11 @@
  *   concurrent  both guards at dispatch; the prefill leg runs in the background while Envoy streams the
  *               decode; each guard ends with its own phase. A failed prefill rejects `failure`, which the
  *               session turns into a client-visible error (or a reset mid-stream); it does not touch the
- *               decode guard.
+ *               decode guard. A request that ends while its prefill leg still runs (the client left, the
+ *               stream was reset, or the decode answered an error: a `max_tokens` too large for the
+ *               context is refused by the decode worker alone) aborts the leg (cutsLeg): vLLM aborts a
+ *               request whose connection closes, and frees its KV blocks at once instead of holding
+ *               them for a decode that never comes.
  *   overlapped  (Mooncake under `auto`, as vLLM's Mooncake proxy runs the legs) the prefill leg is
  *               started on a DP rank of a prefill instance whose bootstrap server answered
  *               (mooncake-bootstrap.ts; `X-data-parallel-rank` header, that rank's engine id in the
@@ -24,7 +28,9 @@
  *               fails before it reached the worker (refused, unreachable: a killed instance) is retried
  *               on another prefill instance like a sequential one, since no decode leg exists yet; once
  *               it reached the worker, a failure is the concurrent case below. Prefill load lasts the
- *               prefill leg; decode load starts when the decode leg is handed over.
+ *               prefill leg; decode load starts at dispatch, as in concurrent mode (the decode leg follows
+ *               within a connect: a burst whose prefill connections are still opening spreads over the
+ *               decode workers instead of all seeing them idle), and ends with the request.
  *   sidecar     (llm-d) both workers chosen, both guards taken, x-prefiller-host-port names the prefill
  *               worker and Envoy routes to decode, where a sidecar runs the prefill; the prefill guard is
  *               released at the first response byte, the decode guard at end of stream.
@@ -377,9 +383,9 @@ export class PdDispatcher implements Dispatcher {
   }
 
   /**
-   * Requests whose decode leg will go to `worker` once their prefill leg ends (sequential and
-   * overlapped dispatch choose the decode worker first and take its guard later): a worker being
-   * drained for sleep (admin/worker-sleep.ts) must wait for them as for its load.
+   * Requests whose decode leg will go to `worker` once their prefill leg ends (sequential dispatch
+   * chooses the decode worker first and takes its guard later): a worker being drained for sleep
+   * (admin/worker-sleep.ts) must wait for them as for its load.
    */
   pendingDecodes(worker: Worker): number {
     return this.awaiting.get(worker) ?? 0;
@@ -406,7 +412,7 @@ export class PdDispatcher implements Dispatcher {
       throw noWorkers([opts.prefillPool, opts.decodePool]);
     }
     const { ctx, requestId } = attempt;
-    // The leg has its own abort: it is cancelled when the request ends without a response.
+    // The leg has its own abort: it is cancelled when the request ends before its response did (cutsLeg).
     const legAbort = new AbortController();
     let cached: number | undefined;
     const leg = this.runPrefill(req, ctx, requestId, prefill, legAbort.signal, {
@@ -528,9 +534,10 @@ export class PdDispatcher implements Dispatcher {
   private async overlapped(req: RouteRequest, p: Chosen, d: Chosen, signal: AbortSignal): Promise<Dispatch> {
     const { opts } = this;
     let prefill = reserve(opts.prefillPool, p, opts.observer, opts.clock());
-    commit(opts.decodePool, d, opts.observer, opts.clock());
+    // The decode leg follows the prefill request within a connect: its load counts from now, so the
+    // requests chosen meanwhile see it.
+    const decodeGuard = reserve(opts.decodePool, d, opts.observer, opts.clock()).guard;
     const decodeWorker = d.decision.worker;
-    this.awaitDecode(decodeWorker, 1);
     // The leg's own abort: the client leaving before the handover, or the request ending without a
     // response after it.
     const legAbort = new AbortController();
@@ -551,7 +558,9 @@ export class PdDispatcher implements Dispatcher {
             onSent: () => markSent(),
           }).finally(leg.release);
           const early = await Promise.race([sent, run.then(NOTHING, (e: PrefillError) => e)]);
-          if (early === undefined) return this.overlappedDecode(req, d, leg, prefill.decision, run, legAbort);
+          if (early === undefined) {
+            return this.overlappedDecode(req, d, decodeGuard, leg, prefill.decision, run, legAbort);
+          }
           failed = early;
         } else {
           prefill.guard.release();
@@ -568,11 +577,11 @@ export class PdDispatcher implements Dispatcher {
         prefill = reserve(opts.prefillPool, next, opts.observer, opts.clock());
       }
     } catch (err) {
+      decodeGuard.release();
       opts.pd?.decodeAbandoned?.(decodeWorker);
       throw err;
     } finally {
       signal.removeEventListener('abort', onClientGone);
-      this.awaitDecode(decodeWorker, -1); // the decode guard is taken by now, or never will be
     }
   }
 
@@ -580,6 +589,7 @@ export class PdDispatcher implements Dispatcher {
   private overlappedDecode(
     req: RouteRequest,
     d: Chosen,
+    decodeGuard: LoadGuard,
     leg: Leg,
     prefillDecision: Decision,
     run: Promise<PrefillResult>,
@@ -600,7 +610,6 @@ export class PdDispatcher implements Dispatcher {
       },
     );
     failure.catch(() => undefined); // observed by the session through `failure`
-    const decodeGuard = new LoadGuard(d.decision.worker);
     opts.pd?.decodeRouted?.(d.decision.worker);
     const kv = decodeKvParams(leg.ctx, undefined) as Json;
     return this.decodeDispatch(
@@ -616,7 +625,7 @@ export class PdDispatcher implements Dispatcher {
         onFinish: (end) => {
           if (cutsLeg(end)) legAbort.abort();
           // A failed decode may mean stale engine ids (a restarted prefill instance): ask again.
-          else if (end.kind === 'response' && end.status >= 500) opts.bootstrap?.recheck(prefillWorker);
+          if (end.kind === 'response' && end.status >= 500) opts.bootstrap?.recheck(prefillWorker);
         },
       },
     );
@@ -761,11 +770,17 @@ const LENGTH_HEADER: readonly string[] = Object.freeze(['content-length']);
 
 /**
  * Whether the decode dispatch's end cuts a prefill leg still running beside it: the request is over
- * before its response ended (cancelled, rejected, ...). Not a response, and not a decode the gateway
- * served on another endpoint (`failed_over`): the request goes on there.
+ * before its response ended (cancelled, rejected, ...), or its response was an error (the decode
+ * worker refused the request, e.g. a `max_tokens` too large for the prompt, which the prefill leg's
+ * one token never is; or Envoy's 503 for a decode worker it could not reach): no decode will pull the
+ * prompt's KV, which the prefill worker would otherwise compute and then hold for it
+ * (VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT, 480 s). Not a successful response (its prefill is done, its
+ * answer on its way), and not a decode the gateway served on another endpoint (`failed_over`): the
+ * request goes on there.
  */
 function cutsLeg(end: RequestEnd): boolean {
-  return end.kind !== 'response' && end.kind !== 'failed_over';
+  if (end.kind === 'response') return end.status >= 400;
+  return end.kind !== 'failed_over';
 }
 
 /**

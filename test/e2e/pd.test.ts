@@ -323,23 +323,29 @@ describe('concurrent P/D (MoRI-IO WRITE)', () => {
     );
   });
 
-  it('a decode error while prefill is still running releases decode only', async () => {
-    s.decode[0]!.injectFault({ status: 500 });
+  it('a decode error while the prefill is still running aborts the prefill leg: the prefill worker stops', async () => {
+    // vLLM's decode worker refuses a max_tokens too large for the prompt; the prefill leg asks for one
+    // token and runs. Kept running, it would compute the prompt and hold its KV for a decode that is gone.
+    s.decode[0]!.injectFault({
+      status: 400,
+      message: "'max_tokens' or 'max_completion_tokens' is too large: 8000.",
+    });
     const prefillHold = holdNext(s.prefill);
     try {
       const r = await post(s.url, '/v1/completions', {
         model: 'sim-model',
-        prompt: 'decode fails',
-        max_tokens: 3,
+        prompt: 'decode refuses',
+        max_tokens: 8000,
       });
-      expect(r.status).toBe(500);
+      expect(r.status).toBe(400);
       await r.text();
-      await waitFor(() => dl() === 0);
-      expect(pl()).toBe(1);
+      const rec = () =>
+        s.prefill[0]!.records.find((x) => (x.body as { prompt?: string }).prompt === 'decode refuses');
+      await waitFor(() => rec()?.outcome === 'aborted', { message: 'prefill leg aborted' });
+      await waitFor(() => pl() === 0 && dl() === 0);
     } finally {
       prefillHold.release();
     }
-    await waitFor(() => pl() === 0);
   });
 
   it('a failed prefill becomes a client-visible error, not a hang', async () => {

@@ -425,6 +425,34 @@ describe('PdDispatcher: concurrent', () => {
     expect(s.loads()).toEqual({ prefill: [0], decode: [0] });
   });
 
+  it.each([400, 503])(
+    'a decode that answered %i (refused, or unreachable) aborts the leg still running: the prefill worker stops',
+    async (status) => {
+      const s = setup({ mode: 'concurrent', prefill: 1 });
+      const d = s.dispatcher.dispatch(REQ, new AbortController()) as Dispatch;
+      const call = await s.client.call(1);
+      // e.g. vLLM's 400 "'max_tokens' ... is too large": the decode leg asks for them, the prefill leg for 1.
+      d.finish({ kind: 'response', status });
+      expect(call.signal.aborted).toBe(true);
+      await expect(d.failure).rejects.toMatchObject({ code: 'client_cancelled' });
+      expect(s.events).toContain('prefillEnded:http://10.0.0.1:8000:aborted');
+      expect(s.loads()).toEqual({ prefill: [0], decode: [0] });
+    },
+  );
+
+  it('a decode that answered 200 keeps the leg to its end', async () => {
+    const s = setup({ mode: 'concurrent', prefill: 1 });
+    const d = s.dispatcher.dispatch(REQ, new AbortController()) as Dispatch;
+    const call = await s.client.call(1);
+    d.finish({ kind: 'response', status: 200 });
+    expect(call.signal.aborted).toBe(false);
+    expect(s.loads()).toEqual({ prefill: [1], decode: [0] });
+    call.resolve(OK);
+    await d.failure;
+    expect(s.events).toContain('prefillEnded:http://10.0.0.1:8000:ok');
+    expect(s.loads()).toEqual({ prefill: [0], decode: [0] });
+  });
+
   it('a decode the gateway served on another decode worker keeps the leg; the load moves there', async () => {
     const s = setup({ mode: 'concurrent', prefill: 1, decode: 2 });
     const d = s.dispatcher.dispatch(REQ, new AbortController()) as Dispatch;
