@@ -12,7 +12,8 @@
  *   mooncake  {do_remote_decode: true, do_remote_prefill: false, transfer_id: "xfer-<request id>"}
  *   moriio    {remote_dp_size, remote_tp_size (the DECODE instance's, when it registered them),
  *              transfer_id, do_remote_decode: true, do_remote_prefill: false, remote_engine_id/block_ids: null}
- *   p2pnccl   none: the X-Request-Id carries both peers' addresses
+ *   p2pnccl   none: the X-Request-Id carries both peers' addresses (a /v1/responses leg's
+ *             `request_id` too, as with MoRI-IO: idInBody)
  * Decode leg: the original request plus the `kv_transfer_params` that tell the decode worker where
  * the KV cache comes from:
  *   nixl      sequential ("pull"): the prefill response's params, verbatim; a prefill response without
@@ -55,13 +56,28 @@ export function newTransferId(connector: KvConnector, requestId?: string): strin
   return `tx-${randomUUID().replace(/-/g, '')}`;
 }
 
-/** `___prefill_addr_{P}___decode_addr_{D}_{uuid hex}`: both legs carry it as X-Request-Id. */
+/**
+ * `___prefill_addr_{P}___decode_addr_{D}_{uuid hex}`: both legs carry it as X-Request-Id (and, where
+ * vLLM names the engine request after the body instead, as `request_id`: `idInBody`).
+ */
 export function pdRequestId(
   prefill: Worker,
   decode: Worker,
   uuidHex = randomUUID().replace(/-/g, ''),
 ): string {
   return `___prefill_addr_${prefill.kvAddress}___decode_addr_${decode.kvAddress}_${uuidHex}`;
+}
+
+/**
+ * Whether the legs must also carry the P/D request id as the body's `request_id`: P2P NCCL and
+ * MoRI-IO read the peer's address from the engine request id (P2P NCCL also sends and awaits the KV
+ * as `<request id>#<layer>`), and vLLM's Responses API names the engine request after the body's
+ * `request_id` (serving_responses.py, `resp_<uuid>` by default), never after X-Request-Id as chat,
+ * completions and messages do (`_base_request_id`). The response id the client sees is then that
+ * request id.
+ */
+export function idInBody(connector: KvConnector, responses: boolean): boolean {
+  return responses && (connector === 'p2pnccl' || connector === 'moriio');
 }
 
 export function prefillKvParams(ctx: LegContext): Json | undefined {

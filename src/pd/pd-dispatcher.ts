@@ -36,7 +36,9 @@
  *               released at the first response byte, the decode guard at end of stream.
  *
  * A /v1/responses prefill leg asks for `max_output_tokens` 1 and is not stored (kv-transfer.ts
- * prefillBody); the decode leg names the response after its worker (routing/response-affinity.ts).
+ * prefillBody); the decode leg names the response after its worker (routing/response-affinity.ts),
+ * or with P2P NCCL and MoRI-IO after the P/D request id both legs carry in their bodies
+ * (kv-transfer.ts idInBody).
  * Other paths, and a /v1/responses request that continues a stored response, go to a decode worker
  * unchanged (the pass-through dispatcher).
  */
@@ -68,6 +70,7 @@ import type { Decision } from '../routing/policy.js';
 import {
   decodeBody,
   decodeKvParams,
+  idInBody,
   newTransferId,
   pdRequestId,
   prefillBody,
@@ -243,13 +246,17 @@ export class PdDispatcher implements Dispatcher {
    * one child's blocks and request (vLLM PR #38900: "P/D did not support parallel sampling"; its
    * list-valued parameters are not in every release). On its decode worker alone the prompt is
    * prefilled once and its children share the cached blocks, on any vLLM version and connector.
+   * Except P2P NCCL: it ties the legs by request id alone, and vLLM names each child after its
+   * request's id on both legs (`<index>_<id>`; a batched prompt `<id>-<index>`), so every child's KV
+   * reaches its own counterpart; while a P2P NCCL decode instance cannot prefill a request itself
+   * (its connector waits for the pushed KV of every prompt, without end).
    *
    * `beam_search`, `prompt_logprobs`: what vLLM cannot serve split in two legs (split-support.ts).
    */
   private localReason(req: RouteRequest): LocalPrefillReason | undefined {
     const inf = req.inference;
     if (inf === undefined || inf.previousResponseId !== undefined) return undefined;
-    if ((inf.sequences ?? 1) > 1) return 'parallel_sampling';
+    if ((inf.sequences ?? 1) > 1 && this.opts.connector !== 'p2pnccl') return 'parallel_sampling';
     const whole = unsplittable(inf.kind, inf.json);
     if (whole !== undefined) return whole;
     const local = this.opts.localPrefill;
@@ -343,7 +350,8 @@ export class PdDispatcher implements Dispatcher {
       // Without KV to pull, or with NIXL (the decode worker pulls the blocks the prefill worker
       // named, wherever it is), any decode worker can take the decode leg.
       const decode = this.decodeAfterPrefill(req, d, kvless || ctx.connector === 'nixl');
-      const decodeGuard = new LoadGuard(decode.decision.worker);
+      // Weighs every sequence the decode leg runs (P2P NCCL splits parallel sampling too: localReason).
+      const decodeGuard = new LoadGuard(decode.decision.worker, req.inference?.sequences);
       opts.pd?.decodeRouted?.(decode.decision.worker);
       const cached = result.cachedTokens;
       return this.decodeDispatch(
@@ -643,7 +651,9 @@ export class PdDispatcher implements Dispatcher {
   ): Promise<PrefillResult> {
     const guard = reservation.guard;
     const inf = req.inference;
-    const json = prefillBody(inf?.json ?? {}, prefillKvParams(ctx), inf?.kind === 'responses');
+    const responses = inf?.kind === 'responses';
+    const json = prefillBody(inf?.json ?? {}, prefillKvParams(ctx), responses);
+    if (idInBody(ctx.connector, responses)) json.request_id = requestId;
     const body = Buffer.from(JSON.stringify(json));
     const started = performance.now();
     // Nothing between here and the try can throw: every started leg is ended exactly once.
@@ -719,7 +729,9 @@ export class PdDispatcher implements Dispatcher {
     const setHeaders: Record<string, string> = routeHeaders(worker, destination);
     let rewritten: Buffer | undefined;
     if (body) {
-      if (req.inference?.namesFreeResponse) body.request_id = responseIdFor(worker);
+      if (requestId !== undefined && idInBody(this.opts.connector, req.inference?.kind === 'responses')) {
+        body.request_id = requestId;
+      } else if (req.inference?.namesFreeResponse) body.request_id = responseIdFor(worker);
       rewritten = Buffer.from(JSON.stringify(body));
     } else {
       rewritten = namedResponseBody(req, worker);

@@ -187,6 +187,12 @@ export class JsonUsageRewriter {
  * Sets the usage's `cached_tokens` (chat and completions: `usage.prompt_tokens_details`; responses:
  * `usage.input_tokens_details`, or `response.usage...` in a stream's `response.completed`) to the
  * prefill worker's count, or removes it when that worker reported none. Whether a usage was found.
+ *
+ * A Responses answer that ran several turns (gpt-oss calling built-in tools: vLLM's HarmonyContext)
+ * counts each turn's cached tokens in `cached_tokens_per_turn` and their sum in `cached_tokens`. Only
+ * the first turn's prompt came from the prefill worker; the decode worker ran the later turns alone and
+ * counted their cache hits honestly. So the first turn gets the prefill worker's count, and the total
+ * is the sum again.
  */
 function reconcile(obj: UsageFrame, cached: number | undefined): boolean {
   const details =
@@ -194,8 +200,12 @@ function reconcile(obj: UsageFrame, cached: number | undefined): boolean {
     obj.usage?.input_tokens_details ??
     obj.response?.usage?.input_tokens_details;
   if (!details) return false;
+  const turns = details.cached_tokens_per_turn;
   if (cached === undefined) delete details.cached_tokens;
-  else details.cached_tokens = cached;
+  else if (Array.isArray(turns) && turns.length > 0 && turns.every((n) => typeof n === 'number')) {
+    turns[0] = cached;
+    details.cached_tokens = (turns as number[]).reduce((sum, n) => sum + n, 0);
+  } else details.cached_tokens = cached;
   return true;
 }
 

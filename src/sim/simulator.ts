@@ -1214,7 +1214,9 @@ class SimulatorServer implements Simulator {
     const local =
       this.role === 'decode' && this.opts.kvBoth === true && request.kvTransferParams === undefined;
     if (!local && (this.connector === 'p2pnccl' || this.role === 'decode')) {
-      const check = checkDecodeRequest(this.connector, request.kvTransferParams, requestId);
+      // vLLM's Responses API names the engine request after the body's `request_id`, not X-Request-Id.
+      const engineId = kind === 'responses' ? (record.responseId ?? requestId) : requestId;
+      const check = checkDecodeRequest(this.connector, request.kvTransferParams, engineId);
       if (check.ok && check.peer) record.p2p = check.peer;
       if (this.role === 'decode') {
         if (!check.ok) return this.finishError(ctx, 400, check.reason);

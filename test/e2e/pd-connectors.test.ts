@@ -199,3 +199,52 @@ describe('Mooncake: a prefill instance whose bootstrap server does not answer', 
     await expectAllLoadsZero(s.router);
   });
 });
+
+describe('P2P NCCL: /v1/responses and parallel sampling through Envoy', () => {
+  let s: PdStack;
+  beforeAll(async () => {
+    s = await startPdStack({ prefill: 1, decode: 1, router: { kvConnector: 'p2pnccl' } });
+  });
+  afterAll(async () => s?.close());
+
+  it('both legs carry the P/D request id where vLLM names the engine request: the body', async () => {
+    for (const stream of [false, true]) {
+      const res = await fetch(`${s.url}/v1/responses`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'sim-model', input: 'connector check '.repeat(8), stream }),
+      });
+      expect(res.status).toBe(200);
+      await res.text();
+    }
+    const decodes = s.decode[0]!.records;
+    expect(decodes.map((d) => d.outcome)).toEqual(['ok', 'ok']);
+    for (const d of decodes) {
+      expect(d.responseId).toMatch(/^___prefill_addr_/);
+      expect(d.p2p).toEqual({ prefillAddr: s.prefill[0]!.hostPort, decodeAddr: s.decode[0]!.hostPort });
+      const pr = s.prefill[0]!.findRecord(d.requestId)!;
+      expect(pr.responseId).toBe(d.responseId);
+    }
+    await expectAllLoadsZero(s.router);
+  });
+
+  it('splits parallel sampling into both legs: a P2P NCCL decode worker cannot prefill a request itself', async () => {
+    const before = s.decode[0]!.records.length;
+    const res = await fetch(`${s.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        model: 'sim-model',
+        messages: [{ role: 'user', content: 'connector check '.repeat(8) }],
+        n: 2,
+        max_tokens: 3,
+      }),
+    });
+    expect(res.status).toBe(200);
+    expect(((await res.json()) as { choices: unknown[] }).choices).toHaveLength(2);
+    const [d] = s.decode[0]!.records.slice(before);
+    expect(d!.p2p).toEqual({ prefillAddr: s.prefill[0]!.hostPort, decodeAddr: s.decode[0]!.hostPort });
+    expect(s.prefill[0]!.findRecord(d!.requestId)).toBeDefined();
+    await expectAllLoadsZero(s.router);
+  });
+});

@@ -12,7 +12,7 @@ import { PrefillError, type PrefillClient, type PrefillResult } from '../../../s
 import type { Dispatch, RouteRequest } from '../../../src/extproc/dispatch.js';
 import { RouterError } from '../../../src/request/router-error.js';
 import type { Worker } from '../../../src/workers/worker.js';
-import type { PdDispatchMode } from '../../../src/pd/kv-transfer.js';
+import type { KvConnector, PdDispatchMode } from '../../../src/pd/kv-transfer.js';
 import { harness, register } from '../workers/pool-harness.js';
 import { parseInferenceRequest } from '../../../src/request/inference-request.js';
 import { holderToken, responseIdFor, workerToken } from '../../../src/routing/response-affinity.js';
@@ -67,6 +67,7 @@ const REQ: RouteRequest = COMPLETION_REQ;
 function setup(
   opts: {
     mode?: PdDispatchMode;
+    connector?: KvConnector;
     prefill?: number;
     decode?: number;
     retries?: number;
@@ -104,7 +105,7 @@ function setup(
   const dispatcher = pdDispatcherOver(h.clock.read, prefillPool, decodePool, {
     pd,
     client: client as unknown as PrefillClient,
-    connector: 'nixl',
+    connector: opts.connector ?? 'nixl',
     dispatch: opts.mode ?? 'sequential',
     prefillTimeoutMs: 1000,
     prefillRetries: opts.retries ?? 1,
@@ -374,6 +375,28 @@ describe('PdDispatcher: /v1/responses', () => {
     expect(s.loads()).toEqual({ prefill: [0, 0], decode: [0] });
   });
 
+  it.each(['p2pnccl', 'moriio'] as const)(
+    '%s: both legs name their engine request after the P/D request id, which vLLM reads from the body',
+    async (connector) => {
+      // vLLM's Responses API names the engine request after the body's `request_id` (X-Request-Id is
+      // ignored there); P2P NCCL and MoRI-IO parse the peers' addresses from that name.
+      for (const body of [{}, { request_id: 'mine' }]) {
+        const s = setup({ connector });
+        const req = responsesRequest({ model: 'm', input: 'hi', stream: true, ...body });
+        const pending = s.dispatcher.dispatch(req, new AbortController()) as Promise<Dispatch>;
+        const call = await s.client.call(1);
+        expect(call.requestId).toMatch(/^___prefill_addr_.+___decode_addr_.+_[0-9a-f]{32}$/);
+        expect(JSON.parse(call.body.toString()).request_id).toBe(call.requestId);
+        call.resolve(OK);
+        const d = await pending;
+        expect(d.setHeaders['x-request-id']).toBe(call.requestId);
+        expect(JSON.parse((d.body as Buffer).toString()).request_id).toBe(call.requestId);
+        d.finish({ kind: 'response', status: 200 });
+        expect(s.loads()).toEqual({ prefill: [0, 0], decode: [0] });
+      }
+    },
+  );
+
   it('sends a request that continues a stored response to its decode worker alone', () => {
     const s = setup({ decode: 3 });
     const holder = s.decodePool.workers[2]!;
@@ -624,6 +647,21 @@ describe('PdDispatcher: requests a decode worker serves whole (several sequences
     const leg = await pending;
     expect(s.loads()).toEqual({ prefill: [0, 0], decode: [1] });
     leg.finish({ kind: 'response', status: 200 });
+    expect(s.loads()).toEqual({ prefill: [0, 0], decode: [0] });
+  });
+
+  it('P2P NCCL: n > 1 gets its prefill leg (a P2P NCCL decode worker cannot prefill; each child keeps its id)', async () => {
+    const s = setup({ connector: 'p2pnccl' });
+    const pending = s.dispatcher.dispatch(sampled(4), new AbortController()) as Promise<Dispatch>;
+    expect(s.events).not.toContain('localPrefill:parallel_sampling');
+    const call = await s.client.call(1);
+    expect(JSON.parse(call.body.toString())).toMatchObject({ n: 4, max_tokens: 1 });
+    call.resolve({ ...OK, kvTransferParams: undefined });
+    const d = await pending;
+    expect(d.setHeaders['x-request-id']).toBe(call.requestId);
+    expect(JSON.parse((d.body as Buffer).toString())).toMatchObject({ n: 4, max_tokens: 4 });
+    expect(s.loads()).toEqual({ prefill: [0, 0], decode: [4] });
+    d.finish({ kind: 'response', status: 200 });
     expect(s.loads()).toEqual({ prefill: [0, 0], decode: [0] });
   });
 

@@ -165,6 +165,29 @@ describe('JsonUsageRewriter (non-streamed answers)', () => {
     expect(JSON.parse(out.toString()).usage.input_tokens_details).toEqual({ cached_tokens: 5 });
   });
 
+  it("a Responses answer of several turns (gpt-oss's built-in tools): only the first turn's count is the prefill worker's", () => {
+    // vLLM's HarmonyContext sums each turn's cached tokens; the decode worker ran the second turn
+    // alone and found 128 of its prompt in its own cache.
+    const usageOf = (turn0: number) => ({
+      input_tokens: 240,
+      input_tokens_details: {
+        cached_tokens: turn0 + 128,
+        input_tokens_per_turn: [100, 140],
+        cached_tokens_per_turn: [turn0, 128],
+      },
+      output_tokens: 30,
+    });
+    const resp = JSON.stringify({ id: 'resp_1', output: [], usage: usageOf(99) });
+    const { out } = forward(new JsonUsageRewriter(() => 20), [Buffer.from(resp), Buffer.alloc(0)]);
+    expect(JSON.parse(out.toString()).usage).toEqual(usageOf(20));
+    const completed = `event: response.completed\ndata: ${JSON.stringify({
+      type: 'response.completed',
+      response: { id: 'resp_1', usage: usageOf(99) },
+    })}\n\n`;
+    const streamed = run(new SseUsageRewriter(() => 20), [completed]);
+    expect(JSON.parse(streamed.split('data: ')[1]!).response.usage).toEqual(usageOf(20));
+  });
+
   it('removes cached_tokens when the prefill worker reported none', () => {
     const { out } = forward(new JsonUsageRewriter(() => undefined), [Buffer.from(chat)]);
     expect(JSON.parse(out.toString()).usage.prompt_tokens_details).toEqual({});

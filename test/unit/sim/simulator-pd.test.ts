@@ -112,6 +112,17 @@ describe('simulator P/D roles', () => {
     expect(d.findRecord(id)!.p2p).toEqual({ prefillAddr: '127.0.0.1:21001', decodeAddr: d.hostPort });
   });
 
+  it('p2pnccl decode of a /v1/responses request reads the peers from its body request_id, as vLLM names it', async () => {
+    const d = await sim({ role: 'decode', kvConnector: 'p2pnccl' });
+    const id = `___prefill_addr_127.0.0.1:21001___decode_addr_${d.hostPort}_0a1b2c`;
+    const header = await postJson(`${d.url}/v1/responses`, { input: 'x' }, { 'x-request-id': id });
+    expect(header.status).toBe(400);
+    const ok = await postJson(`${d.url}/v1/responses`, { input: 'x', request_id: id });
+    expect(ok.status).toBe(200);
+    expect(ok.json.id).toBe(id);
+    expect(d.records.at(-1)!.p2p).toEqual({ prefillAddr: '127.0.0.1:21001', decodeAddr: d.hostPort });
+  });
+
   it('a regular worker ignores kv_transfer_params requirements', async () => {
     const w = await sim();
     const r = await postJson(`${w.url}/v1/completions`, { prompt: 'x' });
