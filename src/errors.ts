@@ -8,7 +8,9 @@
  *       type, sent as an ImmediateResponse: invalid_json, invalid_body, invalid_content_type,
  *       missing_model, invalid_prompt, invalid_messages, invalid_input, body_too_large, no_workers,
  *       pool_saturated (429, a sheddable request: routing/admission.ts), queue_full (429) and
- *       queue_timeout (429 or 503: routing/flow-control.ts), prefill_failed, prefill_timeout, client_cancelled, internal_error
+ *       queue_timeout (429 or 503: routing/flow-control.ts), prefill_failed, prefill_timeout, client_cancelled,
+ *       unsupported_processing_mode (500: extproc/processing-modes.ts), unsupported_upgrade (501:
+ *       request/protocol-upgrade.ts), internal_error
  *   AdminInputError (admin/admin-server.ts) a RouterError of the admin API (ADMIN_ERROR_STATUS):
  *       invalid_registration 400, dns_failed 400, unauthorized 401, forbidden 403 (the peer),
  *       worker_not_allowed 403 (the claimed worker address), not_found 404,

@@ -16,7 +16,7 @@ const RELEASE_FLUSH_MS = 1000;
 /** Service names Envoy's gRPC health checks and endpoint-picker gateways ask for. */
 export const HEALTH_SERVICE_NAMES = ['', 'liveness', 'readiness', SERVICE_NAME] as const;
 
-export interface ExtProcServerOptions extends Omit<SessionDeps, 'onClose'> {
+export interface ExtProcServerOptions extends Omit<SessionDeps, 'onClose' | 'onModeProblem'> {
   readonly host: string;
   readonly port: number;
   readonly logger: Logger;
@@ -34,6 +34,8 @@ export class ExtProcServer {
   private idleWaiters: Array<() => void> = [];
   private closed = false;
   private boundPort = 0;
+  /** The ext_proc configuration problems already logged (processing-modes.ts): each once. */
+  private readonly modeProblems = new Set<string>();
 
   constructor(private readonly opts: ExtProcServerOptions) {
     // No gRPC limit on message size: Envoy's own buffer limit bounds a message, and the session
@@ -84,6 +86,7 @@ export class ExtProcServer {
     // The constructor only subscribes to the stream's events: onClose never runs inside it.
     const session: Session = new Session(stream, {
       ...this.opts,
+      onModeProblem: this.reportModeProblem,
       onClose: () => {
         if (done) return;
         done = true;
@@ -97,6 +100,15 @@ export class ExtProcServer {
     // A stream that crossed the closing server's GOAWAY: handed back once routed, like the others.
     if (this.closed) session.release();
   }
+
+  private readonly reportModeProblem = (problem: string): void => {
+    if (this.modeProblems.has(problem)) return;
+    this.modeProblems.add(problem);
+    this.opts.logger.error(
+      { problem },
+      "Envoy's ext_proc filter is configured in a way the router cannot route with",
+    );
+  };
 
   /** Resolves when no stream is open, or after `timeoutMs` (returns whether it drained). */
   waitIdle(timeoutMs: number): Promise<boolean> {

@@ -16,7 +16,8 @@
  *
  * Body modes: the session follows whatever Envoy announces in `protocol_config`; the replies per mode
  * are built by body-mode-replies.ts. FULL_DUPLEX_STREAMED request chunks are accumulated without
- * replies until the body is complete.
+ * replies until the body is complete. Settings it cannot route with (processing-modes.ts) are
+ * refused or reported, and so are protocol upgrades (request/protocol-upgrade.ts).
  *
  * Response body: on the response headers reply the session may tell Envoy to skip the body
  * (response-body-mode.ts: a 2xx response whose dispatch reads no chunk); the stream then ends when
@@ -43,6 +44,12 @@ import { responseChunkReply, routedReplies, type BodyMode } from './body-mode-re
 import { routedReplyCache, routingFor } from './routed-reply-cache.js';
 import { bodySkippable, SKIP_RESPONSE_BODY } from './response-body-mode.js';
 import {
+  OBSERVABILITY_MODE_PROBLEM,
+  requestBodyModeProblem,
+  responseBodyModeProblem,
+  RESPONSE_HEADERS_SKIPPED_PROBLEM,
+} from './processing-modes.js';
+import {
   BodySendMode,
   type HeaderMap,
   type HttpBody,
@@ -62,6 +69,7 @@ import {
 } from '../request/inference-request.js';
 import type { MediaTally, MediaTokensFor } from '../request/media-tokens.js';
 import { RouterError } from '../request/router-error.js';
+import { upgradeRefused, upgradeRequested } from '../request/protocol-upgrade.js';
 import { MODEL_REWRITE_HEADER, withModel } from '../request/model-rewrite.js';
 import { takesPriority, withPriority } from '../request/worker-priority.js';
 import { requestOutcome, type Outcome, type RequestEnd, type RoutingStage } from '../request/request-end.js';
@@ -116,6 +124,11 @@ export interface SessionDeps {
   /** Called when a session ends; used by graceful drain. */
   readonly onClose?: () => void;
   /**
+   * Envoy's ext_proc filter is configured in a way the router cannot route with
+   * (processing-modes.ts): `problem` names the setting and its fix (the server logs each once).
+   */
+  readonly onModeProblem?: (problem: string) => void;
+  /**
    * The gateway served the request on `served` instead of the routed worker (lb-metadata.ts);
    * `adopted`: a worker of the pool has that endpoint and now holds the request's load.
    */
@@ -148,6 +161,8 @@ export class Session {
   private readonly startedAt = performance.now();
   private requestMode: BodyMode = 'per_message';
   private responseMode: BodyMode = 'per_message';
+  /** Why a request body cannot be routed in the request body mode Envoy announced (processing-modes.ts). */
+  private requestBodyProblem: string | undefined;
   private method = '';
   private path = '';
   private route = 'other';
@@ -264,8 +279,14 @@ export class Session {
       const fds = BodySendMode.FULL_DUPLEX_STREAMED;
       this.requestMode = msg.protocol_config.request_body_mode === fds ? 'full_duplex' : 'per_message';
       this.responseMode = msg.protocol_config.response_body_mode === fds ? 'full_duplex' : 'per_message';
+      this.requestBodyProblem = requestBodyModeProblem(msg.protocol_config);
+      const responseProblem = responseBodyModeProblem(msg.protocol_config);
+      if (responseProblem !== undefined) this.deps.onModeProblem?.(responseProblem);
     }
-    if (msg.observability_mode) return this.observe(msg);
+    if (msg.observability_mode) {
+      this.deps.onModeProblem?.(OBSERVABILITY_MODE_PROBLEM);
+      return this.observe(msg);
+    }
     if (msg.request_headers) {
       if (msg.metadata_context) this.subset = endpointSubset(msg.metadata_context);
       return this.onRequestHeaders(msg.request_headers);
@@ -285,7 +306,10 @@ export class Session {
     this.path = this.headers[':path'] ?? '';
     this.kind = inferenceKind(this.method, this.path);
     this.route = this.kind ?? 'other';
+    const upgrade = upgradeRequested(this.headers);
+    if (upgrade !== undefined) return this.reject(upgradeRefused(upgrade, this.path));
     if (h.end_of_stream) return this.route_(undefined, 'headers');
+    if (this.requestBodyProblem !== undefined) return this.unsupportedMode(this.requestBodyProblem);
     // FDS: the headers reply waits until the body is complete (it carries the routing headers).
     if (this.requestMode !== 'full_duplex') {
       this.send(STRIP_UNTRUSTED);
@@ -494,6 +518,8 @@ export class Session {
 
   private onResponseBody(b: HttpBody): void {
     if (this.phase === 'done') return; // duplicate final chunk
+    // A routed request's response body before its headers: Envoy skips the response headers.
+    if (this.phase === 'response_headers') return this.unsupportedMode(RESPONSE_HEADERS_SKIPPED_PROBLEM);
     if (!this.advance('response_body', 'response_body', 'response_body')) return;
     const chunk = bodyOf(b);
     const eos = b.end_of_stream === true;
@@ -613,6 +639,12 @@ export class Session {
   private reject(err: RouterError): void {
     this.send(errorReply(err, anthropicPath(this.path) ? 'anthropic' : 'openai'));
     this.end({ kind: 'rejected', status: err.status, code: err.code }, err);
+  }
+
+  /** Envoy's filter is configured in a way the router cannot route with: say what to change. */
+  private unsupportedMode(problem: string): void {
+    this.deps.onModeProblem?.(problem);
+    this.reject(new RouterError('unsupported_processing_mode', 500, problem));
   }
 
   private protocolError(kind: string): void {

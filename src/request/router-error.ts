@@ -22,6 +22,8 @@ export type RouterErrorCode =
   | 'prefill_failed'
   | 'prefill_timeout'
   | 'client_cancelled'
+  | 'unsupported_processing_mode'
+  | 'unsupported_upgrade'
   | 'internal_error';
 
 export class RouterError<C extends string = RouterErrorCode> extends RouterBaseError<C> {

@@ -784,7 +784,7 @@ class Driver {
     e.forwarded = true;
     this.trace.push('   (request forwarded upstream)');
     // Fail closed: what Envoy forwards must carry the router's destination (STREAMED request bodies
-    // cannot be routed on their body: Envoy sends the headers on before the body; not supported).
+    // cannot be routed on their body: Envoy sends the headers on before the body; refused).
     // A request without a body that ends with trailers, outside FULL_DUPLEX_STREAMED: the router cannot
     // route on the trailers (a trailers reply mutates trailers only), or never sees them (trailer mode
     // SKIP); Envoy forwards it with the untrusted destination header removed (no upstream: a 503).
@@ -1071,11 +1071,16 @@ async function runCase(seed: number, index: number, sessions: Map<FleetName, htt
   if (loads.length > 0) errors.push(`loads left: ${loads.map((w) => `${w.key}=${w.load}`).join(', ')}`);
   if (minLoad < 0) errors.push(`a load went negative (${minLoad})`);
   if (e.immediate && /internal_error/.test(e.immediate.details)) {
-    // STREAMED request bodies are not supported (the router cannot route on them: Envoy sends the
-    // headers on before the body); a chunk after the first one, or after the upstream's answer, is one.
-    const unsupported = e.cfg.requestBody === STREAMED;
-    if (!unsupported)
-      errors.push(`the router answered a legal order with ${e.immediate.status} ${e.immediate.details}`);
+    errors.push(`the router answered a legal order with ${e.immediate.status} ${e.immediate.details}`);
+  }
+  // STREAMED request bodies are not supported (the router cannot route on them: Envoy sends the
+  // headers on before the body): a request with a body is refused at its headers, saying so.
+  if (e.cfg.requestBody === STREAMED && !e.cfg.observability && plan.chunks !== undefined) {
+    if (e.dec.headersAnswered) {
+      errors.push('the router answered the headers of a STREAMED request body instead of refusing it');
+    } else if (e.immediate && !/unsupported_processing_mode/.test(e.immediate.details)) {
+      errors.push(`a STREAMED request body was answered ${e.immediate.status} ${e.immediate.details}`);
+    }
   }
   // FULL_DUPLEX_STREAMED: every body byte comes back (the regular fleet rewrites no body).
   if (plan.fleet === 'regular' && e.routed && e.dec.mode === FDS && e.dec.bodyAnswered) {
