@@ -648,7 +648,7 @@ export const OPTIONS = [
     flag: 'load-stale-ms',
     type: 'int',
     default: DEFAULT_STALE_AFTER_MS,
-    help: "A scraped sample older than this is ignored; the worker's load is then this router's in-flight count.",
+    help: "A scraped sample older than this is ignored; the worker's load is then this router's in-flight count. Must be above --scrape-interval-ms.",
   },
   {
     group: 'Load and cost model',

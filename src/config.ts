@@ -178,6 +178,14 @@ function validate(c: Config): void {
       throw new ConfigError(`--${o.flag} must be <= ${MAX_TIMER_MS} (Node's longest timer, ~24.8 days)`);
     }
   }
+  if (c.scrapeIntervalMs > 0 && c.loadStaleMs <= c.scrapeIntervalMs) {
+    // Every sample would be stale before the next one arrives: workers read as unscraped for part of
+    // each cycle, and flow control and admission (a stale sample means no room) hold for nothing.
+    throw new ConfigError(
+      `--load-stale-ms (${c.loadStaleMs}) must be above --scrape-interval-ms (${c.scrapeIntervalMs}): ` +
+        'a sample would go stale before the next scrape replaces it',
+    );
+  }
   if (c.costWorkerPaceForgetMs === 0) throw new ConfigError('--cost-worker-pace-forget-ms must be > 0');
   try {
     parseObjectiveSpecs(c.objective);

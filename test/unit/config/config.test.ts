@@ -120,6 +120,11 @@ describe('flags', () => {
     ],
     ['a scrape interval past it', ['--scrape-interval-ms', '2147483648'], /--scrape-interval-ms must be <=/],
     [
+      'a scrape interval at or past the staleness bound',
+      ['--scrape-interval-ms', '2000'],
+      /--load-stale-ms \(1000\) must be above --scrape-interval-ms \(2000\)/,
+    ],
+    [
       'a pace forget time of 0',
       ['--cost-worker-pace-forget-ms', '0'],
       /--cost-worker-pace-forget-ms must be > 0/,
