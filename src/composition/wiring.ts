@@ -53,7 +53,7 @@ import { resolveEndpoint, resolveHost } from '../workers/endpoint.js';
 import { ROLES, type Role } from '../workers/role.js';
 import { RolePools } from '../workers/role-pools.js';
 import { WorkerPool, type ModelKnowledge } from '../workers/worker-pool.js';
-import type { Worker } from '../workers/worker.js';
+import { selectionLoad, type Worker } from '../workers/worker.js';
 import { DrainFlag } from './lifecycle.js';
 import { WarmUp } from './warm-up.js';
 import { LoadBoard } from '../load/load-board.js';
@@ -186,7 +186,9 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
     ? new CharsPerToken({ prior: config.charsPerToken })
     : undefined;
   const signals: WorkerSignals = {
-    load: (w) => board.view(w.key, w.load, clock()),
+    // The decodes on their way to a worker count on top of what runs there (workers/worker.ts
+    // `pending`); the scraper's `localAtSample` counts only what runs there (load-board.ts).
+    load: (w) => board.view(w.key, selectionLoad(w), clock()),
     // Scoring reads the role's fleet estimate (every worker's responses) times the worker's pace
     // (timing-estimates.ts): per-worker three-coefficient fits from a few dozen noisy samples differ
     // by chance, and a worker whose fit drifted high would lose its cache affinity for nothing; one

@@ -22,7 +22,7 @@ import { Gauge, type Registry } from 'prom-client';
 import type { CharsPerToken } from '../load/chars-per-token.js';
 import type { LoadBoard } from '../load/load-board.js';
 import type { TimingEstimates } from '../load/timing-estimates.js';
-import type { Worker } from '../workers/worker.js';
+import { selectionLoad, type Worker } from '../workers/worker.js';
 
 export interface LoadMetricsOptions {
   readonly registry: Registry;
@@ -74,8 +74,8 @@ export function registerLoadMetrics(o: LoadMetricsOptions): void {
   });
   sampled(
     'vllm_router_worker_predicted_ahead',
-    'Requests queued or running ahead of a new one as routing sees them (fresh scrape + local, else in-flight).',
-    (w) => o.board.view(w.key, w.load, o.clock()).ahead,
+    'Requests queued or running ahead of a new one as routing sees them (fresh scrape + local, else in-flight; with the P/D decodes chosen for the worker whose prefill leg still runs).',
+    (w) => o.board.view(w.key, selectionLoad(w), o.clock()).ahead,
   );
   sampled(
     'vllm_router_worker_foreign_share',
@@ -172,7 +172,7 @@ export function loadView(
       s === undefined
         ? null
         : { ...s.figures, ageMs: Math.max(0, Math.round(now - s.takenAtMs)), localAtSample: s.localAtSample },
-    routingLoad: { ...board.view(w.key, w.load, now), foreignShare: board.foreignShare(w.key) },
+    routingLoad: { ...board.view(w.key, selectionLoad(w), now), foreignShare: board.foreignShare(w.key) },
     estimates: { ...e, pace: timing.paceOf(w, now) },
   };
 }

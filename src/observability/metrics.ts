@@ -84,7 +84,7 @@ export class RouterMetrics {
     const workers = opts.workers;
     new Gauge({
       name: 'vllm_router_worker_load',
-      help: 'Sequences of the in-flight requests holding a load guard on the worker (per role): one per request, n per parallel-sampling request (n x prompts for a batched completions prompt), as vLLM counts running + waiting.',
+      help: 'Sequences of the in-flight requests holding a load guard on the worker (per role): one per request, n per parallel-sampling request (n x prompts for a batched completions prompt), as vLLM counts running + waiting. A sequential P/D decode counts from the end of its prefill leg (before, only in selection: vllm_router_worker_predicted_ahead).',
       labelNames: ['role', 'worker', 'generation'] as const,
       registers,
       collect() {

@@ -65,7 +65,7 @@ import {
 } from '../routing/selector.js';
 import type { WorkerPool } from '../workers/worker-pool.js';
 import type { Worker } from '../workers/worker.js';
-import { LoadGuard } from '../workers/load-guard.js';
+import { guardWeight, LoadGuard } from '../workers/load-guard.js';
 import type { Decision } from '../routing/policy.js';
 import {
   decodeBody,
@@ -179,8 +179,6 @@ const NOTHING = (): void => undefined;
 export class PdDispatcher implements Dispatcher {
   /** MoRI-IO: next DP rank per prefill instance with dp_size > 1 (vLLM's proxy rotates). */
   private readonly moriRank = new WeakMap<Worker, number>();
-  /** pendingDecodes: decode workers chosen whose guard is not taken yet, per worker. */
-  private readonly awaiting = new Map<Worker, number>();
 
   constructor(private readonly opts: PdDispatcherOptions) {}
 
@@ -319,7 +317,11 @@ export class PdDispatcher implements Dispatcher {
     const prefill = reserve(opts.prefillPool, p, opts.observer, now);
     commit(opts.decodePool, d, opts.observer, now);
     const decodeWorker = d.decision.worker;
-    this.awaitDecode(decodeWorker, 1);
+    // Until its guard is taken, the decode counts for the decode pool's selection (Worker `pending`),
+    // not as load: the requests chosen meanwhile do not all see its worker idle. It weighs what the
+    // decode guard will: the decode leg's sequences (P2P NCCL splits parallel sampling too).
+    const weight = guardWeight(req.inference?.sequences);
+    decodeWorker.pending += weight;
     try {
       let leg: Awaited<ReturnType<PdDispatcher['prefillWithRetries']>>;
       try {
@@ -365,7 +367,7 @@ export class PdDispatcher implements Dispatcher {
       );
     } finally {
       // After the decode guard is taken (the return above is evaluated first), or on failure.
-      this.awaitDecode(decodeWorker, -1);
+      decodeWorker.pending -= weight;
     }
   }
 
@@ -396,13 +398,7 @@ export class PdDispatcher implements Dispatcher {
    * (admin/worker-sleep.ts) must wait for them as for its load.
    */
   pendingDecodes(worker: Worker): number {
-    return this.awaiting.get(worker) ?? 0;
-  }
-
-  private awaitDecode(worker: Worker, delta: 1 | -1): void {
-    const n = (this.awaiting.get(worker) ?? 0) + delta;
-    if (n > 0) this.awaiting.set(worker, n);
-    else this.awaiting.delete(worker);
+    return worker.pending;
   }
 
   private concurrent(req: RouteRequest, p: Chosen, d: Chosen): Dispatch {

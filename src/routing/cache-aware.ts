@@ -48,7 +48,7 @@
  * affinity. Trees left empty are dropped by maintain().
  */
 import type { Role } from '../workers/role.js';
-import type { Worker } from '../workers/worker.js';
+import { selectionLoad, type Worker } from '../workers/worker.js';
 import { TimingEstimates } from '../load/timing-estimates.js';
 import {
   costBranch,
@@ -260,7 +260,7 @@ export class CacheAwarePolicy implements Policy {
     else {
       const priors = new TimingEstimates();
       this.signals = {
-        load: (w) => ({ source: 'in_flight', ahead: w.load }),
+        load: (w) => ({ source: 'in_flight', ahead: selectionLoad(w) }),
         timing: (w) => priors.of(w),
         ...(deps.foreignShare !== undefined ? { foreignShare: deps.foreignShare } : {}),
       };
@@ -360,8 +360,9 @@ export class CacheAwarePolicy implements Policy {
       let min = Infinity;
       let max = -Infinity;
       for (const w of workers) {
-        if (w.load < min) min = w.load;
-        if (w.load > max) max = w.load;
+        const load = selectionLoad(w);
+        if (load < min) min = load;
+        if (load > max) max = load;
       }
       if (max - min > abs && max > min * rel) return this.leastLoaded(workers, 'imbalance', matchRate);
       if (match?.tenant !== undefined && index !== undefined && matchRate > cacheThreshold) {
@@ -380,9 +381,10 @@ export class CacheAwarePolicy implements Policy {
     const holders = match.tenants.map((id) => index.get(id) as number);
     const owner = workers[leastLoaded(workers, holders)] as Worker;
     let sum = 0;
-    for (const w of workers) sum += w.load;
+    for (const w of workers) sum += selectionLoad(w);
     const mean = sum / workers.length;
-    if (owner.load > mean * rel && owner.load > mean + abs)
+    const ownerLoad = selectionLoad(owner);
+    if (ownerLoad > mean * rel && ownerLoad > mean + abs)
       return this.leastLoaded(workers, 'imbalance', matchRate);
     return { worker: owner, branch: 'cache_hit', matchRate };
   }

@@ -35,7 +35,7 @@
  * multi-turn (one system prompt for every user): max/mean processed 8.00 with pending blocks (every
  * request on one worker), 1.00-1.17 without (the first requests, sent before any event, spread).
  */
-import type { Worker } from '../workers/worker.js';
+import { selectionLoad, type Worker } from '../workers/worker.js';
 import { CacheAwarePolicy, type CacheAwareDeps, type CacheAwareOptions } from './cache-aware.js';
 import type { CacheReportCounts } from './cache-report.js';
 import type { CacheFeedback, Decision, Policy, SelectionInput } from './policy.js';
@@ -112,9 +112,10 @@ export class KvAwarePolicy implements Policy {
     for (let i = 0; i < workers.length; i++) if (view.cached[i] === best) holders.push(i);
     const owner = workers[leastLoaded(workers, holders)] as Worker;
     let sum = 0;
-    for (const w of workers) sum += w.load;
+    for (const w of workers) sum += selectionLoad(w);
     const mean = sum / workers.length;
-    if (owner.load > mean * rel && owner.load > mean + abs) {
+    const ownerLoad = selectionLoad(owner);
+    if (ownerLoad > mean * rel && ownerLoad > mean + abs) {
       return { worker: workers[leastLoaded(workers)] as Worker, branch: 'imbalance', matchRate };
     }
     return { worker: owner, branch: 'exact_hit', matchRate };
@@ -132,11 +133,16 @@ export class KvAwarePolicy implements Policy {
     const candidates: HomeCandidate[] = workers.map((w) => ({
       label: w.key,
       eligible: true,
-      scoreMs: w.load,
+      scoreMs: selectionLoad(w),
     }));
     // Scaled by how often recent prompts reused an opening (prefix-reuse.ts), as cache_aware's margin.
     const slack = margin * this.approximate.homeReuseRate();
-    return prefixHome(homeKeyHash(input.text, keyChars), candidates, (workers[least] as Worker).load, slack);
+    return prefixHome(
+      homeKeyHash(input.text, keyChars),
+      candidates,
+      selectionLoad(workers[least] as Worker),
+      slack,
+    );
   }
 
   routed(decision: Decision, input: SelectionInput, nowMs: number): CacheFeedback | undefined {

@@ -21,7 +21,7 @@ export class LoadGuard {
     readonly worker: Worker,
     weight = 1,
   ) {
-    this.weight = Number.isInteger(weight) && weight >= 1 ? weight : 1;
+    this.weight = guardWeight(weight);
     worker.load += this.weight;
   }
 
@@ -37,4 +37,9 @@ export class LoadGuard {
     this.worker.processed += 1;
     return true;
   }
+}
+
+/** What a guard for `sequences` weighs: a whole number of at least 1. */
+export function guardWeight(sequences: number | undefined): number {
+  return sequences !== undefined && Number.isInteger(sequences) && sequences >= 1 ? sequences : 1;
 }

@@ -73,6 +73,14 @@ export class Worker {
    * sampling and batched prompts: LoadGuard `weight`), as vLLM counts running + waiting requests.
    */
   load = 0;
+  /**
+   * Decode legs chosen for this worker whose prefill leg still runs (sequential P/D: the decode
+   * worker is chosen with the prefill worker, its guard taken when the leg ends, seconds later). Not
+   * in `load`, what the worker runs (design section 5: no decode load during the prefill), but weighed
+   * by selection (`selectionLoad`), so a burst does not see every decode worker idle. Kept by
+   * pd/pd-dispatcher.ts.
+   */
+  pending = 0;
   /** Requests that completed on this worker (any outcome). */
   processed = 0;
   /** False while health checks, the circuit breaker, sleep mode or a cordon keep the worker out of selection. */
@@ -108,6 +116,14 @@ export class Worker {
   get kvAddress(): string {
     return this.zmqAddress ?? this.endpoint;
   }
+}
+
+/**
+ * The load selection weighs: the worker's in-flight requests (`load`) and the decode legs on their
+ * way to it (`pending`).
+ */
+export function selectionLoad(worker: Worker): number {
+  return worker.load + worker.pending;
 }
 
 function portOf(v: unknown): number | undefined {

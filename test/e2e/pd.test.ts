@@ -265,6 +265,38 @@ describe('sequential P/D (NIXL)', () => {
   });
 });
 
+for (const decodePolicy of ['power_of_two', 'cache_aware'] as const) {
+  describe(`sequential P/D (NIXL), decode policy ${decodePolicy}: a burst during the prefill legs`, () => {
+    let s: PdStack;
+    beforeAll(async () => {
+      // power_of_two: the default decode policy. A decode worker is chosen per request, with its
+      // prefill worker, long before its decode load is taken (after the prefill leg).
+      s = await startPdStack({ prefill: 1, decode: 2, router: { decodePolicy } });
+    });
+    afterAll(async () => s.close());
+
+    it('spreads over the decode workers instead of landing on the first one', async () => {
+      const N = 8;
+      // Every prefill answer is held until all N requests are in their prefill leg.
+      const prefillHold = s.prefill[0]!.hold({ count: N });
+      try {
+        const responses = Array.from({ length: N }, (_, i) =>
+          post(s.url, '/v1/completions', { model: 'sim-model', prompt: `burst ${i}`, max_tokens: 2 }),
+        );
+        await prefillHold.reached(N);
+        // Nothing runs on a decode worker yet (design section 5).
+        expect(s.decode.map((d) => s.load(d))).toEqual([0, 0]);
+        prefillHold.release();
+        for (const r of await Promise.all(responses)) expect(r.status).toBe(200);
+        expect(s.decode.map((d) => d.records.length)).toEqual([N / 2, N / 2]);
+        await expectAllLoadsZero(s.router);
+      } finally {
+        prefillHold.release();
+      }
+    });
+  });
+}
+
 describe('concurrent P/D (MoRI-IO WRITE)', () => {
   let s: PdStack;
   beforeAll(async () => {
