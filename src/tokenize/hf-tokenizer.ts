@@ -59,6 +59,7 @@ import { flatCopy } from '../routing/flat-string.js';
 import { hash32 } from '../util/hash32.js';
 import { ByteLevelBpe } from './byte-level-bpe.js';
 import { detectContentFormat, type ContentFormat } from './vllm-chat-input.js';
+import { ownRendererOf, processorChatTemplate, type OwnRenderer } from './vllm-renderer.js';
 
 export interface ChatRenderOptions {
   readonly addGenerationPrompt: boolean;
@@ -101,6 +102,13 @@ export interface HfTokenizerOptions {
   maxCachedChars?: number;
   /** Whether vLLM renders the model's chats with mistral_common (see `mistralCommon`). */
   mistralCommon?: boolean;
+  /** What vLLM renders the model's chats with instead of a template (vllm-renderer.ts). */
+  ownRenderer?: OwnRenderer;
+  /**
+   * A multimodal model's processor chat template (vllm-renderer.ts `processorChatTemplate`): vLLM
+   * renders a request without tools with it, over the tokenizer's.
+   */
+  processorTemplate?: string;
 }
 
 export class HfTokenizer {
@@ -142,6 +150,10 @@ export class HfTokenizer {
    * render them (request-tokens.ts falls back).
    */
   readonly mistralCommon: boolean;
+  /** vLLM renders the model's chats with harmony or a renderer of its own (request-tokens.ts falls back). */
+  readonly ownRenderer: OwnRenderer | undefined;
+  /** The processor's template: what vLLM renders a request without tools with (vllm-renderer.ts). */
+  private readonly processorTemplate: ChatTemplate | undefined;
 
   constructor(
     tokenizerJson: Record<string, unknown>,
@@ -154,9 +166,12 @@ export class HfTokenizer {
     this.tokenizer = new Tokenizer(tokenizerJson, config);
     this.maxCachedChars = opts.maxCachedChars ?? 16 * 1024 * 1024;
     this.mistralCommon = opts.mistralCommon === true;
-    const chatTemplate = chatTemplateOf(config);
-    this.template = chatTemplate === undefined ? undefined : new Template(chatTemplate);
-    this.contentFormat = chatTemplate === undefined ? undefined : detectContentFormat(chatTemplate);
+    this.ownRenderer = opts.ownRenderer;
+    this.processorTemplate =
+      opts.processorTemplate === undefined ? undefined : chatTemplate(opts.processorTemplate);
+    const template = chatTemplateOf(config);
+    this.template = template === undefined ? undefined : new Template(template);
+    this.contentFormat = template === undefined ? undefined : detectContentFormat(template);
     const toolUse = namedTemplate(config, 'tool_use');
     this.toolUseTemplate = toolUse === undefined ? undefined : new Template(toolUse);
     this.toolUseFormat = toolUse === undefined ? undefined : detectContentFormat(toolUse);
@@ -206,7 +221,8 @@ export class HfTokenizer {
   /**
    * Loads `<dir>/tokenizer.json` and `<dir>/tokenizer_config.json` (the latter optional), with the
    * chat templates transformers (>= 4.47) reads beside them (templateFiles): they win over the config's.
-   * A directory holding Mistral's own tokenizer files is marked `mistralCommon`.
+   * A directory holding Mistral's own tokenizer files is marked `mistralCommon`; its `config.json`
+   * and processor files tell what else vLLM renders chats with (vllm-renderer.ts).
    */
   static load(dir: string, opts: HfTokenizerOptions = {}): HfTokenizer {
     const json = JSON.parse(readFileSync(join(dir, 'tokenizer.json'), 'utf8')) as Record<string, unknown>;
@@ -219,9 +235,15 @@ export class HfTokenizer {
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
     }
-    const files = templateFiles(dir);
-    if (files !== undefined) config = { ...config, chat_template: files };
-    return new HfTokenizer(json, config, dir, { ...opts, mistralCommon: mistralFormat(readdirSync(dir)) });
+    const templates = templateFiles(dir);
+    if (templates !== undefined) config = { ...config, chat_template: templates };
+    const files = readdirSync(dir);
+    return new HfTokenizer(json, config, dir, {
+      ...opts,
+      mistralCommon: mistralFormat(files),
+      ownRenderer: ownRendererOf(files, dir),
+      processorTemplate: processorChatTemplate(files, dir),
+    });
   }
 
   /** What the piece cache holds now: pieces and their characters (bounded by `maxCachedChars`). */
@@ -240,16 +262,17 @@ export class HfTokenizer {
   }
 
   get hasChatTemplate(): boolean {
-    return this.template !== undefined;
+    return this.template !== undefined || this.processorTemplate !== undefined;
   }
 
   /** The content format of the template a request with `tools` renders with (see toolUseTemplate). */
   contentFormatFor(tools: unknown): ContentFormat | undefined {
+    if (!hasTools(tools) && this.processorTemplate !== undefined) return this.processorTemplate.contentFormat;
     return this.toolUseFor(tools) !== undefined ? this.toolUseFormat : this.contentFormat;
   }
 
   private toolUseFor(tools: unknown): Template | undefined {
-    return tools !== undefined && tools !== null ? this.toolUseTemplate : undefined;
+    return hasTools(tools) ? this.toolUseTemplate : undefined;
   }
 
   /** How many ids `encode(text, true)` adds before and after the text's (request-tokens.ts truncation). */
@@ -302,7 +325,13 @@ export class HfTokenizer {
    * transformers' apply_chat_template variables.
    */
   renderChat(messages: unknown, opts: ChatRenderOptions): ChatRenderResult {
-    const template = opts.template?.template ?? this.toolUseFor(opts.tools) ?? this.template;
+    // vLLM's resolve_chat_template: the server's, the processor's for a request without tools, then
+    // the tokenizer's (its tool_use one for a request with tools).
+    const template =
+      opts.template?.template ??
+      (hasTools(opts.tools) ? undefined : this.processorTemplate?.template) ??
+      this.toolUseFor(opts.tools) ??
+      this.template;
     if (template === undefined) return { ok: false, error: `${this.name} has no chat template` };
     if (!Array.isArray(messages) || messages.length === 0) {
       return { ok: false, error: 'messages must be a non-empty array' };
@@ -585,6 +614,11 @@ function mistralFormat(files: readonly string[]): boolean {
   if (!files.some((f) => f === 'tekken.json' || f.startsWith('tokenizer.model.v'))) return false;
   const weights = files.filter((f) => f.endsWith('.safetensors'));
   return weights.length === 0 || weights.some((f) => f.startsWith('consolidated'));
+}
+
+/** Whether a request has tools (vLLM passes them on, an empty list too; None when absent). */
+function hasTools(tools: unknown): boolean {
+  return tools !== undefined && tools !== null;
 }
 
 function tokenText(v: unknown): string {

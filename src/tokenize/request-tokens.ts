@@ -17,7 +17,11 @@
  *   trusts request templates; the router renders only the model's) -> `request_chat_template`; a
  *   tokenizer directory in Mistral's format (`tekken.json`, `tokenizer.model.v*`: vLLM's default
  *   tokenizer mode renders such a model's chats with mistral_common, whose placement of the system
- *   prompt and tools no Jinja template beside it reproduces) -> `mistral_tokenizer`.
+ *   prompt and tools no Jinja template beside it reproduces) -> `mistral_tokenizer`; a gpt-oss model
+ *   (`config.json` model_type `gpt_oss`: vLLM renders its chats with openai_harmony) -> `harmony`; a
+ *   model vLLM gives a renderer of its own by default (DeepSeek V3.2/V4, Grok-2, Kimi K3, Kimi-Audio,
+ *   Qwen-VL: tokenize/vllm-renderer.ts) -> `model_renderer`. A multimodal model's processor template
+ *   (`chat_template.json`) renders its requests without tools, as vLLM's do.
  * - `truncate_prompt_tokens` k (both endpoints): vLLM keeps the prompt's LAST k tokens (its generate
  *   tokenizers truncate on the left; `truncation_side: "right"` keeps the first k). A text encoded
  *   with special tokens keeps them: the Hugging Face tokenizer truncates the text's own ids to k minus
@@ -37,6 +41,7 @@ import { HfTokenizer, type ChatTemplate, type HfTokenizerOptions } from './hf-to
 import { loadServerChatFlags, type ServerChatFlags, type ServerChatFlagSpecs } from './server-chat-flags.js';
 import { vllmChatInput, type ContentFormat } from './vllm-chat-input.js';
 import { chatTemplateArgs } from './chat-template-args.js';
+import type { OwnRenderer } from './vllm-renderer.js';
 import { laxInt } from '../request/lax-int.js';
 import { laxBool } from '../request/lax-bool.js';
 
@@ -48,6 +53,8 @@ export type TokenizeFallback =
   | 'template_error'
   | 'request_chat_template'
   | 'mistral_tokenizer'
+  | 'harmony'
+  | 'model_renderer'
   | 'truncation';
 
 export type RequestTokens =
@@ -166,6 +173,8 @@ export interface BodyTokenizer {
   contentFormatFor?(tools: unknown): ContentFormat | undefined;
   /** vLLM renders this model's chats with mistral_common, not a template (HfTokenizer.mistralCommon). */
   readonly mistralCommon?: boolean;
+  /** vLLM renders this model's chats with harmony or a renderer of its own (HfTokenizer.ownRenderer). */
+  readonly ownRenderer?: OwnRenderer;
 }
 
 /** The prompt token ids of one OpenAI body under `t` and the server's chat flags (see the header comment). */
@@ -185,6 +194,7 @@ export function tokenizeBody(
   const addSpecial = laxBool(body.add_special_tokens);
   if (body.messages !== undefined) {
     if (t.mistralCommon === true) return { ok: false, reason: 'mistral_tokenizer' };
+    if (t.ownRenderer !== undefined) return { ok: false, reason: t.ownRenderer };
     if (t.hasChatTemplate === false && server.template === undefined)
       return { ok: false, reason: 'no_chat_template' };
     if (!Array.isArray(body.messages) || body.messages.length === 0)

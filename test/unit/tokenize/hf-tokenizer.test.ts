@@ -580,6 +580,111 @@ describe('RequestTokenizer', () => {
     }
   });
 
+  it("a gpt-oss model's chats fall back: vLLM renders them with openai_harmony, not the template beside it", () => {
+    // vLLM's chat server sets use_harmony for config.json model_type "gpt_oss" and renders with
+    // openai_harmony (its own system message and channels), never with the Jinja template.
+    const dir = mkdtempSync(join(tmpdir(), 'tok-'));
+    try {
+      for (const f of ['tokenizer.json', 'tokenizer_config.json']) copyFileSync(join(DIR, f), join(dir, f));
+      const chatBody = { messages: chat.messages };
+      writeFileSync(join(dir, 'config.json'), JSON.stringify({ model_type: 'llama' }));
+      expect(RequestTokenizer.load(new Map([['m', dir]])).tokenize('m', chatBody).ok).toBe(true);
+      writeFileSync(
+        join(dir, 'config.json'),
+        JSON.stringify({ architectures: ['GptOssForCausalLM'], model_type: 'gpt_oss' }),
+      );
+      const r = RequestTokenizer.load(new Map([['m', dir]]));
+      expect(r.tokenize('m', chatBody)).toEqual({ ok: false, reason: 'harmony' });
+      const prompt = r.tokenize('m', { prompt: 'Hello world' });
+      expect(prompt.ok && Array.from(prompt.ids)).toEqual(expected.samples[0]!.ids);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it.each([
+    'DeepseekV32ForCausalLM',
+    'DeepseekV4ForCausalLM',
+    'Grok1ForCausalLM',
+    'KimiK3ForConditionalGeneration',
+    'MoonshotKimiaForCausalLM',
+    'QwenVLForConditionalGeneration',
+  ])(
+    "a %s model's chats fall back: vLLM's default tokenizer mode renders them with its own encoder",
+    (arch) => {
+      // vllm/config/model.py turns tokenizer_mode "auto" into the model's own mode for these
+      // architectures; their renderers (vllm/renderers/) do not render the Jinja template beside them.
+      const dir = mkdtempSync(join(tmpdir(), 'tok-'));
+      try {
+        for (const f of ['tokenizer.json', 'tokenizer_config.json']) copyFileSync(join(DIR, f), join(dir, f));
+        writeFileSync(join(dir, 'config.json'), JSON.stringify({ architectures: [arch] }));
+        const r = RequestTokenizer.load(new Map([['m', dir]]));
+        expect(r.tokenize('m', { messages: chat.messages })).toEqual({ ok: false, reason: 'model_renderer' });
+        const prompt = r.tokenize('m', { prompt: 'Hello world' });
+        expect(prompt.ok && Array.from(prompt.ids)).toEqual(expected.samples[0]!.ids);
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    },
+  );
+
+  it("a multimodal model's text chats render with its processor's chat_template.json, as vLLM's do", () => {
+    // vLLM's resolve_chat_template prefers the AutoProcessor's template (transformers reads the legacy
+    // chat_template.json, or processor_config.json's chat_template) for a request without tools.
+    const PROCESSOR_TEMPLATE =
+      "{{- bos_token }}{%- for message in messages %}{{- '<|start_header_id|>' + message['role'] + " +
+      "'<|end_header_id|>\\n\\n' }}{%- if message['content'] is string %}{{- message['content'] }}" +
+      "{%- else %}{%- for part in message['content'] %}{%- if part['type'] == 'text' %}{{- part['text'] }}" +
+      "{%- endif %}{%- endfor %}{%- endif %}{{- '<|eot_id|>' }}{%- endfor %}{%- if add_generation_prompt %}" +
+      "{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}";
+    const messages = [
+      { role: 'system', content: ' You are a helpful assistant. ' },
+      { role: 'user', content: 'Summarise the document.\n' },
+    ];
+    // Golden ids: transformers' apply_chat_template with each template, then encode (no specials).
+    const PROCESSOR_IDS = [
+      0, 2, 387, 450, 3, 202, 202, 224, 352, 88, 330, 263, 430, 374, 365, 342, 17, 224, 1, 2, 297, 261, 3,
+      202, 202, 54, 283, 379, 495, 264, 511, 462, 17, 202, 1, 2, 68, 296, 339, 3, 202, 202,
+    ];
+    const TOKENIZER_IDS = [
+      0, 2, 387, 450, 3, 202, 202, 352, 88, 330, 263, 430, 374, 365, 342, 17, 1, 2, 297, 261, 3, 202, 202, 54,
+      283, 379, 495, 264, 511, 462, 17, 1, 2, 68, 296, 339, 3, 202, 202,
+    ];
+    const ids = (dir: string, body: Record<string, unknown>): unknown => {
+      const out = RequestTokenizer.load(new Map([['m', dir]])).tokenize('m', body);
+      return out.ok ? Array.from(out.ids) : out;
+    };
+    const dir = mkdtempSync(join(tmpdir(), 'tok-'));
+    try {
+      for (const f of ['tokenizer.json', 'tokenizer_config.json']) copyFileSync(join(DIR, f), join(dir, f));
+      writeFileSync(join(dir, 'chat_template.json'), JSON.stringify({ chat_template: PROCESSOR_TEMPLATE }));
+      // No processor in the directory: AutoProcessor gives the tokenizer, whose template vLLM renders.
+      expect(ids(dir, { messages })).toEqual(TOKENIZER_IDS);
+      writeFileSync(
+        join(dir, 'preprocessor_config.json'),
+        JSON.stringify({ processor_class: 'LlavaProcessor' }),
+      );
+      expect(ids(dir, { messages })).toEqual(PROCESSOR_IDS);
+      // Text parts: the processor's template reads them as a list (its content format).
+      const parts = messages.map((m) => ({ ...m, content: [{ type: 'text', text: m.content }] }));
+      expect(ids(dir, { messages: parts })).toEqual(PROCESSOR_IDS);
+      // A request with tools renders with the tokenizer's template.
+      const tool = { type: 'function', function: { name: 'f', parameters: { type: 'object' } } };
+      const withTools = ids(dir, { messages, tools: [tool] });
+      expect(withTools).toEqual(ids(DIR, { messages, tools: [tool] }));
+      // processor_config.json's own chat_template wins over chat_template.json.
+      writeFileSync(
+        join(dir, 'processor_config.json'),
+        JSON.stringify({
+          chat_template: JSON.parse(readFileSync(join(DIR, 'tokenizer_config.json'), 'utf8')).chat_template,
+        }),
+      );
+      expect(ids(dir, { messages })).toEqual(TOKENIZER_IDS);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('a template that raises is a template_error', () => {
     const raising = new HfTokenizer(
       JSON.parse(readFileSync(`${DIR}/tokenizer.json`, 'utf8')) as Record<string, unknown>,
