@@ -35,6 +35,9 @@ export interface RouteRequest {
   readonly prefillHere?: boolean;
 }
 
+/** What a dispatch forwards instead of a response body chunk (see transformResponseChunk). */
+export type ChunkRewrite = Buffer | undefined | Promise<Buffer | undefined>;
+
 export interface Dispatch {
   /** The worker Envoy sends the request to. */
   readonly worker: Worker;
@@ -53,8 +56,12 @@ export interface Dispatch {
    * get a body that does not match it).
    */
   removeResponseHeaders?(status: number): readonly string[] | undefined;
-  /** Optional rewrite of a response body chunk; return undefined to pass the chunk unchanged. */
-  transformResponseChunk?(chunk: Buffer, endOfStream: boolean): Buffer | undefined;
+  /**
+   * Optional rewrite of a response body chunk; return undefined to pass the chunk unchanged. A promise:
+   * the chunk's reply waits for it (a P/D usage frame waiting for the prefill leg's figure), and so do
+   * the messages behind it.
+   */
+  transformResponseChunk?(chunk: Buffer, endOfStream: boolean): ChunkRewrite;
   /**
    * Whether this request needs its response body chunk by chunk (rewrites it, or learns from it).
    * Asked at most once, at the response headers, and only when the body could be skipped (a 2xx

@@ -185,6 +185,8 @@ export class Session {
   /** release() came before the request was routed: it is handed back once routed. */
   private releaseWhenRouted = false;
   private ended = false;
+  /** A response chunk's rewrite is in flight (its reply waits for it). */
+  private rewriting = false;
 
   constructor(
     private readonly stream: Stream,
@@ -250,13 +252,17 @@ export class Session {
     this.fail(err);
   };
 
-  /** A stream end event: behind the messages that arrived before it, unless a dispatch is in flight. */
+  /**
+   * A stream end event: behind the messages that arrived before it, unless a dispatch or a chunk's
+   * rewrite is in flight.
+   */
   private onStreamEnd(halfClose: boolean): void {
     const finish = (): void => {
       this.end(this.streamEnd());
       if (halfClose) this.stream.end();
     };
-    if (this.phase === 'dispatching') finish();
+    // A response chunk whose rewrite waits holds nothing Envoy still needs: the request ends now.
+    if (this.phase === 'dispatching' || this.rewriting) finish();
     else this.enqueue(finish);
   }
 
@@ -516,7 +522,7 @@ export class Session {
     if (eos) this.end({ kind: 'response', status });
   }
 
-  private onResponseBody(b: HttpBody): void {
+  private onResponseBody(b: HttpBody): void | Promise<void> {
     if (this.phase === 'done') return; // duplicate final chunk
     // A routed request's response body before its headers: Envoy skips the response headers.
     if (this.phase === 'response_headers') return this.unsupportedMode(RESPONSE_HEADERS_SKIPPED_PROBLEM);
@@ -524,6 +530,18 @@ export class Session {
     const chunk = bodyOf(b);
     const eos = b.end_of_stream === true;
     const rewritten = this.dispatch?.transformResponseChunk?.(chunk, eos);
+    if (!isPromise(rewritten)) return this.answerChunk(chunk, eos, rewritten);
+    // The rewrite waits (a P/D usage frame for its prefill leg's figure): so does this reply, and the
+    // messages behind it on the chain. A stream end meanwhile ends the request at once (onStreamEnd).
+    const copy = Buffer.from(chunk);
+    this.rewriting = true;
+    return rewritten.then((r) => {
+      this.rewriting = false;
+      if (!this.ended) this.answerChunk(copy, eos, r);
+    });
+  }
+
+  private answerChunk(chunk: Buffer, eos: boolean, rewritten: Buffer | undefined): void {
     this.send(responseChunkReply(this.responseMode, chunk, eos, rewritten));
     if (eos) this.end({ kind: 'response', status: this.status ?? 0 });
   }
@@ -536,9 +554,18 @@ export class Session {
    * sends the trailers only once every chunk was answered, so the held bytes can no longer reach the
    * client: the stream is reset rather than the response passed on cut short as if complete.
    */
-  private onResponseTrailers(): void {
+  private onResponseTrailers(): void | Promise<void> {
     const held =
       this.phase === 'response_body' ? this.dispatch?.transformResponseChunk?.(EMPTY_BODY, true) : undefined;
+    if (!isPromise(held)) return this.answerTrailers(held);
+    this.rewriting = true;
+    return held.then((h) => {
+      this.rewriting = false;
+      if (!this.ended) this.answerTrailers(h);
+    });
+  }
+
+  private answerTrailers(held: Buffer | undefined): void {
     if (held !== undefined && held.length > 0) {
       if (this.responseMode === 'full_duplex') {
         this.send(responseChunkReply('full_duplex', held, false, undefined));

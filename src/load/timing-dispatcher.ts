@@ -49,7 +49,14 @@
  * prefill-backlog entry at the cost model's predicted end of its prefill (queue ahead + its own
  * uncached tokens, without the TTFT floor), as a non-streamed response does.
  */
-import type { Cancellation, Dispatch, Dispatcher, RequestEnd, RouteRequest } from '../extproc/dispatch.js';
+import type {
+  Cancellation,
+  ChunkRewrite,
+  Dispatch,
+  Dispatcher,
+  RequestEnd,
+  RouteRequest,
+} from '../extproc/dispatch.js';
 import { tokensFromChars, DEFAULT_CHARS_PER_TOKEN } from '../routing/prefix-source.js';
 import type { Decision } from '../routing/policy.js';
 import type { Worker } from '../workers/worker.js';
@@ -247,7 +254,7 @@ function whole(d: Dispatch, req: RouteRequest, l: Learners): Dispatch {
       status = s;
       d.onResponseStart?.(s, bodyWatched);
     },
-    transformResponseChunk(chunk: Buffer, endOfStream: boolean): Buffer | undefined {
+    transformResponseChunk(chunk: Buffer, endOfStream: boolean): ChunkRewrite {
       const out = d.transformResponseChunk?.(chunk, endOfStream);
       learn?.(status, chunk);
       if (features !== undefined && !recorded && status >= 200 && status < 300 && chunk.length > 0) {
@@ -308,7 +315,7 @@ function queued(d: Dispatch, req: RouteRequest, l: Learners): Dispatch {
       }
       d.onResponseStart?.(status, bodyWatched);
     },
-    transformResponseChunk(chunk: Buffer, endOfStream: boolean): Buffer | undefined {
+    transformResponseChunk(chunk: Buffer, endOfStream: boolean): ChunkRewrite {
       if (queued && chunk.length > 0 && firstToken(chunk)) done(); // one boolean test after the first
       return d.transformResponseChunk?.(chunk, endOfStream);
     },
@@ -364,7 +371,7 @@ function timed(d: Dispatch, req: RouteRequest, l: Learners): Dispatch {
       status = s;
       d.onResponseStart?.(s, bodyWatched);
     },
-    transformResponseChunk(chunk: Buffer, endOfStream: boolean): Buffer | undefined {
+    transformResponseChunk(chunk: Buffer, endOfStream: boolean): ChunkRewrite {
       const out = d.transformResponseChunk?.(chunk, endOfStream);
       if (chunk.length > 0 && status >= 200 && status < 300) {
         if (chunks > 0 || firstToken(chunk)) {

@@ -437,6 +437,7 @@ export class PdDispatcher implements Dispatcher {
     const kv = decodeKvParams(ctx, undefined) as Json | undefined;
     return this.decodeDispatch(req, d, decode.guard, requestId, decodeBody(req.inference?.json ?? {}, kv), {
       cachedTokens: () => cached,
+      prefilled: leg.then(NOTHING, NOTHING),
       prefill: prefill.decision,
       failure: leg,
       onFinish: (end) => {
@@ -624,6 +625,7 @@ export class PdDispatcher implements Dispatcher {
       decodeBody(req.inference?.json ?? {}, kv),
       {
         cachedTokens: () => cached,
+        prefilled: failure.then(NOTHING, NOTHING),
         prefill: prefillDecision,
         failure,
         onFinish: (end) => {
@@ -707,6 +709,11 @@ export class PdDispatcher implements Dispatcher {
     body: Json | undefined,
     extra: {
       cachedTokens?: () => number | undefined;
+      /**
+       * Settles when `cachedTokens` is final (the prefill leg running beside the decode ended, either
+       * way); absent: it is final already.
+       */
+      prefilled?: Promise<void>;
       prefill: Decision;
       failure?: Promise<unknown>;
       onFinish?: (end: RequestEnd) => void;
@@ -738,6 +745,31 @@ export class PdDispatcher implements Dispatcher {
     // A non-streamed answer's usage is in its one JSON body: a 2xx one is held whole and rewritten.
     const rewritesWhole = !streamed && cachedTokens !== undefined && req.inference !== undefined;
     let whole: JsonUsageRewriter | undefined;
+    const rewrite = rewriter
+      ? (chunk: Buffer, eos: boolean) => rewriter.transform(chunk, eos)
+      : rewritesWhole
+        ? (chunk: Buffer, eos: boolean) => whole?.transform(chunk, eos)
+        : undefined;
+    // A usage frame (or a whole body's end) can come before the router has read the prefill leg
+    // running beside the decode (a short answer ends as soon as its KV arrived): its rewrite waits
+    // for the prefill worker's figure, bounded by the leg's own timeout. Once it waits, the leg's
+    // failure no longer resets the response: the decode's answer is whole, and its usage goes on
+    // without `cached_tokens`, as when the prefill worker reported none.
+    let prefilled = extra.prefilled;
+    prefilled?.then(() => (prefilled = undefined));
+    let waited = false;
+    const transform =
+      rewrite &&
+      ((chunk: Buffer, eos: boolean): Buffer | undefined | Promise<Buffer | undefined> => {
+        const readsFigure = rewriter ? rewriter.readsFigure(chunk) : whole?.readsFigure(eos);
+        if (prefilled === undefined || !readsFigure) return rewrite(chunk, eos);
+        waited = true;
+        return prefilled.then(() => rewrite(chunk, eos));
+      });
+    const failure = extra.failure?.catch((err: unknown) => {
+      if (!waited) throw err;
+    });
+    failure?.catch(() => undefined); // observed by the session
     const decisionHeader = this.opts.decisionHeader;
     const prefillPolicy = this.opts.prefillPool.policy.name;
     const decodePolicy = this.opts.decodePool.policy.name;
@@ -746,17 +778,13 @@ export class PdDispatcher implements Dispatcher {
       decision,
       setHeaders,
       body: rewritten,
-      failure: extra.failure,
+      failure,
       responseHeaders: decisionHeader
         ? () => ({
             [DECISION_HEADER]: `${describeDecision(decodePolicy, decision)}; prefill_${describeDecision(prefillPolicy, prefillDecision).replace(/; /g, '; prefill_')}`,
           })
         : undefined,
-      transformResponseChunk: rewriter
-        ? (chunk, eos) => rewriter.transform(chunk, eos)
-        : rewritesWhole
-          ? (chunk, eos) => whole?.transform(chunk, eos)
-          : undefined,
+      transformResponseChunk: transform,
       ...(rewritesWhole
         ? {
             onResponseStart: (status: number) => {

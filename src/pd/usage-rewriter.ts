@@ -60,6 +60,15 @@ export class SseUsageRewriter {
     private readonly maxFrameBytes: number = MAX_HELD_FRAME_BYTES,
   ) {}
 
+  /**
+   * Whether transform(chunk) may rewrite a usage frame (and so read the cached tokens): the chunk, or
+   * the incomplete frame held before it, carries a usage marker.
+   */
+  readsFigure(chunk: Buffer): boolean {
+    if (hasUsage(chunk)) return true;
+    return this.heldBytes > 0 && hasUsage(Buffer.concat([...this.held, chunk]));
+  }
+
   /** Returns the bytes to forward instead of `chunk`, or undefined to forward it unchanged. */
   transform(chunk: Buffer, endOfStream: boolean): Buffer | undefined {
     const newlineBefore = this.newlineLast;
@@ -155,6 +164,11 @@ export class JsonUsageRewriter {
     private readonly cachedTokens: () => number | undefined,
     private readonly maxBytes: number = MAX_HELD_JSON_BYTES,
   ) {}
+
+  /** Whether transform(chunk, endOfStream) rewrites the body (and so reads the cached tokens). */
+  readsFigure(endOfStream: boolean): boolean {
+    return endOfStream && this.held !== undefined;
+  }
 
   /** Returns the bytes to forward instead of `chunk` (empty while held), or undefined to forward it. */
   transform(chunk: Buffer, endOfStream: boolean): Buffer | undefined {

@@ -380,6 +380,82 @@ describe('concurrent P/D (MoRI-IO WRITE)', () => {
     }
   });
 
+  // A short answer's decode can end as soon as its KV arrived, before the router has read the
+  // prefill worker's own response: the decode's usage (every prompt token claimed as cached) must
+  // still get the prefill worker's figure.
+  it.each([true, false])(
+    "an answer that ends before the prefill worker's response still reports its cached tokens (stream: %s)",
+    async (stream) => {
+      const prompt = `ends first ${stream}, `.repeat(40);
+      const prefillHold = holdNext(s.prefill);
+      let released = false;
+      try {
+        const r = post(s.url, '/v1/completions', {
+          model: 'sim-model',
+          prompt,
+          max_tokens: 2,
+          stream,
+          ...(stream ? { stream_options: { include_usage: true } } : {}),
+        });
+        await prefillHold.reached();
+        const decodeRecord = () =>
+          s.decode[0]!.records.find((x) => (x.body as { prompt?: string }).prompt === prompt);
+        await waitFor(() => decodeRecord()?.endMs !== undefined, { message: 'decode answered' });
+        prefillHold.release();
+        released = true;
+        const res = await r;
+        const text = await res.text();
+        expect(res.status).toBe(200);
+        const usageText = stream
+          ? text
+              .split('\n\n')
+              .map((f) => f.replace(/^data: /, ''))
+              .find((f) => f.includes('"usage"') && f.includes('prompt_tokens_details'))!
+          : text;
+        const usage = (
+          JSON.parse(usageText) as { usage: { prompt_tokens_details?: { cached_tokens?: number } } }
+        ).usage;
+        const d = decodeRecord()!;
+        const p = s.prefill[0]!.records.find((x) => x.requestId === d.requestId)!;
+        expect(d.cachedTokens).toBe(d.promptTokens);
+        expect(usage.prompt_tokens_details?.cached_tokens).toBe(p.cachedTokens);
+        await waitFor(() => pl() === 0 && dl() === 0);
+      } finally {
+        if (!released) prefillHold.release();
+      }
+    },
+  );
+
+  it('a client that leaves while the usage waits for the prefill worker: the prefill leg is aborted', async () => {
+    const prompt = 'leaves while the usage waits, '.repeat(20);
+    const prefillHold = holdNext(s.prefill);
+    // The response's first event reaches the client before the decode ends (its headers with it).
+    const decodeHold = holdNext(s.decode, { afterChunks: 1 });
+    const client = new AbortController();
+    try {
+      const r = await post(
+        s.url,
+        '/v1/completions',
+        { model: 'sim-model', prompt, max_tokens: 2, stream: true, stream_options: { include_usage: true } },
+        client.signal,
+      );
+      expect(r.status).toBe(200);
+      decodeHold.release();
+      const decodeRecord = () =>
+        s.decode[0]!.records.find((x) => (x.body as { prompt?: string }).prompt === prompt);
+      await waitFor(() => decodeRecord()?.endMs !== undefined, { message: 'decode answered' });
+      client.abort();
+      await r.text().catch(() => '');
+      const prefillRecord = () =>
+        s.prefill[0]!.records.find((x) => (x.body as { prompt?: string }).prompt === prompt);
+      await waitFor(() => prefillRecord()?.outcome === 'aborted', { message: 'prefill leg aborted' });
+      await waitFor(() => pl() === 0 && dl() === 0);
+    } finally {
+      decodeHold.release();
+      prefillHold.release();
+    }
+  });
+
   it('a failed prefill becomes a client-visible error, not a hang', async () => {
     s.prefill[0]!.injectFault({ status: 500 });
     s.decode[0]!.injectFault({ hang: true });
@@ -589,6 +665,71 @@ describe.each([
       expect(body.usage.prompt_tokens_details?.cached_tokens).toBe(p.cachedTokens);
       await expectAllLoadsZero(router);
     } finally {
+      await envoy.close();
+      await router.close();
+      await prefill.close();
+      await decode.close();
+    }
+  });
+});
+
+describe.each([
+  { responseBodyMode: 'FULL_DUPLEX_STREAMED' as const, trailerMode: 'SEND' as const, stream: true },
+  { responseBodyMode: 'FULL_DUPLEX_STREAMED' as const, trailerMode: 'SEND' as const, stream: false },
+  { responseBodyMode: 'BUFFERED' as const, stream: true },
+  { responseBodyMode: 'BUFFERED' as const, stream: false },
+])('concurrent P/D through an Envoy whose response body is $responseBodyMode (stream: $stream)', (modes) => {
+  it("an answer that ends before the prefill worker's response reports the prefill worker's cached tokens", async () => {
+    const { stream, ...envoyModes } = modes;
+    const prefill = await startSimulator({ role: 'prefill', kvConnector: 'moriio', timeScale: 0 });
+    const decode = await startSimulator({ role: 'decode', kvConnector: 'moriio', timeScale: 0 });
+    const router = await startTestRouter({
+      mode: 'pd',
+      prefill: [prefill.url],
+      decode: [decode.url],
+      kvConnector: 'moriio',
+      pdDispatch: 'concurrent',
+    });
+    const envoy = await startEnvoy({
+      routers: [{ host: '127.0.0.1', port: router.grpcPort }],
+      ...envoyModes,
+    });
+    const prefillHold = prefill.hold();
+    try {
+      const prompt = 'ends first, '.repeat(40);
+      const r = post(`http://127.0.0.1:${envoy.listenerPort}`, '/v1/completions', {
+        model: 'sim-model',
+        prompt,
+        max_tokens: 2,
+        stream,
+        ...(stream ? { stream_options: { include_usage: true } } : {}),
+      });
+      await prefillHold.reached();
+      await waitFor(() => decode.records.at(-1)?.endMs !== undefined, { message: 'decode answered' });
+      prefillHold.release();
+      const res = await r;
+      const raw = Buffer.from(await res.arrayBuffer());
+      expect(res.status, raw.toString()).toBe(200);
+      const length = res.headers.get('content-length');
+      if (length !== null) expect(Number(length)).toBe(raw.length);
+      const text = raw.toString('utf8');
+      const usageText = stream
+        ? text
+            .split('\n\n')
+            .map((f) => f.replace(/^data: /, ''))
+            .find((f) => f.includes('prompt_tokens_details'))!
+        : text;
+      const usage = (
+        JSON.parse(usageText) as { usage: { prompt_tokens_details?: { cached_tokens?: number } } }
+      ).usage;
+      const d = decode.records.at(-1)!;
+      const p = prefill.records.find((x) => x.requestId === d.requestId)!;
+      expect(d.cachedTokens).toBe(d.promptTokens);
+      expect(usage.prompt_tokens_details?.cached_tokens).toBe(p.cachedTokens);
+      if (stream) expect(text).toContain('[DONE]');
+      await expectAllLoadsZero(router);
+    } finally {
+      prefillHold.release();
       await envoy.close();
       await router.close();
       await prefill.close();

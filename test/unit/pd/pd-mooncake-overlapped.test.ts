@@ -206,3 +206,68 @@ describe('Mooncake overlapped legs: the decode answered while the prefill leg ru
     expect(s.loads()).toEqual(IDLE);
   });
 });
+
+/**
+ * The decode worker of a short answer can end it as soon as the KV arrived, before the router has read
+ * the prefill worker's own response: the usage it reports (every prompt token cached, since they all
+ * came by transfer) still gets the prefill worker's figure.
+ */
+describe("Mooncake overlapped legs: the decode's usage before the prefill worker's answer", () => {
+  const USAGE = { prompt_tokens: 40, completion_tokens: 1, prompt_tokens_details: { cached_tokens: 40 } };
+  const streamedReq = {
+    ...COMPLETION_REQ,
+    inference: { ...COMPLETION_REQ.inference!, stream: true },
+  };
+  const cachedIn = (out: Buffer | undefined) => {
+    const frame = (out ?? Buffer.alloc(0)).toString().split('\n\n')[0]!;
+    return (JSON.parse(frame.slice('data: '.length)) as { usage: typeof USAGE }).usage.prompt_tokens_details
+      .cached_tokens;
+  };
+
+  it("a streamed answer's usage frame carries the prefill worker's cached tokens", async () => {
+    const s = setup();
+    const pending = s.dispatcher.dispatch(streamedReq, new AbortController()) as Promise<Dispatch>;
+    s.client.legs[0]!.sent();
+    const d = await pending;
+    d.onResponseStart?.(200, true);
+    const frame = Buffer.from(`data: ${JSON.stringify({ choices: [], usage: USAGE })}\n\ndata: [DONE]\n\n`);
+    const out = d.transformResponseChunk?.(frame, true);
+    s.client.legs[0]!.resolve({ ...OK, cachedTokens: 16 });
+    expect(cachedIn(await out)).toBe(16);
+    await d.failure;
+    d.finish({ kind: 'response', status: 200 });
+    expect(s.loads()).toEqual(IDLE);
+  });
+
+  it("a whole JSON answer carries the prefill worker's cached tokens", async () => {
+    const s = setup();
+    const pending = s.dispatch();
+    s.client.legs[0]!.sent();
+    const d = await pending;
+    d.onResponseStart?.(200, true);
+    const body = Buffer.from(JSON.stringify({ choices: [{ text: 'a' }], usage: USAGE }));
+    const out = d.transformResponseChunk?.(body, true);
+    s.client.legs[0]!.resolve({ ...OK, cachedTokens: 16 });
+    const json = JSON.parse(((await out) ?? body).toString()) as { usage: typeof USAGE };
+    expect(json.usage.prompt_tokens_details.cached_tokens).toBe(16);
+    await d.failure;
+    d.finish({ kind: 'response', status: 200 });
+    expect(s.loads()).toEqual(IDLE);
+  });
+
+  it('a prefill leg failing after the decode answered whole: the answer goes on, without cached_tokens', async () => {
+    const s = setup();
+    const pending = s.dispatcher.dispatch(streamedReq, new AbortController()) as Promise<Dispatch>;
+    s.client.legs[0]!.sent();
+    const d = await pending;
+    d.onResponseStart?.(200, true);
+    const frame = Buffer.from(`data: ${JSON.stringify({ choices: [], usage: USAGE })}\n\n`);
+    const out = d.transformResponseChunk?.(frame, false);
+    s.client.legs[0]!.reject(new PrefillError('timeout', 'prefill timed out'));
+    expect(cachedIn(await out)).toBeUndefined();
+    // Not a failure the session resets the whole answer for.
+    await expect(d.failure).resolves.toBeUndefined();
+    d.finish({ kind: 'response', status: 200 });
+    expect(s.loads()).toEqual(IDLE);
+  });
+});
