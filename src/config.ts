@@ -148,6 +148,18 @@ function validate(c: Config): void {
   for (const url of [...c.workers, ...c.prefill.map((p) => parsePrefillArg(p).url), ...c.decode]) {
     parseWorkerUrl(url);
   }
+  // A static worker of a role the mode never routes to would be listed and probed, and never sent a
+  // request: a router with only such workers never turns ready.
+  if (c.mode === 'pd' && c.workers.length > 0) {
+    throw new ConfigError(
+      '--worker is a regular worker, which --mode pd never routes to: use --prefill / --decode',
+    );
+  }
+  if (c.mode !== 'pd' && (c.prefill.length > 0 || c.decode.length > 0)) {
+    throw new ConfigError(
+      '--prefill / --decode workers are routed only with --mode pd (regular mode uses --worker)',
+    );
+  }
   if (c.discoveryZmq && !/^tcp:\/\/[^\s/]+:(\d+|\*)$/.test(c.discoveryZmq)) {
     throw new ConfigError(`--discovery-zmq must look like tcp://host:port, got ${c.discoveryZmq}`);
   }

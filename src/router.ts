@@ -215,6 +215,7 @@ function staticWorkersStep(c: Components): LifecycleStep {
           url,
           endpoint: await resolveEndpoint(host, port, c.resolveHost),
           permanent: true,
+          source: 'static',
           ...(bootstrapPort !== undefined ? { bootstrapPort } : {}),
         });
       }

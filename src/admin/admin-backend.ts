@@ -7,11 +7,14 @@
  *               prefill instance whose bootstrap server answered;
  *   workers     every pool member with its registry expiry and health view;
  *   register    admin registration of one worker, in order (errors are AdminInputError codes):
+ *                 0. a role the mode does not route to (regular in pd mode, prefill or decode in
+ *                    regular mode): 400 `invalid_registration`,
  *                 1. parse the URL (400 `invalid_registration`),
  *                 2. a host outside --discovery-allow: 403 `worker_not_allowed`, counted
  *                    `not_allowed` (a name is never inside a non-empty list: see discovery/cidr.ts),
  *                 3. resolve a host name to the ip:port Envoy dials (failure: 400 `dns_failed`,
- *                    counted),
+ *                    counted); the unspecified address (0.0.0.0, ::) is refused, 400
+ *                    `invalid_registration`,
  *                 4. register; a registry rejection (a MoRI-IO transfer_mode change) is 409
  *                    `registration_conflict`, counted with the registry's reason;
  *   deregister  by (role, url), the url normalised like a registration's.
@@ -90,8 +93,13 @@ function normalising(ops: WorkerSleepOps): WorkerSleepOps {
   };
 }
 
+/** The roles a mode sends requests to. */
+function routedRoles(mode: Config['mode']): readonly Role[] {
+  return mode === 'pd' ? ['prefill', 'decode'] : ['regular'];
+}
+
 function readiness(deps: AdminBackendDeps): { ready: boolean; detail: Record<string, unknown> } {
-  const needed: Role[] = deps.mode === 'pd' ? ['prefill', 'decode'] : ['regular'];
+  const needed = routedRoles(deps.mode);
   const counts: Record<string, number> = {};
   for (const role of needed) counts[role] = deps.registry.size(role);
   const draining = deps.drain.draining;
@@ -119,6 +127,13 @@ async function register(
   req: WorkerRegistrationRequest,
 ): Promise<{ generation: number; event: string; url: string; endpoint: string }> {
   const { metrics } = deps;
+  const routed = routedRoles(deps.mode);
+  if (!routed.includes(req.role)) {
+    // It would be listed, probed and scraped, and never sent a request.
+    throw new AdminInputError(
+      `role ${req.role} gets no traffic in ${deps.mode} mode (it routes to ${routed.join(' and ')} workers)`,
+    );
+  }
   let parsed;
   try {
     parsed = parseWorkerUrl(req.url);
@@ -139,12 +154,21 @@ async function register(
     metrics.discoveryRejected.inc({ reason: 'dns_failed' });
     throw new AdminInputError(`cannot resolve ${parsed.host}`, 'dns_failed');
   }
+  if (UNSPECIFIED_ENDPOINT.test(endpoint)) {
+    // vLLM's "--host 0.0.0.0" is where it listens, not an address to dial: Envoy, the health checks
+    // and the scrapes would reach the router's own host instead of the worker.
+    throw new AdminInputError(
+      `${parsed.host} is the unspecified (listen-on-all) address, not one a worker is reached at: ` +
+        "register the worker's own IP or host name",
+    );
+  }
   const result = deps.registry.register({
     role: req.role,
     url: parsed.url,
     endpoint,
     zmqAddress: req.zmqAddress,
     permanent: req.permanent,
+    source: 'admin',
     ...(req.bootstrapPort !== undefined ? { bootstrapPort: req.bootstrapPort } : {}),
     ...(req.metadata !== undefined ? { metadata: req.metadata } : {}),
   });
@@ -155,6 +179,9 @@ async function register(
   metrics.discoveryEvents.inc({ role: req.role, event: result.event });
   return { generation: result.entry.generation, event: result.event, url: parsed.url, endpoint };
 }
+
+/** `0.0.0.0:port` or `[::]:port`: an endpoint no connection can be meant for. */
+const UNSPECIFIED_ENDPOINT = /^(0\.0\.0\.0|\[::\]):\d+$/;
 
 /** A DELETE's url, normalised like a registration's (the raw text when it does not parse). */
 function normalisedKey(url: string): string {

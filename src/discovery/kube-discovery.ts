@@ -237,6 +237,7 @@ export class KubeRoleSource {
       metadata: w.metadata,
       permanent: true,
       sourceOwned: true,
+      source: 'kube',
     });
     if ('rejected' in result) {
       this.noteReason(key, result.rejected);

@@ -21,6 +21,14 @@
  * Generation allocation and insertion happen in the same synchronous call, so no interleaving can
  * observe a generation that is not in the table.
  *
+ * Several sources at one key (a registration names its `source`: vLLM's ZMQ heartbeats, an operator's
+ * admin POSTs, static configuration, Kubernetes): each keeps announcing its own view, e.g. an admin
+ * registrar adds `tp_size` that vLLM's heartbeat does not carry. While the key stays live, a
+ * registration that repeats exactly what its source last announced at the key is a heartbeat of the
+ * current lifetime, whichever source started it (expiry pushed, the entry unchanged): two sources
+ * writing different views no longer start a new lifetime on every write. A source that announces
+ * something else starts one with its registration, as above.
+ *
  * MoRI-IO: `metadata.transfer_mode` is fixed by the first registration of a lifetime; a heartbeat
  * carrying a different value (including present vs absent) is rejected and changes nothing.
  *
@@ -74,6 +82,8 @@ export interface Registration {
   sourceOwned?: boolean;
   /** Mooncake bootstrap server port (prefill instances); part of the identity like `endpoint`. */
   bootstrapPort?: number;
+  /** Which source registers (`zmq`, `admin`, `static`, `kube`): see "Several sources" above. */
+  source?: string;
 }
 
 export interface RegistryEntry extends Readonly<Registration> {
@@ -101,6 +111,8 @@ export const DEFAULT_REGISTRY_TTL_MS = 5000;
 
 interface RoleTable {
   readonly entries: Map<string, RegistryEntry>;
+  /** Per key: what each source last announced there while the key stayed live (announcementOf). */
+  readonly announced: Map<string, Map<string, string>>;
   /** Sorted live entries, or undefined when invalidated. */
   cache: readonly RegistryEntry[] | undefined;
   /** The cache is valid while `now < cacheValidUntilMs`. */
@@ -121,6 +133,12 @@ function shallowEqualRecords(
     if (!Object.is(a?.[key], b?.[key])) return false;
   }
   return true;
+}
+
+/** What a source announces at a key, as a comparable string (metadata keys in any order). */
+function announcementOf(reg: Registration): string {
+  const metadata = reg.metadata === undefined ? undefined : Object.entries(reg.metadata).sort();
+  return JSON.stringify([reg.endpoint, reg.zmqAddress, reg.bootstrapPort, metadata]);
 }
 
 function transferModeOf(metadata: Readonly<Record<string, unknown>> | undefined): unknown {
@@ -180,6 +198,13 @@ export class ServiceRegistry {
     const table = this.table(reg.role);
     const previous = table.entries.get(reg.url);
     const live = previous !== undefined && previous.expiresAtMs > now;
+    const announcement = reg.source === undefined ? undefined : ([reg.source, announcementOf(reg)] as const);
+    const announced = live ? table.announced.get(reg.url) : undefined;
+
+    if (live && announcement !== undefined && announced?.get(announcement[0]) === announcement[1]) {
+      // This source repeats its own last announcement: a heartbeat of whatever lifetime is current.
+      return { entry: this.heartbeat(table, previous, reg, now), event: 'heartbeat' };
+    }
 
     const sameIdentity =
       live &&
@@ -191,18 +216,8 @@ export class ServiceRegistry {
       return { rejected: 'transfer_mode_mismatch' };
     }
     if (sameIdentity && shallowEqualRecords(previous.metadata, reg.metadata)) {
-      const permanent = previous.permanent === true || reg.permanent === true;
-      const entry = this.freezeEntry(reg, {
-        generation: previous.generation,
-        registeredAtMs: previous.registeredAtMs,
-        expiresAtMs: permanent ? Infinity : now + this.ttlMs,
-        permanent,
-        sourceOwned: previous.sourceOwned === true,
-      });
-      table.entries.set(reg.url, entry);
-      // A plain heartbeat only moves expiry forward: the cached snapshot stays correct (see header).
-      if (previous.permanent !== entry.permanent) this.changed(table, reg.role);
-      return { entry, event: 'heartbeat' };
+      this.announce(table, reg, announcement, announced);
+      return { entry: this.heartbeat(table, previous, reg, now), event: 'heartbeat' };
     }
 
     // A live static entry's permanence carries over to the new lifetime at its key (module comment).
@@ -216,14 +231,50 @@ export class ServiceRegistry {
       sourceOwned: reg.permanent === true && reg.sourceOwned === true,
     });
     table.entries.set(reg.url, entry);
+    this.announce(table, reg, announcement, announced);
     this.changed(table, reg.role);
     return { entry, event: previous === undefined ? 'registered' : 'replaced' };
+  }
+
+  /** The live `previous` kept (its generation and content), expiry pushed; permanence is sticky. */
+  private heartbeat(
+    table: RoleTable,
+    previous: RegistryEntry,
+    reg: Registration,
+    now: number,
+  ): RegistryEntry {
+    const permanent = previous.permanent === true || reg.permanent === true;
+    const entry = this.freezeEntry(previous, {
+      generation: previous.generation,
+      registeredAtMs: previous.registeredAtMs,
+      expiresAtMs: permanent ? Infinity : now + this.ttlMs,
+      permanent,
+      sourceOwned: previous.sourceOwned === true,
+    });
+    table.entries.set(reg.url, entry);
+    // A plain heartbeat only moves expiry forward: the cached snapshot stays correct (see header).
+    if (previous.permanent !== entry.permanent) this.changed(table, reg.role);
+    return entry;
+  }
+
+  /** Records what `reg.source` announced at the key; what sources announced before a gap is dropped. */
+  private announce(
+    table: RoleTable,
+    reg: Registration,
+    announcement: readonly [source: string, announced: string] | undefined,
+    announced: Map<string, string> | undefined,
+  ): void {
+    const sources = announced ?? new Map<string, string>();
+    if (announcement !== undefined) sources.set(...announcement);
+    if (sources.size > 0) table.announced.set(reg.url, sources);
+    else table.announced.delete(reg.url);
   }
 
   /** Removes (role, url) whether live or expired. Returns whether an entry existed. */
   deregister(role: Role, url: string): boolean {
     const table = this.tables.get(role);
     if (table === undefined || !table.entries.delete(url)) return false;
+    table.announced.delete(url);
     this.changed(table, role);
     return true;
   }
@@ -257,6 +308,7 @@ export class ServiceRegistry {
       for (const [url, entry] of table.entries) {
         if (entry.expiresAtMs <= now) {
           table.entries.delete(url);
+          table.announced.delete(url);
           removed.push(entry);
           changed = true;
         }
@@ -280,7 +332,7 @@ export class ServiceRegistry {
   private table(role: Role): RoleTable {
     let table = this.tables.get(role);
     if (table === undefined) {
-      table = { entries: new Map(), cache: undefined, cacheValidUntilMs: -Infinity };
+      table = { entries: new Map(), announced: new Map(), cache: undefined, cacheValidUntilMs: -Infinity };
       this.tables.set(role, table);
     }
     return table;

@@ -246,6 +246,7 @@ export class ZmqDiscovery {
       endpoint,
       zmqAddress: decoded.zmqAddress,
       metadata: decoded.metadata,
+      source: 'zmq',
     });
     if ('rejected' in result) {
       this.reject(identity, result.rejected, { httpAddress: decoded.httpAddress });

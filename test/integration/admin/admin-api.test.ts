@@ -76,7 +76,7 @@ function sample(text: string, name: string, labels: Record<string, string>): num
 describe('POST/GET/DELETE /workers', () => {
   it('registers, lists, heartbeats and deregisters a worker', async () => {
     let now = 10_000;
-    const r = await router({ discoveryTtlMs: 4000 }, () => now);
+    const r = await router({ mode: 'pd', discoveryTtlMs: 4000 }, () => now);
     const reply = await registerOk(r, {
       role: 'prefill',
       url: 'http://127.0.0.1:9101',
@@ -232,7 +232,7 @@ describe('POST/GET/DELETE /workers', () => {
   });
 
   it('a re-registration with changed metadata is a new worker: /workers shows what was announced last', async () => {
-    const r = await router();
+    const r = await router({ mode: 'pd' });
     const url = 'http://127.0.0.1:9106';
     const first = await registerOk(r, { role: 'prefill', url, metadata: { tp_size: 4, dp_size: 1 } });
     const old = r.workers()[0]!;
@@ -250,6 +250,17 @@ describe('POST/GET/DELETE /workers', () => {
       guard.release();
     }
     expect(old.load).toBe(0);
+  });
+
+  it("a worker url at vLLM's listen-on-all address (0.0.0.0, ::) is a JSON 400 and registers nothing", async () => {
+    const r = await router();
+    for (const url of ['http://0.0.0.0:8000', 'http://[::]:8000', 'http://0:8000']) {
+      const res = await post(r, { role: 'regular', url });
+      const body = (await res.json()) as { error: { code: string; message: string } };
+      expect([res.status, body.error.code], url).toEqual([400, 'invalid_registration']);
+      expect(body.error.message).toMatch(/unspecified/);
+    }
+    expect(await workers(r)).toEqual([]);
   });
 
   it('DELETE without a valid role or url is a JSON 400', async () => {
@@ -337,7 +348,7 @@ describe('worker operations: /workers/cordon, /uncordon, /sleep, /wake_up', () =
     ((await res.json()) as { error: { code: string; message: string } }).error;
 
   it('cordon and uncordon every role registered at the URL, normalised like a registration', async () => {
-    const r = await router();
+    const r = await router({ mode: 'pd' });
     await registerOk(r, { role: 'prefill', url: 'http://127.0.0.1:9301' });
     await registerOk(r, { role: 'decode', url: 'http://127.0.0.1:9301' });
     await registerOk(r, { role: 'decode', url: 'http://127.0.0.1:9302' });
@@ -402,9 +413,16 @@ describe('/readyz', () => {
     const before = await adminJson<Record<string, unknown>>(r, '/readyz');
     expect(before.status).toBe(503);
     expect(before.body).toMatchObject({ status: 'not_ready', mode: 'regular', workers: { regular: 0 } });
-    // Workers of the other roles do not make a regular router ready.
-    await registerOk(r, { role: 'prefill', url: 'http://127.0.0.1:9301' });
-    await registerOk(r, { role: 'decode', url: 'http://127.0.0.1:9302' });
+    // Workers of the other roles would never get a request here: refused, and no readier.
+    for (const role of ['prefill', 'decode']) {
+      const res = await post(r, { role, url: 'http://127.0.0.1:9301' });
+      const body = (await res.json()) as { error: { code: string; message: string } };
+      expect([res.status, body.error.code]).toEqual([400, 'invalid_registration']);
+      expect(body.error.message).toBe(
+        `role ${role} gets no traffic in regular mode (it routes to regular workers)`,
+      );
+    }
+    expect(await workers(r)).toEqual([]);
     expect((await adminJson(r, '/readyz')).status).toBe(503);
     await registerOk(r, { role: 'regular', url: 'http://127.0.0.1:9303' });
     const after = await adminJson<Record<string, unknown>>(r, '/readyz');
@@ -422,7 +440,13 @@ describe('/readyz', () => {
       body: { status: 'not_ready', mode: 'pd', workers: { prefill: 0, decode: 0 } },
     });
     await registerOk(r, { role: 'prefill', url: 'http://127.0.0.1:9401' });
-    await registerOk(r, { role: 'regular', url: 'http://127.0.0.1:9402' });
+    // A regular worker would never get a request in pd mode: a JSON 400, not a silent 200.
+    const res = await post(r, { role: 'regular', url: 'http://127.0.0.1:9402' });
+    expect(res.status).toBe(400);
+    expect(((await res.json()) as { error: { message: string } }).error.message).toBe(
+      'role regular gets no traffic in pd mode (it routes to prefill and decode workers)',
+    );
+    expect((await workers(r)).map((w) => w.role)).toEqual(['prefill']);
     expect(await adminJson(r, '/readyz')).toMatchObject({
       status: 503,
       body: { workers: { prefill: 1, decode: 0 } },
@@ -452,15 +476,13 @@ describe('discovery metrics', () => {
     await registerOk(r, { role: 'regular', url: 'http://127.0.0.1:9601' });
     await registerOk(r, { role: 'regular', url: 'http://127.0.0.1:9602' });
     await registerOk(r, { role: 'regular', url: 'http://127.0.0.1:9601' });
-    await registerOk(r, { role: 'prefill', url: 'http://127.0.0.1:9601' });
     let text = await metricsText(r);
     const updates = (role: string, event: string) =>
       sample(text, 'vllm_router_discovery_updates_total', { role, event });
     expect(updates('regular', 'registered')).toBe(2);
     expect(updates('regular', 'heartbeat')).toBe(1);
-    expect(updates('prefill', 'registered')).toBe(1);
     expect(sample(text, 'vllm_router_pool_workers', { role: 'regular' })).toBe(2);
-    expect(sample(text, 'vllm_router_pool_workers', { role: 'prefill' })).toBe(1);
+    expect(sample(text, 'vllm_router_pool_workers', { role: 'prefill' })).toBe(0);
     expect(sample(text, 'vllm_router_pool_workers', { role: 'decode' })).toBe(0);
 
     const d = await del(r, 'regular', 'http://127.0.0.1:9602');

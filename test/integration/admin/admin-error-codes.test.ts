@@ -87,6 +87,7 @@ const CASES: Case[] = [
   },
   {
     what: 'a heartbeat that drops the MoRI-IO transfer_mode of the live registration',
+    config: { mode: 'pd' },
     before: (r) => {
       r.registry.register({
         role: 'decode',

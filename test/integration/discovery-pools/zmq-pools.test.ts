@@ -16,6 +16,7 @@ import { startSimulator, type Simulator, type SimulatorOptions } from '../../../
 import { adminJson, expectAllLoadsZero, metricsText, startTestRouter } from '../../support/router-fixture.js';
 import { freePorts } from '../../support/free-ports.js';
 import { waitFor } from '../../support/wait-for.js';
+import { LoadGuard } from '../../../src/workers/load-guard.js';
 
 const cleanups: Array<() => unknown> = [];
 afterEach(async () => {
@@ -242,5 +243,51 @@ describe('ZMQ registration into role pools', () => {
       sample(text, 'vllm_router_pool_changes_total', { role: 'decode', change: 'departed' }) +
         sample(text, 'vllm_router_pool_changes_total', { role: 'decode', change: 'replaced' }),
     ).toBe(1);
+  });
+});
+
+describe('two sources at one url', () => {
+  it("an operator's repeated POST /workers with metadata and vLLM's own heartbeats at the same url keep one Worker", async () => {
+    const r = await router();
+    const p = await sim(r, 'prefill');
+    await waitFor(() => r.workers().length === 1, { message: 'simulator registered' });
+    const metrics = async (event: string): Promise<number> =>
+      sample(await metricsText(r), 'vllm_router_discovery_updates_total', { role: 'prefill', event });
+    // An operator's registrar adds what vLLM's heartbeat does not carry, and repeats its POST.
+    const body = { role: 'prefill', url: p.url, zmqAddress: p.zmqAddress, metadata: { tp_size: 2 } };
+    const post = async (): Promise<{ generation: number; event: string }> => {
+      const res = await adminJson<{ generation: number; event: string }>(r, '/workers', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      });
+      expect(res.status).toBe(200);
+      return res.body;
+    };
+    const first = await post();
+    expect(first.event).toBe('replaced');
+    r.pools.prefill.reconcile();
+    const worker = r.pools.prefill.workers[0]!;
+    expect(worker.generation).toBe(first.generation);
+    const guard = new LoadGuard(worker); // a request in flight on it
+    try {
+      for (let round = 0; round < 2; round++) {
+        // vLLM keeps heartbeating (every 200 ms here) between the operator's POSTs.
+        const seen = await metrics('heartbeat');
+        await waitFor(async () => (await metrics('heartbeat')) >= seen + 2, { message: 'two heartbeats' });
+        expect(await post()).toMatchObject({ generation: first.generation, event: 'heartbeat' });
+      }
+      const [listed] = await workers(r);
+      expect([listed?.generation, listed?.metadata, listed?.load]).toEqual([
+        first.generation,
+        { tp_size: 2 },
+        1,
+      ]);
+      expect(r.pools.prefill.workers[0]).toBe(worker);
+      expect(await metrics('replaced')).toBe(1);
+    } finally {
+      guard.release();
+    }
+    expect(worker.load).toBe(0);
   });
 });

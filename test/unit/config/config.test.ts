@@ -77,7 +77,11 @@ describe('flags', () => {
       ['--worker', 'http://a:1', '--worker', 'http://b:2'],
       { workers: ['http://a:1', 'http://b:2'] },
     ],
-    ['a comma list', ['--prefill', 'http://a:1, http://b:2,'], { prefill: ['http://a:1', 'http://b:2'] }],
+    [
+      'a comma list',
+      ['--mode', 'pd', '--prefill', 'http://a:1, http://b:2,'],
+      { prefill: ['http://a:1', 'http://b:2'] },
+    ],
     [
       'request objectives, a negative priority included',
       ['--objective', 'batch=-1', '--objective', 'realtime=5', '--saturation-kv-usage', '0.9'],
@@ -108,6 +112,25 @@ describe('flags', () => {
     ['a worker URL with a path', ['--worker', 'http://a:1/v1'], /must not have a path/],
     ['an https worker URL', ['--decode', 'https://a:1'], /must use http/],
     ['a bad ZMQ bind', ['--discovery-zmq', 'ipc:///tmp/x'], /tcp:\/\/host:port/],
+    [
+      'static P/D workers without --mode pd (they would never get a request)',
+      ['--prefill', 'http://p:8000', '--decode', 'http://d:8000'],
+      /--prefill \/ --decode workers are routed only with --mode pd/,
+    ],
+    [
+      'a regular --worker in pd mode (it would never get a request)',
+      [
+        '--mode',
+        'pd',
+        '--worker',
+        'http://w:8000',
+        '--prefill',
+        'http://p:8000',
+        '--decode',
+        'http://d:8000',
+      ],
+      /--worker is a regular worker, which --mode pd never routes to/,
+    ],
     ['an objective without a priority', ['--objective', 'batch'], /expected NAME=PRIORITY/],
     ['an objective given twice', ['--objective', 'a=-1,a=2'], /"a" given twice/],
     ['a media-tokens field without a value', ['--media-tokens', 'llava=max'], /--media-tokens llava/],

@@ -58,7 +58,7 @@ describe('--prefill flag', () => {
     const file = join(dir, 'c.yaml');
     writeFileSync(
       file,
-      'prefill:\n  - "http://p1:8000 9001"\n  - { url: "http://p2:8000", bootstrapPort: 9002 }\n  - url: http://p3:8000\n',
+      'mode: pd\nprefill:\n  - "http://p1:8000 9001"\n  - { url: "http://p2:8000", bootstrapPort: 9002 }\n  - url: http://p3:8000\n',
     );
     expect(config(['--config', file]).prefill.map(parsePrefillArg)).toEqual([
       { url: 'http://p1:8000', bootstrapPort: 9001 },

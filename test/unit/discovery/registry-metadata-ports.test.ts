@@ -15,13 +15,13 @@ import { createPolicy } from '../../../src/routing/create-policy.js';
 import { RolePools } from '../../../src/workers/role-pools.js';
 import { WorkerPool } from '../../../src/workers/worker-pool.js';
 
-function setup() {
+function setup(mode: 'regular' | 'pd' = 'regular') {
   const registry = new ServiceRegistry({ clock: () => 0 });
   const pools = new RolePools((role) => new WorkerPool(role, createPolicy('round_robin'), registry));
   registry.onChange(() => pools.reconcile());
   const metrics = new RouterMetrics({ workers: () => pools.members() });
   const api = createAdminBackend({
-    mode: 'regular',
+    mode,
     registry,
     pools,
     health: new WorkerHealth(),
@@ -54,7 +54,7 @@ describe('admin re-registration with a changed metrics_port', () => {
   });
 
   it('the same for a Mooncake bootstrap_port given as metadata', async () => {
-    const { api, pools } = setup();
+    const { api, pools } = setup('pd');
     await api.register({ role: 'prefill', url: 'http://p:8000', metadata: { bootstrap_port: 8998 } });
     await api.register({ role: 'prefill', url: 'http://p:8000', metadata: { bootstrap_port: 9000 } });
     expect(pools.workers()[0]!.bootstrapPort).toBe(9000);

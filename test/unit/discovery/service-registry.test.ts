@@ -250,6 +250,39 @@ describe('ServiceRegistry', () => {
     },
   );
 
+  it('two sources repeating their own different views at one url keep one lifetime; a changed view starts one', () => {
+    const { clock, registry } = setup();
+    const url = 'http://10.0.0.9:8000';
+    const vllm = reg(url, 'prefill', { source: 'zmq', metadata: { transfer_mode: 'READ' } });
+    const admin = reg(url, 'prefill', { source: 'admin', metadata: { transfer_mode: 'READ', tp_size: 2 } });
+    registered(registry.register(vllm));
+    const layered = registered(registry.register(admin));
+    expect(layered.event).toBe('replaced');
+    for (let i = 0; i < 3; i++) {
+      clock.advance(3000);
+      for (const r of [vllm, admin]) {
+        const hb = registered(registry.register(r));
+        expect([hb.event, hb.entry.generation, hb.entry.metadata]).toEqual([
+          'heartbeat',
+          layered.entry.generation,
+          { transfer_mode: 'READ', tp_size: 2 },
+        ]);
+        expect(hb.entry.expiresAtMs).toBe(clock.nowMs + 5000);
+      }
+    }
+    // vLLM restarted with another size: its own view changed, a new lifetime with what it announces.
+    const restarted = registered(
+      registry.register({ ...vllm, metadata: { transfer_mode: 'READ', tp_size: 4 } }),
+    );
+    expect(restarted.event).toBe('replaced');
+    expect(restarted.entry.metadata).toEqual({ transfer_mode: 'READ', tp_size: 4 });
+    // After the key went (expiry), a source's old view is forgotten.
+    clock.advance(5000);
+    registry.cleanup();
+    expect(registered(registry.register(admin)).event).toBe('registered');
+    expect(registered(registry.register(vllm)).event).toBe('replaced');
+  });
+
   it('snapshot is cached, frozen, and refreshed on membership changes', () => {
     const { clock, registry } = setup();
     registry.register(reg('http://b:1'));
