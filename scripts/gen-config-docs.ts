@@ -25,7 +25,12 @@ function cell(text: string): string {
 
 function typeOf(o: OptionSpec): string {
   if (o.type === 'enum') return (o.values ?? []).map((v) => `\`${v}\``).join(', ');
-  if (o.type === 'list') return 'list of strings (repeat the flag, or comma-separated)';
+  if (o.type === 'list') {
+    // Items that keep their commas (`WORKER_URL=EP1,EP2`, JSON) are given one per flag.
+    return o.splitCommas === false
+      ? 'list of strings (repeat the flag)'
+      : 'list of strings (repeat the flag, or comma-separated)';
+  }
   if (o.type === 'bool') return `boolean (\`--${o.flag}\` / \`--no-${o.flag}\`)`;
   return o.type === 'int' ? 'integer' : o.type;
 }

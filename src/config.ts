@@ -190,6 +190,7 @@ function validate(c: Config): void {
       throw new ConfigError(`--${o.flag} must be <= ${MAX_TIMER_MS} (Node's longest timer, ~24.8 days)`);
     }
   }
+  if (c.loadStaleMs === 0) throw new ConfigError('--load-stale-ms must be > 0');
   if (c.scrapeIntervalMs > 0 && c.loadStaleMs <= c.scrapeIntervalMs) {
     // Every sample would be stale before the next one arrives: workers read as unscraped for part of
     // each cycle, and flow control and admission (a stale sample means no room) hold for nothing.

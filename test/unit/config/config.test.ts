@@ -148,6 +148,11 @@ describe('flags', () => {
       /--load-stale-ms \(1000\) must be above --scrape-interval-ms \(2000\)/,
     ],
     [
+      'a staleness bound of 0 with scraping off',
+      ['--scrape-interval-ms', '0', '--load-stale-ms', '0'],
+      /--load-stale-ms must be > 0/,
+    ],
+    [
       'a pace forget time of 0',
       ['--cost-worker-pace-forget-ms', '0'],
       /--cost-worker-pace-forget-ms must be > 0/,

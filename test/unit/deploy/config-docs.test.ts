@@ -23,6 +23,15 @@ describe('docs/configuration.md', () => {
     if (!Array.isArray(o.default) && o.default !== '') expect(row).toContain(`\`${String(o.default)}\``);
   });
 
+  it('does not call a list comma-separated when its items keep their commas (--kv-event-source W=EP1,EP2)', () => {
+    const md = configDocsMarkdown();
+    for (const o of options.filter((x) => x.type === 'list')) {
+      const row = md.split('\n').find((l) => l.startsWith(`| \`--${o.flag}\` |`)) as string;
+      if (o.splitCommas === false) expect(row, o.flag).not.toContain('comma-separated)');
+      else expect(row, o.flag).toContain('comma-separated)');
+    }
+  });
+
   it('escapes pipes inside cells so every table row keeps five columns', () => {
     const md = configDocsMarkdown([
       { group: 'G', key: 'k', flag: 'k', type: 'string', default: 'a|b', help: 'x | y' },
