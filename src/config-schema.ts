@@ -202,7 +202,7 @@ export const OPTIONS = [
     flag: 'inference-pool',
     type: 'string',
     default: '',
-    help: "Also read the objectives from Kubernetes: the InferenceObjectives (inference.networking.x-k8s.io/v1alpha2) whose poolRef names this InferencePool, listed and watched in --service-discovery-namespace (else the kubeconfig's or service account's namespace) with --service-discovery-kubeconfig's credentials (RBAC: get, list, watch on inferenceobjectives; deploy/kubernetes/rbac.yaml). Their priorities (unset: 0) win over --objective of the same name. With --service-discovery and no --selector (P/D: no --decode-selector), the workers are the pods this InferencePool (inference.networking.k8s.io/v1) selects, on its target port, followed as the pool changes (RBAC: get, list, watch on inferencepools). '' = off.",
+    help: "Also read the objectives from Kubernetes: the InferenceObjectives (inference.networking.x-k8s.io/v1alpha2) whose poolRef names this InferencePool, listed and watched in --service-discovery-namespace (else the kubeconfig's or service account's namespace) with --service-discovery-kubeconfig's credentials (RBAC: get, list, watch on inferenceobjectives; deploy/kubernetes/rbac.yaml). Their priorities (unset: 0) win over --objective of the same name. With --service-discovery and no --selector (P/D: no --decode-selector), the workers are the pods this InferencePool (inference.networking.k8s.io/v1) selects, on each of its target ports (each port a worker of its own), followed as the pool changes (RBAC: get, list, watch on inferencepools). '' = off.",
   },
   // Workers & discovery
   {

@@ -93,6 +93,7 @@ export interface KubeDiscoveryOptions {
 
 interface Registered {
   readonly uid: string;
+  readonly restarts: number;
   readonly url: string;
   readonly metadataKey: string;
   readonly generation: number;
@@ -212,7 +213,11 @@ export class KubeRoleSource {
     const w = verdict.worker;
     const metadataKey = JSON.stringify(w.metadata);
     if (current !== undefined) {
-      const same = current.uid === w.uid && current.url === w.url && current.metadataKey === metadataKey;
+      const same =
+        current.uid === w.uid &&
+        current.restarts === w.restarts &&
+        current.url === w.url &&
+        current.metadataKey === metadataKey;
       // Unchanged and still this source's entry. Another source may have replaced it (a heartbeat with a
       // zmq address starts its own lifetime) or removed it (it expired, an admin DELETE): registered again.
       if (same && this.registry.get(w.role, w.url)?.generation === current.generation) return;
@@ -243,7 +248,13 @@ export class KubeRoleSource {
       this.noteReason(key, result.rejected);
       return;
     }
-    const reg: Registered = { uid: w.uid, url: w.url, metadataKey, generation: result.entry.generation };
+    const reg: Registered = {
+      uid: w.uid,
+      restarts: w.restarts,
+      url: w.url,
+      metadataKey,
+      generation: result.entry.generation,
+    };
     this.members.set(key, reg);
     this.urlOwner.set(w.url, key);
     this.lastReason.delete(key);
@@ -321,8 +332,11 @@ interface Watched {
 export class KubeDiscovery {
   private readonly sources: Watched[] = [];
   private readonly pool: KubeInferencePool | undefined;
-  /** The pool's role: its source (kept across selections) and the watch of the current selection. */
-  private poolSource: KubeRoleSource | undefined;
+  /**
+   * The pool's role: one source per target port (kept across selections while the pool lists the port)
+   * and the watch of the current selection, which feeds them all.
+   */
+  private poolSources = new Map<number, KubeRoleSource>();
   private poolWatch: KubePodWatcher | undefined;
   /** Pool changes are applied one after the other (closing a watch is asynchronous). */
   private repointing: Promise<void> = Promise.resolve();
@@ -332,7 +346,7 @@ export class KubeDiscovery {
     const hooks = opts.hooks ?? {};
     for (const rule of opts.rules) {
       const source = new KubeRoleSource(rule, opts.registry, opts.logger, hooks);
-      const watcher = this.podWatcher(rule, source, opts.namespace);
+      const watcher = this.podWatcher(rule, [source], opts.namespace);
       this.sources.push({ role: rule.role, source, watcher });
     }
     const pool = opts.pool;
@@ -372,7 +386,10 @@ export class KubeDiscovery {
 
   /** Workers this source currently has in the registry, per role. */
   memberCount(role: Role): number {
-    const fromPool = this.opts.pool?.role === role ? (this.poolSource?.memberCount ?? 0) : 0;
+    const fromPool =
+      this.opts.pool?.role === role
+        ? [...this.poolSources.values()].reduce((n, s) => n + s.memberCount, 0)
+        : 0;
     return this.sources.filter((s) => s.role === role).reduce((n, s) => n + s.source.memberCount, fromPool);
   }
 
@@ -399,7 +416,7 @@ export class KubeDiscovery {
     await this.repointing;
     await Promise.all([...this.sources.map((s) => s.watcher.close()), this.poolWatch?.close()]);
     for (const { source } of this.sources) source.clear();
-    this.poolSource?.clear();
+    for (const source of this.poolSources.values()) source.clear();
   }
 
   /** The pool selects `members` now: watch those pods (none: the role empties). */
@@ -410,25 +427,49 @@ export class KubeDiscovery {
     await old?.close();
     if (this.closed) return;
     this.opts.logger.info(
-      { pool: pool.name, role: pool.role, selector: members?.selector, port: members?.port },
+      { pool: pool.name, role: pool.role, selector: members?.selector, ports: members?.ports },
       members === undefined
         ? 'kubernetes InferencePool selects no pods'
         : 'kubernetes InferencePool selection',
     );
     if (members === undefined) {
-      this.poolSource?.synced([]);
+      for (const source of this.poolSources.values()) source.synced([]);
       return;
     }
-    const rule: RoleRule = { ...pool.rule, role: pool.role, selector: members.selector, port: members.port };
+    // A port the pool still lists keeps its source; a new port takes over the source of a port it no
+    // longer lists (its workers move over with the next list), else gets a new one.
     const hooks = this.opts.hooks ?? {};
-    if (this.poolSource === undefined) {
-      this.poolSource = new KubeRoleSource(rule, this.opts.registry, this.opts.logger, hooks);
-    } else this.poolSource.setRule(rule);
-    this.poolWatch = this.podWatcher(rule, this.poolSource, pool.namespace);
+    const spare = [...this.poolSources].filter(([port]) => !members.ports.includes(port)).map(([, s]) => s);
+    const next = new Map<number, KubeRoleSource>();
+    for (const port of members.ports) {
+      const rule: RoleRule = { ...pool.rule, role: pool.role, selector: members.selector, port };
+      const source = this.poolSources.get(port) ?? spare.shift();
+      if (source === undefined) {
+        next.set(port, new KubeRoleSource(rule, this.opts.registry, this.opts.logger, hooks));
+      } else {
+        source.setRule(rule);
+        next.set(port, source);
+      }
+    }
+    // Ports gone without a successor: their workers leave now.
+    for (const source of spare) source.clear();
+    this.poolSources = next;
+    const first: RoleRule = {
+      ...pool.rule,
+      role: pool.role,
+      selector: members.selector,
+      port: members.ports[0]!,
+    };
+    this.poolWatch = this.podWatcher(first, [...next.values()], pool.namespace);
     this.poolWatch.start();
   }
 
-  private podWatcher(rule: RoleRule, source: KubeRoleSource, namespace: string | undefined): KubePodWatcher {
+  /** A watch of `rule`'s pods that feeds every one of `sources` (the pool's: one per target port). */
+  private podWatcher(
+    rule: RoleRule,
+    sources: readonly KubeRoleSource[],
+    namespace: string | undefined,
+  ): KubePodWatcher {
     const opts = this.opts;
     const hooks = opts.hooks ?? {};
     return new KubePodWatcher({
@@ -438,8 +479,12 @@ export class KubeDiscovery {
       resyncMs: opts.resyncMs,
       maxBackoffMs: opts.maxBackoffMs,
       handler: {
-        synced: (pods: V1Pod[]) => source.synced(pods as PodObject[]),
-        event: (type, pod) => source.event(type, pod as PodObject),
+        synced: (pods: V1Pod[]) => {
+          for (const source of sources) source.synced(pods as PodObject[]);
+        },
+        event: (type, pod) => {
+          for (const source of sources) source.event(type, pod as PodObject);
+        },
         failed: (err, phase, retryInMs) => {
           opts.logger.warn(
             { role: rule.role, phase, retryInMs, err: (err as Error)?.message ?? String(err) },

@@ -1,7 +1,10 @@
 /**
  * KubeInferencePool: which pods an InferencePool (Gateway API Inference Extension,
  * `inference.networking.k8s.io/v1`, `inferencepools`) selects, and on which port, read from the pool
- * itself, as the endpoint picker reads it: `spec.selector.matchLabels` and `spec.targetPorts[0].number`.
+ * itself, as the endpoint picker reads it: `spec.selector.matchLabels` and `spec.targetPorts[*].number`
+ * (GAIE v1.1+ allows up to 8 ports: "every port will be treated as a distinctive endpoint by EPP,
+ * addressable as a 'podIP:portNumber' combination", e.g. one vLLM API server per data-parallel rank;
+ * each is a worker of its own).
  * With `--inference-pool NAME` and no selector flag for the role the pool serves (regular mode's
  * workers; P/D's decode workers), Kubernetes discovery watches the pods the pool selects, so the pool
  * is the one place that names them (kube-discovery.ts follows every change of it).
@@ -9,7 +12,7 @@
  * A KubeListWatch (kube-list-watch.ts) of the pools in one namespace (an InferencePool selects pods in
  * its own namespace only): LIST, then WATCH, relisting on every reconnect. Only the named pool counts.
  * A pool that is missing, or whose selector is empty (it would select every pod of the namespace, the
- * router's own included) or whose port is not one, selects nothing: `onChange(undefined)`.
+ * router's own included) or one of whose ports is not one, selects nothing: `onChange(undefined)`.
  */
 import type { KubeConfig } from '@kubernetes/client-node';
 import { KubeListWatch, type WatchEndReason } from './kube-list-watch.js';
@@ -29,10 +32,10 @@ export interface InferencePoolObject {
   };
 }
 
-/** The pods a pool selects: every `key=value` of `selector`, served on `port`. */
+/** The pods a pool selects: every `key=value` of `selector`, each served on every one of `ports`. */
 export interface PoolMembers {
   readonly selector: LabelSelector;
-  readonly port: number;
+  readonly ports: readonly number[];
 }
 
 /** The pool's members, or undefined when it selects nothing the router can use (see above). Pure. */
@@ -45,16 +48,21 @@ export function poolMembers(obj: InferencePoolObject | undefined): PoolMembers |
     selector[k] = v;
   }
   if (Object.keys(selector).length === 0) return undefined;
-  const ports = obj?.spec?.targetPorts;
-  const port = Array.isArray(ports) ? (ports[0] as { number?: unknown } | undefined)?.number : undefined;
-  if (typeof port !== 'number' || !Number.isInteger(port) || port < 1 || port > 65535) return undefined;
-  return { selector, port };
+  const targets = obj?.spec?.targetPorts;
+  if (!Array.isArray(targets) || targets.length === 0) return undefined;
+  const ports: number[] = [];
+  for (const target of targets as Array<{ number?: unknown } | undefined>) {
+    const port = target?.number;
+    if (typeof port !== 'number' || !Number.isInteger(port) || port < 1 || port > 65535) return undefined;
+    if (!ports.includes(port)) ports.push(port);
+  }
+  return { selector, ports };
 }
 
-/** Two readings of a pool select the same pods on the same port. */
+/** Two readings of a pool select the same pods on the same ports. */
 export function sameMembers(a: PoolMembers | undefined, b: PoolMembers | undefined): boolean {
   if (a === undefined || b === undefined) return a === b;
-  if (a.port !== b.port) return false;
+  if (a.ports.length !== b.ports.length || a.ports.some((p, i) => b.ports[i] !== p)) return false;
   const ka = Object.keys(a.selector);
   return ka.length === Object.keys(b.selector).length && ka.every((k) => b.selector[k] === a.selector[k]);
 }

@@ -20,7 +20,10 @@
  *
  * Identity: the registry keys workers by (role, url) with url = `http://<podIP>:<port>`. The pod's UID is part
  * of its identity: KubeDiscovery starts a new registration generation when the UID behind a url changes (a pod
- * recreated with the same IP), and when a pod leaves and comes back.
+ * recreated with the same IP), and when a pod leaves and comes back. So are its containers' restarts
+ * (`status.containerStatuses[*].restartCount`): a vLLM container the kubelet restarted in place keeps the
+ * pod's UID and IP but lost its KV cache, so it is a new generation too, even when no status write showed
+ * it not Ready (the kubelet writes only its latest status; a relist after a watch gap shows only that).
  *
  * Ports: the HTTP port is `--service-discovery-port` for every pod. Optional per-pod annotations (a valid
  * integer 1-65535, else `bad_annotation`) become worker metadata, falling back to the flag when set:
@@ -54,6 +57,7 @@ export interface PodObject {
     phase?: string;
     podIP?: string;
     conditions?: Array<{ type: string; status: string }>;
+    containerStatuses?: Array<{ restartCount?: number }>;
   };
 }
 
@@ -80,6 +84,8 @@ export interface PodWorker {
   /** `<podIP>:<port>` for Envoy's ORIGINAL_DST cluster. */
   readonly endpoint: string;
   readonly uid: string;
+  /** Restarts of the pod's containers so far: one more is a restarted vLLM (a new generation). */
+  readonly restarts: number;
   readonly metadata: Readonly<Record<string, unknown>>;
 }
 
@@ -176,8 +182,9 @@ export function podMembership(pod: PodObject, rule: RoleRule): Membership {
     metadata.data_parallel_size = dp;
   }
   const endpoint = formatEndpoint(ip, rule.port);
+  const restarts = (pod.status.containerStatuses ?? []).reduce((n, c) => n + (c.restartCount ?? 0), 0);
   return {
     member: true,
-    worker: { role: rule.role, url: `http://${endpoint}`, endpoint, uid, metadata },
+    worker: { role: rule.role, url: `http://${endpoint}`, endpoint, uid, restarts, metadata },
   };
 }

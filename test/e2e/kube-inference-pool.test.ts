@@ -37,10 +37,10 @@ let b: [Simulator, Simulator];
 const poolPath = (name?: string) =>
   `/apis/${POOLS}/namespaces/${namespace}/inferencepools${name === undefined ? '' : `/${name}`}`;
 
-async function putPool(matchLabels: Record<string, string>, port: number): Promise<void> {
+async function putPool(matchLabels: Record<string, string>, port: number | number[]): Promise<void> {
   const spec = {
     selector: { matchLabels },
-    targetPorts: [{ number: port }],
+    targetPorts: (Array.isArray(port) ? port : [port]).map((number) => ({ number })),
     endpointPickerRef: { name: 'vllm-extproc-router', port: { number: 9002 } },
   };
   const current = await cluster.api('GET', poolPath('vllm'));
@@ -172,6 +172,59 @@ describe('workers named by the InferencePool', () => {
     const refused = await complete('nobody');
     expect(refused.status).toBe(503);
     expect(JSON.parse(refused.body)).toMatchObject({ error: { code: 'no_workers' } });
+    await expectAllLoadsZero(router!);
+  });
+
+  it('every target port of the pool is a worker of its own (one per rank, as the endpoint picker reads it)', async () => {
+    // GAIE v1: "Every port will be treated as a distinctive endpoint by EPP, addressable as a
+    // 'podIP:portNumber' combination" (a pod serving one vLLM API server per data-parallel rank).
+    // The installed CRD is GAIE v1.0.1's (one port at most); from v1.1 on it takes up to 8 (v1.6.2 here).
+    const crdPath =
+      '/apis/apiextensions.k8s.io/v1/customresourcedefinitions/inferencepools.inference.networking.k8s.io';
+    const crd = (await cluster.api('GET', crdPath)).body as {
+      spec: {
+        versions: Array<{
+          schema: {
+            openAPIV3Schema: { properties: { spec: { properties: { targetPorts: { maxItems: number } } } } };
+          };
+        }>;
+      };
+    };
+    for (const v of crd.spec.versions)
+      v.schema.openAPIV3Schema.properties.spec.properties.targetPorts.maxItems = 8;
+    expect((await cluster.api('PUT', crdPath, crd)).status).toBe(200);
+
+    const from = log.mark();
+    const all = [a[0].url, a[1].url, b[0].url, b[1].url].sort();
+    const joined = Promise.all(
+      all.map((url) => log.next((e) => e.type === 'added' && e.url === url, { from })),
+    );
+    // The apiserver applies the new schema once its CRD informer saw the update: a few tries at most.
+    for (let tries = 0; ; tries++) {
+      const ok = await putPool({ app: 'vllm' }, [a[0].port, a[1].port]).then(
+        () => true,
+        (err: unknown) =>
+          tries < 20 && String(err).includes('at most 1 item') ? false : Promise.reject(err),
+      );
+      if (ok) break;
+    }
+    await joined;
+    expect(urls()).toEqual(all);
+    const before = sims.map((s) => s.records.length);
+    for (let i = 0; i < 4; i++) expect((await complete(`ranks ${i}`)).status).toBe(200);
+    expect(sims.map((s, i) => s.records.length - before[i]!)).toEqual([1, 1, 1, 1]);
+
+    // Down to one port: the second port's workers leave, the first port's stay as they are.
+    const one = log.mark();
+    const left = Promise.all(
+      [a[1].url, b[1].url].map((url) =>
+        log.next((e) => e.type === 'removed' && e.url === url, { from: one }),
+      ),
+    );
+    await putPool({ app: 'vllm' }, a[0].port);
+    await left;
+    expect(urls()).toEqual([a[0].url, b[0].url].sort());
+    expect(log.events.slice(one).filter((e) => e.type === 'added')).toEqual([]);
     await expectAllLoadsZero(router!);
   });
 });

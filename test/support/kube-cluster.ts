@@ -324,6 +324,8 @@ export interface PodState {
   phase?: 'Pending' | 'Running' | 'Succeeded' | 'Failed';
   ip?: string;
   ready?: boolean;
+  /** The vLLM container's `restartCount` (the kubelet restarted it in place: same pod, same IP). */
+  restarts?: number;
 }
 
 /** Pod helpers over the admin client, in one namespace. */
@@ -378,6 +380,17 @@ export class PodControl {
         ...others,
         { type: 'ContainersReady', status: flag, lastTransitionTime: now },
         { type: 'Ready', status: flag, lastTransitionTime: now },
+      ];
+    }
+    if (state.restarts !== undefined) {
+      status.containerStatuses = [
+        {
+          name: 'vllm',
+          image: 'vllm/vllm-openai:latest',
+          imageID: '',
+          ready: status.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') === true,
+          restartCount: state.restarts,
+        },
       ];
     }
     pod.status = status;

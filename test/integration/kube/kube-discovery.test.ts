@@ -147,6 +147,29 @@ describe('Kubernetes discovery (real kube-apiserver)', () => {
     }
   });
 
+  it('a vLLM container restarted in place (same pod, same IP) is a new generation: its KV cache is gone', async () => {
+    const h = await harness();
+    try {
+      const join = h.log.next(added('vllm-0'), { from: h.log.mark() });
+      await h.pods.create('vllm-0', LABELS, { ...RUNNING_READY, ip: '10.3.0.9', restarts: 0 });
+      const first = (await join) as Extract<Seen, { type: 'added' }>;
+      // The kubelet writes only its latest status: a crash and restart between two of its syncs (no
+      // readiness probe), or a relist after a watch gap, shows the pod still Ready with one more restart.
+      const from = h.log.mark();
+      const left = h.log.next(removed('vllm-0'), { from });
+      const back = h.log.next(added('vllm-0'), { from });
+      await h.pods.setStatus('vllm-0', { restarts: 1 });
+      await left;
+      const second = (await back) as Extract<Seen, { type: 'added' }>;
+      expect(second.uid).toBe(first.uid);
+      expect(second.url).toBe(first.url);
+      expect(second.generation).toBeGreaterThan(first.generation);
+      expect(h.registry.get('decode', first.url)?.generation).toBe(second.generation);
+    } finally {
+      await h.close();
+    }
+  });
+
   it('a pod recreated with the same name and IP is a new generation (its UID is part of its identity)', async () => {
     const h = await harness();
     try {

@@ -6,7 +6,7 @@ import { loopbackConfig, parseConfig } from '../../../src/config.js';
 const pool = (spec: unknown) => ({ metadata: { name: 'vllm' }, spec }) as Parameters<typeof poolMembers>[0];
 
 describe('poolMembers: what an InferencePool selects', () => {
-  it('reads spec.selector.matchLabels and the first target port', () => {
+  it('reads spec.selector.matchLabels and the target port', () => {
     expect(
       poolMembers(
         pool({
@@ -15,7 +15,18 @@ describe('poolMembers: what an InferencePool selects', () => {
           endpointPickerRef: { name: 'vllm-extproc-router', port: { number: 9002 } },
         }),
       ),
-    ).toEqual({ selector: { app: 'vllm', tier: 'decode' }, port: 8000 });
+    ).toEqual({ selector: { app: 'vllm', tier: 'decode' }, ports: [8000] });
+  });
+
+  it('reads every target port (GAIE v1.1+: each port is an endpoint of its own)', () => {
+    expect(
+      poolMembers(
+        pool({
+          selector: { matchLabels: { app: 'vllm' } },
+          targetPorts: [{ number: 8000 }, { number: 8001 }],
+        }),
+      ),
+    ).toEqual({ selector: { app: 'vllm' }, ports: [8000, 8001] });
   });
 
   it.each([
@@ -31,6 +42,10 @@ describe('poolMembers: what an InferencePool selects', () => {
     ],
     ['no target port', pool({ selector: { matchLabels: { app: 'vllm' } }, targetPorts: [] })],
     [
+      'a second port out of range',
+      pool({ selector: { matchLabels: { app: 'vllm' } }, targetPorts: [{ number: 8000 }, { number: 0 }] }),
+    ],
+    [
       'a port out of range',
       pool({ selector: { matchLabels: { app: 'vllm' } }, targetPorts: [{ number: 70000 }] }),
     ],
@@ -39,11 +54,12 @@ describe('poolMembers: what an InferencePool selects', () => {
     expect(poolMembers(obj as Parameters<typeof poolMembers>[0])).toBeUndefined();
   });
 
-  it('sameMembers compares selection and port, not key order', () => {
-    const a = { selector: { app: 'vllm', tier: 'x' }, port: 8000 };
-    expect(sameMembers(a, { selector: { tier: 'x', app: 'vllm' }, port: 8000 })).toBe(true);
-    expect(sameMembers(a, { selector: { app: 'vllm' }, port: 8000 })).toBe(false);
-    expect(sameMembers(a, { ...a, port: 8001 })).toBe(false);
+  it('sameMembers compares selection and ports, not key order', () => {
+    const a = { selector: { app: 'vllm', tier: 'x' }, ports: [8000] };
+    expect(sameMembers(a, { selector: { tier: 'x', app: 'vllm' }, ports: [8000] })).toBe(true);
+    expect(sameMembers(a, { selector: { app: 'vllm' }, ports: [8000] })).toBe(false);
+    expect(sameMembers(a, { ...a, ports: [8001] })).toBe(false);
+    expect(sameMembers(a, { ...a, ports: [8000, 8001] })).toBe(false);
     expect(sameMembers(undefined, undefined)).toBe(true);
     expect(sameMembers(a, undefined)).toBe(false);
   });

@@ -45,6 +45,7 @@ describe('podMembership', () => {
         url: 'http://10.244.3.25:8000',
         endpoint: '10.244.3.25:8000',
         uid: '3f6d2a1e-8b7c-4d5e-9f0a-1b2c3d4e5f60',
+        restarts: 0,
         metadata: { bootstrap_port: 8998 },
       },
     });
