@@ -761,8 +761,10 @@ export class PdDispatcher implements Dispatcher {
     const transform =
       rewrite &&
       ((chunk: Buffer, eos: boolean): Buffer | undefined | Promise<Buffer | undefined> => {
+        // Scanned only while the figure is pending (never in sequential mode: it is known already).
+        if (prefilled === undefined) return rewrite(chunk, eos);
         const readsFigure = rewriter ? rewriter.readsFigure(chunk) : whole?.readsFigure(eos);
-        if (prefilled === undefined || !readsFigure) return rewrite(chunk, eos);
+        if (!readsFigure) return rewrite(chunk, eos);
         waited = true;
         return prefilled.then(() => rewrite(chunk, eos));
       });
