@@ -76,10 +76,14 @@ async function complete(
 const problems = (s: ModeStack, setting: string): number =>
   s.logs.filter((l) => typeof l.problem === 'string' && l.problem.includes(setting)).length;
 
-/** POSTs a completion whose body reaches Envoy only after its headers (a slow client or a large upload). */
+/**
+ * POSTs a completion whose body reaches Envoy only after its headers, and only in part (a slow client
+ * or a large upload still sending): the answer cannot wait for the rest, which never comes.
+ */
 function completeLate(s: ModeStack): Promise<{ status: number; text: string }> {
   const body = JSON.stringify({ model: 'sim-model', prompt: 'p'.repeat(2000), max_tokens: 4 });
   return new Promise((resolve, reject) => {
+    let answered = false;
     const req = http.request(`${s.url}/v1/completions`, {
       method: 'POST',
       headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
@@ -87,15 +91,17 @@ function completeLate(s: ModeStack): Promise<{ status: number; text: string }> {
     req.on('response', (res) => {
       let text = '';
       res.on('data', (d: Buffer) => (text += d.toString()));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
+      res.on('end', () => {
+        answered = true;
+        resolve({ status: res.statusCode ?? 0, text });
+        req.destroy(); // the rest of the body is never sent
+      });
     });
-    req.on('error', reject);
+    req.on('error', (err) => {
+      if (!answered) reject(err);
+    });
     req.flushHeaders();
-    // The body follows once the router has answered the headers (the response cannot come before).
-    setImmediate(() => {
-      req.write(body.slice(0, 1000));
-      setTimeout(() => req.end(body.slice(1000)), 50);
-    });
+    setImmediate(() => req.write(body.slice(0, 1000)));
   });
 }
 
