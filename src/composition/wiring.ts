@@ -39,7 +39,7 @@ import { mediaTokensFor, type MediaTokensFor } from '../request/media-tokens.js'
 import { HealthChecker } from '../health/health-checker.js';
 import { WorkerHealth } from '../health/worker-health.js';
 import type { Logger } from '../observability/logger.js';
-import { DEPARTED_SERIES_MS, RouterMetrics } from '../observability/metrics.js';
+import { DEPARTED_SERIES_MS, RouterMetrics, isCacheHit } from '../observability/metrics.js';
 import { PdDispatcher } from '../pd/pd-dispatcher.js';
 import { PrefillClient } from '../pd/prefill-client.js';
 import { BootstrapDirectory } from '../pd/mooncake-bootstrap.js';
@@ -579,7 +579,7 @@ function routingObserver({ health, metrics, clock, logger }: Base): RoutingObser
       metrics.decisions.inc({ policy: pool.policy.name, role: pool.role, branch: d.branch });
       if (d.matchRate !== undefined) {
         metrics.matchRate.observe({ role: pool.role }, d.matchRate);
-        (d.branch === 'cache_hit' ? metrics.cacheHits : metrics.cacheMisses).inc({ role: pool.role });
+        (isCacheHit(d.branch) ? metrics.cacheHits : metrics.cacheMisses).inc({ role: pool.role });
       }
     },
   };

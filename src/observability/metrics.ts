@@ -41,6 +41,15 @@ export interface MetricsOptions {
 }
 
 /**
+ * Whether a prefix-aware decision followed prefix affinity, for vllm_router_cache_hits_total (else
+ * vllm_router_cache_misses_total): cache_aware's `cache_hit`, kv_aware's `exact_hit` (kv_aware without
+ * exact data decides as cache_aware, with its branches).
+ */
+export function isCacheHit(branch: string): boolean {
+  return branch === 'cache_hit' || branch === 'exact_hit';
+}
+
+/**
  * How long a departed worker's own series (request-path counters, KV-event series) stay on /metrics:
  * several scrape intervals, so the last counts of a worker that died (its failovers) are scraped.
  */
@@ -241,13 +250,13 @@ export class RouterMetrics {
     });
     this.cacheHits = new Counter({
       name: 'vllm_router_cache_hits_total',
-      help: 'cache_aware decisions that followed prefix affinity.',
+      help: 'cache_aware and kv_aware decisions that followed prefix affinity (branch cache_hit, exact_hit).',
       labelNames: ['role'] as const,
       registers,
     });
     this.cacheMisses = new Counter({
       name: 'vllm_router_cache_misses_total',
-      help: 'cache_aware decisions that did not (low match or overload escape).',
+      help: 'cache_aware and kv_aware decisions that did not (low match, imbalance: an overload escape).',
       labelNames: ['role'] as const,
       registers,
     });

@@ -195,6 +195,22 @@ describe('kv_aware through Envoy', () => {
     await expectAllLoadsZero(router);
   });
 
+  it("an exact hit counts as a router cache hit on /metrics (the dashboard's hit rate), not as a miss", async () => {
+    const [, b] = sims as [Simulator, Simulator];
+    const convo = chat('dashboard', 12);
+    await direct(b, convo); // b computed it (direct traffic)
+    await waitFor(async () => (await indexBlocks(b)) === b.cache.usedBlocks, { message: 'b indexed' });
+    const hits = await metric('vllm_router_cache_hits_total', 'role="regular"');
+    const misses = await metric('vllm_router_cache_misses_total', 'role="regular"');
+    expect(await viaEnvoy(convo)).toEqual({
+      worker: expect.stringContaining(`:${b.port}`),
+      branch: 'exact_hit',
+    });
+    expect(await metric('vllm_router_cache_hits_total', 'role="regular"')).toBe(hits + 1);
+    expect(await metric('vllm_router_cache_misses_total', 'role="regular"')).toBe(misses);
+    await expectAllLoadsZero(router);
+  });
+
   it('a request the router cannot tokenize falls back to the approximate tree (counted)', async () => {
     const before = await metric('vllm_router_kv_fallback_lookups_total', 'reason="multimodal"');
     const res = await fetch(`http://127.0.0.1:${envoy.listenerPort}/v1/chat/completions`, {

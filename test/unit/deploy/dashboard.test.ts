@@ -129,9 +129,106 @@ describe('Grafana dashboard', () => {
     }
   });
 
+  it("counts each worker once however many router replicas report it (every replica exports the fleet's state)", () => {
+    // Two replicas of one router job (deploy/kubernetes/router-replicas.yaml, docker-compose.replicas.yml),
+    // each exporting the same two decode workers; one of them asleep, serving two models.
+    const series: Series[] = [];
+    for (const instance of ['router-1:9090', 'router-2:9090']) {
+      const at = { job: 'vllm-router', instance };
+      for (const role of ['prefill', 'decode', 'regular'])
+        series.push({
+          name: 'vllm_router_pool_workers',
+          labels: { ...at, role },
+          value: role === 'decode' ? 2 : 0,
+        });
+      for (const [worker, asleep] of [
+        ['http://d1:8000', 1],
+        ['http://d2:8000', 0],
+      ] as const) {
+        const w = { ...at, role: 'decode', worker, generation: instance === 'router-1:9090' ? '1' : '7' };
+        series.push({ name: 'vllm_router_worker_health', labels: w, value: 1 - asleep });
+        series.push({ name: 'vllm_router_worker_asleep', labels: w, value: asleep });
+        series.push({ name: 'vllm_router_worker_cordoned', labels: w, value: 0 });
+        series.push({ name: 'vllm_router_worker_paused', labels: w, value: 0 });
+        for (const model of ['m', 'm-lora'])
+          series.push({
+            name: 'vllm_router_worker_served_model',
+            labels: { ...w, model, parent: model === 'm' ? '' : 'm' },
+            value: 1,
+          });
+      }
+    }
+    const shown = (title: string): Record<string, number> => {
+      const out: Record<string, number> = {};
+      const panel = panels.find((p) => p.title === title);
+      for (const t of panel?.targets ?? []) {
+        for (const r of evaluate(t.expr, series)) {
+          if (r.value === 0) continue;
+          out[`${t.refId} ${Object.values(r.labels).join(' ')}`] = r.value;
+        }
+      }
+      return out;
+    };
+    expect(shown('Workers per pool')).toEqual({ 'A decode': 2, 'B decode': 1, 'C decode': 1 });
+    expect(shown('Models served per worker')).toEqual({
+      'A http://d1:8000 decode': 2,
+      'A http://d2:8000 decode': 2,
+    });
+  });
+
   it('uses the provisioned datasource through the $datasource variable', () => {
     const ds = dashboard.templating.list.find((v) => v.name === 'datasource');
     expect(ds?.query).toBe('prometheus');
     for (const p of panels.filter((x) => x.type !== 'row')) expect(p.datasource?.uid).toBe('${datasource}');
   });
 });
+
+interface Series {
+  name: string;
+  labels: Record<string, string>;
+  value: number;
+}
+
+/**
+ * The panels' instant value over `series`, for the PromQL they use on gauges: a selector with
+ * `=` / `=~` matchers (dashboard variables match anything), nested in `sum`, `max`, `min` or
+ * `count` `by (labels)`. Throws on anything else (a panel this cannot read must not pass unread).
+ */
+function evaluate(expr: string, series: readonly Series[]): Array<Omit<Series, 'name'>> {
+  const e = expr.trim();
+  const agg = /^(sum|max|min|count) by \(([^)]*)\) \((.*)\)$/s.exec(e);
+  if (agg) {
+    const [, op, by, inner] = agg as unknown as [string, string, string, string];
+    const keys = by.split(',').map((k) => k.trim());
+    const groups = new Map<string, { labels: Record<string, string>; values: number[] }>();
+    for (const s of evaluate(inner, series)) {
+      const labels = Object.fromEntries(keys.map((k) => [k, s.labels[k] ?? '']));
+      const id = JSON.stringify(labels);
+      const g = groups.get(id) ?? { labels, values: [] };
+      g.values.push(s.value);
+      groups.set(id, g);
+    }
+    return [...groups.values()].map(({ labels, values }) => ({
+      labels,
+      value:
+        op === 'sum'
+          ? values.reduce((a, b) => a + b, 0)
+          : op === 'max'
+            ? Math.max(...values)
+            : op === 'min'
+              ? Math.min(...values)
+              : values.length,
+    }));
+  }
+  const sel = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{([^}]*)\})?$/.exec(e);
+  if (!sel) throw new Error(`cannot evaluate ${e}`);
+  const [, name, matchers = ''] = sel as unknown as [string, string, string | undefined];
+  const tests = [...matchers.matchAll(/(\w+)(=~|=)"([^"]*)"/g)].map(([, label, op, v]) => {
+    const pattern = (v as string).replace(/\$\w+/g, '.*');
+    const re = new RegExp(`^(?:${op === '=' ? pattern.replace(/[.*+?^${}()|[\]\\]/g, '\\$&') : pattern})$`);
+    return (labels: Record<string, string>) => re.test(labels[label as string] ?? '');
+  });
+  return series
+    .filter((s) => s.name === name && tests.every((t) => t(s.labels)))
+    .map(({ labels, value }) => ({ labels, value }));
+}
