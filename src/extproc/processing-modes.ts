@@ -11,14 +11,23 @@
  *                                            (503 `no healthy upstream`), or the
  *                                            router routed on the first chunk (400
  *                                            `invalid_json`); NONE: never a body
- *   response_body_mode NONE                ends the router's stream at the        logs the fix (the
- *     (protocol_config)                      response headers: the worker's load    request is routed)
- *                                            is released while it still generates
+ *   response_body_mode NONE with           ends the router's stream at the        logs the fix (the
+ *     request_body_mode FULL_DUPLEX_         response headers when                  request is routed)
+ *     STREAMED (protocol_config)             response_trailer_mode is SKIP: the
+ *                                            worker's load is released while it
+ *                                            still generates
  *   observability_mode: true               ignores every reply: no request ever   logs the fix (a reply
  *                                            gets a destination (503)               cannot reach the client)
  *   response_header_mode SKIP (a response  the router cannot see the status nor   logs the fix; Envoy
  *     body message before the response       edit the headers of the response       resets the response
  *     headers)
+ *
+ * response_body_mode NONE is otherwise followed: with response_trailer_mode SEND Envoy keeps the
+ * stream open for the trailers until the response has ended or was cut (whatever the request body
+ * mode); with SKIP Envoy 1.40 closes the stream once the response headers were answered and the
+ * request direction is done, which a BUFFERED (or BUFFERED_PARTIAL) request body never is to its
+ * stream-close check: the stream again stays open to the end. Every response then ends `unwatched`
+ * (response-body-mode.ts). The router cannot see the trailer mode, hence the conditional message.
  *
  * BUFFERED_PARTIAL works as BUFFERED for a body within Envoy's buffer limit (the headers are held
  * until the body's reply); a larger body is sent in part, above `--max-body-bytes` when Envoy's limit
@@ -51,15 +60,23 @@ export function requestBodyModeProblem(config: ProtocolConfiguration | undefined
   return undefined;
 }
 
-/** Why the router cannot follow responses in the response body mode Envoy announced; undefined when it can. */
+/**
+ * Why the router may not follow responses in the response body mode Envoy announced; undefined when
+ * it can (see the table above).
+ */
 export function responseBodyModeProblem(config: ProtocolConfiguration | undefined): string | undefined {
-  if (config === undefined || (config.response_body_mode ?? BodySendMode.NONE) !== BodySendMode.NONE) {
+  if (
+    config === undefined ||
+    (config.response_body_mode ?? BodySendMode.NONE) !== BodySendMode.NONE ||
+    config.request_body_mode !== BodySendMode.FULL_DUPLEX_STREAMED
+  ) {
     return undefined;
   }
   return (
-    'Envoy does not send response bodies to the router (response_body_mode NONE): it ends the ' +
-    "router's stream at the response headers, so a worker's load is released while it still " +
-    "generates; set the ext_proc filter's processing_mode.response_body_mode to STREAMED (or " +
+    'Envoy does not send response bodies to the router (response_body_mode NONE) and streams request ' +
+    "bodies (FULL_DUPLEX_STREAMED): unless response_trailer_mode is SEND, it ends the router's stream " +
+    "at the response headers, so a worker's load is released while it still generates; set the " +
+    "ext_proc filter's processing_mode.response_trailer_mode to SEND (or response_body_mode to " +
     'FULL_DUPLEX_STREAMED with response_trailer_mode: SEND)'
   );
 }

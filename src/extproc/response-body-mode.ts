@@ -32,15 +32,23 @@
  *     (load/timing-dispatcher.ts, `--response-body-sample`).
  * A skipped response's end cannot tell complete from cut: it ends as `unwatched`
  * (request/request-end.ts), never as `ok`.
+ *
+ * With `response_body_mode: NONE` in the filter itself there is no chunk to watch: every routed
+ * response is unwatched, whatever its status or dispatch, and the router still sets the override on
+ * the reply to its headers, so that with `allow_mode_override` the trailers are `SEND` (the stream
+ * then stays open to the response's end whatever the request body mode; processing-modes.ts).
  */
 import { BodySendMode, HeaderSendMode, type ProcessingMode } from './proto.js';
 import type { BodyMode } from './body-mode-replies.js';
+
+/** How Envoy sends the response body on a stream (protocol_config); 'none': response_body_mode NONE. */
+export type ResponseBodyMode = BodyMode | 'none';
 
 export interface ResponseStart {
   /** How Envoy sends the request body on this stream (protocol_config). */
   readonly requestMode: BodyMode;
   /** How Envoy sends the response body on this stream (protocol_config). */
-  readonly mode: BodyMode;
+  readonly mode: ResponseBodyMode;
   readonly status: number;
   /** The response headers carried end_of_stream (no body). */
   readonly endOfStream: boolean;
@@ -48,15 +56,16 @@ export interface ResponseStart {
   readonly routed: boolean;
 }
 
-/** Whether the response body could be skipped, before asking the dispatch whether it reads it. */
+/**
+ * Whether the response body could be skipped, before asking the dispatch whether it reads it (with
+ * mode 'none' nothing reads it: any status).
+ */
 export function bodySkippable(r: ResponseStart): boolean {
   return (
     r.routed &&
-    r.mode === 'per_message' &&
     r.requestMode === 'per_message' &&
     !r.endOfStream &&
-    r.status >= 200 &&
-    r.status < 300
+    (r.mode === 'none' || (r.mode === 'per_message' && r.status >= 200 && r.status < 300))
   );
 }
 

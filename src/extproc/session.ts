@@ -161,6 +161,8 @@ export class Session {
   private readonly startedAt = performance.now();
   private requestMode: BodyMode = 'per_message';
   private responseMode: BodyMode = 'per_message';
+  /** Envoy sends response bodies (response_body_mode is not NONE). */
+  private responseBodiesSent = true;
   /** Why a request body cannot be routed in the request body mode Envoy announced (processing-modes.ts). */
   private requestBodyProblem: string | undefined;
   private method = '';
@@ -285,6 +287,8 @@ export class Session {
       const fds = BodySendMode.FULL_DUPLEX_STREAMED;
       this.requestMode = msg.protocol_config.request_body_mode === fds ? 'full_duplex' : 'per_message';
       this.responseMode = msg.protocol_config.response_body_mode === fds ? 'full_duplex' : 'per_message';
+      this.responseBodiesSent =
+        (msg.protocol_config.response_body_mode ?? BodySendMode.NONE) !== BodySendMode.NONE;
       this.requestBodyProblem = requestBodyModeProblem(msg.protocol_config);
       const responseProblem = responseBodyModeProblem(msg.protocol_config);
       if (responseProblem !== undefined) this.deps.onModeProblem?.(responseProblem);
@@ -499,14 +503,15 @@ export class Session {
       d !== undefined &&
       bodySkippable({
         requestMode: this.requestMode,
-        mode: this.responseMode,
+        mode: this.responseBodiesSent ? this.responseMode : 'none',
         status,
         endOfStream: eos,
         routed: true,
       }) &&
-      d.watchResponseBody?.(status) === false;
-    this.bodyWatched = !skip;
-    d?.onResponseStart?.(status, !skip);
+      (!this.responseBodiesSent || d.watchResponseBody?.(status) === false);
+    // Without response bodies (response_body_mode NONE) no chunk comes: nothing is watched.
+    this.bodyWatched = !skip && this.responseBodiesSent;
+    d?.onResponseStart?.(status, this.bodyWatched);
     const extra: HeaderSet | undefined = d?.responseHeaders?.(status);
     const remove = d?.removeResponseHeaders?.(status);
     const edited = extra !== undefined || remove !== undefined;

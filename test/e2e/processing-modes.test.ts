@@ -12,7 +12,7 @@ import { startEnvoy, type EnvoyHandle } from '../../src/envoy/envoy-process.js';
 import { renderEnvoyConfig } from '../../src/envoy/envoy-config.js';
 import { startRouter, type Router } from '../../src/router.js';
 import { startSimulator, type Simulator } from '../../src/sim/simulator.js';
-import { expectAllLoadsZero, testConfig } from '../support/router-fixture.js';
+import { expectAllLoadsZero, metricsText, testConfig } from '../support/router-fixture.js';
 import { waitFor } from '../support/wait-for.js';
 
 type Yaml = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
@@ -23,18 +23,23 @@ interface ModeStack {
   readonly envoy: EnvoyHandle;
   /** The router's log lines at warn and above, parsed. */
   readonly logs: Array<Record<string, unknown>>;
+  readonly sim: Simulator;
   close(): Promise<void>;
 }
 
 /** One worker, the router logging at warn, and Envoy on envoy.yaml with its ext_proc filter edited. */
-async function startModeStack(edit: (extProc: Yaml, hcm: Yaml) => void): Promise<ModeStack> {
+async function startModeStack(edit: (extProc: Yaml, hcm: Yaml, doc: Yaml) => void): Promise<ModeStack> {
   const logs: Array<Record<string, unknown>> = [];
   const sim: Simulator = await startSimulator({ timeScale: 0 });
   const logger = pino({ level: 'warn' }, { write: (line: string) => logs.push(JSON.parse(line)) });
   const router = await startRouter(Object.freeze(testConfig({ workers: [sim.url] })), { logger });
   const doc = parse(renderEnvoyConfig({ routers: [{ host: '127.0.0.1', port: router.grpcPort }] })) as Yaml;
   const hcm = doc.static_resources.listeners[0].filter_chains[0].filters[0].typed_config;
-  edit((hcm.http_filters as Yaml[]).find((f) => f.name === 'envoy.filters.http.ext_proc')!.typed_config, hcm);
+  edit(
+    (hcm.http_filters as Yaml[]).find((f) => f.name === 'envoy.filters.http.ext_proc')!.typed_config,
+    hcm,
+    doc,
+  );
   const envoy = await startEnvoy({ config: stringify(doc) }).catch(async (err: unknown) => {
     await router.close();
     await sim.close();
@@ -45,6 +50,7 @@ async function startModeStack(edit: (extProc: Yaml, hcm: Yaml) => void): Promise
     router,
     envoy,
     logs,
+    sim,
     async close() {
       await envoy.close();
       await router.close();
@@ -142,23 +148,142 @@ describe.each(['STREAMED', 'NONE'])('request_body_mode %s', (mode) => {
   });
 });
 
-describe('response_body_mode NONE', () => {
-  let s: ModeStack;
-  beforeAll(async () => {
-    s = await startModeStack((ep) => {
-      ep.processing_mode.response_body_mode = 'NONE';
-    });
-  });
-  afterAll(async () => {
-    await s?.close();
-  });
+/** Envoy's ext_proc filter with response_body_mode NONE and the given trailer mode and flags. */
+function responseBodyNone(
+  trailers: 'SKIP' | 'SEND',
+  opts: { graceful?: boolean; allowModeOverride?: boolean; requestBody?: 'FULL_DUPLEX_STREAMED' } = {},
+) {
+  return (ep: Yaml, _hcm: Yaml, doc: Yaml): void => {
+    ep.processing_mode.response_body_mode = 'NONE';
+    ep.processing_mode.response_trailer_mode = trailers;
+    ep.allow_mode_override = opts.allowModeOverride ?? true;
+    if (opts.requestBody) {
+      ep.processing_mode.request_body_mode = opts.requestBody;
+      ep.processing_mode.request_trailer_mode = 'SEND'; // Envoy requires it with FULL_DUPLEX_STREAMED
+    }
+    if (opts.graceful === false) {
+      for (const layer of doc.layered_runtime.layers as Yaml[]) {
+        delete layer.static_layer?.['envoy.reloadable_features.ext_proc_graceful_grpc_close'];
+      }
+    }
+  };
+}
 
-  it('logs that loads would drop at the response headers, naming the setting', async () => {
-    expect((await complete(s, 20)).status).toBe(200);
-    expect(problems(s, 'response_body_mode')).toBe(1);
-    await expectAllLoadsZero(s.router);
+/** vllm_router_requests_total for one outcome (all routes). */
+async function outcomes(router: Router, outcome: string): Promise<number> {
+  let sum = 0;
+  for (const line of (await metricsText(router)).split('\n')) {
+    if (line.startsWith('vllm_router_requests_total{') && line.includes(`outcome="${outcome}"`)) {
+      sum += Number(line.slice(line.indexOf('}') + 2));
+    }
+  }
+  return sum;
+}
+
+/**
+ * A streamed completion held by the worker after its first SSE event (the client has it): `during`
+ * runs while it is held, then the rest is read.
+ */
+async function heldStream(s: ModeStack, during: () => Promise<void>): Promise<string> {
+  const hold = s.sim.hold({ afterChunks: 1 });
+  const res = await fetch(`${s.url}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'sim-model', prompt: 'hold me', max_tokens: 6, stream: true }),
   });
-});
+  const reader = res.body!.getReader();
+  const first = await reader.read(); // the response headers were answered: the router knows the mode
+  expect(first.done).toBe(false);
+  await hold.reached();
+  try {
+    await during();
+  } finally {
+    hold.release();
+  }
+  let text = new TextDecoder().decode(first.value);
+  for (let r = await reader.read(); !r.done; r = await reader.read())
+    text += new TextDecoder().decode(r.value);
+  return text;
+}
+
+const load = (s: ModeStack): number => s.router.workers()[0]!.load;
+
+describe.each([
+  // response_trailer_mode, Envoy's graceful close (half-close; reset without), allow_mode_override
+  ['SKIP', true, true],
+  ['SKIP', false, true],
+  ['SKIP', true, false],
+  ['SKIP', false, false],
+  ['SEND', true, true],
+  ['SEND', false, true],
+  ['SEND', true, false],
+  ['SEND', false, false],
+] as const)(
+  'response_body_mode NONE (request body BUFFERED), response_trailer_mode %s, graceful close %s, allow_mode_override %s',
+  (trailers, graceful, allowModeOverride) => {
+    let s: ModeStack;
+    beforeAll(async () => {
+      s = await startModeStack(responseBodyNone(trailers, { graceful, allowModeOverride }));
+    });
+    afterAll(async () => {
+      await s?.close();
+    });
+
+    it('holds the load to the end of each streamed response, ends each request once as unwatched, logs nothing', async () => {
+      // Envoy 1.40 keeps the stream open to the response's end here (the filter is destroyed: half-close
+      // or reset), so the load follows the response. Each is unwatched: no chunk ever comes, not even
+      // for the responses the router would sample (it used to count those `cancelled`, and logged
+      // that the load drops at the response headers).
+      for (let i = 0; i < 2; i++) {
+        const text = await heldStream(s, async () => {
+          // Another request through the same Envoy and router completes meanwhile (its end reaches the
+          // router once Envoy is done with it); the held one still counts.
+          expect((await complete(s, 20)).status).toBe(200);
+          await waitFor(() => load(s) === 1);
+        });
+        expect(text).toContain('data: [DONE]');
+        await waitFor(() => load(s) === 0);
+      }
+      expect(await outcomes(s.router, 'unwatched')).toBe(4);
+      expect(await outcomes(s.router, 'cancelled')).toBe(0);
+      expect(problems(s, 'response_body_mode')).toBe(0);
+      await expectAllLoadsZero(s.router);
+    });
+  },
+);
+
+describe.each(['SKIP', 'SEND'] as const)(
+  'response_body_mode NONE with request body FULL_DUPLEX_STREAMED, response_trailer_mode %s',
+  (trailers) => {
+    let s: ModeStack;
+    beforeAll(async () => {
+      s = await startModeStack(responseBodyNone(trailers, { requestBody: 'FULL_DUPLEX_STREAMED' }));
+    });
+    afterAll(async () => {
+      await s?.close();
+    });
+
+    it(
+      trailers === 'SKIP'
+        ? "Envoy ends the router's stream at the response headers: the load drops while it streams; logged"
+        : 'Envoy keeps the stream open for the trailers: the load is held to the end; logged as conditional',
+      async () => {
+        const text = await heldStream(s, async () => {
+          if (trailers === 'SKIP') {
+            await waitFor(() => load(s) === 0); // still generating
+          } else {
+            expect((await complete(s, 20)).status).toBe(200);
+            await waitFor(() => load(s) === 1);
+          }
+        });
+        expect(text).toContain('data: [DONE]');
+        // The router cannot see the trailer mode: it names the condition.
+        expect(problems(s, 'unless response_trailer_mode is SEND')).toBe(1);
+        await expectAllLoadsZero(s.router);
+      },
+    );
+  },
+);
 
 describe('observability_mode: true', () => {
   let s: ModeStack;

@@ -4,7 +4,8 @@
  * nothing reads that response's chunks. Envoy then sends no chunk, and keeps the ext_proc stream open
  * until the downstream response has ended or was cut, so the worker's load still follows the response
  * to its end. Checked with Envoy's graceful close (half-close) and without it (reset), for streamed
- * and non-streamed responses and a client that goes away mid-stream; the first streamed response of
+ * and non-streamed responses, a client that goes away mid-stream and a worker that resets the stream
+ * mid-body (each ends the request once); the first streamed response of
  * a worker is still watched (timing samples), so is its first non-streamed one (its usage teaches the
  * characters per token), and P/D responses always are.
  */
@@ -22,6 +23,15 @@ async function outcomes(router: Router, outcome: string): Promise<number> {
     if (line.startsWith('vllm_router_requests_total{') && line.includes(`outcome="${outcome}"`)) {
       sum += Number(line.slice(line.indexOf('}') + 2));
     }
+  }
+  return sum;
+}
+
+/** vllm_router_requests_total, every outcome: one per request that ended. */
+async function ended(router: Router): Promise<number> {
+  let sum = 0;
+  for (const line of (await metricsText(router)).split('\n')) {
+    if (line.startsWith('vllm_router_requests_total{')) sum += Number(line.slice(line.indexOf('}') + 2));
   }
   return sum;
 }
@@ -116,8 +126,9 @@ describe.each([
     await waitFor(() => load() === 0);
   });
 
-  it('a client that goes away mid-stream releases the load', async () => {
+  it('a client that goes away mid-stream releases the load, once', async () => {
     const unwatched = await outcomes(stack.router, 'unwatched');
+    const before = await ended(stack.router);
     const hold = stack.sims[0]!.hold({ afterChunks: 1 });
     const ac = new AbortController();
     const res = await completion(stack.url, true, ac.signal);
@@ -128,7 +139,29 @@ describe.each([
     ac.abort();
     await waitFor(() => load() === 0);
     expect(await outcomes(stack.router, 'unwatched')).toBe(unwatched + 1);
+    expect(await ended(stack.router)).toBe(before + 1);
     hold.release();
+  });
+
+  it('a worker that resets the stream mid-body releases the load at the reset, once', async () => {
+    const unwatched = await outcomes(stack.router, 'unwatched');
+    const before = await ended(stack.router);
+    stack.sims[0]!.injectFault({ resetAfterChunks: 2 });
+    const hold = stack.sims[0]!.hold({ afterChunks: 1 });
+    const res = await completion(stack.url, true);
+    const reader = res.body!.getReader();
+    expect((await reader.read()).done).toBe(false);
+    await hold.reached();
+    expect(load()).toBe(1);
+    hold.release(); // the next event is the worker's last: it resets the connection
+    await expect(
+      (async () => {
+        for (let r = await reader.read(); !r.done; r = await reader.read());
+      })(),
+    ).rejects.toThrow();
+    await waitFor(() => load() === 0);
+    expect(await outcomes(stack.router, 'unwatched')).toBe(unwatched + 1);
+    expect(await ended(stack.router)).toBe(before + 1);
   });
 });
 

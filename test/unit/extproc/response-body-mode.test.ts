@@ -34,6 +34,14 @@ describe('bodySkippable', () => {
     ['FULL_DUPLEX_STREAMED response body (Envoy refuses overrides)', { mode: 'full_duplex' }, false],
     ['FULL_DUPLEX_STREAMED request body', { requestMode: 'full_duplex' }, false],
     ["Envoy's local reply to an unrouted request", { routed: false }, false],
+    ['response_body_mode NONE: a 200 (no chunk to watch)', { mode: 'none' }, true],
+    ['response_body_mode NONE: a 5xx (no chunk to watch either)', { mode: 'none', status: 503 }, true],
+    ['response_body_mode NONE: headers with end_of_stream', { mode: 'none', endOfStream: true }, false],
+    [
+      'response_body_mode NONE, FULL_DUPLEX_STREAMED request body',
+      { mode: 'none', requestMode: 'full_duplex' },
+      false,
+    ],
   ])('%s -> %s', (_name, over, expected) => {
     expect(bodySkippable({ ...ok, ...over })).toBe(expected);
   });

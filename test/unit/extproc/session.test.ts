@@ -666,6 +666,31 @@ describe('Session: skipping the response body (mode_override)', () => {
     }
   });
 
+  it.each([
+    ['a 200, the dispatch reading chunks (a sample, P/D)', 200, () => true],
+    ['a 500', 500, () => false],
+  ])(
+    'response_body_mode NONE in the filter: %s is unwatched (no chunk comes), its headers reply keeps trailers SEND',
+    async (_name, status, watch) => {
+      const { h, asked, started } = skipping(watch);
+      const first = requestHeaders('POST', '/v1/completions');
+      first.protocol_config = {
+        request_body_mode: BodySendMode.BUFFERED,
+        response_body_mode: BodySendMode.NONE,
+      };
+      h.stream.deliver(first, requestBody(COMPLETION), responseHeaders(status));
+      await h.settle();
+      expect(asked).toEqual([]); // nothing to ask: Envoy sends no chunk
+      expect(started).toEqual([[status, false]]);
+      expect(override(h.stream.replies.at(-1))?.response_trailer_mode).toBe(1); // SEND
+      expect(h.worker.load).toBe(1);
+      h.stream.halfClose();
+      await h.settle();
+      expect(h.ends).toEqual([{ kind: 'unwatched', status }]);
+      expect(h.worker.load).toBe(0);
+    },
+  );
+
   it('FULL_DUPLEX_STREAMED response bodies are never skipped', async () => {
     const { h, asked } = skipping();
     const first = requestHeaders('POST', '/v1/completions');
