@@ -142,14 +142,15 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
   const bootstrap = buildBootstrap(config, logger, () => metrics);
   // A worker put to sleep has an empty KV cache: its pool's policy forgets what it thought it held
   // (the pools are built below; health changes only ever concern their members).
-  // Built below; a worker back in selection gets the LoRA adapters a load skipped it for.
+  // Built below; a worker back in selection gets the LoRA adapters a load skipped it for, and one
+  // back from being down (a restarted process at the same registration) every adapter loaded so far.
   const late: { lora?: LoraFanout } = {};
   const health = buildHealth(
     config,
     logger,
     bootstrap,
     (w) => pools.byRole[w.role].policy.cacheCleared?.(w),
-    () => late.lora?.sync(),
+    (w, wasDown) => (wasDown ? late.lora?.recovered(w.url) : late.lora?.sync()),
   );
   const catalog = new ModelCatalog();
   // The pools' hooks count into the metrics and the metrics read the pools at scrape time (only
@@ -455,7 +456,8 @@ function buildHealth(
   logger: Logger,
   bootstrap: BootstrapDirectory | undefined,
   cacheCleared: (w: Worker) => void,
-  selectableAgain: () => void,
+  /** `wasDown`: its health checks had failed or its breaker was open (it may be a restarted process). */
+  selectableAgain: (w: Worker, wasDown: boolean) => void,
 ): WorkerHealth {
   return new WorkerHealth({
     checkFailureThreshold: config.healthFailureThreshold,
@@ -469,7 +471,9 @@ function buildHealth(
       logger.info({ worker: w.id, ...view, previous }, 'worker health changed');
       // vLLM's sleep empties the prefix cache (and publishes AllBlocksCleared for the exact index).
       if (view.asleep && !previous.asleep) cacheCleared(w);
-      if (view.selectable && !previous.selectable) selectableAgain();
+      if (view.selectable && !previous.selectable) {
+        selectableAgain(w, previous.active === 'unhealthy' || previous.breaker === 'open');
+      }
       // A prefill instance going down or coming back (active health, breaker opening or leaving open)
       // may be a restarted process with new engine ids: asked again before it takes Mooncake traffic.
       const open = (v: typeof view): boolean => v.breaker === 'open';

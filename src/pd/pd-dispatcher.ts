@@ -832,8 +832,15 @@ function clientFault(e: PrefillError): boolean {
   return e.kind === 'status' && s !== undefined && s >= 400 && s < 500 && s !== 404 && s !== 408 && s !== 429;
 }
 
+/**
+ * The client's error for a prefill leg that failed for good. A 4xx is the worker's own answer, given as
+ * it gave it: the client's fault, or (404, 408, 429, once no other prefill worker took it) a model no
+ * worker serves (vLLM's "The model `x` does not exist."), a timeout or a rate limit the client can act on,
+ * as a regular fleet answers them. Anything else is a 502.
+ */
 function prefillFailure(e: PrefillError, worker: Worker): RouterError {
-  if (clientFault(e)) {
+  const s = e.status;
+  if (e.kind === 'status' && s !== undefined && s >= 400 && s < 500) {
     return new RouterError(
       'prefill_failed',
       e.status as number,

@@ -13,8 +13,9 @@
  * once per URL (a P/D instance registered as both roles is one process). Answer:
  *   - 200 when every worker took it. A load that a worker already has (vLLM's 400 "has already been
  *     loaded") and an unload of one it does not have (404) count as taken: the call is idempotent.
- *   - 400 (the first worker's message) when no worker took it and every refusal was a 4xx (a bad body,
- *     a path vLLM cannot read), as the client's error.
+ *   - a 4xx (the first worker's message) when no worker took it and every refusal was a 4xx, as the
+ *     client's error: the workers' status when they all gave the same one (vLLM's 400 for a bad body,
+ *     its 404 for a `lora_path` with no adapter), else 400.
  *   - 502 otherwise (some took it, some failed or could not be reached): the message names the failed
  *     workers; the adapter stays where it was loaded, and a retry loads the rest.
  *   - 503 when there is no selectable worker.
@@ -30,7 +31,9 @@
  * router remembers none. A member a load or an unload skipped (not selectable then) is the same process
  * when it is back in selection: it is sent the unloads it missed (it still holds those adapters: an
  * adapter swapped for a new version under its name would stay the old one there, vLLM refusing the new
- * load as "already been loaded"), then every remembered load.
+ * load as "already been loaded"), then every remembered load. A member that was down (failed health
+ * checks, an open circuit breaker) may be a new process when it is back (`recovered`: a static worker
+ * keeps its registration across a restart): it is sent every remembered load.
  */
 import { Agent } from 'undici';
 import type { LocalAnswer } from '../extproc/dispatch.js';
@@ -82,6 +85,8 @@ export class LoraFanout {
    */
   private readonly owed = new Map<string, Map<string, Buffer>>();
   private synced = false;
+  /** URLs a replay runs for now. */
+  private readonly replaying = new Set<string>();
 
   constructor(private readonly opts: LoraFanoutOptions) {}
 
@@ -133,12 +138,34 @@ export class LoraFanout {
     }
   }
 
+  /**
+   * A member that was down (its health checks failed, or its circuit breaker opened) is selectable
+   * again. It may be a new process at the same URL and registration (a static worker restarted:
+   * a crash, an OOM kill), which lost the adapters loaded at run time: it is sent every remembered
+   * load (a process that kept them answers "already been loaded", which counts as taken).
+   */
+  recovered(url: string): void {
+    // One replay per process: the ranks of a data-parallel server, or its two roles, come back together.
+    if (this.closed || this.remembered.size === 0 || this.replaying.has(url)) return;
+    if (!this.owed.has(url)) this.owed.set(url, new Map());
+    this.sync();
+  }
+
   /** The names of the adapters a joining worker gets. */
   get rememberedAdapters(): string[] {
     return [...this.remembered.keys()];
   }
 
   private async replay(url: string, unloads: ReadonlyMap<string, Buffer>): Promise<void> {
+    this.replaying.add(url);
+    try {
+      await this.replayOn(url, unloads);
+    } finally {
+      this.replaying.delete(url);
+    }
+  }
+
+  private async replayOn(url: string, unloads: ReadonlyMap<string, Buffer>): Promise<void> {
     const auth = this.opts.apiKey ? `Bearer ${this.opts.apiKey}` : undefined;
     // The unloads it missed first (one it never had answers 404: already gone).
     for (const body of unloads.values()) {
@@ -245,7 +272,12 @@ export class LoraFanout {
     }
     const clientError =
       failed.length === results.length && failed.every((r) => r.status >= 400 && r.status < 500);
-    const status = clientError ? 400 : 502;
+    // One 4xx from every worker is that status (vLLM's 404 for a lora_path it finds no adapter at).
+    const status = clientError
+      ? failed.every((r) => r.status === failed[0]!.status)
+        ? failed[0]!.status
+        : 400
+      : 502;
     const message = clientError
       ? failed[0]!.message
       : `${load ? 'loaded on' : 'unloaded from'} ${results.length - failed.length} of ${results.length} workers; ` +

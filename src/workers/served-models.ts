@@ -118,11 +118,20 @@ export class ModelCatalog {
     return this.changes;
   }
 
-  /** The worker's `/v1/models` list (undefined: it has none; the label, if any, is used again). */
+  /**
+   * The worker's `/v1/models` list (undefined: it has none; the label, if any, is used again). A list
+   * that serves the same as before still replaces the cards the fleet's list shows (an adapter reloaded
+   * in place, vLLM's `load_inplace`, has a new `root`), without a version change.
+   */
   recordListed(url: string, served: ServedModels | undefined): void {
     if (this.members !== undefined && !this.members.has(url)) return;
     const e = this.entry(url);
-    if (served === undefined ? e.listed === undefined : same(e.listed, served)) return;
+    if (served !== undefined && e.listed !== undefined && same(e.listed, served)) {
+      e.listed = served;
+      e.view = served;
+      return;
+    }
+    if (served === undefined && e.listed === undefined) return;
     if (served === undefined) delete e.listed;
     else e.listed = served;
     this.refresh(e);

@@ -5,7 +5,9 @@
  * decode worker alike. Passed on as before, the load reached one worker: the other regular worker
  * answered the adapter's requests with 404, and in P/D mode every prefill leg did.
  * The workers are strict about models (a model they do not serve is vLLM's 404). Every test ends with
- * every load back to 0. A worker that joins after the load gets the adapter from the router.
+ * every load back to 0. A worker that joins after the load gets the adapter from the router, and so
+ * does a static worker whose process restarted at its URL (down for the health checks, then back: a
+ * new vLLM process has lost the adapters loaded at run time, while its registration is the same).
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { startStack, type Stack } from '../support/stack.js';
@@ -14,6 +16,7 @@ import { adminJson, expectAllLoadsZero } from '../support/router-fixture.js';
 import { waitFor } from '../support/wait-for.js';
 import type { Router } from '../../src/router.js';
 import { startSimulator } from '../../src/sim/simulator.js';
+import { freePorts } from '../support/free-ports.js';
 
 const LORA_SIM = { model: 'base', strictModels: true, lora: { maxLoras: 2 } };
 
@@ -133,5 +136,45 @@ describe('runtime LoRA adapters through the gateway', () => {
         x.records.filter((r) => (r.body as { model?: string }).model === 'sql' && r.outcome === 'ok').length,
     );
     expect(legs).toEqual([3, 3]);
+  });
+
+  it('a static worker that restarts gets the adapter back and serves its requests again', async () => {
+    const ports = await freePorts(2);
+    const s = await startStack({
+      workers: 2,
+      sim: (i) => ({ ...LORA_SIM, port: ports[i]! }),
+      router: {
+        policy: 'round_robin',
+        modelsIntervalMs: 60_000,
+        healthCheckIntervalMs: 50,
+        healthFailureThreshold: 1,
+        healthSuccessThreshold: 1,
+      },
+    });
+    stack = s;
+    const loaded = await post(s.url, '/v1/load_lora_adapter', {
+      lora_name: 'sql',
+      lora_path: '/adapters/sql',
+    });
+    expect(loaded.status, JSON.stringify(loaded.json)).toBe(200);
+    await listedOn(s.router, 2);
+
+    // b's vLLM process restarts (a crash, an OOM kill, `docker restart`): down, then up at its URL.
+    const b = s.sims[1]!;
+    const healthy = () => s.router.workers().find((w) => w.url === b.url)?.healthy;
+    await b.close();
+    await waitFor(() => healthy() === false, { timeoutMs: 10_000, message: 'b seen down' });
+    const restarted = await startSimulator({ timeScale: 0, ...LORA_SIM, port: ports[1]! });
+    s.sims[1] = restarted;
+    expect(restarted.url).toBe(b.url);
+    await waitFor(() => healthy() === true, { timeoutMs: 10_000, message: 'b seen up again' });
+
+    // The router loads the adapter it remembers on the restarted process.
+    const serves = () => (restarted as unknown as { serves(m: string): boolean }).serves('sql');
+    await waitFor(serves, { timeoutMs: 10_000, message: 'the restarted worker never got the adapter back' });
+    const statuses: number[] = [];
+    for (let i = 0; i < 6; i++) statuses.push((await chat(s.url, 20 + i)).status);
+    expect(statuses).toEqual(Array(6).fill(200));
+    expect(restarted.records.filter((r) => (r.body as { model?: string }).model === 'sql').length).toBe(3);
   });
 });

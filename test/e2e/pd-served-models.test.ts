@@ -3,7 +3,8 @@
  * (with a LoRA adapter and a second served name on one of them), on simulated vLLM workers that answer
  * a model they do not serve with vLLM's 404. Each leg's pool narrows to the workers serving the
  * request's model (workers/served-models.ts, from their /v1/models), so every request's prefill leg
- * and decode leg both land on its model's workers and none fails.
+ * and decode leg both land on its model's workers and none fails. A model no worker serves gets the
+ * prefill workers' 404, as a client of one vLLM would.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { SimulatorOptions } from '../../src/sim/simulator.js';
@@ -74,6 +75,26 @@ describe('P/D pools mixing two base models', () => {
       });
       // Both workers of each family took part (no narrowing down to one).
       expect(sims.filter((s) => s.records.length > 0)).toHaveLength(4);
+    }
+  });
+
+  it("a model no worker serves gets vLLM's 404 and its message, as from one vLLM, not a 502", async () => {
+    for (const stream of [false, true]) {
+      const res = await fetch(`${stack.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({
+          model: 'mistral',
+          messages: [{ role: 'user', content: 'hello' }],
+          max_tokens: 4,
+          stream,
+        }),
+      });
+      const body = (await res.json()) as { error: { message: string } };
+      expect({ status: res.status, message: body.error.message }).toEqual({
+        status: 404,
+        message: 'The model `mistral` does not exist.',
+      });
     }
   });
 });

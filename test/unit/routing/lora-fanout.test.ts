@@ -2,6 +2,8 @@
  * LoraFanout against real simulators (real HTTP): a runtime LoRA load or unload sent to every
  * selectable worker, once per URL, with each worker's result and the idempotent cases.
  */
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { LoraFanout } from '../../../src/routing/lora-fanout.js';
 import { startSimulator, type Simulator, type SimulatorOptions } from '../../../src/sim/simulator.js';
@@ -121,6 +123,23 @@ describe('LoraFanout', () => {
     expect((res.body as { error: { message: string } }).error.message).toContain('lora_path');
   });
 
+  it("a lora_path no worker finds is vLLM's 404 and message, as from one vLLM", async () => {
+    const [a, b] = [await missingAdapterVllm(), await missingAdapterVllm()];
+    const res = await fanout([worker(a), worker(b)]).answer(
+      'POST',
+      '/v1/load_lora_adapter',
+      {},
+      Buffer.from(JSON.stringify({ lora_name: 'sql', lora_path: '/adapters/missing' })),
+    )!;
+    expect({
+      status: res.status,
+      message: (res.body as { error: { message: string } }).error.message,
+    }).toEqual({
+      status: 404,
+      message: 'Loading lora sql failed: No adapter found for /adapters/missing',
+    });
+  });
+
   it('skips workers that are not selectable and says why; none selectable is a 503', async () => {
     const [a, b] = [await sim(), await sim()];
     const [wa, wb] = [worker(a), worker(b)];
@@ -140,7 +159,8 @@ describe('LoraFanout', () => {
     const keyed = await sim({ model: 'base', lora: { maxLoras: 1 }, apiKey: 'k' });
     const plain = new LoraFanout({ members: () => [worker(keyed)], timeoutMs: 5_000 });
     open.push(plain);
-    expect((await plain.answer('POST', '/v1/load_lora_adapter', {}, LOAD)!).status).toBe(400); // 401: refused
+    // Refused without the key: vLLM's 401, as the client would get it from one vLLM.
+    expect((await plain.answer('POST', '/v1/load_lora_adapter', {}, LOAD)!).status).toBe(401);
     expect(
       (await plain.answer('POST', '/v1/load_lora_adapter', { authorization: 'Bearer k' }, LOAD)!).status,
     ).toBe(200);
@@ -181,3 +201,26 @@ describe('LoraFanout', () => {
     expect(replays[1]).toEqual([b.url, 'sql', true]); // already loaded there: taken all the same
   });
 });
+
+/** A vLLM whose load finds no adapter at the path (its 404 NotFoundError). */
+async function missingAdapterVllm(): Promise<{ url: string }> {
+  const server = createServer((req, res) => {
+    req.resume();
+    req.on('end', () => {
+      res.writeHead(404, { 'content-type': 'application/json' });
+      res.end(
+        JSON.stringify({
+          error: {
+            message: 'Loading lora sql failed: No adapter found for /adapters/missing',
+            type: 'NotFoundError',
+            param: null,
+            code: 404,
+          },
+        }),
+      );
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  open.push({ close: () => new Promise<void>((resolve) => server.close(() => resolve())) });
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}` };
+}

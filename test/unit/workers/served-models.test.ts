@@ -142,6 +142,22 @@ describe('ModelCatalog', () => {
     expect(c.cardsOf(['http://b'])!.map((x) => x.id)).toEqual(['llama', 'qwen']);
   });
 
+  it("lists an adapter reloaded in place (vLLM's load_inplace) with its new root, routing untouched", () => {
+    const c = new ModelCatalog();
+    const v1 = JSON.parse(VLLM_LIST) as { data: Array<Record<string, unknown>> };
+    c.recordListed('http://a', parseModelList(JSON.stringify(v1)));
+    const v = c.version;
+    // An RL trainer swaps the adapter's weights under its name: `{"lora_name": "sql-lora",
+    // "lora_path": "/adapters/sql-step-2", "load_inplace": true}`; vLLM lists it with its new path.
+    const v2 = {
+      ...v1,
+      data: v1.data.map((m) => (m.id === 'sql-lora' ? { ...m, root: '/adapters/sql-step-2' } : m)),
+    };
+    c.recordListed('http://a', parseModelList(JSON.stringify(v2)));
+    expect(c.cardsOf(['http://a'])!.find((m) => m.id === 'sql-lora')?.root).toBe('/adapters/sql-step-2');
+    expect(c.version).toBe(v); // what the worker serves did not change: routing memos hold
+  });
+
   it('forgets departed workers, and a read that ends after one left does not bring it back', () => {
     const c = new ModelCatalog();
     c.recordLabel('http://a', 'x');
