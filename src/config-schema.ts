@@ -186,7 +186,15 @@ export const OPTIONS = [
     flag: 'flow-queue-max',
     type: 'int',
     default: 1024,
-    help: '--flow-control: at most this many requests are held; one more gets a JSON 429 queue_full at once.',
+    help: '--flow-control: at most this many requests are held; one more gets a JSON 429 queue_full at once, unless its objective has a higher priority than some held request: then the newest of the lowest-priority held requests gets the 429 and the newcomer is held.',
+  },
+  {
+    group: 'Admission',
+    key: 'flowQueueMaxBytes',
+    flag: 'flow-queue-max-bytes',
+    type: 'int',
+    default: 256 * 1024 * 1024,
+    help: "--flow-control: at most this many bytes of request bodies are held (they stay in the router's memory while held); one more request that does not fit gets a JSON 429 queue_full at once, with the same exception for a higher priority as --flow-queue-max.",
   },
   {
     group: 'Admission',

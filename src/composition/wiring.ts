@@ -671,6 +671,7 @@ function admission(
       clock,
       ttlMs: config.flowQueueTtlMs,
       maxQueued: config.flowQueueMax,
+      maxBytes: config.flowQueueMaxBytes,
       pollMs: config.flowPollMs,
       observer: {
         released: (waitedMs) => metrics.flowWait.observe(waitedMs / 1000),

@@ -341,7 +341,7 @@ export class RouterMetrics {
     }
     this.flowRefused = new Counter({
       name: 'vllm_router_flow_refused_total',
-      help: '--flow-control: requests refused by reason (queue_full: --flow-queue-max held already; queue_timeout: held --flow-queue-ttl-ms) and objective (one the router knows; "" for none or any other name).',
+      help: '--flow-control: requests refused by reason (queue_full: --flow-queue-max or --flow-queue-max-bytes held already, or a more important request took its place; queue_timeout: held --flow-queue-ttl-ms) and objective (one the router knows; "" for none or any other name).',
       labelNames: ['reason', 'objective'] as const,
       registers,
     });

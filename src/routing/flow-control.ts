@@ -15,7 +15,11 @@
  * - Holding is Envoy waiting for the ext_proc reply: `--flow-queue-ttl-ms` (default 30 s) must stay
  *   below the filter's `message_timeout` (90 s in the shipped configs). A request held that long gets a
  *   JSON 429 (a sheddable objective) or 503 (others) `queue_timeout`, with `retry-after`.
- * - At most `--flow-queue-max` requests are held; one more gets a 429 `queue_full` at once.
+ * - At most `--flow-queue-max` requests, and `--flow-queue-max-bytes` of their bodies (held for up to
+ *   the TTL: a flood of long prompts or images must not run the router out of memory), are held; one
+ *   more gets a 429 `queue_full` at once, unless it matters more than some held requests: then the
+ *   newest of the least important held ones get it (the endpoint picker bounds each priority band on
+ *   its own, so a flood of batch requests never keeps an interactive one out).
  * - A client that goes away while held is dropped from the queue: nothing was loaded or sent.
  * - Room is read on a timer every `pollMs` while anything is held. A round lets go, best first, the
  *   held requests whose workers have room, at most one per worker with room in each pool it uses (a
@@ -54,6 +58,8 @@ export interface FlowControlOptions {
   readonly ttlMs: number;
   /** How many requests may be held at once. */
   readonly maxQueued: number;
+  /** How many bytes of request bodies may be held at once; absent: no bound. */
+  readonly maxBytes?: number;
   /** How often room is looked for while requests are held. */
   readonly pollMs: number;
   readonly observer?: FlowObserver;
@@ -81,6 +87,8 @@ export class FlowControl implements Dispatcher {
   private readonly queue = new FlowQueue<Held>();
   /** Requests held per model: a request for a model with requests held waits behind them. */
   private readonly heldByModel = new Map<string, number>();
+  /** Held requests that name a gateway subset. */
+  private subsetHeld = 0;
   private timer: NodeJS.Timeout | undefined;
   private closed = false;
   readonly adopt: Dispatcher['adopt'];
@@ -105,17 +113,31 @@ export class FlowControl implements Dispatcher {
     }
     const objective = req.headers[OBJECTIVE_HEADER] ?? '';
     if (this.closed) throw closing();
-    if (this.queue.size >= this.opts.maxQueued) {
-      this.opts.observer?.refused?.('queue_full', objective);
-      throw queueFull(this.opts.maxQueued);
+    const priority = this.opts.objectives.priority(req.headers[OBJECTIVE_HEADER]);
+    const bytes = req.body?.length ?? 0;
+    if (!this.hasSpace(0, 0, bytes)) {
+      // Full: the newest of the least important held requests give way to one that matters more,
+      // when enough of them can.
+      const lower = this.queue.below(priority);
+      if (!this.hasSpace(lower.count, lower.bytes, bytes)) {
+        this.opts.observer?.refused?.('queue_full', objective);
+        throw queueFull();
+      }
+      while (!this.hasSpace(0, 0, bytes)) {
+        const out = this.queue.displace(priority) as QueuedRequest<Held>;
+        this.leave(out.item);
+        this.opts.observer?.refused?.('queue_full', out.item.objective);
+        out.item.reject(queueFull());
+      }
     }
     return new Promise<Dispatch>((resolve, reject) => {
       const held: Held = { req, cancel, objective, ctx, resolve, reject };
       const entry: QueuedRequest<Held> = {
         item: held,
-        priority: this.opts.objectives.priority(req.headers[OBJECTIVE_HEADER]),
+        priority,
         flow: req.headers[FAIRNESS_HEADER] ?? '',
         queuedAt: this.opts.clock(),
+        bytes,
       };
       const signal = cancel.signal;
       if (signal.aborted) {
@@ -152,16 +174,22 @@ export class FlowControl implements Dispatcher {
     // Keyed by the pool's candidates array, not the model: requests of one model that fit different
     // workers (context length) or gateway subsets have candidate sets of their own.
     const memo = new Map<readonly Worker[], boolean>();
+    // A request spends a pool's budget only when it has a candidate there: one with none (its model's
+    // workers all down or gone) goes to the dispatcher's 503 even while the other workers are saturated.
+    let spends: Fit = NO_FIT;
     const ready = (e: QueuedRequest<Held>): boolean => {
-      const { ctx, req } = e.item;
-      if (this.needsPrefill(req) && prefillBudget <= 0) return false;
-      return this.roomFor(ctx, req, memo);
+      const fit = this.fit(e.item.ctx, e.item.req, memo, budget > 0, prefillBudget > 0);
+      if (fit === undefined) return false;
+      spends = fit;
+      return true;
     };
-    while (budget > 0 && this.queue.size > 0) {
+    // No room at all (the common case while saturated): look through the queue only when some held
+    // request may have no worker to wait for.
+    while (this.queue.size > 0 && (budget > 0 || this.someUnserved())) {
       const e = this.queue.take(ready);
       if (e === undefined) break;
-      budget--;
-      if (this.needsPrefill(e.item.req)) prefillBudget--;
+      if (spends.decode) budget--;
+      if (spends.prefill) prefillBudget--;
       memo.clear();
       this.leave(e.item);
       this.opts.observer?.released?.(now - e.queuedAt);
@@ -191,6 +219,26 @@ export class FlowControl implements Dispatcher {
     this.timer.unref();
   }
 
+  /** Whether one more request of `bytes` fits, once `count` held requests of `freed` bytes are gone. */
+  private hasSpace(count: number, freed: number, bytes: number): boolean {
+    return (
+      this.queue.size - count < this.opts.maxQueued &&
+      this.queue.bytes - freed + bytes <= (this.opts.maxBytes ?? Infinity)
+    );
+  }
+
+  /**
+   * Whether some held request may have no decode (or regular) candidate: its model has none, or it
+   * names a gateway subset (checked request by request).
+   */
+  private someUnserved(): boolean {
+    if (this.subsetHeld > 0) return true;
+    for (const model of this.heldByModel.keys()) {
+      if (this.opts.pool.candidatesFor(model).length === 0) return true;
+    }
+    return false;
+  }
+
   /** A held request leaves the queue (let go, expired, or the router closing). */
   private leave(held: Held): void {
     if (held.onAbort) held.cancel.signal.removeEventListener('abort', held.onAbort);
@@ -198,6 +246,7 @@ export class FlowControl implements Dispatcher {
   }
 
   private count(held: Held, delta: 1 | -1): void {
+    if (held.ctx.subset !== undefined) this.subsetHeld += delta;
     const model = held.ctx.model;
     const n = (this.heldByModel.get(model) ?? 0) + delta;
     if (n > 0) this.heldByModel.set(model, n);
@@ -209,11 +258,24 @@ export class FlowControl implements Dispatcher {
     this.opts.prefillPool?.reconcile();
   }
 
+  /** Whether the request's workers have room (see `fit`). */
+  private roomFor(ctx: RoutingContext, req: RouteRequest): boolean {
+    return this.fit(ctx, req) !== undefined;
+  }
+
   /**
-   * Whether the request's workers have room: some candidate of each pool it needs has. A pool with no
-   * candidate for it counts as room: the dispatcher answers it (503). `memo`: room per candidates array.
+   * Undefined while the request must wait: some pool it needs has candidates for it, none with room
+   * (or that pool's round budget is spent: `decodeOpen`, `prefillOpen` false). Else the pools whose
+   * workers it would take (those with a candidate for it). A pool with no candidate for it counts as
+   * room: the dispatcher answers it (503). `memo`: room per candidates array.
    */
-  private roomFor(ctx: RoutingContext, req: RouteRequest, memo?: Map<readonly Worker[], boolean>): boolean {
+  private fit(
+    ctx: RoutingContext,
+    req: RouteRequest,
+    memo?: Map<readonly Worker[], boolean>,
+    decodeOpen = true,
+    prefillOpen = true,
+  ): Fit | undefined {
     const { pool, prefillPool, hasRoom } = this.opts;
     const someRoom = (workers: readonly Worker[]): boolean => {
       let room = memo?.get(workers);
@@ -223,11 +285,14 @@ export class FlowControl implements Dispatcher {
       }
       return room;
     };
-    const decode = candidates(pool, ctx);
-    if (decode.length > 0 && !someRoom(decode)) return false;
-    if (!this.needsPrefill(req)) return true;
-    const prefill = candidates(prefillPool as WorkerPool, ctx);
-    return prefill.length === 0 || someRoom(prefill);
+    const decodeWorkers = candidates(pool, ctx);
+    const decode = decodeWorkers.length > 0;
+    if (decode && !(decodeOpen && someRoom(decodeWorkers))) return undefined;
+    if (!this.needsPrefill(req)) return decode ? DECODE_FIT : NO_FIT;
+    const prefillWorkers = candidates(prefillPool as WorkerPool, ctx);
+    const prefill = prefillWorkers.length > 0;
+    if (prefill && !(prefillOpen && someRoom(prefillWorkers))) return undefined;
+    return { decode, prefill };
   }
 
   /** P/D: whether the request uses the prefill pool too (a prefill leg). */
@@ -247,11 +312,20 @@ export class FlowControl implements Dispatcher {
   }
 }
 
-function queueFull(max: number): RouterError {
+/** The pools a request let go takes a worker of (the decode pool, or the regular one; the prefill pool). */
+interface Fit {
+  readonly decode: boolean;
+  readonly prefill: boolean;
+}
+const NO_FIT: Fit = Object.freeze({ decode: false, prefill: false });
+const DECODE_FIT: Fit = Object.freeze({ decode: true, prefill: false });
+
+function queueFull(): RouterError {
   return new RouterError(
     'queue_full',
     429,
-    `The router already holds ${max} requests for saturated workers (--flow-queue-max). Retry later.`,
+    'The router already holds as many requests (--flow-queue-max), or request bytes (--flow-queue-max-bytes), ' +
+      'for saturated workers as it may. Retry later.',
     'rate_limit_error',
     { 'retry-after': String(RETRY_AFTER_S) },
   );

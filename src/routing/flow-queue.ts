@@ -6,7 +6,8 @@
  * the same priority that sends more, and a lower band waits while a higher one has requests.
  *
  * Pure data structure: times passed in; no timers, metrics or logging. `push` and `pop` are O(1) (a
- * new priority band: O(bands), a handful); `take`, `remove` and `expired` scan the requests.
+ * new priority band: O(bands), a handful); `displace` is O(flows of a band); `take`, `remove`,
+ * `below` and `expired` scan the requests.
  */
 
 export interface QueuedRequest<T> {
@@ -15,6 +16,8 @@ export interface QueuedRequest<T> {
   readonly flow: string;
   /** Clock time it was queued. */
   readonly queuedAt: number;
+  /** The memory it holds (its request body's bytes); absent: 0. */
+  readonly bytes?: number;
 }
 
 export class FlowQueue<T> {
@@ -23,9 +26,15 @@ export class FlowQueue<T> {
   /** The bands' priorities, highest first. */
   private priorities: number[] = [];
   private count = 0;
+  private held = 0;
 
   get size(): number {
     return this.count;
+  }
+
+  /** The `bytes` of every queued request. */
+  get bytes(): number {
+    return this.held;
   }
 
   push(entry: QueuedRequest<T>): void {
@@ -39,6 +48,7 @@ export class FlowQueue<T> {
     if (flow === undefined) band.set(entry.flow, [entry]);
     else flow.push(entry);
     this.count++;
+    this.held += entry.bytes ?? 0;
   }
 
   /** The next request to let go (see the header), removed; undefined when empty. */
@@ -63,6 +73,7 @@ export class FlowQueue<T> {
         if (flow.length > 0) band.set(key, flow);
         this.dropIfEmpty(p, band);
         this.count--;
+        this.held -= entry.bytes ?? 0;
         return entry;
       }
     }
@@ -79,7 +90,39 @@ export class FlowQueue<T> {
     if (flow.length === 0) band.delete(entry.flow);
     this.dropIfEmpty(entry.priority, band);
     this.count--;
+    this.held -= entry.bytes ?? 0;
     return true;
+  }
+
+  /** How many requests, and how many `bytes`, are queued below `priority` (what `displace` may free). */
+  below(priority: number): { count: number; bytes: number } {
+    let count = 0;
+    let bytes = 0;
+    for (const p of this.priorities) {
+      if (p >= priority) continue;
+      for (const flow of (this.bands.get(p) as Map<string, QueuedRequest<T>[]>).values()) {
+        count += flow.length;
+        for (const e of flow) bytes += e.bytes ?? 0;
+      }
+    }
+    return { count, bytes };
+  }
+
+  /**
+   * Makes room for a request of `priority`: removes and returns the newest request of the lowest
+   * band when that band is below `priority`; undefined when none is (nothing held matters less).
+   */
+  displace(priority: number): QueuedRequest<T> | undefined {
+    const lowest = this.priorities[this.priorities.length - 1];
+    if (lowest === undefined || lowest >= priority) return undefined;
+    const band = this.bands.get(lowest) as Map<string, QueuedRequest<T>[]>;
+    let newest: QueuedRequest<T> | undefined;
+    for (const flow of band.values()) {
+      const last = flow[flow.length - 1] as QueuedRequest<T>;
+      if (newest === undefined || last.queuedAt >= newest.queuedAt) newest = last;
+    }
+    if (newest !== undefined) this.remove(newest);
+    return newest;
   }
 
   /** Removes and returns every request queued at or before `cutoff` (oldest of each flow first). */
@@ -97,6 +140,7 @@ export class FlowQueue<T> {
       this.dropIfEmpty(p, band);
     }
     this.count -= out.length;
+    for (const e of out) this.held -= e.bytes ?? 0;
     return out;
   }
 
@@ -107,6 +151,7 @@ export class FlowQueue<T> {
     this.bands.clear();
     this.priorities = [];
     this.count = 0;
+    this.held = 0;
     return out;
   }
 

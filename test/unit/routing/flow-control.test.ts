@@ -23,8 +23,8 @@ const OBJECTIVES = new ObjectiveTable(
   ]),
 );
 
-function completion(objective?: string, fairness?: string, model = 'm'): RouteRequest {
-  const raw = Buffer.from(JSON.stringify({ model, prompt: 'hi' }));
+function completion(objective?: string, fairness?: string, model = 'm', prompt = 'hi'): RouteRequest {
+  const raw = Buffer.from(JSON.stringify({ model, prompt }));
   return {
     method: 'POST',
     path: '/v1/completions',
@@ -43,7 +43,7 @@ const cancellation = (): Cancellation & { abort(): void } => {
 };
 
 /** Two workers; `full` holds the workers without room. The poll timer never fires on its own. */
-function setup(opts: { maxQueued?: number; ttlMs?: number } = {}) {
+function setup(opts: { maxQueued?: number; maxBytes?: number; ttlMs?: number } = {}) {
   const h = harness();
   for (const port of [8000, 8001]) register(h.registry, 'regular', port);
   const pool = h.pool('regular', 'round_robin');
@@ -68,6 +68,7 @@ function setup(opts: { maxQueued?: number; ttlMs?: number } = {}) {
       clock: h.clock.read,
       ttlMs: opts.ttlMs ?? 30_000,
       maxQueued: opts.maxQueued ?? 100,
+      ...(opts.maxBytes !== undefined ? { maxBytes: opts.maxBytes } : {}),
       pollMs: 3_600_000,
       observer: {
         released: (ms) => waits.push(ms),
@@ -196,7 +197,7 @@ describe('FlowControl', () => {
     expect(loads(s)).toEqual([0, 0]);
   });
 
-  it('refuses one more than --flow-queue-max at once with a 429', async () => {
+  it('refuses one more than --flow-queue-max of no higher priority at once with a 429', async () => {
     const s = setup({ maxQueued: 2 });
     const held = [
       s.flow.dispatch(completion(), cancellation()) as Promise<Dispatch>,
@@ -204,7 +205,7 @@ describe('FlowControl', () => {
     ];
     let err: unknown;
     try {
-      s.flow.dispatch(completion('realtime'), cancellation());
+      s.flow.dispatch(completion(), cancellation());
     } catch (e) {
       err = e;
     }
@@ -215,6 +216,56 @@ describe('FlowControl', () => {
     for (const p of held) expect((await rejection(p)).status).toBe(503);
     await settle();
     expect(s.routed).toEqual([]);
+    expect(loads(s)).toEqual([0, 0]);
+  });
+
+  it('holds a more important request when the queue is full of batch ones: the newest batch request gets the 429', async () => {
+    const s = setup({ maxQueued: 2 });
+    const older = s.flow.dispatch(completion('batch'), cancellation()) as Promise<Dispatch>;
+    const newer = s.flow.dispatch(completion('batch'), cancellation()) as Promise<Dispatch>;
+    // Full of batch requests: an interactive one still waits (ahead of them), a batch request's room goes.
+    const realtime = s.flow.dispatch(completion('realtime'), cancellation()) as Promise<Dispatch>;
+    expect(realtime).toBeInstanceOf(Promise);
+    const err = await rejection(newer);
+    expect([err.status, err.code, err.headers]).toEqual([429, 'queue_full', { 'retry-after': '1' }]);
+    expect(s.refused).toEqual(['queue_full:batch']);
+    expect(s.flow.held).toBe(2);
+    // One more of no higher priority than any held request is refused itself, as before.
+    expect(() => s.flow.dispatch(completion('batch'), cancellation())).toThrow(RouterError);
+    s.full.clear();
+    s.flow.pump();
+    s.flow.pump();
+    const ds = await Promise.all([realtime, older]);
+    expect(s.routed).toEqual(['realtime', 'batch']);
+    for (const d of ds) d.finish({ kind: 'response', status: 200 });
+    expect(loads(s)).toEqual([0, 0]);
+  });
+
+  it('holds at most --flow-queue-max-bytes of request bodies: a big one beyond gets a 429, unless batch ones give way', async () => {
+    const MiB = 1024 * 1024;
+    const big = (objective?: string): RouteRequest => completion(objective, undefined, 'm', 'x'.repeat(MiB));
+    const s = setup({ maxBytes: 3 * MiB });
+    const held = [big('batch'), big()].map((r) => s.flow.dispatch(r, cancellation()) as Promise<Dispatch>);
+    expect(s.flow.held).toBe(2);
+    // Two of about 1 MiB each are held; a third of no higher priority than any would pass 3 MiB.
+    let err: unknown;
+    try {
+      s.flow.dispatch(big('batch'), cancellation());
+    } catch (e) {
+      err = e;
+    }
+    expect([(err as RouterError).status, (err as RouterError).code]).toEqual([429, 'queue_full']);
+    expect(s.flow.held).toBe(2);
+    // A more important one takes the batch request's bytes.
+    const realtime = s.flow.dispatch(big('realtime'), cancellation()) as Promise<Dispatch>;
+    expect((await rejection(held[0] as Promise<Dispatch>)).code).toBe('queue_full');
+    expect(s.refused).toEqual(['queue_full:batch', 'queue_full:batch']);
+    s.full.clear();
+    s.flow.pump();
+    s.flow.pump();
+    const ds = await Promise.all([realtime, held[1] as Promise<Dispatch>]);
+    expect(s.routed).toEqual(['realtime', '-']);
+    for (const d of ds) d.finish({ kind: 'response', status: 200 });
     expect(loads(s)).toEqual([0, 0]);
   });
 
@@ -268,6 +319,46 @@ describe('FlowControl', () => {
     const l = await first;
     for (const d of [q, l]) d.finish({ kind: 'response', status: 200 });
     expect(pool.workers.map((w) => w.load)).toEqual([0, 0]);
+  });
+});
+
+describe('FlowControl: a held request whose workers are gone', () => {
+  it("answers a held request at once (503 no_workers) when its model's workers all go down while another model's are saturated", async () => {
+    const { pool, flow, full, llamaWorker, qwenWorker } = twoModels();
+    full.add(llamaWorker).add(qwenWorker);
+    const held = flow.dispatch(
+      completion(undefined, undefined, 'llama'),
+      cancellation(),
+    ) as Promise<Dispatch>;
+    expect(flow.held).toBe(1);
+    // llama's only worker goes down (its breaker opens, its checks fail); qwen's stays saturated.
+    llamaWorker.healthy = false;
+    flow.pump();
+    // No worker can take it: the next round answers it, as a request arriving now is answered.
+    expect(flow.held).toBe(0);
+    const err = await rejection(held);
+    expect([err.status, err.code]).toEqual([503, 'no_workers']);
+    // A later request for llama is not held behind anything either.
+    expect(() => flow.dispatch(completion(undefined, undefined, 'llama'), cancellation())).toThrow(
+      RouterError,
+    );
+    expect(pool.workers.map((w) => w.load)).toEqual([0, 0]);
+  });
+
+  it('answers a held request at once when the only worker of its gateway subset goes down while the others are saturated', async () => {
+    const s = setup();
+    const [a] = s.pool.workers as [Worker, Worker];
+    const held = s.flow.dispatch(
+      { ...completion(), subset: new Set([a.endpoint]) },
+      cancellation(),
+    ) as Promise<Dispatch>;
+    expect(s.flow.held).toBe(1);
+    a.healthy = false;
+    s.flow.pump();
+    expect(s.flow.held).toBe(0);
+    const err = await rejection(held);
+    expect([err.status, err.code]).toEqual([503, 'no_workers']);
+    expect(loads(s)).toEqual([0, 0]);
   });
 });
 

@@ -99,4 +99,36 @@ describe('FlowQueue', () => {
     expect(q.take(qwen)).toBeUndefined();
     expect(drainOrder(q)).toEqual(['hi-llama', 'lo-llama']);
   });
+
+  it('gives up the newest request of the lowest band for a more important one, and none for an equal one', () => {
+    const q = new FlowQueue<string>();
+    q.push(req('lo-a1', -1, 'a', 10));
+    q.push(req('lo-b1', -1, 'b', 20));
+    q.push(req('lo-a2', -1, 'a', 30));
+    q.push(req('mid', 0, '', 40));
+    expect(q.displace(-1)).toBeUndefined();
+    expect(q.displace(0)?.item).toBe('lo-a2');
+    expect(q.size).toBe(3);
+    expect(drainOrder(q)).toEqual(['mid', 'lo-a1', 'lo-b1']);
+    expect(q.displace(5)).toBeUndefined();
+  });
+
+  it('counts the bytes it holds, and those below a priority, as requests come and go', () => {
+    const q = new FlowQueue<string>();
+    const sized = (item: string, priority: number, bytes: number, queuedAt = 0): QueuedRequest<string> => ({
+      ...req(item, priority, '', queuedAt),
+      bytes,
+    });
+    const gone = sized('gone', 0, 7);
+    for (const r of [sized('lo', -1, 100, 5), sized('mid', 0, 20, 1), gone, sized('hi', 3, 1, 9)]) q.push(r);
+    expect(q.bytes).toBe(128);
+    expect(q.below(3)).toEqual({ count: 3, bytes: 127 });
+    expect(q.below(0)).toEqual({ count: 1, bytes: 100 });
+    q.remove(gone);
+    expect(q.pop()?.item).toBe('hi');
+    expect(q.bytes).toBe(120);
+    expect(q.expired(1).map((e) => e.item)).toEqual(['mid']);
+    expect(q.displace(0)?.item).toBe('lo');
+    expect([q.size, q.bytes]).toEqual([0, 0]);
+  });
 });
