@@ -50,8 +50,9 @@ export interface Router {
   /** All pool members after reconciling with the registry. */
   workers(): Worker[];
   /**
-   * Readiness off, discovery closed; keep serving for `graceMs` (default --drain-grace-ms) so load
-   * balancers stop sending; then wait for in-flight streams (up to `timeoutMs`). True if drained.
+   * Readiness off, discovery closed (the workers it knows stay); keep serving for `graceMs` (default
+   * --drain-grace-ms) so load balancers stop sending; then wait for in-flight streams (up to
+   * `timeoutMs`). True if drained.
    */
   drain(timeoutMs?: number, graceMs?: number): Promise<boolean>;
   close(): Promise<void>;
@@ -171,7 +172,12 @@ function lifecycleSteps(
       start: async () => {
         out.discovery = await c.discovery?.start();
       },
-      stopIntake: () => c.discovery?.close(),
+      // The socket closes so the workers' heartbeats reach the replacement router; the workers this
+      // one knows stay for the streams it still serves (ServiceRegistry.holdExpiry).
+      stopIntake: () => {
+        c.registry.holdExpiry();
+        return c.discovery?.close();
+      },
       close: () => c.discovery?.close(),
     },
     config.serviceDiscovery && kubeDiscoveryStep(c, deps),

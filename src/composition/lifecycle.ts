@@ -6,7 +6,7 @@
  *           order) and the error is rethrown: a failed start leaks no socket or timer.
  *   drain   1. the drain flag turns on (readiness reports not-ready from here on);
  *           2. `stopIntake()` of every started step, in list order, once (gRPC readiness off,
- *              discovery closed);
+ *              discovery closed: the registrations it made stop expiring);
  *           3. wait `graceMs` (load balancers and Envoy health checks notice; streams opened meanwhile
  *              are still served);
  *           4. `settle(timeoutMs)` of every started step: resolves true when in-flight work ended.

@@ -363,6 +363,8 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
         clock,
         ...(config.workerApiKey !== '' ? { apiKey: config.workerApiKey } : {}),
         timeoutMs: Math.max(1, config.fleetControlTimeoutMs),
+        // A worker whose checks fail (a static worker that died) does not fail the fleet's answer.
+        down: (w) => health.view(w, clock()).active === 'unhealthy',
         onAnswered: (path, ok, of) => {
           metrics.fleetControlCalls.inc({
             path,

@@ -53,6 +53,11 @@
  * Times are in the injected clock's domain. The default clock is `performance.now()` (monotonic ms),
  * so a wall-clock step cannot expire or resurrect workers.
  *
+ * `holdExpiry()` stops expiry for good (entries live at that moment stay live): a draining router
+ * closes its ZMQ socket so the workers' heartbeats reach its replacement, and the workers it knows
+ * must not vanish a TTL later while its drain still serves streams (they did: within the 5 s
+ * default TTL every ZMQ-registered worker was gone, and the streams of the drain grace got 503).
+ *
  * Change listeners (`onChange`) are told, synchronously and after the table is updated, whenever a
  * role's membership or an entry's identity changes (the same points that drop the snapshot cache);
  * a heartbeat that only extends expiry is not a change, and neither is an entry passing its expiry
@@ -173,12 +178,24 @@ export class ServiceRegistry {
   private readonly tables = new Map<Role, RoleTable>();
   private lastGeneration = 0;
   private readonly listeners = new Set<(role: Role) => void>();
+  /** Set by holdExpiry(): the time every expiry is judged at from then on. */
+  private heldAt: number | undefined;
 
   constructor(opts: ServiceRegistryOptions = {}) {
     const ttlMs = opts.ttlMs ?? DEFAULT_REGISTRY_TTL_MS;
     if (!(ttlMs > 0) || !Number.isFinite(ttlMs)) throw new RangeError(`ttlMs must be > 0, got ${ttlMs}`);
     this.ttlMs = ttlMs;
     this.clock = opts.clock ?? (() => performance.now());
+  }
+
+  /** Expiry stops: no entry live now expires from here on (see the module comment). Idempotent. */
+  holdExpiry(): void {
+    this.heldAt ??= this.clock();
+  }
+
+  /** The clock, or the time expiry was held at. */
+  private now(): number {
+    return this.heldAt ?? this.clock();
   }
 
   /** Calls `listener(role)` after every membership change of `role`. Returns the unsubscribe. */
@@ -194,7 +211,7 @@ export class ServiceRegistry {
 
   /** Registers or refreshes (role, url). See the module comment for the lifetime rules. */
   register(reg: Registration): RegisterResult {
-    const now = this.clock();
+    const now = this.now();
     const table = this.table(reg.role);
     const previous = table.entries.get(reg.url);
     const live = previous !== undefined && previous.expiresAtMs > now;
@@ -283,7 +300,7 @@ export class ServiceRegistry {
   snapshot(role: Role): readonly RegistryEntry[] {
     const table = this.tables.get(role);
     if (table === undefined) return EMPTY;
-    const now = this.clock();
+    const now = this.now();
     if (table.cache !== undefined && now < table.cacheValidUntilMs) return table.cache;
     const live: RegistryEntry[] = [];
     let validUntil = Infinity;
@@ -301,7 +318,7 @@ export class ServiceRegistry {
 
   /** Removes and returns every expired entry (all roles). */
   cleanup(): RegistryEntry[] {
-    const now = this.clock();
+    const now = this.now();
     const removed: RegistryEntry[] = [];
     for (const [role, table] of this.tables) {
       let changed = false;
@@ -326,7 +343,7 @@ export class ServiceRegistry {
   /** The current live entry for (role, url), if any. */
   get(role: Role, url: string): RegistryEntry | undefined {
     const entry = this.tables.get(role)?.entries.get(url);
-    return entry !== undefined && entry.expiresAtMs > this.clock() ? entry : undefined;
+    return entry !== undefined && entry.expiresAtMs > this.now() ? entry : undefined;
   }
 
   private table(role: Role): RoleTable {

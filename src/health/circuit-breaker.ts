@@ -12,8 +12,9 @@
  *   Counting consecutive failures rather than a rate keeps one slow, mostly-fine worker in service.
  * - `successThreshold`: successes seen in half-open that close it again.
  * - `cooldownMs`: how long an open breaker refuses traffic before letting probes through.
- * - `halfOpenMaxProbes` (default 1): requests allowed in flight at once while half-open, so a
- *   recovering worker sees a trickle, not the whole fleet's traffic.
+ * - `halfOpenMaxProbes` (default 1): requests awaiting their outcome at once while half-open (the
+ *   passive health records it at the response headers: health-dispatcher.ts), so a recovering
+ *   worker sees a trickle, not the whole fleet's traffic.
  * - `probeTimeoutMs` (default `cooldownMs`): a probe whose outcome never arrives (a lost release)
  *   stops counting after this long, so one leak cannot pin a worker out of service forever.
  *

@@ -3,9 +3,14 @@
  * that, for every request,
  *   1. calls `health.refresh(now)` before the inner dispatcher selects (so an open breaker whose
  *      cool-down has elapsed is selectable again, half-open, for this very request), and
- *   2. records exactly one outcome for the dispatched worker when the session finishes the Dispatch
- *      (request/request-end.ts `healthOutcome`: 5xx -> failure, < 500 -> success, no response
- *      headers and cancellations -> neutral), however many times finish() is called.
+ *   2. records exactly one outcome for the dispatched worker: at its response headers when they
+ *      come (their status decides: 5xx -> failure, < 500 -> success, as Envoy's outlier detection
+ *      counts them), else when the session finishes the Dispatch (request/request-end.ts
+ *      `healthOutcome`: no response headers and cancellations -> neutral), however many times
+ *      finish() is called. Not at the end of the stream: a half-open breaker lets one probe through
+ *      at a time and closes after `cb-success-threshold` successes, so with generations of minutes
+ *      a recovered worker took minutes of single probes (one per probe timeout) to get its share of
+ *      traffic back, where the first 200 headers already say it serves.
  * Prefill legs are recorded where they end (PdObserver.prefillEnded -> `prefillHealthOutcome`).
  */
 import type { Cancellation, Dispatch, Dispatcher, RequestEnd, RouteRequest } from '../extproc/dispatch.js';
@@ -33,13 +38,20 @@ export function withHealth(inner: Dispatcher, health: PassiveHealth, clock: () =
 
 function recording(d: Dispatch, health: PassiveHealth, clock: () => number): Dispatch {
   let recorded = false;
+  const record = (outcome: HealthOutcome): void => {
+    if (recorded) return;
+    recorded = true;
+    health.recordOutcome(d.worker, outcome, clock());
+  };
   return {
     ...d,
+    onResponseStart(status: number, bodyWatched: boolean): void {
+      d.onResponseStart?.(status, bodyWatched);
+      record(status >= 500 ? 'server_error' : 'success');
+    },
     finish(end: RequestEnd): void {
       d.finish(end);
-      if (recorded) return;
-      recorded = true;
-      health.recordOutcome(d.worker, healthOutcome(end), clock());
+      record(healthOutcome(end));
     },
   };
 }

@@ -12,7 +12,8 @@
  *   every way a request can end). Failures: 5xx response headers (`server_error`; Envoy turns an
  *   upstream connect failure or a reset before headers into its own 503 local reply, which ext_proc
  *   sees as response headers) and a failed prefill leg (`prefill_failed`). Successes: any response
- *   below 500 (a 4xx is the client's fault, not the worker's). Neutral: `cancelled` (only hands back a
+ *   below 500 (a 4xx is the client's fault, not the worker's), counted at its headers
+ *   (health-dispatcher.ts), not at the end of its stream. Neutral: `cancelled` (only hands back a
  *   half-open probe slot) and `no_response`, a routed stream that ended without response headers: a
  *   client that went away before the first byte or an ext_proc message timeout, which says nothing
  *   about the worker (see FAILURES below for why it is not counted).

@@ -44,7 +44,9 @@
  *     part only
  *
  * Health: `success` and the failures (`server_error`, `prefill_failed`) feed the worker's circuit
- * breaker; `cancelled` and `no_response` are neutral (see health/worker-health.ts for why a stream
+ * breaker (health/health-dispatcher.ts records a routed request at its response headers, by their
+ * status, so the rows ending after them only count for a request whose headers it never saw);
+ * `cancelled` and `no_response` are neutral (see health/worker-health.ts for why a stream
  * without response headers is not the worker's fault). A rejected request never reached the worker:
  * neutral. A 4xx is the client's fault: success for the worker. An unwatched response counts as a
  * success: the worker answered 2xx headers, which is all the router saw; a worker that cuts its

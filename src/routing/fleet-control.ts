@@ -28,6 +28,12 @@
  * each URL, its roles, status and message); a 4xx (the workers' own when they all gave the same one)
  * when every worker refused the call with a 4xx; 502 otherwise, naming the workers that failed; 503
  * with no member; 404 for a `worker_url` that is not a member.
+ * A worker the router's own checks already hold down (`down`: its /health or /metrics fail) is
+ * called too (it may just have come back), but when the call does not reach it (or it answers 5xx)
+ * it is listed `down: true` instead of failing the answer: a dead process generates nothing, and a
+ * static worker (--worker) stays a member while dead, where Kubernetes discovery drops the pod, so a
+ * trainer's every pause failed with 502 until someone restarted it. 503 when every worker called is
+ * down.
  *
  * What the router does with each worker's 2xx (so the next request is routed on the fleet as it now
  * is, not at the next scrape):
@@ -96,6 +102,8 @@ export interface FleetControlOptions {
   readonly apiKey?: string;
   /** Timeout of one worker's answer, ms. */
   readonly timeoutMs: number;
+  /** The router's active checks hold the worker down (see the header). Default: never. */
+  readonly down?: (worker: Worker) => boolean;
   /** Told each answered operation (metrics, logs): the path and how many workers took it of how many. */
   readonly onAnswered?: (path: string, ok: number, of: number) => void;
 }
@@ -109,6 +117,8 @@ interface WorkerResult {
   readonly ok: boolean;
   /** `/is_paused` / `/is_sleeping`: the worker's answer. */
   readonly value?: boolean;
+  /** Not reached (or 5xx) while the router's checks hold it down: listed, not a failure. */
+  readonly down?: boolean;
 }
 
 /** How long the end of a pause or resume call is remembered for `supersedes`, ms. */
@@ -217,8 +227,8 @@ export class FleetControl {
     } finally {
       this.track(tracked, targets, -1);
     }
-    const failed = results.filter((r) => !r.ok);
-    this.opts.onAnswered?.(path, results.length - failed.length, results.length);
+    const failed = results.filter((r) => !r.ok && r.down !== true);
+    this.opts.onAnswered?.(path, results.filter((r) => r.ok).length, results.length);
     return fleetAnswer(path, op, results, failed);
   }
 
@@ -244,6 +254,7 @@ export class FleetControl {
         const a = await callWorker(this.agent, call);
         const ok = a.status >= 200 && a.status < 300;
         const value = ok ? flagOf(a.text, op) : undefined;
+        const down = !ok && (a.status === 0 || a.status >= 500) && this.heldDown(url);
         return {
           url,
           roles,
@@ -251,6 +262,7 @@ export class FleetControl {
           message: a.message,
           ok,
           ...(value !== undefined ? { value } : {}),
+          ...(down ? { down } : {}),
         };
       }),
     );
@@ -297,6 +309,13 @@ export class FleetControl {
   /** The current members registered at `url`. */
   private at(url: string): Worker[] {
     return this.opts.members().filter((w) => w.url === url);
+  }
+
+  /** Every member at `url` is held down by the router's checks. */
+  private heldDown(url: string): boolean {
+    const { down } = this.opts;
+    const workers = this.at(url);
+    return down !== undefined && workers.length > 0 && workers.every(down);
   }
 
   /** Records what each worker that took the call now is (see the header). */
@@ -346,7 +365,10 @@ export class FleetControl {
   }
 }
 
-/** The answer to the client (see the header): 200, the workers' own 4xx, or 502; each worker listed. */
+/**
+ * The answer to the client (see the header): 200, the workers' own 4xx, 502, or 503 when every worker
+ * is down; each worker listed.
+ */
 function fleetAnswer(
   path: string,
   op: Operation,
@@ -354,15 +376,21 @@ function fleetAnswer(
   failed: readonly WorkerResult[],
 ): LocalAnswer {
   const details = `fleet_${path.slice(1)}`;
-  const workers = results.map(({ url, roles, status, message, ok, value }) => ({
+  const workers = results.map(({ url, roles, status, message, ok, value, down }) => ({
     url,
     roles,
     status,
     ...(!ok && message !== '' ? { message } : {}),
     ...(value !== undefined ? { [op]: value } : {}),
+    ...(down === true ? { down } : {}),
   }));
-  if (failed.length === 0) return { status: 200, body: { ...summary(op, results), workers }, details };
-  const refused = failed.length === results.length && failed.every((r) => r.status >= 400 && r.status < 500);
+  const up = results.filter((r) => r.down !== true);
+  if (up.length === 0) {
+    const message = `${path}: every worker is down (its health checks fail) and none could take it`;
+    return { status: 503, body: { ...errorBody(message, 'service_unavailable', 503), workers }, details };
+  }
+  if (failed.length === 0) return { status: 200, body: { ...summary(op, up), workers }, details };
+  const refused = failed.length === up.length && failed.every((r) => r.status >= 400 && r.status < 500);
   if (refused) {
     const same = failed.every((r) => r.status === failed[0]!.status);
     const status = same ? failed[0]!.status : 400;
@@ -377,7 +405,7 @@ function fleetAnswer(
     };
   }
   const message =
-    `${path}: ${results.length - failed.length} of ${results.length} workers took it; failed: ` +
+    `${path}: ${up.length - failed.length} of ${results.length} workers took it; failed: ` +
     failed.map((r) => `${r.url} (${r.status === 0 ? r.message : `status ${r.status}`})`).join(', ');
   return { status: 502, body: { ...errorBody(message, 'server_error', 502), workers }, details };
 }

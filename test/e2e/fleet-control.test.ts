@@ -187,3 +187,38 @@ describe('with --fleet-control false (the behaviour before)', () => {
     }
   });
 });
+
+describe('a static worker that died (it stays a member; its health checks fail)', () => {
+  it("does not fail the trainer's pause and resume: 200, the dead worker listed down", async () => {
+    const own = await startStack({
+      workers: 2,
+      router: { healthCheckIntervalMs: 20, healthCheckTimeoutMs: 1000 },
+    });
+    try {
+      const [alive, dead] = own.sims as [Simulator, Simulator];
+      await dead.close();
+      const downAsRouterSees = async (): Promise<boolean> => {
+        const views = (
+          await adminJson<Array<{ url: string; health: { active: string } }>>(own.router, '/workers')
+        ).body;
+        return views.find((w) => w.url === dead.url)?.health.active === 'unhealthy';
+      };
+      await waitFor(downAsRouterSees, { message: 'the health checks to hold the dead worker down' });
+
+      const paused = await control('POST', '/pause?mode=keep', own.url);
+      expect(paused.status).toBe(200);
+      expect(paused.body.status).toBe('paused');
+      const listed = paused.body.workers.map((w) => `${w.url} ${w.status} ${(w as { down?: boolean }).down}`);
+      expect(listed.sort()).toEqual([`${alive.url} 200 undefined`, `${dead.url} 0 true`].sort());
+      expect(alive.paused).toBe(true);
+      expect((await control('GET', '/is_paused', own.url)).body.is_paused).toBe(true);
+
+      const resumed = await control('POST', '/resume', own.url);
+      expect(resumed.status).toBe(200);
+      expect(alive.paused).toBe(false);
+      await expectAllLoadsZero(own.router);
+    } finally {
+      await own.close();
+    }
+  });
+});

@@ -5,6 +5,7 @@
  * frames from a raw DEALER are counted and dropped without disturbing the real workers. A fake clock
  * is used only in the test that needs to control expiry.
  */
+import net from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import * as zmq from 'zeromq';
 import { encode } from '@msgpack/msgpack';
@@ -17,6 +18,14 @@ import { adminJson, expectAllLoadsZero, metricsText, startTestRouter } from '../
 import { freePorts } from '../../support/free-ports.js';
 import { waitFor } from '../../support/wait-for.js';
 import { LoadGuard } from '../../../src/workers/load-guard.js';
+import {
+  ExtProcTestClient,
+  requestBody,
+  requestHeaders,
+  responseBody,
+  responseHeaders,
+  setHeader,
+} from '../../support/extproc-client.js';
 
 const cleanups: Array<() => unknown> = [];
 afterEach(async () => {
@@ -289,5 +298,55 @@ describe('two sources at one url', () => {
       guard.release();
     }
     expect(worker.load).toBe(0);
+  });
+});
+
+/** Whether nothing listens on `port` any more (the socket was closed). */
+function refused(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = net.connect(port, '127.0.0.1');
+    socket.once('connect', () => {
+      socket.destroy();
+      resolve(false);
+    });
+    socket.once('error', () => resolve(true));
+  });
+}
+
+describe('a drain (SIGTERM)', () => {
+  it('the workers whose heartbeats the closed ZMQ socket no longer hears still serve the streams of the drain', async () => {
+    let now = 0;
+    const r = await router({}, () => now);
+    const p = await sim(r, 'prefill');
+    const d = await sim(r, 'decode');
+    await waitFor(async () => (await workers(r)).length === 2, { message: 'both simulators registered' });
+
+    // Readiness off and the discovery socket closed (the workers' heartbeats go to the replacement
+    // router); Envoy keeps opening streams on this one for the grace, then they drain.
+    void r.drain(600_000, 600_000);
+    const port = Number(r.discoveryEndpoint!.split(':').pop());
+    await waitFor(() => refused(port), { message: 'discovery socket closed' });
+    now += 6_000; // past --discovery-ttl-ms (5 s) since the last heartbeat the router heard
+
+    const client = new ExtProcTestClient(r.grpcPort);
+    cleanups.push(() => client.close());
+    const s = client.open();
+    await s.send(requestHeaders('POST', '/v1/completions'));
+    const routed = await s.send(
+      requestBody({ model: 'sim-model', prompt: 'during the drain', max_tokens: 2 }),
+    );
+    expect(routed?.immediate_response).toBeUndefined();
+    expect(setHeader(routed, 'x-gateway-destination-endpoint')).toBe(d.hostPort);
+    expect(p.records.length).toBe(1); // its prefill leg ran on the prefill worker
+    await s.send(responseHeaders(200));
+    await s.send(responseBody('data: [DONE]\n\n', true));
+    s.halfClose();
+    await s.done;
+    expect(
+      r
+        .workers()
+        .map((w) => w.role)
+        .sort(),
+    ).toEqual(['decode', 'prefill']);
   });
 });

@@ -90,6 +90,17 @@ describe('ServiceRegistry', () => {
     expect(registry.cleanup()).toEqual([]);
   });
 
+  it('holdExpiry (a draining router closed its ZMQ socket): entries live then never expire', () => {
+    const { clock, registry } = setup();
+    registry.register(reg('http://10.0.0.1:8000'));
+    clock.advance(4000);
+    registry.holdExpiry();
+    clock.advance(60_000);
+    expect(registry.snapshot('prefill').map((e) => e.url)).toEqual(['http://10.0.0.1:8000']);
+    expect(registry.get('prefill', 'http://10.0.0.1:8000')).toBeDefined();
+    expect(registry.cleanup()).toEqual([]);
+  });
+
   it('generations strictly increase across endpoints and roles', () => {
     const { registry } = setup();
     const generations = [

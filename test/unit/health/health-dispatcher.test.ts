@@ -101,4 +101,52 @@ describe('withHealth', () => {
     finish({ kind: 'response', status: 200 });
     expect(health.view(w, now)).toMatchObject({ breaker: 'half_open', selectable: true });
   });
+
+  it("a recovered worker's breaker closes on its probes' 200 headers, while their long generations still stream", () => {
+    const health = new WorkerHealth({
+      breaker: { failureThreshold: 1, successThreshold: 2, cooldownMs: 1000 },
+    });
+    const w = new Worker({
+      role: 'regular',
+      url: 'http://10.0.0.3:8000',
+      endpoint: '10.0.0.3:8000',
+      generation: 1,
+    });
+    let now = 0;
+    // As the routing observer does: the selection takes a half-open probe slot.
+    const inner: Dispatcher = {
+      dispatch: () => {
+        health.routed(w, now);
+        return fakeDispatch([], w);
+      },
+    };
+    const dispatcher = withHealth(inner, health, () => now);
+    const open = () => dispatcher.dispatch(REQ, new AbortController()) as Dispatch;
+    open().finish({ kind: 'response', status: 503 });
+    expect(health.view(w, now).breaker).toBe('open');
+
+    now = 1000; // cool-down over: the next request is the one probe allowed
+    const first = open();
+    expect(w.healthy).toBe(false); // its slot is taken until its outcome is known
+    first.onResponseStart?.(200, true); // the worker answers: it serves again
+    expect(w.healthy).toBe(true);
+    const second = open();
+    second.onResponseStart?.(200, true);
+    expect(health.view(w, now)).toMatchObject({ breaker: 'closed', selectable: true });
+
+    // Minutes later the generations end (one cut by its client): nothing is counted twice.
+    now = 200_000;
+    first.finish({ kind: 'response', status: 200 });
+    second.finish({ kind: 'cancelled', afterHeaders: true, status: 200 });
+    expect(health.details(w, now)).toMatchObject({
+      breaker: 'closed',
+      breakerFailures: 0,
+      probesInFlight: 0,
+    });
+    // A 5xx is counted at its headers too, once.
+    const failed = open();
+    failed.onResponseStart?.(503, true);
+    failed.finish({ kind: 'response', status: 503 });
+    expect(health.view(w, now).breaker).toBe('open');
+  });
 });

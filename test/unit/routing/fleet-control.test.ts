@@ -48,13 +48,19 @@ class Recorded implements FleetState {
   }
 }
 
-function control(members: Worker[], state = new Recorded(), apiKey?: string): FleetControl {
+function control(
+  members: Worker[],
+  state = new Recorded(),
+  apiKey?: string,
+  down?: (w: Worker) => boolean,
+): FleetControl {
   const f = new FleetControl({
     members: () => members,
     state,
     clock: () => 0,
     timeoutMs: 5_000,
     ...(apiKey !== undefined ? { apiKey } : {}),
+    ...(down !== undefined ? { down } : {}),
   });
   open.push(f);
   return f;
@@ -331,6 +337,59 @@ describe('FleetControl', () => {
     // Both counted paused from the moment the call went out; the one that did not take it is not.
     expect(state.calls).toEqual([`${wa.id} paused=true`, `${wg.id} paused=true`, `${wg.id} paused=false`]);
     expect([wa.paused, wg.paused]).toEqual([true, false]);
+  });
+
+  it('a static worker its health checks hold down does not fail the pause: 200, listed down', async () => {
+    const a = await sim();
+    const gone = await capture();
+    await open.pop()!.close(); // the process died; a static worker stays a member
+    const [wa, wg] = [worker(a.url), worker(gone.url)];
+    const state = new Recorded();
+    const f = control([wa, wg], state, undefined, (w) => w === wg);
+    const res = await f.answer('POST', '/pause?mode=keep', {}, undefined)!;
+    expect(res.status).toBe(200);
+    const body = res.body as {
+      status: string;
+      workers: Array<{ url: string; status: number; down?: boolean }>;
+    };
+    expect(body.status).toBe('paused');
+    expect(body.workers.map((w) => [w.url, w.status, w.down])).toEqual([
+      [a.url, 200, undefined],
+      [gone.url, 0, true],
+    ]);
+    expect([wa.paused, wg.paused]).toEqual([true, false]);
+    // The fleet's is_paused is the answer of the workers that run.
+    const asked = await f.answer('GET', '/is_paused', {}, undefined)!;
+    expect(asked.status).toBe(200);
+    expect((asked.body as { is_paused: boolean }).is_paused).toBe(true);
+    await f.answer('POST', '/resume', {}, undefined);
+    // Only the dead ones: nothing took it, a 503 in JSON.
+    const none = await control([wg], new Recorded(), undefined, () => true).answer(
+      'POST',
+      '/pause',
+      {},
+      undefined,
+    )!;
+    expect(none.status).toBe(503);
+    expect((none.body as { error: { type: string } }).error.type).toBe('service_unavailable');
+  });
+
+  it('a down worker that answers after all (it just came back) is paused like the others', async () => {
+    const [a, b] = [await sim(), await sim()];
+    const [wa, wb] = [worker(a.url), worker(b.url)];
+    const res = await control([wa, wb], new Recorded(), undefined, (w) => w === wb).answer(
+      'POST',
+      '/pause?mode=keep',
+      {},
+      undefined,
+    )!;
+    expect(res.status).toBe(200);
+    expect((res.body as { workers: Array<{ down?: boolean }> }).workers.map((w) => w.down)).toEqual([
+      undefined,
+      undefined,
+    ]);
+    expect([a.paused, b.paused, wa.paused, wb.paused]).toEqual([true, true, true, true]);
+    await control([wa, wb]).answer('POST', '/resume', {}, undefined);
   });
 
   it('a fleet that does not serve the path (vLLM without dev mode) gets its 404 with a hint; no member is a 503', async () => {
