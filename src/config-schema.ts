@@ -332,7 +332,7 @@ export const OPTIONS = [
     flag: 'admin-token',
     type: 'string',
     default: '',
-    help: "Bearer token required by the admin API's writes: POST/DELETE /workers and POST /workers/cordon, /uncordon, /sleep, /wake_up (empty = no token). Env: VLLM_ROUTER_ADMIN_TOKEN.",
+    help: "Bearer token required by the admin API's writes: POST/DELETE /workers and POST /workers/cordon, /uncordon, /sleep, /wake_up (empty = no token; whitespace around it, such as a Secret file's final newline, is dropped). Env: VLLM_ROUTER_ADMIN_TOKEN.",
   },
   // Kubernetes discovery (the reference router's flag names)
   {

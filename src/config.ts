@@ -95,6 +95,13 @@ export function parseConfig(argv: readonly string[], env: NodeJS.ProcessEnv = pr
       config[o.key] = coerce(o, v, `--${o.flag}`);
     }
   }
+  // A token read from a file (a Secret made with --from-file, `$(cat token)`) often ends in a
+  // newline, which no Authorization header can carry (HTTP strips it): every admin write would be a 401.
+  const token = String(config.adminToken ?? '');
+  if (token !== token.trim()) {
+    if (token.trim() === '') throw new ConfigError('the admin token is only whitespace');
+    config.adminToken = token.trim();
+  }
   const cfg = config as unknown as Config;
   validate(cfg);
   return { help: false, config: Object.freeze(cfg) };

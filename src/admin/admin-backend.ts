@@ -16,7 +16,10 @@
  *                    counted); the unspecified address (0.0.0.0, ::) is refused, 400
  *                    `invalid_registration`,
  *                 4. register; a registry rejection (a MoRI-IO transfer_mode change) is 409
- *                    `registration_conflict`, counted with the registry's reason;
+ *                    `registration_conflict`, counted with the registry's reason; so is a
+ *                    registration overtaken while it resolved its host by a later admin write at
+ *                    its (role, url) (a DELETE, or a newer POST): it changes nothing, or a worker
+ *                    deregistered meanwhile would come back (for good, when permanent);
  *   deregister  by (role, url), the url normalised like a registration's.
  */
 import { parseWorkerUrl } from '../config.js';
@@ -60,6 +63,9 @@ export interface AdminBackendDeps {
 
 export function createAdminBackend(deps: AdminBackendDeps): AdminBackend {
   const { registry, metrics, allow } = deps;
+  // Per (role, url): the latest admin registration still resolving its host; a later write replaces
+  // or removes it, and the one overtaken registers nothing (see register).
+  const resolving = new Map<string, object>();
   return {
     metrics: () => metrics.text(),
     metricsContentType: metrics.registry.contentType,
@@ -73,8 +79,9 @@ export function createAdminBackend(deps: AdminBackendDeps): AdminBackend {
         deps.bootstrap,
         deps.workerExtra,
       ),
-    register: (req) => register(deps, req),
+    register: (req) => register(deps, req, resolving),
     deregister: (role, url) => {
+      resolving.delete(`${role} ${normalisedKey(url)}`);
       const removed = registry.deregister(role, normalisedKey(url));
       if (removed) metrics.discoveryEvents.inc({ role, event: 'deregistered' });
       return removed;
@@ -125,6 +132,7 @@ function readiness(deps: AdminBackendDeps): { ready: boolean; detail: Record<str
 async function register(
   deps: AdminBackendDeps,
   req: WorkerRegistrationRequest,
+  resolving: Map<string, object>,
 ): Promise<{ generation: number; event: string; url: string; endpoint: string }> {
   const { metrics } = deps;
   const routed = routedRoles(deps.mode);
@@ -147,12 +155,28 @@ async function register(
       'worker_not_allowed',
     );
   }
+  const key = `${req.role} ${parsed.url}`;
+  const ticket = {};
+  resolving.set(key, ticket);
   let endpoint: string;
+  let overtaken: boolean;
   try {
     endpoint = await deps.resolve(parsed.host, parsed.port);
   } catch {
     metrics.discoveryRejected.inc({ reason: 'dns_failed' });
     throw new AdminInputError(`cannot resolve ${parsed.host}`, 'dns_failed');
+  } finally {
+    overtaken = resolving.get(key) !== ticket;
+    if (!overtaken) resolving.delete(key);
+  }
+  if (overtaken) {
+    // A DELETE (or a newer POST) of this (role, url) came while the host resolved: applying this
+    // one now would undo it.
+    metrics.discoveryRejected.inc({ reason: 'superseded' });
+    throw new AdminInputError(
+      `${req.role} ${parsed.url} was deregistered or registered again while this registration resolved its host`,
+      'registration_conflict',
+    );
   }
   if (UNSPECIFIED_ENDPOINT.test(endpoint)) {
     // vLLM's "--host 0.0.0.0" is where it listens, not an address to dial: Envoy, the health checks

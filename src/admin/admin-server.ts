@@ -15,7 +15,7 @@
  *   POST   /workers/sleep?url=&level=1|2&timeout_ms=   cordon, drain, then vLLM's POST /sleep
  *   POST   /workers/wake_up?url=     vLLM's POST /wake_up, then back in selection (worker-sleep.ts)
  * Writes need `Authorization: Bearer <token>` when a token is configured, and a peer address inside
- * --discovery-allow when that is set.
+ * --discovery-allow when that is set. The GET routes answer HEAD too; a 405 names the methods in Allow.
  */
 import http from 'node:http';
 import { timingSafeEqual } from 'node:crypto';
@@ -100,7 +100,17 @@ export class AdminInputError extends RouterError<AdminErrorCode> {
 
 const MAX_ADMIN_BODY = 64 * 1024;
 
-const SLEEP_PATHS = ['/workers/cordon', '/workers/uncordon', '/workers/sleep', '/workers/wake_up'];
+/** The methods each admin path answers (a 405 names them in `Allow`; HEAD is answered as GET). */
+const ALLOWED_METHODS: Readonly<Record<string, string>> = {
+  '/metrics': 'GET, HEAD',
+  '/healthz': 'GET, HEAD',
+  '/readyz': 'GET, HEAD',
+  '/workers': 'GET, HEAD, POST, DELETE',
+  '/workers/cordon': 'POST',
+  '/workers/uncordon': 'POST',
+  '/workers/sleep': 'POST',
+  '/workers/wake_up': 'POST',
+};
 
 export class AdminServer {
   private readonly server: http.Server;
@@ -150,7 +160,9 @@ export class AdminServer {
     } catch {
       throw new AdminInputError(`malformed request target ${JSON.stringify(req.url)}`, 'invalid_request');
     }
-    const route = `${req.method} ${url.pathname}`;
+    // HEAD is GET without the body (RFC 9110 9.3.2; node:http leaves the body out): `curl -I`,
+    // `wget --spider` probes.
+    const route = `${req.method === 'HEAD' ? 'GET' : req.method} ${url.pathname}`;
     switch (route) {
       case 'GET /metrics': {
         const body = await this.backend.metrics();
@@ -174,12 +186,14 @@ export class AdminServer {
       case 'POST /workers/sleep':
       case 'POST /workers/wake_up':
         return this.sleepOp(req, res, url);
-      default:
-        if (SLEEP_PATHS.includes(url.pathname))
-          throw new AdminInputError(`${req.method} not allowed on ${url.pathname}`, 'method_not_allowed');
-        if (['/metrics', '/healthz', '/readyz', '/workers'].includes(url.pathname))
-          throw new AdminInputError(`${req.method} not allowed on ${url.pathname}`, 'method_not_allowed');
-        throw new AdminInputError(`no admin route ${url.pathname}`, 'not_found');
+      default: {
+        const allowed = Object.hasOwn(ALLOWED_METHODS, url.pathname)
+          ? ALLOWED_METHODS[url.pathname]
+          : undefined;
+        if (allowed === undefined) throw new AdminInputError(`no admin route ${url.pathname}`, 'not_found');
+        res.setHeader('allow', allowed); // a 405 must name the methods (RFC 9110 15.5.6)
+        throw new AdminInputError(`${req.method} not allowed on ${url.pathname}`, 'method_not_allowed');
+      }
     }
   }
 
@@ -202,7 +216,9 @@ export class AdminServer {
       case '/workers/cordon':
       case '/workers/uncordon': {
         const on = url.pathname === '/workers/cordon';
-        return json(res, 200, { url: target, cordoned: on, workers: ops.cordon(target, on) });
+        const workers = ops.cordon(target, on);
+        this.audit(req, { url: target, workers }, on ? 'worker cordoned' : 'worker uncordoned');
+        return json(res, 200, { url: target, cordoned: on, workers });
       }
       case '/workers/sleep': {
         const level = url.searchParams.get('level') ?? '1';
@@ -215,11 +231,24 @@ export class AdminServer {
             `timeout_ms must be an integer in [0, 3600000], got ${rawTimeout}`,
             'invalid_request',
           );
-        return json(res, 200, await ops.sleep(target, level === '1' ? 1 : 2, timeout));
+        const slept = await ops.sleep(target, level === '1' ? 1 : 2, timeout);
+        this.audit(req, { url: target, level: Number(level) }, 'worker put to sleep');
+        return json(res, 200, slept);
       }
-      default:
-        return json(res, 200, await ops.wakeUp(target));
+      default: {
+        const woken = await ops.wakeUp(target);
+        this.audit(req, { url: target }, 'worker woken up');
+        return json(res, 200, woken);
+      }
     }
+  }
+
+  /**
+   * One info line per admin write that changed the fleet (not per heartbeat), with the peer that
+   * asked: like ZMQ and Kubernetes discovery's lines, so a worker that came or went can be traced.
+   */
+  private audit(req: http.IncomingMessage, fields: Record<string, unknown>, msg: string): void {
+    this.opts.logger.info({ ...fields, peer: req.socket.remoteAddress }, `${msg} via admin API`);
   }
 
   private async write(req: http.IncomingMessage, res: http.ServerResponse, url: URL): Promise<void> {
@@ -231,10 +260,15 @@ export class AdminServer {
         throw new AdminInputError('DELETE /workers needs ?role=prefill|decode|regular&url=');
       req.resume();
       const removed = this.backend.deregister(role, workerUrl);
+      if (removed) this.audit(req, { role, url: workerUrl }, 'worker deregistered');
       return json(res, removed ? 200 : 404, { removed });
     }
-    const body = await readJson(req);
-    const result = await this.backend.register(validateRegistration(body));
+    const reg = validateRegistration(await readJson(req));
+    const result = await this.backend.register(reg);
+    if (result.event !== 'heartbeat') {
+      const { generation, event } = result;
+      this.audit(req, { role: reg.role, url: reg.url, generation, event }, 'worker registered');
+    }
     return json(res, 200, result);
   }
 
@@ -248,10 +282,25 @@ export class AdminServer {
   }
 }
 
+const REGISTRATION_FIELDS = ['role', 'url', 'zmqAddress', 'permanent', 'bootstrapPort', 'metadata'];
+
 function validateRegistration(body: unknown): WorkerRegistrationRequest {
   if (typeof body !== 'object' || body === null || Array.isArray(body)) {
     throw new AdminInputError(
       'body must be a JSON object {role, url, zmqAddress?, permanent?, bootstrapPort?, metadata?}',
+    );
+  }
+  // A field the API does not take would be dropped with a 200: a P2P NCCL decode registered with
+  // vLLM's `zmq_address` spelling gets request ids naming its HTTP port instead of its KV port.
+  const unknown = Object.keys(body).filter((k) => !REGISTRATION_FIELDS.includes(k));
+  if (unknown.length > 0) {
+    const hints = unknown.map((k) => {
+      const field = REGISTRATION_FIELDS.find((f) => f.toLowerCase() === k.replaceAll('_', '').toLowerCase());
+      return field !== undefined ? `${JSON.stringify(k)} (did you mean "${field}"?)` : JSON.stringify(k);
+    });
+    throw new AdminInputError(
+      `unknown field ${hints.join(', ')}: the body is {${REGISTRATION_FIELDS.join(', ')}}; ` +
+        'facts about the worker (data_parallel_size, metrics_port, ...) go in "metadata"',
     );
   }
   const { role, url, zmqAddress, permanent, bootstrapPort, metadata } = body as Record<string, unknown>;

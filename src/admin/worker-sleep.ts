@@ -21,7 +21,9 @@
  * then awake and uncordoned at once.
  *
  * A worker that re-registers at the URL during the drain (a restarted process: a new Worker) is
- * cordoned and drained too. One operation per URL at a time (a second one gets `worker_busy`). close() aborts drains and calls
+ * cordoned and drained too. One operation per URL at a time (a second one gets `worker_busy`). While a
+ * sleep holds a URL, an uncordon of it is `worker_busy` (it would let requests in under the sleep), and
+ * a cordon of it is kept when the sleep fails. close() aborts drains and calls
  * in flight (they fail) and closes the connection pool. Cordon state lives on the Worker objects'
  * health: a worker that restarts (a new registration generation) comes back uncordoned and awake.
  */
@@ -71,6 +73,8 @@ const DEFAULT_CALL_TIMEOUT_MS = 120_000;
 
 export class WorkerSleep {
   private readonly busy = new Set<string>();
+  /** Per URL a sleep holds: each Worker held, and whether it stays cordoned when the sleep fails. */
+  private readonly holds = new Map<string, Map<Worker, boolean>>();
   private readonly abort = new AbortController();
   private readonly agent = new Agent({ keepAliveTimeout: 4_000 });
   private closed = false;
@@ -80,6 +84,16 @@ export class WorkerSleep {
   /** Cordons (or uncordons) every worker at `url`; returns their ids. */
   cordon(url: string, on: boolean): string[] {
     const workers = this.at(url);
+    const held = this.holds.get(url);
+    if (held !== undefined) {
+      if (!on) {
+        throw new AdminInputError(
+          `${url} is being put to sleep: it stays cordoned until the sleep ends`,
+          'worker_busy',
+        );
+      }
+      for (const w of held.keys()) held.set(w, true); // asked for: kept if the sleep fails
+    }
     const now = this.deps.clock();
     for (const w of workers) this.deps.health.cordon(w, on, now);
     return workers.map((w) => w.id);
@@ -92,6 +106,7 @@ export class WorkerSleep {
       // Every Worker held for this sleep, and whether it was cordoned before. A worker re-registered
       // at the URL during the drain (a new generation: a new Worker) is held too.
       const held = new Map<Worker, boolean>();
+      this.holds.set(url, held);
       const hold = (): Worker[] => {
         const now = this.deps.clock();
         for (const w of this.deps.workersAt(url)) {
@@ -105,23 +120,27 @@ export class WorkerSleep {
         const now = this.deps.clock();
         for (const [w, was] of held) if (!was) this.deps.health.cordon(w, false, now);
       };
-      hold();
-      let drainedMs: number;
       try {
-        drainedMs = (await this.drain(url, hold, start, timeoutMs)) - start;
-      } catch (err) {
-        release();
-        throw err;
+        hold();
+        let drainedMs: number;
+        try {
+          drainedMs = (await this.drain(url, hold, start, timeoutMs)) - start;
+        } catch (err) {
+          release();
+          throw err;
+        }
+        const answer = await this.call(url, `/sleep?level=${level}`);
+        if (answer !== undefined) {
+          release();
+          throw new AdminInputError(`${url} refused to sleep: ${answer}`, 'worker_error');
+        }
+        const now = this.deps.clock();
+        const workers = hold();
+        for (const w of workers) this.deps.health.recordSleep(w, true, now);
+        return { url, level, drainedMs: Math.round(drainedMs), workers: workers.map((w) => w.id) };
+      } finally {
+        this.holds.delete(url);
       }
-      const answer = await this.call(url, `/sleep?level=${level}`);
-      if (answer !== undefined) {
-        release();
-        throw new AdminInputError(`${url} refused to sleep: ${answer}`, 'worker_error');
-      }
-      const now = this.deps.clock();
-      const workers = hold();
-      for (const w of workers) this.deps.health.recordSleep(w, true, now);
-      return { url, level, drainedMs: Math.round(drainedMs), workers: workers.map((w) => w.id) };
     });
   }
 

@@ -4,11 +4,19 @@
  * readiness per mode, and the discovery metrics. A fake clock is used only where expiry matters.
  */
 import { afterEach, describe, expect, it } from 'vitest';
-import type { Config } from '../../../src/config.js';
+import { parseConfig, type Config } from '../../../src/config.js';
 import type { Router } from '../../../src/router.js';
 import type { WorkerView } from '../../../src/admin/admin-server.js';
 import { LoadGuard } from '../../../src/workers/load-guard.js';
-import { adminJson, expectAllLoadsZero, metricsText, startTestRouter } from '../../support/router-fixture.js';
+import { pino } from 'pino';
+import { startRouter } from '../../../src/router.js';
+import {
+  adminJson,
+  expectAllLoadsZero,
+  metricsText,
+  startTestRouter,
+  testConfig,
+} from '../../support/router-fixture.js';
 
 const routers: Router[] = [];
 afterEach(async () => {
@@ -202,7 +210,29 @@ describe('POST/GET/DELETE /workers', () => {
       'a metrics_port out of range',
       { role: 'regular', url: 'http://127.0.0.1:9000', metadata: { metrics_port: 70_000 } },
     ],
+    [
+      'a snake_case zmq_address (vLLM heartbeat spelling)',
+      { role: 'regular', url: 'http://127.0.0.1:9000', zmq_address: '127.0.0.1:14579' },
+    ],
+    [
+      'a top-level data_parallel_size',
+      { role: 'regular', url: 'http://127.0.0.1:9000', data_parallel_size: 8 },
+    ],
   ];
+
+  it('an unknown field is named in the 400, with the spelling the API takes', async () => {
+    const r = await router({ mode: 'pd' });
+    const res = await post(r, {
+      role: 'decode',
+      url: 'http://127.0.0.1:9000',
+      zmq_address: '127.0.0.1:14579',
+    });
+    const body = (await res.json()) as { error: { code: string; message: string } };
+    expect([res.status, body.error.code]).toEqual([400, 'invalid_registration']);
+    expect(body.error.message).toContain('"zmq_address"');
+    expect(body.error.message).toContain('zmqAddress');
+    expect(await workers(r)).toEqual([]);
+  });
 
   it.each(BAD_BODIES)('POST with %s is a JSON 400 and registers nothing', async (_what, body) => {
     const r = await router();
@@ -285,6 +315,63 @@ describe('POST/GET/DELETE /workers', () => {
   });
 });
 
+describe('HTTP methods', () => {
+  it('HEAD on a read endpoint answers like GET without a body (curl -I, wget --spider probes)', async () => {
+    const r = await router();
+    for (const path of ['/healthz', '/readyz', '/metrics', '/workers']) {
+      const get = await fetch(`http://127.0.0.1:${r.adminPort}${path}`);
+      await get.arrayBuffer();
+      const head = await fetch(`http://127.0.0.1:${r.adminPort}${path}`, { method: 'HEAD' });
+      expect([head.status, head.headers.get('content-type')], path).toEqual([
+        get.status,
+        get.headers.get('content-type'),
+      ]);
+      expect(await head.text(), path).toBe('');
+    }
+  });
+
+  it('a 405 names the methods the path takes in Allow, and changes nothing', async () => {
+    const r = await router();
+    await registerOk(r, { role: 'regular', url: 'http://127.0.0.1:9210' });
+    for (const [method, path, allow] of [
+      ['PUT', '/workers', 'GET, HEAD, POST, DELETE'],
+      ['PATCH', '/workers', 'GET, HEAD, POST, DELETE'],
+      ['POST', '/healthz', 'GET, HEAD'],
+      ['DELETE', '/metrics', 'GET, HEAD'],
+      ['GET', '/workers/cordon', 'POST'],
+    ] as const) {
+      const res = await fetch(`http://127.0.0.1:${r.adminPort}${path}`, { method });
+      expect([res.status, res.headers.get('allow')], `${method} ${path}`).toEqual([405, allow]);
+      expect(((await res.json()) as { error: { code: string } }).error.code).toBe('method_not_allowed');
+    }
+    expect((await workers(r)).map((w) => [w.url, w.healthy])).toEqual([['http://127.0.0.1:9210', true]]);
+  });
+});
+
+describe('logs', () => {
+  it('each admin write that changes the fleet is one info line naming the peer; a heartbeat is none', async () => {
+    const lines: Array<Record<string, unknown>> = [];
+    const logger = pino({ level: 'info' }, { write: (l: string) => void lines.push(JSON.parse(l)) });
+    const r = await startRouter(Object.freeze(testConfig()), { logger });
+    routers.push(r);
+    const url = 'http://127.0.0.1:9230';
+    const write = async (path: string, method = 'POST') =>
+      (await fetch(`http://127.0.0.1:${r.adminPort}${path}`, { method })).text();
+    await registerOk(r, { role: 'regular', url });
+    await registerOk(r, { role: 'regular', url }); // a heartbeat
+    await write(`/workers/cordon?url=${url}`);
+    await write(`/workers/uncordon?url=${url}`);
+    await write(`/workers?role=regular&url=${url}`, 'DELETE');
+    const admin = lines.filter((l) => String(l.msg).endsWith('via admin API'));
+    expect(admin.map((l) => [l.level, l.msg, l.url, l.peer])).toEqual([
+      [30, 'worker registered via admin API', url, '127.0.0.1'],
+      [30, 'worker cordoned via admin API', url, '127.0.0.1'],
+      [30, 'worker uncordoned via admin API', url, '127.0.0.1'],
+      [30, 'worker deregistered via admin API', url, '127.0.0.1'],
+    ]);
+  });
+});
+
 describe('access control', () => {
   it('enforces the bearer token on writes when adminToken is set; reads stay open', async () => {
     const r = await router({ adminToken: 's3cret-token' });
@@ -312,6 +399,16 @@ describe('access control', () => {
     await authed.text();
     expect(await workers(r)).toEqual([]);
     expect((await adminJson(r, '/readyz')).status).toBe(503);
+  });
+
+  it('a token from a Secret file with a trailing newline still lets the bearer in (HTTP strips it from the header)', async () => {
+    const parsed = parseConfig([], { VLLM_ROUTER_ADMIN_TOKEN: 's3cret-token\n' });
+    if (parsed.help) throw new Error('unexpected --help');
+    const r = await router({ adminToken: parsed.config.adminToken });
+    const body = { role: 'regular', url: 'http://127.0.0.1:9203' };
+    await registerOk(r, body, { authorization: 'Bearer s3cret-token' });
+    expect((await post(r, body)).status).toBe(401);
+    expect((await workers(r)).map((w) => w.url)).toEqual([body.url]);
   });
 
   it('refuses a peer outside discoveryAllow with 403', async () => {

@@ -86,6 +86,49 @@ describe('admin backend registration', () => {
   });
 });
 
+describe('admin backend: a write while a registration resolves its host', () => {
+  it('a DELETE answered while a heartbeat resolved stays deregistered: the worker does not come back', async () => {
+    const answers: Array<() => void> = [];
+    const { api, registry, metrics } = backend({
+      resolve: (_host, port) => new Promise((done) => answers.push(() => done(`10.0.0.7:${port}`))),
+    });
+    const url = 'http://vllm-0.vllm:8000';
+    // Registered once (its lookup answered), then a heartbeat still resolving when the DELETE comes.
+    const first = api.register({ role: 'regular', url, permanent: true });
+    answers[0]!();
+    await first;
+    const heartbeat = api.register({ role: 'regular', url, permanent: true });
+    expect(answers).toHaveLength(2);
+    expect(api.deregister('regular', url)).toBe(true);
+    answers[1]!();
+    const settled = heartbeat.then(
+      () => undefined,
+      (err: unknown) => err,
+    );
+    await settled;
+    expect(registry.size('regular')).toBe(0);
+    const e = await rejection(heartbeat);
+    expect([e.status, e.code]).toEqual([409, 'registration_conflict']);
+    expect(await rejectedCount(metrics, 'superseded')).toBe(1);
+  });
+
+  it('of two registrations of one worker, the later one is what stays, whichever lookup answers first', async () => {
+    const answers: Array<() => void> = [];
+    const { api, registry } = backend({
+      resolve: (_host, port) => new Promise((done) => answers.push(() => done(`10.0.0.7:${port}`))),
+    });
+    const url = 'http://vllm-0.vllm:8000';
+    const older = api.register({ role: 'regular', url, metadata: { tp_size: 1 } });
+    const newer = api.register({ role: 'regular', url, metadata: { tp_size: 2 } });
+    answers[1]!();
+    await newer;
+    answers[0]!();
+    await older.catch(() => undefined);
+    expect(registry.get('regular', url)?.metadata).toEqual({ tp_size: 2 });
+    expect((await rejection(older)).code).toBe('registration_conflict');
+  });
+});
+
 describe('admin backend readiness', () => {
   it('reads the registry and the one drain flag', async () => {
     const { api, drain } = backend();

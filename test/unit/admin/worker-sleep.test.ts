@@ -172,6 +172,40 @@ describe('WorkerSleep', () => {
     expect(workers[0]!.healthy).toBe(true);
   });
 
+  it("an operator's cordon during the drain outlives a sleep that fails", async () => {
+    const { sim, workers, sleeper } = await fixture();
+    sim.injectFault({ status: 500, message: 'sleep mode is not enabled' }, { path: '/sleep' });
+    workers[0]!.load = 1;
+    const pending = sleeper.sleep(sim.url, 1, 60_000);
+    await until(() => workers[0]!.cordoned);
+    sleeper.cordon(sim.url, true); // maintenance: keep it out whatever the sleep does
+    workers[0]!.load = 0;
+    expect((await rejection(pending)).code).toBe('worker_error');
+    expect(workers[0]!.cordoned).toBe(true);
+    expect(workers[0]!.healthy).toBe(false);
+  });
+
+  it('an uncordon during the drain is worker_busy: no request is let in under the sleep', async () => {
+    const { sim, workers, sleeper } = await fixture();
+    workers[0]!.load = 1;
+    const pending = sleeper.sleep(sim.url, 1, 60_000);
+    await until(() => workers[0]!.cordoned);
+    const refused = (() => {
+      try {
+        sleeper.cordon(sim.url, false);
+        return undefined;
+      } catch (err) {
+        return err;
+      }
+    })();
+    expect(workers[0]!.healthy).toBe(false);
+    expect(refused).toBeInstanceOf(AdminInputError);
+    expect((refused as AdminInputError).code).toBe('worker_busy');
+    workers[0]!.load = 0;
+    await pending;
+    expect(sim.sleepLevel).toBe(1);
+  });
+
   it('a worker that refuses to sleep (or cannot be reached) is given back, with the reason', async () => {
     const { sim, workers, sleeper } = await fixture();
     sim.injectFault({ status: 500, message: 'sleep mode is not enabled' }, { path: '/sleep' });

@@ -225,6 +225,12 @@ describe('environment', () => {
       'flag-token',
     );
   });
+
+  it('the admin token loses the whitespace around it (a Secret file ending in a newline); only whitespace is an error', () => {
+    expect(parse([], { VLLM_ROUTER_ADMIN_TOKEN: 'env-token\n' }).adminToken).toBe('env-token');
+    expect(parse(['--admin-token', ' flag-token\r\n']).adminToken).toBe('flag-token');
+    expect(() => parse([], { VLLM_ROUTER_ADMIN_TOKEN: '\n' })).toThrow(ConfigError);
+  });
 });
 
 describe('parseWorkerUrl', () => {
