@@ -57,6 +57,7 @@ export function createExactPrefix(
         stored: (worker, keys, indexKey) => source?.confirmStored(worker, keys, indexKey),
       },
       workers,
+      clock,
     });
     source = new KvPrefixSource({
       subscriptions,

@@ -3,10 +3,19 @@
  *
  * `sync(workers)` (called by the router on every registry change with the pools' current members,
  * optionally by an unref'd timer armed in start(), and directly by tests) reconciles: a worker with publishers (kv-event-sources.ts) and no subscription gets one per
- * rank; a worker whose registration generation changed (it restarted and re-registered) has its
- * subscriptions closed and its entries dropped, then starts empty with new ones; a worker that left
- * is unsubscribed and forgotten. So the index only ever holds configured or registered workers, and a
- * new process lifetime never inherits its predecessor's blocks.
+ * rank; a worker that left is unsubscribed and forgotten once it has been gone LINGER_MS. So the index
+ * only ever holds configured or registered workers (and, for a while, ones that just left).
+ *
+ * A new registration generation at a URL (a re-registration, or a worker back within LINGER_MS after
+ * leaving: a Kubernetes pod NotReady -> Ready, a lapsed heartbeat) keeps the subscription when its
+ * publishers are the same endpoints: the subscriber itself tells a new process from the same one (a
+ * restarted publisher means a new connection, and every reconnect drops the worker's entries:
+ * kv-event-subscriber.ts). Dropping them at the new generation (as until now) made the router blind to
+ * everything the process still held: vLLM publishes a block once, when it is stored, so each later
+ * prompt extending a prefix cached before (a system prompt) is a BlockStored whose parent the new
+ * subscriber never saw, dropped as `unknown_parent`, for as long as that prefix stays cached; a replay
+ * reaches back only the publisher's last `buffer_steps` (10,000) batches, and vLLM has none by default.
+ * Every replica saw the re-registration, so every replica lost the worker's picture.
  *
  * Index keys are `<worker key>#<rank>`: each data-parallel rank has its own KV cache, and a request
  * sent to the worker's URL lands on one of them; lookups take the best rank (`cachedTokens`). A Worker
@@ -27,10 +36,22 @@ export interface KvEventSubscriptionsOptions {
   workers?: () => Iterable<Worker>;
   /** Sync timer armed by start(); default 0 = none (call sync on membership changes). */
   syncIntervalMs?: number;
+  /** Clock for LINGER_MS (milliseconds). Default Date.now. */
+  clock?: () => number;
 }
 
+/**
+ * How long a worker that left keeps its subscription (and its entries) in case it comes back as the
+ * same process: longer than a readiness flap or a lapsed heartbeat, short enough that the workers a
+ * rolling update replaced do not hold their sockets and entries for long. Swept at the next sync, or
+ * by an unref'd timer while any is lingering.
+ */
+export const LINGER_MS = 60_000;
+
 interface WorkerSubscription {
-  readonly generation: number;
+  generation: number;
+  /** The publishers' endpoints (one string): a worker back with other ones is subscribed anew. */
+  readonly publishers: string;
   readonly subscribers: KvEventSubscriber[];
   readonly indexKeys: string[];
   /** Per rank, the one-element list a Worker of that rank reads (built once: lookups are per request). */
@@ -40,7 +61,10 @@ interface WorkerSubscription {
 export class KvEventSubscriptions {
   readonly index: KvBlockIndex;
   private readonly subs = new Map<string, WorkerSubscription>();
+  /** Workers that left, with when: kept LINGER_MS in case the same process comes back. */
+  private readonly departed = new Map<string, { sub: WorkerSubscription; at: number }>();
   private timer: NodeJS.Timeout | undefined;
+  private sweepTimer: NodeJS.Timeout | undefined;
   private readonly closingSubs = new Set<Promise<void>>();
   private closed = false;
   private closing: Promise<void> | undefined;
@@ -82,11 +106,21 @@ export class KvEventSubscriptions {
       seen.add(key);
       const current = this.subs.get(key);
       if (current !== undefined && current.generation === w.generation) continue;
-      if (current !== undefined) this.unsubscribe(key, current);
       const publishers = publishersOf(this.opts.rules, w.url, w.kvEventsPort, ranks.get(w.url));
+      const signature = JSON.stringify(publishers);
+      const kept = current ?? this.departed.get(key)?.sub;
+      this.departed.delete(key);
+      if (kept !== undefined && kept.publishers === signature) {
+        // The same publishers: the subscriber tells a new process by its reconnect (see the header).
+        kept.generation = w.generation;
+        this.subs.set(key, kept);
+        continue;
+      }
+      if (kept !== undefined) this.unsubscribe(key, kept);
       if (publishers.length === 0) continue;
       const sub: WorkerSubscription = {
         generation: w.generation,
+        publishers: signature,
         subscribers: [],
         indexKeys: [],
         rankKeys: [],
@@ -110,7 +144,27 @@ export class KvEventSubscriptions {
       });
       this.subs.set(key, sub);
     }
-    for (const [key, sub] of this.subs) if (!seen.has(key)) this.unsubscribe(key, sub);
+    const now = (this.opts.clock ?? Date.now)();
+    for (const [key, sub] of this.subs) {
+      if (seen.has(key)) continue;
+      this.subs.delete(key);
+      this.departed.set(key, { sub, at: now });
+    }
+    this.sweep();
+  }
+
+  /** Unsubscribes the workers gone LINGER_MS; while some are still lingering, looks again later. */
+  private sweep(): void {
+    const now = (this.opts.clock ?? Date.now)();
+    for (const [key, { sub, at }] of this.departed) {
+      if (now - at >= LINGER_MS) this.unsubscribe(key, sub);
+    }
+    if (this.departed.size === 0 || this.sweepTimer !== undefined || this.closed) return;
+    this.sweepTimer = setTimeout(() => {
+      this.sweepTimer = undefined;
+      this.sweep();
+    }, LINGER_MS);
+    this.sweepTimer.unref();
   }
 
   /** Every current publisher's subscriber is synced (warm-up: the exact index is rebuilt). */
@@ -192,14 +246,17 @@ export class KvEventSubscriptions {
     this.closing ??= (async () => {
       this.closed = true;
       if (this.timer !== undefined) clearInterval(this.timer);
+      if (this.sweepTimer !== undefined) clearTimeout(this.sweepTimer);
       for (const [key, sub] of this.subs) this.unsubscribe(key, sub);
+      for (const [key, { sub }] of this.departed) this.unsubscribe(key, sub);
       await Promise.all([...this.closingSubs]);
     })();
     return this.closing;
   }
 
   private unsubscribe(key: string, sub: WorkerSubscription): void {
-    this.subs.delete(key);
+    if (this.subs.get(key) === sub) this.subs.delete(key);
+    if (this.departed.get(key)?.sub === sub) this.departed.delete(key);
     for (const k of sub.indexKeys) this.index.dropWorker(k);
     for (const s of sub.subscribers) {
       const p = s.close().finally(() => this.closingSubs.delete(p));

@@ -6,7 +6,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { KvEventPublisher, type SimKvEvent } from '../../../src/sim/kv-event-publisher.js';
 import { KvEventSubscriber, type KvEventHooks } from '../../../src/kv-events/kv-event-subscriber.js';
-import { KvEventSubscriptions } from '../../../src/kv-events/kv-event-subscriptions.js';
+import { KvEventSubscriptions, LINGER_MS } from '../../../src/kv-events/kv-event-subscriptions.js';
 import { parseKvEventSources } from '../../../src/kv-events/kv-event-sources.js';
 import { KvBlockIndex } from '../../../src/kv-events/kv-block-index.js';
 import { keySeed, promptKeys } from '../../../src/kv-events/block-keys.js';
@@ -296,7 +296,7 @@ describe('KvEventSubscriber over real ZMQ', () => {
 });
 
 describe('KvEventSubscriptions', () => {
-  it('a re-registered worker (new generation) starts with an empty index; a departed one is forgotten', async () => {
+  it('a re-registered worker (new generation) keeps what its publisher showed; a departed one is forgotten after LINGER_MS', async () => {
     const pub = new KvEventPublisher();
     const { endpoint } = await pub.start();
     closers.push(() => pub.close());
@@ -308,7 +308,8 @@ describe('KvEventSubscriptions', () => {
       dpSize: 1,
     });
     const rec = new Recorder();
-    const subs = new KvEventSubscriptions({ rules, hooks: rec.hooks, syncIntervalMs: 0 });
+    let now = 0;
+    const subs = new KvEventSubscriptions({ rules, hooks: rec.hooks, syncIntervalMs: 0, clock: () => now });
     closers.push(() => subs.close());
     const gen1 = localWorker(8000, 1);
     const other = localWorker(8001, 2);
@@ -325,16 +326,83 @@ describe('KvEventSubscriptions', () => {
     expect(subs.heldTokens(gen1)).toBe(2 * BS);
     expect(subs.heldTokens(other)).toBeUndefined();
 
+    // The same process re-registered: its publisher never reconnected, so what it showed stands.
     const gen3 = localWorker(8000, 3);
     subs.sync([gen3]);
-    expect(subs.cachedTokens(KEYS, BS, [gen3])).toEqual([0]);
-    expect(subs.heldTokens(gen3)).toBe(0);
+    expect(subs.cachedTokens(KEYS, BS, [gen3])).toEqual([8]);
+    expect(subs.heldTokens(gen3)).toBe(2 * BS);
     // The old generation is not answered for (its Worker object is stale).
     expect(subs.cachedTokens(KEYS, BS, [gen1])).toEqual([undefined]);
     expect(subs.heldTokens(gen1)).toBeUndefined();
     subs.sync([]);
     expect(subs.publishes(gen3.url)).toBe(false);
     expect(subs.sizes()).toEqual(new Map());
+    now += LINGER_MS;
+    subs.sync([]);
+    const gen4 = localWorker(8000, 4);
+    subs.sync([gen4]);
+    expect(subs.cachedTokens(KEYS, BS, [gen4])).toEqual([0]);
+    expect(subs.heldTokens(gen4)).toBe(0);
+  });
+
+  it('a worker that leaves and comes back as the same process (a readiness flap) still shows the prefixes it held, and what extends them', async () => {
+    // vLLM publishes a block once, when it stores it; without a replay endpoint (its default) a new
+    // subscriber never learns of a system prompt cached before it, and drops every later block that
+    // extends it (`unknown_parent`).
+    const pub = new KvEventPublisher();
+    const { endpoint } = await pub.start();
+    closers.push(() => pub.close());
+    const rules = parseKvEventSources({
+      sources: [`http://127.0.0.1:8000=${endpoint}`],
+      replays: [],
+      defaultPort: 0,
+      defaultReplayPort: 0,
+      dpSize: 1,
+    });
+    const rec = new Recorder();
+    const subs = new KvEventSubscriptions({ rules, hooks: rec.hooks, syncIntervalMs: 0 });
+    closers.push(() => subs.close());
+    subs.sync([localWorker(8000, 1)]);
+    await handshake(pub, rec);
+    await pub.publish([storeBlock(0), storeBlock(1)]);
+    await waitFor(() => rec.applied >= 2);
+    subs.sync([]); // NotReady: the pod leaves the pool
+    const back = localWorker(8000, 2);
+    subs.sync([back]); // Ready again: a new registration generation of the same process
+    const before = rec.received;
+    await waitFor(async () => {
+      if (rec.received > before) return true;
+      await pub.publish([]);
+      return false;
+    });
+    await pub.publish([storeBlock(2), storeBlock(3)]); // the next turn, under the cached opening
+    await waitFor(() => rec.applied >= 4 || (rec.drops.unknown_parent ?? 0) > 0);
+    expect(rec.drops.unknown_parent ?? 0).toBe(0);
+    expect(subs.cachedTokens(KEYS, BS, [back])).toEqual([16]);
+  });
+
+  it('a worker that comes back with other publishers is subscribed anew, empty', async () => {
+    const pub = new KvEventPublisher();
+    const { endpoint } = await pub.start();
+    closers.push(() => pub.close());
+    const rules = parseKvEventSources({
+      sources: [],
+      replays: [],
+      defaultPort: 0,
+      defaultReplayPort: 0,
+      dpSize: 1,
+    });
+    const port = Number(new URL(endpoint.replace('tcp://', 'http://')).port);
+    const rec = new Recorder();
+    const subs = new KvEventSubscriptions({ rules, hooks: rec.hooks, syncIntervalMs: 0 });
+    closers.push(() => subs.close());
+    subs.sync([localWorker(8000, 1, { kv_events_port: port })]);
+    await handshake(pub, rec);
+    await pub.publish([storeBlock(0)]);
+    await waitFor(() => rec.applied >= 1);
+    const moved = localWorker(8000, 2, { kv_events_port: port + 1 });
+    subs.sync([moved]);
+    expect(subs.cachedTokens(KEYS, BS, [moved])).toEqual([0]);
   });
 
   it("subscribes to a worker's own KV-events port (Kubernetes annotation / metadata) with no default rule", async () => {
