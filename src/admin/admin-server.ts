@@ -13,7 +13,8 @@
  *   POST   /workers/cordon?url=      no new requests to the worker at url (every role there)
  *   POST   /workers/uncordon?url=    lifts it
  *   POST   /workers/sleep?url=&level=1|2&timeout_ms=   cordon, drain, then vLLM's POST /sleep
- *   POST   /workers/wake_up?url=     vLLM's POST /wake_up, then back in selection (worker-sleep.ts)
+ *   POST   /workers/wake_up?url=     vLLM's POST /wake_up (after a level-2 sleep: the weights, their
+ *                                    reload, the KV cache), then back in selection (worker-sleep.ts)
  * Writes need `Authorization: Bearer <token>` when a token is configured, and a peer address inside
  * --discovery-allow when that is set. The GET routes answer HEAD too; a 405 names the methods in Allow.
  */
@@ -155,8 +156,11 @@ export class AdminServer {
 
   private async route(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
     let url: URL;
+    const target = req.url ?? '/';
     try {
-      url = new URL(req.url ?? '/', 'http://admin');
+      // An origin-form target is a path: against a base, `//workers` would be read as a host
+      // ("workers") with the path `/`.
+      url = target.startsWith('/') ? new URL(`http://admin${target}`) : new URL(target, 'http://admin');
     } catch {
       throw new AdminInputError(`malformed request target ${JSON.stringify(req.url)}`, 'invalid_request');
     }
@@ -225,10 +229,12 @@ export class AdminServer {
         if (level !== '1' && level !== '2')
           throw new AdminInputError(`level must be 1 or 2, got ${level}`, 'invalid_request');
         const rawTimeout = url.searchParams.get('timeout_ms');
-        const timeout = rawTimeout === null ? undefined : Number(rawTimeout);
+        // Decimal digits only: Number() reads '' as 0 (an unset `timeout_ms=$T`), and 0x10, 1e3, ' 5'.
+        const timeout =
+          rawTimeout === null ? undefined : /^\d{1,7}$/.test(rawTimeout) ? Number(rawTimeout) : NaN;
         if (timeout !== undefined && !(Number.isInteger(timeout) && timeout >= 0 && timeout <= 3_600_000))
           throw new AdminInputError(
-            `timeout_ms must be an integer in [0, 3600000], got ${rawTimeout}`,
+            `timeout_ms must be an integer in [0, 3600000], got ${JSON.stringify(rawTimeout)}`,
             'invalid_request',
           );
         const slept = await ops.sleep(target, level === '1' ? 1 : 2, timeout);
@@ -357,6 +363,9 @@ function validateMetadata(raw: unknown): Record<string, string | number | boolea
         : !(value === null || ['number', 'boolean'].includes(typeof value))
     )
       throw new AdminInputError(`"metadata.${key}" must be a scalar (a string of at most 512 characters)`);
+    // JSON.parse reads 1e400 as Infinity, which /workers would list as null.
+    if (typeof value === 'number' && !Number.isFinite(value))
+      throw new AdminInputError(`"metadata.${key}" is a number too large to keep`);
     out[key] = value as string | number | boolean | null;
   }
   if (out.data_parallel_size !== undefined && dataParallelSizeOf(out) === undefined)

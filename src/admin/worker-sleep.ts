@@ -18,7 +18,13 @@
  * A drain that does not finish within `timeoutMs` sleeps nothing: the cordon is lifted (unless the
  * worker was cordoned before) and the call fails with `worker_busy`. A refused or failed `/sleep`
  * lifts it too (`worker_error`). Wake: `POST <url>/wake_up` (vLLM answers once the engine is awake),
- * then awake and uncordoned at once.
+ * then awake and uncordoned at once. A level-2 sleep discarded the weights, and a plain /wake_up
+ * maps their memory back empty: the engine answers every request with garbage, and its /health,
+ * /is_sleeping and sleep gauge all say awake. So a worker this router put to level 2 is woken in
+ * vLLM's documented order (docs/features/sleep_mode.md): `POST /wake_up?tags=weights`, `POST
+ * /collective_rpc {"method": "reload_weights"}` (the weights again from the model's files), `POST
+ * /wake_up?tags=kv_cache`; only then is it back in selection. A step that fails leaves it asleep and
+ * cordoned (`worker_error` naming the step); a wake asked again starts over.
  *
  * A worker that re-registers at the URL during the drain (a restarted process: a new Worker) is
  * cordoned and drained too. One operation per URL at a time (a second one gets `worker_busy`). While a
@@ -70,11 +76,15 @@ export interface SleepResult {
 
 export const DEFAULT_SLEEP_TIMEOUT_MS = 30_000;
 const DEFAULT_CALL_TIMEOUT_MS = 120_000;
+/** vLLM's `collective_rpc` that loads the weights from the model's files into their memory. */
+const RELOAD_WEIGHTS = JSON.stringify({ method: 'reload_weights' });
 
 export class WorkerSleep {
   private readonly busy = new Set<string>();
   /** Per URL a sleep holds: each Worker held, and whether it stays cordoned when the sleep fails. */
   private readonly holds = new Map<string, Map<Worker, boolean>>();
+  /** Workers a level-2 sleep through this router left without weights (a restart is a new Worker). */
+  private readonly discarded = new WeakSet<Worker>();
   private readonly abort = new AbortController();
   private readonly agent = new Agent({ keepAliveTimeout: 4_000 });
   private closed = false;
@@ -136,7 +146,10 @@ export class WorkerSleep {
         }
         const now = this.deps.clock();
         const workers = hold();
-        for (const w of workers) this.deps.health.recordSleep(w, true, now);
+        for (const w of workers) {
+          this.deps.health.recordSleep(w, true, now);
+          if (level === 2) this.discarded.add(w);
+        }
         return { url, level, drainedMs: Math.round(drainedMs), workers: workers.map((w) => w.id) };
       } finally {
         this.holds.delete(url);
@@ -147,11 +160,18 @@ export class WorkerSleep {
   async wakeUp(url: string): Promise<{ url: string; workers: readonly string[] }> {
     const workers = this.at(url);
     return this.exclusive(url, async () => {
-      const answer = await this.call(url, '/wake_up');
-      if (answer !== undefined)
-        throw new AdminInputError(`${url} did not wake up: ${answer}`, 'worker_error');
+      const steps: Array<[string, string?]> = workers.some((w) => this.discarded.has(w))
+        ? [['/wake_up?tags=weights'], ['/collective_rpc', RELOAD_WEIGHTS], ['/wake_up?tags=kv_cache']]
+        : [['/wake_up']];
+      for (const [path, body] of steps) {
+        const answer = await this.call(url, path, body);
+        if (answer === undefined) continue;
+        const step = body === undefined ? path : `${path} ${body}`;
+        throw new AdminInputError(`${url} did not wake up: ${step}: ${answer}`, 'worker_error');
+      }
       const now = this.deps.clock();
       for (const w of workers) {
+        this.discarded.delete(w);
         this.deps.health.recordSleep(w, false, now);
         this.deps.health.cordon(w, false, now);
       }
@@ -230,12 +250,13 @@ export class WorkerSleep {
     });
   }
 
-  /** POSTs `path` to the worker; undefined on a 2xx, else what went wrong. */
-  private async call(url: string, path: string): Promise<string | undefined> {
+  /** POSTs `path` (with a JSON `body`) to the worker; undefined on a 2xx, else what went wrong. */
+  private async call(url: string, path: string, body?: string): Promise<string | undefined> {
     const timeout = this.deps.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
     try {
       const res = await request(joinUrl(url, path), {
         method: 'POST',
+        ...(body !== undefined ? { body, headers: { 'content-type': 'application/json' } } : {}),
         dispatcher: this.agent,
         headersTimeout: timeout,
         bodyTimeout: timeout,

@@ -358,6 +358,7 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
         state: {
           recordPause: (w, paused, now) => health.recordPause(w, paused, now),
           recordSleep: (w, asleep, now) => health.recordSleep(w, asleep, now),
+          sleepRefused: (w, now) => health.sleepRefused(w, now),
           cacheCleared: (w) => pools.byRole[w.role].policy.cacheCleared?.(w),
         },
         clock,

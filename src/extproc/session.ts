@@ -581,7 +581,7 @@ export class Session {
           'response trailers came after body bytes held for a rewrite',
         );
         this.deps.logger.warn(
-          { bytes: held.length, path: this.path, requestId: this.requestId },
+          { bytes: held.length, path: this.logPath, requestId: this.requestId },
           'response trailers in STREAMED mode: the held end of the body cannot be sent; resetting stream',
         );
         this.end({ kind: 'cancelled', afterHeaders: true, status: this.status }, e);
@@ -621,7 +621,7 @@ export class Session {
         worker: routed.worker.key,
         served,
         adopted: next !== undefined,
-        path: this.path,
+        path: this.logPath,
         requestId: this.requestId,
       },
       'the gateway served the request on another endpoint: the routed worker refused or reset it',
@@ -646,13 +646,13 @@ export class Session {
       // The worker already answered an error (a decode whose KV pull failed with the prefill): it is
       // the client's answer. A reset would turn it into Envoy's empty 503.
       this.deps.logger.warn(
-        { err: e.message, status: this.status, path: this.path, requestId: this.requestId },
+        { err: e.message, status: this.status, path: this.logPath, requestId: this.requestId },
         'leg failed after an error response; passing the error on',
       );
     } else {
       // Mid-stream: the only honest signal left is to abort the stream.
       this.deps.logger.warn(
-        { err: e.message, path: this.path, requestId: this.requestId },
+        { err: e.message, path: this.logPath, requestId: this.requestId },
         'leg failed mid-response; resetting stream',
       );
       this.end({ kind: 'cancelled', afterHeaders: true, status: this.status }, e);
@@ -668,6 +668,15 @@ export class Session {
     return this.headers[REQUEST_ID_HEADER];
   }
 
+  /**
+   * The request's path without its query string, for log lines: a client may put a key in the query
+   * (`?api_key=`, `?key=`), and logs are read by more people than the gateway's clients.
+   */
+  private get logPath(): string {
+    const q = this.path.indexOf('?');
+    return q === -1 ? this.path : this.path.slice(0, q);
+  }
+
   private reject(err: RouterError): void {
     this.send(errorReply(err, anthropicPath(this.path) ? 'anthropic' : 'openai'));
     this.end({ kind: 'rejected', status: err.status, code: err.code }, err);
@@ -681,7 +690,7 @@ export class Session {
 
   private protocolError(kind: string): void {
     this.deps.logger.warn(
-      { kind, phase: this.phase, path: this.path, requestId: this.requestId },
+      { kind, phase: this.phase, path: this.logPath, requestId: this.requestId },
       'unexpected ext_proc message',
     );
     this.reject(
@@ -736,7 +745,7 @@ export class Session {
     this.deps.onEnd?.(summary);
     if (this.deps.logger.isLevelEnabled('debug')) {
       this.deps.logger.debug(
-        { ...summary, path: this.path, requestId: this.requestId, error: err?.code },
+        { ...summary, path: this.logPath, requestId: this.requestId, error: err?.code },
         'request',
       );
     }

@@ -30,7 +30,8 @@
  * no threshold applies, and it is neither a failed check nor a breaker event. Both changes start the
  * breaker over: requests that reached the worker between its sleep and the page saying so failed
  * because of the sleep (vLLM's 503, or worse), and kept the woken worker out for a whole cool-down
- * (bench/sleep-mode.bench.ts: four sleeps in a row left no worker selectable).
+ * (bench/sleep-mode.bench.ts: four sleeps in a row left no worker selectable). A sleep recorded when
+ * sent that the worker refused (`sleepRefused`) gives back the breaker it had: it never slept.
  *
  * Pause: vLLM's `POST /pause` (RL weight updates) forwarded by this router, or read from the
  * worker's own `/is_paused` (`recordPause`; routing/fleet-control.ts, health/pause-poller.ts). A paused engine keeps the requests it gets until `POST /resume`, so it
@@ -125,6 +126,8 @@ interface State {
   breaker: CircuitBreaker;
   view: WorkerHealthView;
   asleep: boolean;
+  /** While asleep: the breaker the worker had before (sleepRefused gives it back). */
+  awakeBreaker: CircuitBreaker | undefined;
   cordoned: boolean;
   paused: boolean;
   /** The metric-scrape source, counted like the checks but apart from them. */
@@ -197,8 +200,23 @@ export class WorkerHealth {
     s.asleep = asleep;
     // The requests that failed around the change (a 503 from a sleeping engine, or one that reached
     // it before the page said so) are explained by the sleep: the breaker starts over, so a woken
-    // worker is not kept out for a cool-down it did not earn.
+    // worker is not kept out for a cool-down it did not earn. The one it had is kept for sleepRefused.
+    s.awakeBreaker = asleep ? s.breaker : undefined;
     s.breaker = new CircuitBreaker(this.opts.breaker);
+    this.sync(worker, s, now);
+  }
+
+  /**
+   * A sleep recorded before the worker answered it (routing/fleet-control.ts) that the worker did not
+   * take: it is awake as it was, with the breaker it had. Starting that over would let a worker whose
+   * breaker was open back in, and the client requests that reach it fail until it opens again.
+   */
+  sleepRefused(worker: Worker, now: number): void {
+    const s = this.states.get(worker);
+    if (s === undefined || !s.asleep) return;
+    s.asleep = false;
+    s.breaker = s.awakeBreaker ?? new CircuitBreaker(this.opts.breaker);
+    s.awakeBreaker = undefined;
     this.sync(worker, s, now);
   }
 
@@ -296,6 +314,7 @@ export class WorkerHealth {
         breaker: new CircuitBreaker(this.opts.breaker),
         view: FRESH_VIEW,
         asleep: false,
+        awakeBreaker: undefined,
         cordoned: false,
         paused: false,
         scrape: { active: 'healthy', failures: 0, successes: 0 },

@@ -40,14 +40,16 @@
  *   - pause: the worker is paused (`Worker.paused`) from the moment the call is sent (a request
  *     routed while it is on its way would find the engine paused; a worker that does not take it
  *     gets its state back): its pool prefers the others while any is not paused
- *     (WorkerPool.candidatesFor). Unless `mode=keep` or `clear_cache=false`, vLLM also empties
- *     its prefix cache: the router forgets what it held (`cacheCleared`);
+ *     (WorkerPool.candidatesFor). Unless `mode=keep` or `clear_cache` false (read as pydantic reads
+ *     a bool: `false`, `0`, `no`, `off`, ... in any case), vLLM also empties its prefix cache: the
+ *     router forgets what it held (`cacheCleared`);
  *   - resume: not paused;
  *   - reset_prefix_cache: the router forgets what it held;
  *   - sleep: asleep (out of selection, its cache forgotten, as a scraped sleep gauge does), from the
  *     moment the call is sent: falling asleep takes vLLM seconds, and a request routed meanwhile
  *     would reach an engine freeing its weights under it (vllm-project/vllm#15483). A worker that
- *     does not take it is recorded awake again (a page of its metrics says otherwise soon enough);
+ *     does not take it is awake again as it was, its circuit breaker too (`sleepRefused`; a page of
+ *     its metrics says otherwise soon enough);
  *   - wake_up: the worker's `GET /is_sleeping` is read and recorded (a `tags=weights` wake leaves
  *     the KV cache asleep, and the engine with it); when it cannot be read, a wake without `tags`
  *     records the worker awake (its 2xx says so), one with `tags` leaves it to the next scrape;
@@ -65,6 +67,7 @@
 import { Agent } from 'undici';
 import type { LocalAnswer } from '../extproc/dispatch.js';
 import type { Worker } from '../workers/worker.js';
+import { laxBool } from '../request/lax-bool.js';
 import { callWorker, rolesByUrl } from './worker-call.js';
 
 type Operation =
@@ -89,6 +92,8 @@ export const WORKER_URL_PARAM = 'worker_url';
 export interface FleetState {
   recordPause(worker: Worker, paused: boolean, now: number): void;
   recordSleep(worker: Worker, asleep: boolean, now: number): void;
+  /** A sleep recorded when sent that the worker did not take: awake as it was before (its breaker too). */
+  sleepRefused(worker: Worker, now: number): void;
   /** The worker's prefix cache is empty: its pool's policy forgets what it held. */
   cacheCleared(worker: Worker): void;
 }
@@ -219,7 +224,7 @@ export class FleetControl {
           if (r.ok) continue;
           for (const w of this.at(r.url)) {
             if (op === 'pause') this.opts.state.recordPause(w, marked.get(w) === true, now);
-            else this.opts.state.recordSleep(w, marked.get(w) === true, now);
+            else if (marked.get(w) !== true) this.opts.state.sleepRefused(w, now);
           }
         }
       }
@@ -350,8 +355,12 @@ export class FleetControl {
       const recorded = asleep ?? (query.has('tags') ? undefined : false);
       if (recorded !== undefined) for (const w of this.at(url)) state.recordSleep(w, recorded, now);
     }
+    // `clear_cache` as vLLM's FastAPI reads a bool query parameter: pydantic's lax bool (`0`, `no`,
+    // `off`, `False` are false), the last value when repeated.
     const clears =
-      op === 'pause' ? query.get('mode') !== 'keep' && query.get('clear_cache') !== 'false' : op === 'reset';
+      op === 'pause'
+        ? query.get('mode') !== 'keep' && laxBool(query.getAll('clear_cache').at(-1) ?? 'true') !== false
+        : op === 'reset';
     for (const r of results) {
       if (!r.ok) continue;
       for (const w of this.at(r.url)) {

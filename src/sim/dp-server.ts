@@ -11,8 +11,9 @@
  *   reason a router schedules the ranks itself (workers/data-parallel.ts);
  * - `GET /metrics` is every engine's page merged, each engine's samples labelled `engine="<rank>"`
  *   (vLLM's per-engine label), one HELP/TYPE per family;
- * - admin writes (`/sleep`, `/wake_up`, `/pause`, `/resume`, cache resets, LoRA loads) go to every engine, and the
- *   answer is rank 0's; every other request (health, model list, tokenize) is rank 0's, uncounted.
+ * - admin writes (`/sleep`, `/wake_up`, `/collective_rpc`, `/pause`, `/resume`, cache resets, LoRA
+ *   loads) go to every engine, and the answer is rank 0's; every other request (health, model list,
+ *   tokenize) is rank 0's, uncounted.
  * KV events: each engine publishes on its own endpoint, stamped with its rank (`kvEvents` of the
  * options is given to rank r with `dataParallelRank: r`; a fixed endpoint port is offset by the rank,
  * as vLLM does).
@@ -53,6 +54,7 @@ const RANK_HEADER = 'x-data-parallel-rank';
 const BROADCAST = new Set([
   '/sleep',
   '/wake_up',
+  '/collective_rpc',
   '/reset_prefix_cache',
   '/reset_mm_cache',
   '/reset_encoder_cache',

@@ -14,7 +14,8 @@
  * GET /metrics (vLLM names, see metrics-text.ts), POST /tokenize and POST /detokenize (vLLM's shapes, through
  * the pluggable tokenizer of sim-tokenizer.ts; see tokenize-api.ts), POST /v1/audio/transcriptions and
  * /v1/audio/translations (multipart forms, no engine time; audio-api.ts), POST /v1/embeddings (no
- * engine time; embeddings-api.ts), POST /sleep, POST /wake_up and GET /is_sleeping (vLLM's sleep mode),
+ * engine time; embeddings-api.ts), POST /sleep, POST /wake_up, GET /is_sleeping and POST /collective_rpc
+ * reload_weights (vLLM's sleep mode; sleep-state.ts),
  * POST /pause, POST /resume and GET /is_paused (vLLM's pause of generation for RL weight updates;
  * pause-gate.ts), POST /reset_prefix_cache (and /reset_mm_cache, /reset_encoder_cache: no-ops),
  * POST /v1/load_lora_adapter and /v1/unload_lora_adapter (with `lora`; lora-adapters-api.ts).
@@ -107,6 +108,8 @@ import { tokenizeBody, type BodyTokenizer } from '../tokenize/request-tokens.js'
 import type { CacheChanges } from './prefix-cache.js';
 import { KvSideChannel } from './kv-side-channel.js';
 import { fetchRemoteKv } from './remote-kv-check.js';
+import { laxBool } from '../request/lax-bool.js';
+import { SleepState } from './sleep-state.js';
 
 export type { Fault, FaultOptions } from './faults.js';
 export type { HoldOptions, StreamHold } from './stream-hold.js';
@@ -306,10 +309,12 @@ export interface Simulator {
    * vLLM's sleep mode (`POST /sleep?level=N`, `POST /wake_up`, `GET /is_sleeping`, the
    * `vllm:engine_sleep_state` gauge): sleep empties the prefix cache (AllBlocksCleared) and, while
    * asleep, a generation request gets a 503 and is counted in `requestsWhileAsleep` (vLLM's engine
-   * has no such guard on most releases: the request crashes it).
+   * has no such guard on most releases: the request crashes it). Per memory tag (sleep-state.ts):
+   * `wakeUp(['weights'])` leaves the KV cache asleep; after level 2 the woken weights hold no model
+   * until `POST /collective_rpc {"method": "reload_weights"}` (`weightsDiscarded`).
    */
   sleep(level?: 1 | 2): Promise<void>;
-  wakeUp(): void;
+  wakeUp(tags?: readonly string[]): void;
   /**
    * vLLM's pause of generation (`POST /pause`, `POST /resume`, `GET /is_paused`; pause-gate.ts): new
    * generation requests wait for resume(), counted waiting; `abort` cuts the requests running,
@@ -323,6 +328,10 @@ export interface Simulator {
   readonly requestsWhilePaused: number;
   /** 0 awake, else the sleep level. */
   readonly sleepLevel: number;
+  /** A level-2 sleep discarded the weights and they were not reloaded: the engine generates garbage. */
+  readonly weightsDiscarded: boolean;
+  /** Generation requests answered while `weightsDiscarded` (with garbage, as vLLM would). */
+  readonly requestsWithoutWeights: number;
   /** Generation requests that arrived while asleep. */
   readonly requestsWhileAsleep: number;
   /** Generation requests whose response has not ended. */
@@ -456,8 +465,9 @@ class SimulatorServer implements Simulator {
   private generationTokensTotal = 0;
   private nextBlockId = 0;
   private closing: Promise<void> | undefined;
-  sleepLevel = 0;
+  private readonly sleepState = new SleepState();
   requestsWhileAsleep = 0;
+  requestsWithoutWeights = 0;
   requestsWhilePaused = 0;
   /** LoRA adapters served: `lora.modules`, then those loaded and unloaded at run time. */
   private readonly adapters: Set<string>;
@@ -688,14 +698,22 @@ class SimulatorServer implements Simulator {
     await this.kvPublisher?.publish([{ type: 'cleared' }]);
   }
 
+  get sleepLevel(): number {
+    return this.sleepState.level;
+  }
+
+  get weightsDiscarded(): boolean {
+    return this.sleepState.weightsDiscarded;
+  }
+
   async sleep(level: 1 | 2 = 1): Promise<void> {
     // vLLM's AsyncLLM.sleep resets the prefix cache before the engine sleeps.
     await this.resetPrefixCache();
-    this.sleepLevel = level;
+    this.sleepState.sleep(level);
   }
 
-  wakeUp(): void {
-    this.sleepLevel = 0;
+  wakeUp(tags?: readonly string[]): void {
+    this.sleepState.wakeUp(tags);
   }
 
   /**
@@ -854,6 +872,7 @@ class SimulatorServer implements Simulator {
     }
     if (isTokenizationPath(path)) return this.sendError(res, 405, `method ${req.method ?? ''} not allowed`);
     if (path === '/sleep' || path === '/wake_up') return this.answerSleep(req, res, path);
+    if (path === '/collective_rpc') return this.answerCollectiveRpc(req, res);
     if (req.method === 'POST' && CONTROL_PATHS.has(path)) return this.answerControl(req, res, path);
     if (req.method === 'POST' && path === EMBEDDINGS_PATH) return this.serveEmbeddings(req, res, path);
     if (req.method === 'POST' && isLoraAdapterPath(path) && this.opts.lora !== undefined) {
@@ -995,7 +1014,7 @@ class SimulatorServer implements Simulator {
     req.resume();
     if (req.method !== 'POST') return this.sendError(res, 405, `method ${req.method ?? ''} not allowed`);
     if (path === '/wake_up') {
-      this.wakeUp();
+      this.wakeUp(new URL(req.url ?? '/', 'http://sim').searchParams.getAll('tags'));
       res.writeHead(200, { 'content-length': 0 }).end();
       return;
     }
@@ -1007,10 +1026,39 @@ class SimulatorServer implements Simulator {
   }
 
   /**
+   * POST /collective_rpc {"method": "reload_weights"} (VLLM_SERVER_DEV_MODE=1): loads the weights
+   * again from the model's files into their woken memory (sleep-state.ts), answered as vLLM answers
+   * one result per worker; a 500 while the weights' memory sleeps, or for a method the simulator has
+   * not; a 400 without a method, as vLLM.
+   */
+  private answerCollectiveRpc(req: IncomingMessage, res: ServerResponse): void {
+    if (req.method !== 'POST') {
+      req.resume();
+      return this.sendError(res, 405, `method ${req.method ?? ''} not allowed`);
+    }
+    readBody(req, MAX_BODY_BYTES, (raw) => {
+      if (res.destroyed) return;
+      let method: unknown;
+      try {
+        method = (JSON.parse((raw ?? Buffer.alloc(0)).toString('utf8')) as { method?: unknown }).method;
+      } catch {
+        return this.sendError(res, 400, 'JSON decode error');
+      }
+      if (method === undefined || method === null)
+        return this.sendError(res, 400, "Missing 'method' in request body");
+      if (method !== 'reload_weights') return this.sendError(res, 500, `no worker method ${String(method)}`);
+      if (!this.sleepState.reloadWeights())
+        return this.sendError(res, 500, 'the weights are asleep: POST /wake_up?tags=weights first');
+      sendJson(res, 200, JSON.stringify({ results: [null] }));
+    });
+  }
+
+  /**
    * vLLM's cache resets and pause of generation (served with VLLM_SERVER_DEV_MODE=1): POST
    * /reset_prefix_cache (AllBlocksCleared), /reset_mm_cache and /reset_encoder_cache (nothing to
-   * empty here), /pause?mode=abort|wait|keep&clear_cache=true|false (pause-gate.ts; vLLM's 422 for
-   * another mode; the deprecated `wait_for_inflight_requests=true` is mode=wait), /resume.
+   * empty here), /pause?mode=abort|wait|keep&clear_cache=BOOL (pause-gate.ts; `clear_cache` read as
+   * pydantic reads a bool, `0`/`no`/`off` false; vLLM's 422 for another mode or value; the deprecated
+   * `wait_for_inflight_requests=true` is mode=wait), /resume.
    */
   private answerControl(req: IncomingMessage, res: ServerResponse, path: string): void {
     req.resume();
@@ -1033,7 +1081,8 @@ class SimulatorServer implements Simulator {
         if (!PAUSE_MODES.has(mode)) {
           return this.sendError(res, 422, `mode must be one of 'abort', 'wait', 'keep'; got '${mode}'`);
         }
-        const clear = params.get('clear_cache') !== 'false';
+        const clear = laxBool(params.getAll('clear_cache').at(-1) ?? 'true');
+        if (clear === undefined) return this.sendError(res, 422, 'clear_cache must be a boolean');
         void this.pause(mode as PauseMode, clear).then(() => ok(JSON.stringify({ status: 'paused' })));
         return;
       }
@@ -1182,6 +1231,7 @@ class SimulatorServer implements Simulator {
       this.requestsWhileAsleep += 1;
       return this.finishError(ctx, 503, 'The engine is sleeping; POST /wake_up first.');
     }
+    if (this.weightsDiscarded) this.requestsWithoutWeights += 1;
     const fault = this.faults.take(ctx.path);
     if (fault && 'status' in fault)
       return this.finishError(ctx, fault.status, fault.message ?? 'injected fault');

@@ -211,6 +211,10 @@ describe('POST/GET/DELETE /workers', () => {
       { role: 'regular', url: 'http://127.0.0.1:9000', metadata: { metrics_port: 70_000 } },
     ],
     [
+      'a metadata number too large for JSON to give back (1e400: Infinity, listed as null)',
+      '{"role": "regular", "url": "http://127.0.0.1:9000", "metadata": {"max_model_len": 1e400}}',
+    ],
+    [
       'a snake_case zmq_address (vLLM heartbeat spelling)',
       { role: 'regular', url: 'http://127.0.0.1:9000', zmq_address: '127.0.0.1:14579' },
     ],
@@ -479,6 +483,10 @@ describe('worker operations: /workers/cordon, /uncordon, /sleep, /wake_up', () =
       ['/workers/sleep', auth, 'POST', 400, 'invalid_request'],
       ['/workers/sleep?url=http://127.0.0.1:9303&level=3', auth, 'POST', 400, 'invalid_request'],
       ['/workers/sleep?url=http://127.0.0.1:9303&timeout_ms=-1', auth, 'POST', 400, 'invalid_request'],
+      // An unset shell variable (`timeout_ms=$T`) is no timeout of 0, nor is hex one of 16 ms.
+      ['/workers/sleep?url=http://127.0.0.1:9303&timeout_ms=', auth, 'POST', 400, 'invalid_request'],
+      ['/workers/sleep?url=http://127.0.0.1:9303&timeout_ms=0x10', auth, 'POST', 400, 'invalid_request'],
+      ['/workers/sleep?url=http://127.0.0.1:9303&timeout_ms=%2010', auth, 'POST', 400, 'invalid_request'],
       ['/workers/sleep?url=http://127.0.0.1:9999', auth, 'POST', 404, 'not_found'],
       ['/workers/wake_up?url=http://127.0.0.1:9999', auth, 'POST', 404, 'not_found'],
       ['/workers/sleep?url=http://127.0.0.1:9303', auth, 'GET', 405, 'method_not_allowed'],

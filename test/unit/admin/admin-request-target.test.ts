@@ -54,3 +54,21 @@ describe('admin server: a malformed request target', () => {
     expect(status).toBeLessThan(500);
   });
 });
+
+describe('admin server: a path with a doubled slash', () => {
+  it('//workers is a 404 naming the path sent, not "/" (the WHATWG parser read "workers" as a host)', async () => {
+    server = new AdminServer(backend, {
+      host: '127.0.0.1',
+      port: 0,
+      token: '',
+      logger: pino({ level: 'silent' }),
+    });
+    const port = await server.start();
+    const { status, body } = await raw(port, '//workers');
+    expect(status).toBe(404);
+    expect((JSON.parse(body) as { error: { message: string } }).error.message).toBe(
+      'no admin route //workers',
+    );
+    expect((await raw(port, '/workers')).status).toBe(200);
+  });
+});

@@ -115,6 +115,34 @@ describe('WorkerSleep', () => {
     expect(sim.sleepLevel).toBe(2);
   });
 
+  it('a level-2 sleep is woken with its weights loaded again before the worker is back in selection', async () => {
+    const { sim, workers, sleeper } = await fixture();
+    await sleeper.sleep(sim.url, 2);
+    expect(sim.weightsDiscarded).toBe(true);
+    await sleeper.wakeUp(sim.url);
+    // vLLM's wake from level 2 (docs/features/sleep_mode.md): the weights' memory, reload_weights,
+    // then the KV cache. A plain /wake_up leaves the weights empty: the engine answers with garbage.
+    expect([sim.sleepLevel, sim.weightsDiscarded]).toEqual([0, false]);
+    expect(workers.map((w) => [w.asleep, w.cordoned, w.healthy])).toEqual([[false, false, true]]);
+    expect(workers[0]!.load).toBe(0);
+  });
+
+  it('a level-2 wake whose weights cannot be reloaded keeps the worker out of selection, with the reason', async () => {
+    const { sim, workers, sleeper } = await fixture();
+    await sleeper.sleep(sim.url, 2);
+    sim.injectFault({ status: 500, message: "no method 'reload_weights'" }, { path: '/collective_rpc' });
+    const err = await rejection(sleeper.wakeUp(sim.url));
+    expect(err.code).toBe('worker_error');
+    expect(err.message).toContain('reload_weights');
+    expect(sim.weightsDiscarded).toBe(true);
+    expect(workers.map((w) => [w.asleep, w.cordoned, w.healthy])).toEqual([[true, true, false]]);
+    // Asked again, the wake goes through the steps once more and completes.
+    await sleeper.wakeUp(sim.url);
+    expect([sim.sleepLevel, sim.weightsDiscarded]).toEqual([0, false]);
+    expect(workers.map((w) => [w.asleep, w.cordoned, w.healthy])).toEqual([[false, false, true]]);
+    expect(workers[0]!.load).toBe(0);
+  });
+
   it('a worker re-registered at the URL during the drain (a new generation) is held and drained too', async () => {
     const { sim, workers, sleeper, polled } = await fixture();
     const old = workers[0]!;

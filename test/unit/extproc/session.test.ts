@@ -1166,6 +1166,33 @@ describe('Session: requests the router answers after calls of its own (answerBod
   });
 });
 
+describe('Session: log lines leave the query string out', () => {
+  it('a key a client puts in the query (?api_key=) is in no log line; the path is', async () => {
+    const lines: string[] = [];
+    const logger = pino({ level: 'debug' }, { write: (line: string) => void lines.push(line) });
+    const ok = harness({ logger });
+    ok.stream.deliver(
+      requestHeaders('POST', '/v1/completions?api_key=sk-secret-1'),
+      requestBody(COMPLETION),
+      responseHeaders(200, true),
+    );
+    const odd = harness({ logger });
+    odd.stream.deliver(
+      requestHeaders('POST', '/v1/completions?api_key=sk-secret-2'),
+      requestHeaders('POST', '/v1/completions?api_key=sk-secret-2'),
+    );
+    await ok.settle();
+    await odd.settle();
+    const parsed = lines.map((l) => JSON.parse(l) as Record<string, unknown>);
+    expect(parsed.find((l) => l.msg === 'request')).toMatchObject({ path: '/v1/completions' });
+    expect(parsed.find((l) => l.msg === 'unexpected ext_proc message')).toMatchObject({
+      path: '/v1/completions',
+    });
+    expect(lines.join('\n')).not.toContain('sk-secret');
+    expect([ok.worker.load, odd.worker.load]).toEqual([0, 0]);
+  });
+});
+
 describe("Session: log lines carry the request's x-request-id", () => {
   it('in the request summary and in the warning about an unexpected message', async () => {
     const lines: Array<Record<string, unknown>> = [];

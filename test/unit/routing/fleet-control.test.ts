@@ -10,6 +10,7 @@ import { FleetControl, type FleetState } from '../../../src/routing/fleet-contro
 import { startSimulator, type Simulator } from '../../../src/sim/simulator.js';
 import { Worker } from '../../../src/workers/worker.js';
 import type { Role } from '../../../src/workers/role.js';
+import { WorkerHealth } from '../../../src/health/worker-health.js';
 
 const open: Array<{ close(): Promise<void> }> = [];
 afterEach(async () => {
@@ -43,6 +44,9 @@ class Recorded implements FleetState {
     w.asleep = asleep;
     this.calls.push(`${w.id} asleep=${asleep}`);
   }
+  sleepRefused(w: Worker): void {
+    this.recordSleep(w, false);
+  }
   cacheCleared(w: Worker): void {
     this.calls.push(`${w.id} cleared`);
   }
@@ -50,7 +54,7 @@ class Recorded implements FleetState {
 
 function control(
   members: Worker[],
-  state = new Recorded(),
+  state: FleetState = new Recorded(),
   apiKey?: string,
   down?: (w: Worker) => boolean,
 ): FleetControl {
@@ -283,6 +287,39 @@ describe('FleetControl', () => {
     expect(w.asleep).toBe(false);
     expect(state.calls).toEqual([`${w.id} asleep=true`, `${w.id} asleep=false`]);
   });
+
+  it('a sleep the worker refuses leaves its open circuit breaker open: no client request is let back in', async () => {
+    const a = await capture(500, '{"detail":"sleep mode is not enabled"}');
+    const w = worker(a.url);
+    const health = new WorkerHealth({ breaker: { failureThreshold: 5, cooldownMs: 30_000 } });
+    for (let i = 0; i < 5; i++) health.recordOutcome(w, 'server_error', 0);
+    expect(health.view(w, 0)).toMatchObject({ breaker: 'open', selectable: false });
+    const f = control([w], {
+      recordPause: (x, paused, now) => health.recordPause(x, paused, now),
+      recordSleep: (x, asleep, now) => health.recordSleep(x, asleep, now),
+      sleepRefused: (x, now) => health.sleepRefused(x, now),
+      cacheCleared: () => {},
+    });
+    expect((await f.answer('POST', '/sleep?level=1', {}, undefined)!).status).toBe(502);
+    // The failing worker stays out until its cool-down ends, as before the refused sleep.
+    expect(health.view(w, 0)).toMatchObject({ asleep: false, breaker: 'open', selectable: false });
+    expect(w.healthy).toBe(false);
+    expect(w.load).toBe(0);
+  });
+
+  it.each(['0', 'no', 'off', 'False', 'N', 'f'])(
+    "a pause with clear_cache=%s keeps vLLM's cache (pydantic reads it false): the router forgets nothing",
+    async (value) => {
+      const a = await sim();
+      const w = worker(a.url);
+      const state = new Recorded();
+      const f = control([w], state);
+      const res = await f.answer('POST', `/pause?mode=abort&clear_cache=${value}`, {}, undefined)!;
+      expect(res.status).toBe(200);
+      expect(state.calls).toEqual([`${w.id} paused=true`]);
+      expect(w.load).toBe(0);
+    },
+  );
 
   it('a sleep or wake_up in flight, or ended after a metrics page was read, is newer than its sleep state', async () => {
     const held = await holding();

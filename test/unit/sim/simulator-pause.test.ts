@@ -2,7 +2,7 @@
  * The simulator's pause of generation, as vLLM serves it with VLLM_SERVER_DEV_MODE=1 (RL weight
  * updates): `POST /pause?mode=abort|wait|keep` holds new generation requests until `POST /resume`
  * (counted waiting), `GET /is_paused` says so, and the prefix cache is emptied unless `mode=keep` or
- * `clear_cache=false`; `POST /reset_prefix_cache` empties it alone.
+ * `clear_cache` is false (`false`, `0`, `no`, `off`: pydantic's bool); `POST /reset_prefix_cache` empties it alone.
  */
 import { request } from 'undici';
 import { describe, expect, it } from 'vitest';
@@ -101,6 +101,19 @@ describe('simulator: pause of generation', () => {
     await s.waitForIdle();
     await post(`${s.url}/resume`);
     expect(await cachedTokens(s, 'q2')).toBe(64);
+  });
+
+  it('clear_cache is read as pydantic reads a bool (0, no, off are false); another value is a 422', async () => {
+    const s = await start();
+    await cachedTokens(s, 'q1');
+    for (const v of ['0', 'no', 'OFF']) {
+      expect((await post(`${s.url}/pause?mode=wait&clear_cache=${v}`)).status).toBe(200);
+      await post(`${s.url}/resume`);
+    }
+    expect(await cachedTokens(s, 'q2')).toBe(64);
+    expect((await post(`${s.url}/pause?clear_cache=maybe`)).status).toBe(422);
+    expect(s.paused).toBe(false);
+    expect(s.inFlight()).toBe(0);
   });
 
   it("another mode is vLLM's 422 and pauses nothing; /reset_prefix_cache empties the cache", async () => {

@@ -57,6 +57,34 @@ describe('simulator: sleep mode', () => {
     expect((await getText(`${s.url}/sleep`)).status).toBe(405);
   });
 
+  it("level 2 discards the weights: woken, they hold no model until vLLM's reload_weights", async () => {
+    const s = await start();
+    const rpc = async (body: unknown): Promise<number> => {
+      const r = await request(`${s.url}/collective_rpc`, { method: 'POST', body: JSON.stringify(body) });
+      await r.body.text();
+      return r.statusCode;
+    };
+    expect(await post(`${s.url}/sleep?level=2`)).toBe(200);
+    expect(s.weightsDiscarded).toBe(true);
+    // vLLM's documented order: the weights' memory, the weights, then the KV cache.
+    expect(await rpc({ method: 'reload_weights' })).toBe(500); // their memory still sleeps
+    expect(await post(`${s.url}/wake_up?tags=weights`)).toBe(200);
+    expect(JSON.parse((await getText(`${s.url}/is_sleeping`)).text)).toEqual({ is_sleeping: true });
+    expect(await rpc({})).toBe(400);
+    expect(await rpc({ method: 'reload_weights' })).toBe(200);
+    expect(s.weightsDiscarded).toBe(false);
+    expect(await post(`${s.url}/wake_up?tags=kv_cache`)).toBe(200);
+    expect(s.sleepLevel).toBe(0);
+
+    // A plain wake_up after level 2 is awake by every signal, and generates garbage.
+    expect(await post(`${s.url}/sleep?level=2`)).toBe(200);
+    expect(await post(`${s.url}/wake_up`)).toBe(200);
+    expect(JSON.parse((await getText(`${s.url}/is_sleeping`)).text)).toEqual({ is_sleeping: false });
+    expect((await postJson(`${s.url}/v1/completions`, { prompt: 'hi' })).status).toBe(200);
+    expect([s.weightsDiscarded, s.requestsWithoutWeights]).toEqual([true, 1]);
+    expect(s.inFlight()).toBe(0);
+  });
+
   it('sleep empties the prefix cache: the first request after waking has no cached tokens', async () => {
     const s = await start();
     const shared = blockPrompt('sys', 4);
