@@ -964,7 +964,7 @@ export const OPTIONS = [
     flag: 'prefill-timeout-ms',
     type: 'int',
     default: 60000,
-    help: "Timeout of the prefill leg, its --prefill-retries included (they share it); keep it below Envoy's ext_proc message_timeout.",
+    help: "Timeout of the sequential prefill leg, its --prefill-retries included (they share it), counted from the request's arrival (a request --flow-control held gets what is left); keep it below Envoy's ext_proc message_timeout, and --flow-queue-ttl-ms below it.",
   },
   {
     group: 'Prefill/decode',

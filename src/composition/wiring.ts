@@ -375,7 +375,14 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
         },
       })
     : undefined;
-  const grpc = buildGrpcServer(base, admitted.dispatcher, objectives, lora, fleet);
+  const grpc = buildGrpcServer(
+    base,
+    admitted.dispatcher,
+    objectives,
+    lora,
+    fleet,
+    dispatcher instanceof PdDispatcher ? dispatcher : undefined,
+  );
   const pausePoller = buildPausePoller(base, fleet);
   const scraper = buildScraper(base, fleet);
   const modelsPoller = buildModelsPoller(base);
@@ -733,10 +740,13 @@ function buildGrpcServer(
   objectives: ObjectiveTable,
   lora: LoraFanout,
   fleet: FleetControl | undefined,
+  pd: PdDispatcher | undefined,
 ): ExtProcServer {
   const models: ModelListOptions = {
-    memberUrls: () => Array.from(pools.workers(), (w) => w.url),
+    memberUrls: () =>
+      Array.from(config.mode === 'pd' ? pools.byRole.decode.workers : pools.workers(), (w) => w.url),
     cardsOf: (urls) => catalog.cardsOf(urls),
+    ...(pd !== undefined ? { servable: (model: string) => pd.servable(model) } : {}),
     ...(config.workerApiKey !== '' ? { apiKey: config.workerApiKey } : {}),
   };
   return new ExtProcServer({

@@ -33,6 +33,12 @@ export interface RouteRequest {
    * so the decode pool prices its prefill and prefix cache as a regular pool does.
    */
   readonly prefillHere?: boolean;
+  /**
+   * Clock time the request reached the router, when it waited there before this dispatch (flow
+   * control held it: routing/flow-control.ts). Envoy's ext_proc `message_timeout` bounds the whole
+   * wait for the router's answer, so a P/D prefill leg's deadline counts from it. Absent: now.
+   */
+  readonly arrivedAt?: number;
 }
 
 /** What a dispatch forwards instead of a response body chunk (see transformResponseChunk). */

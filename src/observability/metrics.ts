@@ -389,7 +389,7 @@ export class RouterMetrics {
     });
     this.pdLocalPrefills = new Counter({
       name: 'vllm_router_pd_local_prefills_total',
-      help: 'Inference requests that went whole to a decode worker, without a prefill leg, by reason: short_prompt (--pd-local-prefill-tokens), parallel_sampling (n > 1 or a batched prompt), beam_search (use_beam_search), prompt_logprobs (prompt_logprobs or echo: logprobs of the prompt).',
+      help: 'Inference requests that went whole to a decode worker, without a prefill leg, by reason: short_prompt (--pd-local-prefill-tokens), parallel_sampling (n > 1 or a batched prompt), beam_search (use_beam_search), prompt_logprobs (prompt_logprobs or echo: logprobs of the prompt), decode_only_model (no prefill worker serves its model, a decode worker does).',
       labelNames: ['reason'] as const,
       registers,
     });

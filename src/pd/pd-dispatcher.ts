@@ -38,7 +38,7 @@
  * A /v1/responses prefill leg asks for `max_output_tokens` 1 and is not stored (kv-transfer.ts
  * prefillBody); the decode leg names the response after its worker (routing/response-affinity.ts),
  * or with P2P NCCL and MoRI-IO after the P/D request id both legs carry in their bodies
- * (kv-transfer.ts idInBody).
+ * (kv-transfer.ts idInBody), whose tail names that worker too (response-affinity.ts pdIdTail).
  * Other paths, and a /v1/responses request that continues a stored response, go to a decode worker
  * unchanged (the pass-through dispatcher).
  */
@@ -54,7 +54,7 @@ import {
 } from '../routing/pool-dispatcher.js';
 import { routeHeaders } from '../routing/route-headers.js';
 import { destinationList } from '../routing/fallback-endpoints.js';
-import { responseIdFor } from '../routing/response-affinity.js';
+import { pdIdTail, responseIdFor } from '../routing/response-affinity.js';
 import {
   choose,
   commit,
@@ -137,7 +137,7 @@ export interface PdObserver {
 }
 
 /** Why a request skipped its prefill leg (PdDispatcher `localReason`). */
-export type LocalPrefillReason = 'short_prompt' | 'parallel_sampling' | WholeOnDecode;
+export type LocalPrefillReason = 'short_prompt' | 'parallel_sampling' | 'decode_only_model' | WholeOnDecode;
 
 export interface PdDispatcherOptions {
   readonly prefillPool: WorkerPool;
@@ -196,6 +196,10 @@ export class PdDispatcher implements Dispatcher {
     // the decode worker stored it; prefill legs are not stored), a request running several sequences
     // or a prompt short enough to prefill on the decode worker (these two counted).
     const inf = req.inference;
+    if (inf !== undefined && inf.previousResponseId === undefined && !this.servable(inf.model)) {
+      this.opts.pd?.error?.('decode_only_model');
+      throw decodeOnlyModel(inf.model);
+    }
     const reason = this.localReason(req);
     if (inf === undefined || inf.previousResponseId !== undefined || reason !== undefined) {
       if (reason !== undefined) this.opts.pd?.localPrefill?.(reason);
@@ -229,7 +233,35 @@ export class PdDispatcher implements Dispatcher {
    */
   needsPrefill(req: RouteRequest): boolean {
     const inf = req.inference;
-    return inf !== undefined && inf.previousResponseId === undefined && this.localReason(req) === undefined;
+    return (
+      inf !== undefined &&
+      inf.previousResponseId === undefined &&
+      this.localReason(req) === undefined &&
+      this.servable(inf.model) // else refused at once (dispatch)
+    );
+  }
+
+  /**
+   * Whether `model` is served by the decode workers alone: some decode worker's `/v1/models` list
+   * names it, and every prefill worker's list is read and none does (WorkerPool `served`), so a prefill
+   * leg would only get the prefill worker's 404. Such a request goes whole to its decode worker (a model
+   * colocated on the decode side, as llm-d serves a request without a prefill pod), except with P2P
+   * NCCL, whose decode workers cannot prefill (see localReason): `servable`.
+   */
+  private decodeOnly(model: string): boolean {
+    const { prefillPool, decodePool } = this.opts;
+    prefillPool.reconcile();
+    decodePool.reconcile();
+    return prefillPool.served(model) === 'unserved' && decodePool.served(model) === 'served';
+  }
+
+  /**
+   * Whether a request for `model` can be served (the fleet's model list, routing/model-list.ts, lists
+   * the decode workers' models that are): false only for a model the decode workers alone serve while
+   * they cannot serve a request whole (P2P NCCL); it gets a JSON 404 saying so.
+   */
+  servable(model: string): boolean {
+    return this.opts.connector !== 'p2pnccl' || !this.decodeOnly(model);
   }
 
   /**
@@ -250,10 +282,13 @@ export class PdDispatcher implements Dispatcher {
    * (its connector waits for the pushed KV of every prompt, without end).
    *
    * `beam_search`, `prompt_logprobs`: what vLLM cannot serve split in two legs (split-support.ts).
+   *
+   * `decode_only_model`: no prefill worker serves its model, its decode workers do (decodeOnly).
    */
   private localReason(req: RouteRequest): LocalPrefillReason | undefined {
     const inf = req.inference;
     if (inf === undefined || inf.previousResponseId !== undefined) return undefined;
+    if (this.opts.connector !== 'p2pnccl' && this.decodeOnly(inf.model)) return 'decode_only_model';
     if ((inf.sequences ?? 1) > 1 && this.opts.connector !== 'p2pnccl') return 'parallel_sampling';
     const whole = unsplittable(inf.kind, inf.json);
     if (whole !== undefined) return whole;
@@ -271,7 +306,8 @@ export class PdDispatcher implements Dispatcher {
   /** The identity of one prefill attempt; undefined when a Mooncake instance has no engine ids. */
   private leg(prefill: Worker, decode: Worker, mode: PdDispatchMode): Leg | undefined {
     const { connector } = this.opts;
-    const requestId = pdRequestId(prefill, decode);
+    // Its tail names the decode worker: with idInBody it is the id of the response that worker stores.
+    const requestId = pdRequestId(prefill, decode, pdIdTail(decode));
     if (connector === 'mooncake') {
       const lease = this.opts.bootstrap?.acquireRank(prefill);
       if (!lease) return undefined;
@@ -492,7 +528,8 @@ export class PdDispatcher implements Dispatcher {
     // --prefill-timeout-ms bounds the whole prefill phase, retries included: Envoy's message_timeout
     // (90 s for a 60 s prefill timeout in the shipped configs) waits for this one reply, so a retry
     // with a fresh timeout of its own would let Envoy's bare 504 fire before the router's JSON error.
-    const deadline = opts.clock() + opts.prefillTimeoutMs;
+    // Counted from the request's arrival: the time flow control held it was that reply's wait too.
+    const deadline = (req.arrivedAt ?? opts.clock()) + opts.prefillTimeoutMs;
     for (let attempt = 0; ; attempt++) {
       const worker = prefill.decision.worker;
       tried.add(worker);
@@ -830,6 +867,16 @@ function cutsLeg(end: RequestEnd): boolean {
 function clientFault(e: PrefillError): boolean {
   const s = e.status;
   return e.kind === 'status' && s !== undefined && s >= 400 && s < 500 && s !== 404 && s !== 408 && s !== 429;
+}
+
+/** A request for a model only the decode workers serve, which they cannot serve whole (P2P NCCL). */
+function decodeOnlyModel(model: string): RouterError {
+  return new RouterError(
+    'model_not_found',
+    404,
+    `The model \`${model}\` is served by decode workers only: no prefill worker serves it, and a P2P NCCL ` +
+      'decode worker cannot prefill a request itself.',
+  );
 }
 
 /**

@@ -11,6 +11,7 @@ export type RouterErrorCode =
   | 'invalid_body'
   | 'invalid_content_type'
   | 'missing_model'
+  | 'model_not_found'
   | 'invalid_prompt'
   | 'invalid_messages'
   | 'invalid_input'

@@ -14,7 +14,9 @@
  *   never waits behind another model's saturated workers.
  * - Holding is Envoy waiting for the ext_proc reply: `--flow-queue-ttl-ms` (default 30 s) must stay
  *   below the filter's `message_timeout` (90 s in the shipped configs). A request held that long gets a
- *   JSON 429 (a sheddable objective) or 503 (others) `queue_timeout`, with `retry-after`.
+ *   JSON 429 (a sheddable objective) or 503 (others) `queue_timeout`, with `retry-after`. A request let
+ *   go carries when it was held (RouteRequest `arrivedAt`): its P/D prefill leg, which Envoy waits for
+ *   too, gets what is left of `--prefill-timeout-ms` counted from then, so the two never add up.
  * - At most `--flow-queue-max` requests, and `--flow-queue-max-bytes` of their bodies (held for up to
  *   the TTL: a flood of long prompts or images must not run the router out of memory), are held; one
  *   more gets a 429 `queue_full` at once, unless it matters more than some held requests: then the
@@ -194,7 +196,7 @@ export class FlowControl implements Dispatcher {
       this.leave(e.item);
       this.opts.observer?.released?.(now - e.queuedAt);
       try {
-        e.item.resolve(this.inner.dispatch(e.item.req, e.item.cancel));
+        e.item.resolve(this.inner.dispatch({ ...e.item.req, arrivedAt: e.queuedAt }, e.item.cancel));
       } catch (err) {
         e.item.reject(err);
       }

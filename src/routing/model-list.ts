@@ -6,6 +6,11 @@
  * as the first worker that lists it wrote it (vLLM's ModelCard: `id`, `object`, `created`,
  * `owned_by`, `root`, `parent`, `max_model_len`, `permission`).
  *
+ * In P/D mode a request's decode worker serves its model (a prefill worker may not: it is then served
+ * whole on the decode worker, pd/pd-dispatcher.ts decodeOnly), so the list is the decode workers' one,
+ * without the models a request cannot be served for (`servable`): a model listed only by prefill
+ * workers gets no decode worker, as the reference router lists its first prefill worker's models.
+ *
  * Passed on to a worker as before when no worker's list is known (the poller is off, or no worker
  * has answered it yet), and when the workers want an API key (`--worker-api-key`) that the request
  * does not carry: the router must not list what the workers themselves would refuse to.
@@ -14,8 +19,10 @@ import type { LocalAnswer } from '../extproc/dispatch.js';
 import type { ModelCard } from '../workers/served-models.js';
 
 export interface ModelListOptions {
-  /** Every pool member's URL (all roles). */
+  /** The URLs of the members whose models are listed (all roles; in P/D mode, the decode workers). */
   readonly memberUrls: () => Iterable<string>;
+  /** Whether a request for this listed model can be served (P/D: pd-dispatcher.ts `servable`); absent: all. */
+  readonly servable?: (model: string) => boolean;
   /** The union of those members' listed models, undefined when none is listed. */
   readonly cardsOf: (urls: Iterable<string>) => ModelCard[] | undefined;
   /** The workers' API key (`--worker-api-key`), when they want one. */
@@ -35,5 +42,7 @@ export function modelListAnswer(
   }
   const cards = opts.cardsOf(opts.memberUrls());
   if (cards === undefined) return undefined;
-  return { status: 200, body: { object: 'list', data: cards }, details: 'models' };
+  const servable = opts.servable;
+  const data = servable === undefined ? cards : cards.filter((c) => servable(c.id as string));
+  return { status: 200, body: { object: 'list', data }, details: 'models' };
 }

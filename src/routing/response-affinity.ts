@@ -14,7 +14,13 @@
  *
  *   resp_<token><32 hex random>     token: 12 hex of SHA-256 over the chosen worker's URL
  *
- * and reads the token back from any later id. The token is opaque (no address is shown to clients),
+ * and reads the token back from any later id. With P2P NCCL and MoRI-IO in P/D mode the response id is
+ * the P/D request id instead (pd/kv-transfer.ts idInBody: those connectors read the peers' addresses
+ * from it), whose random tail then starts with the decode worker's token (`pdIdTail`):
+ *
+ *   ___prefill_addr_<addr>___decode_addr_<addr>_<token><20 hex random>
+ *
+ * The token is opaque (no address is shown to clients),
  * the same on every replica, and a client-chosen `request_id` is left alone (its follow-ups are routed
  * by the policy as any request). The id is spliced into the body's bytes after its opening brace, so
  * the rest of the client's body reaches the worker byte for byte.
@@ -28,6 +34,9 @@ import type { Worker } from '../workers/worker.js';
 const TOKEN_HEX = 12;
 const ID_PATTERN = /^resp_([0-9a-f]{12})[0-9a-f]{32}$/;
 const PATH_PREFIX = '/v1/responses/';
+const PD_ID_PREFIX = '___prefill_addr_';
+/** The end of a P/D request id the router made: `_<token><20 hex>` (read from the end: no backtracking). */
+const PD_ID_TAIL = /_([0-9a-f]{12})[0-9a-f]{20}$/;
 
 const tokens = new WeakMap<Worker, string>();
 
@@ -46,9 +55,19 @@ export function responseIdFor(worker: Worker): string {
   return `resp_${workerToken(worker)}${randomUUID().replace(/-/g, '')}`;
 }
 
+/**
+ * The random tail of a P/D request id (pd/kv-transfer.ts pdRequestId) that names `decode` as the holder
+ * of the response named after it: 32 hex, as vLLM's proxies write it.
+ */
+export function pdIdTail(decode: Worker): string {
+  return `${workerToken(decode)}${randomUUID().replace(/-/g, '').slice(0, 20)}`;
+}
+
 /** The holder token in a response id the router made, undefined for any other id. */
 export function holderToken(responseId: string): string | undefined {
-  return ID_PATTERN.exec(responseId)?.[1];
+  const token = ID_PATTERN.exec(responseId)?.[1];
+  if (token !== undefined || !responseId.startsWith(PD_ID_PREFIX)) return token;
+  return PD_ID_TAIL.exec(responseId.slice(-34))?.[1];
 }
 
 /**

@@ -90,6 +90,21 @@ export interface ModelKnowledge {
   of(worker: Worker): ServedModels | undefined;
 }
 
+/** candidatesFor's answer for one model, valid for one member list, candidates array and knowledge version. */
+interface ModelMemo {
+  readonly members: readonly Worker[];
+  readonly all: readonly Worker[];
+  readonly version: number;
+  readonly workers: readonly Worker[];
+  /** The shortest `max_model_len` the workers report for the model (undefined: none reports one). */
+  readonly shortest: number | undefined;
+  /** What the members' lists say of the model (see `served`). */
+  readonly served: ModelServed;
+}
+
+/** What a pool's members are known to serve of one model (WorkerPool `served`). */
+export type ModelServed = 'served' | 'unserved' | 'unknown';
+
 /** The most models whose narrowed candidates are remembered at once (request models are client input). */
 const MODEL_MEMO_SIZE = 64;
 
@@ -103,17 +118,7 @@ export class WorkerPool {
   /** preferUnpaused's last answer: the candidates it narrowed and the workers left. */
   private unpausedMemo: { from: readonly Worker[]; to: readonly Worker[] } | undefined;
   /** candidatesFor's last answer per model, valid for one member list, candidates array and knowledge version. */
-  private readonly byModel = new Map<
-    string,
-    {
-      members: readonly Worker[];
-      all: readonly Worker[];
-      version: number;
-      workers: readonly Worker[];
-      /** The shortest `max_model_len` the workers report for the model (undefined: none reports one). */
-      shortest: number | undefined;
-    }
-  >();
+  private readonly byModel = new Map<string, ModelMemo>();
 
   constructor(
     readonly role: Role,
@@ -176,11 +181,36 @@ export class WorkerPool {
     return to;
   }
 
+  /**
+   * What the members' `/v1/models` lists say of `model`: `served` (some member serves it, as a base
+   * name or an adapter: candidatesFor narrows to those), `unserved` (every member has a list, none
+   * serves it), else `unknown` (no member, a member not read yet, or one known by its metrics label
+   * alone, which names only its first served name: it may serve it).
+   */
+  served(model: string): ModelServed {
+    const models = this.hooks.models;
+    if (models === undefined || model === '') return 'unknown';
+    return this.memoOf(model, models).served;
+  }
+
   /** `candidates()` narrowed to the model's workers and the request's context need (see candidatesFor). */
   private serving(model: string, need: ContextNeed | undefined, report: boolean): readonly Worker[] {
     const all = this.candidates();
     const models = this.hooks.models;
     if (models === undefined || model === '') return all;
+    const memo = this.memoOf(model, models);
+    const tokensOf = this.hooks.tokensOf;
+    if (need === undefined || memo.shortest === undefined || tokensOf === undefined) return memo.workers;
+    const tokens = tokensOf(model, need.chars) + need.outputTokens;
+    if (tokens <= memo.shortest) return memo.workers;
+    const fitting = memo.workers.filter((w) => !((maxModelLenOf(models.of(w), model) ?? Infinity) < tokens));
+    if (report) this.hooks.onContextFit?.(this.role, fitting.length > 0);
+    return fitting.length > 0 ? fitting : memo.workers;
+  }
+
+  /** The model's memoized narrowing (see `serving`), brought up to date. */
+  private memoOf(model: string, models: ModelKnowledge): ModelMemo {
+    const all = this.candidates();
     const version = models.version;
     let memo = this.byModel.get(model);
     // The rule reads every member (a down one too): a member leaving while down changes no candidate.
@@ -195,17 +225,17 @@ export class WorkerPool {
         const len = maxModelLenOf(models.of(w), model);
         if (len !== undefined && !(len >= (shortest ?? Infinity))) shortest = len;
       }
+      const served: ModelServed =
+        serves !== undefined
+          ? 'served'
+          : this.ordered.length > 0 && this.ordered.every((w) => models.of(w)?.cards !== undefined)
+            ? 'unserved'
+            : 'unknown';
       if (this.byModel.size >= MODEL_MEMO_SIZE && !this.byModel.has(model)) this.byModel.clear();
-      memo = { members: this.ordered, all, version, workers, shortest };
+      memo = { members: this.ordered, all, version, workers, shortest, served };
       this.byModel.set(model, memo);
     }
-    const tokensOf = this.hooks.tokensOf;
-    if (need === undefined || memo.shortest === undefined || tokensOf === undefined) return memo.workers;
-    const tokens = tokensOf(model, need.chars) + need.outputTokens;
-    if (tokens <= memo.shortest) return memo.workers;
-    const fitting = memo.workers.filter((w) => !((maxModelLenOf(models.of(w), model) ?? Infinity) < tokens));
-    if (report) this.hooks.onContextFit?.(this.role, fitting.length > 0);
-    return fitting.length > 0 ? fitting : memo.workers;
+    return memo;
   }
 
   reconcile(): void {

@@ -98,3 +98,93 @@ describe('P/D pools mixing two base models', () => {
     }
   });
 });
+
+/**
+ * Prefill workers serving llama, decode workers serving llama and qwen (a model colocated on the
+ * decode side only). `GET /v1/models` through Envoy lists what a request can be served for, and such
+ * a request is served: whole on a decode worker (it prefills the prompt itself, as with
+ * --pd-local-prefill-tokens), or, where a decode worker cannot (P2P NCCL), refused with a JSON 404
+ * that says why, before any worker is asked.
+ */
+describe('P/D pools serving different models', () => {
+  const decodeSim = (i: number): SimulatorOptions => ({
+    model: i === 0 ? 'llama' : 'qwen',
+    strictModels: true,
+    kvBoth: true,
+  });
+  const start = async (kvConnector: 'nixl' | 'p2pnccl'): Promise<PdStack> => {
+    const s = await startPdStack({
+      prefill: 1,
+      decode: 2,
+      prefillSim: { model: 'llama', strictModels: true },
+      decodeSim,
+      router: { kvConnector, modelsIntervalMs: 5_000 },
+    });
+    await waitFor(
+      async () =>
+        (await adminJson<Array<{ servedModels: unknown }>>(s.router, '/workers')).body.every(
+          (w) => w.servedModels !== null,
+        ),
+      { timeoutMs: 10_000, message: "every worker's /v1/models read" },
+    );
+    return s;
+  };
+  const listed = async (s: PdStack): Promise<string[]> => {
+    const res = await fetch(`${s.url}/v1/models`);
+    expect(res.status).toBe(200);
+    return ((await res.json()) as { data: Array<{ id: string }> }).data.map((c) => c.id).sort();
+  };
+  const chat = (s: PdStack, model: string, stream: boolean) =>
+    fetch(`${s.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        model,
+        messages: [{ role: 'user', content: `hi ${model}` }],
+        max_tokens: 4,
+        stream,
+      }),
+    });
+
+  it('a model only the decode workers serve is listed and served whole on its decode worker', async () => {
+    const s = await start('nixl');
+    try {
+      expect(await listed(s)).toEqual(['llama', 'qwen']);
+      for (const stream of [false, true]) {
+        const res = await chat(s, 'qwen', stream);
+        const text = await res.text();
+        expect(res.status, text).toBe(200);
+      }
+      expect(s.prefill[0]!.records).toHaveLength(0);
+      expect(s.decode[1]!.records.map((r) => (r.body as { model?: string }).model)).toEqual(['qwen', 'qwen']);
+      // llama still runs split: a prefill leg, then its decode worker.
+      const res = await chat(s, 'llama', false);
+      await res.arrayBuffer();
+      expect(res.status).toBe(200);
+      expect(s.prefill[0]!.records).toHaveLength(1);
+      expect(s.decode[0]!.records).toHaveLength(1);
+      await expectAllLoadsZero(s.router);
+    } finally {
+      await s.close();
+    }
+  });
+
+  it('P2P NCCL: such a model is not listed, and a request for it gets a JSON 404 saying why', async () => {
+    const s = await start('p2pnccl');
+    try {
+      expect(await listed(s)).toEqual(['llama']);
+      for (const stream of [false, true]) {
+        const res = await chat(s, 'qwen', stream);
+        expect(res.headers.get('content-type')).toContain('application/json');
+        const body = (await res.json()) as { error: { message: string; code: string } };
+        expect(res.status).toBe(404);
+        expect(body.error.code).toBe('model_not_found');
+        expect(body.error.message).toContain('The model `qwen` is served by decode workers only');
+      }
+      expect([...s.prefill, ...s.decode].flatMap((x) => x.records)).toHaveLength(0);
+      await expectAllLoadsZero(s.router);
+    } finally {
+      await s.close();
+    }
+  });
+});

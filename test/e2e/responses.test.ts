@@ -256,3 +256,44 @@ describe('Responses API: P/D', () => {
     }
   });
 });
+
+describe('Responses API: P/D with MoRI-IO', () => {
+  let s: PdStack;
+  beforeAll(async () => {
+    // MoRI-IO reads the peers from the engine request id, which vLLM's Responses API takes from the
+    // body's `request_id`: the response id the client sees is the P/D request id.
+    s = await startPdStack({
+      prefill: 2,
+      decode: 2,
+      decodeSim: { kvBoth: true },
+      router: { kvConnector: 'moriio' },
+    });
+  });
+  afterAll(async () => s.close());
+  afterEach(async () => expectAllLoadsZero(s.router));
+
+  it('a conversation chained by previous_response_id stays on the decode worker holding it', async () => {
+    const openai = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: 'unused', maxRetries: 0 });
+    const first = await openai.responses.create({
+      model: MODEL,
+      input: 'disaggregated',
+      max_output_tokens: 4,
+    });
+    expect(first.id).toMatch(/^___prefill_addr_/);
+    const holder = servedBy(s.decode, first.id);
+    expect(holder).toHaveLength(1);
+    let previous = first.id;
+    for (let turn = 0; turn < 3; turn++) {
+      const next = await openai.responses.create({
+        model: MODEL,
+        input: `turn ${turn}`,
+        max_output_tokens: 3,
+        previous_response_id: previous,
+      });
+      expect(next.status).toBe('completed');
+      expect(servedBy(s.decode, next.id)).toEqual(holder);
+      previous = next.id;
+    }
+    expect((await openai.responses.retrieve(first.id)).id).toBe(first.id);
+  });
+});

@@ -397,6 +397,34 @@ describe('PdDispatcher: /v1/responses', () => {
     },
   );
 
+  it.each(['p2pnccl', 'moriio'] as const)(
+    '%s: a follow-up of a response named after the P/D request id goes to the decode worker holding it',
+    async (connector) => {
+      // The response id the client sees is the P/D request id (vLLM names the response after the body's
+      // `request_id`); only the decode worker that served it stored it.
+      const s = setup({ connector, decode: 3 });
+      const first = s.dispatcher.dispatch(
+        responsesRequest({ model: 'm', input: 'hi', stream: true }),
+        new AbortController(),
+      ) as Promise<Dispatch>;
+      (await s.client.call(1)).resolve(OK);
+      const d = await first;
+      const holder = d.worker;
+      const id = JSON.parse((d.body as Buffer).toString()).request_id as string;
+      d.finish({ kind: 'response', status: 200 });
+      for (let i = 0; i < 3; i++) {
+        const next = s.dispatcher.dispatch(
+          responsesRequest({ model: 'm', input: `turn ${i}`, previous_response_id: id }),
+          new AbortController(),
+        ) as Dispatch;
+        expect(next.worker).toBe(holder);
+        next.finish({ kind: 'response', status: 200 });
+      }
+      expect(s.client.calls).toHaveLength(1);
+      expect(s.loads()).toEqual({ prefill: [0, 0], decode: [0, 0, 0] });
+    },
+  );
+
   it('sends a request that continues a stored response to its decode worker alone', () => {
     const s = setup({ decode: 3 });
     const holder = s.decodePool.workers[2]!;

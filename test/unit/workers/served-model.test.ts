@@ -6,7 +6,7 @@
 import { describe, expect, it } from 'vitest';
 import type { Worker } from '../../../src/workers/worker.js';
 import { WorkerPool } from '../../../src/workers/worker-pool.js';
-import { ModelCatalog, type ServedModels } from '../../../src/workers/served-models.js';
+import { ModelCatalog, parseModelList, type ServedModels } from '../../../src/workers/served-models.js';
 import { ctx, harness, route, servingPool } from './pool-harness.js';
 
 const PORTS = [8000, 8001, 8002, 8003];
@@ -170,5 +170,23 @@ describe('WorkerPool.candidatesFor when the workers serving a model are down', (
     expect(pool.candidatesFor('llama')).toEqual([]);
     expect(pool.candidatesFor('qwen').map(port)).toEqual([8002, 8003]);
     expect(route(pool, ctx('', 'llama'), 0)).toBeUndefined();
+  });
+});
+
+describe('WorkerPool.served (P/D: a model the decode workers alone serve)', () => {
+  it('a model is unserved only once every member has listed its models and none names it', () => {
+    const catalog = new ModelCatalog();
+    const pool = mixedPool(() => undefined, catalog, [8000, 8001]);
+    const list = (...ids: string[]) => parseModelList(JSON.stringify({ data: ids.map((id) => ({ id })) }));
+    expect(pool.served('qwen')).toBe('unknown'); // nothing read yet
+    catalog.recordListed(byPort(pool, 8000).url, list('llama'));
+    expect(pool.served('llama')).toBe('served');
+    expect(pool.served('qwen')).toBe('unknown'); // 8001 not read: it may serve it
+    catalog.recordLabel(byPort(pool, 8001).url, 'llama');
+    expect(pool.served('qwen')).toBe('unknown'); // a metrics label names only the first served name
+    catalog.recordListed(byPort(pool, 8001).url, list('llama', 'llama-chat'));
+    expect(pool.served('qwen')).toBe('unserved');
+    expect(pool.served('llama-chat')).toBe('served');
+    expect(pool.served('')).toBe('unknown');
   });
 });
