@@ -66,6 +66,8 @@ export function createExactPrefix(
       pendingTtlMs: config.kvPendingTtlMs,
       now: clock,
       ...(scrapedBlockSize !== undefined ? { scrapedBlockSize } : {}),
+      // cache_aware's fallbacks (kv_aware counts its own through `fallback` below).
+      onFallback: (reason) => metrics.fallback(reason),
     });
   }
   return {

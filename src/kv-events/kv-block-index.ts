@@ -21,6 +21,19 @@
  *   forgotten. Unknown hashes are ignored (`unknown_block`, normal after a clear or an LRU drop).
  * - AllBlocksCleared: the worker's entries are dropped.
  *
+ * Unknown chains (`incomplete`): a BlockStored whose parent cannot be resolved proves the worker holds
+ * blocks this index does not know (stored before the router saw its stream: a replay that reached back
+ * only the publisher's last `buffer_steps` batches, a gap or reconnect without replay, a router that
+ * joined a running fleet, or this index's own per-worker bound). vLLM announces a block once, when it
+ * stores it, so while the worker keeps that chain cached (a shared system prompt: for good) every
+ * prompt extending it is invisible here, and the worker reads as holding none of it. Such a worker is
+ * `incomplete` while any engine hash of those chains (the dropped event's parent and its own blocks)
+ * is still held by it as far as the events tell: a BlockRemoved of the hash (evicted), a later known
+ * BlockStored of it, a clear (AllBlocksCleared, a reset) resolves it; a prompt that extends an older
+ * unknown ancestor drops again and names it. Callers then treat the worker's answers as a lower bound
+ * (kv-prefix-source.ts, routing/prefix-source.ts). At most `maxBlocksPerWorker` hashes per worker
+ * (oldest forgotten first).
+ *
  * Bounded memory: at most `maxBlocksPerWorker` entries per worker; storing beyond it forgets that
  * worker's least recently stored blocks (counted as `evicted`). Worker count is bounded by the
  * caller (only configured / registered workers have publishers). Memory per entry measured in
@@ -87,6 +100,8 @@ export class KvBlockIndex {
   private readonly credits: number[] = [];
   private readonly adapters = new Set<string>();
   private readonly blockSizeCounts = new Map<number, number>();
+  /** Per worker: engine hashes of chains it holds that this index cannot resolve (see the header). */
+  private readonly unknown = new Map<string, Set<EngineHash>>();
 
   constructor(options: Partial<KvIndexOptions> = {}) {
     const o = { ...DEFAULT_KV_INDEX_OPTIONS, ...options };
@@ -119,6 +134,7 @@ export class KvBlockIndex {
       const w = this.workers.get(worker);
       if (event.type === 'removed') {
         result.applied++;
+        this.resolve(worker, event.hashes);
         if (w === undefined) {
           result.unknownBlocks += event.hashes.length;
           continue;
@@ -175,7 +191,8 @@ export class KvBlockIndex {
         const p = target.engineToOwn.get(event.parent);
         if (p === undefined) {
           bump(result.dropped, 'unknown_parent');
-          if (target.held.size === 0 && w === undefined) this.dropWorker(worker);
+          this.noteUnknown(worker, event.parent, event.hashes);
+          if (target.held.size === 0 && w === undefined) this.forgetBlocks(worker);
           continue;
         }
         parentKey = p;
@@ -200,6 +217,7 @@ export class KvBlockIndex {
         target.engineToOwn.set(engine, own);
       }
       if (stored !== undefined) for (const own of keys) stored.push(own);
+      if (this.unknown.has(worker)) this.resolve(worker, event.hashes);
       result.applied++;
       const over = target.held.size - this.options.maxBlocksPerWorker;
       if (over > 0) {
@@ -217,6 +235,7 @@ export class KvBlockIndex {
 
   /** Forgets everything about `worker` (AllBlocksCleared, a gap without replay, a new generation). */
   clearWorker(worker: string): void {
+    this.unknown.delete(worker);
     const w = this.workers.get(worker);
     if (w === undefined) return;
     w.held.clear();
@@ -225,15 +244,21 @@ export class KvBlockIndex {
 
   /** Forgets `worker` entirely (it left the fleet). */
   dropWorker(worker: string): void {
-    const w = this.workers.get(worker);
-    if (w === undefined) return;
-    this.workers.delete(worker);
-    this.countBlockSize(w.blockSize, -1);
+    this.unknown.delete(worker);
+    this.forgetBlocks(worker);
   }
 
   /** True when `worker` has published at least one stored block since it was last dropped. */
   hasWorker(worker: string): boolean {
     return this.workers.has(worker);
+  }
+
+  /**
+   * True while `worker` holds a chain of blocks this index cannot resolve (see the header): its
+   * cached-token answers may undercount.
+   */
+  incomplete(worker: string): boolean {
+    return this.unknown.has(worker);
   }
 
   /** Block sizes in use by indexed workers. */
@@ -296,6 +321,40 @@ export class KvBlockIndex {
       if ((tiers & 1) !== 0 && (this.credits[bit] as number) > best) best = this.credits[bit] as number;
     }
     return best;
+  }
+
+  /** Forgets the worker's blocks and block size (not its unknown chains). */
+  private forgetBlocks(worker: string): void {
+    const w = this.workers.get(worker);
+    if (w === undefined) return;
+    this.workers.delete(worker);
+    this.countBlockSize(w.blockSize, -1);
+  }
+
+  /** A dropped BlockStored showed `worker` holding `parent` and storing `hashes` under it. */
+  private noteUnknown(worker: string, parent: EngineHash, hashes: readonly EngineHash[]): void {
+    let set = this.unknown.get(worker);
+    if (set === undefined) {
+      set = new Set();
+      this.unknown.set(worker, set);
+    }
+    for (const h of [parent, ...hashes]) {
+      set.delete(h);
+      set.add(h);
+    }
+    const max = this.options.maxBlocksPerWorker;
+    if (set.size > max) {
+      const it = set.values();
+      for (let over = set.size - max; over > 0; over--) set.delete(it.next().value as EngineHash);
+    }
+  }
+
+  /** These hashes left `worker` (removed) or are now known (stored with a known parent). */
+  private resolve(worker: string, hashes: readonly EngineHash[]): void {
+    const set = this.unknown.get(worker);
+    if (set === undefined) return;
+    for (const h of hashes) set.delete(h);
+    if (set.size === 0) this.unknown.delete(worker);
   }
 
   private workerFor(worker: string, blockSize: number): WorkerBlocks {

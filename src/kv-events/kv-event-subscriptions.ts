@@ -15,7 +15,9 @@
  * prompt extending a prefix cached before (a system prompt) is a BlockStored whose parent the new
  * subscriber never saw, dropped as `unknown_parent`, for as long as that prefix stays cached; a replay
  * reaches back only the publisher's last `buffer_steps` (10,000) batches, and vLLM has none by default.
- * Every replica saw the re-registration, so every replica lost the worker's picture.
+ * Every replica saw the re-registration, so every replica lost the worker's picture. (Where history is
+ * lost anyway, the drops mark the worker `incomplete`: kv-block-index.ts; its answers are then a lower
+ * bound, kv-prefix-source.ts.)
  *
  * Index keys are `<worker key>#<rank>`: each data-parallel rank has its own KV cache, and a request
  * sent to the worker's URL lands on one of them; lookups take the best rank (`cachedTokens`). A Worker
@@ -235,6 +237,16 @@ export class KvEventSubscriptions {
       out[i] = best ?? (per.every((v) => v === undefined) && !this.anyIndexed(indexKeys) ? 0 : undefined);
     }
     return out;
+  }
+
+  /**
+   * True when the worker's index is known to miss blocks it holds (kv-block-index.ts `incomplete`: a
+   * chain stored before this router saw its stream, e.g. a partial replay), on any rank it reads.
+   */
+  incomplete(worker: Worker): boolean {
+    const sub = this.subs.get(safeKey(worker.url));
+    if (sub === undefined || sub.generation !== worker.generation) return false;
+    return rankKeys(sub, worker).some((k) => this.index.incomplete(k));
   }
 
   private anyIndexed(indexKeys: readonly string[]): boolean {

@@ -18,7 +18,10 @@
  *    routed before any worker has published, already have keys to leave pending);
  * 3. per candidate: the longest run of consecutive blocks it holds from the first, with tier credit
  *    (kv-block-index.ts), as tokens. A candidate with no subscription -> undefined (fallback for that
- *    worker only); a subscribed worker that has stored nothing yet -> 0;
+ *    worker only); a subscribed worker that has stored nothing yet -> 0; a worker whose index is known
+ *    to miss a chain it holds (`lowerBound`: kv-block-index.ts `incomplete`) is answered, but the
+ *    approximate tree's answer counts when larger (prefix-source.ts resolvePrefix), and the request
+ *    counts as a fallback (`incomplete_index`);
  * 4. or, when longer, the run of blocks this router routed to it within `pendingTtlMs` that its events
  *    have not confirmed yet (pending-blocks.ts: a worker publishes a prompt's blocks only after its
  *    queue wait and prefill, and without this a burst sharing a new prefix would each see "nobody
@@ -42,7 +45,7 @@ const MAX_KEYS = 4096;
 /** Worker ids per URL: its roles times the registration generations still pending (bounded). */
 const MAX_IDS_PER_KEY = 16;
 
-export type ExactFallback = TokenizeFallback | 'no_publisher';
+export type ExactFallback = TokenizeFallback | 'no_publisher' | 'incomplete_index';
 
 interface Memo {
   /** The request's token ids, one list per sequence looked up (a batched prompt has several). */
@@ -50,6 +53,8 @@ interface Memo {
   /** Prompt tokens of a batch's prompts past MAX_SCORED_PROMPTS (never looked up). */
   unlooked: number;
   reason: ExactFallback | undefined;
+  /** Some candidate's index was known to miss blocks it holds (answered with the tree too). */
+  incomplete: boolean;
   /** Per block size: each sequence's block keys. */
   keys: Map<number, number[][]>;
   /**
@@ -70,6 +75,11 @@ export interface KvPrefixSourceOptions {
   now?: () => number;
   /** A worker's block size from its scraped metrics, when known (used with blockSize 0). */
   scrapedBlockSize?: (worker: Worker) => number | undefined;
+  /**
+   * A request cache_aware routed was not answered exactly (`fallback`), reported from routed()
+   * (kv_aware reports its own: it does not pass this source's routed()).
+   */
+  onFallback?: (reason: ExactFallback) => void;
 }
 
 export class KvPrefixSource implements PrefixSource {
@@ -95,6 +105,7 @@ export class KvPrefixSource implements PrefixSource {
     }
     const memo = this.memoOf(input, true);
     if (memo.seqs === undefined) return undefined;
+    if (!memo.incomplete && workers.some((w) => subs.incomplete(w))) memo.incomplete = true;
     const configured = this.opts.blockSize ?? 0;
     const sizes = configured > 0 ? [configured] : this.learnedBlockSizes(workers);
     if (sizes.length === 0) return subs.cachedTokens([], 1, workers); // nothing stored anywhere yet
@@ -122,6 +133,15 @@ export class KvPrefixSource implements PrefixSource {
     return out;
   }
 
+  /**
+   * The worker's index is known to miss blocks it holds (kv-block-index.ts `incomplete`: e.g. a
+   * system prompt stored before a partial replay's window, which vLLM never announces again): its
+   * answer is a lower bound, and the approximate tree's, when larger, counts (prefix-source.ts).
+   */
+  lowerBound(worker: Worker): boolean {
+    return this.opts.subscriptions.incomplete(worker);
+  }
+
   /** Tokens the worker's KV cache holds by its events; undefined when it publishes none. */
   heldTokens(worker: Worker): number | undefined {
     return this.opts.subscriptions.heldTokens(worker);
@@ -141,8 +161,13 @@ export class KvPrefixSource implements PrefixSource {
     return out ?? sizes;
   }
 
-  /** The policy routed `input` to `worker`: its prompt's blocks are pending there. */
+  /**
+   * The policy routed `input` to `worker`: its prompt's blocks are pending there; a request not
+   * answered exactly is reported (`onFallback`).
+   */
   routed(input: SelectionInput, worker: Worker, nowMs: number): void {
+    const reason = this.fallback(input);
+    if (reason !== undefined) this.opts.onFallback?.(reason);
     if (this.pendingTtlMs <= 0 || !this.opts.subscriptions.publishes(worker.url)) return;
     const memo = this.memo.get(input);
     if (memo === undefined) return;
@@ -237,15 +262,27 @@ export class KvPrefixSource implements PrefixSource {
     return n;
   }
 
-  /** Why this request was not answered exactly (undefined when it was, or was never asked). */
+  /**
+   * Why this request was not answered exactly (undefined when it was, or was never asked);
+   * `incomplete_index` when some candidate's index misses blocks it holds (scored on the tree too).
+   */
   fallback(input: SelectionInput): ExactFallback | undefined {
-    return this.memo.get(input)?.reason;
+    const memo = this.memo.get(input);
+    if (memo === undefined) return undefined;
+    return memo.reason ?? (memo.incomplete ? 'incomplete_index' : undefined);
   }
 
   private memoOf(input: SelectionInput, tokenize: boolean): Memo {
     let memo = this.memo.get(input);
     if (memo === undefined) {
-      memo = { seqs: undefined, unlooked: 0, reason: undefined, keys: new Map(), shown: undefined };
+      memo = {
+        seqs: undefined,
+        unlooked: 0,
+        reason: undefined,
+        incomplete: false,
+        keys: new Map(),
+        shown: undefined,
+      };
       this.memo.set(input, memo);
       if (!tokenize) return memo;
     } else if (

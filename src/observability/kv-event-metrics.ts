@@ -1,7 +1,8 @@
 /**
  * Prometheus metrics of the exact prefix index (KV events), on the router's injected registry.
  * The index size per worker is read at scrape time; counters are bumped by the subscribers' hooks and
- * by kv_aware's routed() step (fallback lookups), never inside selection.
+ * by the policies' routed() step (fallback lookups: kv_aware's, and the exact source's own under
+ * cache_aware), never inside selection.
  */
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import type { KvEventHooks } from '../kv-events/kv-event-subscriber.js';

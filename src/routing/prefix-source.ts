@@ -38,6 +38,12 @@ export interface PrefixSource {
     input: SelectionInput,
     workers: readonly Worker[],
   ): readonly (number | undefined)[] | undefined;
+  /**
+   * True when this source's answer for `worker` may undercount (its KV-event index is known to miss
+   * blocks the worker holds: kv-block-index.ts `incomplete`): the later sources are asked too and the
+   * larger answer counts (resolvePrefix).
+   */
+  lowerBound?(worker: Worker): boolean;
   /** The prompt's token count when this source knows it (e.g. it tokenized the prompt). */
   promptTokens?(input: SelectionInput): number | undefined;
   /** Tokens the worker's cache holds in all, when this source knows (how full it is: cost-model.ts). */
@@ -116,7 +122,12 @@ export interface PrefixView {
   readonly exact: boolean;
 }
 
-/** Merges an ordered list of sources into one view: per candidate, the first source that knows it. */
+/**
+ * Merges an ordered list of sources into one view: per candidate, the first source that knows it;
+ * where that answer is only a lower bound (PrefixSource.lowerBound), the largest answer of it and the
+ * sources after it (a worker whose exact index misses an old chain: the tree still knows what this
+ * router sent it), and the view is not exact.
+ */
 export function resolvePrefix(
   sources: readonly PrefixSource[],
   input: SelectionInput,
@@ -132,6 +143,8 @@ export function resolvePrefix(
   promptTokens ??= tokensFromChars(input.text.length, charsPerToken);
   const cached = new Array<number>(workers.length).fill(0);
   const sourceOf = new Array<string | undefined>(workers.length).fill(undefined);
+  /** Answered by a lower bound only: later sources may still raise it. */
+  let floors: boolean[] | undefined;
   let open = workers.length;
   let exact = workers.length > 0;
   for (let k = 0; k < sources.length && open > 0; k++) {
@@ -139,12 +152,27 @@ export function resolvePrefix(
     const answer = source.cachedTokens(input, workers);
     if (answer === undefined) continue;
     for (let i = 0; i < workers.length; i++) {
-      if (sourceOf[i] !== undefined) continue;
+      const floor = floors?.[i] === true;
+      if (sourceOf[i] !== undefined && !floor) continue;
       const v = answer[i];
       if (v === undefined || !Number.isFinite(v)) continue;
-      cached[i] = Math.min(promptTokens, Math.max(0, v));
-      sourceOf[i] = source.name ?? `source${k}`;
+      const tokens = Math.min(promptTokens, Math.max(0, v));
+      if (floor) {
+        if (tokens > (cached[i] as number)) {
+          cached[i] = tokens;
+          sourceOf[i] = source.name ?? `source${k}`;
+        }
+      } else {
+        cached[i] = tokens;
+        sourceOf[i] = source.name ?? `source${k}`;
+      }
       if (source.exact !== true) exact = false;
+      if (source.lowerBound?.(workers[i] as Worker) === true) {
+        (floors ??= new Array<boolean>(workers.length).fill(false))[i] = true;
+        exact = false;
+        continue;
+      }
+      if (floor) (floors as boolean[])[i] = false;
       open -= 1;
     }
   }

@@ -228,3 +228,130 @@ describe('kv_aware through Envoy', () => {
     await expectAllLoadsZero(router);
   });
 });
+
+describe('kv_aware through Envoy, restarted on a long-running fleet', () => {
+  it('a restarted router whose replay no longer reaches a long-cached system prompt still routes it to the worker holding it', async () => {
+    // vLLM keeps its last `buffer_steps` batches for replay (here 2): a router started after more than
+    // that never sees the system prompt's BlockStored, and every prompt extending it is dropped from
+    // its index (`unknown_parent`) for as long as the worker keeps it.
+    const fleet: Simulator[] = [];
+    let envoyOf: EnvoyHandle | undefined;
+    let routerOf: Router | undefined;
+    const start = async (): Promise<void> => {
+      routerOf = await startTestRouter({
+        workers: fleet.map((s) => s.url),
+        policy: 'kv_aware',
+        decisionHeader: true,
+        prefixHomeMargin: 0, // the reference rule: a prompt nobody holds goes to the least loaded
+        tokenizer: [`sim-model=${FIXTURE}`],
+        kvEventSource: fleet.map((s) => `${s.url}=${s.kvEvents!.endpoint}`),
+        kvEventReplay: fleet.map((s) => `${s.url}=${s.kvEvents!.replayEndpoint!}`),
+      });
+      envoyOf = await startEnvoy({ routers: [{ host: '127.0.0.1', port: routerOf.grpcPort }] });
+    };
+    const stop = async (): Promise<void> => {
+      await envoyOf?.close();
+      await routerOf?.close();
+      envoyOf = undefined;
+      routerOf = undefined;
+    };
+    const send = async (body: unknown): Promise<{ res: Response; worker: string; branch: string }> => {
+      const res = await fetch(`http://127.0.0.1:${envoyOf!.listenerPort}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      });
+      expect(res.status).toBe(200);
+      const d = res.headers.get('x-vllm-router-decision') ?? '';
+      return {
+        res,
+        worker: /worker=([^;\s]+)/.exec(d)?.[1] ?? '',
+        branch: /branch=(\w+)/.exec(d)?.[1] ?? '',
+      };
+    };
+    const routerMetric = async (name: string, labels: string): Promise<number> => {
+      const text = await metricsText(routerOf!);
+      const line = text.split('\n').find((l) => l.startsWith(`${name}{`) && l.includes(labels));
+      return line === undefined ? 0 : Number(line.slice(line.lastIndexOf(' ') + 1));
+    };
+    const system = 'You are the support assistant of the river harbor. Policies follow. '.repeat(20);
+    const ask = (q: string, stream = false) => ({
+      model: 'sim-model',
+      messages: [
+        { role: 'system', content: system },
+        { role: 'user', content: q },
+      ],
+      max_tokens: 2,
+      ...(stream ? { stream: true } : {}),
+    });
+    try {
+      for (let i = 0; i < 2; i++) {
+        fleet.push(
+          await startSimulator({
+            timeScale: 0,
+            tokenizer,
+            cache: { capacityBlocks: 512 },
+            kvEvents: { replayEndpoint: 'tcp://127.0.0.1:0', bufferSteps: 2 },
+          }),
+        );
+      }
+      // The first router puts the system prompt on a worker (nobody holds it: the least loaded).
+      await start();
+      const first = await send(ask('When does the harbor open?'));
+      await first.res.text();
+      const holder = fleet.find((s) => s.url === first.worker)!;
+      const other = fleet.find((s) => s !== holder)!;
+      expect(holder).toBeDefined();
+      await expectAllLoadsZero(routerOf!);
+      await stop();
+      // Long-running fleet: the holder's later traffic pushes that BlockStored out of its replay buffer.
+      for (const topic of ['tides', 'ferries', 'storms']) await direct(holder, chat(topic, 4));
+
+      // The router restarts: the holder's replay is partial, the system prompt invisible to it.
+      await start();
+      await waitFor(
+        async () =>
+          (await routerMetric(
+            'vllm_router_kv_event_replays_total',
+            `worker="${holder.url}",outcome="partial"`,
+          )) >= 1,
+        { message: "the holder's replay ends partial" },
+      );
+      // Its first question goes where the first router sent it (the same rule on the same fleet), and is
+      // held open there: the holder is now busier than the other worker.
+      const hold = holder.hold({ afterChunks: 1 });
+      const second = await send(ask('Where do the ferries leave from?', true));
+      expect(second.worker).toBe(holder.url);
+      await hold.reached();
+      expect(holder.records[holder.records.length - 1]!.cachedTokens).toBeGreaterThan(100); // it holds it
+      await waitFor(
+        async () =>
+          (await routerMetric('vllm_router_kv_events_dropped_total', `reason="unknown_parent"`)) > 0,
+        { message: 'the continuation dropped as unknown_parent' },
+      );
+
+      // The next question still goes to the holder, not to the idle worker that would recompute it.
+      const fallbacks = await routerMetric(
+        'vllm_router_kv_fallback_lookups_total',
+        'reason="incomplete_index"',
+      );
+      const third = await send(ask('Is there a storm warning today?'));
+      await third.res.text();
+      expect({ worker: third.worker, branch: third.branch }).toEqual({
+        worker: holder.url,
+        branch: 'exact_hit',
+      });
+      expect(other.records.length).toBe(0);
+      expect(holder.records[holder.records.length - 1]!.cachedTokens).toBeGreaterThan(100);
+      expect(
+        await routerMetric('vllm_router_kv_fallback_lookups_total', 'reason="incomplete_index"'),
+      ).toBeGreaterThan(fallbacks);
+      hold.release();
+      await second.res.text();
+      await expectAllLoadsZero(routerOf!);
+    } finally {
+      await stop();
+      await Promise.all(fleet.map((s) => s.close()));
+    }
+  });
+});

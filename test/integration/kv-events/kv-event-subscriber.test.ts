@@ -175,6 +175,20 @@ describe('KvEventSubscriber over real ZMQ', () => {
     expect(cached(index)).toBe(4);
   });
 
+  it('after a gap without a replay endpoint, a block extending one the worker kept marks its index incomplete', async () => {
+    // The reset drops what the worker still holds, and vLLM never announces a held block again.
+    const { pub, index, rec } = await setup();
+    await handshake(pub, rec);
+    await pub.publish([storeBlock(0), storeBlock(1)]);
+    await waitFor(() => rec.applied >= 2);
+    pub.skip([]); // lost at the HWM
+    await pub.publish([storeBlock(2)]);
+    await waitFor(() => (rec.drops.unknown_parent ?? 0) >= 1);
+    expect(rec.resets).toEqual(['gap']);
+    expect(cached(index)).toBe(0);
+    expect(index.incomplete('w#0')).toBe(true);
+  });
+
   it('a gap with a replay endpoint fetches the missing batches', async () => {
     const { pub, sub, index, rec } = await setup({ replay: true });
     await waitFor(() => rec.replays.length === 1, { message: 'start-up replay' });
@@ -379,6 +393,58 @@ describe('KvEventSubscriptions', () => {
     await waitFor(() => rec.applied >= 4 || (rec.drops.unknown_parent ?? 0) > 0);
     expect(rec.drops.unknown_parent ?? 0).toBe(0);
     expect(subs.cachedTokens(KEYS, BS, [back])).toEqual([16]);
+  });
+
+  it('a replay that reaches back only the last batches leaves the worker incomplete while it extends a prefix stored before them, until that prefix is evicted', async () => {
+    // vLLM keeps its last `buffer_steps` batches for replay: a router (re)started on a long-running
+    // worker never sees the BlockStored of a prefix cached before them, and drops every block that
+    // extends it (`unknown_parent`).
+    const pub = new KvEventPublisher({ replayEndpoint: 'tcp://127.0.0.1:0', bufferSteps: 2 });
+    const { endpoint, replayEndpoint } = await pub.start();
+    closers.push(() => pub.close());
+    await pub.publish([storeBlock(0), storeBlock(1)]); // the system prompt, cached long ago
+    const other = (i: number): SimKvEvent => ({
+      type: 'stored',
+      hashes: [H(100 + i)],
+      parent: undefined,
+      tokens: [9, 9, 9, i],
+      blockSize: BS,
+    });
+    for (let i = 0; i < 3; i++) await pub.publish([other(i)]); // pushes it out of the buffer
+    const rules = parseKvEventSources({
+      sources: [`http://127.0.0.1:8000=${endpoint}`],
+      replays: [`http://127.0.0.1:8000=${replayEndpoint!}`],
+      defaultPort: 0,
+      defaultReplayPort: 0,
+      dpSize: 1,
+    });
+    const rec = new Recorder();
+    const subs = new KvEventSubscriptions({ rules, hooks: rec.hooks, syncIntervalMs: 0 });
+    closers.push(() => subs.close());
+    const worker = localWorker(8000, 1);
+    subs.sync([worker]);
+    await waitFor(() => rec.replays.length > 0);
+    expect(rec.replays).toEqual(['partial']);
+    expect(subs.incomplete(worker)).toBe(false); // nothing shows it misses anything yet
+    await pub.publish([storeBlock(2), storeBlock(3)]); // a prompt extending the system prompt
+    await waitFor(() => (rec.drops.unknown_parent ?? 0) >= 2);
+    // The index shows nothing of it, and says so: its answer is only a lower bound.
+    expect(subs.cachedTokens(KEYS, BS, [worker])).toEqual([0]);
+    expect(subs.incomplete(worker)).toBe(true);
+    // The worker evicts the prompt, then the system prompt: nothing it holds is unknown any more.
+    await pub.publish([{ type: 'removed', hashes: [H(3), H(2)] }]);
+    await waitFor(() => rec.applied >= 3);
+    expect(subs.incomplete(worker)).toBe(true);
+    await pub.publish([{ type: 'removed', hashes: [H(1), H(0)] }]);
+    await waitFor(() => rec.applied >= 4);
+    expect(subs.incomplete(worker)).toBe(false);
+    // A publisher that clears its cache (AllBlocksCleared) is known again at once.
+    await pub.publish([storeBlock(1)]);
+    await waitFor(() => (rec.drops.unknown_parent ?? 0) >= 3);
+    expect(subs.incomplete(worker)).toBe(true);
+    await pub.publish([{ type: 'cleared' }]);
+    await waitFor(() => rec.applied >= 5);
+    expect(subs.incomplete(worker)).toBe(false);
   });
 
   it('a worker that comes back with other publishers is subscribed anew, empty', async () => {

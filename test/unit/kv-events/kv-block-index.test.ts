@@ -87,6 +87,30 @@ describe('KvBlockIndex', () => {
     expect(index.hasWorker('a')).toBe(false);
   });
 
+  it('a worker extending a chain the index never saw is incomplete until that chain is evicted or cleared', () => {
+    const index = new KvBlockIndex();
+    // Its first event already extends an unknown block (a router started on a running worker).
+    index.apply('a', [stored([2, 3], tokens(8, 5), 1)]);
+    expect(index.incomplete('a')).toBe(true);
+    index.apply('a', [stored([4], tokens(4, 13), 3)]); // and its child: still unknown
+    index.apply('a', [removed([4, 3, 2])]);
+    expect(index.incomplete('a')).toBe(true); // block 1 is still held
+    index.apply('a', [removed([1])]);
+    expect(index.incomplete('a')).toBe(false);
+    // Stored again from the start, the chain is known; a clear ends any unknown one.
+    index.apply('a', [stored([1, 2], tokens(8))]);
+    expect(index.incomplete('a')).toBe(false);
+    index.apply('a', [stored([9], tokens(4, 50), 8)]);
+    expect(index.incomplete('a')).toBe(true);
+    index.apply('a', [{ type: 'cleared' }]);
+    expect(index.incomplete('a')).toBe(false);
+    // This index's own bound forgets a block the worker still holds: its extension shows it.
+    const small = new KvBlockIndex({ maxBlocksPerWorker: 2 });
+    small.apply('a', [stored([1, 2, 3], tokens(12))]);
+    small.apply('a', [stored([4], tokens(4, 13), 1)]);
+    expect(small.incomplete('a')).toBe(true);
+  });
+
   it('BlockRemoved resolves engine hashes, per medium; CPU-only blocks earn the tier credit', () => {
     const index = new KvBlockIndex({ tierCredit: { GPU: 1, CPU: 0.5 } });
     index.apply('a', [stored([1, 2], tokens(8)), stored([1, 2], tokens(8), undefined, { medium: 'CPU' })]);

@@ -164,6 +164,56 @@ describe('KvPrefixSource: blocks routed but not yet shown by events', () => {
   });
 });
 
+describe('KvPrefixSource: a worker whose index misses a chain it holds', () => {
+  it('keeps the prompts this router sent it (cache_aware cost mode), counted as an incomplete_index fallback', () => {
+    // A router (re)started after more than the publisher's replay buffer never saw the BlockStored of a
+    // prompt the worker still holds; every block extending it is dropped (`unknown_parent`), so its
+    // events show the worker holding none of it however often it is sent there.
+    const workers = makeWorkers(2);
+    const subs = unstartedSubscriptions(workers);
+    closers.push(() => subs.close());
+    const fallbacks: string[] = [];
+    const source = new KvPrefixSource({
+      subscriptions: subs,
+      tokenizer,
+      blockSize: BS,
+      onFallback: (reason) => void fallbacks.push(reason),
+    });
+    const policy = new CacheAwarePolicy(
+      { prefixHomeMargin: 0, prefixHomeMarginAlone: 0 },
+      { prefixSources: [source] },
+    );
+    for (const w of workers) policy.addWorker(w);
+    const send = () => route(policy, input(workers, { text: prompt, body: { prompt } }));
+    const first = send();
+    const h = workers.indexOf(first.decision.worker);
+    // The worker computed only what extends the part it held: a BlockStored under an unknown parent.
+    const r = subs.index.apply(`${workerKey(workers[h]!.url)}#0`, [
+      {
+        type: 'stored',
+        hashes: [7001],
+        parent: 7000,
+        tokens: ids.slice(blocks * BS - BS, blocks * BS),
+        blockSize: BS,
+        medium: 'GPU',
+        loraName: undefined,
+        extraKeys: undefined,
+      },
+    ]);
+    expect(r.dropped).toEqual({ unknown_parent: 1 });
+    // The first request still runs there: the other worker is idle, yet the prompt stays.
+    const sel = input(workers, { text: prompt, body: { prompt } });
+    const second = route(policy, sel);
+    expect(workers.indexOf(second.decision.worker)).toBe(h);
+    expect(second.decision.branch).toBe('cache_hit');
+    expect(source.fallback(sel)).toBe('incomplete_index');
+    expect(fallbacks).toEqual(['incomplete_index']); // the first request was answered exactly
+    first.guard.release();
+    second.guard.release();
+    expect(workers.map((w) => w.load)).toEqual([0, 0]);
+  });
+});
+
 describe('KvPrefixSource: a batched completions prompt is one sequence per prompt', () => {
   const other = 'Summarise the following report for an executive audience in three bullet points. '.repeat(
     150,

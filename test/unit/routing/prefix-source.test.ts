@@ -137,6 +137,21 @@ describe('resolvePrefix', () => {
     expect(resolvePrefix(sources, sel, workers, 4)).toEqual(want);
   });
 
+  it("a worker whose exact index misses a chain it holds (a partial replay) is credited the tree's larger answer, and the view is not exact", () => {
+    // The exact index is blind to a system prompt worker 1 cached before this router's replay window;
+    // the tree knows this router sent it there. Worker 0's exact answer stays, worker 2's too.
+    const partial: PrefixSource = {
+      ...fixed('kv_events', [8, 0, 3], 12, true),
+      lowerBound: (w) => w === workers[1] || w === workers[2],
+    };
+    expect(resolvePrefix([partial, fixed('radix', [1, 9, 2])], sel, workers, 4)).toEqual({
+      promptTokens: 12,
+      cached: [8, 9, 3],
+      sourceOf: ['kv_events', 'radix', 'kv_events'],
+      exact: false,
+    });
+  });
+
   it('tokensFromChars rounds up', () => {
     expect([tokensFromChars(0, 4), tokensFromChars(1, 4), tokensFromChars(8, 4)]).toEqual([0, 1, 2]);
   });
