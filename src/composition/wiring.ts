@@ -221,7 +221,11 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
   // `role url` -> the registration generation of its last Worker, until a registry change finds no
   // member there (the catalog forgets the URL then too).
   const lifetimes = new Map<string, number>();
+  // `role url` of the registrations restarted() replaces right now: a new process (the scraper saw it).
+  const restarting = new Set<string>();
   const pools = buildPools(config, registry, metrics, health, exact, bootstrap, {
+    clock,
+    newProcess: (w) => restarting.has(`${w.role} ${w.url}`),
     signals,
     prefixSources,
     timing,
@@ -384,7 +388,7 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
     dispatcher instanceof PdDispatcher ? dispatcher : undefined,
   );
   const pausePoller = buildPausePoller(base, fleet);
-  const scraper = buildScraper(base, fleet);
+  const scraper = buildScraper(base, fleet, restarting);
   const modelsPoller = buildModelsPoller(base);
   // A worker that joins (or re-registers) is asked what it serves at once, not at the next round;
   // one that left is forgotten (the pools reconciled in the listener above).
@@ -510,6 +514,9 @@ function buildPools(
   exact: ExactPrefix,
   bootstrap: BootstrapDirectory | undefined,
   load: {
+    clock: () => number;
+    /** Whether `w` replaces its predecessor because another process runs there (not carried over). */
+    newProcess: (w: Worker) => boolean;
     signals: WorkerSignals;
     prefixSources: readonly PrefixSource[];
     timing: TimingEstimates;
@@ -557,14 +564,28 @@ function buildPools(
         ...(load.charsPerToken ? { charsPerToken: load.charsPerToken } : {}),
       },
     });
+    // A Worker replaced in place (a new registration lifetime: changed metadata, a re-registration
+    // after a lapsed heartbeat) whose vLLM was asleep: the new lifetime may well be the same process,
+    // still asleep, and a request reaching a sleeping engine crashes it on most vLLM releases. Its
+    // successor starts asleep (and cordoned, if it was) until a page or a wake_up says otherwise;
+    // not one the scraper saw start later (`newProcess`: a restarted vLLM is awake).
+    let carried: { key: string; cordoned: boolean } | undefined;
     return new WorkerPool(role, policy, registry, {
       onAdded: (w) => {
         metrics.poolChanges.inc({ role: w.role, change: 'added' });
         load.joined(w);
         if (w.role === 'prefill') bootstrap?.track(w);
+        if (carried?.key === w.key && !load.newProcess(w)) {
+          const now = load.clock();
+          health.recordSleep(w, true, now);
+          if (carried.cordoned) health.cordon(w, true, now);
+        }
+        carried = undefined;
       },
       onRemoved: (w, reason) => {
         metrics.poolChanges.inc({ role: w.role, change: reason });
+        const view = health.view(w, load.clock());
+        carried = reason === 'replaced' && view.asleep ? { key: w.key, cordoned: view.cordoned } : undefined;
         health.forget(w);
         exact.source?.forget(w);
         bootstrap?.untrack(w);
@@ -843,8 +864,10 @@ function buildHealthChecker({ config, logger, pools, health, clock }: Base): Hea
 }
 
 function buildScraper(
-  { config, logger, pools, health, board, backlog, clock, catalog }: Base,
+  { config, logger, pools, health, board, backlog, clock, catalog, registry, metrics }: Base,
   fleet: FleetControl | undefined,
+  /** Filled while restarted() replaces a registration (the pools' `newProcess`). */
+  restarting: Set<string>,
 ): MetricsScraper {
   return new MetricsScraper({
     workers: () => pools.workers(),
@@ -870,6 +893,35 @@ function buildScraper(
     onScrapeFailed: (url, reason) => logger.debug({ worker: url, reason }, 'metrics scrape failed'),
     // The metrics' model_name label: what the worker serves until (or unless) its /v1/models says.
     onScraped: (url, figures) => catalog.recordLabel(url, figures.modelName),
+    // Another process at the URL under the same registration (a static worker restarted between two
+    // health checks): a new registration lifetime, so it gets what a new process gets (fresh Workers:
+    // load, health, timing; its pool's policy forgets the old one's prefixes; the runtime LoRA
+    // adapters are loaded on it, its models read again, Mooncake engine ids asked again).
+    onRestarted: (url, workers) => {
+      const seen = new Set<string>();
+      for (const w of workers) {
+        if (seen.has(w.role)) continue; // the ranks of one data-parallel server: one registration
+        seen.add(w.role);
+        // The lifetime there now: a newer one than the scrape was sent for began while it ran (a
+        // re-registration), and may have carried the old process's sleep over (buildPools).
+        const current = registry.get(w.role, w.url);
+        if (current === undefined) continue;
+        const id = `${w.role} ${w.url}`;
+        restarting.add(id);
+        let entry;
+        try {
+          entry = registry.restarted(w.role, w.url, current.generation);
+        } finally {
+          restarting.delete(id);
+        }
+        if (entry === undefined) continue;
+        metrics.discoveryEvents.inc({ role: w.role, event: 'restarted' });
+        logger.info(
+          { role: w.role, worker: url, generation: entry.generation, previous: current.generation },
+          'worker process restarted at its registration (a later process start time): a new lifetime',
+        );
+      }
+    },
   });
 }
 

@@ -17,7 +17,14 @@
  *   and a changed `metadata` (the Worker keeps its registration's metadata: P/D reads MoRI-IO's
  *   `tp_size` / `dp_size` from it, ports derive from it; vLLM builds its heartbeat once per process,
  *   so a changed one is another process);
- * - after `deregister`, the next registration is a new lifetime (`registered`).
+ * - after `deregister`, the next registration is a new lifetime (`registered`);
+ * - `restarted(role, url, generation)`: the process behind a live lifetime was seen to restart while
+ *   its registration stayed (load/process-starts.ts: a static worker, a ZMQ worker back within its
+ *   TTL), so it starts a new lifetime with the same registration (event `replaced`): what each source
+ *   announced there is kept, so their next heartbeats are heartbeats of the new lifetime. Not for a
+ *   `sourceOwned` entry: its source ends and replaces its own lifetimes (Kubernetes discovery tells a
+ *   restarted container by its restartCount, kube-pod-membership.ts, and removes only the generation
+ *   it registered).
  * Generation allocation and insertion happen in the same synchronous call, so no interleaving can
  * observe a generation that is not in the table.
  *
@@ -285,6 +292,31 @@ export class ServiceRegistry {
     if (announcement !== undefined) sources.set(...announcement);
     if (sources.size > 0) table.announced.set(reg.url, sources);
     else table.announced.delete(reg.url);
+  }
+
+  /**
+   * A new lifetime for the live entry of (role, url) whose process restarted (module comment), if it
+   * is still of `generation`: the new entry, else undefined (another lifetime began meanwhile, it
+   * expired, or it is `sourceOwned`).
+   */
+  restarted(role: Role, url: string, generation: number): RegistryEntry | undefined {
+    const now = this.now();
+    const table = this.tables.get(role);
+    const previous = table?.entries.get(url);
+    if (table === undefined || previous === undefined) return undefined;
+    if (previous.generation !== generation || previous.expiresAtMs <= now || previous.sourceOwned === true) {
+      return undefined;
+    }
+    const entry = this.freezeEntry(previous, {
+      generation: ++this.lastGeneration,
+      registeredAtMs: now,
+      expiresAtMs: previous.expiresAtMs,
+      permanent: previous.permanent === true,
+      sourceOwned: false,
+    });
+    table.entries.set(url, entry);
+    this.changed(table, role);
+    return entry;
   }
 
   /** Removes (role, url) whether live or expired. Returns whether an entry existed. */

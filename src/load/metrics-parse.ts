@@ -21,6 +21,11 @@
  *             engine's `awake` series is 0 or any of its other states is 1 (vLLM's sleep mode puts
  *             every engine to sleep together; a request reaching a sleeping engine crashes it on
  *             vLLM releases without a guard). Absent (SGLang, vLLM before the gauge): awake.
+ *   processStartSeconds  process_start_time_seconds: when the serving process started (epoch
+ *             seconds), from prometheus_client's default process collector, which vLLM's default
+ *             registry carries (vllm/v1/metrics/prometheus.py get_prometheus_registry: REGISTRY unless
+ *             PROMETHEUS_MULTIPROC_DIR is set, as with --api-server-count > 1, whose pages lack it). A
+ *             later value at the same URL is another process (load/process-starts.ts).
  * A page with several samples of a figure (data-parallel engines, several `model_name`s) sums the
  * counts and takes the largest KV usage (the fullest engine is the one that will queue).
  * Per engine (`perEngine`, for a server whose data-parallel ranks are scheduled one by one:
@@ -59,6 +64,8 @@ export interface MetricNames {
   readonly cacheConfig: string;
   readonly lora: string;
   readonly sleepState: string;
+  /** '' = off. */
+  readonly processStart: string;
 }
 
 export const DEFAULT_METRIC_NAMES: Readonly<MetricNames> = Object.freeze({
@@ -68,6 +75,7 @@ export const DEFAULT_METRIC_NAMES: Readonly<MetricNames> = Object.freeze({
   cacheConfig: 'vllm:cache_config_info',
   lora: 'vllm:lora_requests_info',
   sleepState: 'vllm:engine_sleep_state',
+  processStart: 'process_start_time_seconds',
 });
 
 /** Counts beyond this are clamped (no real engine queues a million requests). */
@@ -93,6 +101,8 @@ export interface LoadFigures {
   readonly modelName?: string;
   /** Whether the engine is in vLLM's sleep mode; undefined when the page has no sleep-state gauge. */
   readonly asleep?: boolean;
+  /** When the serving process started, epoch seconds (process_start_time_seconds; see the header). */
+  readonly processStartSeconds?: number;
   /** Lines the parser rejected. */
   readonly malformedLines: number;
   /**
@@ -115,6 +125,7 @@ export function parseLoadFigures(
     names.cacheConfig,
     names.lora,
     names.sleepState,
+    names.processStart,
   ].filter((n) => n.length > 0);
   const { families, malformed } = parseWanted(text, wanted);
   const page = figuresOf(families, names, malformed);
@@ -232,6 +243,8 @@ function figuresOf(
     if (modelName !== undefined) break;
   }
   const asleep = names.sleepState === '' ? undefined : sleeping(families.get(names.sleepState));
+  const started = names.processStart === '' ? [] : values(names.processStart);
+  const processStartSeconds = started.length === 1 && started[0]! > 0 ? started[0] : undefined;
   const waiting = firstOf(names.waiting, sum);
   const running = firstOf(names.running, sum);
   const kvUsage = firstOf(names.kvUsage, max);
@@ -244,6 +257,7 @@ function figuresOf(
     ...(lora === undefined ? {} : { lora }),
     ...(modelName === undefined ? {} : { modelName }),
     ...(asleep === undefined ? {} : { asleep }),
+    ...(processStartSeconds === undefined ? {} : { processStartSeconds }),
     malformedLines: malformed,
   };
 }

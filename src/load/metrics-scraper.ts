@@ -19,6 +19,10 @@
  * takes the clock, this router's in-flight count on the URL and its queued prefills there (`queuedOf`)
  * at SEND time (see load-board.ts for why), reads at most 4 MiB of body and parses it (metrics-parse.ts).
  * Outcomes:
+ * - 2xx from a process started later than any seen at the URL before (its `process_start_time_seconds`,
+ *   process-starts.ts): the worker restarted under the same registration. `onRestarted` is told (the
+ *   composition root starts a new registration lifetime there: fresh Workers) and nothing else is
+ *   recorded: the page's load belongs to Workers that do not exist yet; the next scrape records theirs.
  * - 2xx: the sample is recorded (even one without load figures: the board then falls back to in-flight
  *   counts), `health.recordCheck(worker, true, now, 'metrics')`, and `health.recordSleep` with what
  *   the page says of vLLM's sleep mode (an asleep worker leaves selection until a page says awake),
@@ -43,6 +47,7 @@ import { joinUrl, type PageHandle } from '../util/http-page.js';
 import { groupBy } from '../util/keyed-reads.js';
 import { PagePoller } from '../util/page-poller.js';
 import type { LoadBoard } from './load-board.js';
+import { ProcessStarts } from './process-starts.js';
 import {
   DEFAULT_METRIC_NAMES,
   parseLoadFigures,
@@ -84,6 +89,12 @@ export interface MetricsScraperOptions {
   readonly onScraped?: (url: string, figures: LoadFigures) => void;
   /** This router's requests on the worker whose first token has not arrived (its prefill backlog). */
   readonly queuedOf?: (worker: Worker) => number;
+  /**
+   * The page at `url` came from a process started later than the one seen there before (a restart
+   * its registration did not show); `workers`: the members the scrape was sent for. Without it, start
+   * times are not read.
+   */
+  readonly onRestarted?: (url: string, workers: readonly Worker[]) => void;
 }
 
 /** Defaults of config-schema.ts (`scrape-interval-ms`, `scrape-timeout-ms`, `scrape-concurrency`). */
@@ -104,6 +115,8 @@ export class MetricsScraper extends PagePoller {
   private scrapes = 0;
   /** URLs whose first scrape completed (any outcome): warm-up's "every worker seen". */
   private readonly attempted = new Set<string>();
+  /** The latest process start time seen per URL (restarts: onRestarted). */
+  private readonly starts = new ProcessStarts();
 
   constructor(private readonly opts: MetricsScraperOptions) {
     super({
@@ -152,6 +165,7 @@ export class MetricsScraper extends PagePoller {
     this.opts.board.retain(keys);
     // Bounded by the fleet: a worker that left is forgotten (pods churn through new addresses).
     for (const url of this.attempted) if (!byUrl.has(url)) this.attempted.delete(url);
+    this.starts.retain(byUrl);
     for (const [url, workers] of byUrl) {
       this.reads.add(url, async (handle) => {
         try {
@@ -185,6 +199,11 @@ export class MetricsScraper extends PagePoller {
     switch (result.kind) {
       case 'ok': {
         const page = result.figures;
+        const restarted = this.opts.onRestarted;
+        if (restarted !== undefined && this.starts.observe(url, page.processStartSeconds)) {
+          restarted(url, workers);
+          return;
+        }
         for (const [key, at] of atSample) {
           const figures =
             at.rank === undefined ? page : (page.engines?.get(String(at.rank)) ?? withoutLoad(page));

@@ -269,7 +269,7 @@ export class RouterMetrics {
     });
     this.discoveryEvents = new Counter({
       name: 'vllm_router_discovery_updates_total',
-      help: 'Registry events: registered, heartbeat, replaced (same url, new generation), expired, deregistered.',
+      help: 'Registry events: registered, heartbeat, replaced (same url, new generation), restarted (same registration, a later process start time on its metrics: a new generation), expired, deregistered.',
       labelNames: ['role', 'event'] as const,
       registers,
     });

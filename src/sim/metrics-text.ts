@@ -23,6 +23,11 @@ export interface SimulatorMetricsSnapshot {
    * separated), valued with the time (epoch seconds) it was last current, as vLLM's
    * `set_to_current_time()` leaves them.
    */
+  /**
+   * `process_start_time_seconds` (epoch seconds), as prometheus_client's default process collector
+   * adds it to a vLLM page: a simulator restarted at the same port shows a later one.
+   */
+  readonly processStartSeconds?: number;
   /** `vllm:engine_sleep_state` (engine 0): 0 awake, 1 weights offloaded, 2 all discarded. Default 0. */
   readonly sleepLevel?: number;
   readonly lora?: {
@@ -87,6 +92,12 @@ export function metricsText(s: SimulatorMetricsSnapshot): string {
       `# HELP ${name} Information of the LLMEngine CacheConfig\n# TYPE ${name} gauge\n` +
       `${name}{block_size="${c.blockSize}",cache_dtype="auto",enable_prefix_caching="True",` +
       `num_gpu_blocks="${c.numGpuBlocks}"} 1.0\n`;
+  }
+  if (s.processStartSeconds !== undefined) {
+    const name = 'process_start_time_seconds';
+    out +=
+      `# HELP ${name} Start time of the process since unix epoch in seconds.\n# TYPE ${name} gauge\n` +
+      `${name} ${s.processStartSeconds}\n`;
   }
   const l = s.lora;
   if (l) {

@@ -117,6 +117,17 @@ export type { KvConnector } from './kv-transfer.js';
 export type { SimTokenizer } from './sim-tokenizer.js';
 export type SimulatorRole = 'regular' | 'prefill' | 'decode';
 
+let lastProcessStart = 0;
+
+/**
+ * A start time for a new simulator: the wall clock in seconds, strictly later than the last one
+ * given (two simulators started in the same millisecond are two processes).
+ */
+function nextProcessStart(): number {
+  lastProcessStart = Math.max(Date.now() / 1000, lastProcessStart + 0.001);
+  return lastProcessStart;
+}
+
 export interface SimulatorOptions {
   /** Default '127.0.0.1'. */
   host?: string;
@@ -334,6 +345,10 @@ export interface Simulator {
   readonly requestsWithoutWeights: number;
   /** Generation requests that arrived while asleep. */
   readonly requestsWhileAsleep: number;
+  /** Its `process_start_time_seconds`: later than that of every simulator started before it. */
+  readonly processStartSeconds: number;
+  /** `GET /metrics` pages served. */
+  readonly metricsReads: number;
   /** Generation requests whose response has not ended. */
   inFlight(): number;
   /** Engine counters (vLLM's num_requests_running / num_requests_waiting). */
@@ -466,6 +481,10 @@ class SimulatorServer implements Simulator {
   private nextBlockId = 0;
   private closing: Promise<void> | undefined;
   private readonly sleepState = new SleepState();
+  /** This "process"'s start (`process_start_time_seconds`): later than every simulator's before it. */
+  readonly processStartSeconds = nextProcessStart();
+  /** `GET /metrics` pages served. */
+  metricsReads = 0;
   requestsWhileAsleep = 0;
   requestsWithoutWeights = 0;
   requestsWhilePaused = 0;
@@ -916,6 +935,7 @@ class SimulatorServer implements Simulator {
         );
       case '/metrics': {
         if (this.opts.metrics === false) return this.sendError(res, 404, `no route ${path}`);
+        this.metricsReads += 1;
         const body = metricsText({
           model: this.model,
           running: this.engine.running,
@@ -931,6 +951,7 @@ class SimulatorServer implements Simulator {
           },
           ...(this.loraSlots ? { lora: this.loraInfo() } : {}),
           sleepLevel: this.sleepLevel,
+          processStartSeconds: this.processStartSeconds,
         });
         res.writeHead(200, {
           'content-type': 'text/plain; version=0.0.4; charset=utf-8',

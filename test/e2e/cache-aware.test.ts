@@ -2,12 +2,16 @@
  * Cache-aware routing through a real Envoy, reference mode (`--cache-aware-mode per_request`):
  * requests that share a long prompt prefix stick to the worker that holds it, until that worker's live
  * load crosses both overload thresholds; then they spill to the least-loaded worker. (The default cost
- * mode is covered by load-aware-routing.test.ts.)
+ * mode is covered by load-aware-routing.test.ts.) A worker whose process restarts at its URL under
+ * the same registration (a static worker), whether or not the router saw it down meanwhile, is known
+ * by its later process start time and holds no prefix any more.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startStack, type Stack } from '../support/stack.js';
 import { expectAllLoadsZero } from '../support/router-fixture.js';
 import { waitFor } from '../support/wait-for.js';
+import { freePorts } from '../support/free-ports.js';
+import { startSimulator } from '../../src/sim/simulator.js';
 
 let stack: Stack;
 beforeAll(async () => {
@@ -79,4 +83,76 @@ describe('cache-aware routing through Envoy', () => {
     for (const h of holds) h.release();
     await expectAllLoadsZero(stack.router);
   });
+});
+
+describe('a worker restarted at its URL', () => {
+  it.each([
+    ['between two scrapes (nothing saw it down)', false],
+    ['after failed scrapes took it out', true],
+  ])(
+    '%s is not sent the prefixes its old process held: its later process start time',
+    async (_, seenDown) => {
+      const ports = await freePorts(2);
+      const s = await startStack({
+        workers: 2,
+        sim: (i) => ({ port: ports[i]! }),
+        router: {
+          policy: 'cache_aware',
+          cacheAwareMode: 'per_request',
+          decisionHeader: true,
+          scrapeIntervalMs: 20,
+          healthCheckIntervalMs: 60_000, // the restart falls between two checks
+        },
+      });
+      try {
+        const ask = async (i: number): Promise<{ branch: string; worker: string }> => {
+          const res = await fetch(`${s.url}/v1/chat/completions`, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json' },
+            body: JSON.stringify({
+              model: 'sim-model',
+              messages: [
+                { role: 'system', content: SYSTEM },
+                { role: 'user', content: `question number ${i}` },
+              ],
+              max_tokens: 2,
+            }),
+          });
+          expect(res.status).toBe(200);
+          await res.arrayBuffer();
+          const d = res.headers.get('x-vllm-router-decision') ?? '';
+          return { branch: /branch=(\w+)/.exec(d)?.[1] ?? '', worker: /worker=(\S+)/.exec(d)?.[1] ?? '' };
+        };
+        const first = await ask(0);
+        expect((await ask(1)).branch).toBe('cache_hit');
+        const index = s.sims.findIndex((sim) => first.worker.startsWith(sim.url));
+        expect(index).toBeGreaterThanOrEqual(0);
+        const old = s.sims[index]!;
+        const before = s.router.workers().find((w) => w.url === old.url)!.generation;
+
+        // Its vLLM restarts (an OOM kill, a `docker restart`): a new process, an empty prefix cache.
+        await old.close();
+        if (seenDown) {
+          await waitFor(() => s.router.workers().find((w) => w.url === old.url)?.healthy === false, {
+            message: 'the worker seen down',
+          });
+        }
+        const restarted = await startSimulator({ timeScale: 0, port: ports[index]! });
+        s.sims[index] = restarted;
+        expect(restarted.url).toBe(old.url);
+        // The router has read the new process's metrics twice (its restart is on the first page).
+        await waitFor(() => restarted.metricsReads >= 2, { message: 'the restarted worker scraped' });
+        await waitFor(() => s.router.workers().every((w) => w.healthy), { message: 'the worker back' });
+
+        const after = await ask(2);
+        expect(after.branch, 'the router still believed the restarted worker held the prefix').toBe(
+          'low_match',
+        );
+        expect(s.router.workers().find((w) => w.url === old.url)!.generation).toBeGreaterThan(before);
+        await expectAllLoadsZero(s.router);
+      } finally {
+        await s.close();
+      }
+    },
+  );
 });

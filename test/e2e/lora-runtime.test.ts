@@ -7,7 +7,8 @@
  * The workers are strict about models (a model they do not serve is vLLM's 404). Every test ends with
  * every load back to 0. A worker that joins after the load gets the adapter from the router, and so
  * does a static worker whose process restarted at its URL (down for the health checks, then back: a
- * new vLLM process has lost the adapters loaded at run time, while its registration is the same).
+ * new vLLM process has lost the adapters loaded at run time, while its registration is the same),
+ * also when no health check saw it down (its metrics show a later process start time).
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { startStack, type Stack } from '../support/stack.js';
@@ -176,5 +177,38 @@ describe('runtime LoRA adapters through the gateway', () => {
     for (let i = 0; i < 6; i++) statuses.push((await chat(s.url, 20 + i)).status);
     expect(statuses).toEqual(Array(6).fill(200));
     expect(restarted.records.filter((r) => (r.body as { model?: string }).model === 'sql').length).toBe(3);
+  });
+
+  it('a static worker restarted between two health checks gets the adapter back (its later process start time)', async () => {
+    const ports = await freePorts(2);
+    const s = await startStack({
+      workers: 2,
+      sim: (i) => ({ ...LORA_SIM, port: ports[i]! }),
+      router: {
+        policy: 'round_robin',
+        modelsIntervalMs: 60_000,
+        scrapeIntervalMs: 20,
+        healthCheckIntervalMs: 60_000, // never sees it down: the restart falls between two checks
+      },
+    });
+    stack = s;
+    const loaded = await post(s.url, '/v1/load_lora_adapter', {
+      lora_name: 'sql',
+      lora_path: '/adapters/sql',
+    });
+    expect(loaded.status, JSON.stringify(loaded.json)).toBe(200);
+    await listedOn(s.router, 2);
+
+    const b = s.sims[1]!;
+    await b.close();
+    const restarted = await startSimulator({ timeScale: 0, ...LORA_SIM, port: ports[1]! });
+    s.sims[1] = restarted;
+    expect(restarted.url).toBe(b.url);
+    const serves = () => (restarted as unknown as { serves(m: string): boolean }).serves('sql');
+    await waitFor(serves, { timeoutMs: 10_000, message: 'the restarted worker never got the adapter back' });
+    await listedOn(s.router, 2);
+    const statuses: number[] = [];
+    for (let i = 0; i < 6; i++) statuses.push((await chat(s.url, 40 + i)).status);
+    expect(statuses).toEqual(Array(6).fill(200));
   });
 });

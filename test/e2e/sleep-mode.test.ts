@@ -6,14 +6,17 @@
  * the scraped /metrics, sends nothing to a sleeping worker, forgets what its cache held (sleep empties
  * it), and takes it back as soon as a page says it is awake. Through the router's admin API
  * (`POST /workers/sleep`), the worker is first cordoned and drained, so a request in flight there
- * finishes and none arrives between the sleep and the next scrape.
+ * finishes and none arrives between the sleep and the next scrape. A sleeping worker whose registration
+ * starts a new lifetime stays asleep (the same vLLM process), unless its process start time says it
+ * restarted.
  */
 import { request } from 'undici';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { chatThrough, startStack, type Stack } from '../support/stack.js';
 import { adminJson, expectAllLoadsZero, metricsText, treeSize } from '../support/router-fixture.js';
 import { waitFor } from '../support/wait-for.js';
-import type { Simulator } from '../../src/sim/simulator.js';
+import { startSimulator, type Simulator } from '../../src/sim/simulator.js';
+import { freePorts } from '../support/free-ports.js';
 
 let stack: Stack;
 
@@ -162,5 +165,79 @@ describe("vLLM's sleep mode", () => {
       paused: false,
     });
     expect(view.healthy).toBe(true);
+  });
+});
+
+describe('a sleeping worker whose registration starts a new lifetime (same process)', () => {
+  it('stays asleep and cordoned: no request reaches the sleeping engine', async () => {
+    // Scraping off: what the router knows of the sleep is its own record (a page would correct it
+    // only at the next scrape, after requests had reached the sleeping engine).
+    const s = await startStack({ workers: 2, router: { policy: 'round_robin', scrapeIntervalMs: 0 } });
+    try {
+      const [a, b] = s.sims as [Simulator, Simulator];
+      const slept = await adminJson(s.router, `/workers/sleep?url=${encodeURIComponent(a.url)}&level=1`, {
+        method: 'POST',
+      });
+      expect(slept.status).toBe(200);
+      const before = s.router.workers().find((w) => w.url === a.url)!.generation;
+      // An operator's registrar re-registers it with one more metadata field: a new lifetime, the
+      // same vLLM process, still asleep.
+      const again = await adminJson<{ generation: number; event: string }>(s.router, '/workers', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ role: 'regular', url: a.url, metadata: { tp_size: 2 } }),
+      });
+      expect(again.status).toBe(200);
+      expect(again.body.generation).toBeGreaterThan(before);
+      const statuses: number[] = [];
+      for (let i = 0; i < 4; i++) statuses.push((await chatThrough(s, SYSTEM, `after ${i}`)).status);
+      expect(a.requestsWhileAsleep, 'requests reached the sleeping engine').toBe(0);
+      expect(statuses).toEqual(Array(4).fill(200));
+      expect(b.records.length).toBe(4);
+      const view = (await adminJson<WorkerInfo[]>(s.router, '/workers')).body.find((w) => w.url === a.url)!;
+      expect(view.health).toMatchObject({ asleep: true, cordoned: true });
+      await expectAllLoadsZero(s.router);
+    } finally {
+      await s.close();
+    }
+  });
+
+  it('one whose vLLM did restart (a later process start time) is back awake and uncordoned', async () => {
+    const ports = await freePorts(2);
+    const s = await startStack({
+      workers: 2,
+      sim: (i) => ({ port: ports[i]! }),
+      router: { policy: 'round_robin', scrapeIntervalMs: 20, healthCheckIntervalMs: 60_000 },
+    });
+    try {
+      const a = s.sims[0]!;
+      const slept = await adminJson(s.router, `/workers/sleep?url=${encodeURIComponent(a.url)}&level=1`, {
+        method: 'POST',
+      });
+      expect(slept.status).toBe(200);
+      await a.close();
+      const restarted = await startSimulator({ timeScale: 0, port: ports[0]! });
+      s.sims[0] = restarted;
+      const again = await adminJson(s.router, '/workers', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ role: 'regular', url: a.url, metadata: { tp_size: 2 } }),
+      });
+      expect(again.status).toBe(200);
+      await waitFor(
+        async () => {
+          const view = (await adminJson<WorkerInfo[]>(s.router, '/workers')).body.find(
+            (w) => w.url === a.url,
+          );
+          return view?.health.asleep === false && view.health.cordoned === false;
+        },
+        { timeoutMs: 10_000, message: 'the restarted worker back awake and uncordoned' },
+      );
+      for (let i = 0; i < 4; i++) expect((await chatThrough(s, SYSTEM, `after ${i}`)).status).toBe(200);
+      expect(restarted.records.length).toBeGreaterThan(0);
+      await expectAllLoadsZero(s.router);
+    } finally {
+      await s.close();
+    }
   });
 });

@@ -255,6 +255,57 @@ describe('ZMQ registration into role pools', () => {
   });
 });
 
+describe('a worker restarted within its TTL', () => {
+  it('gets a new generation and a fresh Worker: its heartbeats never lapsed, its process start time moved on', async () => {
+    const r = await router({ discoveryTtlMs: 60_000, scrapeIntervalMs: 20 });
+    const [port] = (await freePorts(1)) as [number];
+    const first = await sim(r, 'decode', { port });
+    await waitFor(() => r.workers().length === 1);
+    const old = r.pools.decode.workers[0]!;
+    await waitFor(() => first.metricsReads >= 1, { message: 'the first process scraped' });
+
+    // A request in flight holds the old Worker; the process under it restarts (a crash, a `docker
+    // restart`) and heartbeats again with the same registration long before the TTL.
+    const chosen = choose(r.pools.decode, { model: 'm', text: 'hello', headers: {} });
+    expect(chosen?.decision.worker).toBe(old);
+    if (chosen === undefined) return;
+    const held = reserve(r.pools.decode, chosen, {}, performance.now());
+    await first.close();
+    const second = await startSimulator({
+      role: 'decode',
+      port,
+      timeScale: 0,
+      register: { zmq: r.discoveryEndpoint as string, intervalMs: 200 },
+    });
+    cleanups.push(() => second.close());
+    expect([second.url, second.zmqAddress]).toEqual([first.url, first.zmqAddress]);
+    await waitFor(() => second.metricsReads >= 2, { message: 'the restarted process scraped' });
+
+    const successor = r.pools.decode.workers[0];
+    expect(successor, "the router kept the old process's Worker").not.toBe(old);
+    expect(successor!.generation).toBeGreaterThan(old.generation);
+    expect([successor?.load, successor?.processed]).toEqual([0, 0]);
+    held.guard.release();
+    expect([old.load, successor?.load]).toEqual([0, 0]);
+    const text = await metricsText(r);
+    expect(sample(text, 'vllm_router_discovery_updates_total', { role: 'decode', event: 'restarted' })).toBe(
+      1,
+    );
+    // Its heartbeats go on as heartbeats of the new lifetime.
+    const beats = sample(text, 'vllm_router_discovery_updates_total', { role: 'decode', event: 'heartbeat' });
+    await waitFor(
+      async () =>
+        sample(await metricsText(r), 'vllm_router_discovery_updates_total', {
+          role: 'decode',
+          event: 'heartbeat',
+        }) >=
+        beats + 2,
+      { message: 'two more heartbeats' },
+    );
+    expect(r.pools.decode.workers[0]).toBe(successor);
+  });
+});
+
 describe('two sources at one url', () => {
   it("an operator's repeated POST /workers with metadata and vLLM's own heartbeats at the same url keep one Worker", async () => {
     const r = await router();

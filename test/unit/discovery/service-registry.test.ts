@@ -189,6 +189,46 @@ describe('ServiceRegistry', () => {
     expect(registry.cleanup().map((e) => e.generation)).toEqual([zmq.entry.generation]);
   });
 
+  it('a process restarted under a live registration starts a new lifetime; its heartbeats then keep that one', () => {
+    const { clock, registry } = setup();
+    const url = 'http://10.0.0.1:8000';
+    const changes: Role[] = [];
+    registry.onChange((role) => changes.push(role));
+    const first = registered(registry.register({ ...reg(url, 'decode'), source: 'zmq' })).entry;
+    const next = registry.restarted('decode', url, first.generation);
+    expect(next).toMatchObject({ url, endpoint: first.endpoint, permanent: false });
+    expect(next!.generation).toBeGreaterThan(first.generation);
+    expect(changes).toEqual(['decode', 'decode']);
+    // The same heartbeat from the new process: a heartbeat of the new lifetime.
+    clock.advance(1000);
+    const beat = registered(registry.register({ ...reg(url, 'decode'), source: 'zmq' }));
+    expect(beat).toMatchObject({ event: 'heartbeat', entry: { generation: next!.generation } });
+    // A report about the old lifetime changes nothing.
+    expect(registry.restarted('decode', url, first.generation)).toBeUndefined();
+    // A static worker stays permanent.
+    const fixed = registered(registry.register({ ...reg('http://10.0.0.2:8000'), permanent: true })).entry;
+    expect(registry.restarted('prefill', fixed.url, fixed.generation)).toMatchObject({
+      permanent: true,
+      expiresAtMs: Infinity,
+    });
+  });
+
+  it('a Kubernetes entry is not restarted by the registry: its source tells restarts and removes its own generation', () => {
+    const { registry } = setup();
+    const url = 'http://10.0.0.1:8000';
+    const kube = registered(
+      registry.register({
+        role: 'decode',
+        url,
+        endpoint: '10.0.0.1:8000',
+        permanent: true,
+        sourceOwned: true,
+      }),
+    ).entry;
+    expect(registry.restarted('decode', url, kube.generation)).toBeUndefined();
+    expect(registry.get('decode', url)?.generation).toBe(kube.generation);
+  });
+
   it('keeps roles separate at identical urls', () => {
     const { registry } = setup();
     const p = registered(registry.register(reg('http://10.0.0.1:8000', 'prefill'))).entry;

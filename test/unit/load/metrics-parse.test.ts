@@ -365,3 +365,30 @@ describe('parseLoadFigures: per data-parallel engine (perEngine)', () => {
     expect(f.engines?.size).toBe(0);
   });
 });
+
+describe('process start time', () => {
+  it("reads prometheus_client's process_start_time_seconds, and the simulator's", () => {
+    const page =
+      '# HELP process_start_time_seconds Start time of the process since unix epoch in seconds.\n' +
+      '# TYPE process_start_time_seconds gauge\n' +
+      'process_start_time_seconds 1.76511020785e+09\n' +
+      'process_cpu_seconds_total 12.5\n' +
+      'vllm:num_requests_running{engine="0",model_name="m"} 1.0\n';
+    expect(parseLoadFigures(page).processStartSeconds).toBe(1765110207.85);
+    expect(parseLoadFigures(page, { ...DEFAULT_METRIC_NAMES, processStart: '' }).processStartSeconds).toBe(
+      undefined,
+    );
+    const sim = metricsText({
+      model: 'm',
+      running: 0,
+      waiting: 0,
+      kvCacheUsage: 0,
+      prefixCacheQueries: 0,
+      prefixCacheHits: 0,
+      promptTokens: 0,
+      generationTokens: 0,
+      processStartSeconds: 1765110300.25,
+    });
+    expect(parseLoadFigures(sim).processStartSeconds).toBe(1765110300.25);
+  });
+});
