@@ -252,7 +252,7 @@ export const OPTIONS = [
     flag: 'intra-node-data-parallel-size',
     type: 'int',
     default: 1,
-    help: "Data-parallel ranks behind each worker URL (vllm serve --data-parallel-size N, one API server; prefill and decode workers too): above 1, the router schedules every rank as its own worker (`<url>@<rank>`: its own load, prefix tree, scraped `engine` series and KV-event publisher) and pins each request to its rank with `X-data-parallel-rank`, instead of leaving the rank to vLLM's internal balancer, which ignores the ranks' caches. A worker's `data_parallel_size` metadata (registration, admin API, Kubernetes annotation `vllm.ai/data-parallel-size`) overrides it. 1 = off.",
+    help: "Data-parallel ranks behind each worker URL (vllm serve --data-parallel-size N or SGLang --dp-size N, one API server; prefill and decode workers too): above 1, the router schedules every rank as its own worker (`<url>@<rank>`: its own load, prefix tree, scraped `engine` series (SGLang: `dp_rank`) and KV-event publisher) and pins each request to its rank with `X-data-parallel-rank`, instead of leaving the rank to vLLM's internal balancer, which ignores the ranks' caches. A worker's `data_parallel_size` metadata (registration, admin API, Kubernetes annotation `vllm.ai/data-parallel-size`) overrides it. 1 = off.",
   },
   {
     group: 'Workers and discovery',

@@ -250,12 +250,13 @@ export function wireRouter(config: Readonly<Config>, deps: WiringDeps): Componen
       lifetimes.set(id, w.generation);
     },
     departed: (w) => departedKeys.set(w.key, clock()),
-    // The worker's KV-cache capacity from its latest scraped page (any age: it does not change).
+    // The worker's KV-cache capacity from its latest scraped page (any age: it does not change):
+    // vLLM's cache config, else SGLang's sglang:max_total_num_tokens.
     capacityTokens: (w) => {
       const f = board.latest(w.key)?.figures;
       return f?.numGpuBlocks !== undefined && f.blockSize !== undefined
         ? f.numGpuBlocks * f.blockSize
-        : undefined;
+        : f?.capacityTokens;
     },
   });
   registerLoadMetrics({

@@ -8,6 +8,8 @@
  *   kvUsage   vllm:kv_cache_usage_perc    | vllm:gpu_cache_usage_perc (vLLM < 0.10) | sglang:token_usage
  *   blockSize vllm:cache_config_info's `block_size` label
  *   numGpuBlocks  its `num_gpu_blocks` label (the worker's KV-cache capacity, in blocks)
+ *   capacityTokens  sglang:max_total_num_tokens (SGLang's KV pool, in tokens; SGLang has no cache
+ *             config gauge), the largest series (each engine's own pool, as num_gpu_blocks is)
  *   lora      (one name; '' = off) vllm:lora_requests_info's `max_lora`, `running_lora_adapters`, `waiting_lora_adapters`,
  *             from its LATEST series: vLLM sets the gauge to the current time under the labels of the
  *             moment (`set_to_current_time()`), so every combination of adapters the worker has had
@@ -27,7 +29,14 @@
  *             PROMETHEUS_MULTIPROC_DIR is set, as with --api-server-count > 1, whose pages lack it). A
  *             later value at the same URL is another process (load/process-starts.ts).
  * A page with several samples of a figure (data-parallel engines, several `model_name`s) sums the
- * counts and takes the largest KV usage (the fullest engine is the one that will queue).
+ * counts and takes the largest KV usage (the fullest engine is the one that will queue). SGLang labels
+ * each scheduler's gauges `model_name`, `engine_type`, `tp_rank`, `pp_rank`[, `moe_ep_rank`,
+ * `dp_rank`] (scheduler_metrics_mixin.py); its attention data-parallel ranks
+ * (`--enable-dp-attention`) are told apart by `tp_rank` alone, each its own queue, so series are
+ * summed whatever their `tp_rank`. With `--enable-priority-scheduling` SGLang writes a queue gauge's
+ * total under `priority=""` and its breakdown per priority under `priority="<n>"` (collector.py
+ * `_log_gauge_queue_count`): a sample with a non-empty `priority` label is part of a total on the
+ * page and is not read.
  * Per engine (`perEngine`, for a server whose data-parallel ranks are scheduled one by one:
  * workers/data-parallel.ts): vLLM labels each engine's series `engine="<rank>"` with its GLOBAL
  * data-parallel rank (vllm/v1/engine/async_llm.py: `engine_idxs=engine_ranks_managed`), which on a
@@ -38,6 +47,9 @@
  * (its label minus the page's lowest engine label; the same thing on a page labelled from 0) to the
  * figures of its own series alone, as above (a figure with no series for that engine is missing; the
  * cache config and model name fall back to the page's, which every engine of one server shares).
+ * SGLang (`--dp-size N`, which honours `X-Data-Parallel-Rank` too) labels each rank's series
+ * `dp_rank="<rank>"` instead, the server's own index from 0: a page without `engine` labels is split
+ * by `dp_rank`, taken as the index itself.
  * LoRA state: vLLM writes `vllm:lora_requests_info` without an `engine` label, every engine to the
  * same series set (loggers.py; it warns that the gauge is "incorrect/misleading with data parallel"),
  * so the latest series is whichever engine stepped last. On a page of several engines an engine gets
@@ -62,6 +74,8 @@ export interface MetricNames {
   readonly running: readonly string[];
   readonly kvUsage: readonly string[];
   readonly cacheConfig: string;
+  /** Gauges of the KV-cache capacity in tokens, first found wins (not configurable, as cacheConfig). */
+  readonly kvCapacity: readonly string[];
   readonly lora: string;
   readonly sleepState: string;
   /** '' = off. */
@@ -73,6 +87,7 @@ export const DEFAULT_METRIC_NAMES: Readonly<MetricNames> = Object.freeze({
   running: ['vllm:num_requests_running', 'sglang:num_running_reqs'],
   kvUsage: ['vllm:kv_cache_usage_perc', 'vllm:gpu_cache_usage_perc', 'sglang:token_usage'],
   cacheConfig: 'vllm:cache_config_info',
+  kvCapacity: ['sglang:max_total_num_tokens'],
   lora: 'vllm:lora_requests_info',
   sleepState: 'vllm:engine_sleep_state',
   processStart: 'process_start_time_seconds',
@@ -80,6 +95,9 @@ export const DEFAULT_METRIC_NAMES: Readonly<MetricNames> = Object.freeze({
 
 /** Counts beyond this are clamped (no real engine queues a million requests). */
 export const MAX_COUNT = 1_000_000;
+
+/** A KV capacity gauge above this many tokens is not read (a billion 16-token blocks, as num_gpu_blocks). */
+const MAX_CAPACITY_TOKENS = 16e9;
 
 export interface LoraInfo {
   readonly maxLora?: number;
@@ -96,6 +114,8 @@ export interface LoadFigures {
   readonly blockSize?: number;
   /** KV-cache capacity in blocks (with blockSize: the most prompt tokens the worker can keep cached). */
   readonly numGpuBlocks?: number;
+  /** KV-cache capacity in tokens from a gauge of it (SGLang), when the page has one above 0. */
+  readonly capacityTokens?: number;
   readonly lora?: LoraInfo;
   /** The served (base) model name from the load samples' `model_name` label, when they carry one. */
   readonly modelName?: string;
@@ -123,6 +143,7 @@ export function parseLoadFigures(
     ...names.running,
     ...names.kvUsage,
     names.cacheConfig,
+    ...names.kvCapacity,
     names.lora,
     names.sleepState,
     names.processStart,
@@ -131,8 +152,7 @@ export function parseLoadFigures(
   const page = figuresOf(families, names, malformed);
   if (opts.perEngine !== true) return page;
   const engines = new Map<string, LoadFigures>();
-  const labels = engineLabels(families, names);
-  const first = Math.min(...labels);
+  const { ranks: labels, first } = engineLabels(families, names);
   // An unlabelled LoRA series is one engine's only when the page has one engine (see the header).
   const pageLora =
     page.lora === undefined || labels.length <= 1
@@ -156,6 +176,9 @@ export function parseLoadFigures(
       ...(f.numGpuBlocks === undefined && page.numGpuBlocks !== undefined
         ? { numGpuBlocks: page.numGpuBlocks }
         : {}),
+      ...(f.capacityTokens === undefined && page.capacityTokens !== undefined
+        ? { capacityTokens: page.capacityTokens }
+        : {}),
       ...(f.lora === undefined && pageLora !== undefined ? { lora: pageLora } : {}),
       ...(f.modelName === undefined && page.modelName !== undefined ? { modelName: page.modelName } : {}),
       ...(f.asleep === undefined && page.asleep !== undefined ? { asleep: page.asleep } : {}),
@@ -164,22 +187,36 @@ export function parseLoadFigures(
   return { ...page, engines };
 }
 
-/** The `engine` labels (as ranks) of the load samples (waiting, running, KV usage), in page order. */
-function engineLabels(families: Map<string, Samples>, names: Readonly<MetricNames>): number[] {
+/**
+ * The engine labels (as ranks) of the load samples (waiting, running, KV usage), in page order, and
+ * the label of the server's first engine: the lowest `engine` label (vLLM labels by global rank), 0
+ * on a page labelled `dp_rank` alone (SGLang's ranks are the server's own, and a rank that has not
+ * logged yet has no series to take the lowest from).
+ */
+function engineLabels(
+  families: Map<string, Samples>,
+  names: Readonly<MetricNames>,
+): { ranks: number[]; first: number } {
   const out = new Set<number>();
+  let first = Infinity;
   for (const name of [...names.waiting, ...names.running, ...names.kvUsage]) {
     for (const m of families.get(name) ?? []) {
       const e = engineOf(m);
-      if (e !== undefined) out.add(e);
+      if (e === undefined) continue;
+      out.add(e);
+      if (rankLabel(m.labels?.engine) !== undefined) first = Math.min(first, e);
     }
   }
-  return [...out];
+  return { ranks: [...out], first: first === Infinity ? 0 : first };
 }
 
-/** A sample's `engine` label as a rank, when it is one. */
+/** A sample's engine as a rank, when it has one: vLLM's `engine` label, else SGLang's `dp_rank`. */
 function engineOf(sample: Samples[number]): number | undefined {
-  const e = sample.labels?.engine;
-  return e !== undefined && /^[0-9]{1,3}$/.test(e) ? Number(e) : undefined;
+  return rankLabel(sample.labels?.engine) ?? rankLabel(sample.labels?.dp_rank);
+}
+
+function rankLabel(raw: string | undefined): number | undefined {
+  return raw !== undefined && /^[0-9]{1,3}$/.test(raw) ? Number(raw) : undefined;
 }
 
 function figuresOf(
@@ -187,9 +224,12 @@ function figuresOf(
   names: Readonly<MetricNames>,
   malformed: number,
 ): LoadFigures {
+  // A per-priority breakdown of a total on the page is not read (see the header).
   const values = (name: string): number[] => {
     const out: number[] = [];
     for (const s of families.get(name) ?? []) {
+      const priority = s.labels?.priority;
+      if (priority !== undefined && priority !== '') continue;
       const v = finiteNonNegative(s.value);
       if (v !== undefined) out.push(v);
     }
@@ -248,12 +288,18 @@ function figuresOf(
   const waiting = firstOf(names.waiting, sum);
   const running = firstOf(names.running, sum);
   const kvUsage = firstOf(names.kvUsage, max);
+  const capacity = firstOf(names.kvCapacity, (vs) => Math.max(...vs));
+  const capacityTokens =
+    capacity !== undefined && Number.isInteger(capacity) && capacity > 0 && capacity <= MAX_CAPACITY_TOKENS
+      ? capacity
+      : undefined;
   return {
     ...(waiting === undefined ? {} : { waiting }),
     ...(running === undefined ? {} : { running }),
     ...(kvUsage === undefined ? {} : { kvUsage }),
     ...(blockSize === undefined ? {} : { blockSize }),
     ...(numGpuBlocks === undefined ? {} : { numGpuBlocks }),
+    ...(capacityTokens === undefined ? {} : { capacityTokens }),
     ...(lora === undefined ? {} : { lora }),
     ...(modelName === undefined ? {} : { modelName }),
     ...(asleep === undefined ? {} : { asleep }),

@@ -83,7 +83,8 @@ export interface CacheAwareDeps {
   /** Exact prefix sources, consulted before this policy's radix tree. */
   readonly prefixSources?: readonly PrefixSource[];
   /**
-   * The worker's KV-cache capacity in tokens (scraped `vllm:cache_config_info`), when known: its
+   * The worker's KV-cache capacity in tokens (scraped `vllm:cache_config_info`, SGLang's
+   * `sglang:max_total_num_tokens`), when known: its
    * trees together (one per model or adapter it is sent; vLLM has one KV cache per engine) keep at
    * most that much of the worker's prompts (x each model's charsPerToken), least recently used dropped
    * first, as the worker's own prefix cache does. Without it only maxTreeSize bounds them.

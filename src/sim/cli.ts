@@ -12,6 +12,10 @@
  *     [--kv-events tcp://*:5557] [--kv-events-replay tcp://*:5558]
  *     [--max-loras N] [--lora-load-ms 50] [--lora-modules a,b] [--aliases name,..] [--strict-models]
  *     [--api-key KEY] [--scheduling-policy fcfs|priority] [--bootstrap-port 8998]
+ *     [--sglang-metrics]
+ *
+ * `--sglang-metrics` writes `/metrics` as SGLang with `--enable-metrics` does (`sglang:num_queue_reqs`,
+ * `sglang:num_running_reqs`, `sglang:token_usage`, `sglang:max_total_num_tokens`, ...; metrics-text.ts).
  *
  * `--bootstrap-port N` (prefill role, mooncake / nixl) binds the KV side channel, the Mooncake bootstrap
  * server (`GET /query`), on N instead of an ephemeral port (the log line names it): the router's
@@ -54,6 +58,7 @@ const USAGE = `usage: npx tsx src/sim/cli.ts --port 8001 --role regular|prefill|
   [--kv-events tcp://*:5557] [--kv-events-replay tcp://*:5558]
   [--max-loras N] [--lora-load-ms 50] [--lora-modules a,b] [--aliases name,..] [--strict-models]
   [--api-key KEY] [--scheduling-policy fcfs|priority] [--bootstrap-port 8998]
+  [--sglang-metrics]
 (src/sim/cli.ts's header says what each does)
 `;
 
@@ -93,6 +98,7 @@ const COMMAND_LINE = {
     'api-key': { type: 'string' },
     'scheduling-policy': { type: 'string' },
     'bootstrap-port': { type: 'string' },
+    'sglang-metrics': { type: 'boolean' },
   },
   strict: true,
 } as const;
@@ -180,6 +186,7 @@ const options: SimulatorOptions = defined<SimulatorOptions>({
   strictModels: values['strict-models'],
   schedulingPolicy,
   apiKey: values['api-key'],
+  sglangMetrics: values['sglang-metrics'] === true ? {} : undefined,
   id: values.id,
   kvConnector: connector as KvConnector,
   timeScale: num('time-scale', values['time-scale']),

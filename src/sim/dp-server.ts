@@ -10,7 +10,8 @@
  *   (vllm/v1/engine/core_client.py DPLBAsyncMPClient). That balancer reads queues, not caches: the
  *   reason a router schedules the ranks itself (workers/data-parallel.ts);
  * - `GET /metrics` is every engine's page merged, each engine's samples labelled `engine="<rank>"`
- *   (vLLM's per-engine label), one HELP/TYPE per family;
+ *   (vLLM's per-engine label), one HELP/TYPE per family; with `sglangMetrics`, SGLang's page
+ *   (`python -m sglang.launch_server --dp-size N`), each rank's series labelled `dp_rank` instead;
  * - admin writes (`/sleep`, `/wake_up`, `/collective_rpc`, `/pause`, `/resume`, cache resets, LoRA
  *   loads) go to every engine, and the answer is rank 0's; every other request (health, model list,
  *   tokenize) is rank 0's, uncounted.
@@ -86,6 +87,10 @@ export async function startDpSimulator(opts: DpSimulatorOptions): Promise<DpSimu
         id: `${id}-dp${rank}`,
         port: 0,
         ...(opts.kvEvents !== undefined ? { kvEvents: rankKvEvents(opts.kvEvents, rank) } : {}),
+        // SGLang labels each rank's scheduler series `dp_rank` itself (no `engine` label).
+        ...(opts.sglangMetrics !== undefined
+          ? { sglangMetrics: { ...opts.sglangMetrics, dpRank: rank } }
+          : {}),
       }),
     ),
   );
@@ -95,7 +100,7 @@ export async function startDpSimulator(opts: DpSimulatorOptions): Promise<DpSimu
     await Promise.all(ranks.map((r) => r.close()));
     throw failed.reason;
   }
-  const front = new DpFront(id, ranks);
+  const front = new DpFront(id, ranks, opts.sglangMetrics === undefined);
   try {
     await front.listen(opts.host ?? '127.0.0.1', frontPort ?? 0);
   } catch (err) {
@@ -139,6 +144,8 @@ class DpFront implements DpSimulator {
   constructor(
     readonly id: string,
     readonly ranks: readonly Simulator[],
+    /** Label each engine's merged series `engine="<rank>"` (vLLM); false: they carry SGLang's `dp_rank`. */
+    private readonly labelEngines: boolean,
   ) {
     this.pinned = ranks.map(() => 0);
     this.balanced = ranks.map(() => 0);
@@ -280,15 +287,18 @@ class DpFront implements DpSimulator {
       const pages = await Promise.all(this.ranks.map((r) => fetch(`${r.url}/metrics`).then((a) => a.text())));
       res
         .writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' })
-        .end(mergePages(pages));
+        .end(mergePages(pages, this.labelEngines));
     } catch {
       res.writeHead(500).end();
     }
   }
 }
 
-/** Every engine's page as one: per family its HELP/TYPE once, then each engine's samples, labelled. */
-export function mergePages(pages: readonly string[]): string {
+/**
+ * Every engine's page as one: per family its HELP/TYPE once, then each engine's samples, labelled
+ * `engine="<rank>"` (vLLM's label) unless `labelEngines` is false (the pages carry their own rank).
+ */
+export function mergePages(pages: readonly string[], labelEngines = true): string {
   const families = new Map<string, { head: string[]; samples: string[] }>();
   const familyOf = (name: string): { head: string[]; samples: string[] } => {
     let f = families.get(name);
@@ -306,7 +316,7 @@ export function mergePages(pages: readonly string[]): string {
         continue;
       }
       if (line.startsWith('#')) continue;
-      familyOf(current).samples.push(withEngine(line, rank));
+      familyOf(current).samples.push(labelEngines ? withEngine(line, rank) : line);
     }
   });
   let out = '';

@@ -111,3 +111,71 @@ export function metricsText(s: SimulatorMetricsSnapshot): string {
   }
   return out;
 }
+
+/**
+ * How SGLang labels its scheduler series (`python -m sglang.launch_server --enable-metrics`):
+ * sglang/srt/managers/scheduler_metrics_mixin.py gives the gauges of each data-parallel rank's first
+ * tensor-parallel scheduler `model_name`, `engine_type`, `tp_rank`, `pp_rank`, and `dp_rank` under
+ * data parallelism (`--dp-size`).
+ */
+export interface SglangMetricsShape {
+  /** The `dp_rank` label (`--dp-size` above 1); absent by default. */
+  readonly dpRank?: number;
+  /**
+   * `--enable-priority-scheduling`: the queue and running gauges carry their total under
+   * `priority=""` and a breakdown per priority under `priority="<n>"` (collector.py
+   * `_log_gauge_queue_count`); the simulator's requests all count under priority 0.
+   */
+  readonly priorityScheduling?: boolean;
+}
+
+/** A sample value as prometheus_client writes a float. */
+function num(v: number): string {
+  return Number.isInteger(v) ? `${v}.0` : String(v);
+}
+
+/**
+ * The same figures as SGLang's `/metrics` page writes them: `sglang:num_queue_reqs`,
+ * `sglang:num_running_reqs`, `sglang:token_usage` (the KV pool's used share, 0..1),
+ * `sglang:num_used_tokens`, `sglang:max_total_num_tokens` (the cache's blocks x block size),
+ * `sglang:cache_hit_rate` and the token counters (`_total`), labelled as SglangMetricsShape says
+ * (counters: `model_name` alone). No vLLM cache-config, LoRA or sleep gauge.
+ */
+export function sglangMetricsText(s: SimulatorMetricsSnapshot, shape: SglangMetricsShape = {}): string {
+  const total = s.cacheConfig === undefined ? 0 : s.cacheConfig.blockSize * s.cacheConfig.numGpuBlocks;
+  const hitRate = s.prefixCacheQueries > 0 ? s.prefixCacheHits / s.prefixCacheQueries : 0;
+  const rows: [string, 'gauge' | 'counter', string, number][] = [
+    ['sglang:num_running_reqs', 'gauge', 'The number of running requests.', s.running],
+    ['sglang:num_used_tokens', 'gauge', 'The number of used tokens.', Math.round(s.kvCacheUsage * total)],
+    ['sglang:token_usage', 'gauge', 'The token usage.', s.kvCacheUsage],
+    ['sglang:num_queue_reqs', 'gauge', 'The number of requests in the waiting queue.', s.waiting],
+    ['sglang:cache_hit_rate', 'gauge', 'The prefix cache hit rate.', hitRate],
+    ['sglang:max_total_num_tokens', 'gauge', 'Maximum total number of tokens in the KV cache pool.', total],
+    ['sglang:prompt_tokens_total', 'counter', 'Number of prefill tokens processed.', s.promptTokens],
+    [
+      'sglang:generation_tokens_total',
+      'counter',
+      'Number of generation tokens processed.',
+      s.generationTokens,
+    ],
+  ];
+  const dp = shape.dpRank === undefined ? '' : `dp_rank="${shape.dpRank}",`;
+  const model = escapeLabelValue(s.model);
+  let out = '';
+  for (const [name, type, help, value] of rows) {
+    out += `# HELP ${name} ${help}\n# TYPE ${name} ${type}\n`;
+    // Counters come from the tokenizer manager (one process, no scheduler ranks).
+    const labels =
+      type === 'counter'
+        ? `model_name="${model}"`
+        : `${dp}engine_type="unified",model_name="${model}",pp_rank="0",tp_rank="0"`;
+    const queueCount = name === 'sglang:num_queue_reqs' || name === 'sglang:num_running_reqs';
+    if (shape.priorityScheduling === true && queueCount) {
+      out += `${name}{${labels},priority=""} ${num(value)}\n`;
+      out += `${name}{${labels},priority="0"} ${num(value)}\n`;
+    } else {
+      out += `${name}{${labels}} ${num(value)}\n`;
+    }
+  }
+  return out;
+}

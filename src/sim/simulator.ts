@@ -52,7 +52,7 @@ import {
   type KvConnector,
   type P2pAddresses,
 } from './kv-transfer.js';
-import { metricsText } from './metrics-text.js';
+import { metricsText, sglangMetricsText, type SglangMetricsShape } from './metrics-text.js';
 import { LoraSlots } from './lora-slots.js';
 import {
   completionBody,
@@ -165,6 +165,12 @@ export interface SimulatorOptions {
    * metrics (SGLang without --enable-metrics, a proxy in front of vLLM that forwards only /v1).
    */
   metrics?: boolean;
+  /**
+   * Write `/metrics` as SGLang does (`sglang:num_queue_reqs`, `sglang:num_running_reqs`,
+   * `sglang:token_usage`, ... labelled by scheduler rank: metrics-text.ts `sglangMetricsText`) instead of
+   * vLLM's names. Default: vLLM's page.
+   */
+  sglangMetrics?: SglangMetricsShape;
   /** Output tokens when the request has no max_tokens. Default 16. */
   defaultMaxTokens?: number;
   /** Multiplies every simulated delay. Default 1; 0 = no delays at all. */
@@ -936,7 +942,7 @@ class SimulatorServer implements Simulator {
       case '/metrics': {
         if (this.opts.metrics === false) return this.sendError(res, 404, `no route ${path}`);
         this.metricsReads += 1;
-        const body = metricsText({
+        const snapshot = {
           model: this.model,
           running: this.engine.running,
           waiting: this.engine.waiting + this.pauseGate.heldCount,
@@ -952,7 +958,11 @@ class SimulatorServer implements Simulator {
           ...(this.loraSlots ? { lora: this.loraInfo() } : {}),
           sleepLevel: this.sleepLevel,
           processStartSeconds: this.processStartSeconds,
-        });
+        };
+        const body =
+          this.opts.sglangMetrics === undefined
+            ? metricsText(snapshot)
+            : sglangMetricsText(snapshot, this.opts.sglangMetrics);
         res.writeHead(200, {
           'content-type': 'text/plain; version=0.0.4; charset=utf-8',
           'content-length': Buffer.byteLength(body),

@@ -7,6 +7,8 @@ import type { LoadFigures } from '../../../src/load/metrics-parse.js';
 import { Worker } from '../../../src/workers/worker.js';
 import { LOOP_STALL_MS } from '../../../src/util/loop-stall.js';
 import { waitFor } from '../../support/wait-for.js';
+import { startSimulator, type Simulator } from '../../../src/sim/simulator.js';
+import { startDpSimulator, type DpSimulator } from '../../../src/sim/dp-server.js';
 
 type Handler = (req: IncomingMessage, res: ServerResponse) => void;
 
@@ -18,11 +20,38 @@ interface TestServer {
 
 const servers: TestServer[] = [];
 const scrapers: MetricsScraper[] = [];
+const sims: Array<Simulator | DpSimulator> = [];
 
 afterEach(async () => {
   await Promise.all(scrapers.splice(0).map((s) => s.close()));
   await Promise.all(servers.splice(0).map((s) => s.close()));
+  await Promise.all(sims.splice(0).map((s) => s.close()));
 });
+
+/**
+ * A completion sent straight to a simulator (rank-pinned when `rank` is given): its status, or 0 when
+ * the connection failed (a test that failed early closes the simulator under it).
+ */
+async function complete(url: string, rank?: number): Promise<number> {
+  try {
+    return await completeOnce(url, rank);
+  } catch {
+    return 0;
+  }
+}
+
+async function completeOnce(url: string, rank?: number): Promise<number> {
+  const r = await fetch(`${url}/v1/completions`, {
+    method: 'POST',
+    headers: {
+      'content-type': 'application/json',
+      ...(rank === undefined ? {} : { 'x-data-parallel-rank': String(rank) }),
+    },
+    body: JSON.stringify({ model: 'm', prompt: 'hello there', max_tokens: 2 }),
+  });
+  await r.text();
+  return r.status;
+}
 
 async function serve(handler: Handler): Promise<TestServer> {
   const open = new Set<ServerResponse>();
@@ -209,6 +238,54 @@ describe('MetricsScraper (real HTTP servers on port 0)', () => {
     await scraped.waitFor(s.url, 1);
     expect(board.latest(`${s.url}@0`)?.figures).toMatchObject({ waiting: 1, running: 2 });
     expect(board.latest(`${s.url}@1`)?.figures).toMatchObject({ waiting: 6, running: 9 });
+    expect([r0.load, r1.load]).toEqual([0, 0]);
+  });
+
+  it('reads an SGLang worker with priority scheduling by its queue total, not total plus per-priority breakdown', async () => {
+    // `--enable-priority-scheduling`: SGLang writes each queue gauge's total under priority="" and its
+    // breakdown under priority="<n>" (collector.py _log_gauge_queue_count).
+    const sim = await startSimulator({
+      model: 'm',
+      timeScale: 0,
+      schedulingPolicy: 'priority',
+      sglangMetrics: { priorityScheduling: true },
+    });
+    sims.push(sim);
+    await sim.pause('keep', false);
+    const answers = [complete(sim.url), complete(sim.url), complete(sim.url)];
+    await waitFor(() => sim.waiting() === 3);
+    const w = workerAt(sim.url);
+    const { board, scraped, scraper } = start({ workers: () => [w] });
+    await scraped.waitFor(sim.url, 1);
+    expect(board.latest(sim.url)?.figures).toMatchObject({ waiting: 3, running: 0 });
+    await scraper.close();
+    sim.resume();
+    expect(await Promise.all(answers)).toEqual([200, 200, 200]);
+    expect(w.load).toBe(0);
+  });
+
+  it('gives each rank of an SGLang --dp-size server its own queue (SGLang labels ranks dp_rank, not engine)', async () => {
+    const dp = await startDpSimulator({ model: 'm', timeScale: 0, dataParallelSize: 2, sglangMetrics: {} });
+    sims.push(dp);
+    await (dp.ranks[1] as Simulator).pause('keep', false);
+    const answers = [complete(dp.url, 1), complete(dp.url, 1)];
+    await waitFor(() => (dp.ranks[1] as Simulator).waiting() === 2);
+    const rank = (r: number) =>
+      new Worker({
+        role: 'regular',
+        url: dp.url,
+        endpoint: dp.url.slice('http://'.length),
+        generation: 1,
+        dpRank: r,
+      });
+    const [r0, r1] = [rank(0), rank(1)];
+    const { board, scraped, scraper } = start({ workers: () => [r0, r1] });
+    await scraped.waitFor(dp.url, 1);
+    expect(board.latest(`${dp.url}@0`)?.figures).toMatchObject({ waiting: 0, running: 0 });
+    expect(board.latest(`${dp.url}@1`)?.figures).toMatchObject({ waiting: 2, running: 0 });
+    await scraper.close();
+    (dp.ranks[1] as Simulator).resume();
+    expect(await Promise.all(answers)).toEqual([200, 200]);
     expect([r0.load, r1.load]).toEqual([0, 0]);
   });
 

@@ -392,3 +392,39 @@ describe('process start time', () => {
     expect(parseLoadFigures(sim).processStartSeconds).toBe(1765110300.25);
   });
 });
+
+describe('parseLoadFigures: SGLang pages (scheduler series labelled tp_rank / pp_rank / dp_rank)', () => {
+  const sg = (name: string, labels: string, value: string) =>
+    `${name}{engine_type="unified",model_name="m",${labels}} ${value}\n`;
+
+  it('sums the attention data-parallel ranks of --enable-dp-attention, told apart by tp_rank alone', () => {
+    // `--tp 8 --dp 2 --enable-dp-attention`: ranks 0 and 4 write their own queues, no dp_rank label.
+    const page =
+      sg('sglang:num_queue_reqs', 'pp_rank="0",tp_rank="0"', '4.0') +
+      sg('sglang:num_queue_reqs', 'pp_rank="0",tp_rank="4"', '1.0') +
+      sg('sglang:token_usage', 'pp_rank="0",tp_rank="0"', '0.5') +
+      sg('sglang:token_usage', 'pp_rank="0",tp_rank="4"', '0.25') +
+      sg('sglang:max_total_num_tokens', 'pp_rank="0",tp_rank="0"', '500000.0') +
+      sg('sglang:max_total_num_tokens', 'pp_rank="0",tp_rank="4"', '500000.0');
+    expect(parseLoadFigures(page)).toMatchObject({ waiting: 5, kvUsage: 0.5, capacityTokens: 500000 });
+  });
+
+  it("reads a priority-scheduling queue's total, not its per-priority breakdown on top", () => {
+    const page =
+      sg('sglang:num_queue_reqs', 'pp_rank="0",priority="",tp_rank="0"', '5.0') +
+      sg('sglang:num_queue_reqs', 'pp_rank="0",priority="0",tp_rank="0"', '2.0') +
+      sg('sglang:num_queue_reqs', 'pp_rank="0",priority="10",tp_rank="0"', '3.0');
+    expect(parseLoadFigures(page).waiting).toBe(5);
+  });
+
+  it("keys a --dp-size server's ranks by dp_rank itself, even before rank 0 has written a series", () => {
+    // SGLang writes a scheduler's gauges at its first batch (or 30 s idle): rank 0 may have none yet.
+    const page =
+      sg('sglang:num_queue_reqs', 'dp_rank="1",pp_rank="0",tp_rank="0"', '3.0') +
+      sg('sglang:num_running_reqs', 'dp_rank="1",pp_rank="0",tp_rank="0"', '2.0');
+    const f = parseLoadFigures(page, DEFAULT_METRIC_NAMES, { perEngine: true });
+    expect(f).toMatchObject({ waiting: 3, running: 2 });
+    expect([...(f.engines?.keys() ?? [])]).toEqual(['1']);
+    expect(f.engines?.get('1')).toMatchObject({ waiting: 3, running: 2, modelName: 'm' });
+  });
+});
