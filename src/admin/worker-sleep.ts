@@ -24,7 +24,9 @@
  * vLLM's documented order (docs/features/sleep_mode.md): `POST /wake_up?tags=weights`, `POST
  * /collective_rpc {"method": "reload_weights"}` (the weights again from the model's files), `POST
  * /wake_up?tags=kv_cache`; only then is it back in selection. A step that fails leaves it asleep and
- * cordoned (`worker_error` naming the step); a wake asked again starts over.
+ * cordoned (`worker_error` naming the step); a wake asked again starts over. This is known per
+ * worker key while the worker is recorded asleep, so a sleeper whose registration is replaced in
+ * place (carried over asleep: composition/wiring.ts buildPools) is woken the same way.
  *
  * A worker that re-registers at the URL during the drain (a restarted process: a new Worker) is
  * cordoned and drained too. One operation per URL at a time (a second one gets `worker_busy`). While a
@@ -41,7 +43,7 @@ import { AdminInputError } from './admin-server.js';
 export interface SleepHealth {
   cordon(worker: Worker, on: boolean, now: number): void;
   recordSleep(worker: Worker, asleep: boolean, now: number): void;
-  view(worker: Worker, now: number): { readonly cordoned: boolean };
+  view(worker: Worker, now: number): { readonly cordoned: boolean; readonly asleep: boolean };
 }
 
 export interface WorkerSleepDeps {
@@ -83,8 +85,13 @@ export class WorkerSleep {
   private readonly busy = new Set<string>();
   /** Per URL a sleep holds: each Worker held, and whether it stays cordoned when the sleep fails. */
   private readonly holds = new Map<string, Map<Worker, boolean>>();
-  /** Workers a level-2 sleep through this router left without weights (a restart is a new Worker). */
-  private readonly discarded = new WeakSet<Worker>();
+  /**
+   * Keys of the workers a level-2 sleep through this router left without weights. By key, not Worker:
+   * a sleeping worker replaced in place (a new registration lifetime) is the same sleeping process,
+   * carried over asleep (composition/wiring.ts buildPools); one no longer recorded asleep (a restarted
+   * process, awake with its weights) is woken plainly.
+   */
+  private readonly discarded = new Set<string>();
   private readonly abort = new AbortController();
   private readonly agent = new Agent({ keepAliveTimeout: 4_000 });
   private closed = false;
@@ -148,7 +155,8 @@ export class WorkerSleep {
         const workers = hold();
         for (const w of workers) {
           this.deps.health.recordSleep(w, true, now);
-          if (level === 2) this.discarded.add(w);
+          if (level === 2) this.discarded.add(w.key);
+          else this.discarded.delete(w.key);
         }
         return { url, level, drainedMs: Math.round(drainedMs), workers: workers.map((w) => w.id) };
       } finally {
@@ -160,7 +168,11 @@ export class WorkerSleep {
   async wakeUp(url: string): Promise<{ url: string; workers: readonly string[] }> {
     const workers = this.at(url);
     return this.exclusive(url, async () => {
-      const steps: Array<[string, string?]> = workers.some((w) => this.discarded.has(w))
+      const at = this.deps.clock();
+      const weightless = workers.some(
+        (w) => this.discarded.has(w.key) && this.deps.health.view(w, at).asleep,
+      );
+      const steps: Array<[string, string?]> = weightless
         ? [['/wake_up?tags=weights'], ['/collective_rpc', RELOAD_WEIGHTS], ['/wake_up?tags=kv_cache']]
         : [['/wake_up']];
       for (const [path, body] of steps) {
@@ -171,7 +183,7 @@ export class WorkerSleep {
       }
       const now = this.deps.clock();
       for (const w of workers) {
-        this.discarded.delete(w);
+        this.discarded.delete(w.key);
         this.deps.health.recordSleep(w, false, now);
         this.deps.health.cordon(w, false, now);
       }

@@ -202,6 +202,36 @@ describe('a sleeping worker whose registration starts a new lifetime (same proce
     }
   });
 
+  it('after a level-2 sleep, is woken with its weights loaded again', async () => {
+    const s = await startStack({ workers: 2, router: { policy: 'round_robin', scrapeIntervalMs: 0 } });
+    try {
+      const a = s.sims[0]!;
+      const slept = await adminJson(s.router, `/workers/sleep?url=${encodeURIComponent(a.url)}&level=2`, {
+        method: 'POST',
+      });
+      expect(slept.status).toBe(200);
+      expect(a.weightsDiscarded).toBe(true);
+      const again = await adminJson(s.router, '/workers', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ role: 'regular', url: a.url, metadata: { tp_size: 2 } }),
+      });
+      expect(again.status).toBe(200);
+      const woke = await adminJson(s.router, `/workers/wake_up?url=${encodeURIComponent(a.url)}`, {
+        method: 'POST',
+      });
+      expect(woke.status).toBe(200);
+      // A plain /wake_up maps the discarded weights' memory back empty: vLLM then answers garbage.
+      expect([a.sleepLevel, a.weightsDiscarded]).toEqual([0, false]);
+      const view = (await adminJson<WorkerInfo[]>(s.router, '/workers')).body.find((w) => w.url === a.url)!;
+      expect(view.health).toMatchObject({ asleep: false, cordoned: false });
+      for (let i = 0; i < 4; i++) expect((await chatThrough(s, SYSTEM, `after ${i}`)).status).toBe(200);
+      await expectAllLoadsZero(s.router);
+    } finally {
+      await s.close();
+    }
+  });
+
   it('one whose vLLM did restart (a later process start time) is back awake and uncordoned', async () => {
     const ports = await freePorts(2);
     const s = await startStack({

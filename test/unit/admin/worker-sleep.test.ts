@@ -127,6 +127,33 @@ describe('WorkerSleep', () => {
     expect(workers[0]!.load).toBe(0);
   });
 
+  it('a level-2 sleeper replaced in place while asleep is woken with its weights loaded again', async () => {
+    const { sim, workers, health, sleeper } = await fixture();
+    await sleeper.sleep(sim.url, 2);
+    // Its registration replaced in place (changed metadata, a lapsed heartbeat re-registered): the
+    // same sleeping process under a new Worker, which the pools carry over asleep and cordoned.
+    const successor = new Worker({ role: 'regular', url: sim.url, endpoint: sim.hostPort, generation: 2 });
+    health.recordSleep(successor, true, performance.now());
+    health.cordon(successor, true, performance.now());
+    workers[0] = successor;
+    await sleeper.wakeUp(sim.url);
+    // Not a plain /wake_up: that maps the discarded weights' memory back empty (garbage answers).
+    expect([sim.sleepLevel, sim.weightsDiscarded]).toEqual([0, false]);
+    expect(workers.map((w) => [w.asleep, w.cordoned, w.healthy])).toEqual([[false, false, true]]);
+    expect(workers[0]!.load).toBe(0);
+  });
+
+  it('a worker restarted at the URL after a level-2 sleep (awake, weights loaded) is woken plainly', async () => {
+    const { sim, workers, sleeper } = await fixture();
+    await sleeper.sleep(sim.url, 2);
+    // A new process there (the scraper saw it start later): awake, not carried over asleep.
+    workers[0] = new Worker({ role: 'regular', url: sim.url, endpoint: sim.hostPort, generation: 2 });
+    sim.injectFault({ status: 500, message: 'not sleeping' }, { path: '/collective_rpc' });
+    await sleeper.wakeUp(sim.url);
+    expect(workers.map((w) => [w.asleep, w.cordoned, w.healthy])).toEqual([[false, false, true]]);
+    expect(workers[0]!.load).toBe(0);
+  });
+
   it('a level-2 wake whose weights cannot be reloaded keeps the worker out of selection, with the reason', async () => {
     const { sim, workers, sleeper } = await fixture();
     await sleeper.sleep(sim.url, 2);
