@@ -3,7 +3,7 @@
 # test/integration/kube/deploy-manifests.test.ts can hand every manifest to a real kube-apiserver that
 # knows those kinds and let it validate them (server-side dry run, strict field validation):
 #   - Gateway API (HTTPRoute)                       sigs.k8s.io/gateway-api
-#   - Gateway API Inference Extension (InferencePool, InferenceObjective) sigs.k8s.io/gateway-api-inference-extension
+#   - Gateway API Inference Extension (InferencePool v1 and v1alpha2, InferenceObjective) sigs.k8s.io/gateway-api-inference-extension
 #   - Envoy Gateway (EnvoyExtensionPolicy, EnvoyPatchPolicy, ClientTrafficPolicy) github.com/envoyproxy/gateway
 #   - Istio (EnvoyFilter, DestinationRule, VirtualService) istio.io/api
 #   - Prometheus Operator (PodMonitor)              github.com/prometheus-operator/prometheus-operator
@@ -24,7 +24,7 @@ PROMETHEUS_OPERATOR_VERSION="${PROMETHEUS_OPERATOR_VERSION:-v0.85.0}"
 . scripts/cache-dir.sh
 root=$(cache_dir crds)
 # FILES names the set of files taken below: bump it when that set changes, so a cache made before is redone.
-FILES=3
+FILES=4
 stamp="files$FILES.gwapi-$GATEWAY_API_VERSION.gie-$INFERENCE_EXTENSION_VERSION.eg-$ENVOY_GATEWAY_VERSION.istio-$ISTIO_API_VERSION.promop-$PROMETHEUS_OPERATOR_VERSION"
 out="$root/$stamp"
 if [ -f "$out/.complete" ]; then
@@ -55,6 +55,8 @@ take "$d" config/crd/standard/gateway.networking.k8s.io_httproutes.yaml gateway-
 echo "== CRDs: Gateway API Inference Extension $INFERENCE_EXTENSION_VERSION" >&2
 d=$(fetch "sigs.k8s.io/gateway-api-inference-extension@$INFERENCE_EXTENSION_VERSION")
 take "$d" config/crd/bases/inference.networking.k8s.io_inferencepools.yaml inference-pools.yaml
+# The v1alpha2 InferencePool of GAIE before v1.0 (--inference-pool-group inference.networking.x-k8s.io).
+take "$d" config/crd/bases/inference.networking.x-k8s.io_inferencepools.yaml inference-pools-v1alpha2.yaml
 take "$d" config/crd/bases/inference.networking.x-k8s.io_inferenceobjectives.yaml inference-objectives.yaml
 echo "== CRDs: Envoy Gateway $ENVOY_GATEWAY_VERSION" >&2
 d=$(fetch "github.com/envoyproxy/gateway@$ENVOY_GATEWAY_VERSION")

@@ -212,6 +212,15 @@ export const OPTIONS = [
     default: '',
     help: "Also read the objectives from Kubernetes: the InferenceObjectives (inference.networking.x-k8s.io/v1alpha2) whose poolRef names this InferencePool, listed and watched in --service-discovery-namespace (else the kubeconfig's or service account's namespace) with --service-discovery-kubeconfig's credentials (RBAC: get, list, watch on inferenceobjectives; deploy/kubernetes/rbac.yaml). Their priorities (unset: 0) win over --objective of the same name. With --service-discovery and no --selector (P/D: no --decode-selector), the workers are the pods this InferencePool (inference.networking.k8s.io/v1) selects, on each of its target ports (each port a worker of its own), followed as the pool changes (RBAC: get, list, watch on inferencepools). '' = off.",
   },
+  {
+    group: 'Admission',
+    key: 'inferencePoolGroup',
+    flag: 'inference-pool-group',
+    type: 'enum',
+    default: 'inference.networking.k8s.io',
+    values: ['inference.networking.k8s.io', 'inference.networking.x-k8s.io'],
+    help: "--inference-pool's API group, as the endpoint picker's --pool-group: inference.networking.k8s.io reads the pool as v1 (GAIE v1.0+: selector.matchLabels, targetPorts); inference.networking.x-k8s.io as v1alpha2 (GAIE before v1.0: selector as a plain label map, one targetPortNumber). InferenceObjectives count when their poolRef.group names this group.",
+  },
   // Workers & discovery
   {
     group: 'Workers and discovery',

@@ -17,6 +17,7 @@ import { RegistryJanitor } from './discovery/registry-janitor.js';
 import type { KubeDiscovery, KubeDiscoveryHooks } from './discovery/kube-discovery.js';
 import { createKubeDiscovery, createKubeObjectives } from './discovery/kube-source-config.js';
 import type { KubeObjectives, KubeObjectivesHooks } from './discovery/kube-objectives.js';
+import { kubeErrorReason } from './discovery/kube-error-reason.js';
 import type { ServiceRegistry } from './discovery/service-registry.js';
 import type { RouterMetrics } from './observability/metrics.js';
 import { createLogger, type Logger } from './observability/logger.js';
@@ -258,6 +259,8 @@ function kubeDiscoveryStep(c: Components, deps: RouterDeps): LifecycleStep {
         registry: c.registry,
         logger: c.logger,
         count: (role, event) => c.metrics.discoveryEvents.inc({ role, event }),
+        countError: (resource, phase, err) =>
+          c.metrics.kubeWatchErrors.inc({ resource, phase, reason: kubeErrorReason(err) }),
         hooks: deps.kubeDiscoveryHooks,
       });
       kube?.start();
@@ -292,6 +295,11 @@ function kubeObjectivesStep(c: Components, deps: RouterDeps): LifecycleStep {
         },
         onError: (phase, err, retryInMs) => {
           c.logger.warn({ phase, err, retryInMs }, 'inference objectives: list or watch failed');
+          c.metrics.kubeWatchErrors.inc({
+            resource: 'inferenceobjectives',
+            phase,
+            reason: kubeErrorReason(err),
+          });
           hooks.onError?.(phase, err, retryInMs);
         },
       });

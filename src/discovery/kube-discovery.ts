@@ -32,7 +32,7 @@
 import type { KubeConfig, V1Pod } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import type { Role } from '../workers/role.js';
-import { KubeInferencePool, type PoolMembers } from './kube-inference-pool.js';
+import { KubeInferencePool, type PoolGroup, type PoolMembers } from './kube-inference-pool.js';
 import type { ServiceRegistry } from './service-registry.js';
 import { KubePodWatcher, type PodWatchEventType, type WatchEndReason } from './kube-pod-watcher.js';
 import {
@@ -65,8 +65,12 @@ export interface KubeDiscoveryHooks {
   /** A LIST of `role`'s pods was applied (the first one and every relist). */
   onSynced?(role: Role, pods: number): void;
   onWatchEnded?(role: Role, reason: WatchEndReason): void;
-  onError?(role: Role, phase: 'list' | 'watch', err: unknown): void;
+  /** A LIST or WATCH of `resource` (the role's pods, or the InferencePool that names them) failed. */
+  onError?(role: Role, phase: 'list' | 'watch', err: unknown, resource: KubeResource): void;
 }
+
+/** What a Kubernetes source lists and watches. */
+export type KubeResource = 'pods' | 'inferencepools';
 
 export interface KubeDiscoveryOptions {
   kubeConfig: KubeConfig;
@@ -85,6 +89,8 @@ export interface KubeDiscoveryOptions {
    */
   pool?: {
     name: string;
+    /** The pool's API group (default `inference.networking.k8s.io`, v1). */
+    group?: PoolGroup;
     namespace: string;
     role: Role;
     rule?: Omit<RoleRule, 'role' | 'selector' | 'port'>;
@@ -357,6 +363,7 @@ export class KubeDiscovery {
             kubeConfig: opts.kubeConfig,
             namespace: pool.namespace,
             name: pool.name,
+            ...(pool.group !== undefined ? { group: pool.group } : {}),
             ...(opts.resyncMs !== undefined ? { resyncMs: opts.resyncMs } : {}),
             ...(opts.maxBackoffMs !== undefined ? { maxBackoffMs: opts.maxBackoffMs } : {}),
             hooks: {
@@ -373,7 +380,7 @@ export class KubeDiscovery {
                   { pool: pool.name, phase, retryInMs, err: (err as Error)?.message ?? String(err) },
                   'kubernetes InferencePool watch failed; retrying',
                 );
-                hooks.onError?.(pool.role, phase, err);
+                hooks.onError?.(pool.role, phase, err, 'inferencepools');
               },
             },
           });
@@ -490,7 +497,7 @@ export class KubeDiscovery {
             { role: rule.role, phase, retryInMs, err: (err as Error)?.message ?? String(err) },
             'kubernetes pod watch failed; retrying',
           );
-          hooks.onError?.(rule.role, phase, err);
+          hooks.onError?.(rule.role, phase, err, 'pods');
         },
         watchEnded: (reason) => {
           opts.logger.debug({ role: rule.role, reason }, 'kubernetes pod watch ended; relisting');

@@ -1,10 +1,13 @@
 /**
- * KubeInferencePool: which pods an InferencePool (Gateway API Inference Extension,
- * `inference.networking.k8s.io/v1`, `inferencepools`) selects, and on which port, read from the pool
- * itself, as the endpoint picker reads it: `spec.selector.matchLabels` and `spec.targetPorts[*].number`
- * (GAIE v1.1+ allows up to 8 ports: "every port will be treated as a distinctive endpoint by EPP,
- * addressable as a 'podIP:portNumber' combination", e.g. one vLLM API server per data-parallel rank;
- * each is a worker of its own).
+ * KubeInferencePool: which pods an InferencePool (Gateway API Inference Extension, `inferencepools`)
+ * selects, and on which port, read from the pool itself, as the endpoint picker reads it. The pool's API
+ * group is `--inference-pool-group`, like the endpoint picker's `--pool-group` (same default):
+ *   - `inference.networking.k8s.io` (v1, GAIE v1.0+): `spec.selector.matchLabels` and
+ *     `spec.targetPorts[*].number` (GAIE v1.1+ allows up to 8 ports: "every port will be treated as a
+ *     distinctive endpoint by EPP, addressable as a 'podIP:portNumber' combination", e.g. one vLLM API
+ *     server per data-parallel rank; each is a worker of its own);
+ *   - `inference.networking.x-k8s.io` (v1alpha2, the only InferencePool of GAIE before v1.0, still
+ *     shipped by v1.0): `spec.selector`, a plain label map, and one `spec.targetPortNumber`.
  * With `--inference-pool NAME` and no selector flag for the role the pool serves (regular mode's
  * workers; P/D's decode workers), Kubernetes discovery watches the pods the pool selects, so the pool
  * is the one place that names them (kube-discovery.ts follows every change of it).
@@ -20,15 +23,25 @@ import { customObjects } from './kube-custom-objects.js';
 import type { LabelSelector } from './kube-pod-membership.js';
 import { POOL_GROUP } from './kube-objectives.js';
 
-export const POOL_VERSION = 'v1';
 export const POOL_PLURAL = 'inferencepools';
+/** The InferencePool API groups, each read at the one version the Inference Extension serves it at. */
+export const POOL_GROUPS = ['inference.networking.k8s.io', 'inference.networking.x-k8s.io'] as const;
+export type PoolGroup = (typeof POOL_GROUPS)[number];
+
+/** The version a pool of `group` is read at. */
+export function poolVersion(group: PoolGroup): string {
+  return group === POOL_GROUP ? 'v1' : 'v1alpha2';
+}
 
 /** What the router reads of an InferencePool. */
 export interface InferencePoolObject {
   readonly metadata?: { readonly name?: string };
   readonly spec?: {
-    readonly selector?: { readonly matchLabels?: unknown };
+    /** v1: `{matchLabels}`; v1alpha2: the label map itself. */
+    readonly selector?: unknown;
     readonly targetPorts?: unknown;
+    /** v1alpha2 only. */
+    readonly targetPortNumber?: unknown;
   };
 }
 
@@ -38,9 +51,17 @@ export interface PoolMembers {
   readonly ports: readonly number[];
 }
 
-/** The pool's members, or undefined when it selects nothing the router can use (see above). Pure. */
-export function poolMembers(obj: InferencePoolObject | undefined): PoolMembers | undefined {
-  const labels = obj?.spec?.selector?.matchLabels;
+/**
+ * The pool's members (a pool of `group`'s version), or undefined when it selects nothing the router can
+ * use (see above). Pure.
+ */
+export function poolMembers(
+  obj: InferencePoolObject | undefined,
+  group: PoolGroup = POOL_GROUP,
+): PoolMembers | undefined {
+  const v1 = group === POOL_GROUP;
+  const selectorField = obj?.spec?.selector as { matchLabels?: unknown } | undefined;
+  const labels = v1 ? selectorField?.matchLabels : selectorField;
   if (typeof labels !== 'object' || labels === null || Array.isArray(labels)) return undefined;
   const selector: Record<string, string> = {};
   for (const [k, v] of Object.entries(labels)) {
@@ -48,7 +69,7 @@ export function poolMembers(obj: InferencePoolObject | undefined): PoolMembers |
     selector[k] = v;
   }
   if (Object.keys(selector).length === 0) return undefined;
-  const targets = obj?.spec?.targetPorts;
+  const targets = v1 ? obj?.spec?.targetPorts : [{ number: obj?.spec?.targetPortNumber }];
   if (!Array.isArray(targets) || targets.length === 0) return undefined;
   const ports: number[] = [];
   for (const target of targets as Array<{ number?: unknown } | undefined>) {
@@ -79,6 +100,8 @@ export interface KubeInferencePoolOptions {
   namespace: string;
   /** The InferencePool's name. */
   name: string;
+  /** Its API group (default `inference.networking.k8s.io`, v1). */
+  group?: PoolGroup;
   hooks: KubeInferencePoolHooks;
   resyncMs?: number;
   maxBackoffMs?: number;
@@ -90,12 +113,15 @@ export class KubeInferencePool {
   private reported = false;
   private lists = 0;
 
+  private readonly group: PoolGroup;
+
   constructor(private readonly opts: KubeInferencePoolOptions) {
+    this.group = opts.group ?? POOL_GROUP;
     this.watcher = new KubeListWatch<InferencePoolObject>({
       kubeConfig: opts.kubeConfig,
       ...customObjects<InferencePoolObject>(opts.kubeConfig, {
-        group: POOL_GROUP,
-        version: POOL_VERSION,
+        group: this.group,
+        version: poolVersion(this.group),
         plural: POOL_PLURAL,
         namespace: opts.namespace,
       }),
@@ -136,7 +162,7 @@ export class KubeInferencePool {
   }
 
   private update(pool: InferencePoolObject | undefined): void {
-    const next = poolMembers(pool);
+    const next = poolMembers(pool, this.group);
     // The first reading always reports, so a missing pool is known as such (not just "not read yet").
     if (this.reported && sameMembers(this.members, next)) return;
     this.reported = true;

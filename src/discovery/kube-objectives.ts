@@ -35,11 +35,12 @@ export interface InferenceObjectiveObject {
 export function objectiveOf(
   obj: InferenceObjectiveObject,
   pool: string,
+  poolGroup: string = POOL_GROUP,
 ): { name: string; priority: number } | undefined {
   const name = obj.metadata?.name;
   const ref = obj.spec?.poolRef;
   if (typeof name !== 'string' || name === '' || ref?.name !== pool) return undefined;
-  if ((ref.group ?? POOL_GROUP) !== POOL_GROUP || (ref.kind ?? 'InferencePool') !== 'InferencePool') {
+  if ((ref.group ?? POOL_GROUP) !== poolGroup || (ref.kind ?? 'InferencePool') !== 'InferencePool') {
     return undefined;
   }
   const p = obj.spec?.priority;
@@ -61,6 +62,8 @@ export interface KubeObjectivesOptions {
   namespace: string;
   /** The InferencePool whose objectives apply. */
   pool: string;
+  /** The pool's API group (poolRef.group; default `inference.networking.k8s.io`). */
+  poolGroup?: string;
   hooks: KubeObjectivesHooks;
   resyncMs?: number;
   maxBackoffMs?: number;
@@ -120,7 +123,7 @@ export class KubeObjectives {
     if (typeof name !== 'string') return false;
     const had = this.byName.get(name);
     // A modified objective may have left the pool (a new poolRef): then it is dropped, as a deleted one.
-    const objective = type === 'DELETED' ? undefined : objectiveOf(item, this.opts.pool);
+    const objective = type === 'DELETED' ? undefined : objectiveOf(item, this.opts.pool, this.opts.poolGroup);
     if (objective === undefined) return this.byName.delete(name);
     this.byName.set(name, objective.priority);
     return had !== objective.priority;

@@ -74,7 +74,8 @@ export function loadKubeConfig(file: string): KubeConfig {
 
 /**
  * The router's Kubernetes source (undefined when --service-discovery is off), not started. Registry events
- * are counted in `vllm_router_discovery_updates_total` as `registered` / `deregistered`.
+ * are counted in `vllm_router_discovery_updates_total` as `registered` / `deregistered`, failed lists and
+ * watches through `countError`.
  */
 export function createKubeDiscovery(
   config: Readonly<Config>,
@@ -82,6 +83,8 @@ export function createKubeDiscovery(
     registry: ServiceRegistry;
     logger: Logger;
     count: (role: string, event: string) => void;
+    /** A LIST or WATCH failed (vllm_router_kube_watch_errors_total). */
+    countError?: (resource: string, phase: string, err: unknown) => void;
     hooks?: KubeDiscoveryHooks;
   },
 ): KubeDiscovery | undefined {
@@ -101,6 +104,7 @@ export function createKubeDiscovery(
       ? {
           pool: {
             name: config.inferencePool,
+            group: config.inferencePoolGroup,
             namespace: kubeNamespace(config, kubeConfig),
             role,
             rule: fallbacks,
@@ -115,6 +119,10 @@ export function createKubeDiscovery(
       onChange: (change) => {
         deps.count(change.role, change.type === 'added' ? 'registered' : 'deregistered');
         hooks.onChange?.(change);
+      },
+      onError: (role, phase, err, resource) => {
+        deps.countError?.(resource, phase, err);
+        hooks.onError?.(role, phase, err, resource);
       },
     },
   });
@@ -131,6 +139,7 @@ export function createKubeObjectives(config: Readonly<Config>, hooks: KubeObject
     kubeConfig,
     namespace,
     pool: config.inferencePool,
+    poolGroup: config.inferencePoolGroup,
     hooks,
     resyncMs: config.serviceDiscoveryResyncMs,
   });

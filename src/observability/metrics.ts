@@ -68,6 +68,7 @@ export class RouterMetrics {
   readonly matchRate: Histogram<'role'>;
   readonly discoveryEvents: Counter<'role' | 'event'>;
   readonly discoveryRejected: Counter<'reason'>;
+  readonly kubeWatchErrors: Counter<'resource' | 'phase' | 'reason'>;
   readonly poolChanges: Counter<'role' | 'change'>;
   readonly contextFits: Counter<'role' | 'outcome'>;
   readonly mediaParts: Counter<'size'>;
@@ -277,6 +278,12 @@ export class RouterMetrics {
       name: 'vllm_router_discovery_rejected_total',
       help: 'Registration messages dropped, by reason.',
       labelNames: ['reason'] as const,
+      registers,
+    });
+    this.kubeWatchErrors = new Counter({
+      name: 'vllm_router_kube_watch_errors_total',
+      help: 'Failed Kubernetes LISTs and WATCHes (each is retried with backoff; until one succeeds the workers are what the last successful list and watch said), by resource (pods, inferencepools, inferenceobjectives), phase (list, watch) and reason: unauthorized (401), forbidden (403: RBAC), not_found (404: CRD or version not served), gone (410: relisted), too_many_requests, client_error, server_error, unreachable (no answer).',
+      labelNames: ['resource', 'phase', 'reason'] as const,
       registers,
     });
     this.poolChanges = new Counter({

@@ -283,4 +283,31 @@ describe('Kubernetes discovery through Envoy', () => {
       await cutter.close();
     }
   });
+  it('a ServiceAccount without RBAC in the watched namespace shows as forbidden list errors in the metrics and keeps /readyz at 503', async () => {
+    // rbac.yaml grants the ServiceAccount pods in its own namespace only: listing `default` is a 403.
+    const denied = await startTestRouter({
+      serviceDiscovery: true,
+      selector: ['app=vllm'],
+      serviceDiscoveryPort: simA.port,
+      serviceDiscoveryNamespace: 'default',
+      serviceDiscoveryKubeconfig: cluster.writeKubeconfig({ token }),
+      policy: 'round_robin',
+      warmupTimeoutMs: 600_000,
+    });
+    try {
+      await waitFor(
+        async () =>
+          /vllm_router_kube_watch_errors_total\{resource="pods",phase="list",reason="forbidden"\} [1-9]/.test(
+            await metricsText(denied),
+          ),
+        { timeoutMs: 30_000, message: 'forbidden list counted' },
+      );
+      const res = await fetch(`http://127.0.0.1:${denied.adminPort}/readyz`);
+      expect(res.status).toBe(503);
+      expect(((await res.json()) as { warmingUp?: string[] }).warmingUp).toEqual(['kubernetes pods listed']);
+      expect(denied.workers()).toEqual([]);
+    } finally {
+      await denied.close();
+    }
+  });
 });

@@ -30,6 +30,7 @@ const sims: Simulator[] = [];
 const log = new EventLog<KubeMembershipChange>();
 let pods: PodControl;
 let namespace: string;
+let token: string;
 /** Pod a (127.0.0.2) and pod b (127.0.0.3), each served on two ports: [first port, second port]. */
 let a: [Simulator, Simulator];
 let b: [Simulator, Simulator];
@@ -69,7 +70,7 @@ beforeAll(async () => {
   pods = new PodControl(cluster.core, namespace);
   await pods.createNamespace();
   await cluster.applyManifest('rbac.yaml', namespace);
-  const token = await cluster.serviceAccountToken(namespace, 'vllm-extproc-router');
+  token = await cluster.serviceAccountToken(namespace, 'vllm-extproc-router');
 
   const a0 = await startSimulator({ host: '127.0.0.2', timeScale: 0, id: 'pod-a' });
   const b0 = await startSimulator({ host: '127.0.0.3', port: a0.port, timeScale: 0, id: 'pod-b' });
@@ -226,5 +227,52 @@ describe('workers named by the InferencePool', () => {
     expect(urls()).toEqual([a[0].url, b[0].url].sort());
     expect(log.events.slice(one).filter((e) => e.type === 'added')).toEqual([]);
     await expectAllLoadsZero(router!);
+  });
+  it('a v1alpha2 pool (GAIE before v1.0, --inference-pool-group inference.networking.x-k8s.io) names the workers', async () => {
+    // GAIE before v1.0 served only inference.networking.x-k8s.io/v1alpha2: spec.selector is a plain
+    // label map and spec.targetPortNumber the one port (apix/v1alpha2/inferencepool_types.go).
+    await installCrds(
+      cluster,
+      publishedCrds((f) => f === 'inference-pools-v1alpha2.yaml'),
+    );
+    const alphaLog = new EventLog<KubeMembershipChange>();
+    const alpha = await startTestRouter(
+      {
+        serviceDiscovery: true,
+        inferencePool: 'vllm-alpha',
+        inferencePoolGroup: 'inference.networking.x-k8s.io',
+        serviceDiscoveryNamespace: namespace,
+        serviceDiscoveryKubeconfig: cluster.writeKubeconfig({ token }),
+        policy: 'round_robin',
+      },
+      { kubeDiscoveryHooks: { onChange: alphaLog.push } },
+    );
+    try {
+      const path = `/apis/inference.networking.x-k8s.io/v1alpha2/namespaces/${namespace}/inferencepools`;
+      const joined = alphaLog.next((e) => e.type === 'added' && e.pod.endsWith('/pod-a'));
+      const created = await cluster.api('POST', path, {
+        apiVersion: 'inference.networking.x-k8s.io/v1alpha2',
+        kind: 'InferencePool',
+        metadata: { name: 'vllm-alpha', namespace },
+        spec: {
+          selector: { app: 'vllm', tier: 'blue' },
+          targetPortNumber: a[1].port,
+          extensionRef: { name: 'vllm-extproc-router', portNumber: 9002 },
+        },
+      });
+      expect(created.status, JSON.stringify(created.body)).toBe(201);
+      expect(await joined).toMatchObject({ url: a[1].url });
+      expect(alpha.workers().map((w) => w.url)).toEqual([a[1].url]);
+
+      const left = alphaLog.next((e) => e.type === 'removed' && e.pod.endsWith('/pod-a'), {
+        from: alphaLog.mark(),
+      });
+      expect((await cluster.api('DELETE', `${path}/vllm-alpha`)).status).toBe(200);
+      await left;
+      expect(alpha.workers()).toEqual([]);
+      await expectAllLoadsZero(alpha);
+    } finally {
+      await alpha.close();
+    }
   });
 });

@@ -29,6 +29,22 @@ describe('poolMembers: what an InferencePool selects', () => {
     ).toEqual({ selector: { app: 'vllm' }, ports: [8000, 8001] });
   });
 
+  it('reads a v1alpha2 pool (inference.networking.x-k8s.io): a plain label map and targetPortNumber', () => {
+    const alpha = pool({
+      selector: { app: 'vllm', tier: 'decode' },
+      targetPortNumber: 8000,
+      extensionRef: { name: 'vllm-extproc-router' },
+    });
+    expect(poolMembers(alpha, 'inference.networking.x-k8s.io')).toEqual({
+      selector: { app: 'vllm', tier: 'decode' },
+      ports: [8000],
+    });
+    expect(poolMembers(pool({ selector: {}, targetPortNumber: 8000 }), 'inference.networking.x-k8s.io')).toBe(
+      undefined,
+    );
+    expect(poolMembers(pool({ selector: { app: 'vllm' } }), 'inference.networking.x-k8s.io')).toBeUndefined();
+  });
+
   it.each([
     ['no pool', undefined],
     ['no spec', { metadata: { name: 'vllm' } }],

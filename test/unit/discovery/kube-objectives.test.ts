@@ -43,4 +43,13 @@ describe('objectiveOf', () => {
   ])('%s', (_what, o, want) => {
     expect(objectiveOf(o, 'vllm')).toEqual(want);
   });
+
+  it('with a v1alpha2 pool (--inference-pool-group inference.networking.x-k8s.io) takes the poolRefs of that group', () => {
+    const alpha = 'inference.networking.x-k8s.io';
+    const ref = (group?: string) =>
+      obj('a', { priority: -1, poolRef: { name: 'vllm', ...(group !== undefined ? { group } : {}) } });
+    expect(objectiveOf(ref(alpha), 'vllm', alpha)).toEqual({ name: 'a', priority: -1 });
+    // poolRef.group defaults to inference.networking.k8s.io: the v1 pool of that name, not this one.
+    expect(objectiveOf(ref(), 'vllm', alpha)).toBeUndefined();
+  });
 });
