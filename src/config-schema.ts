@@ -178,7 +178,7 @@ export const OPTIONS = [
     flag: 'flow-queue-ttl-ms',
     type: 'int',
     default: 30_000,
-    help: "--flow-control: a request held this long gets a JSON 429 (sheddable objective) or 503 queue_timeout. Keep it below the ext_proc filter's message_timeout (90 s in the shipped configs).",
+    help: "--flow-control: a request held this long gets a JSON 429 (sheddable objective) or 503 queue_timeout. Keep it below the ext_proc filter's message_timeout (90 s in the shipped configs), and in P/D mode below --prefill-timeout-ms (which counts from the request's arrival: a request held longer has no time left for its prefill leg).",
   },
   {
     group: 'Admission',
@@ -509,7 +509,7 @@ export const OPTIONS = [
     type: 'list',
     splitCommas: false,
     default: [],
-    help: "A worker's KV-event publishers: WORKER_URL=ENDPOINT[,ENDPOINT...] (one per data-parallel rank, e.g. http://10.0.0.5:8000=tcp://10.0.0.5:5557; repeatable). Workers that publish are routed on their exact cache by kv_aware.",
+    help: "A worker's KV-event publishers: WORKER_URL=ENDPOINT[,ENDPOINT...] (one per data-parallel rank, e.g. http://10.0.0.5:8000=tcp://10.0.0.5:5557; repeatable). Workers that publish are routed on their exact cache by kv_aware, and by the default cache_aware.",
   },
   {
     group: 'KV events',

@@ -102,7 +102,7 @@ export class AdminInputError extends RouterError<AdminErrorCode> {
 const MAX_ADMIN_BODY = 64 * 1024;
 
 /** The methods each admin path answers (a 405 names them in `Allow`; HEAD is answered as GET). */
-const ALLOWED_METHODS: Readonly<Record<string, string>> = {
+export const ADMIN_ALLOWED_METHODS: Readonly<Record<string, string>> = {
   '/metrics': 'GET, HEAD',
   '/healthz': 'GET, HEAD',
   '/readyz': 'GET, HEAD',
@@ -191,8 +191,8 @@ export class AdminServer {
       case 'POST /workers/wake_up':
         return this.sleepOp(req, res, url);
       default: {
-        const allowed = Object.hasOwn(ALLOWED_METHODS, url.pathname)
-          ? ALLOWED_METHODS[url.pathname]
+        const allowed = Object.hasOwn(ADMIN_ALLOWED_METHODS, url.pathname)
+          ? ADMIN_ALLOWED_METHODS[url.pathname]
           : undefined;
         if (allowed === undefined) throw new AdminInputError(`no admin route ${url.pathname}`, 'not_found');
         res.setHeader('allow', allowed); // a 405 must name the methods (RFC 9110 15.5.6)

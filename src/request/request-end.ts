@@ -32,6 +32,8 @@
  *   2xx response whose body the router skipped  unwatched(status)               unwatched    success
  *     (extproc/response-body-mode.ts), stream
  *     ended: complete or cut, it cannot tell
+ *   a 4xx / 5xx response skipped (only with     unwatched(status)               upstream_4xx success /
+ *     response_body_mode NONE in the filter)                                  / _5xx       server_error
  *   router answered a request for itself (its   answered(status)                answered     -
  *     fleet's GET /v1/models), no worker asked
  *   the router closing (drain timed out) ended  released(status?)               released     cancelled
@@ -120,7 +122,9 @@ export function requestOutcome(end: RequestEnd, stage: RoutingStage): Outcome {
       if (end.afterHeaders) return 'cancelled';
       return stage === 'unrouted' ? 'abandoned' : 'no_response';
     case 'unwatched':
-      return 'unwatched';
+      // Skipped bodies are 2xx ones, but with response_body_mode NONE in the filter every response
+      // is skipped: an error status still says what the client got.
+      return end.status >= 500 ? 'upstream_5xx' : end.status >= 400 ? 'upstream_4xx' : 'unwatched';
     case 'released':
       return 'released';
     case 'answered':

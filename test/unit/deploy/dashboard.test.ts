@@ -176,6 +176,26 @@ describe('Grafana dashboard', () => {
     });
   });
 
+  it('names every registry event the discovery counter counts (restarted too) in its panel', async () => {
+    const m = new RouterMetrics({ workers: () => [] });
+    const help = (await m.registry.getMetricsAsJSON()).find(
+      (x) => x.name === 'vllm_router_discovery_updates_total',
+    )?.help as string;
+    // 'Registry events: registered, heartbeat, replaced (...), restarted (...), expired, deregistered.'
+    const events = help
+      .replace(/^[^:]*:/, '')
+      .replace(/\([^)]*\)/g, '')
+      .replace(/\.$/, '')
+      .split(',')
+      .map((e) => e.trim());
+    expect(events).toContain('restarted');
+    const panel = panels.find((p) =>
+      exprs.some((e) => e.panel === p.title && e.expr.includes('discovery_updates')),
+    );
+    const description = (panel as { description?: string } | undefined)?.description ?? '';
+    for (const e of events) expect(description, e).toMatch(new RegExp(`\\b${e}\\b`));
+  });
+
   it('uses the provisioned datasource through the $datasource variable', () => {
     const ds = dashboard.templating.list.find((v) => v.name === 'datasource');
     expect(ds?.query).toBe('prometheus');

@@ -61,6 +61,24 @@ const WAYS: Way[] = [
     health: 'success',
     failure: false,
   },
+  // With response_body_mode NONE in the filter every response is skipped, errors too: the worker's
+  // status still says what the client got (the dashboard's error ratio counts it, not as a success).
+  {
+    way: 'unwatched 503 (response_body_mode NONE in the filter): an upstream error, not a success',
+    end: unwatched(503),
+    stage: 'routed',
+    outcome: 'upstream_5xx',
+    health: 'server_error',
+    failure: true,
+  },
+  {
+    way: 'unwatched 404 (response_body_mode NONE in the filter): an upstream 4xx',
+    end: unwatched(404),
+    stage: 'routed',
+    outcome: 'upstream_4xx',
+    health: 'success',
+    failure: false,
+  },
   // The router, closing after a drain that timed out, handed the routed stream back to Envoy.
   {
     way: 'released while streaming 200',
