@@ -8,40 +8,14 @@
  */
 import { describe, expect, it } from 'vitest';
 import { RouterMetrics } from '../../../src/observability/metrics.js';
-import { registerLoadMetrics } from '../../../src/observability/load-metrics.js';
-import { LoadBoard } from '../../../src/load/load-board.js';
-import { TimingEstimates } from '../../../src/load/timing-estimates.js';
-import { CharsPerToken } from '../../../src/load/chars-per-token.js';
 import { metricsText } from '../../../src/sim/metrics-text.js';
 import { requestOutcome } from '../../../src/request/request-end.js';
 import { dashboard, exprs, metricNames, panels } from '../../support/dashboard.js';
+import { registeredMetricNames } from '../../support/router-metric-names.js';
 
 /** Names a scrape can return: the router's registry (every metric, incl. optional ones) + the simulator's. */
 async function knownMetricNames(): Promise<Set<string>> {
-  const m = new RouterMetrics({
-    workers: () => [],
-    treeChars: () => [],
-    servedModels: () => undefined,
-    poolSaturated: () => [],
-    objectives: () => [],
-    flowHeld: () => 0,
-    processMetrics: false,
-  });
-  // The per-worker load signals and timing estimates (wiring.ts registers them on the same registry).
-  registerLoadMetrics({
-    registry: m.registry,
-    workers: () => [],
-    board: new LoadBoard(1000),
-    timing: new TimingEstimates(),
-    clock: () => 0,
-    charsPerToken: new CharsPerToken({ prior: 4 }),
-  });
-  const names = new Set<string>();
-  for (const metric of await m.registry.getMetricsAsJSON()) {
-    names.add(metric.name);
-    if (String(metric.type) === 'histogram')
-      for (const s of ['_bucket', '_sum', '_count']) names.add(metric.name + s);
-  }
+  const names = await registeredMetricNames();
   const sim = metricsText({
     model: 'm',
     running: 0,

@@ -11,12 +11,7 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { OPTIONS, type OptionSpec } from '../../../src/config-schema.js';
 import { ADMIN_ALLOWED_METHODS, ADMIN_ERROR_STATUS } from '../../../src/admin/admin-server.js';
-import { RouterMetrics } from '../../../src/observability/metrics.js';
-import { registerLoadMetrics } from '../../../src/observability/load-metrics.js';
-import { createKvEventMetrics } from '../../../src/observability/kv-event-metrics.js';
-import { LoadBoard } from '../../../src/load/load-board.js';
-import { TimingEstimates } from '../../../src/load/timing-estimates.js';
-import { CharsPerToken } from '../../../src/load/chars-per-token.js';
+import { registeredMetricNames } from '../../support/router-metric-names.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
 const read = (rel: string): string => readFileSync(path.join(ROOT, rel), 'utf8');
@@ -49,37 +44,6 @@ function sourceLiterals(): Set<string> {
   };
   walk(path.join(ROOT, 'src'));
   return literals;
-}
-
-async function registeredMetricNames(): Promise<Set<string>> {
-  const m = new RouterMetrics({
-    workers: () => [],
-    treeChars: () => [],
-    cacheReports: () => [],
-    breakerState: () => 0,
-    bootstrapReady: () => undefined,
-    servedModels: () => undefined,
-    poolSaturated: () => [],
-    objectives: () => [],
-    flowHeld: () => 0,
-    processMetrics: false,
-  });
-  registerLoadMetrics({
-    registry: m.registry,
-    workers: () => [],
-    board: new LoadBoard(1000),
-    timing: new TimingEstimates(),
-    clock: () => 0,
-    charsPerToken: new CharsPerToken({ prior: 4 }),
-  });
-  createKvEventMetrics(m.registry, () => new Map());
-  const names = new Set<string>();
-  for (const metric of await m.registry.getMetricsAsJSON()) {
-    names.add(metric.name);
-    if (String(metric.type) === 'histogram')
-      for (const s of ['_bucket', '_sum', '_count']) names.add(metric.name + s);
-  }
-  return names;
 }
 
 /**
